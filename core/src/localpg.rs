@@ -1,0 +1,427 @@
+//! Starts real, throw-away PostgreSQL servers on loopback for the demo and the tests.
+//!
+//! pgtier is judged against real servers, never mocks, so every end-to-end test and
+//! `pgtier demo` needs primaries and streaming replicas it can start, stop and kill.
+//! The installed PostgreSQL binaries are found through `pg_config --bindir` (Debian keeps
+//! them off PATH). initdb refuses to run as root, so when we are root every server
+//! command runs as the `postgres` user through `runuser`.
+//!
+//! Each server lives in its own temporary directory, listens only on 127.0.0.1 and
+//! on a Unix socket inside that directory, and is stopped and deleted on drop.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How non-superuser TCP logins authenticate (the superuser `postgres` is always trusted,
+/// so tests can set the server up and inspect it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HbaAuth {
+    Trust,
+    Md5,
+    Scram,
+}
+
+impl HbaAuth {
+    fn method(self) -> &'static str {
+        match self {
+            HbaAuth::Trust => "trust",
+            HbaAuth::Md5 => "md5",
+            HbaAuth::Scram => "scram-sha-256",
+        }
+    }
+}
+
+/// How to set up a new primary.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    pub auth: HbaAuth,
+    /// `password_encryption`: "scram-sha-256" or "md5".
+    pub password_encryption: &'static str,
+    /// Extra `postgresql.conf` settings, written after ours so they win.
+    pub extra_conf: Vec<(String, String)>,
+    /// A fixed port, or `None` for a free one.
+    pub port: Option<u16>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            auth: HbaAuth::Trust,
+            password_encryption: "scram-sha-256",
+            extra_conf: Vec::new(),
+            port: None,
+        }
+    }
+}
+
+/// One running PostgreSQL server in a temporary directory.
+#[derive(Debug)]
+pub struct LocalPg {
+    port: u16,
+    data_dir: PathBuf,
+    bindir: PathBuf,
+    as_postgres_user: bool,
+}
+
+static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+impl LocalPg {
+    /// Creates, configures and starts a new primary (initdb + pg_ctl start).
+    pub fn start_primary(options: &PgOptions) -> io::Result<LocalPg> {
+        let pg = LocalPg::prepare_dir(options.port)?;
+        let data = pg.data_dir_str()?;
+        pg.run_server_tool(
+            "initdb",
+            &[
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        )?;
+        let mut conf = pg.base_conf();
+        conf.push(("wal_level".into(), "replica".into()));
+        conf.push(("max_wal_senders".into(), "20".into()));
+        conf.push(("hot_standby".into(), "on".into()));
+        conf.push((
+            "password_encryption".into(),
+            format!("'{}'", options.password_encryption),
+        ));
+        for (k, v) in &options.extra_conf {
+            conf.push((k.clone(), v.clone()));
+        }
+        pg.append_conf(&conf)?;
+        let hba = format!(
+            "local all all trust\n\
+             host all postgres 127.0.0.1/32 trust\n\
+             host replication all 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 {}\n",
+            options.auth.method()
+        );
+        std::fs::write(pg.data_dir.join("pg_hba.conf"), hba)?;
+        pg.start()?;
+        Ok(pg)
+    }
+
+    /// Clones `primary` with pg_basebackup and starts it as a read-only streaming replica.
+    pub fn start_replica(primary: &LocalPg) -> io::Result<LocalPg> {
+        let pg = LocalPg::prepare_dir(None)?;
+        // pg_basebackup wants to create the directory contents itself and needs it empty.
+        let data = pg.data_dir_str()?;
+        let primary_port = primary.port.to_string();
+        pg.run_server_tool(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port,
+                "-U",
+                "postgres",
+                "-D",
+                data,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        )?;
+        // The copied postgresql.conf carries the primary's port and socket dir; later lines win.
+        pg.append_conf(&pg.base_conf())?;
+        pg.start()?;
+        Ok(pg)
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory (also the Unix socket directory).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The server log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.data_dir.join("server.log")
+    }
+
+    /// `host=127.0.0.1 port=N` for libpq-style clients.
+    pub fn conninfo(&self, dbname: &str, user: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} dbname={} user={}",
+            self.port, dbname, user
+        )
+    }
+
+    /// Starts (or restarts) the server and waits until it accepts connections.
+    pub fn start(&self) -> io::Result<()> {
+        let data = self.data_dir_str()?;
+        let log = self.log_path();
+        let log = path_str(&log)?;
+        self.run_server_tool("pg_ctl", &["-D", data, "-l", log, "-w", "-t", "60", "start"])?;
+        Ok(())
+    }
+
+    /// Stops the server the way a crash would (`pg_ctl stop -m immediate`).
+    pub fn stop_immediate(&self) -> io::Result<()> {
+        let data = self.data_dir_str()?;
+        self.run_server_tool("pg_ctl", &["-D", data, "-m", "immediate", "-w", "stop"])?;
+        Ok(())
+    }
+
+    /// Stops the server cleanly (`pg_ctl stop -m fast`).
+    pub fn stop(&self) -> io::Result<()> {
+        let data = self.data_dir_str()?;
+        self.run_server_tool("pg_ctl", &["-D", data, "-m", "fast", "-w", "stop"])?;
+        Ok(())
+    }
+
+    /// Runs one SQL string through psql as the superuser and returns trimmed stdout.
+    pub fn psql(&self, dbname: &str, sql: &str) -> io::Result<String> {
+        let port = self.port.to_string();
+        let out = Command::new(self.bindir.join("psql"))
+            .args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
+            .arg(&port)
+            .args(["-U", "postgres", "-d", dbname, "-c", sql])
+            .stdin(Stdio::null())
+            .output()?;
+        ensure_success("psql", &out)?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Creates a login role with a password, hashed per the server's password_encryption.
+    pub fn create_user(&self, name: &str, password: &str) -> io::Result<()> {
+        let sql = format!(
+            "CREATE ROLE {} LOGIN PASSWORD {}",
+            quote_ident(name),
+            quote_literal(password)
+        );
+        self.psql("postgres", &sql).map(|_| ())
+    }
+
+    /// Waits until this replica has replayed everything `primary` has written so far.
+    pub fn wait_caught_up(&self, primary: &LocalPg, timeout: Duration) -> io::Result<()> {
+        let target = primary.psql("postgres", "SELECT pg_current_wal_lsn()")?;
+        let sql = format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.psql("postgres", &sql)? == "t" {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("replica on port {} did not reach {target}", self.port),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn prepare_dir(port: Option<u16>) -> io::Result<LocalPg> {
+        let bindir = pg_bindir();
+        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let data_dir = std::env::temp_dir().join(format!(
+            "pgtier-pg-{}-{}",
+            std::process::id(),
+            instance
+        ));
+        if data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir)?;
+        }
+        std::fs::create_dir_all(&data_dir)?;
+        let as_postgres_user = running_as_root()?;
+        let pg = LocalPg {
+            port: match port {
+                Some(p) => p,
+                None => free_port()?,
+            },
+            data_dir,
+            bindir,
+            as_postgres_user,
+        };
+        if as_postgres_user {
+            let status = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&pg.data_dir)
+                .status()?;
+            if !status.success() {
+                return Err(io::Error::other("chown postgres of the data dir failed"));
+            }
+            // The server refuses a data directory readable by others.
+            let status = Command::new("chmod").arg("700").arg(&pg.data_dir).status()?;
+            if !status.success() {
+                return Err(io::Error::other("chmod 700 of the data dir failed"));
+            }
+        }
+        Ok(pg)
+    }
+
+    fn base_conf(&self) -> Vec<(String, String)> {
+        let dir = self.data_dir.display();
+        vec![
+            ("listen_addresses".into(), "'127.0.0.1'".into()),
+            ("port".into(), self.port.to_string()),
+            ("unix_socket_directories".into(), format!("'{dir}'")),
+            ("max_connections".into(), "300".into()),
+            ("fsync".into(), "off".into()),
+            ("synchronous_commit".into(), "off".into()),
+            ("full_page_writes".into(), "off".into()),
+            ("shared_buffers".into(), "64MB".into()),
+            ("logging_collector".into(), "off".into()),
+        ]
+    }
+
+    fn append_conf(&self, settings: &[(String, String)]) -> io::Result<()> {
+        use std::io::Write;
+        let path = self.data_dir.join("postgresql.conf");
+        let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+        writeln!(file, "\n# pgtier localpg")?;
+        for (k, v) in settings {
+            writeln!(file, "{k} = {v}")?;
+        }
+        Ok(())
+    }
+
+    fn data_dir_str(&self) -> io::Result<&str> {
+        path_str(&self.data_dir)
+    }
+
+    fn run_server_tool(&self, tool: &str, args: &[&str]) -> io::Result<Output> {
+        let exe = self.bindir.join(tool);
+        let mut cmd = if self.as_postgres_user {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        // Server tools must not inherit the test's stdio: pg_ctl's postmaster would keep
+        // the test harness's pipes open after the test ends.
+        let out = cmd
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .output()?;
+        ensure_success(tool, &out)?;
+        Ok(out)
+    }
+}
+
+impl Drop for LocalPg {
+    fn drop(&mut self) {
+        if let Ok(data) = self.data_dir_str() {
+            let data = data.to_string();
+            let _ = self.run_server_tool("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// The directory holding initdb, pg_ctl and postgres: `PGTIER_PG_BINDIR`, else
+/// `pg_config --bindir`, else Debian's PostgreSQL 15 location.
+pub fn pg_bindir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PGTIER_PG_BINDIR") {
+        return PathBuf::from(dir);
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && Path::new(&dir).join("initdb").exists() {
+            return PathBuf::from(dir);
+        }
+    }
+    PathBuf::from("/usr/lib/postgresql/15/bin")
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn running_as_root() -> io::Result<bool> {
+    Ok(std::fs::metadata("/proc/self")?.uid() == 0)
+}
+
+fn path_str(path: &Path) -> io::Result<&str> {
+    path.to_str()
+        .ok_or_else(|| io::Error::other(format!("path is not UTF-8: {}", path.display())))
+}
+
+fn ensure_success(tool: &str, out: &Output) -> io::Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{tool} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    )))
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primary_and_replica_serve_queries() {
+        let primary = LocalPg::start_primary(&PgOptions::default()).unwrap();
+        primary
+            .psql("postgres", "CREATE TABLE t AS SELECT 42 AS v")
+            .unwrap();
+        let replica = LocalPg::start_replica(&primary).unwrap();
+        replica
+            .wait_caught_up(&primary, Duration::from_secs(30))
+            .unwrap();
+        assert_eq!(replica.psql("postgres", "SELECT v FROM t").unwrap(), "42");
+        assert_eq!(
+            replica
+                .psql("postgres", "SELECT pg_is_in_recovery()")
+                .unwrap(),
+            "t"
+        );
+        replica.stop_immediate().unwrap();
+        assert!(replica.psql("postgres", "SELECT 1").is_err());
+        replica.start().unwrap();
+        assert_eq!(replica.psql("postgres", "SELECT 1").unwrap(), "1");
+    }
+
+    #[test]
+    fn scram_users_are_created() {
+        let pg = LocalPg::start_primary(&PgOptions {
+            auth: HbaAuth::Scram,
+            ..PgOptions::default()
+        })
+        .unwrap();
+        pg.create_user("alice", "it's secret").unwrap();
+        let hash = pg
+            .psql(
+                "postgres",
+                "SELECT rolpassword FROM pg_authid WHERE rolname = 'alice'",
+            )
+            .unwrap();
+        assert!(hash.starts_with("SCRAM-SHA-256$"), "{hash}");
+    }
+}

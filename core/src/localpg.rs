@@ -171,7 +171,10 @@ impl LocalPg {
         let data = self.data_dir_str()?;
         let log = self.log_path();
         let log = path_str(&log)?;
-        self.run_server_tool("pg_ctl", &["-D", data, "-l", log, "-w", "-t", "60", "start"])?;
+        self.run_server_tool(
+            "pg_ctl",
+            &["-D", data, "-l", log, "-w", "-t", "60", "start"],
+        )?;
         Ok(())
     }
 
@@ -234,11 +237,8 @@ impl LocalPg {
     fn prepare_dir(port: Option<u16>) -> io::Result<LocalPg> {
         let bindir = pg_bindir();
         let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let data_dir = std::env::temp_dir().join(format!(
-            "pgtier-pg-{}-{}",
-            std::process::id(),
-            instance
-        ));
+        let data_dir =
+            std::env::temp_dir().join(format!("pgtier-pg-{}-{}", std::process::id(), instance));
         if data_dir.exists() {
             std::fs::remove_dir_all(&data_dir)?;
         }
@@ -262,7 +262,10 @@ impl LocalPg {
                 return Err(io::Error::other("chown postgres of the data dir failed"));
             }
             // The server refuses a data directory readable by others.
-            let status = Command::new("chmod").arg("700").arg(&pg.data_dir).status()?;
+            let status = Command::new("chmod")
+                .arg("700")
+                .arg(&pg.data_dir)
+                .status()?;
             if !status.success() {
                 return Err(io::Error::other("chmod 700 of the data dir failed"));
             }

@@ -1,0 +1,184 @@
+//! `[databases.NAME]` and `[users.NAME]` entries after validation: where a database's servers
+//! are (one host, or a replica set with its routing policy and PLB parameters), its pool limits
+//! and the class its sessions get. Replica references are indices into `ReplicaSet::replicas`.
+
+use super::settings::PoolMode;
+use crate::class::ClassSetting;
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+
+/// PostgreSQL's port when an entry names a host without one.
+pub const DEFAULT_SERVER_PORT: u16 = 5432;
+
+/// Index of a replica in [`ReplicaSet::replicas`].
+pub type ReplicaIndex = usize;
+
+/// One database entry clients can connect to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DatabaseConfig {
+    /// The entry name: what clients put in `database=`.
+    pub name: String,
+    /// Database name sent to the server (defaults to the entry name).
+    pub dbname: String,
+    /// Forced server user; `None` = log in to the server as the client's user.
+    pub user: Option<String>,
+    /// Password for the server login; `None` = use the auth file's password for the user.
+    pub password: Option<String>,
+    /// Where the servers are.
+    pub servers: ServerSet,
+    /// Server connections per (entry, user) pool across all workers — per replica for a set.
+    pub pool_size: u32,
+    /// Servers kept open per pool even when idle.
+    pub min_pool_size: u32,
+    /// Extra servers allowed after `reserve_pool_timeout`.
+    pub reserve_pool_size: u32,
+    /// Pool mode of this entry (the global one unless set here); a user's own setting wins.
+    pub pool_mode: PoolMode,
+    /// Server connections to this entry across all users (0 = unlimited).
+    pub max_db_connections: u32,
+    /// Class of sessions on this entry unless their user has one.
+    pub class: ClassSetting,
+}
+
+/// The servers behind an entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerSet {
+    /// One server (`host`, `port`).
+    Single(HostPort),
+    /// Read-only replicas with a routing policy.
+    Replicas(ReplicaSet),
+}
+
+/// A server named by host (name or address) and port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Replicas of one database and how sessions are spread over them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSet {
+    /// The replicas in configured order; indices into this list name replicas elsewhere.
+    pub replicas: Vec<SocketAddr>,
+    /// Routing policy with its parameters.
+    pub routing: Routing,
+}
+
+impl ReplicaSet {
+    /// Index of `addr` in `replicas`.
+    pub fn index_of(&self, addr: SocketAddr) -> Option<ReplicaIndex> {
+        self.replicas.iter().position(|replica| *replica == addr)
+    }
+}
+
+/// The routing names accepted by `routing = "..."`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingKind {
+    Plb,
+    RoundRobin,
+    Dedicated,
+    P2c,
+    LeastSessions,
+}
+
+impl RoutingKind {
+    /// Spelling used in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RoutingKind::Plb => "plb",
+            RoutingKind::RoundRobin => "round_robin",
+            RoutingKind::Dedicated => "dedicated",
+            RoutingKind::P2c => "p2c",
+            RoutingKind::LeastSessions => "least_sessions",
+        }
+    }
+}
+
+impl fmt::Display for RoutingKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A routing policy and its validated parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Routing {
+    /// Priority-aware load balancing (`[databases.NAME.plb]`).
+    Plb(PlbSettings),
+    /// Round robin over all replicas (KRR).
+    RoundRobin,
+    /// Fixed premium and freemium subsets, round robin inside each (rRR+fRR).
+    Dedicated(DedicatedSplit),
+    /// Weighted power of two choices on active sessions / weight; one weight per replica.
+    P2c { weights: Vec<u32> },
+    /// The replica with the fewest active sessions.
+    LeastSessions,
+}
+
+impl Routing {
+    /// The name of this policy.
+    pub fn kind(&self) -> RoutingKind {
+        match self {
+            Routing::Plb(_) => RoutingKind::Plb,
+            Routing::RoundRobin => RoutingKind::RoundRobin,
+            Routing::Dedicated(_) => RoutingKind::Dedicated,
+            Routing::P2c { .. } => RoutingKind::P2c,
+            Routing::LeastSessions => RoutingKind::LeastSessions,
+        }
+    }
+}
+
+/// PLB parameters (paper notation in parentheses), validated against the replica set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlbSettings {
+    /// Initial premium pool R_P (replica indices, configured order).
+    pub premium: Vec<ReplicaIndex>,
+    /// Initial freemium pool R_F; replicas in neither list start Mixed.
+    pub freemium: Vec<ReplicaIndex>,
+    /// Per-replica premium session headroom (θ_P) (10).
+    pub theta_premium: u32,
+    /// Per-replica freemium session headroom (θ_F) (10).
+    pub theta_freemium: u32,
+    /// Premium return threshold fraction (α_P), in (0, 1] (0.6).
+    pub alpha_premium: f64,
+    /// Freemium return threshold fraction (α_F), in (0, 1] (0.8).
+    pub alpha_freemium: f64,
+    /// Replicas the freemium pool never lends below (κ_F) (1).
+    pub freemium_floor: u32,
+    /// Premium pool size below which Freemium may not borrow from it (K_P) (|premium|).
+    pub premium_target: u32,
+    /// Freemium pool target (K_F) (|freemium|).
+    pub freemium_target: u32,
+}
+
+/// The fixed split of `routing = "dedicated"`: every replica serves exactly one class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DedicatedSplit {
+    pub premium: Vec<ReplicaIndex>,
+    pub freemium: Vec<ReplicaIndex>,
+}
+
+/// A `[users.NAME]` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserConfig {
+    /// Class of this user's sessions on every database (wins over the entry's class).
+    pub class: Option<ClassSetting>,
+    /// Pool mode for this user (wins over database and global settings).
+    pub pool_mode: Option<PoolMode>,
+    /// Server connections for this user across all databases (0 = the global setting).
+    pub max_user_connections: u32,
+}

@@ -1,0 +1,63 @@
+//! The configuration file exactly as serde reads it, before cross-field checks. Fields that
+//! inherit a global value or need checks against other fields are `Option`s or strings here;
+//! `validate` turns them into the typed structs of `database`.
+
+use super::database::{RoutingKind, UserConfig};
+use super::settings::{PoolMode, Settings};
+use crate::class::ClassSetting;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct FileRaw {
+    pub pgtier: Settings,
+    pub databases: BTreeMap<String, DatabaseRaw>,
+    pub users: BTreeMap<String, UserConfig>,
+}
+
+/// One `[databases.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DatabaseRaw {
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub dbname: Option<String>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub pool_size: Option<u32>,
+    pub min_pool_size: Option<u32>,
+    pub reserve_pool_size: Option<u32>,
+    pub pool_mode: Option<PoolMode>,
+    pub max_db_connections: Option<u32>,
+    pub replicas: Option<Vec<String>>,
+    pub routing: Option<RoutingKind>,
+    pub class: Option<ClassSetting>,
+    pub weights: Option<Vec<u32>>,
+    pub plb: Option<PlbRaw>,
+    pub dedicated: Option<DedicatedRaw>,
+}
+
+/// `[databases.NAME.plb]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PlbRaw {
+    pub premium: Vec<String>,
+    pub freemium: Vec<String>,
+    pub theta_premium: Option<u32>,
+    pub theta_freemium: Option<u32>,
+    pub alpha_premium: Option<f64>,
+    pub alpha_freemium: Option<f64>,
+    pub freemium_floor: Option<u32>,
+    pub premium_target: Option<u32>,
+    pub freemium_target: Option<u32>,
+}
+
+/// `[databases.NAME.dedicated]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DedicatedRaw {
+    pub premium: Vec<String>,
+    pub freemium: Vec<String>,
+}

@@ -1,0 +1,269 @@
+//! The `[pgtier]` table: process-wide settings with PgBouncer's names and defaults, plus
+//! pgtier's own limits (message sizes, send batching, buffers, health checks). Every field has
+//! a default, so an empty table is a valid configuration.
+
+use super::seconds::Seconds;
+use serde::Deserialize;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+const KIB: u32 = 1024;
+const MIB: u32 = 1024 * KIB;
+
+/// When a server connection goes back to the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    /// The client keeps its server until it disconnects (PgBouncer's default).
+    Session,
+    /// The server returns to the pool at ReadyForQuery 'I'.
+    Transaction,
+}
+
+impl PoolMode {
+    /// Spelling used in the file and in admin output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+        }
+    }
+}
+
+impl fmt::Display for PoolMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How clients prove who they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+pub enum AuthType {
+    /// No password is asked for.
+    #[serde(rename = "trust")]
+    Trust,
+    /// MD5 challenge (PgBouncer's default).
+    #[serde(rename = "md5")]
+    Md5,
+    /// SCRAM-SHA-256.
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+impl AuthType {
+    /// Spelling used in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuthType::Trust => "trust",
+            AuthType::Md5 => "md5",
+            AuthType::ScramSha256 => "scram-sha-256",
+        }
+    }
+
+    /// Whether this method reads passwords from the auth file.
+    pub const fn needs_auth_file(self) -> bool {
+        !matches!(self, AuthType::Trust)
+    }
+}
+
+impl fmt::Display for AuthType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `[pgtier]` table. Durations are [`Seconds`]; a zero where the doc says "0 = disabled"
+/// turns the timeout off (read it with [`Seconds::enabled`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Address the listeners bind. PgBouncer has no TCP default; pgtier binds loopback.
+    pub listen_addr: IpAddr,
+    /// TCP port (6432).
+    pub listen_port: u16,
+    /// Worker (shard) threads; absent = one per available core. Read with [`Settings::worker_count`].
+    pub workers: Option<usize>,
+    /// Client authentication method (md5).
+    pub auth_type: AuthType,
+    /// PgBouncer userlist.txt; relative paths are resolved against the config file's directory
+    /// when the file is loaded, so this is the path to open.
+    pub auth_file: Option<PathBuf>,
+    /// Default pool mode (session).
+    pub pool_mode: PoolMode,
+    /// Most client connections accepted across all workers (100).
+    pub max_client_conn: u32,
+    /// Server connections per (database, user) pool, across all workers (20).
+    pub default_pool_size: u32,
+    /// Servers kept open per pool even when idle (0).
+    pub min_pool_size: u32,
+    /// Extra servers a pool may open when a client waited `reserve_pool_timeout` (0).
+    pub reserve_pool_size: u32,
+    /// Wait before the reserve pool is used (5 s).
+    pub reserve_pool_timeout: Seconds,
+    /// Server connections per database across all users (0 = unlimited).
+    pub max_db_connections: u32,
+    /// Server connections per user across all databases (0 = unlimited).
+    pub max_user_connections: u32,
+    /// Connect plus login time allowed for a new server connection (15 s).
+    pub server_connect_timeout: Seconds,
+    /// Pause after a failed server connect or login before the next try (15 s).
+    pub server_login_retry: Seconds,
+    /// Close servers idle longer than this (600 s; 0 = disabled).
+    pub server_idle_timeout: Seconds,
+    /// Close unused servers connected longer than this (3600 s; 0 = use each server once).
+    pub server_lifetime: Seconds,
+    /// Fail a client that waited this long for a server (120 s; 0 = wait forever).
+    pub query_wait_timeout: Seconds,
+    /// Close clients idle longer than this (0 = disabled).
+    pub client_idle_timeout: Seconds,
+    /// Close clients idle inside a transaction longer than this (0 = disabled).
+    pub idle_transaction_timeout: Seconds,
+    /// Cancel queries running longer than this (0 = disabled).
+    pub query_timeout: Seconds,
+    /// Close clients that do not finish login in this time (60 s; 0 = disabled).
+    pub client_login_timeout: Seconds,
+    /// Run when a session-mode client releases its server ("DISCARD ALL"; empty = none).
+    pub server_reset_query: String,
+    /// Also run `server_reset_query` in transaction mode (false).
+    pub server_reset_query_always: bool,
+    /// Idle servers unused longer than this are checked with `server_check_query` before reuse
+    /// (30 s; 0 = always check).
+    pub server_check_delay: Seconds,
+    /// Query used by `server_check_delay` ("select 1"; empty = no check).
+    pub server_check_query: String,
+    /// Users allowed to run admin commands on the `pgtier` virtual database.
+    pub admin_users: Vec<String>,
+    /// Users allowed read-only SHOW commands on the `pgtier` virtual database.
+    pub stats_users: Vec<String>,
+    /// Startup parameters dropped (not forwarded, not part of the pool key). pgtier forwards
+    /// every other startup parameter to the server.
+    pub ignore_startup_parameters: Vec<String>,
+    /// Observation interval for averages and latency percentiles (60 s).
+    pub stats_period: Seconds,
+    /// Log filter in `tracing` EnvFilter syntax ("info"); `PGTIER_LOG` overrides it.
+    pub log_level: String,
+
+    /// Largest message a client may send: 256 MiB. PostgreSQL accepts up to 1 GB, but a client
+    /// is untrusted and this bounds what one connection can make the proxy hold.
+    pub max_client_message_bytes: u32,
+    /// Largest message a server may send: 1 GiB, PostgreSQL's own ceiling for one value.
+    pub max_server_message_bytes: u32,
+    /// Most buffers in one `sendmsg` to a client (64; at most 1024, the kernel's IOV_MAX).
+    pub send_batch_max_chunks: u32,
+    /// Most bytes in one `sendmsg` batch (256 KiB).
+    pub send_budget_bytes: u32,
+    /// Bytes queued for a client before the proxy stops reading from its server (4 MiB): a
+    /// slow client pauses its server instead of making pgtier buffer the whole result.
+    pub client_buffer_limit_bytes: u32,
+    /// Size of one receive buffer in a worker's provided-buffer ring (16 KiB).
+    pub recv_buffer_bytes: u32,
+    /// Receive buffers per worker (1024; a power of two, at most 32768).
+    pub recv_buffer_count: u32,
+    /// Cancel a client's running query on the server when the client disconnects (true).
+    pub cancel_on_client_disconnect: bool,
+    /// Distinct pools (key = database, user, replica, startup parameters) one worker keeps
+    /// (1000); bounds what varied startup parameters can make a worker allocate.
+    pub max_pools_per_worker: u32,
+    /// Shard-local counters are folded into the shared totals after this many queries (64)...
+    pub counter_flush_queries: u32,
+    /// ...or this many bytes in either direction (64 KiB), whichever comes first.
+    pub counter_flush_bytes: u32,
+    /// Replica health probe period (0.25 s).
+    pub health_check_interval: Seconds,
+    /// Time a probe may take before it counts as failed (0.5 s).
+    pub health_check_timeout: Seconds,
+    /// Consecutive failed probes that mark a replica Down (2).
+    pub health_check_failures: u32,
+    /// Consecutive good probes that let a Down replica rejoin (3).
+    pub health_check_successes: u32,
+    /// Move transaction-mode sessions that sit between transactions off a replica that went
+    /// Down, instead of failing them (true).
+    pub repin_idle_sessions: bool,
+    /// Role and health events kept for `SHOW ROLE_EVENTS` / `SHOW EVENTS` (1024).
+    pub role_events_capacity: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            listen_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            listen_port: 6432,
+            workers: None,
+            auth_type: AuthType::Md5,
+            auth_file: None,
+            pool_mode: PoolMode::Session,
+            max_client_conn: 100,
+            default_pool_size: 20,
+            min_pool_size: 0,
+            reserve_pool_size: 0,
+            reserve_pool_timeout: Seconds::from_secs(5),
+            max_db_connections: 0,
+            max_user_connections: 0,
+            server_connect_timeout: Seconds::from_secs(15),
+            server_login_retry: Seconds::from_secs(15),
+            server_idle_timeout: Seconds::from_secs(600),
+            server_lifetime: Seconds::from_secs(3600),
+            query_wait_timeout: Seconds::from_secs(120),
+            client_idle_timeout: Seconds::ZERO,
+            idle_transaction_timeout: Seconds::ZERO,
+            query_timeout: Seconds::ZERO,
+            client_login_timeout: Seconds::from_secs(60),
+            server_reset_query: "DISCARD ALL".to_string(),
+            server_reset_query_always: false,
+            server_check_delay: Seconds::from_secs(30),
+            server_check_query: "select 1".to_string(),
+            admin_users: Vec::new(),
+            stats_users: Vec::new(),
+            ignore_startup_parameters: Vec::new(),
+            stats_period: Seconds::from_secs(60),
+            log_level: "info".to_string(),
+            max_client_message_bytes: 256 * MIB,
+            max_server_message_bytes: 1024 * MIB,
+            send_batch_max_chunks: 64,
+            send_budget_bytes: 256 * KIB,
+            client_buffer_limit_bytes: 4 * MIB,
+            recv_buffer_bytes: 16 * KIB,
+            recv_buffer_count: 1024,
+            cancel_on_client_disconnect: true,
+            max_pools_per_worker: 1000,
+            counter_flush_queries: 64,
+            counter_flush_bytes: 64 * KIB,
+            health_check_interval: Seconds::from_millis(250),
+            health_check_timeout: Seconds::from_millis(500),
+            health_check_failures: 2,
+            health_check_successes: 3,
+            repin_idle_sessions: true,
+            role_events_capacity: 1024,
+        }
+    }
+}
+
+impl Settings {
+    /// Worker threads to start: `workers` if set, else the available cores (1 if unknown).
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            Some(workers) => workers,
+            None => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+        }
+    }
+
+    /// Whether `user` may use the admin console with full rights.
+    pub fn is_admin(&self, user: &str) -> bool {
+        self.admin_users.iter().any(|admin| admin == user)
+    }
+
+    /// Whether `user` may run read-only SHOW commands (admins may too).
+    pub fn is_stats_user(&self, user: &str) -> bool {
+        self.is_admin(user) || self.stats_users.iter().any(|stats| stats == user)
+    }
+
+    /// Whether a startup parameter is listed in `ignore_startup_parameters` (case-insensitive,
+    /// as PostgreSQL compares parameter names).
+    pub fn ignores_startup_parameter(&self, name: &str) -> bool {
+        self.ignore_startup_parameters
+            .iter()
+            .any(|ignored| ignored.eq_ignore_ascii_case(name))
+    }
+}

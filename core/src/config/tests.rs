@@ -1,0 +1,668 @@
+//! Configuration examples, valid and invalid, with the exact messages an operator sees.
+
+use super::*;
+use crate::class::ClassSetting;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const ISSUE_EXAMPLE: &str = r#"
+[pgtier]
+listen_addr = "127.0.0.1"
+listen_port = 6432
+workers = 1
+auth_type = "trust"
+auth_file = "userlist.txt"
+pool_mode = "transaction"
+default_pool_size = 20
+admin_users = ["admin"]
+[databases.postgres]
+host = "127.0.0.1"
+port = 5432
+dbname = "postgres"
+[databases.analytics]
+dbname = "postgres"
+replicas = ["127.0.0.1:15431", "127.0.0.1:15432", "127.0.0.1:15433", "127.0.0.1:15434", "127.0.0.1:15435"]
+routing = "plb"
+class = "freemium"
+[databases.analytics.plb]
+premium = ["127.0.0.1:15431", "127.0.0.1:15432"]
+freemium = ["127.0.0.1:15433", "127.0.0.1:15434"]
+theta_premium = 10
+theta_freemium = 10
+alpha_premium = 0.6
+alpha_freemium = 0.8
+freemium_floor = 1
+premium_target = 2
+freemium_target = 2
+[users.alice]
+class = "premium"
+"#;
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_str(text, "/etc/pgtier/pgtier.toml")
+}
+
+/// `text` with `auth_type = "trust"`, so it needs no auth file.
+fn trusting(text: &str) -> String {
+    match text.strip_prefix("[pgtier]\n") {
+        Some(rest) => format!("[pgtier]\nauth_type = \"trust\"\n{rest}"),
+        None => format!("[pgtier]\nauth_type = \"trust\"\n{text}"),
+    }
+}
+
+fn load_trusting(text: &str) -> Result<Config, ConfigError> {
+    load(&trusting(text))
+}
+
+fn error(text: &str) -> String {
+    match load(text) {
+        Ok(_) => panic!("config should be rejected:\n{text}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// A replica database with the five replicas of the example and `extra` appended.
+fn replicas_with(extra: &str) -> String {
+    format!(
+        "[databases.analytics]\nreplicas = [\"127.0.0.1:15431\", \"127.0.0.1:15432\", \"127.0.0.1:15433\", \"127.0.0.1:15434\", \"127.0.0.1:15435\"]\n{extra}"
+    )
+}
+
+fn plb_with(lines: &str) -> String {
+    replicas_with(&format!(
+        "routing = \"plb\"\n[databases.analytics.plb]\npremium = [\"127.0.0.1:15431\", \"127.0.0.1:15432\"]\nfreemium = [\"127.0.0.1:15433\", \"127.0.0.1:15434\"]\n{lines}"
+    ))
+}
+
+#[test]
+fn issue_example_is_valid() {
+    let config = load(ISSUE_EXAMPLE).expect("the issue's example is valid");
+    assert_eq!(config.pgtier.worker_count(), 1);
+    assert_eq!(config.pgtier.auth_type, AuthType::Trust);
+    assert_eq!(config.pgtier.pool_mode, PoolMode::Transaction);
+    assert_eq!(
+        config.pgtier.auth_file.as_deref(),
+        Some(std::path::Path::new("/etc/pgtier/userlist.txt"))
+    );
+    assert!(config.pgtier.is_admin("admin"));
+    let postgres = config.database("postgres").expect("postgres entry");
+    assert_eq!(
+        postgres.servers,
+        ServerSet::Single(HostPort {
+            host: "127.0.0.1".into(),
+            port: 5432
+        })
+    );
+    assert_eq!(postgres.pool_size, 20);
+    let analytics = config.database("analytics").expect("analytics entry");
+    let ServerSet::Replicas(set) = &analytics.servers else {
+        panic!("analytics has replicas");
+    };
+    assert_eq!(set.replicas.len(), 5);
+    assert_eq!(
+        set.replicas[4],
+        "127.0.0.1:15435".parse::<SocketAddr>().expect("addr")
+    );
+    let Routing::Plb(plb) = &set.routing else {
+        panic!("analytics routes with plb");
+    };
+    assert_eq!(plb.premium, [0, 1]);
+    assert_eq!(plb.freemium, [2, 3]);
+    assert_eq!((plb.theta_premium, plb.theta_freemium), (10, 10));
+    assert_eq!((plb.alpha_premium, plb.alpha_freemium), (0.6, 0.8));
+    assert_eq!(
+        (plb.freemium_floor, plb.premium_target, plb.freemium_target),
+        (1, 2, 2)
+    );
+    assert_eq!(config.class(analytics, "alice"), ClassSetting::Premium);
+    assert_eq!(config.class(analytics, "bob"), ClassSetting::Freemium);
+}
+
+#[test]
+fn default_md5_auth_needs_an_auth_file() {
+    assert_eq!(
+        error(""),
+        "/etc/pgtier/pgtier.toml: pgtier.auth_file: auth_type = \"md5\" needs an auth_file with the users' passwords"
+    );
+}
+
+#[test]
+fn defaults_equal_pgbouncer() {
+    let settings = load("[pgtier]\nauth_file = \"users.txt\"\n")
+        .expect("valid")
+        .pgtier;
+    let expected = Settings {
+        auth_file: Some("/etc/pgtier/users.txt".into()),
+        ..Settings::default()
+    };
+    assert_eq!(settings, expected);
+    assert_eq!(settings.listen_port, 6432);
+    assert_eq!(settings.auth_type, AuthType::Md5);
+    assert_eq!(settings.pool_mode, PoolMode::Session);
+    assert_eq!(settings.max_client_conn, 100);
+    assert_eq!(settings.default_pool_size, 20);
+    assert_eq!(settings.min_pool_size, 0);
+    assert_eq!(settings.reserve_pool_size, 0);
+    assert_eq!(settings.reserve_pool_timeout, Seconds::from_secs(5));
+    assert_eq!(settings.max_db_connections, 0);
+    assert_eq!(settings.max_user_connections, 0);
+    assert_eq!(settings.server_connect_timeout, Seconds::from_secs(15));
+    assert_eq!(settings.server_login_retry, Seconds::from_secs(15));
+    assert_eq!(settings.server_idle_timeout, Seconds::from_secs(600));
+    assert_eq!(settings.server_lifetime, Seconds::from_secs(3600));
+    assert_eq!(settings.query_wait_timeout, Seconds::from_secs(120));
+    assert_eq!(settings.client_idle_timeout.enabled(), None);
+    assert_eq!(settings.idle_transaction_timeout.enabled(), None);
+    assert_eq!(settings.query_timeout.enabled(), None);
+    assert_eq!(settings.client_login_timeout, Seconds::from_secs(60));
+    assert_eq!(settings.server_reset_query, "DISCARD ALL");
+    assert!(!settings.server_reset_query_always);
+    assert_eq!(settings.server_check_delay, Seconds::from_secs(30));
+    assert_eq!(settings.server_check_query, "select 1");
+    assert_eq!(settings.stats_period, Seconds::from_secs(60));
+    assert!(settings.admin_users.is_empty() && settings.ignore_startup_parameters.is_empty());
+}
+
+#[test]
+fn pgtier_limits_have_documented_defaults() {
+    let settings = Settings::default();
+    assert_eq!(settings.max_client_message_bytes, 256 << 20);
+    assert_eq!(settings.max_server_message_bytes, 1 << 30);
+    assert_eq!(settings.send_batch_max_chunks, 64);
+    assert_eq!(settings.send_budget_bytes, 256 << 10);
+    assert_eq!(settings.client_buffer_limit_bytes, 4 << 20);
+    assert_eq!(settings.recv_buffer_bytes, 16 << 10);
+    assert_eq!(settings.recv_buffer_count, 1024);
+    assert_eq!(settings.counter_flush_queries, 64);
+    assert_eq!(settings.counter_flush_bytes, 64 << 10);
+    assert_eq!(
+        settings.health_check_interval.duration(),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        settings.health_check_timeout.duration(),
+        Duration::from_millis(500)
+    );
+    assert_eq!(
+        (
+            settings.health_check_failures,
+            settings.health_check_successes
+        ),
+        (2, 3)
+    );
+    assert!(settings.repin_idle_sessions && settings.cancel_on_client_disconnect);
+    assert_eq!(settings.role_events_capacity, 1024);
+}
+
+#[test]
+fn killed_replica_is_detected_within_about_one_second_by_default() {
+    let settings = Settings::default();
+    let worst_case = settings.health_check_interval.duration() * settings.health_check_failures
+        + settings.health_check_timeout.duration();
+    assert!(worst_case <= Duration::from_secs(1), "{worst_case:?}");
+}
+
+#[test]
+fn fractional_and_integer_seconds() {
+    let config = load_trusting("[pgtier]\nquery_wait_timeout = 2.5\nserver_idle_timeout = 0\n")
+        .expect("valid");
+    assert_eq!(
+        config.pgtier.query_wait_timeout.duration(),
+        Duration::from_millis(2500)
+    );
+    assert_eq!(config.pgtier.server_idle_timeout.enabled(), None);
+}
+
+#[test]
+fn database_defaults_inherit_global_settings() {
+    let config = load_trusting("[pgtier]\ndefault_pool_size = 7\nmin_pool_size = 2\npool_mode = \"transaction\"\n[databases.app]\n")
+        .expect("valid");
+    let app = config.database("app").expect("app");
+    assert_eq!(app.dbname, "app");
+    assert_eq!((app.pool_size, app.min_pool_size), (7, 2));
+    assert_eq!(app.pool_mode, PoolMode::Transaction);
+    assert_eq!(app.class, ClassSetting::Freemium);
+    assert_eq!(
+        app.servers,
+        ServerSet::Single(HostPort {
+            host: "127.0.0.1".into(),
+            port: DEFAULT_SERVER_PORT
+        })
+    );
+}
+
+#[test]
+fn user_pool_mode_wins_over_database_and_global() {
+    let config = load_trusting(
+        "[pgtier]\npool_mode = \"session\"\n[databases.app]\npool_mode = \"transaction\"\n[users.batch]\npool_mode = \"session\"\nmax_user_connections = 3\n",
+    )
+    .expect("valid");
+    let app = config.database("app").expect("app");
+    assert_eq!(config.pool_mode(app, "web"), PoolMode::Transaction);
+    assert_eq!(config.pool_mode(app, "batch"), PoolMode::Session);
+    assert_eq!(config.max_user_connections("batch"), 3);
+    assert_eq!(config.max_user_connections("web"), 0);
+}
+
+#[test]
+fn alias_entry_sets_premium_class() {
+    let config = load_trusting(&replicas_with("class = \"premium\"\n")).expect("valid");
+    let analytics = config.database("analytics").expect("entry");
+    assert_eq!(config.class(analytics, "anyone"), ClassSetting::Premium);
+}
+
+#[test]
+fn plb_parameters_default_to_the_paper() {
+    let config = load_trusting(&plb_with("")).expect("valid");
+    let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {
+        panic!("replicas");
+    };
+    let Routing::Plb(plb) = &set.routing else {
+        panic!("plb");
+    };
+    assert_eq!(
+        (plb.theta_premium, plb.alpha_premium, plb.alpha_freemium),
+        (10, 0.6, 0.8)
+    );
+    assert_eq!(
+        (plb.freemium_floor, plb.premium_target, plb.freemium_target),
+        (1, 2, 2)
+    );
+}
+
+#[test]
+fn other_routings_parse() {
+    for (routing, kind) in [
+        ("round_robin", RoutingKind::RoundRobin),
+        ("least_sessions", RoutingKind::LeastSessions),
+        ("p2c", RoutingKind::P2c),
+    ] {
+        let config =
+            load_trusting(&replicas_with(&format!("routing = \"{routing}\"\n"))).expect("valid");
+        let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {
+            panic!("replicas");
+        };
+        assert_eq!(set.routing.kind(), kind);
+    }
+    let config = load_trusting(&replicas_with(
+        "routing = \"p2c\"\nweights = [1, 2, 3, 4, 5]\n",
+    ))
+    .expect("valid");
+    let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {
+        panic!("replicas");
+    };
+    assert_eq!(
+        set.routing,
+        Routing::P2c {
+            weights: vec![1, 2, 3, 4, 5]
+        }
+    );
+    let dedicated = "routing = \"dedicated\"\n[databases.analytics.dedicated]\npremium = [\"127.0.0.1:15431\", \"127.0.0.1:15432\", \"127.0.0.1:15433\", \"127.0.0.1:15434\"]\nfreemium = [\"127.0.0.1:15435\"]\n";
+    let config = load_trusting(&replicas_with(dedicated)).expect("valid");
+    let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {
+        panic!("replicas");
+    };
+    assert_eq!(
+        set.routing,
+        Routing::Dedicated(DedicatedSplit {
+            premium: vec![0, 1, 2, 3],
+            freemium: vec![4]
+        })
+    );
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_path() {
+    let message = error("[pgtier]\nlisten_prot = 6432\n");
+    assert!(
+        message.starts_with("/etc/pgtier/pgtier.toml:2: pgtier.listen_prot: unknown field `listen_prot`, expected one of"),
+        "{message}"
+    );
+    let message = error(&plb_with("kappa = 1\n"));
+    assert!(
+        message.starts_with(
+            "/etc/pgtier/pgtier.toml:7: databases.analytics.plb.kappa: unknown field `kappa`"
+        ),
+        "{message}"
+    );
+    let message = error("[databse.x]\n");
+    assert!(
+        message.starts_with("/etc/pgtier/pgtier.toml:1: databse: unknown field `databse`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn wrong_types_and_enum_values_name_the_key() {
+    assert_eq!(
+        error("[pgtier]\npool_mode = \"statement\"\n"),
+        "/etc/pgtier/pgtier.toml:2: pgtier.pool_mode: unknown variant `statement`, expected `session` or `transaction`"
+    );
+    assert_eq!(
+        error("[pgtier]\nlisten_port = \"6432\"\n"),
+        "/etc/pgtier/pgtier.toml:2: pgtier.listen_port: invalid type: string \"6432\", expected u16"
+    );
+    assert_eq!(
+        error("[pgtier]\nserver_idle_timeout = -1\n"),
+        "/etc/pgtier/pgtier.toml:2: pgtier.server_idle_timeout: -1 is not a duration: expected seconds >= 0"
+    );
+    assert_eq!(
+        error("[users.alice]\nclass = \"gold\"\n"),
+        "/etc/pgtier/pgtier.toml:2: users.alice.class: unknown variant `gold`, expected `premium` or `freemium`"
+    );
+}
+
+#[test]
+fn bad_listen_addr_names_the_key() {
+    assert_eq!(
+        error("[pgtier]\nlisten_addr = \"localhost:6432\"\n"),
+        "/etc/pgtier/pgtier.toml:2: pgtier.listen_addr: invalid IP address syntax"
+    );
+}
+
+#[test]
+fn toml_syntax_error_names_the_line() {
+    let message = error("[pgtier]\nlisten_port = \n");
+    assert!(
+        message.starts_with("/etc/pgtier/pgtier.toml:2: "),
+        "{message}"
+    );
+}
+
+#[test]
+fn invalid_settings_are_rejected() {
+    let cases = [
+        (
+            "[pgtier]\nauth_type = \"md5\"\n",
+            ": pgtier.auth_file: auth_type = \"md5\" needs an auth_file with the users' passwords",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nworkers = 0\n",
+            ":3: pgtier.workers: 0 is too small: must be at least 1",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nmin_pool_size = 30\n",
+            ":3: pgtier.min_pool_size: 30 is larger than default_pool_size (20)",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nsend_batch_max_chunks = 2000\n",
+            ":3: pgtier.send_batch_max_chunks: 2000 is too large: must be at most 1024",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nrecv_buffer_count = 1000\n",
+            ":3: pgtier.recv_buffer_count: 1000 is not a power of two",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nhealth_check_interval = 0\n",
+            ":3: pgtier.health_check_interval: must be greater than 0",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nclient_buffer_limit_bytes = 1024\n",
+            ":3: pgtier.client_buffer_limit_bytes: 1024 is smaller than send_budget_bytes (262144)",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nmax_client_message_bytes = 100\n",
+            ":3: pgtier.max_client_message_bytes: 100 is too small: must be at least 16384",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(
+            error(text),
+            format!("/etc/pgtier/pgtier.toml{expected}"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn invalid_databases_are_rejected() {
+    let cases = [
+        (
+            "[databases.pgtier]\n".to_string(),
+            ":3: databases.pgtier: the name \"pgtier\" is reserved for the admin console",
+        ),
+        (
+            replicas_with("host = \"10.0.0.1\"\n"),
+            ":5: databases.analytics.host: host cannot be used together with replicas: list every server in replicas",
+        ),
+        (
+            "[databases.a]\nreplicas = []\n".to_string(),
+            ":4: databases.a.replicas: needs at least one replica",
+        ),
+        (
+            "[databases.a]\nreplicas = [\"127.0.0.1:1\", \"db.example:5432\"]\n".to_string(),
+            ":4: databases.a.replicas[1]: \"db.example:5432\" is not a replica address: expected IP:port such as 127.0.0.1:5432",
+        ),
+        (
+            "[databases.a]\nreplicas = [\"127.0.0.1:1\", \"127.0.0.1:1\"]\n".to_string(),
+            ":4: databases.a.replicas[1]: 127.0.0.1:1 is listed twice",
+        ),
+        (
+            "[databases.a]\nrouting = \"plb\"\n".to_string(),
+            ":4: databases.a.routing: routing needs a replicas list",
+        ),
+        (
+            replicas_with("routing = \"plb\"\n"),
+            ": databases.analytics.plb: routing = \"plb\" needs a [databases.analytics.plb] table",
+        ),
+        (
+            replicas_with("[databases.analytics.plb]\npremium = []\nfreemium = []\n"),
+            ":5: databases.analytics.plb: plb is not used by routing = \"round_robin\"",
+        ),
+        (
+            replicas_with("routing = \"p2c\"\nweights = [1, 2]\n"),
+            ":6: databases.analytics.weights: has 2 weights for 5 replicas: give one per replica",
+        ),
+        (
+            replicas_with("routing = \"p2c\"\nweights = [1, 1, 0, 1, 1]\n"),
+            ":6: databases.analytics.weights[2]: weights must be at least 1",
+        ),
+        (
+            replicas_with("weights = [1, 1, 1, 1, 1]\n"),
+            ":5: databases.analytics.weights: weights is not used by routing = \"round_robin\"",
+        ),
+        (
+            "[databases.a]\npool_size = 2\nmin_pool_size = 3\n".to_string(),
+            ":5: databases.a.min_pool_size: 3 is larger than the pool size (2)",
+        ),
+        (
+            replicas_with(
+                "routing = \"dedicated\"\n[databases.analytics.dedicated]\npremium = [\"127.0.0.1:15431\"]\nfreemium = [\"127.0.0.1:15432\"]\n",
+            ),
+            ":6: databases.analytics.dedicated: replica 127.0.0.1:15433 is in neither premium nor freemium",
+        ),
+    ];
+    for (text, expected) in cases {
+        let text = format!("[pgtier]\nauth_type = \"trust\"\n{text}");
+        assert_eq!(
+            error(&text),
+            format!("/etc/pgtier/pgtier.toml{expected}"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn invalid_plb_tables_are_rejected() {
+    let cases = [
+        (
+            plb_with("freemium_floor = 3\n"),
+            ":9: databases.analytics.plb.freemium_floor: 3 is larger than the freemium pool (2 replicas)",
+        ),
+        (
+            plb_with("alpha_premium = 1.5\n"),
+            ":9: databases.analytics.plb.alpha_premium: 1.5 is outside (0, 1]",
+        ),
+        (
+            plb_with("alpha_freemium = 0.0\n"),
+            ":9: databases.analytics.plb.alpha_freemium: 0 is outside (0, 1]",
+        ),
+        (
+            plb_with("premium_target = 6\n"),
+            ":9: databases.analytics.plb.premium_target: 6 is larger than the number of replicas (5)",
+        ),
+        (
+            plb_with("premium_target = 3\nfreemium_target = 3\n"),
+            ":10: databases.analytics.plb.freemium_target: premium_target + freemium_target = 6 is larger than the number of replicas (5)",
+        ),
+        (
+            plb_with("theta_premium = 0\n"),
+            ":9: databases.analytics.plb.theta_premium: 0 is too small: must be at least 1",
+        ),
+        (
+            plb_with("freemium_target = 0\n"),
+            ":9: databases.analytics.plb.freemium_target: 0 is smaller than freemium_floor (1)",
+        ),
+        (
+            replicas_with(
+                "routing = \"plb\"\n[databases.analytics.plb]\npremium = [\"127.0.0.1:9999\"]\nfreemium = []\n",
+            ),
+            ":7: databases.analytics.plb.premium[0]: 127.0.0.1:9999 is not one of databases.analytics.replicas",
+        ),
+        (
+            replicas_with(
+                "routing = \"plb\"\n[databases.analytics.plb]\npremium = [\"127.0.0.1:15431\"]\nfreemium = [\"127.0.0.1:15432\", \"127.0.0.1:15431\"]\n",
+            ),
+            ":8: databases.analytics.plb.freemium[1]: 127.0.0.1:15431 is also in databases.analytics.plb.premium: a replica starts in at most one pool",
+        ),
+        (
+            replicas_with(
+                "routing = \"plb\"\n[databases.analytics.plb]\npremium = [\"127.0.0.1:15431\", \"127.0.0.1:15431\"]\nfreemium = []\n",
+            ),
+            ":7: databases.analytics.plb.premium[1]: 127.0.0.1:15431 is listed twice",
+        ),
+    ];
+    for (text, expected) in cases {
+        let text = format!("[pgtier]\nauth_type = \"trust\"\n{text}");
+        assert_eq!(
+            error(&text),
+            format!("/etc/pgtier/pgtier.toml{expected}"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn missing_plb_list_names_the_table() {
+    let text = replicas_with("routing = \"plb\"\n[databases.analytics.plb]\npremium = []\n");
+    let message = error(&format!("[pgtier]\nauth_type = \"trust\"\n{text}"));
+    assert!(
+        message.contains("databases.analytics.plb: missing field `freemium`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn load_reads_files_and_reports_missing_ones() {
+    let directory = std::env::temp_dir().join(format!("pgtier-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("temp dir");
+    let path = directory.join("pgtier.toml");
+    std::fs::write(&path, ISSUE_EXAMPLE).expect("write config");
+    let config = Config::load(&path).expect("valid file");
+    assert_eq!(
+        config.pgtier.auth_file,
+        Some(directory.join("userlist.txt"))
+    );
+    std::fs::remove_dir_all(&directory).expect("cleanup");
+    let message = Config::load(&path).expect_err("file is gone").to_string();
+    assert!(
+        message.starts_with(&format!("{}: cannot read the file", path.display())),
+        "{message}"
+    );
+}
+
+#[test]
+fn summary_lists_databases_and_users() {
+    let config = load(ISSUE_EXAMPLE).expect("valid");
+    let summary = config.to_string();
+    assert!(
+        summary
+            .contains("listen 127.0.0.1:6432, 1 worker(s), auth_type trust, pool_mode transaction"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "database analytics -> 5 replicas, routing plb (premium 2, freemium 2, mixed 1)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("database postgres -> 127.0.0.1:5432, dbname postgres"),
+        "{summary}"
+    );
+    assert!(summary.contains("user alice: class premium"), "{summary}");
+}
+
+const REFERENCE: &str = include_str!("../../../docs/config.md");
+
+#[test]
+fn reference_example_is_valid() {
+    let example = REFERENCE
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/config.md starts with a toml example");
+    load(example).expect("the reference's example is valid");
+}
+
+/// The keys serde accepts in a table, read from its unknown-field message.
+fn accepted_keys(text: &str) -> Vec<String> {
+    let message = error(text);
+    let (_, list) = message.split_once("expected ").expect("field list");
+    let list = list.strip_prefix("one of ").unwrap_or(list);
+    list.split(", ")
+        .flat_map(|part| part.split(" or "))
+        .map(|key| key.trim_matches('`').to_string())
+        .collect()
+}
+
+#[test]
+fn reference_documents_every_key() {
+    let tables = [
+        "[pgtier]\nnot_a_key = 1\n",
+        "[databases.a]\nnot_a_key = 1\n",
+        "[databases.a.plb]\nnot_a_key = 1\n",
+        "[databases.a.dedicated]\nnot_a_key = 1\n",
+        "[users.a]\nnot_a_key = 1\n",
+    ];
+    for table in tables {
+        for key in accepted_keys(table) {
+            assert!(
+                REFERENCE.contains(&format!("| `{key}` |")),
+                "docs/config.md does not document `{key}` ({table})"
+            );
+        }
+    }
+}
+
+mod robustness {
+    //! Whatever the file holds, loading returns a value or an error, never a panic.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC*") {
+            let _ = load(&text);
+        }
+
+        #[test]
+        fn truncated_and_mutated_example_never_panics(
+            cut in 0..ISSUE_EXAMPLE.len(),
+            position in 0..ISSUE_EXAMPLE.len(),
+            byte in proptest::sample::select(b"[]=\"., 0-9az\n#".to_vec()),
+        ) {
+            let mut bytes = ISSUE_EXAMPLE.as_bytes()[..cut].to_vec();
+            if position < bytes.len() {
+                bytes[position] = byte;
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            if let Err(error) = load(&text) {
+                prop_assert!(error.to_string().starts_with("/etc/pgtier/pgtier.toml"));
+            }
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! Cross-field checks that serde cannot express: limits that must be positive or ordered,
+//! replica lists that must agree with each other, PLB parameters that must be satisfiable.
+//! Each check names the key it rejects and says why, so an operator can fix the file from the
+//! message alone.
+
+use super::database::{
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReplicaIndex,
+    ReplicaSet, Routing, RoutingKind, ServerSet,
+};
+use super::error::ConfigError;
+use super::raw::{DatabaseRaw, DedicatedRaw, PlbRaw};
+use super::settings::Settings;
+use crate::class::ClassSetting;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Name of the virtual admin database; no entry may take it.
+pub const ADMIN_DATABASE: &str = "pgtier";
+
+/// Kernel limit on iovecs per `sendmsg` (IOV_MAX on Linux).
+const IOV_MAX: u32 = 1024;
+/// Largest provided-buffer ring the kernel accepts.
+const MAX_RECV_BUFFER_COUNT: u32 = 32768;
+/// A startup packet may be up to 10000 bytes; smaller message caps would break logins.
+const MIN_MESSAGE_BYTES: u32 = 16 * 1024;
+/// Most workers: beyond any core count pgtier is meant for, small enough to catch typos.
+const MAX_WORKERS: usize = 1024;
+
+type Check = Result<(), ConfigError>;
+
+/// Helper that knows the file, so each check only states key and reason.
+struct Checker<'a> {
+    file: &'a Path,
+}
+
+impl Checker<'_> {
+    fn fail<T>(&self, key: impl Into<String>, reason: impl Into<String>) -> Result<T, ConfigError> {
+        Err(ConfigError::at(self.file, key, reason))
+    }
+
+    fn at_least(&self, key: &str, value: u64, minimum: u64) -> Check {
+        if value < minimum {
+            return self.fail(
+                key,
+                format!("{value} is too small: must be at least {minimum}"),
+            );
+        }
+        Ok(())
+    }
+
+    fn at_most(&self, key: &str, value: u64, maximum: u64) -> Check {
+        if value > maximum {
+            return self.fail(
+                key,
+                format!("{value} is too large: must be at most {maximum}"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Checks the `[pgtier]` table.
+pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
+    let check = Checker { file };
+    let key = |name: &str| format!("pgtier.{name}");
+    check.at_least(&key("listen_port"), settings.listen_port.into(), 1)?;
+    if let Some(workers) = settings.workers {
+        check.at_least(&key("workers"), workers as u64, 1)?;
+        check.at_most(&key("workers"), workers as u64, MAX_WORKERS as u64)?;
+    }
+    if settings.auth_type.needs_auth_file() && settings.auth_file.is_none() {
+        return check.fail(
+            key("auth_file"),
+            format!(
+                "auth_type = \"{}\" needs an auth_file with the users' passwords",
+                settings.auth_type
+            ),
+        );
+    }
+    check.at_least(&key("max_client_conn"), settings.max_client_conn.into(), 1)?;
+    check.at_least(
+        &key("default_pool_size"),
+        settings.default_pool_size.into(),
+        1,
+    )?;
+    if settings.min_pool_size > settings.default_pool_size {
+        return check.fail(
+            key("min_pool_size"),
+            format!(
+                "{} is larger than default_pool_size ({})",
+                settings.min_pool_size, settings.default_pool_size
+            ),
+        );
+    }
+    for (name, value) in [
+        ("server_connect_timeout", settings.server_connect_timeout),
+        ("health_check_interval", settings.health_check_interval),
+        ("health_check_timeout", settings.health_check_timeout),
+        ("stats_period", settings.stats_period),
+    ] {
+        if value.is_zero() {
+            return check.fail(key(name), "must be greater than 0");
+        }
+    }
+    limits(&check, settings)
+}
+
+/// pgtier's own limits in `[pgtier]`.
+fn limits(check: &Checker<'_>, settings: &Settings) -> Check {
+    let key = |name: &str| format!("pgtier.{name}");
+    let chunks = settings.send_batch_max_chunks.into();
+    check.at_least(&key("send_batch_max_chunks"), chunks, 1)?;
+    check.at_most(&key("send_batch_max_chunks"), chunks, IOV_MAX.into())?;
+    check.at_least(
+        &key("send_budget_bytes"),
+        settings.send_budget_bytes.into(),
+        1,
+    )?;
+    if settings.client_buffer_limit_bytes < settings.send_budget_bytes {
+        return check.fail(
+            key("client_buffer_limit_bytes"),
+            format!(
+                "{} is smaller than send_budget_bytes ({})",
+                settings.client_buffer_limit_bytes, settings.send_budget_bytes
+            ),
+        );
+    }
+    let recv_bytes = settings.recv_buffer_bytes.into();
+    check.at_least(&key("recv_buffer_bytes"), recv_bytes, 512)?;
+    check.at_most(&key("recv_buffer_bytes"), recv_bytes, 16 << 20)?;
+    let count = settings.recv_buffer_count;
+    check.at_most(
+        &key("recv_buffer_count"),
+        count.into(),
+        MAX_RECV_BUFFER_COUNT.into(),
+    )?;
+    if !count.is_power_of_two() {
+        return check.fail(
+            key("recv_buffer_count"),
+            format!("{count} is not a power of two"),
+        );
+    }
+    for (name, value) in [
+        (
+            "max_client_message_bytes",
+            settings.max_client_message_bytes,
+        ),
+        (
+            "max_server_message_bytes",
+            settings.max_server_message_bytes,
+        ),
+    ] {
+        check.at_least(&key(name), value.into(), MIN_MESSAGE_BYTES.into())?;
+    }
+    for (name, value) in [
+        ("max_pools_per_worker", settings.max_pools_per_worker),
+        ("counter_flush_queries", settings.counter_flush_queries),
+        ("counter_flush_bytes", settings.counter_flush_bytes),
+        ("health_check_failures", settings.health_check_failures),
+        ("health_check_successes", settings.health_check_successes),
+        ("role_events_capacity", settings.role_events_capacity),
+    ] {
+        check.at_least(&key(name), value.into(), 1)?;
+    }
+    if settings.log_level.trim().is_empty() {
+        return check.fail(key("log_level"), "must not be empty (e.g. \"info\")");
+    }
+    Ok(())
+}
+
+/// Turns one `[databases.NAME]` table into a [`DatabaseConfig`].
+pub(super) fn database(
+    file: &Path,
+    name: &str,
+    raw: DatabaseRaw,
+    settings: &Settings,
+) -> Result<DatabaseConfig, ConfigError> {
+    let check = Checker { file };
+    let base = format!("databases.{name}");
+    if name.is_empty() {
+        return check.fail(base, "a database entry needs a non-empty name");
+    }
+    if name == ADMIN_DATABASE {
+        return check.fail(
+            base,
+            "the name \"pgtier\" is reserved for the admin console",
+        );
+    }
+    let servers = servers(&check, &base, &raw)?;
+    let pool_size = raw.pool_size.unwrap_or(settings.default_pool_size);
+    check.at_least(&format!("{base}.pool_size"), pool_size.into(), 1)?;
+    let min_pool_size = raw.min_pool_size.unwrap_or(settings.min_pool_size);
+    if min_pool_size > pool_size {
+        return check.fail(
+            format!("{base}.min_pool_size"),
+            format!("{min_pool_size} is larger than the pool size ({pool_size})"),
+        );
+    }
+    Ok(DatabaseConfig {
+        name: name.to_string(),
+        dbname: raw.dbname.unwrap_or_else(|| name.to_string()),
+        user: raw.user,
+        password: raw.password,
+        servers,
+        pool_size,
+        min_pool_size,
+        reserve_pool_size: raw.reserve_pool_size.unwrap_or(settings.reserve_pool_size),
+        pool_mode: raw.pool_mode.unwrap_or(settings.pool_mode),
+        max_db_connections: raw
+            .max_db_connections
+            .unwrap_or(settings.max_db_connections),
+        class: raw.class.unwrap_or(ClassSetting::Freemium),
+    })
+}
+
+/// One host, or a replica set with its routing.
+fn servers(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Result<ServerSet, ConfigError> {
+    let Some(replicas) = &raw.replicas else {
+        single_host_only(check, base, raw)?;
+        let host = raw.host.clone().unwrap_or_else(|| "127.0.0.1".to_string());
+        if host.is_empty() {
+            return check.fail(format!("{base}.host"), "must not be empty");
+        }
+        let port = raw.port.unwrap_or(DEFAULT_SERVER_PORT);
+        check.at_least(&format!("{base}.port"), port.into(), 1)?;
+        return Ok(ServerSet::Single(HostPort { host, port }));
+    };
+    for (present, key) in [(raw.host.is_some(), "host"), (raw.port.is_some(), "port")] {
+        if present {
+            return check.fail(
+                format!("{base}.{key}"),
+                format!(
+                    "{key} cannot be used together with replicas: list every server in replicas"
+                ),
+            );
+        }
+    }
+    let replicas = replica_list(check, &format!("{base}.replicas"), replicas)?;
+    let routing = routing(check, base, raw, &replicas)?;
+    Ok(ServerSet::Replicas(ReplicaSet { replicas, routing }))
+}
+
+/// Rejects replica-set keys on an entry without `replicas`.
+fn single_host_only(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Check {
+    let replica_keys = [
+        (raw.routing.is_some(), "routing"),
+        (raw.weights.is_some(), "weights"),
+        (raw.plb.is_some(), "plb"),
+        (raw.dedicated.is_some(), "dedicated"),
+    ];
+    for (present, key) in replica_keys {
+        if present {
+            return check.fail(
+                format!("{base}.{key}"),
+                format!("{key} needs a replicas list"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Parses the replica addresses: at least one, each `IP:port`, no repeats.
+fn replica_list(
+    check: &Checker<'_>,
+    key: &str,
+    texts: &[String],
+) -> Result<Vec<SocketAddr>, ConfigError> {
+    if texts.is_empty() {
+        return check.fail(key, "needs at least one replica");
+    }
+    let mut replicas = Vec::with_capacity(texts.len());
+    for (position, text) in texts.iter().enumerate() {
+        let addr = parse_addr(check, &format!("{key}[{position}]"), text)?;
+        if replicas.contains(&addr) {
+            return check.fail(
+                format!("{key}[{position}]"),
+                format!("{addr} is listed twice"),
+            );
+        }
+        replicas.push(addr);
+    }
+    Ok(replicas)
+}
+
+fn parse_addr(check: &Checker<'_>, key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    match text.parse::<SocketAddr>() {
+        Ok(addr) if addr.port() != 0 => Ok(addr),
+        _ => check.fail(
+            key,
+            format!("\"{text}\" is not a replica address: expected IP:port such as 127.0.0.1:5432"),
+        ),
+    }
+}
+
+/// The routing policy with its tables, checked against the replica list.
+fn routing(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &DatabaseRaw,
+    replicas: &[SocketAddr],
+) -> Result<Routing, ConfigError> {
+    let kind = raw.routing.unwrap_or(RoutingKind::RoundRobin);
+    let unused = [
+        (raw.plb.is_some() && kind != RoutingKind::Plb, "plb"),
+        (
+            raw.dedicated.is_some() && kind != RoutingKind::Dedicated,
+            "dedicated",
+        ),
+        (raw.weights.is_some() && kind != RoutingKind::P2c, "weights"),
+    ];
+    for (present, key) in unused {
+        if present {
+            return check.fail(
+                format!("{base}.{key}"),
+                format!("{key} is not used by routing = \"{kind}\""),
+            );
+        }
+    }
+    match kind {
+        RoutingKind::Plb => match &raw.plb {
+            Some(plb) => Ok(Routing::Plb(plb_settings(check, base, plb, replicas)?)),
+            None => check.fail(
+                format!("{base}.plb"),
+                format!("routing = \"plb\" needs a [{base}.plb] table"),
+            ),
+        },
+        RoutingKind::Dedicated => match &raw.dedicated {
+            Some(split) => Ok(Routing::Dedicated(dedicated(check, base, split, replicas)?)),
+            None => check.fail(
+                format!("{base}.dedicated"),
+                format!("routing = \"dedicated\" needs a [{base}.dedicated] table"),
+            ),
+        },
+        RoutingKind::P2c => Ok(Routing::P2c {
+            weights: weights(check, base, raw.weights.as_deref(), replicas.len())?,
+        }),
+        RoutingKind::RoundRobin => Ok(Routing::RoundRobin),
+        RoutingKind::LeastSessions => Ok(Routing::LeastSessions),
+    }
+}
+
+/// P2C weights: one positive weight per replica, all 1 when absent.
+fn weights(
+    check: &Checker<'_>,
+    base: &str,
+    given: Option<&[u32]>,
+    replica_count: usize,
+) -> Result<Vec<u32>, ConfigError> {
+    let Some(given) = given else {
+        return Ok(vec![1; replica_count]);
+    };
+    let key = format!("{base}.weights");
+    if given.len() != replica_count {
+        return check.fail(
+            key,
+            format!(
+                "has {} weights for {replica_count} replicas: give one per replica",
+                given.len()
+            ),
+        );
+    }
+    if let Some(position) = given.iter().position(|weight| *weight == 0) {
+        return check.fail(format!("{key}[{position}]"), "weights must be at least 1");
+    }
+    Ok(given.to_vec())
+}
+
+/// Where a list of replica references lives and which list it must not overlap.
+struct ListKey<'a> {
+    /// The entry's key, `databases.NAME`.
+    base: &'a str,
+    /// The list's key below the entry, e.g. `plb.premium`.
+    list: &'a str,
+    /// Indices already taken by the other list, and that list's name.
+    taken: &'a [ReplicaIndex],
+    other_list: &'a str,
+}
+
+/// Resolves a list of replica addresses to indices: each known, none twice, none in `taken`.
+fn replica_indices(
+    check: &Checker<'_>,
+    at: &ListKey<'_>,
+    texts: &[String],
+    replicas: &[SocketAddr],
+) -> Result<Vec<ReplicaIndex>, ConfigError> {
+    let mut indices = Vec::with_capacity(texts.len());
+    for (position, text) in texts.iter().enumerate() {
+        let item_key = format!("{}.{}[{position}]", at.base, at.list);
+        let addr = parse_addr(check, &item_key, text)?;
+        let Some(index) = replicas.iter().position(|replica| *replica == addr) else {
+            return check.fail(
+                item_key,
+                format!("{addr} is not one of {}.replicas", at.base),
+            );
+        };
+        if indices.contains(&index) {
+            return check.fail(item_key, format!("{addr} is listed twice"));
+        }
+        if at.taken.contains(&index) {
+            return check.fail(
+                item_key,
+                format!(
+                    "{addr} is also in {}: a replica starts in at most one pool",
+                    at.other_list
+                ),
+            );
+        }
+        indices.push(index);
+    }
+    Ok(indices)
+}
+
+/// Resolves a `premium` and a `freemium` list under `table` (`plb` or `dedicated`).
+fn class_lists(
+    check: &Checker<'_>,
+    base: &str,
+    table: &str,
+    lists: (&[String], &[String]),
+    replicas: &[SocketAddr],
+) -> Result<(Vec<ReplicaIndex>, Vec<ReplicaIndex>), ConfigError> {
+    let premium_key = format!("{table}.premium");
+    let at = ListKey {
+        base,
+        list: &premium_key,
+        taken: &[],
+        other_list: "",
+    };
+    let premium = replica_indices(check, &at, lists.0, replicas)?;
+    let other_list = format!("{base}.{premium_key}");
+    let freemium_key = format!("{table}.freemium");
+    let at = ListKey {
+        base,
+        list: &freemium_key,
+        taken: &premium,
+        other_list: &other_list,
+    };
+    let freemium = replica_indices(check, &at, lists.1, replicas)?;
+    Ok((premium, freemium))
+}
+
+/// `[databases.NAME.plb]` with the paper's defaults for absent parameters.
+fn plb_settings(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &PlbRaw,
+    replicas: &[SocketAddr],
+) -> Result<PlbSettings, ConfigError> {
+    let key = |name: &str| format!("{base}.plb.{name}");
+    let lists = (raw.premium.as_slice(), raw.freemium.as_slice());
+    let (premium, freemium) = class_lists(check, base, "plb", lists, replicas)?;
+    let plb = PlbSettings {
+        theta_premium: raw.theta_premium.unwrap_or(10),
+        theta_freemium: raw.theta_freemium.unwrap_or(10),
+        alpha_premium: raw.alpha_premium.unwrap_or(0.6),
+        alpha_freemium: raw.alpha_freemium.unwrap_or(0.8),
+        freemium_floor: raw.freemium_floor.unwrap_or(1).min(to_u32(freemium.len())),
+        premium_target: raw.premium_target.unwrap_or(to_u32(premium.len())),
+        freemium_target: raw.freemium_target.unwrap_or(to_u32(freemium.len())),
+        premium,
+        freemium,
+    };
+    if let Some(floor) = raw.freemium_floor {
+        check_floor(check, &key("freemium_floor"), floor, plb.freemium.len())?;
+    }
+    plb_numbers(check, base, &plb, replicas.len())?;
+    Ok(plb)
+}
+
+fn to_u32(count: usize) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+fn check_floor(check: &Checker<'_>, key: &str, floor: u32, freemium_count: usize) -> Check {
+    if floor as usize > freemium_count {
+        return check.fail(
+            key,
+            format!("{floor} is larger than the freemium pool ({freemium_count} replicas)"),
+        );
+    }
+    Ok(())
+}
+
+/// Thresholds, fractions and targets of a PLB table.
+fn plb_numbers(check: &Checker<'_>, base: &str, plb: &PlbSettings, replica_count: usize) -> Check {
+    let key = |name: &str| format!("{base}.plb.{name}");
+    check.at_least(&key("theta_premium"), plb.theta_premium.into(), 1)?;
+    check.at_least(&key("theta_freemium"), plb.theta_freemium.into(), 1)?;
+    for (name, alpha) in [
+        ("alpha_premium", plb.alpha_premium),
+        ("alpha_freemium", plb.alpha_freemium),
+    ] {
+        if !(alpha > 0.0 && alpha <= 1.0) {
+            return check.fail(key(name), format!("{alpha} is outside (0, 1]"));
+        }
+    }
+    for (name, target) in [
+        ("premium_target", plb.premium_target),
+        ("freemium_target", plb.freemium_target),
+    ] {
+        if target as usize > replica_count {
+            return check.fail(
+                key(name),
+                format!("{target} is larger than the number of replicas ({replica_count})"),
+            );
+        }
+    }
+    if (plb.premium_target + plb.freemium_target) as usize > replica_count {
+        return check.fail(
+            key("freemium_target"),
+            format!(
+                "premium_target + freemium_target = {} is larger than the number of replicas ({replica_count})",
+                plb.premium_target + plb.freemium_target
+            ),
+        );
+    }
+    if plb.freemium_target < plb.freemium_floor {
+        return check.fail(
+            key("freemium_target"),
+            format!(
+                "{} is smaller than freemium_floor ({})",
+                plb.freemium_target, plb.freemium_floor
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// `[databases.NAME.dedicated]`: a partition of the replicas into two non-empty subsets.
+fn dedicated(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &DedicatedRaw,
+    replicas: &[SocketAddr],
+) -> Result<DedicatedSplit, ConfigError> {
+    let key = |name: &str| format!("{base}.dedicated.{name}");
+    let lists = (raw.premium.as_slice(), raw.freemium.as_slice());
+    let (premium, freemium) = class_lists(check, base, "dedicated", lists, replicas)?;
+    for (name, list) in [("premium", &premium), ("freemium", &freemium)] {
+        if list.is_empty() {
+            return check.fail(key(name), "needs at least one replica");
+        }
+    }
+    if let Some(stranded) =
+        (0..replicas.len()).find(|i| !premium.contains(i) && !freemium.contains(i))
+    {
+        return check.fail(
+            format!("{base}.dedicated"),
+            format!(
+                "replica {} is in neither premium nor freemium",
+                replicas[stranded]
+            ),
+        );
+    }
+    Ok(DedicatedSplit { premium, freemium })
+}

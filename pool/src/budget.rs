@@ -1,0 +1,224 @@
+//! The cross-worker server budget. A pool size must hold across all workers, and workers share
+//! nothing on the query path, so each budget is one cache-line-padded atomic counter that a
+//! worker touches only when it opens or closes a server — never per query. This is the one
+//! shared, non-pure piece of the crate: the alternative, a control shard granting slots by
+//! message, would add a round trip to every server open.
+//!
+//! A budget also carries release requests: a worker whose clients wait while it holds no server
+//! of the pool asks the others to close an idle one, so idle servers parked on one worker
+//! cannot starve another worker for the whole `query_wait_timeout`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Shared count of open (or opening) servers against a limit, plus a reserve.
+#[repr(align(128))]
+#[derive(Debug)]
+pub struct PoolBudget {
+    /// Servers counted against this budget, all workers together.
+    in_use: AtomicU32,
+    /// Most servers without the reserve; 0 = unlimited.
+    limit: AtomicU32,
+    /// Extra servers allowed through [`PoolBudget::try_acquire_reserve`].
+    reserve: AtomicU32,
+    /// Idle servers other workers are asked to close.
+    release_requests: AtomicU32,
+}
+
+impl PoolBudget {
+    /// A budget of `limit` servers (0 = unlimited) plus `reserve` for long waits.
+    pub fn new(limit: u32, reserve: u32) -> PoolBudget {
+        PoolBudget {
+            in_use: AtomicU32::new(0),
+            limit: AtomicU32::new(limit),
+            reserve: AtomicU32::new(reserve),
+            release_requests: AtomicU32::new(0),
+        }
+    }
+
+    /// Takes one slot within the limit; false when the budget is spent.
+    pub fn try_acquire(&self) -> bool {
+        self.acquire_below(self.limit.load(Ordering::Relaxed), 0)
+    }
+
+    /// Takes one slot within limit + reserve (for clients that waited `reserve_pool_timeout`).
+    pub fn try_acquire_reserve(&self) -> bool {
+        self.acquire_below(
+            self.limit.load(Ordering::Relaxed),
+            self.reserve.load(Ordering::Relaxed),
+        )
+    }
+
+    fn acquire_below(&self, limit: u32, reserve: u32) -> bool {
+        if limit == 0 {
+            self.in_use.fetch_add(1, Ordering::AcqRel);
+            return true;
+        }
+        let ceiling = limit.saturating_add(reserve);
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |count| {
+                (count < ceiling).then_some(count + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back one slot. Never goes below zero (a double release is a bug, caught in debug
+    /// builds, and must not wrap the count in release builds).
+    pub fn release(&self) {
+        let released = self
+            .in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |count| {
+                count.checked_sub(1)
+            });
+        debug_assert!(released.is_ok(), "PoolBudget released more than acquired");
+    }
+
+    /// Servers counted now.
+    pub fn in_use(&self) -> u32 {
+        self.in_use.load(Ordering::Acquire)
+    }
+
+    /// The limit (0 = unlimited).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The reserve.
+    pub fn reserve(&self) -> u32 {
+        self.reserve.load(Ordering::Relaxed)
+    }
+
+    /// Changes limit and reserve (config reload). Servers above a lowered limit are not
+    /// closed here; they stop being replaced as they close.
+    pub fn set_limit(&self, limit: u32, reserve: u32) {
+        self.limit.store(limit, Ordering::Relaxed);
+        self.reserve.store(reserve, Ordering::Relaxed);
+    }
+
+    /// Whether more slots are taken than the limit allows (the limit was lowered by a reload).
+    pub fn is_over_limit(&self) -> bool {
+        let limit = self.limit();
+        limit != 0 && self.in_use() > limit
+    }
+
+    /// Whether a new slot could be taken now (a hint; [`PoolBudget::try_acquire`] decides).
+    pub fn has_room(&self) -> bool {
+        let limit = self.limit();
+        limit == 0 || self.in_use() < limit
+    }
+
+    /// Asks other workers to close one idle server. Outstanding requests are capped at the
+    /// servers in use, so repeated asks cannot make workers close more than exists.
+    pub fn request_release(&self) {
+        let cap = self.in_use();
+        let _ =
+            self.release_requests
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |requests| {
+                    (requests < cap).then_some(requests + 1)
+                });
+    }
+
+    /// Claims one outstanding release request; true means "close one idle server".
+    pub fn take_release_request(&self) -> bool {
+        self.release_requests
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |requests| {
+                requests.checked_sub(1)
+            })
+            .is_ok()
+    }
+
+    /// Outstanding release requests.
+    pub fn release_requests(&self) -> u32 {
+        self.release_requests.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn acquire_stops_at_limit_and_release_reopens() {
+        let budget = PoolBudget::new(2, 0);
+        assert!(budget.try_acquire());
+        assert!(budget.try_acquire());
+        assert!(!budget.try_acquire());
+        budget.release();
+        assert!(budget.try_acquire());
+        assert_eq!(budget.in_use(), 2);
+    }
+
+    #[test]
+    fn reserve_only_through_reserve_acquire() {
+        let budget = PoolBudget::new(1, 1);
+        assert!(budget.try_acquire());
+        assert!(!budget.try_acquire());
+        assert!(budget.try_acquire_reserve());
+        assert!(!budget.try_acquire_reserve());
+    }
+
+    #[test]
+    fn zero_limit_is_unlimited() {
+        let budget = PoolBudget::new(0, 0);
+        for _ in 0..1000 {
+            assert!(budget.try_acquire());
+        }
+        assert_eq!(budget.in_use(), 1000);
+    }
+
+    #[test]
+    fn lowered_limit_blocks_new_slots() {
+        let budget = PoolBudget::new(3, 0);
+        assert!(budget.try_acquire() && budget.try_acquire());
+        budget.set_limit(1, 0);
+        assert!(!budget.try_acquire());
+        budget.release();
+        assert!(!budget.try_acquire());
+        budget.release();
+        assert!(budget.try_acquire());
+    }
+
+    #[test]
+    fn release_requests_are_capped_by_servers_in_use() {
+        let budget = PoolBudget::new(4, 0);
+        budget.request_release();
+        assert_eq!(budget.release_requests(), 0, "nothing to release");
+        assert!(budget.try_acquire());
+        budget.request_release();
+        budget.request_release();
+        assert_eq!(budget.release_requests(), 1);
+        assert!(budget.take_release_request());
+        assert!(!budget.take_release_request());
+    }
+
+    #[test]
+    fn budget_never_exceeded_under_threads() {
+        const LIMIT: u32 = 7;
+        let budget = Arc::new(PoolBudget::new(LIMIT, 0));
+        let peak = Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let budget = Arc::clone(&budget);
+                let peak = Arc::clone(&peak);
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        if budget.try_acquire() {
+                            peak.fetch_max(budget.in_use(), Ordering::Relaxed);
+                            budget.release();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("worker thread panicked");
+        }
+        assert!(peak.load(Ordering::Relaxed) <= LIMIT);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn budget_is_cache_line_padded() {
+        assert_eq!(std::mem::align_of::<PoolBudget>(), 128);
+    }
+}

@@ -1,0 +1,44 @@
+//! The one owner of a server connection while it is outside the idle list. Checkout moves a
+//! `Lease` out of the pool; checkin moves it back. A server is therefore always in exactly one
+//! place: idle in its pool, or in the lease a session holds.
+
+use std::time::Instant;
+
+/// A server handle with the times the pool needs to age it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lease<S> {
+    /// The caller's handle (the shard's `ServerId`).
+    pub server: S,
+    /// When the server connection was opened (for `server_lifetime`).
+    pub opened_at: Instant,
+    /// When it last went idle (for `server_idle_timeout` and `server_check_delay`).
+    pub idle_since: Instant,
+}
+
+/// Why the pool wants a server closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// Connected longer than `server_lifetime`.
+    Lifetime,
+    /// Idle longer than `server_idle_timeout`, above `min_pool_size`.
+    IdleTimeout,
+    /// Another worker's clients wait for a slot of a shared budget this server holds.
+    ReleaseRequested,
+    /// The pool is draining (replica down, entry removed or changed by a reload).
+    Draining,
+    /// More servers are open than a (lowered) budget limit allows.
+    OverLimit,
+}
+
+impl CloseReason {
+    /// Text for logs and admin output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Lifetime => "server_lifetime",
+            CloseReason::IdleTimeout => "server_idle_timeout",
+            CloseReason::ReleaseRequested => "release requested",
+            CloseReason::Draining => "pool draining",
+            CloseReason::OverLimit => "over pool size",
+        }
+    }
+}

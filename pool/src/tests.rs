@@ -1,0 +1,968 @@
+//! Scenario tests of a slice (and of several slices sharing budgets), plus property tests that
+//! drive random operations against a model: a server is never in two places, counts and budgets
+//! always agree, waiters are served first come first served.
+
+use crate::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Slice = PoolSlice<u32, u32>;
+
+fn key(user: &str) -> PoolKey {
+    PoolKey::new(
+        "db".into(),
+        user.into(),
+        ServerTarget::Primary,
+        StartupProfile::default(),
+    )
+}
+
+fn limits(pool_size: u32) -> PoolLimits {
+    PoolLimits::with_budget(Arc::new(PoolBudget::new(pool_size, 0)))
+}
+
+fn secs(count: u64) -> Duration {
+    Duration::from_secs(count)
+}
+
+/// Opens a server through the slice and checks it in idle.
+fn open_idle(slice: &mut Slice, id: PoolId, server: u32, now: Instant) {
+    assert!(slice.try_open(id, now));
+    assert_eq!(slice.opened(id, server, now), Checkin::Pooled);
+}
+
+#[test]
+fn checkout_reuses_most_recently_used_first() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(5)).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    open_idle(&mut slice, id, 2, t0);
+    let lease = slice.checkout(id).expect("idle server");
+    assert_eq!(lease.server, 2);
+    assert_eq!(slice.checkin(id, lease, t0 + secs(1)), Checkin::Pooled);
+    assert_eq!(slice.checkout(id).map(|lease| lease.server), Some(2));
+    assert_eq!(
+        slice.counts(id),
+        PoolCounts {
+            idle: 1,
+            active: 1,
+            opening: 0,
+            waiting: 0
+        }
+    );
+}
+
+#[test]
+fn same_key_same_pool_and_exact_match_only() {
+    let mut slice = Slice::new(10);
+    let alice = slice.register(&key("alice"), &limits(5)).expect("register");
+    assert_eq!(slice.register(&key("alice"), &limits(5)), Ok(alice));
+    let bob = slice.register(&key("bob"), &limits(5)).expect("register");
+    assert_ne!(alice, bob);
+    let with_options = PoolKey {
+        profile: StartupProfile::from_parameters([("options", "-c work_mem=1MB")]),
+        ..key("alice")
+    };
+    assert_ne!(slice.register(&with_options, &limits(5)), Ok(alice));
+    assert_eq!(slice.find(&key("alice")), Some(alice));
+    open_idle(&mut slice, alice, 1, Instant::now());
+    assert_eq!(slice.checkout(bob), None, "bob never gets alice's server");
+}
+
+#[test]
+fn unused_pools_are_forgotten_and_ids_go_stale() {
+    let mut slice = Slice::new(1);
+    let first = slice.register(&key("alice"), &limits(5)).expect("register");
+    assert_eq!(
+        slice.register(&key("bob"), &limits(5)),
+        Err(PoolError::TooManyPools { max_pools: 1 })
+    );
+    slice.unregister(first);
+    assert_eq!(slice.find(&key("alice")), None);
+    assert_eq!(slice.key(first), None, "stale id");
+    let second = slice
+        .register(&key("bob"), &limits(5))
+        .expect("slot reused");
+    assert_ne!(first, second);
+    assert_eq!(slice.checkout(first), None);
+}
+
+#[test]
+fn pool_with_idle_servers_outlives_its_sessions() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(5)).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    slice.unregister(id);
+    assert_eq!(slice.find(&key("alice")), Some(id));
+    let mut closing = Vec::new();
+    slice.collect_closable(t0 + secs(601), &mut closing);
+    assert_eq!(closing.len(), 1);
+    assert_eq!(closing[0].reason, CloseReason::IdleTimeout);
+    assert_eq!(slice.find(&key("alice")), None);
+}
+
+#[test]
+fn checkin_hands_off_to_waiters_first_come_first_served() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(1)).expect("register");
+    open_idle(&mut slice, id, 7, t0);
+    let lease = slice.checkout(id).expect("server");
+    assert!(!slice.try_open(id, t0), "pool_size 1 is spent");
+    for client in [100, 101, 102] {
+        slice
+            .park(id, client, t0, Some(t0 + secs(120)))
+            .expect("parked");
+    }
+    let Checkin::Handoff { waiter, lease } = slice.checkin(id, lease, t0 + secs(1)) else {
+        panic!("expected a handoff");
+    };
+    assert_eq!((waiter, lease.server), (100, 7));
+    let Checkin::Handoff { waiter, .. } = slice.checkin(id, lease, t0 + secs(2)) else {
+        panic!("expected a handoff");
+    };
+    assert_eq!(waiter, 101);
+    assert_eq!(
+        slice.counts(id),
+        PoolCounts {
+            idle: 0,
+            active: 1,
+            opening: 0,
+            waiting: 1
+        }
+    );
+}
+
+#[test]
+fn new_server_goes_to_the_oldest_waiter() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(2)).expect("register");
+    slice.park(id, 100, t0, None).expect("parked");
+    assert!(slice.try_open(id, t0));
+    let Checkin::Handoff { waiter, lease } = slice.opened(id, 9, t0) else {
+        panic!("expected a handoff");
+    };
+    assert_eq!((waiter, lease.server, lease.opened_at), (100, 9, t0));
+    assert_eq!(slice.counts(id).active, 1);
+}
+
+#[test]
+fn waiters_expire_in_deadline_order() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let a = slice.register(&key("a"), &limits(1)).expect("register");
+    let b = slice.register(&key("b"), &limits(1)).expect("register");
+    slice.park(a, 1, t0, Some(t0 + secs(10))).expect("parked");
+    slice.park(b, 2, t0, Some(t0 + secs(11))).expect("parked");
+    slice.park(a, 3, t0, None).expect("parked");
+    slice.park(a, 4, t0, Some(t0 + secs(12))).expect("parked");
+    assert_eq!(slice.next_deadline(), Some(t0 + secs(10)));
+    assert_eq!(slice.poll_expired(t0 + secs(9)), None);
+    assert_eq!(
+        slice.poll_expired(t0 + secs(11)),
+        Some(Expired { pool: a, waiter: 1 })
+    );
+    assert_eq!(
+        slice.poll_expired(t0 + secs(11)),
+        Some(Expired { pool: b, waiter: 2 })
+    );
+    assert_eq!(slice.poll_expired(t0 + secs(11)), None);
+    assert_eq!(slice.next_deadline(), Some(t0 + secs(12)));
+    assert_eq!(
+        slice.next_waiter(a),
+        Some(3),
+        "the waiter without deadline stays first"
+    );
+    assert_eq!(
+        slice.poll_expired(t0 + secs(60)),
+        Some(Expired { pool: a, waiter: 4 })
+    );
+    assert_eq!(slice.next_deadline(), None);
+}
+
+#[test]
+fn cancelled_waiter_leaves_the_queue_and_its_ticket_goes_stale() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(1)).expect("register");
+    let first = slice.park(id, 1, t0, Some(t0 + secs(5))).expect("parked");
+    slice.park(id, 2, t0, Some(t0 + secs(6))).expect("parked");
+    assert_eq!(slice.cancel_wait(first), Some(1));
+    assert_eq!(slice.cancel_wait(first), None);
+    assert_eq!(slice.next_deadline(), Some(t0 + secs(6)));
+    let reused = slice.park(id, 3, t0, None).expect("parked");
+    assert_ne!(reused, first);
+    assert_eq!(
+        slice.cancel_wait(first),
+        None,
+        "stale ticket does not cancel the new waiter"
+    );
+    assert_eq!(slice.next_waiter(id), Some(2));
+    assert_eq!(slice.next_waiter(id), Some(3));
+    assert_eq!(slice.next_waiter(id), None);
+}
+
+#[test]
+fn lifetime_closes_at_checkin_and_zero_means_one_use() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let mut short = limits(2);
+    short.server_lifetime = secs(30);
+    let id = slice.register(&key("alice"), &short).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    let lease = slice.checkout(id).expect("server");
+    assert_eq!(slice.checkin(id, lease, t0 + secs(29)), Checkin::Pooled);
+    let lease = slice.checkout(id).expect("server");
+    let Checkin::Close {
+        reason,
+        open_replacement,
+        ..
+    } = slice.checkin(id, lease, t0 + secs(30))
+    else {
+        panic!("expected a close");
+    };
+    assert_eq!((reason, open_replacement), (CloseReason::Lifetime, false));
+
+    let mut once = limits(2);
+    once.server_lifetime = Duration::ZERO;
+    let id = slice.register(&key("once"), &once).expect("register");
+    open_idle(&mut slice, id, 2, t0);
+    let lease = slice.checkout(id).expect("fresh server is usable");
+    assert!(matches!(
+        slice.checkin(id, lease, t0),
+        Checkin::Close {
+            reason: CloseReason::Lifetime,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn lifetime_close_with_waiters_opens_a_replacement() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let mut short = limits(1);
+    short.server_lifetime = secs(30);
+    let id = slice.register(&key("alice"), &short).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    let lease = slice.checkout(id).expect("server");
+    slice.park(id, 100, t0, None).expect("parked");
+    let Checkin::Close {
+        open_replacement, ..
+    } = slice.checkin(id, lease, t0 + secs(31))
+    else {
+        panic!("expected a close");
+    };
+    assert!(open_replacement);
+    assert_eq!(
+        slice.counts(id),
+        PoolCounts {
+            idle: 0,
+            active: 0,
+            opening: 1,
+            waiting: 1
+        }
+    );
+}
+
+#[test]
+fn idle_timeout_closes_least_recently_used_above_min_pool_size() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let mut warm = limits(5);
+    warm.min_pool_size = 1;
+    let id = slice.register(&key("alice"), &warm).expect("register");
+    for server in 1..=3 {
+        open_idle(&mut slice, id, server, t0);
+    }
+    let newest = slice.checkout(id).expect("server 3");
+    slice.checkin(id, newest, t0 + secs(500));
+    let mut closing = Vec::new();
+    slice.collect_closable(t0 + secs(650), &mut closing);
+    let closed: Vec<_> = closing.iter().map(|closing| closing.lease.server).collect();
+    assert_eq!(closed, [1, 2]);
+    slice.collect_closable(t0 + secs(2000), &mut closing);
+    assert_eq!(closing.len(), 2, "min_pool_size keeps the last one");
+    assert_eq!(slice.counts(id).idle, 1);
+}
+
+#[test]
+fn idle_servers_past_lifetime_are_collected() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let mut never_idle_out = limits(5);
+    never_idle_out.server_idle_timeout = None;
+    let id = slice
+        .register(&key("alice"), &never_idle_out)
+        .expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    open_idle(&mut slice, id, 2, t0 + secs(100));
+    let mut closing = Vec::new();
+    slice.collect_closable(t0 + secs(3650), &mut closing);
+    assert_eq!(closing.len(), 1);
+    assert_eq!(
+        (closing[0].lease.server, closing[0].reason),
+        (1, CloseReason::Lifetime)
+    );
+}
+
+#[test]
+fn pool_size_holds_across_slices() {
+    let t0 = Instant::now();
+    let shared = limits(3);
+    let mut slices: Vec<Slice> = (0..4).map(|_| Slice::new(10)).collect();
+    let ids: Vec<_> = slices
+        .iter_mut()
+        .map(|slice| slice.register(&key("alice"), &shared).expect("register"))
+        .collect();
+    let mut opened = 0;
+    for (slice, id) in slices.iter_mut().zip(&ids) {
+        opened += usize::from(slice.try_open(*id, t0));
+    }
+    assert_eq!(opened, 3);
+    assert_eq!(shared.pool_budget.in_use(), 3);
+}
+
+#[test]
+fn shared_database_budget_caps_pools_of_different_users() {
+    let t0 = Instant::now();
+    let database_budget = Arc::new(PoolBudget::new(2, 0));
+    let mut slice = Slice::new(10);
+    let with_db_cap = |pool_size| PoolLimits {
+        shared_budgets: vec![Arc::clone(&database_budget)],
+        ..limits(pool_size)
+    };
+    let alice = slice
+        .register(&key("alice"), &with_db_cap(5))
+        .expect("register");
+    let bob = slice
+        .register(&key("bob"), &with_db_cap(5))
+        .expect("register");
+    assert!(slice.try_open(alice, t0));
+    assert!(slice.try_open(bob, t0));
+    assert!(!slice.try_open(alice, t0));
+    assert_eq!(
+        slice.pool_budget_in_use(alice),
+        1,
+        "refused open gave its pool slot back"
+    );
+    slice.open_failed(bob, t0);
+    assert!(slice.try_open(alice, t0));
+}
+
+#[test]
+fn starving_slice_gets_an_idle_server_released_by_another() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let mut holder = Slice::new(10);
+    let mut starving = Slice::new(10);
+    let held = holder.register(&key("alice"), &shared).expect("register");
+    let wanted = starving.register(&key("alice"), &shared).expect("register");
+    open_idle(&mut holder, held, 1, t0);
+    starving
+        .park(wanted, 100, t0, Some(t0 + secs(120)))
+        .expect("parked");
+    assert!(!starving.try_open(wanted, t0));
+    assert_eq!(shared.pool_budget.release_requests(), 1);
+    let mut closing = Vec::new();
+    holder.collect_closable(t0 + secs(1), &mut closing);
+    assert_eq!(closing.len(), 1);
+    assert_eq!(closing[0].reason, CloseReason::ReleaseRequested);
+    let mut opens = Vec::new();
+    starving.collect_opens(t0 + secs(1), &mut opens);
+    assert_eq!(opens, [wanted]);
+    assert!(matches!(
+        starving.opened(wanted, 2, t0 + secs(1)),
+        Checkin::Handoff { waiter: 100, .. }
+    ));
+}
+
+#[test]
+fn release_request_is_served_at_checkin_too() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let mut holder = Slice::new(10);
+    let mut starving = Slice::new(10);
+    let held = holder.register(&key("alice"), &shared).expect("register");
+    let wanted = starving.register(&key("alice"), &shared).expect("register");
+    open_idle(&mut holder, held, 1, t0);
+    let lease = holder.checkout(held).expect("server");
+    starving.park(wanted, 100, t0, None).expect("parked");
+    assert!(!starving.try_open(wanted, t0));
+    let outcome = holder.checkin(held, lease, t0);
+    assert!(matches!(
+        outcome,
+        Checkin::Close {
+            reason: CloseReason::ReleaseRequested,
+            ..
+        }
+    ));
+    assert!(starving.try_open(wanted, t0));
+}
+
+#[test]
+fn warmup_opens_to_min_pool_size_counted_across_slices() {
+    let t0 = Instant::now();
+    let mut warm = limits(10);
+    warm.min_pool_size = 3;
+    let mut first = Slice::new(10);
+    let mut second = Slice::new(10);
+    let a = first.register(&key("alice"), &warm).expect("register");
+    let b = second.register(&key("alice"), &warm).expect("register");
+    let mut opens = Vec::new();
+    first.collect_opens(t0, &mut opens);
+    assert_eq!(opens, [a, a, a]);
+    opens.clear();
+    second.collect_opens(t0, &mut opens);
+    assert!(opens.is_empty(), "the other slice already opens enough");
+    for server in 1..=3 {
+        assert_eq!(first.opened(a, server, t0), Checkin::Pooled);
+    }
+    assert_eq!(second.counts(b).servers(), 0);
+}
+
+#[test]
+fn failed_open_waits_for_retry_time() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &limits(2)).expect("register");
+    slice.park(id, 100, t0, None).expect("parked");
+    assert!(slice.try_open(id, t0));
+    slice.open_failed(id, t0 + secs(15));
+    assert_eq!(slice.counts(id).opening, 0);
+    assert!(!slice.try_open(id, t0 + secs(14)));
+    let mut opens = Vec::new();
+    slice.collect_opens(t0 + secs(14), &mut opens);
+    assert!(opens.is_empty());
+    slice.collect_opens(t0 + secs(15), &mut opens);
+    assert_eq!(opens, [id]);
+}
+
+#[test]
+fn reserve_is_used_only_after_reserve_pool_timeout() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let reserve = PoolLimits {
+        reserve_pool_timeout: Some(secs(5)),
+        ..PoolLimits::with_budget(Arc::new(PoolBudget::new(1, 1)))
+    };
+    let id = slice.register(&key("alice"), &reserve).expect("register");
+    assert!(slice.try_open(id, t0));
+    slice.park(id, 100, t0, None).expect("parked");
+    assert!(!slice.try_open(id, t0 + secs(4)));
+    assert!(slice.try_open(id, t0 + secs(5)));
+    assert!(!slice.try_open(id, t0 + secs(6)), "reserve spent");
+}
+
+#[test]
+fn draining_pool_closes_everything_and_opens_nothing() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let replica: std::net::SocketAddr = "127.0.0.1:15431".parse().expect("addr");
+    let replica_key = PoolKey {
+        target: ServerTarget::Replica(replica),
+        ..key("alice")
+    };
+    let shared = limits(5);
+    let id = slice.register(&replica_key, &shared).expect("register");
+    let other = slice.register(&key("alice"), &limits(5)).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    open_idle(&mut slice, id, 2, t0);
+    open_idle(&mut slice, other, 3, t0);
+    let lease = slice.checkout(id).expect("server");
+    slice.drain_where(|key| key.target == ServerTarget::Replica(replica));
+    assert!(slice.is_draining(id) && !slice.is_draining(other));
+    assert!(!slice.try_open(id, t0));
+    let mut closing = Vec::new();
+    slice.collect_closable(t0, &mut closing);
+    assert_eq!(
+        closing
+            .iter()
+            .map(|closing| closing.lease.server)
+            .collect::<Vec<_>>(),
+        [1]
+    );
+    assert!(matches!(
+        slice.checkin(id, lease, t0),
+        Checkin::Close {
+            reason: CloseReason::Draining,
+            ..
+        }
+    ));
+    assert_eq!(shared.pool_budget.in_use(), 0);
+}
+
+#[test]
+fn closed_active_server_frees_its_slot_and_replaces_for_waiters() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let shared = limits(1);
+    let id = slice.register(&key("alice"), &shared).expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    let _dirty = slice.checkout(id).expect("server");
+    assert!(!slice.closed(id, t0), "no waiter, no replacement");
+    assert_eq!(shared.pool_budget.in_use(), 0);
+    open_idle(&mut slice, id, 2, t0);
+    let _broken = slice.checkout(id).expect("server");
+    slice.park(id, 100, t0, None).expect("parked");
+    assert!(slice.closed(id, t0));
+    assert_eq!(
+        slice.counts(id),
+        PoolCounts {
+            idle: 0,
+            active: 0,
+            opening: 1,
+            waiting: 1
+        }
+    );
+}
+
+#[test]
+fn lowered_pool_size_shrinks_the_pool() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let shared = limits(3);
+    let id = slice.register(&key("alice"), &shared).expect("register");
+    for server in 1..=3 {
+        open_idle(&mut slice, id, server, t0);
+    }
+    let lease = slice.checkout(id).expect("server");
+    shared.pool_budget.set_limit(1, 0);
+    let mut closing = Vec::new();
+    slice.collect_closable(t0, &mut closing);
+    let reasons: Vec<_> = closing.iter().map(|closing| closing.reason).collect();
+    assert_eq!(reasons, [CloseReason::OverLimit, CloseReason::OverLimit]);
+    assert_eq!(
+        slice.checkin(id, lease, t0),
+        Checkin::Pooled,
+        "now within the limit"
+    );
+    open_idle_refused(&mut slice, id, t0);
+    shared.pool_budget.set_limit(3, 0);
+    open_idle(&mut slice, id, 4, t0);
+    let first = slice.checkout(id).expect("server");
+    let second = slice.checkout(id).expect("server");
+    shared.pool_budget.set_limit(1, 0);
+    assert!(matches!(
+        slice.checkin(id, first, t0),
+        Checkin::Close {
+            reason: CloseReason::OverLimit,
+            ..
+        }
+    ));
+    assert_eq!(slice.checkin(id, second, t0), Checkin::Pooled);
+    assert_eq!(shared.pool_budget.in_use(), 1);
+}
+
+fn open_idle_refused(slice: &mut Slice, id: PoolId, now: Instant) {
+    assert!(!slice.try_open(id, now), "budget is spent");
+}
+
+#[test]
+fn warmup_deficit_counts_all_workers() {
+    let mut warm = limits(10);
+    warm.min_pool_size = 2;
+    let mut slice = Slice::new(10);
+    let id = slice.register(&key("alice"), &warm).expect("register");
+    assert_eq!(slice.warmup_deficit(id), 2);
+    assert!(warm.pool_budget.try_acquire(), "another worker opened one");
+    assert_eq!(slice.warmup_deficit(id), 1);
+}
+
+#[test]
+fn totals_and_pool_listing() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10);
+    let a = slice.register(&key("a"), &limits(5)).expect("register");
+    let b = slice.register(&key("b"), &limits(5)).expect("register");
+    open_idle(&mut slice, a, 1, t0);
+    open_idle(&mut slice, b, 2, t0);
+    let _lease = slice.checkout(b);
+    slice.park(b, 9, t0, None);
+    assert_eq!(
+        slice.totals(),
+        PoolCounts {
+            idle: 1,
+            active: 1,
+            opening: 0,
+            waiting: 1
+        }
+    );
+    let users: Vec<_> = slice
+        .pools()
+        .map(|(_, key, _)| key.server_user.to_string())
+        .collect();
+    assert_eq!(users, ["a", "b"]);
+}
+
+impl Slice {
+    fn pool_budget_in_use(&self, id: PoolId) -> u32 {
+        self.pool(id)
+            .map_or(0, |pool| pool.limits.pool_budget.in_use())
+    }
+}
+
+mod properties {
+    //! Random operation sequences on two slices sharing one budget, checked against a model.
+
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeSet, HashMap, VecDeque};
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Checkout {
+            slice: usize,
+        },
+        Checkin {
+            slice: usize,
+            pick: usize,
+            later_secs: u64,
+        },
+        Open {
+            slice: usize,
+        },
+        FinishOpen {
+            slice: usize,
+            ok: bool,
+        },
+        CloseActive {
+            slice: usize,
+            pick: usize,
+        },
+        Park {
+            slice: usize,
+            timeout_secs: Option<u64>,
+        },
+        Cancel {
+            slice: usize,
+            pick: usize,
+        },
+        Tick {
+            slice: usize,
+            advance_secs: u64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let slice = 0..2usize;
+        prop_oneof![
+            slice.clone().prop_map(|slice| Op::Checkout { slice }),
+            (slice.clone(), any::<usize>(), 0..5u64).prop_map(|(slice, pick, later_secs)| {
+                Op::Checkin {
+                    slice,
+                    pick,
+                    later_secs,
+                }
+            }),
+            slice.clone().prop_map(|slice| Op::Open { slice }),
+            (slice.clone(), any::<bool>()).prop_map(|(slice, ok)| Op::FinishOpen { slice, ok }),
+            (slice.clone(), any::<usize>())
+                .prop_map(|(slice, pick)| Op::CloseActive { slice, pick }),
+            (slice.clone(), proptest::option::of(1..30u64)).prop_map(|(slice, timeout_secs)| {
+                Op::Park {
+                    slice,
+                    timeout_secs,
+                }
+            }),
+            (slice.clone(), any::<usize>()).prop_map(|(slice, pick)| Op::Cancel { slice, pick }),
+            (slice, 0..400u64).prop_map(|(slice, advance_secs)| Op::Tick {
+                slice,
+                advance_secs
+            }),
+        ]
+    }
+
+    /// What the test itself holds for one slice.
+    #[derive(Default)]
+    struct Outside {
+        /// Leases held by "sessions".
+        held: Vec<Lease<u32>>,
+        /// Opens started and not finished.
+        opening: u32,
+        /// Parked waiters in FIFO order with their tickets.
+        parked: VecDeque<(u32, WaitTicket)>,
+    }
+
+    struct World {
+        now: Instant,
+        budget: PoolLimits,
+        slices: [Slice; 2],
+        ids: [PoolId; 2],
+        outside: [Outside; 2],
+        next_server: u32,
+        next_waiter: u32,
+        closed: BTreeSet<u32>,
+    }
+
+    impl World {
+        fn new() -> World {
+            let mut budget = limits(4);
+            budget.min_pool_size = 1;
+            budget.server_idle_timeout = Some(secs(600));
+            budget.server_lifetime = secs(900);
+            let mut slices = [Slice::new(4), Slice::new(4)];
+            let ids = [
+                slices[0]
+                    .register(&key("alice"), &budget)
+                    .expect("register"),
+                slices[1]
+                    .register(&key("alice"), &budget)
+                    .expect("register"),
+            ];
+            World {
+                now: Instant::now(),
+                budget,
+                slices,
+                ids,
+                outside: [Outside::default(), Outside::default()],
+                next_server: 0,
+                next_waiter: 0,
+                closed: BTreeSet::new(),
+            }
+        }
+
+        /// Applies a checkin outcome; a handoff must go to the oldest waiter.
+        fn settle(&mut self, slice: usize, outcome: Checkin<u32, u32>) {
+            match outcome {
+                Checkin::Pooled => {}
+                Checkin::Handoff { waiter, lease } => {
+                    let (oldest, _) = self.outside[slice]
+                        .parked
+                        .pop_front()
+                        .expect("someone waited");
+                    assert_eq!(waiter, oldest, "handoff out of FIFO order");
+                    self.outside[slice].held.push(lease);
+                }
+                Checkin::Close {
+                    lease,
+                    open_replacement,
+                    ..
+                } => {
+                    assert!(self.closed.insert(lease.server), "server closed twice");
+                    if open_replacement {
+                        self.outside[slice].opening += 1;
+                    }
+                }
+            }
+        }
+
+        fn apply(&mut self, op: Op) {
+            match op {
+                Op::Checkout { slice } => {
+                    if let Some(lease) = self.slices[slice].checkout(self.ids[slice]) {
+                        self.outside[slice].held.push(lease);
+                    }
+                }
+                Op::Checkin {
+                    slice,
+                    pick,
+                    later_secs,
+                } => {
+                    let held = &mut self.outside[slice].held;
+                    if held.is_empty() {
+                        return;
+                    }
+                    let lease = held.swap_remove(pick % held.len());
+                    self.now += secs(later_secs);
+                    let outcome = self.slices[slice].checkin(self.ids[slice], lease, self.now);
+                    self.settle(slice, outcome);
+                }
+                Op::Open { slice } => {
+                    if self.slices[slice].try_open(self.ids[slice], self.now) {
+                        self.outside[slice].opening += 1;
+                    }
+                }
+                Op::FinishOpen { slice, ok } => {
+                    if self.outside[slice].opening == 0 {
+                        return;
+                    }
+                    self.outside[slice].opening -= 1;
+                    if ok {
+                        self.next_server += 1;
+                        let outcome =
+                            self.slices[slice].opened(self.ids[slice], self.next_server, self.now);
+                        self.settle(slice, outcome);
+                    } else {
+                        self.slices[slice].open_failed(self.ids[slice], self.now);
+                    }
+                }
+                Op::CloseActive { slice, pick } => {
+                    let held = &mut self.outside[slice].held;
+                    if held.is_empty() {
+                        return;
+                    }
+                    let lease = held.swap_remove(pick % held.len());
+                    assert!(self.closed.insert(lease.server));
+                    if self.slices[slice].closed(self.ids[slice], self.now) {
+                        self.outside[slice].opening += 1;
+                    }
+                }
+                Op::Park {
+                    slice,
+                    timeout_secs,
+                } => {
+                    self.next_waiter += 1;
+                    let deadline = timeout_secs.map(|timeout| self.now + secs(timeout));
+                    let ticket = self.slices[slice]
+                        .park(self.ids[slice], self.next_waiter, self.now, deadline)
+                        .expect("registered pool");
+                    self.outside[slice]
+                        .parked
+                        .push_back((self.next_waiter, ticket));
+                }
+                Op::Cancel { slice, pick } => {
+                    let parked = &mut self.outside[slice].parked;
+                    if parked.is_empty() {
+                        return;
+                    }
+                    let (waiter, ticket) = parked.remove(pick % parked.len()).expect("in range");
+                    assert_eq!(self.slices[slice].cancel_wait(ticket), Some(waiter));
+                }
+                Op::Tick {
+                    slice,
+                    advance_secs,
+                } => self.tick(slice, advance_secs),
+            }
+        }
+
+        fn tick(&mut self, slice: usize, advance_secs: u64) {
+            self.now += secs(advance_secs);
+            while let Some(expired) = self.slices[slice].poll_expired(self.now) {
+                let parked = &mut self.outside[slice].parked;
+                let position = parked
+                    .iter()
+                    .position(|(waiter, _)| *waiter == expired.waiter)
+                    .expect("expired waiter was parked");
+                parked.remove(position);
+            }
+            let mut closing = Vec::new();
+            self.slices[slice].collect_closable(self.now, &mut closing);
+            for closing in closing {
+                assert!(
+                    self.closed.insert(closing.lease.server),
+                    "server closed twice"
+                );
+            }
+            let mut opens = Vec::new();
+            self.slices[slice].collect_opens(self.now, &mut opens);
+            self.outside[slice].opening += u32::try_from(opens.len()).expect("small");
+        }
+
+        /// Every server is in exactly one place, counts match, the budget is never exceeded.
+        fn check(&self) {
+            let mut everywhere: HashMap<u32, &str> = HashMap::new();
+            let mut servers = 0;
+            for slice in 0..2 {
+                let counts = self.slices[slice].counts(self.ids[slice]);
+                let outside = &self.outside[slice];
+                assert_eq!(counts.active as usize, outside.held.len());
+                assert_eq!(counts.opening, outside.opening);
+                assert_eq!(counts.waiting as usize, outside.parked.len());
+                let pool = self.slices[slice]
+                    .pool(self.ids[slice])
+                    .expect("registered");
+                let places = pool.idle.iter().map(|lease| (lease.server, "idle"));
+                let places = places.chain(outside.held.iter().map(|lease| (lease.server, "held")));
+                for (server, place) in places {
+                    assert!(
+                        !self.closed.contains(&server),
+                        "closed server {server} still in {place}"
+                    );
+                    if let Some(other) = everywhere.insert(server, place) {
+                        panic!("server {server} is both {other} and {place}");
+                    }
+                }
+                servers += counts.servers();
+            }
+            assert_eq!(
+                self.budget.pool_budget.in_use(),
+                servers,
+                "budget drifted from servers"
+            );
+            assert!(servers <= self.budget.pool_budget.limit());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn servers_live_in_one_place_and_budget_holds(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut world = World::new();
+            for op in ops {
+                world.apply(op);
+                world.check();
+            }
+        }
+    }
+}
+
+#[test]
+fn budget_never_exceeded_by_slices_on_threads() {
+    const LIMIT: u32 = 5;
+    let shared = limits(LIMIT);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let mut slice = Slice::new(4);
+                let id = slice.register(&key("alice"), &shared).expect("register");
+                for round in 0..5_000u32 {
+                    if let Some(lease) = slice.checkout(id) {
+                        slice.checkin(id, lease, t0);
+                    } else if slice.try_open(id, t0) {
+                        assert!(shared.pool_budget.in_use() <= LIMIT);
+                        slice.opened(id, round, t0);
+                    }
+                    if round % 7 == 0 {
+                        if let Some(_lease) = slice.checkout(id) {
+                            slice.closed(id, t0);
+                        }
+                    }
+                }
+                let mut closing = Vec::new();
+                slice.drain(id);
+                slice.collect_closable(t0, &mut closing);
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("slice thread panicked");
+    }
+    assert_eq!(shared.pool_budget.in_use(), 0);
+}
+
+/// `cargo test -p pgtier-pool --release -- --ignored --nocapture checkout_checkin_cost`
+#[test]
+#[ignore = "timing, run by hand in release mode"]
+fn checkout_checkin_cost() {
+    const ROUNDS: u32 = 10_000_000;
+    let t0 = Instant::now();
+    let mut slice = Slice::new(16);
+    let id = slice
+        .register(&key("alice"), &limits(20))
+        .expect("register");
+    for server in 0..20 {
+        open_idle(&mut slice, id, server, t0);
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..ROUNDS {
+        let lease = slice.checkout(id).expect("idle server");
+        let outcome = slice.checkin(id, std::hint::black_box(lease), t0);
+        std::hint::black_box(outcome);
+    }
+    let per_cycle = started.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
+    println!("checkout + checkin: {per_cycle:.1} ns");
+    let started = std::time::Instant::now();
+    for waiter in 0..ROUNDS {
+        slice.park(id, waiter, t0, Some(t0 + secs(120)));
+        std::hint::black_box(slice.next_waiter(id));
+    }
+    let per_cycle = started.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
+    println!("park + next_waiter: {per_cycle:.1} ns");
+}

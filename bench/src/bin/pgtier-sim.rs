@@ -1,1 +1,222 @@
-fn main() {}
+//! `pgtier-sim`: runs the PLB simulator's grid or failure experiments and writes CSV, PNG
+//! and a Markdown summary.
+//!
+//! ```text
+//! pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--strategies LIST]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use pgtier_bench::sim::figures::{fault_figures, grid_figures};
+use pgtier_bench::sim::report::{fault_roles_csv, faults_csv, grid_csv};
+use pgtier_bench::sim::scenario::{FaultSpec, GridSpec, run_faults, run_grid};
+use pgtier_bench::sim::strategies::Strategy;
+use pgtier_bench::sim::summary::{fault_summary, grid_summary};
+
+const USAGE: &str =
+    "usage: pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--strategies LIST]
+
+  grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
+           PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
+  faults   the failure paper's class-local and cascading faults for PLB, 5RR, 3RR+2RR
+           (default 10 seeds)
+  all      both
+  --seeds N   repetitions per point
+  --out DIR   output directory (default bench/out)
+  --quick     a small grid / fewer seeds, for a smoke run
+  --strategies LIST   comma-separated, e.g. 5PLB,5RR,3RR+2RR,4RR+1RR,p2c,least_sessions
+                      (summary tables cover the papers' strategies; CSV and plots all)";
+
+#[derive(Debug)]
+struct Options {
+    grid: bool,
+    faults: bool,
+    seeds: Option<u64>,
+    out: PathBuf,
+    quick: bool,
+    strategies: Option<Vec<Strategy>>,
+}
+
+/// The replica budget of the papers' experiments (labels such as "5RR" name it).
+const REPLICAS: usize = 5;
+
+fn parse_strategies(list: &str) -> Result<Vec<Strategy>, String> {
+    list.split(',')
+        .map(|name| {
+            Strategy::parse(name.trim(), REPLICAS)
+                .ok_or_else(|| format!("--strategies: unknown strategy {name:?}"))
+        })
+        .collect()
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut it = args.iter();
+    let command = it.next().ok_or("missing command")?;
+    let (grid, faults) = match command.as_str() {
+        "grid" => (true, false),
+        "faults" => (false, true),
+        "all" => (true, true),
+        "-h" | "--help" => return Err(String::new()),
+        other => return Err(format!("unknown command {other:?}")),
+    };
+    let mut options = Options {
+        grid,
+        faults,
+        seeds: None,
+        out: default_out(),
+        quick: false,
+        strategies: None,
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--seeds" => {
+                let value = it.next().ok_or("--seeds needs a number")?;
+                let seeds: u64 = value
+                    .parse()
+                    .map_err(|_| format!("--seeds: {value:?} is not a number"))?;
+                if seeds == 0 {
+                    return Err("--seeds must be at least 1".into());
+                }
+                options.seeds = Some(seeds);
+            }
+            "--out" => options.out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
+            "--quick" => options.quick = true,
+            "--strategies" => {
+                let list = it.next().ok_or("--strategies needs a list")?;
+                options.strategies = Some(parse_strategies(list)?);
+            }
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    Ok(options)
+}
+
+/// `bench/out` of this crate when run through cargo, `./out` otherwise.
+fn default_out() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(|dir| PathBuf::from(dir).join("out"))
+        .unwrap_or_else(|| PathBuf::from("out"))
+}
+
+fn progress(total: u64, label: &str) -> ProgressBar {
+    // indicatif draws on stderr and stays hidden when stderr is not a terminal.
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("{msg:>7} [{bar:40}] {pos}/{len} runs ({eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(label.to_string());
+    bar
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), String> {
+    std::fs::write(path, contents).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn plots(result: Result<Vec<PathBuf>, String>) {
+    match result {
+        Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
+        Err(e) => eprintln!("plots skipped: {e}"),
+    }
+}
+
+fn run_grid_command(options: &Options) -> Result<(), String> {
+    let seeds = options.seeds.unwrap_or(if options.quick { 2 } else { 5 });
+    let mut spec = if options.quick {
+        GridSpec::quick(seeds)
+    } else {
+        GridSpec::paper(seeds)
+    };
+    if let Some(strategies) = &options.strategies {
+        spec.strategies = strategies.clone();
+    }
+    let replicas = spec.cluster.replicas;
+    let bar = progress(spec.run_count(), "grid");
+    let started = Instant::now();
+    let points = run_grid(&spec, &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    println!(
+        "grid: {} runs in {:.1} s",
+        spec.run_count(),
+        started.elapsed().as_secs_f64()
+    );
+    write(&options.out.join("grid.csv"), &grid_csv(&points, replicas))?;
+    let summary = grid_summary(&points, replicas);
+    write(&options.out.join("grid_summary.md"), &summary)?;
+    println!("\n{summary}");
+    plots(grid_figures(&points, replicas, &options.out));
+    Ok(())
+}
+
+fn run_faults_command(options: &Options) -> Result<(), String> {
+    let seeds = options.seeds.unwrap_or(if options.quick { 3 } else { 10 });
+    let mut spec = FaultSpec::paper(seeds);
+    if let Some(strategies) = &options.strategies {
+        spec.strategies = strategies.clone();
+    }
+    let replicas = spec.cluster.replicas;
+    let bar = progress(spec.run_count(), "faults");
+    let started = Instant::now();
+    let points = run_faults(&spec, &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    println!(
+        "faults: {} runs in {:.1} s",
+        spec.run_count(),
+        started.elapsed().as_secs_f64()
+    );
+    write(
+        &options.out.join("faults.csv"),
+        &faults_csv(&points, replicas),
+    )?;
+    write(
+        &options.out.join("fault_roles.csv"),
+        &fault_roles_csv(&points, replicas),
+    )?;
+    let summary = fault_summary(&points, replicas);
+    write(&options.out.join("faults_summary.md"), &summary)?;
+    println!("\n{summary}");
+    plots(fault_figures(&points, replicas, &options.out));
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("pgtier-sim: {message}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&options.out) {
+        eprintln!("pgtier-sim: {}: {e}", options.out.display());
+        return ExitCode::FAILURE;
+    }
+    let result = (if options.grid {
+        run_grid_command(&options)
+    } else {
+        Ok(())
+    })
+    .and_then(|()| {
+        if options.faults {
+            run_faults_command(&options)
+        } else {
+            Ok(())
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pgtier-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

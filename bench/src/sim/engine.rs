@@ -1,0 +1,724 @@
+//! The discrete-event engine: sessions arrive, are admitted through a `Router`, run their
+//! queries on processor-sharing replicas, think, and leave; replicas fail and rejoin on a
+//! schedule. Everything is a function of the run's configuration and seed.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::rng::SimRng;
+use super::router::{ReplicaIndex, Router};
+use super::server::{PsServer, QueryId};
+use super::workload::{Class, ClusterConfig, SessionEnd, WorkloadConfig};
+
+/// A replica failing or coming back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Fail-stop: the replica's sessions and queries are lost.
+    Down,
+    /// The replica is reachable again, empty.
+    Rejoin,
+}
+
+/// One scheduled failure event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultEvent {
+    /// When it happens.
+    pub at_s: f64,
+    /// Which replica.
+    pub replica: ReplicaIndex,
+    /// What happens.
+    pub action: FaultAction,
+}
+
+/// An observation interval over which metrics are reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// Label for tables and plots ("pre", "one-down", ...).
+    pub name: String,
+    /// Inclusive start.
+    pub start_s: f64,
+    /// Exclusive end.
+    pub end_s: f64,
+}
+
+/// Everything that defines one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// The replicas.
+    pub cluster: ClusterConfig,
+    /// The clients.
+    pub workload: WorkloadConfig,
+    /// Failure schedule, in the order the router observes it.
+    pub faults: Vec<FaultEvent>,
+    /// Observation intervals.
+    pub phases: Vec<Phase>,
+    /// The simulation stops here.
+    pub end_s: f64,
+    /// Seed of every random stream of the run.
+    pub seed: u64,
+}
+
+/// Raw observations of one phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseObservations {
+    /// The interval.
+    pub phase: Phase,
+    /// Latencies of queries completed in the phase, per class (index `Class::index`).
+    pub latencies_s: [Vec<f64>; 2],
+    /// Per replica: busy-core fraction over the phase, None if it was down at some point.
+    pub busy_fraction: Vec<Option<f64>>,
+    /// Sessions admitted in the phase, per class.
+    pub admitted: [u64; 2],
+    /// Sessions that could not be placed (no replica up), per class.
+    pub rejected: [u64; 2],
+    /// Sessions killed by a replica failure in the phase, per class.
+    pub lost: [u64; 2],
+    /// Observed lifetimes (arrival to close) of sessions closing normally in the phase.
+    pub session_lifetimes_s: [Vec<f64>; 2],
+}
+
+/// Everything one run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunObservations {
+    /// One entry per configured phase, in order.
+    pub phases: Vec<PhaseObservations>,
+    /// Sessions the router placed on a replica that was down (must stay 0).
+    pub placements_on_down_replica: u64,
+    /// Events processed (for performance reporting).
+    pub events: u64,
+    /// The router's role labels after each fault event and at each phase boundary.
+    pub role_trace: Vec<(f64, Vec<String>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventKind {
+    Fault(usize),
+    Boundary(usize),
+    Arrival,
+    QueryDone {
+        replica: ReplicaIndex,
+        generation: u64,
+    },
+    ThinkDone(usize),
+    LifetimeEnd(usize),
+}
+
+impl EventKind {
+    /// At equal times faults apply first (so a phase starting at a fault already sees the
+    /// new survivor set), then boundaries snapshot, then client activity.
+    fn priority(self) -> u8 {
+        match self {
+            EventKind::Fault(_) => 0,
+            EventKind::Boundary(_) => 1,
+            _ => 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    at_s: f64,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    /// Reversed so that `BinaryHeap` pops the earliest event first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .at_s
+            .total_cmp(&self.at_s)
+            .then(other.kind.priority().cmp(&self.kind.priority()))
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SessionState {
+    /// Between queries.
+    Thinking,
+    /// A query started at `started_s` is running; `expired` once the lifetime ran out.
+    Running { started_s: f64, expired: bool },
+    /// Gone (ended, or lost with its replica).
+    Closed,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    class: Class,
+    replica: ReplicaIndex,
+    arrived_s: f64,
+    state: SessionState,
+    /// Per-session stream for demands and think times, so strategies compared under the
+    /// same seed see the same work (common random numbers).
+    rng: SimRng,
+}
+
+/// Random stream identifiers.
+const STREAM_ARRIVALS: u64 = 1;
+const STREAM_SESSIONS: u64 = 2;
+
+/// A run in progress.
+struct Engine<'a> {
+    config: &'a RunConfig,
+    router: &'a mut dyn Router,
+    now_s: f64,
+    seq: u64,
+    queue: BinaryHeap<Event>,
+    servers: Vec<PsServer>,
+    up: Vec<bool>,
+    sessions: Vec<Session>,
+    arrivals: SimRng,
+    boundaries_s: Vec<f64>,
+    busy_at_boundary: Vec<Vec<f64>>,
+    out: RunObservations,
+}
+
+/// Runs one simulation to `config.end_s` with `router` deciding placements.
+pub fn run(config: &RunConfig, router: &mut dyn Router) -> RunObservations {
+    let mut engine = Engine::new(config, router);
+    engine.schedule_initial();
+    while let Some(event) = engine.queue.pop() {
+        if event.at_s > config.end_s {
+            break;
+        }
+        engine.now_s = event.at_s;
+        engine.out.events += 1;
+        engine.handle(event.kind);
+    }
+    engine.finish()
+}
+
+impl<'a> Engine<'a> {
+    fn new(config: &'a RunConfig, router: &'a mut dyn Router) -> Self {
+        let k = config.cluster.replicas;
+        let mut boundaries_s: Vec<f64> = config
+            .phases
+            .iter()
+            .flat_map(|p| [p.start_s, p.end_s])
+            .collect();
+        boundaries_s.sort_by(f64::total_cmp);
+        boundaries_s.dedup();
+        let phases = config
+            .phases
+            .iter()
+            .map(|phase| PhaseObservations {
+                phase: phase.clone(),
+                latencies_s: [Vec::new(), Vec::new()],
+                busy_fraction: vec![None; k],
+                admitted: [0; 2],
+                rejected: [0; 2],
+                lost: [0; 2],
+                session_lifetimes_s: [Vec::new(), Vec::new()],
+            })
+            .collect();
+        Self {
+            config,
+            router,
+            now_s: 0.0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            servers: (0..k)
+                .map(|_| {
+                    PsServer::with_parallelism(
+                        config.cluster.cores_per_replica,
+                        config.cluster.query_parallelism,
+                    )
+                })
+                .collect(),
+            up: vec![true; k],
+            sessions: Vec::new(),
+            arrivals: SimRng::derive(config.seed, STREAM_ARRIVALS),
+            busy_at_boundary: vec![Vec::new(); boundaries_s.len()],
+            boundaries_s,
+            out: RunObservations {
+                phases,
+                placements_on_down_replica: 0,
+                events: 0,
+                role_trace: Vec::new(),
+            },
+        }
+    }
+
+    fn push(&mut self, at_s: f64, kind: EventKind) {
+        self.seq += 1;
+        self.queue.push(Event {
+            at_s,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    fn schedule_initial(&mut self) {
+        for (i, fault) in self.config.faults.iter().enumerate() {
+            self.push(fault.at_s, EventKind::Fault(i));
+        }
+        for i in 0..self.boundaries_s.len() {
+            self.push(self.boundaries_s[i], EventKind::Boundary(i));
+        }
+        self.schedule_next_arrival();
+    }
+
+    fn schedule_next_arrival(&mut self) {
+        let rate = self.config.workload.arrival_rate_per_s();
+        if rate <= 0.0 {
+            return;
+        }
+        let at_s = self.now_s + self.arrivals.exponential(1.0 / rate);
+        if at_s < self.config.workload.arrivals_until_s {
+            self.push(at_s, EventKind::Arrival);
+        }
+    }
+
+    fn handle(&mut self, kind: EventKind) {
+        match kind {
+            EventKind::Fault(i) => self.on_fault(i),
+            EventKind::Boundary(i) => self.on_boundary(i),
+            EventKind::Arrival => self.on_arrival(),
+            EventKind::QueryDone {
+                replica,
+                generation,
+            } => self.on_query_done(replica, generation),
+            EventKind::ThinkDone(s) => self.on_think_done(s),
+            EventKind::LifetimeEnd(s) => self.on_lifetime_end(s),
+        }
+    }
+
+    /// Indices of the phases containing the current time.
+    fn current_phases(&self) -> Vec<usize> {
+        let now = self.now_s;
+        self.config
+            .phases
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.start_s <= now && now < p.end_s)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn on_arrival(&mut self) {
+        self.schedule_next_arrival();
+        let workload = &self.config.workload;
+        let class = if self.arrivals.bernoulli(workload.premium_share) {
+            Class::Premium
+        } else {
+            Class::Freemium
+        };
+        let (low, high) = workload.lifetime_range_s;
+        let lifetime_s = self.arrivals.uniform(low, high);
+        let session_seed = self.arrivals.next_u64();
+        let Some(replica) = self.router.admit(class) else {
+            for p in self.current_phases() {
+                self.out.phases[p].rejected[class.index()] += 1;
+            }
+            return;
+        };
+        if !self.up.get(replica).copied().unwrap_or(false) {
+            self.out.placements_on_down_replica += 1;
+            return;
+        }
+        for p in self.current_phases() {
+            self.out.phases[p].admitted[class.index()] += 1;
+        }
+        let id = self.sessions.len();
+        self.sessions.push(Session {
+            class,
+            replica,
+            arrived_s: self.now_s,
+            state: SessionState::Thinking,
+            rng: SimRng::derive(session_seed, STREAM_SESSIONS),
+        });
+        self.push(self.now_s + lifetime_s, EventKind::LifetimeEnd(id));
+        self.start_query(id);
+    }
+
+    fn start_query(&mut self, id: usize) {
+        let demand_s = {
+            let session = &mut self.sessions[id];
+            session.state = SessionState::Running {
+                started_s: self.now_s,
+                expired: false,
+            };
+            self.config.workload.demand.sample(&mut session.rng)
+        };
+        let replica = self.sessions[id].replica;
+        self.servers[replica].start(QueryId(id as u32), demand_s, self.now_s);
+        self.schedule_completion(replica);
+    }
+
+    fn schedule_completion(&mut self, replica: ReplicaIndex) {
+        let server = &self.servers[replica];
+        if let Some(at_s) = server.next_completion_s() {
+            let generation = server.generation();
+            self.push(
+                at_s,
+                EventKind::QueryDone {
+                    replica,
+                    generation,
+                },
+            );
+        }
+    }
+
+    fn on_query_done(&mut self, replica: ReplicaIndex, generation: u64) {
+        if self.servers[replica].generation() != generation {
+            return; // the running set changed since this completion was computed
+        }
+        let Some(QueryId(id)) = self.servers[replica].complete_next(self.now_s) else {
+            return;
+        };
+        self.schedule_completion(replica);
+        let id = id as usize;
+        let SessionState::Running { started_s, expired } = self.sessions[id].state else {
+            return;
+        };
+        let class = self.sessions[id].class;
+        for p in self.current_phases() {
+            self.out.phases[p].latencies_s[class.index()].push(self.now_s - started_s);
+        }
+        if expired {
+            self.close(id);
+            return;
+        }
+        self.sessions[id].state = SessionState::Thinking;
+        let think_mean_s = self.config.workload.think_mean_s;
+        let think_s = self.sessions[id].rng.exponential(think_mean_s);
+        self.push(self.now_s + think_s, EventKind::ThinkDone(id));
+    }
+
+    fn on_think_done(&mut self, id: usize) {
+        if self.sessions[id].state == SessionState::Thinking {
+            self.start_query(id);
+        }
+    }
+
+    fn on_lifetime_end(&mut self, id: usize) {
+        match self.sessions[id].state {
+            SessionState::Thinking => self.close(id),
+            SessionState::Running { started_s, .. } => match self.config.workload.session_end {
+                SessionEnd::AfterRunningQuery => {
+                    self.sessions[id].state = SessionState::Running {
+                        started_s,
+                        expired: true,
+                    };
+                }
+                SessionEnd::AtLifetime => self.abandon_running_query(id),
+            },
+            SessionState::Closed => {}
+        }
+    }
+
+    /// Closes a session whose lifetime ended mid-query, dropping the query unmeasured.
+    fn abandon_running_query(&mut self, id: usize) {
+        let replica = self.sessions[id].replica;
+        self.servers[replica].remove(QueryId(id as u32), self.now_s);
+        self.schedule_completion(replica);
+        self.close(id);
+    }
+
+    fn close(&mut self, id: usize) {
+        let session = &mut self.sessions[id];
+        session.state = SessionState::Closed;
+        let (class, replica, lifetime_s) = (
+            session.class,
+            session.replica,
+            self.now_s - session.arrived_s,
+        );
+        self.router.release(replica, class);
+        for p in self.current_phases() {
+            self.out.phases[p].session_lifetimes_s[class.index()].push(lifetime_s);
+        }
+    }
+
+    fn on_fault(&mut self, i: usize) {
+        let fault = self.config.faults[i];
+        let r = fault.replica;
+        match fault.action {
+            FaultAction::Down => {
+                if !self.up[r] {
+                    return;
+                }
+                self.up[r] = false;
+                self.servers[r].abort_all(self.now_s);
+                let lost = self.kill_sessions_on(r);
+                self.router.replica_down(r, &lost);
+            }
+            FaultAction::Rejoin => {
+                if self.up[r] {
+                    return;
+                }
+                self.servers[r].advance(self.now_s);
+                self.up[r] = true;
+                self.router.replica_up(r);
+            }
+        }
+        self.out
+            .role_trace
+            .push((self.now_s, self.router.role_labels()));
+    }
+
+    /// Terminates every open session on replica `r`; returns their classes.
+    fn kill_sessions_on(&mut self, r: ReplicaIndex) -> Vec<Class> {
+        let phases = self.current_phases();
+        let mut lost = Vec::new();
+        for session in self.sessions.iter_mut() {
+            if session.replica == r && session.state != SessionState::Closed {
+                session.state = SessionState::Closed;
+                lost.push(session.class);
+                for &p in &phases {
+                    self.out.phases[p].lost[session.class.index()] += 1;
+                }
+            }
+        }
+        lost
+    }
+
+    fn on_boundary(&mut self, i: usize) {
+        let now_s = self.now_s;
+        self.out.role_trace.push((now_s, self.router.role_labels()));
+        for server in self.servers.iter_mut() {
+            server.advance(now_s);
+        }
+        self.busy_at_boundary[i] = self.servers.iter().map(PsServer::busy_core_s).collect();
+    }
+
+    fn finish(mut self) -> RunObservations {
+        let cores = self.config.cluster.cores_per_replica;
+        for p in 0..self.out.phases.len() {
+            let phase = self.out.phases[p].phase.clone();
+            let (Some(a), Some(b)) = (
+                self.boundary_index(phase.start_s),
+                self.boundary_index(phase.end_s),
+            ) else {
+                continue;
+            };
+            let (start, end) = (&self.busy_at_boundary[a], &self.busy_at_boundary[b]);
+            if start.is_empty() || end.is_empty() {
+                continue; // the phase lies beyond the end of the run
+            }
+            let span = (phase.end_s - phase.start_s) * cores;
+            for r in 0..self.servers.len() {
+                if alive_throughout(&self.config.faults, r, phase.start_s, phase.end_s) {
+                    self.out.phases[p].busy_fraction[r] = Some((end[r] - start[r]) / span);
+                }
+            }
+        }
+        self.out
+    }
+
+    fn boundary_index(&self, t: f64) -> Option<usize> {
+        self.boundaries_s.iter().position(|&b| b == t)
+    }
+}
+
+/// Whether `replica` is up during the whole of [start_s, end_s) under `faults`.
+pub fn alive_throughout(
+    faults: &[FaultEvent],
+    replica: ReplicaIndex,
+    start_s: f64,
+    end_s: f64,
+) -> bool {
+    let mut up = true;
+    for fault in faults.iter().filter(|f| f.replica == replica) {
+        if fault.at_s <= start_s {
+            up = fault.action == FaultAction::Rejoin;
+        } else if fault.at_s < end_s {
+            return false;
+        }
+    }
+    up
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::workload::DemandModel;
+
+    /// Test fixture (not a strategy of the papers): every session on the least-numbered
+    /// replica that is up, counting what it is told.
+    struct FirstUp {
+        up: Vec<bool>,
+        active: Vec<i64>,
+        lost: usize,
+    }
+
+    impl FirstUp {
+        fn new(k: usize) -> Self {
+            Self {
+                up: vec![true; k],
+                active: vec![0; k],
+                lost: 0,
+            }
+        }
+    }
+
+    impl Router for FirstUp {
+        fn admit(&mut self, _class: Class) -> Option<ReplicaIndex> {
+            let r = self.up.iter().position(|&u| u)?;
+            self.active[r] += 1;
+            Some(r)
+        }
+        fn release(&mut self, replica: ReplicaIndex, _class: Class) {
+            self.active[replica] -= 1;
+            assert!(self.active[replica] >= 0);
+        }
+        fn replica_down(&mut self, replica: ReplicaIndex, lost: &[Class]) {
+            self.up[replica] = false;
+            self.lost += lost.len();
+            self.active[replica] = 0;
+        }
+        fn replica_up(&mut self, replica: ReplicaIndex) {
+            self.up[replica] = true;
+        }
+        fn role_labels(&self) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    fn config(terminals: f64, end_s: f64, seed: u64) -> RunConfig {
+        let mut workload = WorkloadConfig::paper(terminals, 0.5);
+        workload.arrivals_until_s = end_s;
+        RunConfig {
+            cluster: ClusterConfig {
+                replicas: 2,
+                cores_per_replica: 4.0,
+                query_parallelism: 1.0,
+            },
+            workload,
+            faults: Vec::new(),
+            phases: vec![Phase {
+                name: "all".into(),
+                start_s: 0.0,
+                end_s,
+            }],
+            end_s,
+            seed,
+        }
+    }
+
+    #[test]
+    fn poisson_arrival_count_matches_rate() {
+        // λ = 900 / 180 = 5 per second over 400 s: 2000 expected, σ ≈ 45.
+        let cfg = config(900.0, 400.0, 11);
+        let obs = run(&cfg, &mut FirstUp::new(2));
+        let admitted: u64 = obs.phases[0].admitted.iter().sum();
+        assert!((1850..=2150).contains(&admitted), "{admitted} arrivals");
+        // Premium share 0.5.
+        let premium = obs.phases[0].admitted[0] as f64 / admitted as f64;
+        assert!((premium - 0.5).abs() < 0.05, "premium share {premium}");
+    }
+
+    #[test]
+    fn same_seed_same_run_different_seed_different_run() {
+        let a = run(&config(300.0, 120.0, 5), &mut FirstUp::new(2));
+        let b = run(&config(300.0, 120.0, 5), &mut FirstUp::new(2));
+        let c = run(&config(300.0, 120.0, 6), &mut FirstUp::new(2));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    /// A few sessions, no think time, a single template of demand 2 s without variation, on
+    /// a replica with spare cores: every query takes exactly 2 s.
+    #[test]
+    fn unloaded_latency_equals_demand() {
+        let mut cfg = config(0.0, 60.0, 1);
+        cfg.workload.terminals = 1.0;
+        cfg.workload.arrival_period_s = 1.0; // one arrival per second on average
+        cfg.workload.arrivals_until_s = 5.0;
+        cfg.workload.think_mean_s = 0.0;
+        cfg.cluster.cores_per_replica = 100.0;
+        cfg.workload.demand = DemandModel {
+            relative_medians: vec![1.0],
+            sigma: 0.0,
+            mean_demand_s: 2.0,
+        };
+        let obs = run(&cfg, &mut FirstUp::new(2));
+        let latencies = &obs.phases[0].latencies_s;
+        let all: Vec<f64> = latencies.iter().flatten().copied().collect();
+        assert!(!all.is_empty());
+        for l in all {
+            assert!((l - 2.0).abs() < 1e-9, "{l}");
+        }
+    }
+
+    #[test]
+    fn failure_kills_sessions_and_survivors_exclude_the_dead_replica() {
+        let mut cfg = config(600.0, 100.0, 3);
+        cfg.faults = vec![
+            FaultEvent {
+                at_s: 40.0,
+                replica: 0,
+                action: FaultAction::Down,
+            },
+            FaultEvent {
+                at_s: 70.0,
+                replica: 0,
+                action: FaultAction::Rejoin,
+            },
+        ];
+        cfg.phases = vec![
+            Phase {
+                name: "pre".into(),
+                start_s: 20.0,
+                end_s: 40.0,
+            },
+            Phase {
+                name: "down".into(),
+                start_s: 40.0,
+                end_s: 70.0,
+            },
+            Phase {
+                name: "after".into(),
+                start_s: 70.0,
+                end_s: 100.0,
+            },
+        ];
+        let mut router = FirstUp::new(2);
+        let obs = run(&cfg, &mut router);
+        assert!(router.lost > 0);
+        assert_eq!(obs.placements_on_down_replica, 0);
+        let down = &obs.phases[1];
+        assert_eq!(down.lost.iter().sum::<u64>() as usize, router.lost);
+        assert!(down.busy_fraction[0].is_none());
+        assert!(down.busy_fraction[1].unwrap() > 0.0);
+        // Before the failure everything ran on replica 0.
+        assert!(obs.phases[0].busy_fraction[0].unwrap() > 0.0);
+        assert_eq!(obs.phases[0].busy_fraction[1], Some(0.0));
+    }
+
+    #[test]
+    fn alive_throughout_reads_the_schedule() {
+        let faults = [
+            FaultEvent {
+                at_s: 10.0,
+                replica: 1,
+                action: FaultAction::Down,
+            },
+            FaultEvent {
+                at_s: 20.0,
+                replica: 1,
+                action: FaultAction::Rejoin,
+            },
+        ];
+        assert!(alive_throughout(&faults, 0, 0.0, 30.0));
+        assert!(alive_throughout(&faults, 1, 0.0, 10.0));
+        assert!(!alive_throughout(&faults, 1, 0.0, 15.0));
+        assert!(!alive_throughout(&faults, 1, 10.0, 20.0));
+        assert!(alive_throughout(&faults, 1, 20.0, 30.0));
+    }
+}

@@ -1,0 +1,21 @@
+//! A discrete-event simulator of PLB and its baselines on a replica cluster (issue 4 item 6,
+//! issue 5 item 5), driving the same `pgtier_policy` code as the proxy.
+//!
+//! Layers, bottom up: `rng` (deterministic randomness), `server` (processor sharing),
+//! `workload` (what clients do), `router` (the engine's view of a strategy), `engine` (the
+//! event loop), `strategies` (adapters onto `pgtier_policy`), `stats` and `scenario`
+//! (summaries over seeds, the paper's grid and failure scenarios), `report` (CSV), `plot`
+//! (PNG), `figures` (which plots the CLI draws).
+
+pub mod engine;
+pub mod figures;
+pub mod plot;
+pub mod report;
+pub mod rng;
+pub mod router;
+pub mod scenario;
+pub mod server;
+pub mod stats;
+pub mod strategies;
+pub mod summary;
+pub mod workload;

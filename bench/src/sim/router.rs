@@ -1,0 +1,34 @@
+//! The narrow interface through which the engine asks a routing strategy where a session
+//! goes. Adapters in `strategies` implement it on top of `pgtier_policy`, so the simulator
+//! never re-implements a policy; the engine only knows this trait.
+
+use super::workload::Class;
+
+/// Index of a replica, 0..K.
+pub type ReplicaIndex = usize;
+
+/// A session-level routing strategy as the engine sees it.
+pub trait Router {
+    /// Chooses the replica for a new session of `class`, or None when no replica can take
+    /// it (every replica is down). The strategy counts the session as active on it.
+    fn admit(&mut self, class: Class) -> Option<ReplicaIndex>;
+
+    /// A session of `class` on `replica` ended normally.
+    fn release(&mut self, replica: ReplicaIndex, class: Class);
+
+    /// `replica` failed; `lost` lists the classes of the sessions that were on it, which the
+    /// engine has already terminated (they are never released through `release`).
+    fn replica_down(&mut self, replica: ReplicaIndex, lost: &[Class]);
+
+    /// `replica` is reachable again and empty.
+    fn replica_up(&mut self, replica: ReplicaIndex);
+
+    /// The current role of each replica, as labels for traces.
+    fn role_labels(&self) -> Vec<String>;
+
+    /// Role changes the strategy decided but its role table refused; a sequential simulation
+    /// must see none (each decision is applied before the next is made).
+    fn refused_role_changes(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,356 @@
+//! The strategies compared by the simulator, as thin adapters from the engine's `Router`
+//! trait onto `pgtier_policy`: the decisions are the policy crate's, the adapters only keep
+//! the per-replica session counters and apply the role changes the policy returns, as the
+//! proxy's control shard does.
+
+use pgtier_policy::{
+    Admission, Dedicated, Draw, P2c, Plb, PlbParams, ReplicaId, ReplicaLoad, RoleChange, RoleTable,
+    ServiceClass, SplitMix64, Strategy as PolicyStrategy,
+};
+
+use super::router::{ReplicaIndex, Router};
+use super::workload::Class;
+
+/// A routing strategy of the papers' comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// KPLB with the paper's configuration for K = 5.
+    Plb,
+    /// KRR: one shared round-robin pool.
+    RoundRobin,
+    /// rRR+fRR: `premium` replicas dedicated to premium, the next `freemium` to freemium.
+    Dedicated {
+        /// Premium replicas (the first ones).
+        premium: usize,
+        /// Freemium replicas (the following ones).
+        freemium: usize,
+    },
+    /// Power of two choices on active sessions (equal weights); not in the papers.
+    PowerOfTwoChoices,
+    /// Fewest active sessions; not in the papers.
+    LeastSessions,
+}
+
+impl Strategy {
+    /// PLB, 5RR, 3RR+2RR and 4RR+1RR: the comparisons of the PLB paper.
+    pub fn paper_set() -> Vec<Strategy> {
+        vec![
+            Strategy::Plb,
+            Strategy::RoundRobin,
+            Strategy::Dedicated {
+                premium: 3,
+                freemium: 2,
+            },
+            Strategy::Dedicated {
+                premium: 4,
+                freemium: 1,
+            },
+        ]
+    }
+
+    /// The paper's name for the strategy on `replicas` replicas ("5PLB", "5RR", "3RR+2RR").
+    pub fn label(self, replicas: usize) -> String {
+        match self {
+            Strategy::Plb => format!("{replicas}PLB"),
+            Strategy::RoundRobin => format!("{replicas}RR"),
+            Strategy::Dedicated { premium, freemium } => format!("{premium}RR+{freemium}RR"),
+            Strategy::PowerOfTwoChoices => "p2c".to_string(),
+            Strategy::LeastSessions => "least_sessions".to_string(),
+        }
+    }
+
+    /// Parses a label as printed by `label` (case-insensitive, K must match `replicas`).
+    pub fn parse(text: &str, replicas: usize) -> Option<Strategy> {
+        let text = text.to_ascii_uppercase();
+        if text == "PLB" || text == format!("{replicas}PLB") {
+            return Some(Strategy::Plb);
+        }
+        if text == "RR" || text == format!("{replicas}RR") {
+            return Some(Strategy::RoundRobin);
+        }
+        if text == "P2C" {
+            return Some(Strategy::PowerOfTwoChoices);
+        }
+        if text == "LEAST_SESSIONS" {
+            return Some(Strategy::LeastSessions);
+        }
+        let (p, f) = text.split_once('+')?;
+        let premium = p.strip_suffix("RR")?.parse().ok()?;
+        let freemium = f.strip_suffix("RR")?.parse().ok()?;
+        (premium + freemium == replicas).then_some(Strategy::Dedicated { premium, freemium })
+    }
+}
+
+fn service_class(class: Class) -> ServiceClass {
+    match class {
+        Class::Premium => ServiceClass::Premium,
+        Class::Freemium => ServiceClass::Freemium,
+    }
+}
+
+fn replica_ids(range: std::ops::Range<usize>) -> Result<Vec<ReplicaId>, String> {
+    range
+        .map(|i| ReplicaId::from_index(i).ok_or_else(|| format!("replica {i} is out of range")))
+        .collect()
+}
+
+/// Builds the router of `strategy` for `replicas` replicas.
+pub fn build_router(strategy: Strategy, replicas: usize) -> Result<Box<dyn Router>, String> {
+    Ok(Box::new(PolicyRouter::new(strategy, replicas)?))
+}
+
+/// A `pgtier_policy::Strategy` driven as the proxy drives it: this adapter owns the role
+/// table and the per-replica session counters, applies the role changes each decision
+/// returns, and keeps the round-robin tickets.
+pub struct PolicyRouter {
+    strategy: PolicyStrategy,
+    table: RoleTable,
+    loads: Vec<ReplicaLoad>,
+    /// Round-robin positions: one shared (KRR) or one per class (rRR+fRR), as the policy
+    /// crate asks.
+    tickets: [u64; 2],
+    per_class_tickets: bool,
+    /// Random bits for p2c, seeded per router so runs stay deterministic.
+    random: SplitMix64,
+    /// Role changes the table refused (must stay 0: decisions and applies are sequential).
+    pub conflicts: u64,
+    /// Role changes applied, by admissions and by failure handling.
+    pub role_changes: u64,
+}
+
+impl PolicyRouter {
+    /// The router of `strategy` on `replicas` replicas. PLB uses the paper's layout
+    /// generalised to K: R_P = the first ⌊2K/5⌋ replicas, R_F = the next ⌊2K/5⌋, Mixed the
+    /// rest ((2, 2, 1) for K = 5), with `PlbParams::PAPER`. rRR+fRR dedicates the first r
+    /// replicas to premium and the next f to freemium.
+    pub fn new(strategy: Strategy, replicas: usize) -> Result<Self, String> {
+        let (policy, table, per_class_tickets) = match strategy {
+            Strategy::Plb => return Self::plb(PlbParams::PAPER, replicas),
+            Strategy::RoundRobin => (
+                PolicyStrategy::RoundRobin,
+                RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
+                false,
+            ),
+            Strategy::Dedicated { premium, freemium } => {
+                if premium + freemium != replicas {
+                    return Err(format!(
+                        "{} needs exactly {replicas} replicas",
+                        strategy.label(replicas)
+                    ));
+                }
+                let premium_ids = replica_ids(0..premium)?;
+                let freemium_ids = replica_ids(premium..replicas)?;
+                let dedicated = Dedicated::new(replicas, &premium_ids, &freemium_ids)
+                    .map_err(|e| e.to_string())?;
+                (
+                    PolicyStrategy::Dedicated(dedicated),
+                    RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
+                    true,
+                )
+            }
+            Strategy::PowerOfTwoChoices => (
+                PolicyStrategy::P2c(P2c::uniform()),
+                RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
+                false,
+            ),
+            Strategy::LeastSessions => (
+                PolicyStrategy::LeastSessions,
+                RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
+                false,
+            ),
+        };
+        Ok(Self::with(policy, table, per_class_tickets))
+    }
+
+    /// PLB with other parameters on the paper's layout (for sensitivity studies).
+    pub fn plb(params: PlbParams, replicas: usize) -> Result<Self, String> {
+        let pool = (2 * replicas / 5).max(1);
+        let premium = replica_ids(0..pool)?;
+        let freemium = replica_ids(pool..(2 * pool).min(replicas))?;
+        let table = RoleTable::new(replicas, &premium, &freemium).map_err(|e| e.to_string())?;
+        let plb = Plb::new(params, &table).map_err(|e| e.to_string())?;
+        Ok(Self::with(PolicyStrategy::Plb(plb), table, false))
+    }
+
+    fn with(strategy: PolicyStrategy, table: RoleTable, per_class_tickets: bool) -> Self {
+        let replicas = table.len();
+        Self {
+            strategy,
+            table,
+            loads: vec![ReplicaLoad::default(); replicas],
+            tickets: [0; 2],
+            per_class_tickets,
+            random: SplitMix64::new(0x9C2),
+            conflicts: 0,
+            role_changes: 0,
+        }
+    }
+
+    fn apply(&mut self, changes: &[RoleChange]) {
+        let PolicyStrategy::Plb(plb) = &self.strategy else {
+            return; // only PLB returns role changes
+        };
+        let params = *plb.params();
+        for change in changes {
+            match self.table.apply(change, &params) {
+                Ok(()) => self.role_changes += 1,
+                Err(_) => self.conflicts += 1,
+            }
+        }
+    }
+
+    fn next_draw(&mut self, class: ServiceClass) -> Draw {
+        let slot = match (self.per_class_tickets, class) {
+            (true, ServiceClass::Freemium) => 1,
+            _ => 0,
+        };
+        let ticket = self.tickets[slot];
+        self.tickets[slot] += 1;
+        Draw {
+            ticket,
+            random: self.random.next_u64(),
+        }
+    }
+
+    /// The role table now.
+    pub fn table(&self) -> &RoleTable {
+        &self.table
+    }
+
+    /// Active sessions per replica as the policy sees them.
+    pub fn loads(&self) -> &[ReplicaLoad] {
+        &self.loads
+    }
+}
+
+impl Router for PolicyRouter {
+    fn admit(&mut self, class: Class) -> Option<ReplicaIndex> {
+        let class = service_class(class);
+        let draw = self.next_draw(class);
+        let Admission {
+            replica,
+            role_changes,
+            ..
+        } = self
+            .strategy
+            .route(&self.table, &self.loads, class, draw)
+            .ok()?;
+        self.apply(role_changes.as_slice());
+        self.loads.get_mut(replica.index())?.admitted(class).ok()?;
+        Some(replica.index())
+    }
+
+    fn release(&mut self, replica: ReplicaIndex, class: Class) {
+        if let Some(load) = self.loads.get_mut(replica) {
+            let released = load.released(service_class(class));
+            debug_assert!(
+                released.is_ok(),
+                "released a session the policy never counted"
+            );
+        }
+    }
+
+    fn replica_down(&mut self, replica: ReplicaIndex, _lost: &[Class]) {
+        let Some(id) = ReplicaId::from_index(replica) else {
+            return;
+        };
+        // The lost sessions are gone: the replica's counters drop to zero with them, before
+        // repair looks at the loads.
+        if let Some(load) = self.loads.get_mut(replica) {
+            *load = ReplicaLoad::default();
+        }
+        if let Ok(changes) = self.strategy.handle_down(&mut self.table, id, &self.loads) {
+            self.role_changes += changes.len() as u64;
+        }
+    }
+
+    fn replica_up(&mut self, replica: ReplicaIndex) {
+        let Some(id) = ReplicaId::from_index(replica) else {
+            return;
+        };
+        if let Ok(changes) = self
+            .strategy
+            .handle_rejoin(&mut self.table, id, &self.loads)
+        {
+            self.role_changes += changes.len() as u64;
+        }
+    }
+
+    fn role_labels(&self) -> Vec<String> {
+        self.table.roles().iter().map(|r| r.to_string()).collect()
+    }
+
+    fn refused_role_changes(&self) -> u64 {
+        self.conflicts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_round_trip() {
+        let extra = [Strategy::PowerOfTwoChoices, Strategy::LeastSessions];
+        for s in Strategy::paper_set().into_iter().chain(extra) {
+            assert_eq!(Strategy::parse(&s.label(5), 5), Some(s));
+        }
+        assert_eq!(Strategy::parse("2RR+2RR", 5), None);
+    }
+
+    #[test]
+    fn plb_starts_from_the_papers_layout_and_counts_sessions() {
+        let mut router = PolicyRouter::new(Strategy::Plb, 5).expect("router");
+        assert_eq!(router.table().vector().premium, 2);
+        assert_eq!(router.table().vector().freemium, 2);
+        assert_eq!(router.table().vector().mixed, 1);
+        let r = router.admit(Class::Premium).expect("placed");
+        assert!(r < 2, "premium goes to R_P first");
+        assert_eq!(router.loads()[r].premium, 1);
+        router.release(r, Class::Premium);
+        assert_eq!(router.loads()[r].premium, 0);
+    }
+
+    #[test]
+    fn baselines_skip_a_down_replica() {
+        for strategy in [
+            Strategy::RoundRobin,
+            Strategy::Dedicated {
+                premium: 3,
+                freemium: 2,
+            },
+        ] {
+            let mut router = PolicyRouter::new(strategy, 5).expect("router");
+            router.replica_down(0, &[]);
+            for _ in 0..20 {
+                for class in Class::ALL {
+                    assert_ne!(router.admit(class), Some(0));
+                }
+            }
+            router.replica_up(0);
+            let placed: Vec<_> = (0..10)
+                .filter_map(|_| router.admit(Class::Premium))
+                .collect();
+            assert!(
+                placed.contains(&0),
+                "{strategy:?} uses the rejoined replica"
+            );
+        }
+    }
+
+    #[test]
+    fn dedicated_keeps_classes_apart() {
+        let mut router = PolicyRouter::new(
+            Strategy::Dedicated {
+                premium: 4,
+                freemium: 1,
+            },
+            5,
+        )
+        .expect("router");
+        for _ in 0..10 {
+            assert!(router.admit(Class::Premium).expect("placed") < 4);
+            assert_eq!(router.admit(Class::Freemium), Some(4));
+        }
+    }
+}

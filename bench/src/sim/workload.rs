@@ -1,0 +1,173 @@
+//! What the simulated clients do: the cluster shape, session arrivals and lifetimes, think
+//! time, the service classes, and the query service-demand distribution.
+//!
+//! The shape follows Section IV-A of the PLB paper: T terminals over a duration D arrive as
+//! a Poisson process of rate T/D, each lives U[10, 30] s and runs TPC-H queries chosen
+//! uniformly at random, one after another.
+
+use super::rng::SimRng;
+
+/// A session's service class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// The protected class.
+    Premium,
+    /// The best-effort class.
+    Freemium,
+}
+
+impl Class {
+    /// Both classes, premium first (index order of per-class arrays).
+    pub const ALL: [Class; 2] = [Class::Premium, Class::Freemium];
+
+    /// Index into per-class arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Class::Premium => 0,
+            Class::Freemium => 1,
+        }
+    }
+
+    /// Lower-case name for CSV and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Premium => "premium",
+            Class::Freemium => "freemium",
+        }
+    }
+}
+
+/// The replica budget: `replicas` identical nodes of `cores_per_replica` cores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// K.
+    pub replicas: usize,
+    /// C (the paper's nodes have 18 cores).
+    pub cores_per_replica: f64,
+    /// Most cores one query uses at once (PostgreSQL parallel query: leader plus workers).
+    pub query_parallelism: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 5,
+            cores_per_replica: 18.0,
+            query_parallelism: 1.0,
+        }
+    }
+}
+
+/// What happens when a session's lifetime runs out while one of its queries is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The session closes after its running query completes (the query is measured).
+    AfterRunningQuery,
+    /// The session closes at once and its running query is abandoned unmeasured.
+    AtLifetime,
+}
+
+/// Query service demands: TPC-H's 22 queries picked uniformly, each a log-normal around
+/// its own median, scaled so that the mixture's mean is `mean_demand_s`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemandModel {
+    /// Relative median cost of each query template.
+    pub relative_medians: Vec<f64>,
+    /// Log-space standard deviation of a template's run-to-run variation.
+    pub sigma: f64,
+    /// Mean demand of the whole mixture in core-seconds.
+    pub mean_demand_s: f64,
+}
+
+/// Relative single-core cost of TPC-H Q1..Q22 at a fixed scale factor on PostgreSQL.
+///
+/// An assumed profile (not a measurement): a few heavy scans and joins (Q1, Q9, Q13, Q18,
+/// Q21), many medium queries, and a handful of cheap ones (Q6, Q11, Q14, Q19, Q22). It gives
+/// the long right tail that separates p95 from the median in the paper's figures.
+pub const TPCH_RELATIVE_COST: [f64; 22] = [
+    20.0, 2.5, 8.0, 4.0, 7.0, 2.5, 7.0, 4.0, 15.0, 6.0, 1.5, 5.0, 10.0, 2.5, 5.0, 3.0, 12.0, 18.0,
+    1.5, 5.0, 15.0, 1.5,
+];
+
+impl Default for DemandModel {
+    fn default() -> Self {
+        Self {
+            relative_medians: TPCH_RELATIVE_COST.to_vec(),
+            sigma: 0.25,
+            mean_demand_s: 6.0,
+        }
+    }
+}
+
+impl DemandModel {
+    /// Draws one query's demand in core-seconds.
+    pub fn sample(&self, rng: &mut SimRng) -> f64 {
+        let template = self.relative_medians[rng.index(self.relative_medians.len())];
+        rng.lognormal(template * self.scale(), self.sigma)
+    }
+
+    /// Multiplier from relative medians to seconds giving the configured mixture mean.
+    fn scale(&self) -> f64 {
+        let n = self.relative_medians.len() as f64;
+        let relative_mean = self.relative_medians.iter().sum::<f64>() / n;
+        // A log-normal's mean is its median times exp(sigma^2 / 2).
+        let lognormal_mean_factor = (self.sigma * self.sigma / 2.0).exp();
+        self.mean_demand_s / (relative_mean * lognormal_mean_factor)
+    }
+}
+
+/// The client population of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadConfig {
+    /// T: sessions expected over `arrival_period_s`.
+    pub terminals: f64,
+    /// D: λ = T / D sessions per second.
+    pub arrival_period_s: f64,
+    /// Arrivals stop at this time (D for the grid; the run's end for fault scenarios).
+    pub arrivals_until_s: f64,
+    /// Probability that a session is premium.
+    pub premium_share: f64,
+    /// Session lifetime is uniform in this range (seconds).
+    pub lifetime_range_s: (f64, f64),
+    /// Mean of the exponential think time between a session's queries (0: none).
+    pub think_mean_s: f64,
+    /// What a lifetime ending mid-query does.
+    pub session_end: SessionEnd,
+    /// Query service demands.
+    pub demand: DemandModel,
+}
+
+impl WorkloadConfig {
+    /// The paper's workload at T terminals and the given premium share, over D = 180 s.
+    pub fn paper(terminals: f64, premium_share: f64) -> Self {
+        Self {
+            terminals,
+            arrival_period_s: 180.0,
+            arrivals_until_s: 180.0,
+            premium_share,
+            lifetime_range_s: (10.0, 30.0),
+            think_mean_s: 5.0,
+            session_end: SessionEnd::AfterRunningQuery,
+            demand: DemandModel::default(),
+        }
+    }
+
+    /// Session arrival rate λ = T / D per second.
+    pub fn arrival_rate_per_s(&self) -> f64 {
+        self.terminals / self.arrival_period_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demand_mixture_mean_matches_configuration() {
+        let model = DemandModel::default();
+        let mut rng = SimRng::new(3);
+        let n = 200_000;
+        let mean = (0..n).map(|_| model.sample(&mut rng)).sum::<f64>() / n as f64;
+        assert!((mean - model.mean_demand_s).abs() < 0.1, "mean {mean}");
+    }
+}

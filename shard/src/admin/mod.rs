@@ -1,0 +1,111 @@
+//! The admin console: answers to simple queries on the virtual database `pgtier`.
+//!
+//! It is a pure function from the query text and a read-only [`AdminView`] of the routers,
+//! their health and event logs, and the traffic statistics, to protocol messages appended to
+//! the session's output buffer. The session layer checks that the user is in `admin_users`
+//! (or `stats_users`), calls [`answer`], then sends ReadyForQuery('I') itself. Nothing here
+//! does I/O or changes state, so the console cannot disturb routing.
+
+pub mod command;
+pub mod format;
+pub mod result;
+pub mod show;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::BytesMut;
+use pgtier_core::metrics::{IntervalSummary, TotalsSnapshot};
+use pgtier_wire::error_fields::{ErrorNotice, Severity};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::EmptyQueryResponse;
+use pgtier_wire::sqlstate;
+
+use crate::control::router::ReplicaRouter;
+use command::CommandError;
+
+/// The `version` row of `SHOW VERSION`.
+pub const VERSION: &str = concat!("pgtier ", env!("CARGO_PKG_VERSION"));
+
+/// Per-class statistics of the last completed observation interval (`stats_period`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalStats {
+    /// When the interval ended.
+    pub ended_at: SystemTime,
+    /// Its length.
+    pub length: Duration,
+    /// Completed queries and latency percentiles, indexed by class (premium = 0).
+    pub latency: [IntervalSummary; 2],
+}
+
+/// Traffic statistics for `SHOW STATS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsView {
+    /// Totals since start.
+    pub totals: TotalsSnapshot,
+    /// The last completed interval, once one has completed.
+    pub interval: Option<IntervalStats>,
+}
+
+/// Everything the console reads.
+#[derive(Clone, Copy, Debug)]
+pub struct AdminView<'a> {
+    /// Every replica router once.
+    pub routers: &'a [Arc<ReplicaRouter>],
+    /// Traffic statistics, if the caller keeps them.
+    pub stats: Option<&'a StatsView>,
+    /// Text of `SHOW VERSION` (normally [`VERSION`]).
+    pub version: &'a str,
+}
+
+/// What [`answer`] produced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnswerSummary {
+    /// Result sets written.
+    pub results: usize,
+    /// True when an ErrorResponse was written (the rest of the query string was skipped).
+    pub failed: bool,
+}
+
+/// Answers one simple-query string: for each `;`-separated statement a RowDescription,
+/// DataRows and CommandComplete, stopping at the first ErrorResponse as PostgreSQL does; an
+/// empty string gets EmptyQueryResponse. The caller appends ReadyForQuery.
+pub fn answer(query: &str, view: &AdminView<'_>, out: &mut BytesMut) -> AnswerSummary {
+    let mut summary = AnswerSummary::default();
+    for statement in command::statements(query) {
+        match command::parse(statement) {
+            Ok(command) => {
+                let set = show::result_set(command, view);
+                result::encode_header(out, set.columns);
+                for row in &set.rows {
+                    result::encode_row(out, row);
+                }
+                result::encode_complete(out);
+                summary.results += 1;
+            }
+            Err(error) => {
+                encode_command_error(&error, out);
+                summary.failed = true;
+                return summary;
+            }
+        }
+    }
+    if summary.results == 0 {
+        EmptyQueryResponse.encode(out);
+    }
+    summary
+}
+
+fn encode_command_error(error: &CommandError, out: &mut BytesMut) {
+    let code = match error {
+        CommandError::Syntax(_) => sqlstate::SYNTAX_ERROR,
+        CommandError::Unsupported(_) => sqlstate::FEATURE_NOT_SUPPORTED,
+    };
+    let message = error.to_string();
+    ErrorNotice::new(Severity::Error, code, &message)
+        .hint("SHOW HELP lists the admin commands")
+        .encode_error(out);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+//! The control shard and the replica routing glue shared by all data shards.
+//!
+//! - [`router`]: one [`ReplicaRouter`] per replica set, shared by every shard. Admission is
+//!   decided on the calling shard from a lock-free snapshot and shared counters; only
+//!   decisions that change a role go to the control shard.
+//! - [`authority`]: the control shard's side of a router, the one place role changes and
+//!   health transitions are applied, logged and published.
+//! - [`health`], [`probe`]: replica health state machine and probes.
+//! - [`plane`]: the control thread, the prober threads, routers built from the config.
+//! - [`class_tag`]: the class of a session at login.
+//! - [`events`], [`counters`], [`snapshot`], [`lease`], [`mailbox`]: the vocabulary.
+//!
+//! How the proxy uses it:
+//! - At start (and on reload): `RouterMap::from_config(&config, default_probe_login)` (or
+//!   `old_map.reload(..)`), then `ControlPlane::start(map.routers(),
+//!   ControlOptions::from_settings(&config.pgtier))`; keep the plane alive, drop it at exit.
+//! - Per shard: one `ReplyMailbox::new(wake)` whose `wake` rings the shard (eventfd write);
+//!   after each wake, drain it with `poll_reply()` and hand each reply to the session whose
+//!   `request_id` it carries (drop it if that client is gone: the lease releases its count).
+//! - Login: `class_tag::session_class(..)`, `map.router(database)`, then
+//!   `router.admit_session(class, &mailbox, request_id)`: `Placed(lease)` (connect to
+//!   `lease.replica_addr()`), `Pending` (wait for the reply), or `Refused(error)` (answer
+//!   `error.sqlstate()`).
+//! - Close: drop the [`SessionLease`].
+//! - Between transactions: if `router.failure_epoch()` moved since the session last looked and
+//!   `router.is_down(lease.replica())`, call `router.repin(lease, &mailbox, request_id)`.
+//! - A server connection to a replica refused or reset:
+//!   `router.report_server_failure(replica, cause)`.
+
+pub mod admission_error;
+pub mod authority;
+pub mod class_tag;
+pub mod counters;
+pub mod events;
+pub mod health;
+pub mod lease;
+pub mod mailbox;
+pub mod plane;
+pub mod probe;
+pub mod router;
+pub mod router_config;
+pub mod router_stats;
+pub mod snapshot;
+
+#[cfg(test)]
+pub(crate) mod test_support;
+#[cfg(test)]
+mod tests;
+
+pub use admission_error::AdmissionError;
+pub use authority::{ReplicaHealth, StepReport};
+pub use class_tag::{ClassRequestError, session_class};
+pub use events::{ControlEvent, EventKind, HealthTransition};
+pub use health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
+pub use lease::SessionLease;
+pub use mailbox::{AdmissionReply, ReplyMailbox, ServerFailureCause};
+pub use plane::{ControlOptions, ControlPlane, RouterMap, default_probe_login};
+pub use probe::ProbeLogin;
+pub use router::{Admission, ReplicaRouter};
+pub use router_config::{RouterConfig, RouterError};
+pub use router_stats::RouterStats;
+pub use snapshot::RoutingSnapshot;

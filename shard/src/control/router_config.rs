@@ -1,0 +1,130 @@
+//! How a replica router is configured: the routing policy and limits of one replica set, and
+//! the translation of `pgtier.toml`'s routing section into the policy crate's strategy and
+//! initial role table.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use pgtier_core::config::{ReplicaSet as ConfiguredReplicas, Routing, Settings};
+use pgtier_policy::{
+    Dedicated, LayoutError, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId, RoleTable,
+    Strategy,
+};
+
+use crate::control::probe::ProbeLogin;
+
+/// How a router is built; [`RouterConfig::from_replicas`] fills it from `pgtier.toml`.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Label in events, logs and the admin console: the database entries it serves.
+    pub name: String,
+    /// Replica addresses in configured order; `ReplicaId(i)` is `replicas[i]`.
+    pub replicas: Vec<SocketAddr>,
+    /// Routing policy and parameters.
+    pub routing: Routing,
+    /// Events kept for `SHOW ROLE_EVENTS` / `SHOW EVENTS`.
+    pub role_events_capacity: usize,
+    /// Requests that may wait for the control shard; beyond it admissions are refused.
+    pub control_queue_capacity: usize,
+    /// Local admission attempts lost to concurrent shards before asking the control shard.
+    pub claim_attempts: u32,
+    /// How health probes log in; `None` = handshake-only probes (see `probe`).
+    pub probe_login: Option<ProbeLogin>,
+}
+
+/// Default [`RouterConfig::control_queue_capacity`].
+pub const DEFAULT_CONTROL_QUEUE_CAPACITY: usize = 4096;
+/// Default [`RouterConfig::claim_attempts`].
+pub const DEFAULT_CLAIM_ATTEMPTS: u32 = 8;
+
+impl RouterConfig {
+    /// A router for `replicas` as configured, with the `[pgtier]` limits of `settings`.
+    pub fn from_replicas(
+        name: &str,
+        replicas: &ConfiguredReplicas,
+        settings: &Settings,
+        probe_login: Option<ProbeLogin>,
+    ) -> RouterConfig {
+        RouterConfig {
+            name: name.to_string(),
+            replicas: replicas.replicas.clone(),
+            routing: replicas.routing.clone(),
+            role_events_capacity: settings.role_events_capacity as usize,
+            control_queue_capacity: DEFAULT_CONTROL_QUEUE_CAPACITY,
+            claim_attempts: DEFAULT_CLAIM_ATTEMPTS,
+            probe_login,
+        }
+    }
+}
+
+/// Why a router could not be built from its configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RouterError {
+    /// Replica list or pools are impossible.
+    Layout(LayoutError),
+    /// PLB parameters are impossible.
+    Params(ParamError),
+    /// A replica index does not fit a [`ReplicaId`].
+    ReplicaIndex(usize),
+}
+
+impl fmt::Display for RouterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouterError::Layout(error) => write!(f, "replica layout: {error}"),
+            RouterError::Params(error) => write!(f, "plb parameters: {error}"),
+            RouterError::ReplicaIndex(index) => write!(
+                f,
+                "replica index {index} is beyond the supported {MAX_REPLICAS} replicas"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RouterError {}
+
+fn replica_ids(indices: &[usize]) -> Result<Vec<ReplicaId>, RouterError> {
+    indices
+        .iter()
+        .map(|&i| ReplicaId::from_index(i).ok_or(RouterError::ReplicaIndex(i)))
+        .collect()
+}
+
+/// The policy strategy and initial table for a configured routing.
+pub(crate) fn strategy_and_table(
+    count: usize,
+    routing: &Routing,
+) -> Result<(Strategy, RoleTable), RouterError> {
+    let all_mixed = || RoleTable::all_mixed(count).map_err(RouterError::Layout);
+    match routing {
+        Routing::Plb(settings) => {
+            let premium = replica_ids(&settings.premium)?;
+            let freemium = replica_ids(&settings.freemium)?;
+            let table = RoleTable::new(count, &premium, &freemium).map_err(RouterError::Layout)?;
+            let params = PlbParams {
+                theta_premium: settings.theta_premium,
+                theta_freemium: settings.theta_freemium,
+                alpha_premium: settings.alpha_premium,
+                alpha_freemium: settings.alpha_freemium,
+                freemium_floor: settings.freemium_floor,
+                premium_target: settings.premium_target,
+                freemium_target: settings.freemium_target,
+            };
+            let plb = Plb::new(params, &table).map_err(RouterError::Params)?;
+            Ok((Strategy::Plb(plb), table))
+        }
+        Routing::RoundRobin => Ok((Strategy::RoundRobin, all_mixed()?)),
+        Routing::Dedicated(split) => {
+            let premium = replica_ids(&split.premium)?;
+            let freemium = replica_ids(&split.freemium)?;
+            let dedicated =
+                Dedicated::new(count, &premium, &freemium).map_err(RouterError::Layout)?;
+            Ok((Strategy::Dedicated(dedicated), all_mixed()?))
+        }
+        Routing::P2c { weights } => {
+            let p2c = P2c::with_weights(weights).map_err(RouterError::Layout)?;
+            Ok((Strategy::P2c(p2c), all_mixed()?))
+        }
+        Routing::LeastSessions => Ok((Strategy::LeastSessions, all_mixed()?)),
+    }
+}

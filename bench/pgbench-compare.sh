@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# pgbench-compare.sh: pgtier vs PgBouncer vs direct, in one sitting, on this machine.
+#
+# Starts a throw-away PostgreSQL (initdb/pg_ctl as user postgres when run as root), loads
+# `pgbench -i -s $SCALE`, then runs `pgbench -S` (simple and extended protocol, 8 and 64
+# clients) directly, through pgtier (1 worker, transaction mode) and through PgBouncer
+# (transaction mode, same pool size). Prints tps and each proxy's CPU microseconds per
+# transaction (utime+stime deltas from /proc/<pid>/stat), the ratio pgtier/PgBouncer, and
+# each proxy's RSS with $IDLE_CLIENTS idle client connections. Output is Markdown.
+# Only 127.0.0.1 is used; every run is bounded by $DURATION seconds.
+#
+# Usage: bash bench/pgbench-compare.sh            (from the repository root)
+# Environment (defaults): SCALE=10 DURATION=10 CLIENTS="8 64" PROTOCOLS="simple extended"
+#   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built with cargo build --release>
+#   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed)
+#   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+
+SCALE="${SCALE:-10}"
+DURATION="${DURATION:-10}"
+CLIENTS="${CLIENTS:-8 64}"
+PROTOCOLS="${PROTOCOLS:-simple extended}"
+POOL_SIZE="${POOL_SIZE:-20}"
+IDLE_CLIENTS="${IDLE_CLIENTS:-10000}"
+SKIP_MEMORY="${SKIP_MEMORY:-0}"
+REPEAT="${REPEAT:-1}"
+mkdir -p bench/out
+OUT="${OUT:-bench/out/pgbench-compare-$(date -u +%Y%m%dT%H%M%SZ).md}"
+
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+# ---- tools -------------------------------------------------------------------------------
+bash scripts/install-deps.sh 2>/dev/null || true
+bindir="$(pg_config --bindir)"
+command -v pgbouncer >/dev/null || {
+  log "installing pgbouncer (Debian package)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+}
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
+if [ -z "${PGTIER_BIN:-}" ]; then
+  log "building pgtier (release)"
+  cargo build --release -q -p pgtier-shard --bin pgtier
+  PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
+fi
+if [ "$SKIP_MEMORY" != 1 ]; then
+  log "building pg-idle-clients"
+  cargo build -q -p pgtier-tests --bin pg-idle-clients
+  IDLE_BIN="$CARGO_TARGET_DIR/debug/pg-idle-clients"
+fi
+
+# Servers run as `postgres` when we are root (initdb and pgbouncer refuse root).
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" -lt $((IDLE_CLIENTS + 1000)) ]; then
+  log "open-file limit $(ulimit -n) is below $((IDLE_CLIENTS + 1000)); lowering IDLE_CLIENTS"
+  IDLE_CLIENTS=$(( $(ulimit -n) - 1000 ))
+fi
+
+work="$(mktemp -d /tmp/pgtier-bench.XXXXXX)"
+chmod 755 "$work"
+[ "$(id -u)" = 0 ] && chown postgres:postgres "$work"
+pgtier_pid=""; bouncer_pid=""; idle_pid=""
+cleanup() {
+  set +e
+  [ -n "$idle_pid" ] && kill "$idle_pid" 2>/dev/null
+  [ -n "$pgtier_pid" ] && kill -INT "$pgtier_pid" 2>/dev/null && sleep 0.5 && kill -9 "$pgtier_pid" 2>/dev/null
+  [ -n "$bouncer_pid" ] && kill -9 "$bouncer_pid" 2>/dev/null
+  [ -f "$work/data/postmaster.pid" ] && as_pg "$bindir/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- PostgreSQL --------------------------------------------------------------------------
+pg_port="$(free_port)"; pgtier_port="$(free_port)"; bouncer_port="$(free_port)"
+log "initdb + start PostgreSQL on 127.0.0.1:$pg_port"
+as_pg "$bindir/initdb" -D "$work/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+cat >>"$work/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $pg_port
+unix_socket_directories = '$work'
+max_connections = 300
+shared_buffers = 256MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+CONF
+as_pg "$bindir/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w start >/dev/null
+log "pgbench -i -s $SCALE"
+"$bindir/pgbench" -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
+
+# ---- proxies -----------------------------------------------------------------------------
+printf '"postgres" ""\n' >"$work/userlist.txt"
+cat >"$work/pgtier.toml" <<CONF
+[pgtier]
+listen_addr = "127.0.0.1"
+listen_port = $pgtier_port
+workers = 1
+auth_type = "trust"
+auth_file = "$work/userlist.txt"
+pool_mode = "transaction"
+default_pool_size = $POOL_SIZE
+max_client_conn = $((IDLE_CLIENTS + 1000))
+log_level = "warn"
+
+[databases.postgres]
+host = "127.0.0.1"
+port = $pg_port
+dbname = "postgres"
+CONF
+cat >"$work/pgbouncer.ini" <<CONF
+[databases]
+postgres = host=127.0.0.1 port=$pg_port dbname=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/userlist.txt
+pool_mode = transaction
+default_pool_size = $POOL_SIZE
+max_client_conn = $((IDLE_CLIENTS + 1000))
+logfile = $work/pgbouncer.log
+pidfile = $work/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+CONF
+[ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
+
+wait_port() {
+  local port="$1" name="$2" pid="${3:-}"
+  for _ in $(seq 1 100); do
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then log "$name exited"; return 1; fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  log "$name did not listen on $port"; return 1
+}
+
+log "starting pgtier ($PGTIER_BIN) on $pgtier_port"
+PGTIER_LOG=warn "$PGTIER_BIN" --config "$work/pgtier.toml" >"$work/pgtier.log" 2>&1 &
+pgtier_pid=$!
+if ! wait_port "$pgtier_port" pgtier "$pgtier_pid"; then
+  log "pgtier did not start; its columns stay empty. Its log:"; cat "$work/pgtier.log" >&2
+  kill -9 "$pgtier_pid" 2>/dev/null || true; pgtier_pid=""
+fi
+
+log "starting PgBouncer on $bouncer_port"
+# setpriv, not runuser: runuser goes through PAM, whose pam_limits would cut the open-file
+# limit back to 1024 and cap PgBouncer near 1000 clients.
+if [ "$(id -u)" = 0 ]; then
+  setpriv --reuid=postgres --regid=postgres --init-groups pgbouncer -d "$work/pgbouncer.ini" >/dev/null 2>&1
+else
+  pgbouncer -d "$work/pgbouncer.ini" >/dev/null 2>&1
+fi
+wait_port "$bouncer_port" pgbouncer || { cat "$work/pgbouncer.log" >&2; exit 1; }
+bouncer_pid="$(cat "$work/pgbouncer.pid")"
+log "PgBouncer open-file limit: $(awk '/Max open files/ {print $4}' "/proc/$bouncer_pid/limits")"
+
+# ---- measurements ------------------------------------------------------------------------
+ticks_per_s="$(getconf CLK_TCK)"
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# run_pgbench PORT PROTOCOL CLIENTS -> prints "tps transactions"
+run_pgbench() {
+  local out
+  out="$("$bindir/pgbench" -S -n -M "$2" -c "$3" -j 2 -T "$DURATION" \
+        -h 127.0.0.1 -p "$1" -U postgres postgres 2>&1)" || { log "pgbench failed: $out"; echo "0 0"; return; }
+  local tps tx
+  tps="$(sed -n 's/^tps = \([0-9.]*\) .*without initial.*/\1/p' <<<"$out" | head -1)"
+  [ -z "$tps" ] && tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
+  tx="$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
+  printf '%.0f %s\n' "${tps:-0}" "${tx:-0}"
+}
+
+# measure NAME PORT PID PROTOCOL CLIENTS -> prints "tps us_per_tx"
+measure() {
+  local before after result tps tx
+  [ -n "$3" ] && before="$(cpu_ticks "$3")"
+  result="$(run_pgbench "$2" "$4" "$5")"
+  [ -n "$3" ] && after="$(cpu_ticks "$3")"
+  tps="${result% *}"; tx="${result#* }"
+  if [ -n "$3" ] && [ "$tx" -gt 0 ]; then
+    echo "$tps $(awk -v d=$((after - before)) -v hz="$ticks_per_s" -v n="$tx" 'BEGIN { printf "%.1f", d * 1e6 / hz / n }')"
+  else
+    echo "$tps -"
+  fi
+}
+
+# median VALUES... -> the middle value ("-" when there is none)
+median() {
+  printf '%s\n' "$@" | grep -v '^-$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print v[int((NR + 1) / 2)] }'
+}
+
+# measure_cell NAME PORT PID PROTOCOL CLIENTS -> "median_tps median_us", over REPEAT runs
+measure_cell() {
+  local tps_list=() us_list=() tps us
+  for _ in $(seq 1 "$REPEAT"); do
+    read -r tps us <<<"$(measure "$@")"
+    tps_list+=("$tps"); us_list+=("$us")
+  done
+  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}")"
+}
+
+{
+  echo "# pgbench -S: direct vs pgtier vs PgBouncer"
+  echo
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(uname -r), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}'),"
+  echo "$(pgbouncer --version | head -1), pgtier $("$PGTIER_BIN" --version | awk '{print $2}') (1 worker)."
+  echo "Scale $SCALE, -T $DURATION s per run, median of $REPEAT run(s) per cell, transaction pooling, pool size $POOL_SIZE, -j 2."
+  echo
+  echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+} | tee "$OUT"
+
+for protocol in $PROTOCOLS; do
+  for clients in $CLIENTS; do
+    log "pgbench -S -M $protocol -c $clients: direct"
+    read -r d_tps _ <<<"$(measure_cell direct "$pg_port" "" "$protocol" "$clients")"
+    t_tps="-"; t_us="-"
+    if [ -n "$pgtier_pid" ]; then
+      log "pgbench -S -M $protocol -c $clients: pgtier"
+      read -r t_tps t_us <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
+    fi
+    log "pgbench -S -M $protocol -c $clients: PgBouncer"
+    read -r b_tps b_us <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pid" "$protocol" "$clients")"
+    ratio="$(awk -v t="$t_us" -v b="$b_us" 'BEGIN { if (b + 0 > 0 && t + 0 > 0) printf "%.2f", t / b; else print "-" }')"
+    echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $t_us | $b_us | $ratio |" | tee -a "$OUT"
+  done
+done
+
+# idle_rss NAME PORT PID -> prints "rss_before_kb rss_after_kb opened"
+idle_rss() {
+  local before after opened
+  before="$(rss_kb "$3")"
+  "$IDLE_BIN" --port "$2" --count "$IDLE_CLIENTS" --hold-secs 30 >"$work/idle.out" 2>"$work/idle.err" &
+  idle_pid=$!
+  for _ in $(seq 1 600); do
+    grep -q '^opened' "$work/idle.out" 2>/dev/null && break
+    kill -0 "$idle_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 1
+  after="$(rss_kb "$3")"
+  opened="$(sed -n 's/^opened //p' "$work/idle.out")"
+  [ -z "$opened" ] && log "$1: $(cat "$work/idle.err")"
+  kill "$idle_pid" 2>/dev/null; wait "$idle_pid" 2>/dev/null || true; idle_pid=""
+  sleep 1
+  echo "$before $after ${opened:-0}"
+}
+
+if [ "$SKIP_MEMORY" != 1 ]; then
+  {
+    echo
+    echo "| proxy | idle clients held | RSS before (MiB) | RSS with clients (MiB) | per client (KiB) |"
+    echo "|---|---:|---:|---:|---:|"
+  } | tee -a "$OUT"
+  for target in pgtier pgbouncer; do
+    if [ "$target" = pgtier ]; then port="$pgtier_port"; pid="$pgtier_pid"; else port="$bouncer_port"; pid="$bouncer_pid"; fi
+    [ -z "$pid" ] && continue
+    log "$IDLE_CLIENTS idle clients through $target"
+    read -r before after opened <<<"$(idle_rss "$target" "$port" "$pid")"
+    awk -v n="$target" -v b="$before" -v a="$after" -v o="$opened" 'BEGIN {
+      per = (o > 0) ? sprintf("%.2f", (a - b) / o) : "-";
+      printf "| %s | %d | %.1f | %.1f | %s |\n", n, o, b / 1024, a / 1024, per }' | tee -a "$OUT"
+  done
+fi
+log "results written to $OUT"

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpus (fuzz/corpus/<target>/seed-*). Re-run after changing the
+fixtures in wire/tests/fixtures or the fixed parameters in the fuzz targets."""
+import base64, hashlib, hmac, os, struct
+
+here = os.path.dirname(os.path.abspath(__file__))
+fixtures = os.path.join(here, "..", "wire", "tests", "fixtures")
+
+
+def write(target, name, data):
+    with open(os.path.join(here, "corpus", target, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def msg(code, body):
+    return code + struct.pack(">I", len(body) + 4) + body
+
+
+def startup(params, version=196608):
+    body = struct.pack(">I", version) + b"".join(k + b"\0" + v + b"\0" for k, v in params) + b"\0"
+    return struct.pack(">I", len(body) + 4) + body
+
+
+backend = open(os.path.join(fixtures, "pg15_backend.bin"), "rb").read()
+frontend = open(os.path.join(fixtures, "pg15_frontend.bin"), "rb").read()
+startup_len = struct.unpack(">I", frontend[:4])[0]
+
+# frame_decode: first byte selects the stop code for scan_run.
+write("frame_decode", "pg15-backend", b"Z" + backend)
+write("frame_decode", "pg15-frontend", b"S" + frontend[startup_len:])
+write("frame_decode", "datarows", b"Z" + msg(b"D", b"\0\x02\0\0\0\x011\xff\xff\xff\xff") * 3 + msg(b"Z", b"I"))
+
+# startup_packet
+write("startup_packet", "pg15-startup", frontend[:startup_len])
+write("startup_packet", "ssl-then-startup", struct.pack(">II", 8, 80877103) + startup([(b"user", b"alice"), (b"options", b"-c pgtier.class=premium --work-mem=4MB -c a\\ b=c")]))
+write("startup_packet", "gssenc", struct.pack(">II", 8, 80877104))
+write("startup_packet", "cancel", struct.pack(">IIII", 16, 80877102, 42, 7))
+write("startup_packet", "v3.2-cancel-long-key", struct.pack(">III", 12 + 32, 80877102, 42) + bytes(range(32)))
+
+# SCRAM primitives
+def H(b): return hashlib.sha256(b).digest()
+def HMAC(k, b): return hmac.new(k, b, hashlib.sha256).digest()
+def xor(a, b): return bytes(x ^ y for x, y in zip(a, b))
+
+salt = b"fuzz-salt-16byte"
+salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 1)
+client_key = HMAC(salted, b"Client Key")
+server_key = HMAC(salted, b"Server Key")
+stored_key = H(client_key)
+
+# scram_server: initial-response body, 0xff, response body (server nonce "fuzzservernonce").
+cnonce = "clientnonce"
+nonce = cnonce + "fuzzservernonce"
+server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i=1"
+without_proof = f"c=biws,r={nonce}"
+auth = f"n=,r={cnonce},{server_first},{without_proof}".encode()
+proof = xor(client_key, HMAC(stored_key, auth))
+client_first = f"n,,n=,r={cnonce}".encode()
+initial = b"SCRAM-SHA-256\0" + struct.pack(">I", len(client_first)) + client_first
+final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+write("scram_server", "valid-exchange", initial + b"\xff" + final)
+y_first = f"y,,n=,r={cnonce}".encode()
+write("scram_server", "flag-y", b"SCRAM-SHA-256\0" + struct.pack(">I", len(y_first)) + y_first + b"\xff" + final.replace(b"c=biws", b"c=eSws"))
+
+# client_auth: server frames for a full SCRAM login (client nonce = base64 of 18 bytes of 7).
+cn = base64.b64encode(bytes([7] * 18)).decode()
+sn = cn + "srv"
+sfirst = f"r={sn},s={base64.b64encode(salt).decode()},i=1"
+cauth = f"n=,r={cn},{sfirst},c=biws,r={sn}".encode()
+sig = HMAC(server_key, cauth)
+frames = (
+    msg(b"R", struct.pack(">I", 10) + b"SCRAM-SHA-256\0\0")
+    + msg(b"R", struct.pack(">I", 11) + sfirst.encode())
+    + msg(b"R", struct.pack(">I", 12) + b"v=" + base64.b64encode(sig))
+    + msg(b"R", struct.pack(">I", 0))
+)
+write("client_auth", "scram-login", frames)
+write("client_auth", "md5-login", msg(b"R", struct.pack(">I", 5) + b"salt") + msg(b"R", struct.pack(">I", 0)))
+write("client_auth", "cleartext-login", msg(b"R", struct.pack(">I", 3)) + msg(b"R", struct.pack(">I", 0)))

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): installs what the tests need, then runs
+# formatting, lints, the whole workspace's tests against real PostgreSQL servers,
+# and short fuzz runs. Run as root (servers are started as the `postgres` user) or as
+# a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo build (pgtier binary used by the end-to-end tests)"
+cargo build --locked -p pgtier-shard --bin pgtier
+echo "== cargo test"
+cargo test --workspace --locked -- --test-threads="${PGTIER_TEST_THREADS:-2}"
+
+if [ "${PGTIER_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== fuzz smoke runs"
+  bash scripts/fuzz-smoke.sh
+fi
+echo "all tests passed"

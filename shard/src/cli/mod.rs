@@ -1,0 +1,61 @@
+//! Command line: `pgtier --config FILE`, `pgtier check-config FILE`, `pgtier demo`.
+//! Parses arguments, sets up logging and hands over to the proxy; owns no proxy state.
+
+mod args;
+mod check_config;
+mod demo;
+mod logging;
+
+use std::process::ExitCode;
+
+pub use args::{Command, DemoOptions};
+
+/// Exit code for a command line that could not be parsed (as most Unix tools do).
+const EXIT_USAGE: u8 = 2;
+
+/// Entry point of the `pgtier` binary.
+pub fn main() -> ExitCode {
+    let command = match args::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("pgtier: {message}\n\n{}", args::USAGE);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    execute(command)
+}
+
+/// Runs one parsed command and maps its outcome to the process exit code.
+pub fn execute(command: Command) -> ExitCode {
+    match command {
+        Command::Help => {
+            print!("{}", args::USAGE);
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("pgtier {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::CheckConfig { config_path } => check_config::run(&config_path),
+        Command::Run { config_path } => {
+            logging::init();
+            match crate::run(&config_path) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    eprintln!("pgtier: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo(options) => {
+            logging::init();
+            match demo::run(&options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    eprintln!("pgtier demo: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

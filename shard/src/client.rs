@@ -1,0 +1,117 @@
+//! A client connection: its socket buffers and the one enum that says where it is in its life.
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+use pgtier_core::class::ClassSetting;
+
+use crate::auth::ScramServer;
+use crate::io::recv_buf::RecvBuf;
+use crate::io::send_queue::SendQueue;
+use crate::io::slab::ServerId;
+use crate::params::TrackedParams;
+use crate::pool::PoolId;
+
+/// Where a client is in its life. Fields valid in each variant are listed with it.
+#[derive(Debug)]
+pub enum ClientState {
+    /// Connected; waiting for a StartupMessage (SSL/GSSENC requests are answered 'N' here).
+    Startup,
+    /// Startup read; a password exchange is under way.
+    Authenticating(ClientAuth),
+    /// Logged in (welcome sent), no server: between transactions in transaction mode.
+    /// `since` is when it became idle (client_idle_timeout).
+    Idle { since: Instant },
+    /// Queued in its pool's waiters since `since` (query_wait_timeout). If `Client::welcomed`
+    /// is false the wait is for the login's welcome.
+    WaitingForServer { since: Instant },
+    /// Linked to `server`; bytes flow both ways.
+    Active { server: ServerId },
+    /// Teardown: no new operations; the socket closes once none is in flight. With `linger`,
+    /// queued bytes (a final ErrorResponse) are sent first.
+    Closing { linger: bool },
+}
+
+/// The password exchange in progress.
+#[derive(Debug)]
+pub enum ClientAuth {
+    /// AuthenticationMD5Password sent with `salt`.
+    Md5 { salt: [u8; 4] },
+    /// AuthenticationSASL sent; waiting for SASLInitialResponse.
+    ScramStart,
+    /// SASLContinue sent; waiting for the client-final message.
+    ScramFinal(Box<ScramServer>),
+}
+
+pub struct Client {
+    pub fd: RawFd,
+    pub state: ClientState,
+    pub recv: RecvBuf,
+    pub send: SendQueue,
+    /// Set once the startup packet named them.
+    pub user: String,
+    pub database: String,
+    pub pool: Option<PoolId>,
+    /// Connected to the admin console (database `pgtier`), not to a pool.
+    pub admin: bool,
+    /// The service class its traffic is counted under.
+    pub class: ClassSetting,
+    /// Untracked startup parameters (sorted), kept from startup until the pool is chosen.
+    pub startup_params: Vec<(String, String)>,
+    /// Tracked parameters as this client was told them (re-applied on each server).
+    pub tracked: TrackedParams,
+    /// The BackendKeyData this client was given (pid is the server's in session mode).
+    pub cancel_key: Option<(u32, u32)>,
+    /// AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery were sent.
+    pub welcomed: bool,
+    /// Body bytes of a forwarded message still to come from the socket.
+    pub skip_bytes: usize,
+    /// Last time bytes arrived (idle and idle-in-transaction timeouts).
+    pub last_active: Instant,
+    /// When the current query started, if one is running (query_timeout).
+    pub query_started: Option<Instant>,
+    pub connected_at: Instant,
+    /// The shard is shutting down for transactions: close when the transaction ends.
+    pub close_when_idle: bool,
+}
+
+impl Client {
+    pub fn new(fd: RawFd, now: Instant, recv_chunk_bytes: usize) -> Client {
+        Client {
+            fd,
+            state: ClientState::Startup,
+            recv: RecvBuf::new(recv_chunk_bytes),
+            send: SendQueue::new(),
+            user: String::new(),
+            database: String::new(),
+            pool: None,
+            admin: false,
+            class: ClassSetting::Premium,
+            startup_params: Vec::new(),
+            tracked: TrackedParams::default(),
+            cancel_key: None,
+            welcomed: false,
+            skip_bytes: 0,
+            last_active: now,
+            query_started: None,
+            connected_at: now,
+            close_when_idle: false,
+        }
+    }
+
+    pub fn server(&self) -> Option<ServerId> {
+        match self.state {
+            ClientState::Active { server } => Some(server),
+            _ => None,
+        }
+    }
+
+    pub fn is_closing(&self) -> bool {
+        matches!(self.state, ClientState::Closing { .. })
+    }
+
+    /// No operation of this client is owned by the kernel.
+    pub fn quiescent(&self) -> bool {
+        !self.recv.in_flight() && !self.send.in_flight()
+    }
+}

@@ -1,0 +1,68 @@
+//! The small interface the shard loop needs from a completion ring, so the loop runs over the
+//! real io_uring (`uring::UringRing`) or over a scripted one in tests (`fake::FakeRing`).
+//!
+//! Ops carry raw pointers into heap buffers owned by a connection. From `push` until the
+//! matching completion is reaped, that memory belongs to the kernel: the owner must neither
+//! move, free nor touch it (the connection's in-flight flags enforce this).
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use crate::io::op_key::OpKey;
+
+/// One operation to submit.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// Multishot accept: one completion per new connection, re-armed when MORE is absent.
+    AcceptMulti { fd: RawFd },
+    /// recv(2) into `len` bytes at `buf`.
+    Recv { fd: RawFd, buf: *mut u8, len: u32 },
+    /// send(2) with MSG_NOSIGNAL of `len` bytes at `buf`.
+    Send { fd: RawFd, buf: *const u8, len: u32 },
+    /// sendmsg(2) with MSG_NOSIGNAL; `msg` and its iovecs stay valid until completion.
+    SendMsg { fd: RawFd, msg: *const libc::msghdr },
+    /// connect(2) to the address at `addr`, valid until completion.
+    Connect {
+        fd: RawFd,
+        addr: *const libc::sockaddr,
+        len: libc::socklen_t,
+    },
+    /// read(2), used for the mailbox eventfd.
+    Read { fd: RawFd, buf: *mut u8, len: u32 },
+    /// close(2) of a descriptor nobody references any more.
+    Close { fd: RawFd },
+    /// AsyncCancel of the operation submitted with `target`.
+    Cancel { target: u64 },
+}
+
+/// One reaped completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub user_data: u64,
+    pub result: i32,
+    pub flags: u32,
+}
+
+/// Bit in `Completion::flags`: a multishot operation stays armed and will post again.
+pub const CQE_F_MORE: u32 = 1 << 1;
+
+impl Completion {
+    pub fn more(&self) -> bool {
+        self.flags & CQE_F_MORE != 0
+    }
+}
+
+/// What the shard loop needs from a ring.
+pub trait Ring {
+    /// Queues `op`; when the submission queue is full the ring flushes it to the kernel
+    /// and retries, so this only fails if the kernel refuses the flush.
+    fn push(&mut self, key: OpKey, op: Op) -> io::Result<()>;
+
+    /// Submits everything queued and waits for at least one completion, or until `timeout`.
+    /// With `wait == false` it only submits.
+    fn submit_and_wait(&mut self, wait: bool, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Moves every available completion into `out`.
+    fn reap(&mut self, out: &mut Vec<Completion>);
+}

@@ -1,0 +1,236 @@
+//! Outbound bytes of one socket as a queue of `Bytes` chunks, flushed with one send (single
+//! chunk) or one sendmsg of at most `max_iovecs` chunks within a byte budget.
+//!
+//! Chunks are usually slices of another connection's receive buffer (ownership moves, no
+//! copy). While a send is in flight the chunks it covers, the iovec array and the msghdr
+//! belong to the kernel: nothing here pops, advances or rewrites them until `on_sent`.
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, Bytes};
+
+use crate::io::ring::Op;
+
+/// Heap-pinned sendmsg arguments, reused for every send of this queue.
+struct Batch {
+    msg: libc::msghdr,
+    iovecs: Vec<libc::iovec>,
+}
+
+pub struct SendQueue {
+    chunks: VecDeque<Bytes>,
+    queued_bytes: usize,
+    /// Allocated on the first multi-chunk send and kept.
+    batch: Option<Box<Batch>>,
+    /// True from `prepare` (the op was handed to the ring) until `on_sent` (its completion
+    /// was reaped). While true the front chunks and `batch` belong to the kernel.
+    in_flight: bool,
+}
+
+impl Default for SendQueue {
+    fn default() -> Self {
+        SendQueue::new()
+    }
+}
+
+impl SendQueue {
+    pub fn new() -> SendQueue {
+        SendQueue {
+            chunks: VecDeque::new(),
+            queued_bytes: 0,
+            batch: None,
+            in_flight: false,
+        }
+    }
+
+    pub fn push(&mut self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        self.queued_bytes += chunk.len();
+        self.chunks.push_back(chunk);
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// The op sending as much of the queue as fits in `max_iovecs` chunks and `budget_bytes`,
+    /// or `None` when empty or a send is already in flight.
+    pub fn prepare(&mut self, fd: i32, max_iovecs: usize, budget_bytes: usize) -> Option<Op> {
+        if self.in_flight || self.chunks.is_empty() {
+            return None;
+        }
+        self.in_flight = true;
+        let first = &self.chunks[0];
+        if self.chunks.len() == 1 || first.len() >= budget_bytes || max_iovecs <= 1 {
+            let len = first.len().min(u32::MAX as usize) as u32;
+            return Some(Op::Send {
+                fd,
+                buf: first.as_ptr(),
+                len,
+            });
+        }
+        let batch = self.batch.get_or_insert_with(|| {
+            Box::new(Batch {
+                // SAFETY: msghdr is plain old data; all-zero is its documented empty value.
+                msg: unsafe { std::mem::zeroed() },
+                iovecs: Vec::with_capacity(max_iovecs),
+            })
+        });
+        batch.iovecs.clear();
+        let mut total = 0usize;
+        for chunk in self.chunks.iter().take(max_iovecs) {
+            if total > 0 && total + chunk.len() > budget_bytes {
+                break;
+            }
+            batch.iovecs.push(libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            });
+            total += chunk.len();
+        }
+        batch.msg.msg_iov = batch.iovecs.as_mut_ptr();
+        batch.msg.msg_iovlen = batch.iovecs.len();
+        Some(Op::SendMsg {
+            fd,
+            msg: &batch.msg,
+        })
+    }
+
+    /// Consumes `sent` bytes from the front after a (possibly short) send completed.
+    pub fn on_sent(&mut self, sent: usize) {
+        assert!(self.in_flight, "send completion without a send in flight");
+        self.in_flight = false;
+        let mut left = sent.min(self.queued_bytes);
+        self.queued_bytes -= left;
+        while left > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if front.len() <= left {
+                left -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(left);
+                left = 0;
+            }
+        }
+    }
+
+    /// The send failed: the kernel is done with the buffers, nothing was consumed.
+    pub fn on_failed(&mut self) {
+        assert!(self.in_flight, "send failure without a send in flight");
+        self.in_flight = false;
+    }
+
+    /// Drops everything not in flight (the peer is gone). Must not be called while in flight.
+    pub fn clear(&mut self) {
+        assert!(
+            !self.in_flight,
+            "clearing a send queue the kernel still reads"
+        );
+        self.chunks.clear();
+        self.queued_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op_bytes(op: Op) -> Vec<u8> {
+        match op {
+            Op::Send { buf, len, .. } => {
+                // SAFETY: test reads the chunk the queue keeps alive while in flight.
+                let bytes = unsafe { std::slice::from_raw_parts(buf, len as usize) };
+                bytes.to_vec()
+            }
+            Op::SendMsg { msg, .. } => {
+                // SAFETY: as above for the msghdr and its iovecs.
+                let msg = unsafe { &*msg };
+                let mut out = Vec::new();
+                for i in 0..msg.msg_iovlen {
+                    // SAFETY: msg_iovlen entries are valid.
+                    let iov = unsafe { &*msg.msg_iov.add(i) };
+                    // SAFETY: each points into a live chunk.
+                    out.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(iov.iov_base as *const u8, iov.iov_len)
+                    });
+                }
+                out
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn single_chunk_uses_plain_send() {
+        let mut queue = SendQueue::new();
+        queue.push(Bytes::from_static(b"hello"));
+        assert!(matches!(
+            queue.prepare(3, 64, 1 << 16),
+            Some(Op::Send { len: 5, .. })
+        ));
+        assert!(
+            queue.prepare(3, 64, 1 << 16).is_none(),
+            "one send at a time"
+        );
+        queue.on_sent(5);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn short_send_resumes_at_the_right_offset() {
+        let mut queue = SendQueue::new();
+        queue.push(Bytes::from_static(b"abc"));
+        queue.push(Bytes::from_static(b"defg"));
+        queue.push(Bytes::from_static(b"hi"));
+        let op = queue.prepare(3, 64, 1 << 16).expect("op");
+        assert_eq!(op_bytes(op), b"abcdefghi");
+        queue.on_sent(4); // "abc" + "d"
+        let op = queue.prepare(3, 64, 1 << 16).expect("op");
+        assert_eq!(op_bytes(op), b"efghi");
+        queue.on_sent(5);
+        assert!(queue.is_empty());
+        assert_eq!(queue.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn batch_respects_iovec_and_byte_limits() {
+        let mut queue = SendQueue::new();
+        for _ in 0..100 {
+            queue.push(Bytes::from_static(b"0123456789"));
+        }
+        let op = queue.prepare(3, 64, 1 << 20).expect("op");
+        assert_eq!(op_bytes(op).len(), 640);
+        queue.on_sent(640);
+        let op = queue.prepare(3, 64, 25).expect("op");
+        assert_eq!(
+            op_bytes(op).len(),
+            20,
+            "budget stops after the chunk that fits"
+        );
+        queue.on_failed();
+    }
+
+    #[test]
+    fn chunks_pushed_while_in_flight_keep_their_order() {
+        let mut queue = SendQueue::new();
+        queue.push(Bytes::from_static(b"ab"));
+        queue.push(Bytes::from_static(b"cd"));
+        let _op = queue.prepare(3, 64, 1 << 16);
+        queue.push(Bytes::from_static(b"ef"));
+        queue.on_sent(4);
+        let op = queue.prepare(3, 64, 1 << 16).expect("op");
+        assert_eq!(op_bytes(op), b"ef");
+    }
+}

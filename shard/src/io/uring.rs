@@ -1,0 +1,173 @@
+//! The real ring: io_uring with the best setup flags this kernel accepts.
+
+use std::io;
+use std::time::Duration;
+
+use io_uring::{IoUring, opcode, squeue, types};
+use tracing::{debug, warn};
+
+use crate::io::op_key::OpKey;
+use crate::io::ring::{Completion, Op, Ring};
+
+/// Which setup flags the ring ended up with, for the startup log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingFlavor {
+    SingleIssuerDeferTaskrun,
+    CoopTaskrun,
+    Plain,
+}
+
+/// IORING_RECVSEND_POLL_FIRST (not re-exported by the io-uring crate).
+const RECVSEND_POLL_FIRST: u16 = 1;
+
+pub struct UringRing {
+    ring: IoUring,
+    flavor: RingFlavor,
+    cq_overflow_seen: u32,
+}
+
+impl UringRing {
+    /// Builds a ring with `entries` submission slots (completion queue twice that), trying
+    /// SINGLE_ISSUER|DEFER_TASKRUN, then COOP_TASKRUN, then no flags. The caller must use
+    /// the ring only from the thread that built it (SINGLE_ISSUER).
+    pub fn new(entries: u32) -> Result<UringRing, String> {
+        type Configure = fn(&mut io_uring::Builder);
+        let attempts: [(RingFlavor, Configure); 3] = [
+            (RingFlavor::SingleIssuerDeferTaskrun, |b| {
+                b.setup_single_issuer().setup_defer_taskrun();
+            }),
+            (RingFlavor::CoopTaskrun, |b| {
+                b.setup_coop_taskrun();
+            }),
+            (RingFlavor::Plain, |_| {}),
+        ];
+        let mut last_error = None;
+        for (flavor, configure) in attempts {
+            let mut builder = IoUring::builder();
+            builder.setup_cqsize(entries.saturating_mul(2));
+            configure(&mut builder);
+            match builder.build(entries) {
+                Ok(ring) => {
+                    if !ring.params().is_feature_nodrop() {
+                        warn!("io_uring lacks FEAT_NODROP: completions may be lost under overload");
+                    }
+                    debug!(?flavor, entries, "io_uring ready");
+                    return Ok(UringRing {
+                        ring,
+                        flavor,
+                        cq_overflow_seen: 0,
+                    });
+                }
+                Err(error) => {
+                    if matches!(error.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EPERM)) {
+                        return Err(unavailable_message(&error));
+                    }
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(match last_error {
+            Some(error) => unavailable_message(&error),
+            None => "io_uring setup failed".to_string(),
+        })
+    }
+
+    pub fn flavor(&self) -> RingFlavor {
+        self.flavor
+    }
+
+    fn entry(key: OpKey, op: Op) -> squeue::Entry {
+        let entry = match op {
+            Op::AcceptMulti { fd } => opcode::AcceptMulti::new(types::Fd(fd))
+                .flags(libc::SOCK_CLOEXEC)
+                .build(),
+            // POLL_FIRST: a socket is only re-armed after its data was consumed, so the
+            // kernel's first non-blocking attempt would almost always fail; go straight to poll.
+            Op::Recv { fd, buf, len } => opcode::Recv::new(types::Fd(fd), buf, len)
+                .ioprio(RECVSEND_POLL_FIRST)
+                .build(),
+            Op::Send { fd, buf, len } => opcode::Send::new(types::Fd(fd), buf, len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build(),
+            Op::SendMsg { fd, msg } => opcode::SendMsg::new(types::Fd(fd), msg)
+                .flags(libc::MSG_NOSIGNAL as u32)
+                .build(),
+            Op::Connect { fd, addr, len } => opcode::Connect::new(types::Fd(fd), addr, len).build(),
+            Op::Read { fd, buf, len } => opcode::Read::new(types::Fd(fd), buf, len).build(),
+            Op::Close { fd } => opcode::Close::new(types::Fd(fd)).build(),
+            Op::Cancel { target } => opcode::AsyncCancel::new(target).build(),
+        };
+        entry.user_data(key.encode())
+    }
+
+    fn note_overflow(&mut self) {
+        let overflow = self.ring.completion().overflow();
+        if overflow != self.cq_overflow_seen {
+            self.cq_overflow_seen = overflow;
+            warn!(
+                overflow,
+                "io_uring completion queue overflowed; raise ring_entries"
+            );
+        }
+    }
+}
+
+fn unavailable_message(error: &io::Error) -> String {
+    format!(
+        "io_uring is unavailable ({error}). pgtier needs io_uring: on Linux >= 6.1 set \
+         `sysctl kernel.io_uring_disabled=0` (or 1 and run as a member of \
+         kernel.io_uring_group), and in containers allow the io_uring_setup, io_uring_enter \
+         and io_uring_register syscalls in the seccomp profile (e.g. docker \
+         --security-opt seccomp=unconfined)"
+    )
+}
+
+impl Ring for UringRing {
+    fn push(&mut self, key: OpKey, op: Op) -> io::Result<()> {
+        let entry = Self::entry(key, op);
+        loop {
+            // SAFETY: every pointer in `op` refers to heap memory its connection keeps alive and
+            // untouched until this op's completion is reaped (the in-flight flags assert that).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                return Ok(());
+            }
+            // The submission queue is full: hand what we have to the kernel and retry.
+            debug!("submission queue full; flushing (consider raising ring_entries)");
+            self.ring.submit()?;
+        }
+    }
+
+    fn submit_and_wait(&mut self, wait: bool, timeout: Option<Duration>) -> io::Result<()> {
+        let result = match (wait, timeout) {
+            (false, _) => self.ring.submit(),
+            (true, None) => self.ring.submit_and_wait(1),
+            (true, Some(timeout)) => {
+                let ts = types::Timespec::from(timeout);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) => match error.raw_os_error() {
+                // The timeout passed, a signal arrived, or the CQ is busy: the loop just goes on.
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                    Ok(())
+                }
+                _ => Err(error),
+            },
+        }
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) {
+        self.note_overflow();
+        for cqe in self.ring.completion() {
+            out.push(Completion {
+                user_data: cqe.user_data(),
+                result: cqe.result(),
+                flags: cqe.flags(),
+            });
+        }
+    }
+}

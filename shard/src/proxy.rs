@@ -1,0 +1,300 @@
+//! Starting and stopping the proxy: listeners, one pinned thread per shard with its own
+//! ring, and the signal loop (SIGHUP reload, SIGTERM/SIGINT graceful, a second signal
+//! immediate).
+
+use std::net::SocketAddr;
+use std::os::fd::{IntoRawFd, RawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pgtier_core::config::Config;
+use socket2::{Domain, Protocol, Socket, Type};
+use tracing::{error, info, warn};
+
+use crate::io::uring::UringRing;
+use crate::mailbox::{Command, Mailbox, ShutdownMode};
+use crate::pool::PoolBudgets;
+use crate::shard::{Shard, Shared};
+use crate::stats::{SharedStats, StatsSnapshot};
+use crate::userlist::UserList;
+use pgtier_core::metrics::SharedTotals;
+
+/// Submission queue entries per shard ring (the completion queue has twice as many).
+const RING_ENTRIES: u32 = 4096;
+/// Commands a shard's mailbox holds before posts fail.
+const MAILBOX_CAPACITY: usize = 4096;
+
+/// A running proxy.
+pub struct ProxyHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<Result<(), String>>>,
+}
+
+impl ProxyHandle {
+    /// The address clients connect to (the real port when the config said 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Totals over all shards (folded in batches, so slightly behind).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot(self.shared.totals.snapshot())
+    }
+
+    /// Clients currently connected across all shards.
+    pub fn client_count(&self) -> u32 {
+        self.shared.clients.load(Ordering::Acquire)
+    }
+
+    /// Hands a new configuration to every shard (what SIGHUP does).
+    pub fn reload(&self, config: Config) -> Result<(), String> {
+        let users = Arc::new(load_users(&config)?);
+        let config = Arc::new(config);
+        for mailbox in &self.shared.mailboxes {
+            let command = Command::Reload {
+                config: config.clone(),
+                users: users.clone(),
+            };
+            mailbox
+                .post(command)
+                .map_err(|_| "a shard's mailbox is full".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Asks every shard to shut down in `mode`.
+    pub fn shutdown(&self, mode: ShutdownMode) {
+        for mailbox in &self.shared.mailboxes {
+            if mailbox.post(Command::Shutdown(mode)).is_err() {
+                warn!("shutdown not delivered: mailbox full");
+            }
+        }
+    }
+
+    /// Every shard has returned.
+    pub fn is_finished(&self) -> bool {
+        self.shared.finished_shards.load(Ordering::Acquire) == self.threads.len()
+    }
+
+    /// Waits for every shard; the first shard error is returned.
+    pub fn join(self) -> Result<(), String> {
+        let mut result = Ok(());
+        for thread in self.threads {
+            let outcome = thread
+                .join()
+                .unwrap_or_else(|_| Err("a shard panicked".to_string()));
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
+    }
+}
+
+fn load_users(config: &Config) -> Result<UserList, String> {
+    match &config.pgtier.auth_file {
+        Some(path) => UserList::load(path),
+        None => Ok(UserList::new()),
+    }
+}
+
+/// One SO_REUSEPORT listener per shard on the configured address; the first binds the port
+/// (which may be 0) and the rest join it.
+fn listeners(config: &Config, count: usize) -> Result<(Vec<RawFd>, SocketAddr), String> {
+    let mut addr = SocketAddr::new(config.pgtier.listen_addr, config.pgtier.listen_port);
+    let mut fds = Vec::with_capacity(count);
+    for _ in 0..count {
+        let socket = Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM.cloexec(),
+            Some(Protocol::TCP),
+        )
+        .map_err(|e| format!("cannot create the listening socket: {e}"))?;
+        socket
+            .set_reuse_address(true)
+            .map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+        socket
+            .set_reuse_port(true)
+            .map_err(|e| format!("SO_REUSEPORT: {e}"))?;
+        socket
+            .bind(&addr.into())
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        socket
+            .listen(1024)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        if addr.port() == 0 {
+            if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
+                addr = bound;
+            }
+        }
+        fds.push(socket.into_raw_fd());
+    }
+    Ok((fds, addr))
+}
+
+/// Starts the shards and returns once each has its ring and listener.
+pub fn start(config: Config) -> Result<ProxyHandle, String> {
+    // SAFETY: ignoring SIGPIPE process-wide is what every network server does; sends also
+    // pass MSG_NOSIGNAL.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let workers = config.pgtier.worker_count().clamp(1, 256);
+    let users = Arc::new(load_users(&config)?);
+    let (listen_fds, addr) = listeners(&config, workers)?;
+    let mailboxes = (0..workers)
+        .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shared = Arc::new(Shared {
+        mailboxes,
+        budgets: Arc::new(PoolBudgets::default()),
+        stats: Arc::new(SharedStats::default()),
+        totals: Arc::new(SharedTotals::new()),
+        clients: AtomicU32::new(0),
+        finished_shards: AtomicUsize::new(0),
+    });
+    let config = Arc::new(config);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::with_capacity(workers);
+    for (index, listener) in listen_fds.into_iter().enumerate() {
+        let (config, users, shared, ready) = (
+            config.clone(),
+            users.clone(),
+            shared.clone(),
+            ready_tx.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name(format!("pgtier-shard-{index}"))
+            .spawn(move || {
+                pin_to_core(index % cores);
+                let ring = match UringRing::new(RING_ENTRIES) {
+                    Ok(ring) => ring,
+                    Err(message) => {
+                        let _ = ready.send(Err(message.clone()));
+                        shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                        return Err(message);
+                    }
+                };
+                info!(shard = index, flavor = ?ring.flavor(), "shard started");
+                let mut shard =
+                    Shard::new(index, ring, config, users, shared.clone(), Some(listener));
+                let _ = ready.send(Ok(()));
+                let result = shard.run();
+                if let Err(message) = &result {
+                    error!(shard = index, %message, "shard stopped");
+                }
+                shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                result
+            })
+            .map_err(|e| format!("cannot start a shard thread: {e}"))?;
+        threads.push(thread);
+    }
+    let handle = ProxyHandle {
+        addr,
+        shared,
+        threads,
+    };
+    for _ in 0..workers {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                handle.shutdown(ShutdownMode::Immediate);
+                let _ = handle.join();
+                return Err(message);
+            }
+            Err(_) => return Err("a shard thread exited during startup".to_string()),
+        }
+    }
+    info!(%addr, workers, "pgtier listening");
+    Ok(handle)
+}
+
+fn pin_to_core(core: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within its bounds for core < 1024, and
+    // sched_setaffinity only reads the set. Failure (e.g. a restricted cpuset) is harmless.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if core < libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(core, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// Blocks SIGHUP, SIGTERM and SIGINT in the calling thread (and threads it starts later), so
+/// only `wait_signal` sees them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set, then pthread_sigmask for this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `set` and `ts` are live locals; a null siginfo pointer is allowed.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (signal > 0).then_some(signal)
+}
+
+/// Runs the proxy from a config file until a shutdown completes. SIGHUP reloads the file (an
+/// invalid file is logged and ignored), SIGTERM waits for clients to leave, SIGINT waits for
+/// running transactions, and a second SIGTERM/SIGINT closes everything at once.
+pub fn run(config_path: &Path) -> Result<(), String> {
+    let config = Config::load(config_path).map_err(|error| error.to_string())?;
+    init_logging(&config.pgtier.log_level);
+    let signals = block_signals();
+    let handle = start(config)?;
+    let mut shutting_down = false;
+    while !handle.is_finished() {
+        let Some(signal) = wait_signal(&signals, Duration::from_millis(200)) else {
+            continue;
+        };
+        match signal {
+            libc::SIGHUP => match Config::load(config_path) {
+                Ok(config) => match handle.reload(config) {
+                    Ok(()) => info!("reloaded {}", config_path.display()),
+                    Err(message) => warn!(%message, "reload failed"),
+                },
+                Err(error) => warn!(%error, "reload skipped: invalid configuration"),
+            },
+            libc::SIGTERM | libc::SIGINT if shutting_down => {
+                info!("second signal: closing everything now");
+                handle.shutdown(ShutdownMode::Immediate);
+            }
+            libc::SIGTERM => {
+                info!("SIGTERM: waiting for clients to disconnect");
+                shutting_down = true;
+                handle.shutdown(ShutdownMode::WaitForClients);
+            }
+            libc::SIGINT => {
+                info!("SIGINT: waiting for running transactions");
+                shutting_down = true;
+                handle.shutdown(ShutdownMode::WaitForTransactions);
+            }
+            _ => {}
+        }
+    }
+    handle.join()
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}

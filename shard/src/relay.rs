@@ -1,0 +1,127 @@
+//! Walking a server's receive buffer: which bytes go to the client, which are swallowed
+//! (answers to pgtier's own queries, or everything while draining), and what the messages
+//! mean for the server's state (ReadyForQuery, ParameterStatus).
+//!
+//! Only ReadyForQuery and ParameterStatus are read whole; every other message streams through
+//! as it arrives, so a 50 MB row never has to sit in memory in one piece.
+
+use crate::client::Client;
+use crate::proto;
+use crate::server::Server;
+use crate::tracker::{Tracker, TxStatus};
+
+/// Largest ReadyForQuery/ParameterStatus accepted (they are read whole).
+const MAX_INSPECTED_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// What one walk found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Bytes at the front to drop (swallowed responses).
+    pub drop_bytes: usize,
+    /// Bytes after those to forward to the client.
+    pub forward_bytes: usize,
+    /// ReadyForQuery messages forwarded (queries or Syncs completed).
+    pub completed: u64,
+    /// ReadyForQuery 'I' messages forwarded (transactions completed).
+    pub transactions: u64,
+    /// The server ended up idle with nothing owed (it may be released).
+    pub idle: bool,
+    /// The server broke the protocol.
+    pub malformed: bool,
+}
+
+/// Walks `server.recv.data`. With `client == None` everything consumed is dropped.
+pub fn scan(server: &mut Server, mut client: Option<&mut Client>) -> Scan {
+    let data = &server.recv.data;
+    let mut out = Scan::default();
+    let mut pos = 0usize;
+    let drain_all = client.is_none();
+    while pos < data.len() {
+        let dropping = drain_all || server.swallow > 0;
+        if server.skip_bytes > 0 {
+            let take = server.skip_bytes.min(data.len() - pos);
+            server.skip_bytes -= take;
+            pos += take;
+            if dropping {
+                out.drop_bytes = pos;
+            }
+            continue;
+        }
+        if data.len() - pos < 5 {
+            break;
+        }
+        let code = data[pos];
+        let len = u32::from_be_bytes([data[pos + 1], data[pos + 2], data[pos + 3], data[pos + 4]])
+            as usize;
+        if len < 4 {
+            out.malformed = true;
+            break;
+        }
+        match code {
+            b'Z' | b'S' => {
+                if len > MAX_INSPECTED_MESSAGE_BYTES {
+                    out.malformed = true;
+                    break;
+                }
+                if data.len() - pos < len + 1 {
+                    break;
+                }
+                let body = &data[pos + 5..pos + 1 + len];
+                pos += len + 1;
+                if code == b'S' {
+                    if let Some((name, value)) = proto::parse_parameter_status(body) {
+                        server.tracked.set(name, value);
+                        if !dropping {
+                            if let Some(client) = client.as_deref_mut() {
+                                client.tracked.set(name, value);
+                            }
+                        }
+                    }
+                } else {
+                    let status = body.first().copied().and_then(TxStatus::from_byte);
+                    let counted = server.tracker.on_server_message(b'Z', body);
+                    let (Some(status), Ok(())) = (status, counted) else {
+                        out.malformed = true;
+                        break;
+                    };
+                    if server.swallow > 0 && !drain_all {
+                        server.swallow -= 1;
+                        out.drop_bytes = pos;
+                        continue;
+                    }
+                    if drain_all && server.swallow > 0 {
+                        server.swallow -= 1;
+                    }
+                    if !dropping {
+                        out.completed += 1;
+                        if status == TxStatus::Idle {
+                            out.transactions += 1;
+                        }
+                        if !server.tracker.has_outstanding() {
+                            if let Some(client) = client.as_deref_mut() {
+                                client.query_started = None;
+                            }
+                        }
+                    }
+                }
+                if dropping {
+                    out.drop_bytes = pos;
+                }
+            }
+            _ => {
+                if Tracker::wants(code) && server.tracker.on_server_message(code, &[]).is_err() {
+                    out.malformed = true;
+                    break;
+                }
+                pos += 5;
+                server.skip_bytes = len - 4;
+                if dropping {
+                    out.drop_bytes = pos;
+                }
+            }
+        }
+    }
+    out.forward_bytes = pos - out.drop_bytes;
+    out.idle = server.tracker.is_idle() && server.swallow == 0;
+    out
+}

@@ -1,0 +1,81 @@
+//! A server connection: its socket buffers, what it knows about its backend, and the one enum
+//! that says where it is in its life.
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+use crate::auth::ScramClient;
+use crate::io::recv_buf::RecvBuf;
+use crate::io::send_queue::SendQueue;
+use crate::io::slab::ClientId;
+use crate::params::TrackedParams;
+use crate::pool::PoolId;
+use crate::tracker::Tracker;
+
+/// Where a server is in its life. Fields valid in each variant are listed with it.
+#[derive(Debug)]
+pub enum ServerState {
+    /// connect(2) submitted at `since` (server_connect_timeout).
+    Connecting { since: Instant },
+    /// StartupMessage sent; authentication and ParameterStatus messages arriving.
+    LoggingIn {
+        since: Instant,
+        scram: Option<Box<ScramClient>>,
+    },
+    /// In its pool's idle list since `since` (server_idle_timeout).
+    Idle { since: Instant },
+    /// Serving `client`.
+    Busy { client: ClientId },
+    /// Since `since`, its client left or a cancel is pending: responses are swallowed until
+    /// ReadyForQuery with nothing outstanding, then it returns to the pool (or closes if dirty).
+    Draining { since: Instant },
+    /// Teardown: the socket closes once no operation is in flight.
+    Closing,
+}
+
+pub struct Server {
+    pub fd: RawFd,
+    pub state: ServerState,
+    pub pool: PoolId,
+    pub recv: RecvBuf,
+    pub send: SendQueue,
+    /// Owned by the kernel while `connect_in_flight`.
+    pub addr: Box<socket2::SockAddr>,
+    /// True from submitting connect until its completion is reaped.
+    pub connect_in_flight: bool,
+    pub tracker: Tracker,
+    /// Every ParameterStatus from login, in order (replayed to clients as their welcome).
+    pub params: Vec<(String, String)>,
+    pub tracked: TrackedParams,
+    /// The backend's own BackendKeyData.
+    pub backend_key: Option<(u32, u32)>,
+    /// Internal queries (reset, SET re-apply) whose responses are swallowed.
+    pub swallow: u32,
+    /// Body bytes of a forwarded message still to come from the socket.
+    pub skip_bytes: usize,
+    /// A receive is not re-armed because its client's send queue is over the cap.
+    pub recv_paused: bool,
+    /// Cancel requests sent for this server whose connections have not finished.
+    pub cancels_pending: u32,
+    /// pgtier sent a ROLLBACK while draining (one try; if the server is still not idle
+    /// afterwards it is closed).
+    pub rollback_sent: bool,
+    pub created_at: Instant,
+}
+
+impl Server {
+    pub fn is_closing(&self) -> bool {
+        matches!(self.state, ServerState::Closing)
+    }
+
+    pub fn quiescent(&self) -> bool {
+        !self.recv.in_flight() && !self.send.in_flight() && !self.connect_in_flight
+    }
+
+    pub fn client(&self) -> Option<ClientId> {
+        match self.state {
+            ServerState::Busy { client } => Some(client),
+            _ => None,
+        }
+    }
+}

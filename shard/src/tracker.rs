@@ -1,0 +1,109 @@
+//! What a server still owes its client, so a transaction-mode server is released exactly when
+//! it is idle. The model is `pgtier_wire::tracker::ResponseTracker` (Query/Sync/FunctionCall
+//! each owed one ReadyForQuery, extended sequences open until Sync, COPY sub-protocols); this
+//! adapter adds the shard's own internal queries and keeps the call sites short.
+
+pub use pgtier_wire::messages::backend::ready_for_query::TransactionStatus as TxStatus;
+use pgtier_wire::tracker::{ResponseTracker, ServerPhase, TRACKED_BACKEND_CODES, TrackerError};
+
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    inner: ResponseTracker,
+}
+
+impl Tracker {
+    /// A client message with this type byte was forwarded to the server.
+    pub fn on_client_message(&mut self, code: u8) -> Result<(), TrackerError> {
+        self.inner.handle_frontend(code)
+    }
+
+    /// The shard itself sent a simple query (reset, parameter re-apply).
+    pub fn on_internal_query(&mut self) {
+        // A Query can only fail to count on u32 overflow, which one server never reaches.
+        let _ = self.inner.handle_frontend(b'Q');
+    }
+
+    /// Whether a server message of this type must be shown to the tracker.
+    pub fn wants(code: u8) -> bool {
+        TRACKED_BACKEND_CODES.contains(code)
+    }
+
+    /// A server message the tracker wants; `body` matters for ReadyForQuery only.
+    pub fn on_server_message(&mut self, code: u8, body: &[u8]) -> Result<(), TrackerError> {
+        self.inner.handle_backend(code, body)
+    }
+
+    /// The server can serve another client.
+    pub fn is_idle(&self) -> bool {
+        self.inner.is_idle()
+    }
+
+    /// A query is executing (a cancel would hit something).
+    pub fn has_outstanding(&self) -> bool {
+        self.inner.pending_ready() > 0
+    }
+
+    /// Nothing running, but inside a transaction block (idle_transaction_timeout applies).
+    pub fn idle_in_transaction(&self) -> bool {
+        matches!(self.inner.phase(), ServerPhase::InTransaction(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(t: &mut Tracker, status: u8) {
+        t.on_server_message(b'Z', &[status])
+            .expect("expected ReadyForQuery");
+    }
+
+    #[test]
+    fn simple_query_cycle() {
+        let mut t = Tracker::default();
+        t.on_client_message(b'Q').expect("ok");
+        assert!(!t.is_idle());
+        ready(&mut t, b'I');
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn held_in_transaction() {
+        let mut t = Tracker::default();
+        t.on_client_message(b'Q').expect("ok");
+        ready(&mut t, b'T');
+        assert!(!t.is_idle());
+        assert!(t.idle_in_transaction());
+        t.on_client_message(b'Q').expect("ok");
+        ready(&mut t, b'I');
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn extended_sequence_until_sync() {
+        let mut t = Tracker::default();
+        for code in [b'P', b'B', b'D', b'E'] {
+            t.on_client_message(code).expect("ok");
+        }
+        assert!(!t.is_idle());
+        t.on_client_message(b'S').expect("ok");
+        assert!(!t.is_idle());
+        ready(&mut t, b'I');
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn internal_query_is_owed_a_ready() {
+        let mut t = Tracker::default();
+        t.on_internal_query();
+        assert!(t.has_outstanding());
+        ready(&mut t, b'I');
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn unexpected_ready_is_an_error() {
+        let mut t = Tracker::default();
+        assert!(t.on_server_message(b'Z', b"I").is_err());
+    }
+}

@@ -1,0 +1,251 @@
+//! The few frontend messages the tests send by hand, and a reader for backend messages.
+//! Real drivers are used wherever they can be; raw bytes are for what no driver will do:
+//! hang up mid-query, send garbage or truncated packets, or read BackendKeyData.
+//! Deliberately independent of pgtier-wire, so a codec bug cannot hide itself.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Protocol 3.0.
+const PROTOCOL_VERSION: i32 = 196_608;
+/// CancelRequest code.
+const CANCEL_REQUEST_CODE: i32 = 80_877_102;
+/// Largest backend message these tests accept (a test never reads huge results raw).
+const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// One backend message: its type byte and body (without the length).
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub tag: u8,
+    pub body: Vec<u8>,
+}
+
+impl Message {
+    /// For ErrorResponse / NoticeResponse: the value of field `code` (`b'C'` = SQLSTATE,
+    /// `b'M'` = message, `b'S'` = severity).
+    pub fn field(&self, code: u8) -> Option<String> {
+        let mut rest = self.body.as_slice();
+        while let Some((&field, tail)) = rest.split_first() {
+            if field == 0 {
+                return None;
+            }
+            let end = tail.iter().position(|&b| b == 0)?;
+            if field == code {
+                return Some(String::from_utf8_lossy(&tail[..end]).into_owned());
+            }
+            rest = &tail[end + 1..];
+        }
+        None
+    }
+
+    pub fn sqlstate(&self) -> Option<String> {
+        self.field(b'C')
+    }
+}
+
+/// StartupMessage with `user`, `database` and any further parameters.
+pub fn startup_message(user: &str, database: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = PROTOCOL_VERSION.to_be_bytes().to_vec();
+    for (key, value) in [("user", user), ("database", database)].iter().chain(extra) {
+        body.extend_from_slice(key.as_bytes());
+        body.push(0);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    with_length(None, &body)
+}
+
+/// Simple Query.
+pub fn query_message(sql: &str) -> Vec<u8> {
+    let mut body = sql.as_bytes().to_vec();
+    body.push(0);
+    with_length(Some(b'Q'), &body)
+}
+
+/// Terminate.
+pub fn terminate_message() -> Vec<u8> {
+    with_length(Some(b'X'), &[])
+}
+
+/// CancelRequest for the key a client was given.
+pub fn cancel_message(process_id: i32, secret_key: i32) -> Vec<u8> {
+    let mut body = CANCEL_REQUEST_CODE.to_be_bytes().to_vec();
+    body.extend_from_slice(&process_id.to_be_bytes());
+    body.extend_from_slice(&secret_key.to_be_bytes());
+    with_length(None, &body)
+}
+
+fn with_length(tag: Option<u8>, body: &[u8]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(body.len() + 5);
+    message.extend(tag);
+    let length = u32::try_from(body.len() + 4).unwrap_or(u32::MAX);
+    message.extend_from_slice(&length.to_be_bytes());
+    message.extend_from_slice(body);
+    message
+}
+
+/// Reads one backend message. `Ok(None)` means the peer closed the connection cleanly.
+pub fn read_message(stream: &mut TcpStream) -> io::Result<Option<Message>> {
+    let mut header = [0u8; 5];
+    let mut filled = 0;
+    while filled < header.len() {
+        match stream.read(&mut header[filled..])? {
+            0 if filled == 0 => return Ok(None),
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "truncated header",
+                ));
+            }
+            n => filled += n,
+        }
+    }
+    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if !(4..=MAX_MESSAGE_BYTES).contains(&length) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("backend message length {length}"),
+        ));
+    }
+    let mut body = vec![0u8; length - 4];
+    stream.read_exact(&mut body)?;
+    Ok(Some(Message {
+        tag: header[0],
+        body,
+    }))
+}
+
+/// A connection that completed startup with trust authentication.
+#[derive(Debug)]
+pub struct RawSession {
+    pub stream: TcpStream,
+    /// BackendKeyData as the client saw it.
+    pub process_id: i32,
+    pub secret_key: i32,
+    /// ParameterStatus pairs in arrival order.
+    pub parameters: Vec<(String, String)>,
+}
+
+/// Opens a TCP connection to 127.0.0.1:`port` with a read/write timeout.
+pub fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Connects and logs in (trust); fails on any ErrorResponse or another authentication request.
+pub fn login(port: u16, user: &str, database: &str, timeout: Duration) -> io::Result<RawSession> {
+    let mut stream = connect(port, timeout)?;
+    stream.write_all(&startup_message(user, database, &[]))?;
+    let mut session = RawSession {
+        stream,
+        process_id: 0,
+        secret_key: 0,
+        parameters: Vec::new(),
+    };
+    loop {
+        let message = read_message(&mut session.stream)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed during login"))?;
+        match message.tag {
+            b'R' if message.body.get(..4) == Some(&[0, 0, 0, 0]) => {}
+            b'R' => return Err(io::Error::other("server asked for a password")),
+            b'K' if message.body.len() == 8 => {
+                session.process_id = i32::from_be_bytes(fixed4(&message.body[..4]));
+                session.secret_key = i32::from_be_bytes(fixed4(&message.body[4..]));
+            }
+            b'S' => session.parameters.push(parameter_status(&message.body)),
+            b'Z' => return Ok(session),
+            b'E' => {
+                return Err(io::Error::other(format!(
+                    "login failed: {} {}",
+                    message.sqlstate().unwrap_or_default(),
+                    message.field(b'M').unwrap_or_default()
+                )));
+            }
+            b'N' => {}
+            other => {
+                return Err(io::Error::other(format!(
+                    "unexpected message {:?} during login",
+                    other as char
+                )));
+            }
+        }
+    }
+}
+
+impl RawSession {
+    /// Sends a simple query and collects messages up to ReadyForQuery.
+    pub fn simple_query(&mut self, sql: &str) -> io::Result<Vec<Message>> {
+        self.stream.write_all(&query_message(sql))?;
+        let mut messages = Vec::new();
+        loop {
+            let message = read_message(&mut self.stream)?
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed mid-query"))?;
+            let done = message.tag == b'Z';
+            messages.push(message);
+            if done {
+                return Ok(messages);
+            }
+        }
+    }
+
+    /// The value of the first column of the first DataRow of `messages`, as text.
+    pub fn first_value(messages: &[Message]) -> Option<String> {
+        let row = messages.iter().find(|m| m.tag == b'D')?;
+        let length = i32::from_be_bytes(fixed4(row.body.get(2..6)?));
+        let length = usize::try_from(length).ok()?;
+        let value = row.body.get(6..6 + length)?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    }
+}
+
+fn parameter_status(body: &[u8]) -> (String, String) {
+    let mut parts = body.split(|&b| b == 0);
+    let name = parts.next().unwrap_or_default();
+    let value = parts.next().unwrap_or_default();
+    (
+        String::from_utf8_lossy(name).into_owned(),
+        String::from_utf8_lossy(value).into_owned(),
+    )
+}
+
+fn fixed4(bytes: &[u8]) -> [u8; 4] {
+    let mut out = [0u8; 4];
+    let n = bytes.len().min(4);
+    out[..n].copy_from_slice(&bytes[..n]);
+    out
+}
+
+/// Reads until the peer closes or `timeout` passes; returns the messages seen and whether the
+/// connection was closed (EOF or reset) within the time.
+pub fn read_until_closed(stream: &mut TcpStream, timeout: Duration) -> (Vec<Message>, bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut messages = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return (messages, false);
+        }
+        if stream.set_read_timeout(Some(left)).is_err() {
+            return (messages, true);
+        }
+        match read_message(stream) {
+            Ok(Some(message)) => messages.push(message),
+            Ok(None) => return (messages, true),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (messages, false);
+            }
+            Err(_) => return (messages, true),
+        }
+    }
+}

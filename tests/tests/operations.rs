@@ -1,0 +1,195 @@
+//! Operating the proxy: SIGHUP reload without dropping clients, and graceful shutdown
+//! (SIGTERM waits for clients, SIGINT waits for open transactions, a second signal is final).
+
+use std::time::{Duration, Instant};
+
+use pgtier_tests::fixtures::{admin, server_and_proxy, sqlstate};
+use pgtier_tests::{rawwire, wait};
+
+const SHORT: Duration = Duration::from_secs(10);
+
+#[test]
+fn sighup_adds_a_database_without_dropping_clients() {
+    let (pg, mut proxy) = server_and_proxy(|config| config);
+    admin(&pg, "CREATE DATABASE second");
+    let mut existing = proxy.connect("postgres", "postgres").expect("connect");
+    existing
+        .batch_execute("BEGIN")
+        .expect("an open transaction across the reload");
+    let error = proxy.connect_error("second", "postgres");
+    assert_eq!(sqlstate(&error).as_deref(), Some("3D000"));
+
+    let config = proxy
+        .config()
+        .clone()
+        .database("second", pg.port(), "second");
+    proxy.rewrite_config(config).expect("rewrite");
+    proxy.reload().expect("SIGHUP");
+    let reached = wait::until(SHORT, Duration::from_millis(100), || {
+        let mut client = proxy.connect("second", "postgres").ok()?;
+        let row = client
+            .query_typed_one("SELECT current_database()::text", &[])
+            .ok()?;
+        Some(row.get::<_, String>(0))
+    });
+    assert_eq!(
+        reached.as_deref(),
+        Some("second"),
+        "new database not served after SIGHUP"
+    );
+    existing
+        .batch_execute("SELECT 1")
+        .expect("existing client survives the reload");
+    existing.batch_execute("COMMIT").expect("commit");
+}
+
+#[test]
+fn sighup_changes_limits_and_a_bad_file_keeps_the_old_config() {
+    let (_pg, mut proxy) = server_and_proxy(|config| config);
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    std::fs::write(proxy.config_path(), "[pgtier]\npool_mode = \"nonsense\"\n").expect("break");
+    proxy.reload().expect("SIGHUP");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        proxy.try_exit_status().is_none(),
+        "a bad reload must not stop the proxy"
+    );
+    client.batch_execute("SELECT 1").expect("still serving");
+    proxy
+        .connect("postgres", "postgres")
+        .expect("new clients still served");
+    let log = proxy.log();
+    assert!(
+        log.contains("pool_mode"),
+        "the rejected reload should be logged with its key:\n{log}"
+    );
+
+    // A good file with a new max_client_conn takes effect.
+    let mut config = proxy.config().clone();
+    config.max_client_conn = 2;
+    proxy.rewrite_config(config).expect("rewrite");
+    proxy.reload().expect("SIGHUP");
+    let limited = wait::until(SHORT, Duration::from_millis(100), || {
+        let second = proxy.connect("postgres", "postgres").ok()?;
+        match proxy.connect("postgres", "postgres") {
+            Err(error) if sqlstate(&error).as_deref() == Some("53300") => Some(()),
+            _ => {
+                drop(second);
+                None
+            }
+        }
+    });
+    assert!(
+        limited.is_some(),
+        "max_client_conn = 2 not applied by SIGHUP"
+    );
+    client
+        .batch_execute("SELECT 1")
+        .expect("existing client survives");
+}
+
+#[test]
+fn sigterm_waits_for_clients_then_exits() {
+    let (pg, mut proxy) = server_and_proxy(|config| config);
+    admin(&pg, "CREATE TABLE shutdown_log(v int)");
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    client
+        .batch_execute("BEGIN; INSERT INTO shutdown_log VALUES (1)")
+        .expect("open transaction");
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+
+    // New clients are refused, the proxy stays up while the client is connected.
+    let refused = wait::until(SHORT, Duration::from_millis(100), || {
+        proxy.connect("postgres", "postgres").err()
+    });
+    assert!(
+        refused.is_some(),
+        "new connections still accepted after SIGTERM"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        proxy.try_exit_status().is_none(),
+        "exited while a client was connected"
+    );
+    client
+        .batch_execute("INSERT INTO shutdown_log VALUES (2); COMMIT")
+        .expect("finish the transaction");
+    client
+        .batch_execute("SELECT 1")
+        .expect("a connected client is still served");
+    drop(client);
+
+    let status = proxy
+        .wait_exit(SHORT)
+        .expect("proxy did not exit after its last client left");
+    assert!(status.success(), "{status}");
+    assert_eq!(admin(&pg, "SELECT count(*) FROM shutdown_log"), "2");
+}
+
+#[test]
+fn sigint_waits_for_the_open_transaction_only() {
+    // Raw sessions: the proxy may close right after COMMIT's ReadyForQuery (with a FATAL
+    // 57P01), and what matters is that COMMIT's own result arrives before that.
+    let (pg, mut proxy) = server_and_proxy(|config| config);
+    admin(&pg, "CREATE TABLE sigint_log(v int)");
+    let login = || rawwire::login(proxy.port(), "postgres", "postgres", SHORT);
+    let mut busy = login().expect("busy");
+    let mut idle = login().expect("idle");
+    idle.simple_query("SELECT 1")
+        .expect("idle client did a query");
+    let opened = busy
+        .simple_query("BEGIN; INSERT INTO sigint_log VALUES (1)")
+        .expect("open transaction");
+    assert_eq!(ready_status(&opened), Some(b'T'));
+    proxy.signal(libc::SIGINT).expect("SIGINT");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        proxy.try_exit_status().is_none(),
+        "exited with a transaction in flight"
+    );
+
+    let started = Instant::now();
+    let committed = busy
+        .simple_query("COMMIT")
+        .expect("the in-flight transaction may finish");
+    assert!(
+        committed.iter().any(|m| m.tag == b'C') && ready_status(&committed) == Some(b'I'),
+        "COMMIT's result did not arrive: {committed:?}"
+    );
+    let status = proxy
+        .wait_exit(SHORT)
+        .expect("no exit after the transaction finished");
+    assert!(status.success(), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(admin(&pg, "SELECT count(*) FROM sigint_log"), "1");
+    let (_, closed) = rawwire::read_until_closed(&mut idle.stream, SHORT);
+    assert!(closed, "idle client still connected after exit");
+}
+
+/// The transaction status of the ReadyForQuery that ends `messages`.
+fn ready_status(messages: &[rawwire::Message]) -> Option<u8> {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.tag == b'Z')
+        .and_then(|m| m.body.first().copied())
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let (_pg, mut proxy) = server_and_proxy(|config| config);
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    client.batch_execute("BEGIN").expect("open transaction");
+    proxy.signal(libc::SIGTERM).expect("first SIGTERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        proxy.try_exit_status().is_none(),
+        "first SIGTERM must wait for the client"
+    );
+    proxy.signal(libc::SIGTERM).expect("second SIGTERM");
+    assert!(
+        proxy.wait_exit(Duration::from_secs(2)).is_some(),
+        "second signal did not exit at once"
+    );
+    assert!(client.batch_execute("SELECT 1").is_err());
+}

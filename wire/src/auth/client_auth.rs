@@ -1,0 +1,209 @@
+//! Logging in to PostgreSQL: answers each Authentication request with the configured password
+//! (cleartext, MD5 or SCRAM-SHA-256) until AuthenticationOk.
+
+use bytes::BytesMut;
+
+use super::md5::{md5_password_hash, md5_salted_response};
+use super::scram_client::DEFAULT_MAX_ITERATIONS;
+use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, ScramClient};
+use crate::messages::Message;
+use crate::messages::backend::Authentication;
+use crate::messages::frontend::PasswordMessage;
+
+/// What the caller does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthProgress {
+    /// A reply was appended (or none was needed); send it and wait for the next message.
+    Continue,
+    /// AuthenticationOk arrived: ParameterStatus, BackendKeyData and ReadyForQuery follow.
+    Authenticated,
+}
+
+#[derive(Debug)]
+enum State {
+    AwaitingRequest,
+    Scram(ScramClient),
+    /// SASLFinal verified; only AuthenticationOk may follow.
+    AwaitingOk,
+    Authenticated,
+    Failed,
+}
+
+/// Sans-I/O login state machine for one server connection.
+#[derive(Debug)]
+pub struct ClientAuth {
+    user: Vec<u8>,
+    password: Vec<u8>,
+    nonce_random: [u8; NONCE_RANDOM_LEN],
+    max_scram_iterations: u32,
+    state: State,
+}
+
+impl ClientAuth {
+    /// `nonce_random` is used if the server picks SCRAM; it must come from a CSPRNG.
+    pub fn new(user: &[u8], password: &[u8], nonce_random: [u8; NONCE_RANDOM_LEN]) -> Self {
+        Self {
+            user: user.to_vec(),
+            password: password.to_vec(),
+            nonce_random,
+            max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            state: State::AwaitingRequest,
+        }
+    }
+
+    /// Sets the largest SCRAM iteration count accepted from the server (CPU bound per login).
+    pub fn max_scram_iterations(mut self, max_iterations: u32) -> Self {
+        self.max_scram_iterations = max_iterations;
+        self
+    }
+
+    /// Handles one Authentication message, appending any reply to `out`.
+    pub fn handle(
+        &mut self,
+        message: Authentication<'_>,
+        out: &mut BytesMut,
+    ) -> Result<AuthProgress, AuthError> {
+        let state = core::mem::replace(&mut self.state, State::Failed);
+        let (next, progress) = self.step(state, message, out)?;
+        self.state = next;
+        Ok(progress)
+    }
+
+    /// Decodes and handles a whole 'R' frame.
+    pub fn handle_frame(
+        &mut self,
+        frame: &[u8],
+        out: &mut BytesMut,
+    ) -> Result<AuthProgress, AuthError> {
+        self.handle(Authentication::decode_frame(frame)?, out)
+    }
+
+    pub fn is_authenticated(&self) -> bool {
+        matches!(self.state, State::Authenticated)
+    }
+
+    fn step(
+        &self,
+        state: State,
+        message: Authentication<'_>,
+        out: &mut BytesMut,
+    ) -> Result<(State, AuthProgress), AuthError> {
+        use Authentication as A;
+        match (state, message) {
+            (State::AwaitingRequest | State::AwaitingOk, A::Ok) => {
+                Ok((State::Authenticated, AuthProgress::Authenticated))
+            }
+            (State::AwaitingRequest, A::CleartextPassword) => {
+                PasswordMessage {
+                    password: &self.password,
+                }
+                .encode(out);
+                Ok((State::AwaitingRequest, AuthProgress::Continue))
+            }
+            (State::AwaitingRequest, A::Md5Password { salt }) => {
+                let hash = md5_password_hash(&self.user, &self.password);
+                PasswordMessage {
+                    password: &md5_salted_response(&hash, salt),
+                }
+                .encode(out);
+                Ok((State::AwaitingRequest, AuthProgress::Continue))
+            }
+            (State::AwaitingRequest, A::Sasl { mechanisms }) => {
+                if !mechanisms.contains(SCRAM_SHA_256) {
+                    return Err(AuthError::UnsupportedMethod);
+                }
+                let mut scram = ScramClient::new(&self.password, self.nonce_random)
+                    .max_iterations(self.max_scram_iterations);
+                scram.encode_initial_response(out)?;
+                Ok((State::Scram(scram), AuthProgress::Continue))
+            }
+            (State::Scram(mut scram), A::SaslContinue { data }) => {
+                scram.handle_server_first(data, out)?;
+                Ok((State::Scram(scram), AuthProgress::Continue))
+            }
+            (State::Scram(mut scram), A::SaslFinal { data }) => {
+                scram.handle_server_final(data)?;
+                Ok((State::AwaitingOk, AuthProgress::Continue))
+            }
+            (State::AwaitingRequest, A::KerberosV5 | A::Gss | A::GssContinue { .. } | A::Sspi) => {
+                Err(AuthError::UnsupportedMethod)
+            }
+            _ => Err(AuthError::UnexpectedMessage),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Md5Secret, Md5Server, ScramSecret, ScramServer};
+    use crate::messages::backend::Authentication;
+
+    #[test]
+    fn md5_login_against_md5_server() {
+        let server = Md5Server::new(Md5Secret::from_stored(b"bob", b"pw"), [9, 8, 7, 6]);
+        let mut request = BytesMut::new();
+        server.encode_request(&mut request);
+        let mut client = ClientAuth::new(b"bob", b"pw", [0; 18]);
+        let mut reply = BytesMut::new();
+        assert_eq!(
+            client.handle_frame(&request, &mut reply),
+            Ok(AuthProgress::Continue)
+        );
+        assert_eq!(server.handle_password(&reply[5..]), Ok(()));
+        assert_eq!(
+            client.handle(Authentication::Ok, &mut reply),
+            Ok(AuthProgress::Authenticated)
+        );
+    }
+
+    #[test]
+    fn scram_login_requires_server_final_before_ok() {
+        let secret = ScramSecret::from_password(b"pw", b"0123456789abcdef", 4096).unwrap();
+        let mut server = ScramServer::new(secret, [3; 18]);
+        let mut request = BytesMut::new();
+        ScramServer::encode_request(&mut request);
+        let mut client = ClientAuth::new(b"bob", b"pw", [4; 18]);
+        let mut reply = BytesMut::new();
+        client.handle_frame(&request, &mut reply).unwrap();
+        let mut challenge = BytesMut::new();
+        server
+            .handle_initial_response(&reply[5..], &mut challenge)
+            .unwrap();
+        let mut reply = BytesMut::new();
+        client.handle_frame(&challenge, &mut reply).unwrap();
+        // A server skipping SASLFinal must not be trusted.
+        let mut early = ClientAuth::new(b"bob", b"pw", [4; 18]);
+        early.handle_frame(&request, &mut BytesMut::new()).unwrap();
+        assert_eq!(
+            early.handle(Authentication::Ok, &mut BytesMut::new()),
+            Err(AuthError::UnexpectedMessage)
+        );
+        let mut fin = BytesMut::new();
+        server.handle_response(&reply[5..], &mut fin).unwrap();
+        assert_eq!(
+            client.handle_frame(&fin, &mut BytesMut::new()),
+            Ok(AuthProgress::Continue)
+        );
+        assert_eq!(
+            client.handle(Authentication::Ok, &mut BytesMut::new()),
+            Ok(AuthProgress::Authenticated)
+        );
+        assert!(client.is_authenticated());
+    }
+
+    #[test]
+    fn cleartext_and_unsupported_methods() {
+        let mut client = ClientAuth::new(b"bob", b"pw", [0; 18]);
+        let mut reply = BytesMut::new();
+        client
+            .handle(Authentication::CleartextPassword, &mut reply)
+            .unwrap();
+        assert_eq!(&reply[..], b"p\0\0\0\x07pw\0");
+        let mut client = ClientAuth::new(b"bob", b"pw", [0; 18]);
+        assert_eq!(
+            client.handle(Authentication::Gss, &mut reply),
+            Err(AuthError::UnsupportedMethod)
+        );
+    }
+}

@@ -1,0 +1,58 @@
+//! Close: releases a prepared statement or a portal.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::codec::{Reader, begin_message, end_message, put_cstr};
+use crate::codes::frontend::CLOSE;
+use crate::error::ProtocolError;
+use crate::messages::Message;
+use crate::messages::frontend::Target;
+
+/// Close ('C').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Close<'a> {
+    pub target: Target,
+    pub name: &'a [u8],
+}
+
+impl<'a> Message<'a> for Close<'a> {
+    const CODE: u8 = CLOSE;
+    const NAME: &'static str = "Close";
+
+    fn decode_body(body: &'a [u8]) -> Result<Self, ProtocolError> {
+        let mut reader = Reader::new(body, Self::NAME);
+        let target = Target::from_byte(reader.u8()?).ok_or(reader.invalid("target"))?;
+        let name = reader.cstr()?;
+        reader.finish()?;
+        Ok(Self { target, name })
+    }
+
+    fn encode(&self, out: &mut BytesMut) {
+        let at = begin_message(out, CLOSE, self.name.len() + 2);
+        out.put_u8(self.target.byte());
+        put_cstr(out, self.name);
+        end_message(out, at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::testing::{prefixes_fail, round_trip};
+    use proptest::prelude::*;
+
+    #[test]
+    fn rejects_unknown_target() {
+        assert!(Close::decode_body(b"Xs1\0").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_any(portal: bool, name in proptest::collection::vec(1u8..=255, 0..30)) {
+            let target = if portal { Target::Portal } else { Target::Statement };
+            let mut out = BytesMut::new();
+            round_trip(&Close { target, name: &name }, &mut out);
+            prefixes_fail::<Close>(&out);
+        }
+    }
+}

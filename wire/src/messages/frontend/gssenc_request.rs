@@ -1,0 +1,52 @@
+//! GSSENCRequest: asks the server to switch to GSSAPI encryption before the StartupMessage.
+//!
+//! The proxy answers 'N' (not supported) when it does not offer it; the client then continues
+//! in the clear or closes, by its own sslmode/gssencmode.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::codec::Reader;
+use crate::error::ProtocolError;
+
+/// GSSENCRequest: length 8 and the request code 80877104.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GssEncRequest;
+
+impl GssEncRequest {
+    pub const CODE: u32 = 80877104;
+
+    /// Decodes the body after the length word.
+    pub fn decode_body(body: &[u8]) -> Result<Self, ProtocolError> {
+        let mut reader = Reader::new(body, "GSSENCRequest");
+        if reader.u32()? != Self::CODE {
+            return Err(reader.invalid("request code"));
+        }
+        reader.finish()?;
+        Ok(Self)
+    }
+
+    /// Appends the packet, length word included.
+    pub fn encode(&self, out: &mut BytesMut) {
+        out.reserve(8);
+        out.put_u32(8);
+        out.put_u32(Self::CODE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::frontend::StartupPacket;
+
+    #[test]
+    fn fixed_bytes_round_trip() {
+        let mut out = BytesMut::new();
+        GssEncRequest.encode(&mut out);
+        assert_eq!(&out[..], &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30]);
+        assert_eq!(
+            StartupPacket::decode(&out).unwrap(),
+            StartupPacket::GssEncRequest
+        );
+        assert!(StartupPacket::decode(b"\0\0\0\x09\x04\xd2\x16\x2f\0").is_err());
+    }
+}

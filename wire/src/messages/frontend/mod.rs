@@ -1,0 +1,63 @@
+//! Messages a client sends: the startup-phase packets (no type byte) and the typed messages.
+
+pub mod bind;
+pub mod cancel_request;
+pub mod close;
+pub mod copy_fail;
+pub mod describe;
+pub mod execute;
+pub mod flush;
+pub mod function_call;
+pub mod gssenc_request;
+pub mod parse;
+pub mod password_message;
+pub mod query;
+pub mod sasl_initial_response;
+pub mod sasl_response;
+pub mod ssl_request;
+pub mod startup;
+pub mod sync;
+pub mod terminate;
+
+pub use bind::Bind;
+pub use cancel_request::CancelRequest;
+pub use close::Close;
+pub use copy_fail::CopyFail;
+pub use describe::Describe;
+pub use execute::Execute;
+pub use flush::Flush;
+pub use function_call::FunctionCall;
+pub use gssenc_request::GssEncRequest;
+pub use parse::Parse;
+pub use password_message::PasswordMessage;
+pub use query::Query;
+pub use sasl_initial_response::SaslInitialResponse;
+pub use sasl_response::SaslResponse;
+pub use ssl_request::SslRequest;
+pub use startup::{ProtocolVersion, StartupMessage, StartupPacket, StartupParams};
+pub use sync::Sync;
+pub use terminate::Terminate;
+
+/// Whether Describe and Close address a prepared statement or a portal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Statement,
+    Portal,
+}
+
+impl Target {
+    pub(crate) fn from_byte(byte: u8) -> Option<Self> {
+        match byte {
+            b'S' => Some(Self::Statement),
+            b'P' => Some(Self::Portal),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn byte(self) -> u8 {
+        match self {
+            Self::Statement => b'S',
+            Self::Portal => b'P',
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Proves the hot path allocates nothing: splitting DataRows off a receive buffer, decoding
+//! them, measuring runs, and encoding Query/DataRow into a buffer with room, counted by a
+//! global allocator that tallies every allocation on this thread.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use bytes::BytesMut;
+use pgtier_wire::framing::{scan_run, split_message, split_run};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::DataRow;
+use pgtier_wire::messages::frontend::Query;
+use pgtier_wire::{CodeSet, FrameLimits};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// A stream of `rows` DataRows of 100 bytes each (header included).
+fn data_rows(rows: usize) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(rows * 100 + 64);
+    let value = [b'x'; 89];
+    for _ in 0..rows {
+        DataRow::encode_parts(&mut buf, &[Some(&value)]);
+    }
+    assert_eq!(buf.len(), rows * 100);
+    buf
+}
+
+#[test]
+fn scanner_allocates_nothing_per_data_row() {
+    const ROWS: usize = 10_000;
+    let limits = FrameLimits::default();
+    let mut buf = data_rows(ROWS + 1);
+    // Warm-up: the first split turns the Vec-backed buffer into a shared one (one allocation).
+    drop(split_message(&mut buf, &limits).unwrap().unwrap());
+    let before = allocations();
+    let mut bytes = 0;
+    for _ in 0..ROWS {
+        let frame = split_message(&mut buf, &limits).unwrap().unwrap();
+        let row = DataRow::decode_frame(&frame.bytes).unwrap();
+        bytes += row
+            .values
+            .iter()
+            .map(|v| v.map_or(0, <[u8]>::len))
+            .sum::<usize>();
+    }
+    let after = allocations();
+    assert_eq!(bytes, ROWS * 89);
+    assert_eq!(
+        after - before,
+        0,
+        "allocations while scanning {ROWS} DataRows"
+    );
+}
+
+#[test]
+fn run_scan_and_encoding_allocate_nothing() {
+    let limits = FrameLimits::default();
+    let mut buf = data_rows(1001);
+    drop(split_message(&mut buf, &limits).unwrap().unwrap());
+    let mut out = BytesMut::with_capacity(1 << 20);
+    let stop = CodeSet::of(b"ZE");
+    let before = allocations();
+    let run = scan_run(&buf, &stop, &limits).unwrap();
+    let chunk = split_run(&mut buf, run.len);
+    for _ in 0..1000 {
+        Query {
+            sql: b"SELECT * FROM accounts WHERE id = 1",
+        }
+        .encode(&mut out);
+        DataRow::encode_parts(&mut out, &[Some(b"1"), None]);
+    }
+    let after = allocations();
+    assert_eq!(run.messages, 1000);
+    assert_eq!(chunk.len(), 100_000);
+    assert_eq!(after - before, 0);
+}

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 
 use super::md5::{md5_password_hash, md5_salted_response};
 use super::scram_client::DEFAULT_MAX_ITERATIONS;
-use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, ScramClient};
+use super::{AuthError, KEY_LEN, NONCE_RANDOM_LEN, SCRAM_SHA_256, ScramClient};
 use crate::messages::Message;
 use crate::messages::backend::Authentication;
 use crate::messages::frontend::PasswordMessage;
@@ -29,14 +29,33 @@ enum State {
     Failed,
 }
 
+/// What the proxy proves itself with.
+enum Credential {
+    Password(Vec<u8>),
+    /// ClientKey/ServerKey recovered from a client's SCRAM exchange ([`super::ScramVerified`])
+    /// when the proxy stores only a SCRAM secret: SCRAM logins only.
+    ScramKeys {
+        client_key: [u8; KEY_LEN],
+        server_key: [u8; KEY_LEN],
+    },
+}
+
 /// Sans-I/O login state machine for one server connection.
-#[derive(Debug)]
 pub struct ClientAuth {
     user: Vec<u8>,
-    password: Vec<u8>,
+    credential: Credential,
     nonce_random: [u8; NONCE_RANDOM_LEN],
     max_scram_iterations: u32,
     state: State,
+}
+
+impl core::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("user", &String::from_utf8_lossy(&self.user))
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientAuth {
@@ -44,7 +63,29 @@ impl ClientAuth {
     pub fn new(user: &[u8], password: &[u8], nonce_random: [u8; NONCE_RANDOM_LEN]) -> Self {
         Self {
             user: user.to_vec(),
-            password: password.to_vec(),
+            credential: Credential::Password(password.to_vec()),
+            nonce_random,
+            max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            state: State::AwaitingRequest,
+        }
+    }
+
+    /// Logs in with SCRAM keys instead of a password: `client_key` from
+    /// [`super::ScramVerified`] after a client proved itself against `secret`, `server_key`
+    /// from that secret. The server must store the same secret; MD5 and cleartext requests
+    /// fail with [`AuthError::UnsupportedMethod`].
+    pub fn with_scram_keys(
+        user: &[u8],
+        client_key: [u8; KEY_LEN],
+        server_key: [u8; KEY_LEN],
+        nonce_random: [u8; NONCE_RANDOM_LEN],
+    ) -> Self {
+        Self {
+            user: user.to_vec(),
+            credential: Credential::ScramKeys {
+                client_key,
+                server_key,
+            },
             nonce_random,
             max_scram_iterations: DEFAULT_MAX_ITERATIONS,
             state: State::AwaitingRequest,
@@ -82,6 +123,14 @@ impl ClientAuth {
         matches!(self.state, State::Authenticated)
     }
 
+    /// The password, for methods that need one.
+    fn password(&self) -> Result<&[u8], AuthError> {
+        match &self.credential {
+            Credential::Password(password) => Ok(password),
+            Credential::ScramKeys { .. } => Err(AuthError::UnsupportedMethod),
+        }
+    }
+
     fn step(
         &self,
         state: State,
@@ -95,13 +144,13 @@ impl ClientAuth {
             }
             (State::AwaitingRequest, A::CleartextPassword) => {
                 PasswordMessage {
-                    password: &self.password,
+                    password: self.password()?,
                 }
                 .encode(out);
                 Ok((State::AwaitingRequest, AuthProgress::Continue))
             }
             (State::AwaitingRequest, A::Md5Password { salt }) => {
-                let hash = md5_password_hash(&self.user, &self.password);
+                let hash = md5_password_hash(&self.user, self.password()?);
                 PasswordMessage {
                     password: &md5_salted_response(&hash, salt),
                 }
@@ -112,8 +161,14 @@ impl ClientAuth {
                 if !mechanisms.contains(SCRAM_SHA_256) {
                     return Err(AuthError::UnsupportedMethod);
                 }
-                let mut scram = ScramClient::new(&self.password, self.nonce_random)
-                    .max_iterations(self.max_scram_iterations);
+                let scram = match &self.credential {
+                    Credential::Password(password) => ScramClient::new(password, self.nonce_random),
+                    Credential::ScramKeys {
+                        client_key,
+                        server_key,
+                    } => ScramClient::from_keys(*client_key, *server_key, self.nonce_random),
+                };
+                let mut scram = scram.max_iterations(self.max_scram_iterations);
                 scram.encode_initial_response(out)?;
                 Ok((State::Scram(scram), AuthProgress::Continue))
             }
@@ -190,6 +245,48 @@ mod tests {
             Ok(AuthProgress::Authenticated)
         );
         assert!(client.is_authenticated());
+    }
+
+    #[test]
+    fn scram_keys_pass_through_to_a_server_with_the_same_secret() {
+        let secret = ScramSecret::from_password(b"pw", b"0123456789abcdef", 4096).unwrap();
+        // A client proves itself to the proxy...
+        let mut front = ScramServer::new(secret.clone(), [1; 18]);
+        let mut client = ClientAuth::new(b"bob", b"pw", [2; 18]);
+        let verified = login(&mut client, &mut front).unwrap();
+        // ...and the proxy logs in to the server with the recovered key, no password.
+        let mut back = ScramServer::new(secret.clone(), [3; 18]);
+        let mut proxy =
+            ClientAuth::with_scram_keys(b"bob", verified.client_key, secret.server_key, [4; 18]);
+        login(&mut proxy, &mut back).unwrap();
+        assert!(proxy.is_authenticated());
+        assert!(!format!("{proxy:?}").contains("client_key"));
+        let mut md5 =
+            ClientAuth::with_scram_keys(b"bob", verified.client_key, secret.server_key, [4; 18]);
+        let request = Authentication::Md5Password { salt: [0; 4] };
+        assert_eq!(
+            md5.handle(request, &mut BytesMut::new()),
+            Err(AuthError::UnsupportedMethod)
+        );
+    }
+
+    fn login(
+        client: &mut ClientAuth,
+        server: &mut ScramServer,
+    ) -> Result<crate::auth::ScramVerified, AuthError> {
+        let mut request = BytesMut::new();
+        ScramServer::encode_request(&mut request);
+        let mut reply = BytesMut::new();
+        client.handle_frame(&request, &mut reply)?;
+        let mut challenge = BytesMut::new();
+        server.handle_initial_response(&reply[5..], &mut challenge)?;
+        let mut reply = BytesMut::new();
+        client.handle_frame(&challenge, &mut reply)?;
+        let mut fin = BytesMut::new();
+        let verified = server.handle_response(&reply[5..], &mut fin)?;
+        client.handle_frame(&fin, &mut BytesMut::new())?;
+        client.handle(Authentication::Ok, &mut BytesMut::new())?;
+        Ok(verified)
     }
 
     #[test]

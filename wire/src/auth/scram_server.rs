@@ -33,12 +33,18 @@ enum State {
     Failed,
 }
 
-/// What a successful exchange proves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a successful exchange proves. Its Debug output hides the key.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ScramVerified {
     /// The client's ClientKey, recovered from its proof. With the secret's ServerKey it lets
     /// the proxy log in to a server holding the same secret without knowing the password.
     pub client_key: Key,
+}
+
+impl core::fmt::Debug for ScramVerified {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ScramVerified { .. }")
+    }
 }
 
 /// Sans-I/O SCRAM-SHA-256 verifier for one client.

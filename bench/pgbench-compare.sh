@@ -13,6 +13,8 @@
 # Environment (defaults): SCALE=10 DURATION=10 CLIENTS="8 64" PROTOCOLS="simple extended"
 #   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built with cargo build --release>
 #   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed)
+#   PROFILE=0 (1: one more extended/64-client run through pgtier under `perf record -g`;
+#              the hottest symbols go to bench/out/pgtier-perf-<time>.txt)
 #   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ POOL_SIZE="${POOL_SIZE:-20}"
 IDLE_CLIENTS="${IDLE_CLIENTS:-10000}"
 SKIP_MEMORY="${SKIP_MEMORY:-0}"
 REPEAT="${REPEAT:-1}"
+PROFILE="${PROFILE:-0}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/pgbench-compare-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
@@ -269,5 +272,16 @@ if [ "$SKIP_MEMORY" != 1 ]; then
       per = (o > 0) ? sprintf("%.2f", (a - b) / o) : "-";
       printf "| %s | %d | %.1f | %.1f | %s |\n", n, o, b / 1024, a / 1024, per }' | tee -a "$OUT"
   done
+fi
+if [ "$PROFILE" = 1 ] && [ -n "$pgtier_pid" ] && command -v perf >/dev/null; then
+  profile_out="${OUT%.md}-pgtier-perf.txt"
+  log "profiling pgtier (perf record -g) during pgbench -S -M extended -c 64"
+  perf record -q -g -o "$work/perf.data" -p "$pgtier_pid" -- sleep "$DURATION" 2>/dev/null &
+  perf_pid=$!
+  run_pgbench "$pgtier_port" extended 64 >/dev/null
+  wait "$perf_pid" || true
+  perf report -i "$work/perf.data" --no-children --stdio --percent-limit 0.5 2>/dev/null \
+    | grep -v '^$' | head -200 >"$profile_out"
+  log "profile written to $profile_out"
 fi
 log "results written to $OUT"

@@ -15,7 +15,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo build (pgtier binary used by the end-to-end tests)"
 cargo build --locked -p pgtier-shard --bin pgtier
 echo "== cargo test"
-cargo test --workspace --locked -- --test-threads="${PGTIER_TEST_THREADS:-2}"
+# The 1000-client test raises its own RLIMIT_NOFILE; let the hard limit allow it.
+ulimit -Hn 65536 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_THREADS:-2}"
 
 if [ "${PGTIER_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== fuzz smoke runs"

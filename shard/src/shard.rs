@@ -1,9 +1,12 @@
 //! One shard: a pinned thread's ring, its listener, its clients, servers and pool slices, and
 //! the loop that collects completions, dispatches them, runs due timers and submits once.
 //!
-//! Handlers live beside this file by concern: `session.rs` (clients), `backend.rs` (servers
-//! and pools), `cancel.rs` (cancel keys and cancel connections), `housekeeping.rs` (timeouts,
-//! shutdown, reload). This file owns the loop, dispatch, and submitting and tearing down ops.
+//! Handlers live beside this file by concern: `session.rs` (client startup, auth, forwarding
+//! to the server), `admin_session.rs` (the admin console), `pooling.rs` (pools, waiters,
+//! hand-over, release), `login.rs` (server connect and login), `backend.rs` (server receive,
+//! relay, drain), `relay.rs` (walking a server's output), `cancel.rs` (cancel keys and
+//! connections), `housekeeping.rs` (timeouts, mailbox commands, shutdown). This file owns the
+//! loop, dispatch, and submitting and tearing down ops.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;

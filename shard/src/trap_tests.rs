@@ -410,3 +410,72 @@ fn random_peer_behaviour_never_panics_the_shard() {
         shard.clients.len()
     );
 }
+
+/// A client that stops reading must not make the shard buffer a whole result: once its queue
+/// passes `client_buffer_limit_bytes` the server's receive is not re-armed until it drains.
+#[test]
+fn slow_client_pauses_reading_from_the_server() {
+    let mut shard = test_shard(None);
+    let limit = shard.limits.client_buffer_limit_bytes;
+    let (client, _) = logged_in_client(&mut shard, usize::MAX);
+    let recv = shard
+        .ring
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv");
+    let mut query = BytesMut::new();
+    proto::query(&mut query, "SELECT huge");
+    shard.ring.deliver(recv, &query);
+    turn(&mut shard);
+    let send = shard
+        .ring
+        .take(is_kind(OpKind::ServerSend))
+        .expect("query to the server");
+    shard.ring.accept_send(send, usize::MAX);
+    turn(&mut shard);
+    // One DataRow of 1 GiB - 1, streamed in receive-sized pieces; the client never reads.
+    let mut header = vec![b'D'];
+    header.extend_from_slice(&((1u32 << 30) - 1).to_be_bytes());
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut delivered = 0usize;
+    let mut first = true;
+    while let Some(recv) = shard.ring.take(is_kind(OpKind::ServerRecv)) {
+        let piece = if first {
+            [header.as_slice(), &chunk].concat()
+        } else {
+            chunk.clone()
+        };
+        first = false;
+        let Op::Recv { len, .. } = recv.op else {
+            panic!()
+        };
+        delivered += piece.len().min(len as usize);
+        shard.ring.deliver(recv, &piece);
+        turn(&mut shard);
+        assert!(
+            delivered < limit * 4,
+            "still reading after {delivered} bytes"
+        );
+    }
+    let queued = shard
+        .clients
+        .get(client.0)
+        .map(|c| c.send.queued_bytes())
+        .expect("client");
+    assert!(
+        queued > limit,
+        "paused only past the limit ({queued} <= {limit})"
+    );
+    assert!(queued < limit + 2 * shard.limits.server_recv_chunk_bytes + 64 * 1024);
+    // The client reads everything that is queued: the server is read again.
+    while let Some(send) = shard.ring.take(is_kind(OpKind::ClientSend)) {
+        shard.ring.accept_send(send, usize::MAX);
+        turn(&mut shard);
+        if shard.ring.has(is_kind(OpKind::ServerRecv)) {
+            break;
+        }
+    }
+    assert!(
+        shard.ring.has(is_kind(OpKind::ServerRecv)),
+        "reading resumed after the drain"
+    );
+}

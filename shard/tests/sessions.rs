@@ -217,7 +217,11 @@ fn client_killed_mid_transaction_leaves_no_dirty_server() {
     drop(a);
     let mut b = RawClient::connect(port, "postgres", "postgres", &[]).expect("b");
     b.stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    assert_eq!(b.query_one("SELECT pg_backend_pid()"), pid_a, "same server, rolled back");
+    assert_eq!(
+        b.query_one("SELECT pg_backend_pid()"),
+        pid_a,
+        "same server, rolled back"
+    );
     assert_eq!(
         b.query_one("SELECT pg_current_xact_id_if_assigned() IS NULL"),
         "t"

@@ -7,6 +7,12 @@
 //!
 //! Every wait is bounded: each started proxy has a watchdog that kills it when a test runs
 //! past its deadline, so a client blocked on a hung proxy gets an error instead of hanging.
+//!
+//! Run: `cargo test -p pgtier-tests -- --test-threads=2`, as root (servers then run as the
+//! `postgres` user) or as a user that may run initdb; PostgreSQL's server binaries, psql and
+//! pgbench must be installed (`scripts/install-deps.sh`). The proxy binary is built by that
+//! same command (see `proxy`); `PGTIER_BIN` tests another one. A failing test prints the
+//! last lines of the proxy's log.
 
 pub mod config;
 pub mod fixtures;

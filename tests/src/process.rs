@@ -99,3 +99,63 @@ pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// One classic-BPF instruction (`struct sock_filter`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SockFilter {
+    code: u16,
+    jt: u8,
+    jf: u8,
+    k: u32,
+}
+
+/// `struct sock_fprog`.
+#[repr(C)]
+struct SockFprog {
+    len: u16,
+    filter: *const SockFilter,
+}
+
+/// Makes `command`'s process see io_uring as forbidden (io_uring_setup fails with EPERM),
+/// the way a container's seccomp profile or `kernel.io_uring_disabled = 2` would. x86_64 only
+/// (the filter checks the syscall ABI and allows everything on another).
+pub fn deny_io_uring(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const SYS_IO_URING_SETUP: u32 = 425;
+    const LOAD_WORD_ABSOLUTE: u16 = 0x20;
+    const JUMP_IF_EQUAL: u16 = 0x15;
+    const RETURN: u16 = 0x06;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const EPERM: u32 = 1;
+    let step = |code, jt, jf, k| SockFilter { code, jt, jf, k };
+    // seccomp_data: nr at offset 0, arch at offset 4.
+    let program = [
+        step(LOAD_WORD_ABSOLUTE, 0, 0, 4),
+        step(JUMP_IF_EQUAL, 0, 3, AUDIT_ARCH_X86_64),
+        step(LOAD_WORD_ABSOLUTE, 0, 0, 0),
+        step(JUMP_IF_EQUAL, 0, 1, SYS_IO_URING_SETUP),
+        step(RETURN, 0, 0, SECCOMP_RET_ERRNO | EPERM),
+        step(RETURN, 0, 0, SECCOMP_RET_ALLOW),
+    ];
+    // SAFETY: the closure runs in the forked child before exec and only makes two prctl
+    // calls (async-signal-safe syscalls) on data owned by the closure.
+    unsafe {
+        command.pre_exec(move || {
+            let filter = SockFprog {
+                len: program.len() as u16,
+                filter: program.as_ptr(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let filter_address = &filter as *const SockFprog;
+            if libc::prctl(libc::PR_SET_SECCOMP, 2, filter_address, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

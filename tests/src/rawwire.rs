@@ -140,8 +140,19 @@ pub fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
 
 /// Connects and logs in (trust); fails on any ErrorResponse or another authentication request.
 pub fn login(port: u16, user: &str, database: &str, timeout: Duration) -> io::Result<RawSession> {
+    login_with(port, user, database, &[], timeout)
+}
+
+/// As `login`, with further startup parameters.
+pub fn login_with(
+    port: u16,
+    user: &str,
+    database: &str,
+    parameters: &[(&str, &str)],
+    timeout: Duration,
+) -> io::Result<RawSession> {
     let mut stream = connect(port, timeout)?;
-    stream.write_all(&startup_message(user, database, &[]))?;
+    stream.write_all(&startup_message(user, database, parameters))?;
     let mut session = RawSession {
         stream,
         process_id: 0,

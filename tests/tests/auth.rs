@@ -36,11 +36,18 @@ fn assert_logged_in_as(client: Result<postgres::Client, postgres::Error>, user: 
     assert_eq!(row.get::<_, String>(0), user);
 }
 
-fn assert_password_rejected(result: Result<postgres::Client, postgres::Error>) {
+/// Login with a bad password fails promptly with PostgreSQL's 28P01.
+fn assert_password_rejected(proxy: &Pgtier, user: &str, password: &str) {
     let started = Instant::now();
-    let error = result.err().expect("login should fail");
+    let error = connect(proxy, user, password)
+        .err()
+        .expect("login should fail");
+    let elapsed = started.elapsed();
     assert_eq!(sqlstate(&error).as_deref(), Some("28P01"), "{error:?}");
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "rejection took {elapsed:?}"
+    );
 }
 
 #[test]
@@ -52,9 +59,9 @@ fn scram_client_auth_with_a_plaintext_userlist() {
             .user("alice", "s3cret pass"),
     );
     assert_logged_in_as(connect(&proxy, "alice", "s3cret pass"), "alice");
-    assert_password_rejected(connect(&proxy, "alice", "wrong"));
+    assert_password_rejected(&proxy, "alice", "wrong");
     // A user missing from the userlist fails the same way (no user enumeration).
-    assert_password_rejected(connect(&proxy, "mallory", "anything"));
+    assert_password_rejected(&proxy, "mallory", "anything");
 }
 
 #[test]
@@ -71,7 +78,7 @@ fn md5_client_auth_with_a_hashed_userlist() {
     );
     let proxy = start_proxy(ProxyConfig::new(pg.port()).auth("md5").user("alice", &hash));
     assert_logged_in_as(connect(&proxy, "alice", "s3cret pass"), "alice");
-    assert_password_rejected(connect(&proxy, "alice", "s3cret pasS"));
+    assert_password_rejected(&proxy, "alice", "s3cret pasS");
 }
 
 #[test]
@@ -83,7 +90,7 @@ fn md5_client_auth_with_a_plaintext_userlist_and_a_scram_server() {
             .user("alice", "s3cret pass"),
     );
     assert_logged_in_as(connect(&proxy, "alice", "s3cret pass"), "alice");
-    assert_password_rejected(connect(&proxy, "alice", "nope"));
+    assert_password_rejected(&proxy, "alice", "nope");
 }
 
 #[test]
@@ -95,7 +102,7 @@ fn wrong_password_reaches_neither_pool_nor_server() {
             .user("alice", "s3cret pass"),
     );
     for _ in 0..3 {
-        assert_password_rejected(connect(&proxy, "alice", "wrong"));
+        assert_password_rejected(&proxy, "alice", "wrong");
     }
     let logins = admin(
         &pg,

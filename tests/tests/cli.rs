@@ -164,3 +164,29 @@ fn running_with_a_bad_config_fails_fast_with_the_reason() {
         assert!(finished.stderr.contains("pool_mode"), "{finished:?}");
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn without_io_uring_pgtier_says_so_and_what_to_change() {
+    let dir = TempDir::new("cli-no-uring").expect("tempdir");
+    let mut config = ProxyConfig::new(5432);
+    config.listen_port = pgtier_tests::free_port().expect("port");
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, config.userlist()).expect("userlist");
+    let path = dir.path().join("pgtier.toml");
+    std::fs::write(&path, config.to_toml(&userlist)).expect("config");
+    let mut command = Command::new(proxy_binary().expect("binary"));
+    command.arg("--config").arg(&path);
+    pgtier_tests::process::deny_io_uring(&mut command);
+    let finished = run(&mut command, Duration::from_secs(20)).expect("run");
+    assert!(
+        !finished.timed_out && !finished.status.success(),
+        "pgtier should exit with an error without io_uring: {finished:?}"
+    );
+    let message = finished.stderr.to_lowercase();
+    assert!(message.contains("io_uring"), "{finished:?}");
+    assert!(
+        message.contains("io_uring_disabled") || message.contains("seccomp"),
+        "the error should say what to change: {finished:?}"
+    );
+}

@@ -335,29 +335,67 @@ fn startup_options_reach_the_server() {
 
 #[test]
 fn parameter_status_is_the_servers_own() {
-    let (_pg, proxy) = server_and_proxy(|config| config);
-    let session = pgtier_tests::rawwire::login(
-        proxy.port(),
-        "postgres",
-        "postgres",
-        Duration::from_secs(10),
-    )
-    .expect("login");
-    let parameter = |name: &str| {
-        session
-            .parameters
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-    };
-    assert_eq!(parameter("server_encoding").as_deref(), Some("UTF8"));
-    assert_eq!(parameter("client_encoding").as_deref(), Some("UTF8"));
-    assert_eq!(parameter("integer_datetimes").as_deref(), Some("on"));
-    assert!(
-        parameter("server_version").is_some_and(|version| version.starts_with("15")),
-        "{:?}",
-        session.parameters
-    );
+    for pool_mode in ["session", "transaction"] {
+        let (_pg, proxy) = server_and_proxy(|config| config.pool_mode(pool_mode));
+        // A first client warms the pool, so a proxy that caches parameters would use them.
+        pgtier_tests::rawwire::login(
+            proxy.port(),
+            "postgres",
+            "postgres",
+            Duration::from_secs(10),
+        )
+        .expect("first login");
+        // The client spells its settings loosely; it must see the server's canonical spelling.
+        let session = pgtier_tests::rawwire::login_with(
+            proxy.port(),
+            "postgres",
+            "postgres",
+            &[
+                ("client_encoding", "utf8"),
+                ("DateStyle", "iso, dmy"),
+                ("application_name", "e2e-params"),
+            ],
+            Duration::from_secs(10),
+        )
+        .expect("login");
+        let parameter = |name: &str| {
+            session
+                .parameters
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        let context = format!("{pool_mode}: {:?}", session.parameters);
+        assert_eq!(
+            parameter("server_encoding").as_deref(),
+            Some("UTF8"),
+            "{context}"
+        );
+        assert_eq!(
+            parameter("client_encoding").as_deref(),
+            Some("UTF8"),
+            "{context}"
+        );
+        assert_eq!(
+            parameter("DateStyle").as_deref(),
+            Some("ISO, DMY"),
+            "{context}"
+        );
+        assert_eq!(
+            parameter("application_name").as_deref(),
+            Some("e2e-params"),
+            "{context}"
+        );
+        assert_eq!(
+            parameter("integer_datetimes").as_deref(),
+            Some("on"),
+            "{context}"
+        );
+        assert!(
+            parameter("server_version").is_some_and(|version| version.starts_with("15")),
+            "{context}"
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,318 @@
+//! Pools on the shard side: choosing a client's pool, queueing clients FIFO, handing idle
+//! servers over (re-applying tracked parameters), releasing servers at the end of a
+//! transaction, and moving budget slots between shards.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use pgtier_core::config::{PoolMode, ServerSet};
+use tracing::{debug, warn};
+
+use crate::client::ClientState;
+use crate::io::ring::Ring;
+use crate::io::slab::{ClientId, ServerId};
+use crate::mailbox::Command;
+use crate::pool::{PoolId, PoolKey, ServerLogin};
+use crate::proto::{self, sqlstate};
+use crate::server::ServerState;
+use crate::shard::{HOUSEKEEPING_PERIOD, Shard};
+
+/// The address of a database entry's server. A replica set uses its first replica until the
+/// routing policy picks one per session.
+fn server_addr(servers: &ServerSet) -> Result<SocketAddr, String> {
+    match servers {
+        ServerSet::Single(host_port) => {
+            if let Ok(ip) = host_port.host.parse() {
+                return Ok(SocketAddr::new(ip, host_port.port));
+            }
+            (host_port.host.as_str(), host_port.port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .ok_or_else(|| format!("cannot resolve server host {host_port}"))
+        }
+        ServerSet::Replicas(set) => set
+            .replicas
+            .first()
+            .copied()
+            .ok_or_else(|| "replica set is empty".to_string()),
+    }
+}
+
+impl<R: Ring> Shard<R> {
+    /// The pool for an authenticated client, created on first use.
+    pub(crate) fn pool_for_client(
+        &mut self,
+        id: ClientId,
+        startup_params: Vec<(String, String)>,
+    ) -> Result<PoolId, Bytes> {
+        let Some(client) = self.clients.get(id.0) else {
+            return Err(Bytes::new());
+        };
+        let Some(db) = self.config.database(&client.database) else {
+            let message = format!("database \"{}\" does not exist", client.database);
+            return Err(proto::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
+        };
+        let addr = server_addr(&db.servers)
+            .map_err(|message| proto::fatal(sqlstate::CONNECTION_FAILURE, &message))?;
+        let server_user = db.user.clone().unwrap_or_else(|| client.user.clone());
+        let key = PoolKey {
+            database: client.database.clone(),
+            user: server_user,
+            addr,
+            startup_params,
+        };
+        if let Some(pool) = self.pools.find(&key) {
+            return Ok(pool);
+        }
+        if self.pools.len() >= self.config.pgtier.max_pools_per_worker as usize {
+            return Err(proto::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "too many pools (max_pools_per_worker)",
+            ));
+        }
+        let mode = self.config.pool_mode(db, &client.user);
+        let password = db.password.clone().or_else(|| self.users.get(&key.user));
+        let login = ServerLogin {
+            dbname: db.dbname.clone(),
+            password,
+        };
+        let (max, min) = (db.pool_size, db.min_pool_size);
+        Ok(self.pools.create(key, login, mode, max, min))
+    }
+
+    /// Queues a client for a server of its pool.
+    pub(crate) fn enqueue_waiter(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let Some(pool_id) = client.pool else { return };
+        client.state = ClientState::WaitingForServer { since: self.now };
+        self.pools.get_mut(pool_id).waiters.push_back(id);
+        self.pump_pool(pool_id);
+    }
+
+    fn is_waiting(&self, id: ClientId) -> bool {
+        matches!(
+            self.clients.get(id.0).map(|c| &c.state),
+            Some(ClientState::WaitingForServer { .. })
+        )
+    }
+
+    /// Hands idle servers to waiting clients in FIFO order and opens servers while clients
+    /// outnumber the ones being opened and the budget allows.
+    pub(crate) fn pump_pool(&mut self, pool_id: PoolId) {
+        loop {
+            let waiter = loop {
+                match self.pools.get(pool_id).waiters.front().copied() {
+                    Some(waiter) if self.is_waiting(waiter) => break Some(waiter),
+                    Some(_) => {
+                        self.pools.get_mut(pool_id).waiters.pop_front();
+                    }
+                    None => break None,
+                }
+            };
+            let Some(waiter) = waiter else { return };
+            let pool = self.pools.get_mut(pool_id);
+            if let Some(server) = pool.idle.pop() {
+                pool.waiters.pop_front();
+                self.link(waiter, server);
+                continue;
+            }
+            if pool.connecting as usize >= pool.waiters.len() {
+                return;
+            }
+            if let Some(failure) = &pool.failure {
+                if failure.retry_at > self.now {
+                    if pool.open_here == 0 {
+                        let error = failure.error.clone();
+                        self.fail_waiters(pool_id, error);
+                    }
+                    return;
+                }
+            }
+            if !pool.try_reserve_server() {
+                self.ask_other_shards_for_a_server(pool_id);
+                return;
+            }
+            if let Err(message) = self.open_server(pool_id) {
+                warn!(%message, "cannot open a server connection");
+                self.pools.get_mut(pool_id).release_server_slot();
+                let error = proto::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                self.fail_waiters(pool_id, error);
+                return;
+            }
+        }
+    }
+
+    /// The budget is spent and this shard has no server to give: the slots may sit idle on
+    /// other shards, so ask them to close one (at most once per housekeeping period).
+    fn ask_other_shards_for_a_server(&mut self, pool_id: PoolId) {
+        let shards = self.shared.mailboxes.len();
+        let pool = self.pools.get_mut(pool_id);
+        if shards < 2 || pool.open_here >= pool.max_size {
+            return;
+        }
+        let recent = pool
+            .last_release_request
+            .is_some_and(|at| self.now.saturating_duration_since(at) < HOUSEKEEPING_PERIOD);
+        if recent {
+            return;
+        }
+        pool.last_release_request = Some(self.now);
+        let key = Arc::new(pool.key.clone());
+        for (index, mailbox) in self.shared.mailboxes.iter().enumerate() {
+            if index != self.index {
+                let command = Command::ReleaseIdle {
+                    key: key.clone(),
+                    from: self.index,
+                };
+                if mailbox.post(command).is_err() {
+                    debug!("release request dropped: mailbox full");
+                }
+            }
+        }
+    }
+
+    /// Another shard waits for a server of `key`: close one of ours that is idle while no
+    /// client here waits for it, and tell that shard to retry.
+    pub(crate) fn release_idle_for(&mut self, key: &PoolKey, from: usize) {
+        let Some(pool_id) = self.pools.find(key) else {
+            return;
+        };
+        let pool = self.pools.get(pool_id);
+        let waiting_here = pool.waiters.iter().any(|w| self.is_waiting(*w));
+        let Some(&server) = pool.idle.first() else {
+            return;
+        };
+        if waiting_here {
+            return;
+        }
+        self.close_server(server);
+        if let Some(mailbox) = self.shared.mailboxes.get(from) {
+            let _ = mailbox.post(Command::RetryPool {
+                key: Arc::new(key.clone()),
+            });
+        }
+    }
+
+    pub(crate) fn fail_waiters(&mut self, pool_id: PoolId, error: Bytes) {
+        let waiters: Vec<ClientId> = self.pools.get_mut(pool_id).waiters.drain(..).collect();
+        for waiter in waiters {
+            if self.is_waiting(waiter) {
+                self.close_client(waiter, Some(error.clone()));
+            }
+        }
+    }
+
+    /// Links a waiting client with a server and starts moving its bytes.
+    pub(crate) fn link(&mut self, client_id: ClientId, server_id: ServerId) {
+        let Some(client) = self.clients.get_mut(client_id.0) else {
+            return;
+        };
+        if let ClientState::WaitingForServer { since } = client.state {
+            let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
+            self.counters.record_wait(wait_us);
+        }
+        client.state = ClientState::Active { server: server_id };
+        let welcomed = client.welcomed;
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        server.state = ServerState::Busy { client: client_id };
+        let mode = self.pools.get(server.pool).mode;
+        if !welcomed {
+            self.welcome_from_server(client_id, server_id, mode == PoolMode::Session);
+            if mode == PoolMode::Transaction {
+                self.release_server(server_id);
+                return;
+            }
+        }
+        self.reapply_params(client_id, server_id);
+        self.forward_to_server(client_id, server_id);
+    }
+
+    /// Sends SETs for tracked parameters where the server differs from what the client has
+    /// been told; the answers are swallowed.
+    fn reapply_params(&mut self, client_id: ClientId, server_id: ServerId) {
+        let Some(client) = self.clients.get(client_id.0) else {
+            return;
+        };
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let mut sql = String::new();
+        if !client.tracked.write_differences(&server.tracked, &mut sql) {
+            return;
+        }
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        proto::query(&mut out, &sql);
+        server.send.push(out.freeze());
+        server.swallow += 1;
+        server.tracker.on_internal_query();
+    }
+
+    /// The server finished a transaction: its client goes idle (or away, at shutdown) and
+    /// the server returns to the pool unless a cancel for it is still on its way.
+    pub(crate) fn release_server(&mut self, server_id: ServerId) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let client_id = server.client();
+        server.state = ServerState::Draining { since: self.now };
+        let cancels_pending = server.cancels_pending;
+        let mut close_client = None;
+        if let Some(client_id) = client_id {
+            if let Some(client) = self.clients.get_mut(client_id.0) {
+                client.state = ClientState::Idle { since: self.now };
+                if client.close_when_idle {
+                    close_client = Some(client_id);
+                }
+            }
+        }
+        if cancels_pending == 0 {
+            self.return_to_pool(server_id);
+        }
+        if let Some(client_id) = close_client {
+            let error = proto::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
+            self.close_client(client_id, Some(error));
+        } else if let Some(client_id) = client_id {
+            let pending = self
+                .clients
+                .get(client_id.0)
+                .is_some_and(|c| !c.recv.data.is_empty());
+            if pending {
+                self.enqueue_waiter(client_id);
+            }
+        }
+    }
+
+    /// Puts a clean, idle server in its pool (or closes it when it is too old or the pool
+    /// shrank) and serves waiters.
+    pub(crate) fn return_to_pool(&mut self, server_id: ServerId) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let pool_id = server.pool;
+        let pool = self.pools.get(pool_id);
+        let too_old = self
+            .config
+            .pgtier
+            .server_lifetime
+            .enabled()
+            .is_some_and(|lifetime| {
+                self.now.saturating_duration_since(server.created_at) > lifetime
+            });
+        let over_size = pool.open_everywhere() > pool.max_size;
+        let shutting_down = self.shutdown.is_some() && pool.waiters.is_empty();
+        if too_old || over_size || shutting_down {
+            self.close_server(server_id);
+            return;
+        }
+        server.state = ServerState::Idle { since: self.now };
+        server.rollback_sent = false;
+        self.pools.get_mut(pool_id).idle.push(server_id);
+        self.pump_pool(pool_id);
+    }
+}

@@ -134,6 +134,8 @@ impl LocalPg {
                 "-R",
                 "-X",
                 "stream",
+                // Without a fast checkpoint the clone waits for the primary's next one.
+                "--checkpoint=fast",
                 "--no-sync",
             ],
         )?;

@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 
-use super::md5::{md5_password_hash, md5_salted_response};
+use super::md5::{Md5Secret, md5_password_hash, md5_salted_response};
 use super::scram_client::DEFAULT_MAX_ITERATIONS;
 use super::{AuthError, KEY_LEN, NONCE_RANDOM_LEN, SCRAM_SHA_256, ScramClient};
 use crate::messages::Message;
@@ -38,6 +38,9 @@ enum Credential {
         client_key: [u8; KEY_LEN],
         server_key: [u8; KEY_LEN],
     },
+    /// PostgreSQL's stored `md5` + md5(password + user) hash (a hashed userlist entry): the
+    /// MD5 response needs only that hash, so MD5 logins only.
+    Md5Hash(Md5Secret),
 }
 
 /// Sans-I/O login state machine for one server connection.
@@ -92,6 +95,19 @@ impl ClientAuth {
         }
     }
 
+    /// Logs in with a stored MD5 hash instead of a password, as PgBouncer does for an `md5`
+    /// userlist entry: the MD5 response is computed from the hash alone. Cleartext and SCRAM
+    /// requests fail with [`AuthError::UnsupportedMethod`].
+    pub fn with_md5_hash(user: &[u8], secret: Md5Secret) -> Self {
+        Self {
+            user: user.to_vec(),
+            credential: Credential::Md5Hash(secret),
+            nonce_random: [0; NONCE_RANDOM_LEN],
+            max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            state: State::AwaitingRequest,
+        }
+    }
+
     /// Sets the largest SCRAM iteration count accepted from the server (CPU bound per login).
     pub fn max_scram_iterations(mut self, max_iterations: u32) -> Self {
         self.max_scram_iterations = max_iterations;
@@ -127,7 +143,17 @@ impl ClientAuth {
     fn password(&self) -> Result<&[u8], AuthError> {
         match &self.credential {
             Credential::Password(password) => Ok(password),
-            Credential::ScramKeys { .. } => Err(AuthError::UnsupportedMethod),
+            Credential::ScramKeys { .. } | Credential::Md5Hash(_) => {
+                Err(AuthError::UnsupportedMethod)
+            }
+        }
+    }
+
+    /// The stored MD5 hash, from the password and user or as configured.
+    fn md5_hash(&self) -> Result<[u8; super::md5::MD5_HASH_LEN], AuthError> {
+        match &self.credential {
+            Credential::Md5Hash(secret) => Ok(*secret.hash()),
+            _ => Ok(md5_password_hash(&self.user, self.password()?)),
         }
     }
 
@@ -150,7 +176,7 @@ impl ClientAuth {
                 Ok((State::AwaitingRequest, AuthProgress::Continue))
             }
             (State::AwaitingRequest, A::Md5Password { salt }) => {
-                let hash = md5_password_hash(&self.user, self.password()?);
+                let hash = self.md5_hash()?;
                 PasswordMessage {
                     password: &md5_salted_response(&hash, salt),
                 }
@@ -167,6 +193,7 @@ impl ClientAuth {
                         client_key,
                         server_key,
                     } => ScramClient::from_keys(*client_key, *server_key, self.nonce_random),
+                    Credential::Md5Hash(_) => return Err(AuthError::UnsupportedMethod),
                 };
                 let mut scram = scram.max_iterations(self.max_scram_iterations);
                 scram.encode_initial_response(out)?;
@@ -266,6 +293,35 @@ mod tests {
         let request = Authentication::Md5Password { salt: [0; 4] };
         assert_eq!(
             md5.handle(request, &mut BytesMut::new()),
+            Err(AuthError::UnsupportedMethod)
+        );
+    }
+
+    #[test]
+    fn md5_hash_logs_in_without_the_password() {
+        let hash = md5_password_hash(b"bob", b"pw");
+        let server = Md5Server::new(Md5Secret::from_stored(b"bob", b"pw"), [5, 6, 7, 8]);
+        let mut request = BytesMut::new();
+        server.encode_request(&mut request);
+        let mut client = ClientAuth::with_md5_hash(b"bob", Md5Secret::from_stored(b"bob", &hash));
+        let mut reply = BytesMut::new();
+        assert_eq!(
+            client.handle_frame(&request, &mut reply),
+            Ok(AuthProgress::Continue)
+        );
+        assert_eq!(server.handle_password(&reply[5..]), Ok(()));
+        assert!(!format!("{client:?}").contains("md5"));
+        let mut cleartext =
+            ClientAuth::with_md5_hash(b"bob", Md5Secret::from_stored(b"bob", &hash));
+        assert_eq!(
+            cleartext.handle(Authentication::CleartextPassword, &mut BytesMut::new()),
+            Err(AuthError::UnsupportedMethod)
+        );
+        let mut sasl = BytesMut::new();
+        ScramServer::encode_request(&mut sasl);
+        let mut scram = ClientAuth::with_md5_hash(b"bob", Md5Secret::from_stored(b"bob", &hash));
+        assert_eq!(
+            scram.handle_frame(&sasl, &mut BytesMut::new()),
             Err(AuthError::UnsupportedMethod)
         );
     }

@@ -40,11 +40,19 @@ fn bench_scan(c: &mut Criterion) {
     let mut group = c.benchmark_group("scan_data_rows_100B");
     group.throughput(Throughput::Elements(ROWS as u64));
     group.bench_function("split_decode/messages", |b| {
-        b.iter_batched(|| stream.clone(), |buf| black_box(scan_and_decode(buf)), BatchSize::SmallInput)
+        b.iter_batched(
+            || stream.clone(),
+            |buf| black_box(scan_and_decode(buf)),
+            BatchSize::SmallInput,
+        )
     });
     group.throughput(Throughput::Bytes((ROWS * ROW_LEN) as u64));
     group.bench_function("split_decode/bytes", |b| {
-        b.iter_batched(|| stream.clone(), |buf| black_box(scan_and_decode(buf)), BatchSize::SmallInput)
+        b.iter_batched(
+            || stream.clone(),
+            |buf| black_box(scan_and_decode(buf)),
+            BatchSize::SmallInput,
+        )
     });
     let stop = CodeSet::of(b"ZE");
     let limits = FrameLimits::default();
@@ -77,7 +85,10 @@ fn bench_query_encode(c: &mut Criterion) {
     group.bench_function("encode", |b| {
         b.iter(|| {
             out.clear();
-            Query { sql: black_box(b"SELECT * FROM accounts WHERE id = 42") }.encode(&mut out);
+            Query {
+                sql: black_box(b"SELECT * FROM accounts WHERE id = 42"),
+            }
+            .encode(&mut out);
             black_box(out.len())
         })
     });

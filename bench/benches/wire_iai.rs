@@ -39,7 +39,10 @@ fn scan_data_rows(mut buf: BytesMut) -> usize {
 #[library_benchmark]
 #[bench::one(BytesMut::with_capacity(4096))]
 fn encode_query(mut out: BytesMut) -> usize {
-    Query { sql: black_box(b"SELECT * FROM accounts WHERE id = 42") }.encode(&mut out);
+    Query {
+        sql: black_box(b"SELECT * FROM accounts WHERE id = 42"),
+    }
+    .encode(&mut out);
     out.len()
 }
 

@@ -41,12 +41,14 @@ impl<R: Ring> Shard<R> {
     /// Answers every complete simple query in the admin client's buffer.
     pub(crate) fn on_admin_bytes(&mut self, id: ClientId) {
         self.fold_counters();
+        let routing = &self.shared.routing;
         let stats = StatsView {
             totals: self.shared.totals.snapshot(),
-            interval: None,
+            interval: routing.last_interval(),
         };
+        let map = routing.map.load_full();
         let view = AdminView {
-            routers: &[],
+            routers: map.routers(),
             stats: Some(&stats),
             version: admin::VERSION,
         };
@@ -75,7 +77,7 @@ impl<R: Ring> Shard<R> {
                 break;
             }
             let message = client.recv.data.split_to(len + 1);
-            let query = proto::take_cstr(&message[5..]).map_or("", |(query, _)| query);
+            let query = proto::query_text(&message[5..]).unwrap_or("");
             admin::answer(query, &view, &mut out);
             proto::ready_for_query(&mut out, b'I');
         }

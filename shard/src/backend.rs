@@ -5,6 +5,7 @@ use bytes::{Buf, BytesMut};
 use pgtier_core::config::PoolMode;
 use tracing::{debug, warn};
 
+use crate::control::ServerFailureCause;
 use crate::io::errno::{ErrnoAction, classify};
 use crate::io::ring::Ring;
 use crate::io::slab::{ClientId, ServerId};
@@ -32,8 +33,17 @@ impl<R: Ring> Shard<R> {
                 self.arm_server_recv(id);
                 return;
             }
+            if matches!(server.state, ServerState::Leaving { .. }) {
+                // Terminated on purpose: its backend is gone, its slot moves on.
+                self.close_server(id);
+                return;
+            }
             self.log_errno("server recv", result);
-            self.server_failed(id, "server closed the connection unexpectedly");
+            self.server_failed(
+                id,
+                "server closed the connection unexpectedly",
+                Some(ServerFailureCause::ConnectionReset),
+            );
             return;
         }
         server.recv.on_received(result as usize);
@@ -50,27 +60,51 @@ impl<R: Ring> Shard<R> {
             ServerState::Busy { client } => self.relay_to_client(id, client),
             ServerState::Draining { .. } => self.drain_server(id),
             ServerState::Idle { .. } => self.on_idle_server_bytes(id),
+            ServerState::Leaving { .. } => server.recv.data.clear(),
         }
         self.arm_server_recv(id);
     }
 
     /// The server connection broke. Its client (if any) gets `message` as a FATAL error.
-    pub(crate) fn server_failed(&mut self, id: ServerId, message: &str) {
+    /// With a `cause`, a server on a replica is reported to its router (the replica goes
+    /// Down at once) and the clients waiting on its pool are re-routed rather than failed.
+    pub(crate) fn server_failed(
+        &mut self,
+        id: ServerId,
+        message: &str,
+        cause: Option<ServerFailureCause>,
+    ) {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
+        let pool_id = server.pool;
         match server.state {
             ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
-                self.login_failed(id, proto::fatal(sqlstate::CONNECTION_FAILURE, message));
+                let error = proto::fatal(sqlstate::CONNECTION_FAILURE, message);
+                match cause {
+                    Some(cause) => self.server_unreachable(id, error, cause),
+                    None => self.login_failed(id, error),
+                }
             }
             ServerState::Busy { client } => {
+                let on_replica = cause.is_some_and(|c| self.report_replica_failure(pool_id, c));
                 self.close_server(id);
+                let message = if on_replica {
+                    format!("the replica serving this connection failed: {message}")
+                } else {
+                    message.to_string()
+                };
                 self.close_client(
                     client,
-                    Some(proto::fatal(sqlstate::CONNECTION_FAILURE, message)),
+                    Some(proto::fatal(sqlstate::CONNECTION_FAILURE, &message)),
                 );
             }
-            _ => self.close_server(id),
+            _ => {
+                if let Some(cause) = cause {
+                    self.report_replica_failure(pool_id, cause);
+                }
+                self.close_server(id);
+            }
         }
     }
 
@@ -102,6 +136,7 @@ impl<R: Ring> Shard<R> {
         });
         for _ in 0..scan.completed {
             self.counters.record_query(client.class, elapsed_us);
+            self.latency.record(client.class, elapsed_us);
         }
         for _ in 0..scan.transactions {
             self.counters.record_transaction(client.class, elapsed_us);
@@ -110,10 +145,15 @@ impl<R: Ring> Shard<R> {
             server.recv_paused = true;
         }
         let close_when_idle = client.close_when_idle;
+        let welcomed = client.welcomed;
         let mode = self.pools.get(server.pool).mode;
         self.flush_client(client_id);
         if scan.malformed {
-            self.server_failed(server_id, "server sent an invalid message");
+            self.server_failed(server_id, "server sent an invalid message", None);
+            return;
+        }
+        if scan.idle && !welcomed {
+            self.finish_welcome(client_id, server_id);
             return;
         }
         if scan.idle && (mode == PoolMode::Transaction || close_when_idle) {
@@ -131,6 +171,14 @@ impl<R: Ring> Shard<R> {
             return;
         }
         let mode = self.pools.get(server.pool).mode;
+        if server.recv_paused {
+            // Back-pressure paused it mid-result: the backend is blocked writing rows nobody
+            // will read, and PostgreSQL does not act on a cancel while blocked in a write.
+            // Closing the socket makes it abort the query now; draining would take as long
+            // as the rest of the result.
+            self.close_server(server_id);
+            return;
+        }
         if server.tracker.has_outstanding() || server.swallow > 0 {
             server.state = ServerState::Draining { since: self.now };
             if self.config.pgtier.cancel_on_client_disconnect {
@@ -218,6 +266,8 @@ impl<R: Ring> Shard<R> {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
+        let pool_id = server.pool;
+        let mut shutting_down = false;
         loop {
             let data = &server.recv.data;
             if data.len() < 5 {
@@ -239,9 +289,23 @@ impl<R: Ring> Shard<R> {
                     }
                 }
                 b'N' | b'A' => {}
+                b'E' if is_shutdown_error(&message[5..]) => {
+                    shutting_down = true;
+                    break;
+                }
                 _ => break,
             }
         }
+        if shutting_down {
+            self.report_replica_failure(pool_id, ServerFailureCause::ServerShutdown);
+        }
         self.close_server(server_id);
     }
+}
+
+/// An ErrorResponse body whose SQLSTATE says the server is going away (57P01 admin shutdown,
+/// 57P02 crash shutdown, 57P03 cannot connect now), as every backend of a stopped server says.
+fn is_shutdown_error(body: &[u8]) -> bool {
+    body.split(|b| *b == 0)
+        .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
 }

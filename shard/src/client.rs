@@ -4,8 +4,9 @@ use std::os::fd::RawFd;
 use std::time::Instant;
 
 use pgtier_core::class::ClassSetting;
+use pgtier_wire::auth::{Md5Server, ScramServer};
 
-use crate::auth::ScramServer;
+use crate::control::SessionLease;
 use crate::io::recv_buf::RecvBuf;
 use crate::io::send_queue::SendQueue;
 use crate::io::slab::ServerId;
@@ -25,6 +26,14 @@ pub enum ClientState {
     /// Queued in its pool's waiters since `since` (query_wait_timeout). If `Client::welcomed`
     /// is false the wait is for the login's welcome.
     WaitingForServer { since: Instant },
+    /// Its replica admission went to the control shard at `since` (login, or a re-pin off a
+    /// Down replica); the answer carries `request_id`. `epoch` is the router's failure epoch
+    /// read before asking.
+    WaitingForReplica {
+        since: Instant,
+        request_id: u64,
+        epoch: u64,
+    },
     /// Linked to `server`; bytes flow both ways.
     Active { server: ServerId },
     /// Teardown: no new operations; the socket closes once none is in flight. With `linger`,
@@ -35,8 +44,8 @@ pub enum ClientState {
 /// The password exchange in progress.
 #[derive(Debug)]
 pub enum ClientAuth {
-    /// AuthenticationMD5Password sent with `salt`.
-    Md5 { salt: [u8; 4] },
+    /// AuthenticationMD5Password sent with this verifier's salt.
+    Md5(Md5Server),
     /// AuthenticationSASL sent; waiting for SASLInitialResponse.
     ScramStart,
     /// SASLContinue sent; waiting for the client-final message.
@@ -56,6 +65,11 @@ pub struct Client {
     pub admin: bool,
     /// The service class its traffic is counted under.
     pub class: ClassSetting,
+    /// On a replica-set entry: its count on the replica it is pinned to. Taken (released)
+    /// when the client closes or is re-pinned.
+    pub lease: Option<SessionLease>,
+    /// The router's failure epoch when this client last checked its replica.
+    pub failure_epoch_seen: u64,
     /// Untracked startup parameters (sorted), kept from startup until the pool is chosen.
     pub startup_params: Vec<(String, String)>,
     /// Tracked parameters as this client was told them (re-applied on each server).
@@ -87,6 +101,8 @@ impl Client {
             pool: None,
             admin: false,
             class: ClassSetting::Premium,
+            lease: None,
+            failure_epoch_seen: 0,
             startup_params: Vec::new(),
             tracked: TrackedParams::default(),
             cancel_key: None,

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use pgtier_wire::SqlState;
 use tracing::info;
 
 use crate::client::ClientState;
+use crate::control::ServerFailureCause;
 use crate::io::ring::Ring;
 use crate::io::slab::{ClientId, ServerId};
 use crate::mailbox::{Command, ShutdownMode};
@@ -20,6 +22,7 @@ impl<R: Ring> Shard<R> {
                 self.check_client_timeouts();
                 self.check_server_timeouts();
                 self.warm_pools();
+                self.reroute_waiters_of_down_replicas();
                 self.retry_waiting_pools();
                 if self.shutdown.is_some() {
                     self.progress_shutdown();
@@ -54,11 +57,7 @@ impl<R: Ring> Shard<R> {
                 info!(shard = self.index, "configuration reloaded");
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
-            Command::RetryPool { key } => {
-                if let Some(pool_id) = self.pools.find(&key) {
-                    self.pump_pool(pool_id);
-                }
-            }
+            Command::SlotGranted { key } => self.adopt_granted_slot(&key),
             Command::Shutdown(mode) => {
                 let mode = self.shutdown.map_or(mode, |current| current.max(mode));
                 self.shutdown = Some(mode);
@@ -145,7 +144,7 @@ impl<R: Ring> Shard<R> {
         let over = |since: std::time::Instant, limit: Option<Duration>| {
             limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
         };
-        let mut expired: Vec<(ClientId, &'static str, &'static str)> = Vec::new();
+        let mut expired: Vec<(ClientId, SqlState, &'static str)> = Vec::new();
         for (slot, client) in self.clients.slots() {
             let id = ClientId(slot);
             match &client.state {
@@ -154,7 +153,8 @@ impl<R: Ring> Shard<R> {
                         expired.push((id, sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"));
                     }
                 }
-                ClientState::WaitingForServer { since } => {
+                ClientState::WaitingForServer { since }
+                | ClientState::WaitingForReplica { since, .. } => {
                     if over(*since, wait) {
                         expired.push((id, sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"));
                     }
@@ -177,7 +177,7 @@ impl<R: Ring> Shard<R> {
                     if in_tx && over(client.last_active, idle_tx) {
                         expired.push((
                             id,
-                            sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+                            sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
                             "idle_transaction_timeout",
                         ));
                     }
@@ -220,12 +220,20 @@ impl<R: Ring> Shard<R> {
                         retire.push(id);
                     }
                 }
-                ServerState::Draining { since } if over(*since, drain_limit) => retire.push(id),
+                ServerState::Draining { since } | ServerState::Leaving { since, .. }
+                    if over(*since, drain_limit) =>
+                {
+                    retire.push(id)
+                }
                 _ => {}
             }
         }
         for id in failed {
-            self.server_failed(id, "server_connect_timeout");
+            self.server_failed(
+                id,
+                "server_connect_timeout",
+                Some(ServerFailureCause::ConnectTimeout),
+            );
         }
         for id in retire {
             self.close_server(id);

@@ -21,6 +21,9 @@ mod pooling;
 mod proto;
 mod proxy;
 mod relay;
+mod routing;
+#[cfg(test)]
+mod routing_tests;
 mod server;
 mod session;
 mod shard;
@@ -29,6 +32,7 @@ mod tracker;
 #[cfg(test)]
 mod trap_tests;
 mod userlist;
+mod welcome;
 
 pub use mailbox::ShutdownMode;
 pub use proxy::{ProxyHandle, start};

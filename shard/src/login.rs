@@ -5,10 +5,13 @@
 use std::os::fd::IntoRawFd;
 
 use bytes::{Bytes, BytesMut};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::{Authentication, BackendKeyData};
+use pgtier_wire::{FrameLimits, framing};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tracing::{debug, info};
 
-use crate::auth::{self, ScramClient};
+use crate::auth;
 use crate::io::op_key::OpKind;
 use crate::io::recv_buf::RecvBuf;
 use crate::io::ring::{Op, Ring};
@@ -22,7 +25,7 @@ use crate::shard::Shard;
 use crate::tracker::Tracker;
 
 /// Largest message accepted from a server during login.
-const MAX_LOGIN_MESSAGE_BYTES: usize = 1 << 20;
+const MAX_LOGIN_MESSAGE_BYTES: u32 = 1 << 20;
 
 impl<R: Ring> Shard<R> {
     /// Opens a TCP connection for `pool_id`; the caller reserved its budget slot.
@@ -104,7 +107,8 @@ impl<R: Ring> Shard<R> {
                 "could not connect to server {addr}: {}",
                 std::io::Error::from_raw_os_error(-result)
             );
-            self.login_failed(id, proto::fatal(sqlstate::CONNECTION_FAILURE, &message));
+            let error = proto::fatal(sqlstate::CONNECTION_FAILURE, &message);
+            self.server_unreachable(id, error, connect_failure_cause(result));
             return;
         }
         let pool = self.pools.get(server.pool);
@@ -123,7 +127,7 @@ impl<R: Ring> Shard<R> {
         server.send.push(out.freeze());
         server.state = ServerState::LoggingIn {
             since: self.now,
-            scram: None,
+            auth: None,
         };
         self.flush_server(id);
         self.arm_server_recv(id);
@@ -154,21 +158,20 @@ impl<R: Ring> Shard<R> {
             let Some(server) = self.servers.get_mut(id.0) else {
                 return;
             };
-            let data = &server.recv.data;
-            if data.len() < 5 {
-                return;
-            }
-            let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-            if !(4..=MAX_LOGIN_MESSAGE_BYTES).contains(&len) {
-                let error =
-                    proto::fatal(sqlstate::PROTOCOL_VIOLATION, "invalid message from server");
-                self.login_failed(id, error);
-                return;
-            }
-            if data.len() < len + 1 {
-                return;
-            }
-            let message = server.recv.data.split_to(len + 1).freeze();
+            let limits = FrameLimits {
+                max_message_len: MAX_LOGIN_MESSAGE_BYTES,
+                ..FrameLimits::default()
+            };
+            let message = match framing::split_message(&mut server.recv.data, &limits) {
+                Ok(Some(frame)) => frame.bytes,
+                Ok(None) => return,
+                Err(_) => {
+                    let error =
+                        proto::fatal(sqlstate::PROTOCOL_VIOLATION, "invalid message from server");
+                    self.login_failed(id, error);
+                    return;
+                }
+            };
             let body = &message[5..];
             match message[0] {
                 b'R' => {
@@ -186,10 +189,13 @@ impl<R: Ring> Shard<R> {
                         }
                     }
                 }
-                b'K' if body.len() >= 8 => {
-                    let pid = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
-                    let secret = u32::from_be_bytes([body[4], body[5], body[6], body[7]]);
-                    server.backend_key = Some((pid, secret));
+                b'K' => {
+                    // We ask for protocol 3.0, whose cancel keys are four bytes.
+                    if let Ok(key) = BackendKeyData::decode_body(body)
+                        && let Ok(secret) = <[u8; 4]>::try_from(key.secret_key)
+                    {
+                        server.backend_key = Some((key.process_id, u32::from_be_bytes(secret)));
+                    }
                 }
                 b'E' => {
                     self.login_failed(id, message);
@@ -204,70 +210,37 @@ impl<R: Ring> Shard<R> {
         }
     }
 
+    /// Answers one Authentication request ('R' body) with the pool's configured password.
     fn on_server_auth_request(&mut self, id: ServerId, body: &[u8]) -> Result<(), String> {
         let Some(server) = self.servers.get_mut(id.0) else {
             return Ok(());
         };
-        let pool = self.pools.get(server.pool);
-        let user = pool.key.user.clone();
-        let password = pool.login.password.clone();
-        let need_password = || {
-            password.clone().ok_or_else(|| {
-                format!("no password configured for server login of user \"{user}\"")
-            })
+        let ServerState::LoggingIn { auth, .. } = &mut server.state else {
+            return Err("authentication request out of order".to_string());
         };
-        let kind = body
-            .get(..4)
-            .map_or(u32::MAX, |k| u32::from_be_bytes([k[0], k[1], k[2], k[3]]));
-        let payload = body.get(4..).unwrap_or(&[]);
+        let request = Authentication::decode_body(body).map_err(|error| error.to_string())?;
+        let login = match auth {
+            Some(login) => login,
+            // A trust login needs no password.
+            None if matches!(request, Authentication::Ok) => return Ok(()),
+            None => {
+                let pool = self.pools.get(server.pool);
+                let user = pool.key.user.as_str();
+                let password = pool.login.password.as_deref().ok_or_else(|| {
+                    format!("no password configured for server login of user \"{user}\"")
+                })?;
+                let client_key = self.scram_secrets.get(user).and_then(|s| s.client_key);
+                auth.insert(Box::new(auth::server_login(user, password, client_key)))
+            }
+        };
         let mut out = BytesMut::with_capacity(128);
-        match kind {
-            0 => return Ok(()),
-            3 => proto::password_message(&mut out, need_password()?.as_bytes(), true),
-            5 => {
-                let salt: [u8; 4] = payload
-                    .get(..4)
-                    .and_then(|s| s.try_into().ok())
-                    .ok_or("bad md5 salt")?;
-                let answer = auth::md5_client_answer(&need_password()?, &user, salt);
-                proto::password_message(&mut out, answer.as_bytes(), true);
-            }
-            10 => {
-                let offers_scram = payload.split(|b| *b == 0).any(|m| m == b"SCRAM-SHA-256");
-                if !offers_scram {
-                    return Err("server offers no supported SASL mechanism".to_string());
-                }
-                let (client, first) = ScramClient::start(&need_password()?);
-                proto::sasl_initial_response(&mut out, "SCRAM-SHA-256", first.as_bytes());
-                server.state = ServerState::LoggingIn {
-                    since: self.now,
-                    scram: Some(Box::new(client)),
-                };
-            }
-            11 | 12 => {
-                let ServerState::LoggingIn {
-                    scram: Some(scram), ..
-                } = &mut server.state
-                else {
-                    return Err("SASL message out of order".to_string());
-                };
-                let text = std::str::from_utf8(payload).map_err(|_| "bad SASL message")?;
-                if kind == 11 {
-                    let reply = scram
-                        .on_server_first(text)
-                        .map_err(|e| format!("SCRAM: {e:?}"))?;
-                    proto::password_message(&mut out, reply.as_bytes(), false);
-                } else {
-                    scram
-                        .on_server_final(text)
-                        .map_err(|_| "server SCRAM signature is wrong")?;
-                    return Ok(());
-                }
-            }
-            other => return Err(format!("unsupported server authentication request {other}")),
+        login
+            .handle(request, &mut out)
+            .map_err(|error| error.to_string())?;
+        if !out.is_empty() {
+            server.send.push(out.freeze());
+            self.flush_server(id);
         }
-        server.send.push(out.freeze());
-        self.flush_server(id);
         Ok(())
     }
 
@@ -284,5 +257,15 @@ impl<R: Ring> Shard<R> {
         }
         debug!(pid = ?server.backend_key.map(|k| k.0), "server login done");
         self.return_to_pool(id);
+    }
+}
+
+/// Why a connect failed, for the replica router.
+fn connect_failure_cause(result: i32) -> crate::control::ServerFailureCause {
+    use crate::control::ServerFailureCause;
+    match -result {
+        libc::ETIMEDOUT => ServerFailureCause::ConnectTimeout,
+        libc::ECONNRESET | libc::EPIPE => ServerFailureCause::ConnectionReset,
+        _ => ServerFailureCause::ConnectionRefused,
     }
 }

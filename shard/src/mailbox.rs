@@ -36,14 +36,16 @@ pub enum Command {
         users: Arc<UserList>,
     },
     Shutdown(ShutdownMode),
-    /// Shard `from` has clients waiting for `key` and the pool budget is spent: close one idle
-    /// server of that pool here, if any, and tell `from` to try again.
+    /// Shard `from` has clients waiting for `key` and the pool budget is spent: end one
+    /// server of that pool here (an idle one now, else the next one to come back while this
+    /// shard holds more than its share) and hand its slot to `from`.
     ReleaseIdle {
         key: Arc<PoolKey>,
         from: usize,
     },
-    /// A server slot of `key` was freed for this shard: serve its waiters.
-    RetryPool {
+    /// A server slot of `key` was handed to this shard (the budget still counts it): open a
+    /// server for its waiters with it, or give it back to the budget.
+    SlotGranted {
         key: Arc<PoolKey>,
     },
 }
@@ -75,11 +77,17 @@ impl Mailbox {
     /// Queues `command` and wakes the shard; gives the command back if the queue is full.
     pub fn post(&self, command: Command) -> Result<(), Command> {
         self.queue.push(command)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// Wakes the shard without a command (the control shard's admission replies arrive in a
+    /// separate queue and ring the same eventfd).
+    pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd; failure (counter
         // saturated) still leaves the shard awake, so the result is not needed.
         let _ = unsafe { libc::write(self.eventfd(), (&one as *const u64).cast(), 8) };
-        Ok(())
     }
 
     pub fn pop(&self) -> Option<Command> {

@@ -1,6 +1,8 @@
 //! The session parameters pgtier keeps in step between a client and whichever server it is
 //! given (PgBouncer's tracked set): when they differ, a SET is sent before the client's query.
 
+use std::collections::HashMap;
+
 /// Parameters re-applied on a server handed to a client whose values differ.
 pub const TRACKED: [&str; 6] = [
     "client_encoding",
@@ -16,6 +18,40 @@ pub fn tracked_index(name: &str) -> Option<usize> {
     TRACKED
         .iter()
         .position(|tracked| tracked.eq_ignore_ascii_case(name))
+}
+
+/// Client spellings a pool remembers at most, per pool: past it, logins with new spellings
+/// still get the server's own values, through a server round trip each.
+pub const MAX_SPELLINGS_PER_POOL: usize = 256;
+
+/// What a pool's server made of values clients spelled at startup (`utf8` became `UTF8`,
+/// `iso, dmy` became `ISO, DMY`), so a later login with the same spelling is welcomed from
+/// the pool's cached parameters with the server's own values and no server round trip.
+#[derive(Debug, Default)]
+pub struct Spellings {
+    learned: HashMap<(usize, String), String>,
+}
+
+impl Spellings {
+    /// Remembers that the server shows `spelled` (a value of parameter `index`) as
+    /// `canonical`, while there is room.
+    pub fn learn(&mut self, index: usize, spelled: &str, canonical: &str) {
+        if self.learned.len() >= MAX_SPELLINGS_PER_POOL && !self.knows(index, spelled) {
+            return;
+        }
+        self.learned
+            .insert((index, spelled.to_string()), canonical.to_string());
+    }
+
+    fn knows(&self, index: usize, spelled: &str) -> bool {
+        self.learned.contains_key(&(index, spelled.to_string()))
+    }
+
+    fn canonical(&self, index: usize, spelled: &str) -> Option<&str> {
+        self.learned
+            .get(&(index, spelled.to_string()))
+            .map(String::as_str)
+    }
 }
 
 /// Values of the tracked parameters; `None` = never reported.
@@ -46,6 +82,74 @@ impl TrackedParams {
         for (mine, theirs) in self.values.iter_mut().zip(&defaults.values) {
             if mine.is_none() {
                 mine.clone_from(theirs);
+            }
+        }
+    }
+
+    /// Replaces each value (a client's startup spelling) with the server's own: the pool's
+    /// default when equal to it, else what `spellings` learned. Returns false, changing
+    /// nothing, when some spelling is unknown (the login must ask a server).
+    pub fn canonicalize(&mut self, defaults: &TrackedParams, spellings: &Spellings) -> bool {
+        let mut canonical = self.values.clone();
+        for (index, value) in canonical.iter_mut().enumerate() {
+            let Some(spelled) = value.as_deref() else {
+                continue;
+            };
+            if defaults.get(index) == Some(spelled) {
+                continue;
+            }
+            match spellings.canonical(index, spelled) {
+                Some(known) => *value = Some(known.to_string()),
+                None => return false,
+            }
+        }
+        self.values = canonical;
+        true
+    }
+
+    /// Appends to `sql` what a login applies on a server (`self` = the client's startup
+    /// values): each value the server does not already show is set on top of the session
+    /// default, as PostgreSQL applies startup values (`DateStyle = 'dmy'` keeps the default
+    /// output format); every other tracked parameter a previous client changed is reset.
+    /// Returns whether anything was needed.
+    pub fn write_login_sets(
+        &self,
+        defaults: &TrackedParams,
+        server: &TrackedParams,
+        sql: &mut String,
+    ) -> bool {
+        let mut any = false;
+        for (index, wanted) in self.values.iter().enumerate() {
+            let shown = server.values[index].as_deref();
+            match wanted {
+                Some(wanted) if shown == Some(wanted.as_str()) => continue,
+                None if shown == defaults.get(index) => continue,
+                Some(wanted) => {
+                    sql.push_str("RESET ");
+                    sql.push_str(TRACKED[index]);
+                    sql.push_str("; SET ");
+                    sql.push_str(TRACKED[index]);
+                    sql.push_str(" = '");
+                    sql.push_str(&wanted.replace('\'', "''"));
+                    sql.push_str("';");
+                }
+                None => {
+                    sql.push_str("RESET ");
+                    sql.push_str(TRACKED[index]);
+                    sql.push(';');
+                }
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// Records in `spellings` what the server (now showing `server`) made of each of the
+    /// client's startup values in `self`.
+    pub fn learn_spellings(&self, server: &TrackedParams, spellings: &mut Spellings) {
+        for (index, spelled) in self.values.iter().enumerate() {
+            if let (Some(spelled), Some(canonical)) = (spelled, server.get(index)) {
+                spellings.learn(index, spelled, canonical);
             }
         }
     }
@@ -87,6 +191,66 @@ mod tests {
         server.set("application_name", "it's");
         sql.clear();
         assert!(!client.write_differences(&server, &mut sql));
+    }
+
+    #[test]
+    fn login_sets_apply_startup_values_over_the_defaults() {
+        let mut defaults = TrackedParams::default();
+        defaults.set("client_encoding", "UTF8");
+        defaults.set("DateStyle", "ISO, MDY");
+        defaults.set("application_name", "");
+        let mut server = defaults.clone();
+        server.set("application_name", "previous client");
+        let mut client = TrackedParams::default();
+        client.set("client_encoding", "UTF8");
+        client.set("DateStyle", "dmy");
+        let mut sql = String::new();
+        assert!(client.write_login_sets(&defaults, &server, &mut sql));
+        assert_eq!(
+            sql,
+            "RESET DateStyle; SET DateStyle = 'dmy';RESET application_name;"
+        );
+        sql.clear();
+        assert!(!client.write_login_sets(&defaults, &defaults_with(&client, &defaults), &mut sql));
+    }
+
+    fn defaults_with(client: &TrackedParams, defaults: &TrackedParams) -> TrackedParams {
+        let mut shown = client.clone();
+        shown.fill_from(defaults);
+        shown
+    }
+
+    #[test]
+    fn learned_spellings_canonicalize_later_logins() {
+        let mut defaults = TrackedParams::default();
+        defaults.set("client_encoding", "UTF8");
+        defaults.set("DateStyle", "ISO, MDY");
+        let mut first = TrackedParams::default();
+        first.set("client_encoding", "utf8");
+        first.set("DateStyle", "iso, dmy");
+        let mut spellings = Spellings::default();
+        assert!(!first.clone().canonicalize(&defaults, &spellings));
+        let mut server = defaults.clone();
+        server.set("DateStyle", "ISO, DMY");
+        first.learn_spellings(&server, &mut spellings);
+        let mut later = first.clone();
+        assert!(later.canonicalize(&defaults, &spellings));
+        assert_eq!(later.get(0), Some("UTF8"));
+        assert_eq!(later.get(1), Some("ISO, DMY"));
+        let mut unknown = TrackedParams::default();
+        unknown.set("DateStyle", "german");
+        let before = unknown.clone();
+        assert!(!unknown.canonicalize(&defaults, &spellings));
+        assert_eq!(unknown, before);
+    }
+
+    #[test]
+    fn spellings_are_bounded() {
+        let mut spellings = Spellings::default();
+        for n in 0..MAX_SPELLINGS_PER_POOL + 10 {
+            spellings.learn(5, &format!("app{n}"), &format!("app{n}"));
+        }
+        assert_eq!(spellings.learned.len(), MAX_SPELLINGS_PER_POOL);
     }
 
     #[test]

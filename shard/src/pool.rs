@@ -11,9 +11,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use pgtier_core::config::PoolMode;
+use pgtier_policy::ReplicaId;
 
+use crate::control::ReplicaRouter;
 use crate::io::slab::{ClientId, ServerId};
-use crate::params::TrackedParams;
+use crate::params::{Spellings, TrackedParams};
 
 /// What makes two server connections interchangeable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -22,7 +24,7 @@ pub struct PoolKey {
     pub database: String,
     /// The role the server connection logs in as.
     pub user: String,
-    /// The server (a later change picks a replica per session; its pool is keyed by address).
+    /// The server; for a replica-set entry, the replica the session's lease pins it to.
     pub addr: SocketAddr,
     /// Untracked startup parameters (options, search_path, ...), sorted by name.
     pub startup_params: Vec<(String, String)>,
@@ -68,15 +70,32 @@ pub struct Pool {
     pub welcome: Option<Vec<(String, String)>>,
     /// The tracked subset of `welcome`.
     pub welcome_tracked: TrackedParams,
+    /// What the servers made of clients' startup spellings of tracked parameters.
+    pub spellings: Spellings,
     pub failure: Option<LoginFailure>,
     /// When this shard last asked the others to free an idle server of this pool.
     pub last_release_request: Option<Instant>,
+    /// A shard whose clients wait for this pool while its budget is spent here and every
+    /// server of it here was busy: the next server that comes back goes to it.
+    pub release_to: Option<usize>,
+    /// Slots another shard handed over (budget unchanged) and this one has not used yet.
+    granted: u32,
+    /// `pump_pool` is running for this pool (a nested call leaves the work to it).
+    pub pumping: bool,
+    /// The replica this pool's servers run on, when its entry is a replica set: connection
+    /// failures are reported to the router, and waiters move when the replica is Down.
+    pub replica: Option<(Arc<ReplicaRouter>, ReplicaId)>,
     budget: Arc<AtomicU32>,
 }
 
 impl Pool {
-    /// Takes one slot of the cross-shard budget, if any is left.
+    /// Takes one slot of the cross-shard budget (a slot handed over first), if any is left.
     pub fn try_reserve_server(&mut self) -> bool {
+        if self.granted > 0 {
+            self.granted -= 1;
+            self.open_here += 1;
+            return true;
+        }
         let max = self.max_size;
         let taken = self
             .budget
@@ -95,6 +114,32 @@ impl Pool {
         debug_assert!(self.open_here > 0);
         self.open_here = self.open_here.saturating_sub(1);
         self.budget.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The slot of a server that closed goes to another shard (`adopt_slot` there) instead
+    /// of back to the budget, so no shard in between can take it.
+    pub fn give_slot_away(&mut self) {
+        debug_assert!(self.open_here > 0);
+        self.open_here = self.open_here.saturating_sub(1);
+    }
+
+    /// Takes a slot another shard gave away; the next `try_reserve_server` uses it.
+    pub fn adopt_slot(&mut self) {
+        self.granted += 1;
+    }
+
+    /// Gives handed-over slots nobody here needed back to the budget.
+    pub fn return_unused_slots(&mut self) {
+        if self.granted > 0 {
+            self.budget.fetch_sub(self.granted, Ordering::AcqRel);
+            self.granted = 0;
+        }
+    }
+
+    /// The servers this shard may keep while another shard's clients wait for the pool: an
+    /// even split of the pool size, rounded up.
+    pub fn fair_share(&self, shards: usize) -> u32 {
+        self.max_size.div_ceil(shards.max(1) as u32)
     }
 
     /// Servers of this pool open across all shards.
@@ -116,6 +161,11 @@ impl PoolBudgets {
             Err(poisoned) => poisoned.into_inner(),
         };
         budgets.entry(key.clone()).or_default().clone()
+    }
+
+    /// Gives a slot handed to a shard without that pool back to the budget.
+    pub fn give_back(&self, key: &PoolKey) {
+        self.budget(key).fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -165,8 +215,13 @@ impl Pools {
             connecting: 0,
             welcome: None,
             welcome_tracked: TrackedParams::default(),
+            spellings: Spellings::default(),
             failure: None,
             last_release_request: None,
+            release_to: None,
+            granted: 0,
+            pumping: false,
+            replica: None,
             budget,
         });
         self.by_key.insert(key, id);
@@ -216,5 +271,33 @@ mod tests {
         shard_b.get_mut(b).release_server_slot();
         assert!(shard_a.get_mut(a).try_reserve_server());
         assert_eq!(shard_a.get(a).open_here, 2);
+    }
+
+    #[test]
+    fn a_slot_given_away_reaches_only_the_shard_it_was_given_to() {
+        let budgets = Arc::new(PoolBudgets::default());
+        let mut shard_a = Pools::new(budgets.clone());
+        let mut shard_b = Pools::new(budgets);
+        let login = ServerLogin {
+            dbname: "db".into(),
+            password: None,
+        };
+        let a = shard_a.create(key(), login.clone(), PoolMode::Transaction, 1, 0);
+        let b = shard_b.create(key(), login, PoolMode::Transaction, 1, 0);
+        assert!(shard_a.get_mut(a).try_reserve_server());
+        // A's server closes for B: A cannot take the slot back, B can.
+        shard_a.get_mut(a).give_slot_away();
+        assert!(!shard_a.get_mut(a).try_reserve_server());
+        shard_b.get_mut(b).adopt_slot();
+        assert!(shard_b.get_mut(b).try_reserve_server());
+        assert_eq!(shard_b.get(b).open_everywhere(), 1);
+        // A slot handed over but not needed goes back to the budget.
+        shard_b.get_mut(b).release_server_slot();
+        assert!(shard_a.get_mut(a).try_reserve_server());
+        shard_a.get_mut(a).give_slot_away();
+        shard_b.get_mut(b).adopt_slot();
+        shard_b.get_mut(b).return_unused_slots();
+        assert_eq!(shard_b.get(b).open_everywhere(), 0);
+        assert_eq!(shard_a.get(a).fair_share(2), 1);
     }
 }

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use pgtier_core::config::{PoolMode, ServerSet};
+use pgtier_core::config::ServerSet;
 use tracing::{debug, warn};
 
 use crate::client::ClientState;
@@ -18,8 +18,11 @@ use crate::proto::{self, sqlstate};
 use crate::server::ServerState;
 use crate::shard::{HOUSEKEEPING_PERIOD, Shard};
 
-/// The address of a database entry's server. A replica set uses its first replica until the
-/// routing policy picks one per session.
+/// A Terminate message: a server ended on purpose closes its connection after it.
+const TERMINATE: &[u8] = b"X\0\0\0\x04";
+
+/// The address of a database entry's server. A session on a replica set uses its lease's
+/// replica instead; the first replica is only a fallback when no router exists.
 fn server_addr(servers: &ServerSet) -> Result<SocketAddr, String> {
     match servers {
         ServerSet::Single(host_port) => {
@@ -54,8 +57,16 @@ impl<R: Ring> Shard<R> {
             let message = format!("database \"{}\" does not exist", client.database);
             return Err(proto::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
         };
-        let addr = server_addr(&db.servers)
-            .map_err(|message| proto::fatal(sqlstate::CONNECTION_FAILURE, &message))?;
+        let leased = client
+            .lease
+            .as_ref()
+            .and_then(|lease| Some((lease.replica_addr()?, lease)));
+        let addr = match leased {
+            Some((addr, _)) => addr,
+            None => server_addr(&db.servers)
+                .map_err(|message| proto::fatal(sqlstate::CONNECTION_FAILURE, &message))?,
+        };
+        let replica = leased.map(|(_, lease)| (lease.router().clone(), lease.replica()));
         let server_user = db.user.clone().unwrap_or_else(|| client.user.clone());
         let key = PoolKey {
             database: client.database.clone(),
@@ -79,11 +90,16 @@ impl<R: Ring> Shard<R> {
             password,
         };
         let (max, min) = (db.pool_size, db.min_pool_size);
-        Ok(self.pools.create(key, login, mode, max, min))
+        let pool_id = self.pools.create(key, login, mode, max, min);
+        self.pools.get_mut(pool_id).replica = replica;
+        Ok(pool_id)
     }
 
     /// Queues a client for a server of its pool.
     pub(crate) fn enqueue_waiter(&mut self, id: ClientId) {
+        if self.repin_if_replica_down(id) {
+            return;
+        }
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -103,6 +119,17 @@ impl<R: Ring> Shard<R> {
     /// Hands idle servers to waiting clients in FIFO order and opens servers while clients
     /// outnumber the ones being opened and the budget allows.
     pub(crate) fn pump_pool(&mut self, pool_id: PoolId) {
+        // Serving a waiter can hand a server straight back here (a welcome in transaction
+        // mode releases it at once); the loop already running picks it up, so a queue of
+        // any length is served without the stack growing with it.
+        if std::mem::replace(&mut self.pools.get_mut(pool_id).pumping, true) {
+            return;
+        }
+        self.serve_waiters(pool_id);
+        self.pools.get_mut(pool_id).pumping = false;
+    }
+
+    fn serve_waiters(&mut self, pool_id: PoolId) {
         loop {
             let waiter = loop {
                 match self.pools.get(pool_id).waiters.front().copied() {
@@ -125,7 +152,8 @@ impl<R: Ring> Shard<R> {
             }
             if let Some(failure) = &pool.failure {
                 if failure.retry_at > self.now {
-                    if pool.open_here == 0 {
+                    // Waiters of an unreachable replica are re-routed once it is Down.
+                    if pool.open_here == 0 && pool.replica.is_none() {
                         let error = failure.error.clone();
                         self.fail_waiters(pool_id, error);
                     }
@@ -175,26 +203,87 @@ impl<R: Ring> Shard<R> {
         }
     }
 
-    /// Another shard waits for a server of `key`: close one of ours that is idle while no
-    /// client here waits for it, and tell that shard to retry.
+    /// Another shard waits for a server of `key` and has none to spare: end one of ours
+    /// for it, an idle one now if no client here waits, else the next one to come back
+    /// (`return_to_pool` decides whether this shard can spare it then).
     pub(crate) fn release_idle_for(&mut self, key: &PoolKey, from: usize) {
         let Some(pool_id) = self.pools.find(key) else {
             return;
         };
         let pool = self.pools.get(pool_id);
         let waiting_here = pool.waiters.iter().any(|w| self.is_waiting(*w));
-        let Some(&server) = pool.idle.first() else {
+        match pool.idle.first() {
+            Some(&server) if !waiting_here => self.leave_for(server, from),
+            _ => self.pools.get_mut(pool_id).release_to = Some(from),
+        }
+    }
+
+    /// Ends `server_id` so that its slot goes to shard `to`: Terminate now, the slot moves
+    /// when the server closes the connection (`close_server` of a `Leaving` server).
+    fn leave_for(&mut self, server_id: ServerId, to: usize) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if waiting_here {
+        let pool_id = server.pool;
+        debug!(
+            shard = self.index,
+            to, "ending a server to hand its slot over"
+        );
+        server.state = ServerState::Leaving {
+            since: self.now,
+            slot_to: to,
+        };
+        server.recv_paused = false;
+        server.send.push(Bytes::from_static(TERMINATE));
+        self.pools
+            .get_mut(pool_id)
+            .idle
+            .retain(|idle| *idle != server_id);
+        self.flush_server(server_id);
+        self.arm_server_recv(server_id);
+    }
+
+    /// A shard waiting for this pool gets a server that came back, unless clients wait here
+    /// too and this shard holds no more than its share of the pool.
+    fn take_release_request(&mut self, pool_id: PoolId) -> Option<usize> {
+        let shards = self.shared.mailboxes.len();
+        let to = self.pools.get_mut(pool_id).release_to.take()?;
+        let pool = self.pools.get(pool_id);
+        let waiting_here = pool.waiters.iter().any(|w| self.is_waiting(*w));
+        (!waiting_here || pool.open_here > pool.fair_share(shards)).then_some(to)
+    }
+
+    /// The slot of a server that left for shard `to` goes to that shard, not back to the
+    /// budget where a shard in between could take it; to the budget only if `to` cannot be
+    /// told.
+    pub(crate) fn hand_slot_to(&mut self, pool_id: PoolId, to: usize) {
+        let pool = self.pools.get_mut(pool_id);
+        let command = Command::SlotGranted {
+            key: Arc::new(pool.key.clone()),
+        };
+        let posted = self
+            .shared
+            .mailboxes
+            .get(to)
+            .is_some_and(|mailbox| mailbox.post(command).is_ok());
+        if posted {
+            pool.give_slot_away();
+        } else {
+            pool.release_server_slot();
+        }
+    }
+
+    /// Another shard handed this one a slot of `key`: open a server with it for the
+    /// waiters, or give it back to the budget when nobody here needs it any more.
+    pub(crate) fn adopt_granted_slot(&mut self, key: &PoolKey) {
+        let Some(pool_id) = self.pools.find(key) else {
+            self.shared.budgets.give_back(key);
             return;
-        }
-        self.close_server(server);
-        if let Some(mailbox) = self.shared.mailboxes.get(from) {
-            let _ = mailbox.post(Command::RetryPool {
-                key: Arc::new(key.clone()),
-            });
-        }
+        };
+        debug!(shard = self.index, "a server slot was handed to this shard");
+        self.pools.get_mut(pool_id).adopt_slot();
+        self.pump_pool(pool_id);
+        self.pools.get_mut(pool_id).return_unused_slots();
     }
 
     pub(crate) fn fail_waiters(&mut self, pool_id: PoolId, error: Bytes) {
@@ -221,13 +310,9 @@ impl<R: Ring> Shard<R> {
             return;
         };
         server.state = ServerState::Busy { client: client_id };
-        let mode = self.pools.get(server.pool).mode;
         if !welcomed {
-            self.welcome_from_server(client_id, server_id, mode == PoolMode::Session);
-            if mode == PoolMode::Transaction {
-                self.release_server(server_id);
-                return;
-            }
+            self.start_welcome(client_id, server_id);
+            return;
         }
         self.reapply_params(client_id, server_id);
         self.forward_to_server(client_id, server_id);
@@ -310,6 +395,13 @@ impl<R: Ring> Shard<R> {
             self.close_server(server_id);
             return;
         }
+        if let Some(to) = self.take_release_request(pool_id) {
+            self.leave_for(server_id, to);
+            return;
+        }
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
         server.state = ServerState::Idle { since: self.now };
         server.rollback_sent = false;
         self.pools.get_mut(pool_id).idle.push(server_id);

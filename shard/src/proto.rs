@@ -1,33 +1,27 @@
-//! The few PostgreSQL protocol pieces the shard builds and reads itself: startup packets,
-//! authentication messages, ErrorResponse, ParameterStatus, BackendKeyData, ReadyForQuery.
-//!
-//! Kept private and minimal so the shard builds on its own; forwarding never goes through here
-//! (forwarded bytes are only framed, see `frame.rs`).
+//! The few messages the shard builds and reads itself (startup packets, the welcome sequence,
+//! FATAL errors, server-side queries), as thin helpers over `pgtier_wire`'s message types so
+//! call sites stay one line. Forwarded bytes never go through here (they are only framed).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
+use pgtier_wire::error_fields::{ErrorNotice, Severity};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::{
+    Authentication, BackendKeyData, ParameterStatus, ReadyForQuery, TransactionStatus,
+};
+use pgtier_wire::messages::frontend::startup::{ProtocolVersion, StartupPacket as WirePacket};
+use pgtier_wire::messages::frontend::{CancelRequest, Query, StartupMessage};
+use pgtier_wire::{FrameLimits, ProtocolError, SqlState, framing};
 
-pub const PROTOCOL_3_0: u32 = 196_608;
-pub const SSL_REQUEST: u32 = 80_877_103;
-pub const GSSENC_REQUEST: u32 = 80_877_104;
-pub const CANCEL_REQUEST: u32 = 80_877_102;
+pub use pgtier_wire::sqlstate;
 
-/// SQLSTATEs the shard produces itself.
-pub mod sqlstate {
-    pub const PROTOCOL_VIOLATION: &str = "08P01";
-    pub const TOO_MANY_CONNECTIONS: &str = "53300";
-    pub const INVALID_PASSWORD: &str = "28P01";
-    pub const INVALID_AUTHORIZATION: &str = "28000";
-    pub const INVALID_CATALOG_NAME: &str = "3D000";
-    pub const CONNECTION_FAILURE: &str = "08006";
-    pub const CANNOT_CONNECT_NOW: &str = "57P03";
-    pub const ADMIN_SHUTDOWN: &str = "57P01";
-    pub const QUERY_CANCELED: &str = "57014";
-    pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
-    pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
-    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
-}
+/// The cancel keys the shard hands out are protocol 3.0's four bytes.
+const CANCEL_KEY_LEN: usize = 4;
 
-/// A startup-phase packet from a client (no type byte).
+/// Most parameters accepted in one StartupMessage (each becomes an owned pair).
+const MAX_STARTUP_PARAMS: usize = 64;
+
+/// A startup-phase packet from a client (no type byte), owned so the caller can drop the
+/// receive buffer's bytes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StartupPacket {
     Startup { params: Vec<(String, String)> },
@@ -36,209 +30,123 @@ pub enum StartupPacket {
     Cancel { pid: u32, secret: u32 },
 }
 
-/// Why a startup packet was refused.
-#[derive(Debug, PartialEq, Eq)]
-pub enum StartupError {
-    BadLength(u32),
-    UnsupportedProtocol(u32),
-    Malformed,
-}
-
 /// Parses one startup packet if complete. `Ok(None)`: need more bytes. Returns its length.
 pub fn parse_startup(
     buf: &[u8],
     max_len: u32,
-) -> Result<Option<(StartupPacket, usize)>, StartupError> {
-    if buf.len() < 4 {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    if !(8..=max_len).contains(&len) {
-        return Err(StartupError::BadLength(len));
-    }
-    let len_usize = len as usize;
-    if buf.len() < len_usize {
-        return Ok(None);
-    }
-    let code = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-    let body = &buf[8..len_usize];
-    let packet = match code {
-        SSL_REQUEST if len == 8 => StartupPacket::Ssl,
-        GSSENC_REQUEST if len == 8 => StartupPacket::GssEnc,
-        CANCEL_REQUEST if len == 16 => StartupPacket::Cancel {
-            pid: u32::from_be_bytes([body[0], body[1], body[2], body[3]]),
-            secret: u32::from_be_bytes([body[4], body[5], body[6], body[7]]),
-        },
-        PROTOCOL_3_0 => StartupPacket::Startup {
-            params: parse_params(body)?,
-        },
-        other if other >> 16 == 3 => StartupPacket::Startup {
-            params: parse_params(body)?,
-        },
-        other => return Err(StartupError::UnsupportedProtocol(other)),
+) -> Result<Option<(StartupPacket, usize)>, ProtocolError> {
+    let limits = FrameLimits {
+        max_startup_len: max_len,
+        ..FrameLimits::default()
     };
-    Ok(Some((packet, len_usize)))
-}
-
-fn parse_params(body: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
-    let mut params = Vec::new();
-    let mut fields = body.split(|b| *b == 0);
-    loop {
-        let name = fields.next().ok_or(StartupError::Malformed)?;
-        if name.is_empty() {
-            return Ok(params);
+    let Some(len) = framing::peek_startup_len(buf, &limits)? else {
+        return Ok(None);
+    };
+    let Some(packet) = buf.get(..len as usize) else {
+        return Ok(None);
+    };
+    let packet = match WirePacket::decode(packet)? {
+        WirePacket::SslRequest => StartupPacket::Ssl,
+        WirePacket::GssEncRequest => StartupPacket::GssEnc,
+        WirePacket::Cancel(cancel) => StartupPacket::Cancel {
+            pid: cancel.process_id,
+            secret: cancel_secret(cancel.secret_key)?,
+        },
+        WirePacket::Startup(startup) if startup.params.len() > MAX_STARTUP_PARAMS => {
+            return Err(ProtocolError::InvalidValue {
+                message: "StartupMessage",
+                field: "parameter count",
+            });
         }
-        let value = fields.next().ok_or(StartupError::Malformed)?;
-        let name = std::str::from_utf8(name).map_err(|_| StartupError::Malformed)?;
-        let value = std::str::from_utf8(value).map_err(|_| StartupError::Malformed)?;
-        if params.len() >= 64 {
-            return Err(StartupError::Malformed);
-        }
-        params.push((name.to_string(), value.to_string()));
-    }
+        WirePacket::Startup(startup) => StartupPacket::Startup {
+            params: startup
+                .params
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
+        },
+    };
+    Ok(Some((packet, len as usize)))
 }
 
-/// Writes a typed message: code, length placeholder, body from `body`, then patches the length.
-pub fn put_message(out: &mut BytesMut, code: u8, body: impl FnOnce(&mut BytesMut)) {
-    out.put_u8(code);
-    let at = out.len();
-    out.put_u32(0);
-    body(out);
-    let len = (out.len() - at) as u32;
-    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
-}
-
-pub fn put_cstr(out: &mut BytesMut, s: &str) {
-    out.put_slice(s.as_bytes());
-    out.put_u8(0);
+/// A 3.2 client's longer cancel key cannot be one of ours.
+fn cancel_secret(key: &[u8]) -> Result<u32, ProtocolError> {
+    let key: [u8; CANCEL_KEY_LEN] = key.try_into().map_err(|_| ProtocolError::InvalidValue {
+        message: "CancelRequest",
+        field: "secret key length",
+    })?;
+    Ok(u32::from_be_bytes(key))
 }
 
 pub fn auth_ok(out: &mut BytesMut) {
-    put_message(out, b'R', |b| b.put_u32(0));
-}
-
-pub fn auth_md5(out: &mut BytesMut, salt: [u8; 4]) {
-    put_message(out, b'R', |b| {
-        b.put_u32(5);
-        b.put_slice(&salt);
-    });
-}
-
-pub fn auth_sasl(out: &mut BytesMut) {
-    put_message(out, b'R', |b| {
-        b.put_u32(10);
-        put_cstr(b, "SCRAM-SHA-256");
-        b.put_u8(0);
-    });
-}
-
-pub fn auth_sasl_continue(out: &mut BytesMut, data: &[u8]) {
-    put_message(out, b'R', |b| {
-        b.put_u32(11);
-        b.put_slice(data);
-    });
-}
-
-pub fn auth_sasl_final(out: &mut BytesMut, data: &[u8]) {
-    put_message(out, b'R', |b| {
-        b.put_u32(12);
-        b.put_slice(data);
-    });
+    Authentication::Ok.encode(out);
 }
 
 pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
-    put_message(out, b'S', |b| {
-        put_cstr(b, name);
-        put_cstr(b, value);
-    });
+    ParameterStatus {
+        name: name.as_bytes(),
+        value: value.as_bytes(),
+    }
+    .encode(out);
 }
 
 pub fn backend_key_data(out: &mut BytesMut, pid: u32, secret: u32) {
-    put_message(out, b'K', |b| {
-        b.put_u32(pid);
-        b.put_u32(secret);
-    });
+    BackendKeyData {
+        process_id: pid,
+        secret_key: &secret.to_be_bytes(),
+    }
+    .encode(out);
 }
 
+/// ReadyForQuery with the transaction status byte `status` ('I', 'T' or 'E').
 pub fn ready_for_query(out: &mut BytesMut, status: u8) {
-    put_message(out, b'Z', |b| b.put_u8(status));
+    debug_assert!(TransactionStatus::from_byte(status).is_some());
+    ReadyForQuery {
+        status: TransactionStatus::from_byte(status).unwrap_or(TransactionStatus::Idle),
+    }
+    .encode(out);
 }
 
-/// ErrorResponse (severity ERROR or FATAL) with SQLSTATE and message.
-pub fn error_response(out: &mut BytesMut, severity: &str, code: &str, message: &str) {
-    put_message(out, b'E', |b| {
-        b.put_u8(b'S');
-        put_cstr(b, severity);
-        b.put_u8(b'V');
-        put_cstr(b, severity);
-        b.put_u8(b'C');
-        put_cstr(b, code);
-        b.put_u8(b'M');
-        put_cstr(b, message);
-        b.put_u8(0);
-    });
-}
-
-pub fn fatal(code: &str, message: &str) -> Bytes {
+/// A FATAL ErrorResponse, sent just before the shard closes a connection.
+pub fn fatal(code: SqlState, message: &str) -> Bytes {
     let mut out = BytesMut::with_capacity(64 + message.len());
-    error_response(&mut out, "FATAL", code, message);
+    ErrorNotice::new(Severity::Fatal, code, message).encode_error(&mut out);
     out.freeze()
 }
 
 pub fn startup_message(out: &mut BytesMut, params: &[(&str, &str)]) {
-    let at = out.len();
-    out.put_u32(0);
-    out.put_u32(PROTOCOL_3_0);
-    for (name, value) in params {
-        put_cstr(out, name);
-        put_cstr(out, value);
-    }
-    out.put_u8(0);
-    let len = (out.len() - at) as u32;
-    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    StartupMessage::encode_parts(out, ProtocolVersion::V3_0, params);
 }
 
 pub fn cancel_request(pid: u32, secret: u32) -> [u8; 16] {
+    let mut out = BytesMut::with_capacity(16);
+    CancelRequest {
+        process_id: pid,
+        secret_key: &secret.to_be_bytes(),
+    }
+    .encode(&mut out);
     let mut packet = [0u8; 16];
-    packet[0..4].copy_from_slice(&16u32.to_be_bytes());
-    packet[4..8].copy_from_slice(&CANCEL_REQUEST.to_be_bytes());
-    packet[8..12].copy_from_slice(&pid.to_be_bytes());
-    packet[12..16].copy_from_slice(&secret.to_be_bytes());
+    packet.copy_from_slice(&out);
     packet
 }
 
-pub fn password_message(out: &mut BytesMut, data: &[u8], nul_terminated: bool) {
-    put_message(out, b'p', |b| {
-        b.put_slice(data);
-        if nul_terminated {
-            b.put_u8(0);
-        }
-    });
-}
-
-pub fn sasl_initial_response(out: &mut BytesMut, mechanism: &str, data: &[u8]) {
-    put_message(out, b'p', |b| {
-        put_cstr(b, mechanism);
-        b.put_u32(data.len() as u32);
-        b.put_slice(data);
-    });
-}
-
 pub fn query(out: &mut BytesMut, sql: &str) {
-    put_message(out, b'Q', |b| put_cstr(b, sql));
+    Query {
+        sql: sql.as_bytes(),
+    }
+    .encode(out);
 }
 
-/// Splits a NUL-terminated string off the front of `body`.
-pub fn take_cstr(body: &[u8]) -> Option<(&str, &[u8])> {
-    let end = memchr::memchr(0, body)?;
-    let s = std::str::from_utf8(&body[..end]).ok()?;
-    Some((s, &body[end + 1..]))
+/// The SQL text of a Query body; `None` if malformed or not UTF-8.
+pub fn query_text(body: &[u8]) -> Option<&str> {
+    std::str::from_utf8(Query::decode_body(body).ok()?.sql).ok()
 }
 
-/// ParameterStatus body → (name, value).
+/// ParameterStatus body → (name, value); `None` if malformed or not UTF-8.
 pub fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
-    let (name, rest) = take_cstr(body)?;
-    let (value, _) = take_cstr(rest)?;
+    let status = ParameterStatus::decode_body(body).ok()?;
+    let name = std::str::from_utf8(status.name).ok()?;
+    let value = std::str::from_utf8(status.value).ok()?;
     Some((name, value))
 }
 
@@ -266,21 +174,17 @@ mod tests {
     #[test]
     fn truncated_and_hostile_startups() {
         assert_eq!(parse_startup(&[0, 0], 10_000), Ok(None));
-        assert_eq!(
-            parse_startup(&[0, 0, 0, 3], 10_000),
-            Err(StartupError::BadLength(3))
-        );
-        assert_eq!(
-            parse_startup(&[0x7f, 0, 0, 0], 10_000),
-            Err(StartupError::BadLength(0x7f00_0000))
-        );
+        assert!(parse_startup(&[0, 0, 0, 3], 10_000).is_err());
+        assert!(parse_startup(&[0x7f, 0, 0, 0], 10_000).is_err());
         let ssl = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
         assert_eq!(
             parse_startup(&ssl, 10_000),
             Ok(Some((StartupPacket::Ssl, 8)))
         );
         let bad = [0, 0, 0, 9, 0, 3, 0, 0, b'x'];
-        assert_eq!(parse_startup(&bad, 10_000), Err(StartupError::Malformed));
+        assert!(parse_startup(&bad, 10_000).is_err());
+        let version_2 = [0, 0, 0, 9, 0, 2, 0, 0, 0];
+        assert!(parse_startup(&version_2, 10_000).is_err());
     }
 
     #[test]
@@ -290,5 +194,18 @@ mod tests {
             parse_startup(&packet, 10_000),
             Ok(Some((StartupPacket::Cancel { pid: 42, secret: 7 }, 16)))
         );
+    }
+
+    #[test]
+    fn helpers_read_what_they_write() {
+        let mut out = BytesMut::new();
+        parameter_status(&mut out, "TimeZone", "UTC");
+        assert_eq!(parse_parameter_status(&out[5..]), Some(("TimeZone", "UTC")));
+        let mut out = BytesMut::new();
+        query(&mut out, "SHOW POOLS");
+        assert_eq!(query_text(&out[5..]), Some("SHOW POOLS"));
+        let error = fatal(sqlstate::INVALID_PASSWORD, "no");
+        assert_eq!(error[0], b'E');
+        assert!(error.windows(6).any(|w| w == b"C28P01"));
     }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,9 +14,11 @@ use pgtier_core::config::Config;
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{error, info, warn};
 
+use crate::control::{ControlOptions, ControlPlane, ReplyMailbox, RouterMap, default_probe_login};
 use crate::io::uring::UringRing;
 use crate::mailbox::{Command, Mailbox, ShutdownMode};
 use crate::pool::PoolBudgets;
+use crate::routing::SharedRouting;
 use crate::shard::{Shard, Shared};
 use crate::stats::{SharedStats, StatsSnapshot};
 use crate::userlist::UserList;
@@ -32,6 +34,8 @@ pub struct ProxyHandle {
     addr: SocketAddr,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<Result<(), String>>>,
+    /// The control shard of the current routers; replaced on reload, stopped at join.
+    control: Mutex<Option<ControlPlane>>,
 }
 
 impl ProxyHandle {
@@ -50,9 +54,30 @@ impl ProxyHandle {
         self.shared.clients.load(Ordering::Acquire)
     }
 
-    /// Hands a new configuration to every shard (what SIGHUP does).
+    /// The replica routers of the current configuration (what `SHOW REPLICAS` shows).
+    pub fn routers(&self) -> Arc<RouterMap> {
+        self.shared.routing.map.load_full()
+    }
+
+    /// Hands a new configuration to every shard (what SIGHUP does). Unchanged replica sets
+    /// keep their router (sessions, roles, health); a new control plane takes over and the
+    /// old one stops.
     pub fn reload(&self, config: Config) -> Result<(), String> {
         let users = Arc::new(load_users(&config)?);
+        let old_map = self.shared.routing.map.load_full();
+        let map = old_map
+            .reload(&config, default_probe_login)
+            .map_err(|error| format!("replica routing: {error}"))?;
+        let plane =
+            ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
+                .map_err(|error| format!("cannot start the control shard: {error}"))?;
+        self.shared.routing.map.store(Arc::new(map));
+        let old_plane = self
+            .control
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(plane);
+        drop(old_plane);
         let config = Arc::new(config);
         for mailbox in &self.shared.mailboxes {
             let command = Command::Reload {
@@ -80,8 +105,14 @@ impl ProxyHandle {
         self.shared.finished_shards.load(Ordering::Acquire) == self.threads.len()
     }
 
-    /// Waits for every shard; the first shard error is returned.
+    /// Waits for every shard, then stops the control shard; the first shard error is
+    /// returned.
     pub fn join(self) -> Result<(), String> {
+        let plane = self
+            .control
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let mut result = Ok(());
         for thread in self.threads {
             let outcome = thread
@@ -90,6 +121,9 @@ impl ProxyHandle {
             if result.is_ok() {
                 result = outcome;
             }
+        }
+        if let Some(plane) = plane {
+            plane.shutdown();
         }
         result
     }
@@ -146,7 +180,18 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
     let (listen_fds, addr) = listeners(&config, workers)?;
     let mailboxes = (0..workers)
         .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<Arc<Mailbox>>, _>>()?;
+    let replies = mailboxes
+        .iter()
+        .map(|mailbox| {
+            let mailbox = mailbox.clone();
+            ReplyMailbox::new(move || mailbox.wake())
+        })
+        .collect();
+    let map = RouterMap::from_config(&config, default_probe_login)
+        .map_err(|error| format!("replica routing: {error}"))?;
+    let plane = ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
+        .map_err(|error| format!("cannot start the control shard: {error}"))?;
     let shared = Arc::new(Shared {
         mailboxes,
         budgets: Arc::new(PoolBudgets::default()),
@@ -154,6 +199,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
         totals: Arc::new(SharedTotals::new()),
         clients: AtomicU32::new(0),
         finished_shards: AtomicUsize::new(0),
+        routing: SharedRouting::new(map, replies),
     });
     let config = Arc::new(config);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -196,6 +242,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
         addr,
         shared,
         threads,
+        control: Mutex::new(Some(plane)),
     };
     for _ in 0..workers {
         match ready_rx.recv() {

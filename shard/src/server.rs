@@ -4,7 +4,8 @@
 use std::os::fd::RawFd;
 use std::time::Instant;
 
-use crate::auth::ScramClient;
+use pgtier_wire::auth::ClientAuth;
+
 use crate::io::recv_buf::RecvBuf;
 use crate::io::send_queue::SendQueue;
 use crate::io::slab::ClientId;
@@ -17,10 +18,11 @@ use crate::tracker::Tracker;
 pub enum ServerState {
     /// connect(2) submitted at `since` (server_connect_timeout).
     Connecting { since: Instant },
-    /// StartupMessage sent; authentication and ParameterStatus messages arriving.
+    /// StartupMessage sent; authentication and ParameterStatus messages arriving. `auth` is
+    /// the password exchange, from the server's first request that needs one.
     LoggingIn {
         since: Instant,
-        scram: Option<Box<ScramClient>>,
+        auth: Option<Box<ClientAuth>>,
     },
     /// In its pool's idle list since `since` (server_idle_timeout).
     Idle { since: Instant },
@@ -29,6 +31,10 @@ pub enum ServerState {
     /// Since `since`, its client left or a cancel is pending: responses are swallowed until
     /// ReadyForQuery with nothing outstanding, then it returns to the pool (or closes if dirty).
     Draining { since: Instant },
+    /// Since `since`, Terminate was sent so its pool slot can go to shard `slot_to`: the
+    /// slot is handed over when the server closes the connection, that is once its backend
+    /// is gone, so the server never sees more connections than the pool size.
+    Leaving { since: Instant, slot_to: usize },
     /// Teardown: the socket closes once no operation is in flight.
     Closing,
 }

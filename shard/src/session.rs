@@ -5,16 +5,19 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
 use pgtier_core::config::{ADMIN_DATABASE, AuthType, PoolMode};
+use pgtier_wire::auth::{KEY_LEN, ScramSecret, ScramServer};
 use tracing::debug;
 
-use crate::auth::{self, ScramSecret, ScramServer};
+use crate::auth::{self, UserScram};
 use crate::client::{Client, ClientAuth, ClientState};
 use crate::io::errno::{ErrnoAction, classify};
 use crate::io::ring::Ring;
 use crate::io::slab::{ClientId, ServerId};
 use crate::params::tracked_index;
 use crate::proto::{self, StartupPacket, sqlstate};
+use crate::routing::Placement;
 use crate::shard::{CLIENT_RECV_CHUNK_BYTES, MAX_STARTUP_BYTES, Shard};
+use crate::tracker::Tracker;
 
 /// Longest password/SASL message accepted during authentication.
 const MAX_AUTH_MESSAGE_BYTES: usize = 8192;
@@ -96,7 +99,7 @@ impl<R: Ring> Shard<R> {
             ClientState::Startup => self.on_startup_bytes(id),
             ClientState::Authenticating(_) => self.on_auth_bytes(id),
             ClientState::Idle { .. } => self.on_idle_client_bytes(id),
-            ClientState::WaitingForServer { .. } => {}
+            ClientState::WaitingForServer { .. } | ClientState::WaitingForReplica { .. } => {}
             ClientState::Active { server } => self.forward_to_server(id, server),
         }
         self.arm_client_recv(id);
@@ -171,7 +174,7 @@ impl<R: Ring> Shard<R> {
         }
         let Some(user) = user.filter(|u| !u.is_empty()) else {
             let error = proto::fatal(
-                sqlstate::INVALID_AUTHORIZATION,
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
                 "no PostgreSQL user name specified in startup packet",
             );
             self.close_client(id, Some(error));
@@ -187,7 +190,7 @@ impl<R: Ring> Shard<R> {
         client.admin = client.database == ADMIN_DATABASE;
         if client.admin && !self.config.pgtier.is_stats_user(&client.user) {
             let message = format!("user \"{}\" may not use the admin console", client.user);
-            let error = proto::fatal(sqlstate::INVALID_AUTHORIZATION, &message);
+            let error = proto::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
             self.close_client(id, Some(error));
             return;
         }
@@ -204,12 +207,13 @@ impl<R: Ring> Shard<R> {
         let next = match auth_type {
             AuthType::Trust => None,
             AuthType::Md5 => {
-                let salt = auth::random_bytes::<4>();
-                proto::auth_md5(&mut out, salt);
-                Some(ClientAuth::Md5 { salt })
+                let stored = self.users.get(&client.user);
+                let server = auth::md5_server_for(&client.user, stored.as_deref());
+                server.encode_request(&mut out);
+                Some(ClientAuth::Md5(server))
             }
             AuthType::ScramSha256 => {
-                proto::auth_sasl(&mut out);
+                ScramServer::encode_request(&mut out);
                 Some(ClientAuth::ScramStart)
             }
         };
@@ -248,19 +252,16 @@ impl<R: Ring> Shard<R> {
         let stored = self.users.get(&client.user);
         let user = client.user.clone();
         match auth {
-            ClientAuth::Md5 { salt } => {
-                let answer = proto::take_cstr(body).map(|(s, _)| s).unwrap_or("");
-                let ok =
-                    stored.is_some_and(|stored| auth::md5_verify(&stored, &user, salt, answer));
+            ClientAuth::Md5(server) => {
+                let ok = server.handle_password(body).is_ok();
                 self.finish_password_check(id, ok);
             }
             ClientAuth::ScramStart => self.on_sasl_initial(id, body, stored),
-            ClientAuth::ScramFinal(server) => {
-                let client_final = std::str::from_utf8(body).unwrap_or("");
-                match server.finish(client_final) {
-                    Ok(server_final) => {
-                        let mut out = BytesMut::with_capacity(128);
-                        proto::auth_sasl_final(&mut out, server_final.as_bytes());
+            ClientAuth::ScramFinal(mut server) => {
+                let mut out = BytesMut::with_capacity(128);
+                match server.handle_response(body, &mut out) {
+                    Ok(verified) => {
+                        self.remember_client_key(&user, verified.client_key);
                         self.send_to_client(id, out.freeze());
                         self.finish_password_check(id, true);
                     }
@@ -271,28 +272,16 @@ impl<R: Ring> Shard<R> {
     }
 
     fn on_sasl_initial(&mut self, id: ClientId, body: &[u8], stored: Option<String>) {
-        let parsed = proto::take_cstr(body).and_then(|(mechanism, rest)| {
-            let len = rest.get(..4)?;
-            let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-            let data = rest.get(4..)?;
-            (mechanism == "SCRAM-SHA-256" && len as usize == data.len())
-                .then(|| std::str::from_utf8(data).ok())
-                .flatten()
-        });
-        let Some(client_first) = parsed else {
-            self.protocol_error(id, "malformed SASLInitialResponse");
-            return;
-        };
         let user = self
             .clients
             .get(id.0)
             .map(|c| c.user.clone())
             .unwrap_or_default();
         let secret = self.scram_secret(&user, stored.as_deref());
-        match ScramServer::start(secret, client_first) {
-            Ok((server, server_first)) => {
-                let mut out = BytesMut::with_capacity(128);
-                proto::auth_sasl_continue(&mut out, server_first.as_bytes());
+        let mut server = ScramServer::new(secret, auth::random_bytes());
+        let mut out = BytesMut::with_capacity(128);
+        match server.handle_initial_response(body, &mut out) {
+            Ok(()) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
                     client.state =
                         ClientState::Authenticating(ClientAuth::ScramFinal(Box::new(server)));
@@ -327,6 +316,26 @@ impl<R: Ring> Shard<R> {
             self.welcome_admin(id);
             return;
         }
+        match self.place_session(id) {
+            Placement::Unrouted => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    if let Some(db) = self.config.database(&client.database) {
+                        client.class = self.config.class(db, &client.user);
+                    }
+                }
+                self.join_pool(id);
+            }
+            Placement::Placed => self.join_pool(id),
+            Placement::Waiting | Placement::Closed => {}
+        }
+    }
+
+    /// A logged-in client (placed on its replica, if routed) joins its pool and is welcomed
+    /// from the pool's cached parameters or queued for a server whose login provides them.
+    pub(crate) fn join_pool(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
         let params = std::mem::take(&mut client.startup_params);
         let pool_id = match self.pool_for_client(id, params) {
             Ok(pool_id) => pool_id,
@@ -336,21 +345,24 @@ impl<R: Ring> Shard<R> {
             }
         };
         let pool = self.pools.get(pool_id);
-        if let Some(failure) = &pool.failure {
+        if let Some(failure) = pool.failure.as_ref().filter(|_| pool.replica.is_none()) {
             if failure.retry_at > self.now && pool.idle.is_empty() && pool.open_here == 0 {
                 let error = failure.error.clone();
                 self.close_client(id, Some(error));
                 return;
             }
         }
-        let cached_welcome = pool.mode == PoolMode::Transaction && pool.welcome.is_some();
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
+        // The cached welcome serves only a client whose startup spellings the pool has seen
+        // a server answer: it must be told the server's own values.
+        let cached_welcome = pool.mode == PoolMode::Transaction
+            && pool.welcome.is_some()
+            && client
+                .tracked
+                .canonicalize(&pool.welcome_tracked, &pool.spellings);
         client.pool = Some(pool_id);
-        if let Some(db) = self.config.database(&client.database) {
-            client.class = self.config.class(db, &client.user);
-        }
         if cached_welcome {
             self.welcome_from_pool(id);
         } else {
@@ -427,6 +439,10 @@ impl<R: Ring> Shard<R> {
             None => {}
             Some(b'X') => self.close_client(id, None),
             Some(_) if client.admin => self.on_admin_bytes(id),
+            // Refused before it takes a server: garbage never reaches one.
+            Some(&code) if !Tracker::is_client_message(code) => {
+                self.protocol_error(id, &format!("invalid frontend message type {code}"));
+            }
             Some(_) => self.enqueue_waiter(id),
         }
     }
@@ -441,13 +457,16 @@ impl<R: Ring> Shard<R> {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if server.client() != Some(id) {
+        // Until its welcome is sent, a client's early bytes wait: the server is still
+        // answering the login's own SETs.
+        if server.client() != Some(id) || !client.welcomed {
             return;
         }
         let data = &client.recv.data;
         let mut pos = 0usize;
         let mut terminate = false;
         let mut malformed = false;
+        let mut invalid_type = None;
         while pos < data.len() {
             if client.skip_bytes > 0 {
                 let take = client.skip_bytes.min(data.len() - pos);
@@ -470,6 +489,10 @@ impl<R: Ring> Shard<R> {
                 terminate = true;
                 break;
             }
+            if !Tracker::is_client_message(code) {
+                invalid_type = Some(code);
+                break;
+            }
             if server.tracker.on_client_message(code).is_err() {
                 malformed = true;
                 break;
@@ -485,7 +508,9 @@ impl<R: Ring> Shard<R> {
             server.send.push(chunk);
         }
         self.flush_server(server_id);
-        if malformed {
+        if let Some(code) = invalid_type {
+            self.protocol_error(id, &format!("invalid frontend message type {code}"));
+        } else if malformed {
             self.protocol_error(id, "invalid message length or sequence");
         } else if terminate {
             if let Some(client) = self.clients.get_mut(id.0) {
@@ -516,28 +541,28 @@ impl<R: Ring> Shard<R> {
     /// whose stored password cannot do SCRAM, gets a random secret so the exchange fails at
     /// the proof, as PostgreSQL's does.
     fn scram_secret(&mut self, user: &str, stored: Option<&str>) -> ScramSecret {
-        if let Some(secret) = self.scram_secrets.get(user) {
-            return secret.clone();
+        if let Some(cached) = self.scram_secrets.get(user) {
+            return cached.secret.clone();
         }
-        match stored.and_then(ScramSecret::for_stored) {
-            Some(secret) => {
-                self.scram_secrets.insert(user.to_string(), secret.clone());
-                secret
-            }
-            None => self
-                .scram_secrets
-                .entry(String::new())
-                .or_insert_with(|| {
-                    ScramSecret::from_password(&hex_nonce(), b"pgtier-unknown", 4096)
-                })
-                .clone(),
+        let (key, secret) = match stored.and_then(auth::scram_secret_for) {
+            Some(secret) => (user, secret),
+            None => ("", auth::decoy_scram_secret()),
+        };
+        let cached = self
+            .scram_secrets
+            .entry(key.to_string())
+            .or_insert(UserScram {
+                secret,
+                client_key: None,
+            });
+        cached.secret.clone()
+    }
+
+    /// Keeps the ClientKey `user` just proved, so a server login for a SCRAM-secret auth-file
+    /// entry can reuse it (the proxy never learns the password).
+    fn remember_client_key(&mut self, user: &str, client_key: [u8; KEY_LEN]) {
+        if let Some(cached) = self.scram_secrets.get_mut(user) {
+            cached.client_key = Some(client_key);
         }
     }
-}
-
-fn hex_nonce() -> String {
-    auth::random_bytes::<16>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

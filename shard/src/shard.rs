@@ -27,10 +27,11 @@ use crate::io::slab::{CancelConnId, ClientId, ServerId, Slab, SlotRef};
 use crate::io::timer::Timers;
 use crate::mailbox::{Mailbox, ShutdownMode};
 use crate::pool::{PoolBudgets, Pools};
+use crate::routing::SharedRouting;
 use crate::server::{Server, ServerState};
 use crate::stats::{LocalStats, SharedStats};
 use crate::userlist::UserList;
-use pgtier_core::metrics::{FlushPolicy, ShardCounters, SharedTotals};
+use pgtier_core::metrics::{ClassLatency, FlushPolicy, ShardCounters, SharedTotals};
 
 /// Bytes a client receive buffer grows by: small, because 10,000 idle clients each keep one.
 pub const CLIENT_RECV_CHUNK_BYTES: usize = 2048;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub clients: AtomicU32,
     /// Shards whose loop has returned.
     pub finished_shards: AtomicUsize,
+    /// Replica routers, admission reply mailboxes, per-class latency.
+    pub routing: SharedRouting,
 }
 
 /// Limits read from the configuration once per (re)load.
@@ -100,9 +103,9 @@ pub struct Shard<R: Ring> {
     pub servers: Slab<Server>,
     pub cancels: Slab<CancelConn>,
     pub pools: Pools,
-    /// SCRAM secrets derived from the auth file, by user ("" = the unknown-user decoy);
-    /// cleared on reload.
-    pub scram_secrets: HashMap<String, crate::auth::ScramSecret>,
+    /// SCRAM secrets derived from the auth file, by user ("" = the unknown-user decoy), with
+    /// the ClientKey each user last proved (for SCRAM-secret server logins); cleared on reload.
+    pub scram_secrets: HashMap<String, crate::auth::UserScram>,
     /// BackendKeyData handed to clients of this shard.
     pub cancel_keys: HashMap<(u32, u32), ClientId>,
     pub timers: Timers<TimerEvent>,
@@ -110,6 +113,10 @@ pub struct Shard<R: Ring> {
     /// Traffic counts not yet folded into `Shared::totals`.
     pub counters: ShardCounters,
     pub flush_policy: FlushPolicy,
+    /// Per-class query latency not yet folded into `Shared::routing`.
+    pub latency: ClassLatency,
+    /// Start of the current observation interval (shard 0 closes intervals).
+    pub interval_started: Option<Instant>,
     /// Time of the current loop pass (one clock read per pass).
     pub now: Instant,
     pub shutdown: Option<ShutdownMode>,
@@ -150,6 +157,8 @@ impl<R: Ring> Shard<R> {
             stats: LocalStats::default(),
             counters: ShardCounters::default(),
             flush_policy,
+            latency: ClassLatency::default(),
+            interval_started: None,
             now: Instant::now(),
             shutdown: None,
             completions: Vec::with_capacity(256),
@@ -200,6 +209,7 @@ impl<R: Ring> Shard<R> {
     pub fn fold_counters(&mut self) {
         self.counters.flush_into(&self.shared.totals);
         self.stats.fold_into(&self.shared.stats);
+        self.fold_latency();
     }
 
     /// Shutdown was asked for and nothing is left.
@@ -304,6 +314,7 @@ impl<R: Ring> Shard<R> {
         while let Some(command) = mailbox.pop() {
             self.on_command(command);
         }
+        self.drain_replies();
         if !self.finished() {
             self.arm_mailbox();
         }
@@ -414,6 +425,8 @@ impl<R: Ring> Shard<R> {
         if let Some(key) = client.cancel_key.take() {
             self.cancel_keys.remove(&key);
         }
+        // Released now, not when the slot is freed: a lingering error must not hold load.
+        drop(client.lease.take());
         if let ClientState::Active { server } = previous {
             self.client_left_server(id, server);
         }
@@ -519,7 +532,11 @@ impl<R: Ring> Shard<R> {
             if let Some(server) = self.servers.get_mut(id.0) {
                 server.send.clear();
             }
-            self.server_failed(id, "could not send to the server");
+            self.server_failed(
+                id,
+                "could not send to the server",
+                Some(crate::control::ServerFailureCause::ConnectionReset),
+            );
             return;
         }
         server.send.on_sent(result as usize);
@@ -555,7 +572,10 @@ impl<R: Ring> Shard<R> {
             ServerState::Idle { .. } => pool.idle.retain(|idle| *idle != id),
             _ => {}
         }
-        pool.release_server_slot();
+        match previous {
+            ServerState::Leaving { slot_to, .. } => self.hand_slot_to(pool_id, slot_to),
+            _ => self.pools.get_mut(pool_id).release_server_slot(),
+        }
         if recv {
             self.cancel_op(Self::server_key(OpKind::ServerRecv, id));
         }

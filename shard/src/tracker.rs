@@ -3,8 +3,14 @@
 //! each owed one ReadyForQuery, extended sequences open until Sync, COPY sub-protocols); this
 //! adapter adds the shard's own internal queries and keeps the call sites short.
 
+use pgtier_wire::codes::CodeSet;
 pub use pgtier_wire::messages::backend::ready_for_query::TransactionStatus as TxStatus;
 use pgtier_wire::tracker::{ResponseTracker, ServerPhase, TRACKED_BACKEND_CODES, TrackerError};
+
+/// Message types a logged-in client may send (PostgreSQL's own list: everything else, such
+/// as a PasswordMessage after login, is a FATAL protocol violation). CopyData/Done/Fail are
+/// valid outside COPY too: the server ignores them there.
+const CLIENT_MESSAGE_CODES: CodeSet = CodeSet::of(b"BCdcfDEHFPQSX");
 
 #[derive(Debug, Clone, Default)]
 pub struct Tracker {
@@ -15,6 +21,12 @@ impl Tracker {
     /// A client message with this type byte was forwarded to the server.
     pub fn on_client_message(&mut self, code: u8) -> Result<(), TrackerError> {
         self.inner.handle_frontend(code)
+    }
+
+    /// Whether `code` is a message type a logged-in client may send. Anything else is never
+    /// forwarded: the client gets 08P01 and is closed, as PostgreSQL would do.
+    pub fn is_client_message(code: u8) -> bool {
+        CLIENT_MESSAGE_CODES.contains(code)
     }
 
     /// The shard itself sent a simple query (reset, parameter re-apply).
@@ -99,6 +111,16 @@ mod tests {
         assert!(t.has_outstanding());
         ready(&mut t, b'I');
         assert!(t.is_idle());
+    }
+
+    #[test]
+    fn only_frontend_message_types_are_client_messages() {
+        for code in *b"BCdcfDEHFPQSX" {
+            assert!(Tracker::is_client_message(code), "{}", code as char);
+        }
+        for code in [b'@', b'p', b'Z', b'T', 0, 0xff] {
+            assert!(!Tracker::is_client_message(code), "{code}");
+        }
     }
 
     #[test]

@@ -40,6 +40,7 @@ port = 5432
         totals: Arc::new(pgtier_core::metrics::SharedTotals::new()),
         clients: AtomicU32::new(0),
         finished_shards: AtomicUsize::new(0),
+        routing: crate::routing::SharedRouting::default(),
     });
     let mut shard = Shard::new(
         0,
@@ -478,4 +479,89 @@ fn slow_client_pauses_reading_from_the_server() {
         shard.ring.has(is_kind(OpKind::ServerRecv)),
         "reading resumed after the drain"
     );
+}
+
+/// Logs a client in and starts `SELECT huge`, whose result the client never reads, until
+/// back-pressure pauses the server's receive.
+fn client_behind_a_paused_server(shard: &mut Shard<FakeRing>) -> ClientId {
+    let (client, _) = logged_in_client(shard, usize::MAX);
+    let recv = shard
+        .ring
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv");
+    let mut query = BytesMut::new();
+    proto::query(&mut query, "SELECT huge");
+    shard.ring.deliver(recv, &query);
+    turn(shard);
+    let send = shard
+        .ring
+        .take(is_kind(OpKind::ServerSend))
+        .expect("query to the server");
+    shard.ring.accept_send(send, usize::MAX);
+    turn(shard);
+    let mut header = vec![b'D'];
+    header.extend_from_slice(&((1u32 << 30) - 1).to_be_bytes());
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut first = true;
+    while let Some(recv) = shard.ring.take(is_kind(OpKind::ServerRecv)) {
+        let piece = if first {
+            [header.as_slice(), &chunk].concat()
+        } else {
+            chunk.clone()
+        };
+        first = false;
+        shard.ring.deliver(recv, &piece);
+        turn(shard);
+    }
+    client
+}
+
+#[test]
+fn a_client_leaving_a_paused_server_closes_that_server() {
+    let mut shard = test_shard(None);
+    let client = client_behind_a_paused_server(&mut shard);
+    assert!(
+        shard.servers.slots().all(|(_, s)| s.recv_paused),
+        "back-pressure paused the server"
+    );
+    // The client hangs up (its receive had been re-armed after the query).
+    shard.close_client(client, None);
+    turn(&mut shard);
+    assert!(
+        shard.servers.slots().all(|(_, s)| s.is_closing()),
+        "a server blocked mid-result is closed, not drained"
+    );
+    let pool = shard.pools.ids().next().expect("pool");
+    assert_eq!(
+        shard.pools.get(pool).open_here,
+        0,
+        "its slot is free at once"
+    );
+}
+
+#[test]
+fn an_unknown_message_type_after_login_is_refused_and_never_forwarded() {
+    let mut shard = test_shard(None);
+    let (_, _) = logged_in_client(&mut shard, usize::MAX);
+    let recv = shard
+        .ring
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv");
+    let mut garbage = vec![b'@', 0, 0, 0, 8];
+    garbage.extend_from_slice(&[1, 2, 3, 4]);
+    shard.ring.deliver(recv, &garbage);
+    turn(&mut shard);
+    assert!(
+        !shard.ring.has(is_kind(OpKind::ServerSend)),
+        "nothing was sent to a server"
+    );
+    let send = shard
+        .ring
+        .take(is_kind(OpKind::ClientSend))
+        .expect("error sent");
+    let bytes = shard.ring.accept_send(send, usize::MAX);
+    assert_eq!(bytes[0], b'E');
+    assert!(bytes.windows(5).any(|w| w == b"08P01"));
+    turn(&mut shard);
+    assert!(shard.clients.is_empty(), "closed after the error was sent");
 }

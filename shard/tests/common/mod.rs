@@ -4,6 +4,7 @@
 
 pub use pgtier_core::localpg;
 pub mod raw;
+pub mod replicas;
 
 use std::process::Command;
 use std::time::Duration;

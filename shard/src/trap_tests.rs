@@ -565,3 +565,107 @@ fn an_unknown_message_type_after_login_is_refused_and_never_forwarded() {
     turn(&mut shard);
     assert!(shard.clients.is_empty(), "closed after the error was sent");
 }
+
+/// Admits a client whose startup packet sets `client_encoding` to `spelled`.
+fn admit_spelling_client(shard: &mut Shard<FakeRing>, spelled: &str) -> ClientId {
+    let before: Vec<_> = shard.clients.slots().map(|(slot, _)| slot).collect();
+    shard.admit_client(socket_fd());
+    let id = shard
+        .clients
+        .slots()
+        .map(|(slot, _)| slot)
+        .find(|slot| !before.contains(slot))
+        .map(ClientId)
+        .expect("client");
+    let recv = shard
+        .ring
+        .take(|p| p.key.kind == OpKind::ClientRecv && p.key.index == id.0.index)
+        .expect("client recv armed");
+    let mut out = BytesMut::new();
+    proto::startup_message(
+        &mut out,
+        &[
+            ("user", "alice"),
+            ("database", "db"),
+            ("client_encoding", spelled),
+        ],
+    );
+    shard.ring.deliver(recv, &out);
+    turn(shard);
+    id
+}
+
+/// Everything queued for clients so far.
+fn client_bytes(shard: &mut Shard<FakeRing>) -> Vec<u8> {
+    let mut received = Vec::new();
+    while let Some(send) = shard.ring.take(is_kind(OpKind::ClientSend)) {
+        received.extend(shard.ring.accept_send(send, usize::MAX));
+        turn(shard);
+    }
+    received
+}
+
+fn shows_client_encoding(welcome: &[u8], value: &str) -> bool {
+    let mut status = BytesMut::new();
+    proto::parameter_status(&mut status, "client_encoding", value);
+    welcome.windows(status.len()).any(|w| w == &status[..])
+}
+
+#[test]
+fn clients_are_told_the_servers_spelling_learned_once_per_pool() {
+    let mut shard = test_shard(None);
+    admit_spelling_client(&mut shard, "utf8");
+    let connect = shard
+        .ring
+        .take(is_kind(OpKind::ServerConnect))
+        .expect("connect submitted");
+    shard.ring.complete(connect, 0, false);
+    turn(&mut shard);
+    let startup = shard
+        .ring
+        .take(is_kind(OpKind::ServerSend))
+        .expect("startup sent");
+    shard.ring.accept_send(startup, usize::MAX);
+    let recv = shard
+        .ring
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    shard.ring.deliver(recv, &server_login_bytes());
+    turn(&mut shard);
+    // The server first gets the client's own value; the client waits for the answer.
+    let set = shard
+        .ring
+        .take(is_kind(OpKind::ServerSend))
+        .expect("the login's SET");
+    let sql = shard.ring.accept_send(set, usize::MAX);
+    let wanted = b"RESET client_encoding; SET client_encoding = 'utf8';";
+    assert!(sql.windows(wanted.len()).any(|w| w == wanted));
+    turn(&mut shard);
+    assert!(
+        client_bytes(&mut shard).is_empty(),
+        "no welcome before the answer"
+    );
+    let mut answer = BytesMut::new();
+    proto::ready_for_query(&mut answer, b'I');
+    let recv = shard
+        .ring
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    shard.ring.deliver(recv, &answer);
+    turn(&mut shard);
+    let welcome = client_bytes(&mut shard);
+    assert!(
+        shows_client_encoding(&welcome, "UTF8"),
+        "the server's spelling"
+    );
+    assert!(!shows_client_encoding(&welcome, "utf8"));
+    // The next client with the same spelling is welcomed from the pool, with no server.
+    admit_spelling_client(&mut shard, "utf8");
+    assert!(!shard.ring.has(is_kind(OpKind::ServerSend)));
+    let welcome = client_bytes(&mut shard);
+    assert!(
+        shows_client_encoding(&welcome, "UTF8"),
+        "{:?}",
+        String::from_utf8_lossy(&welcome)
+    );
+}

@@ -259,10 +259,42 @@ fn killed_replica_gets_no_new_sessions_and_idle_sessions_continue() {
             .all(|row| row.1 == 0 && row.2 == 0)
     });
     assert_eq!(router.total_sessions(), 0);
+    // No server connection leaks: each replica holds at most the servers of its pools (two
+    // entries with pool size 20, both logging in as the forced user) plus the health probe's
+    // connection, and none once pgtier has exited.
+    for (index, replica) in cluster.replicas.iter().enumerate() {
+        let servers = pooled_backends(replica);
+        println!("replica {index}: {servers} pooled server connections after the test");
+        assert!(
+            servers <= 2 * 20 + 1,
+            "replica {index} holds {servers} servers"
+        );
+    }
     println!(
         "detection: first fault {first:?}, cascade {second:?}; whole test {:?}",
         total.elapsed()
     );
     proxy.shutdown(pgtier_shard::ShutdownMode::Immediate);
     proxy.join().expect("pgtier never crashed");
+    for (index, replica) in cluster.replicas.iter().enumerate() {
+        wait_for(
+            &format!("replica {index} has no pgtier server left"),
+            Duration::from_secs(5),
+            || pooled_backends(replica) == 0,
+        );
+    }
+}
+
+/// Client backends on one replica other than the one asking, as PostgreSQL sees them: the
+/// entries force the server user `postgres`, so these are pgtier's servers and its probe.
+fn pooled_backends(replica: &pgtier_core::localpg::LocalPg) -> usize {
+    replica
+        .psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .ok()
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(usize::MAX)
 }

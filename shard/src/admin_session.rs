@@ -1,6 +1,8 @@
 //! Sessions on the admin console (database `pgtier`): a welcome of pgtier's own, then each
 //! simple query answered by `crate::admin::answer` from a read-only view of the shard's
 //! statistics. Only users in `admin_users`/`stats_users` get here (checked at startup).
+//! A query naming `SHOW CLIENTS`/`SHOW POOLS` is held until `crate::admin_listing` gathered
+//! every shard's rows; the queries after it wait behind it, so answers keep their order.
 
 use bytes::BytesMut;
 
@@ -47,11 +49,7 @@ impl<R: Ring> Shard<R> {
             interval: routing.last_interval(),
         };
         let map = routing.map.load_full();
-        let view = AdminView {
-            routers: map.routers(),
-            stats: Some(&stats),
-            version: admin::VERSION,
-        };
+        let mut listing = self.admin_listings.take_ready(id);
         let mut out = BytesMut::new();
         loop {
             let Some(client) = self.clients.get_mut(id.0) else {
@@ -76,10 +74,31 @@ impl<R: Ring> Shard<R> {
             if data.len() < len + 1 {
                 break;
             }
+            let query = proto::query_text(&data[5..len + 1]).unwrap_or("");
+            if admin::needs_listing(query) && listing.is_none() {
+                // Held until every shard sent its rows; the listing resumes this function.
+                if !self.admin_listings.is_gathering(id) {
+                    self.start_listing(id);
+                    listing = self.admin_listings.take_ready(id);
+                }
+                if listing.is_none() {
+                    break;
+                }
+                continue;
+            }
             let message = client.recv.data.split_to(len + 1);
             let query = proto::query_text(&message[5..]).unwrap_or("");
+            let view = AdminView {
+                routers: map.routers(),
+                stats: Some(&stats),
+                version: admin::VERSION,
+                listing: listing.as_ref(),
+            };
             admin::answer(query, &view, &mut out);
             proto::ready_for_query(&mut out, b'I');
+            if admin::needs_listing(query) {
+                listing = None;
+            }
         }
         if !out.is_empty() {
             self.send_to_client(id, out.freeze());

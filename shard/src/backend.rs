@@ -58,7 +58,7 @@ impl<R: Ring> Shard<R> {
             }
             ServerState::LoggingIn { .. } => self.on_login_bytes(id),
             ServerState::Busy { client } => self.relay_to_client(id, client),
-            ServerState::Draining { .. } => self.drain_server(id),
+            ServerState::Draining { .. } | ServerState::Checking { .. } => self.drain_server(id),
             ServerState::Idle { .. } => self.on_idle_server_bytes(id),
             ServerState::Leaving { .. } => server.recv.data.clear(),
         }
@@ -124,7 +124,7 @@ impl<R: Ring> Shard<R> {
             return;
         };
         let started = client.query_started;
-        let scan = relay::scan(server, Some(client));
+        let scan = relay::scan(server, Some(client), self.limits.max_server_message_bytes);
         server.recv.data.advance(scan.drop_bytes);
         if scan.forward_bytes > 0 {
             client
@@ -152,13 +152,43 @@ impl<R: Ring> Shard<R> {
             self.server_failed(server_id, "server sent an invalid message", None);
             return;
         }
+        if let Some(len) = scan.oversized {
+            self.server_message_too_long(server_id, client_id, len);
+            return;
+        }
         if scan.idle && !welcomed {
-            self.finish_welcome(client_id, server_id);
+            // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
+            // FATAL 22023; the SET that applied it here failed the same way.
+            let refused = self
+                .servers
+                .get_mut(server_id.0)
+                .and_then(|server| server.swallowed_error.take());
+            match refused {
+                Some(error) => self.close_client(client_id, Some(proto::error_as_fatal(&error))),
+                None => self.finish_welcome(client_id, server_id),
+            }
             return;
         }
         if scan.idle && (mode == PoolMode::Transaction || close_when_idle) {
             self.release_server(server_id);
         }
+    }
+
+    /// The server sent a message longer than `max_server_message_bytes`: what came before
+    /// it is already with the client; the server closes (its result cannot be skipped
+    /// safely) and the client gets 54000 and is closed, since its response is cut short.
+    fn server_message_too_long(&mut self, server_id: ServerId, client_id: ClientId, len: usize) {
+        warn!(
+            len,
+            "server message over max_server_message_bytes: closing the server"
+        );
+        self.close_server(server_id);
+        let message = format!(
+            "server message of {len} bytes exceeds max_server_message_bytes ({})",
+            self.limits.max_server_message_bytes
+        );
+        let error = proto::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
+        self.close_client(client_id, Some(error));
     }
 
     /// A client left while linked to `server_id`: cancel a running query and drain, roll the
@@ -192,18 +222,31 @@ impl<R: Ring> Shard<R> {
             self.roll_back_or_close(server_id);
             return;
         }
-        let reset = &self.config.pgtier.server_reset_query;
-        if mode == PoolMode::Session && !reset.is_empty() {
-            let mut out = BytesMut::with_capacity(reset.len() + 8);
-            proto::query(&mut out, reset);
-            server.send.push(out.freeze());
-            server.swallow += 1;
-            server.tracker.on_internal_query();
-            server.state = ServerState::Draining { since: self.now };
-            self.flush_server(server_id);
+        server.state = ServerState::Draining { since: self.now };
+        if mode == PoolMode::Session && self.send_reset_query(server_id) {
             return;
         }
         self.return_to_pool(server_id);
+    }
+
+    /// Sends `server_reset_query` (answer swallowed) to a server that is `Draining`; it
+    /// returns to the pool once the answer is in. False when the query is empty.
+    pub(crate) fn send_reset_query(&mut self, server_id: ServerId) -> bool {
+        let reset = &self.config.pgtier.server_reset_query;
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return false;
+        };
+        if reset.is_empty() {
+            return false;
+        }
+        debug_assert!(matches!(server.state, ServerState::Draining { .. }));
+        let mut out = BytesMut::with_capacity(reset.len() + 8);
+        proto::query(&mut out, reset);
+        server.send.push(out.freeze());
+        server.swallow += 1;
+        server.tracker.on_internal_query();
+        self.flush_server(server_id);
+        true
     }
 
     /// Swallows everything from a server without a client until it is idle again.
@@ -211,9 +254,9 @@ impl<R: Ring> Shard<R> {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        let scan = relay::scan(server, None);
+        let scan = relay::scan(server, None, self.limits.max_server_message_bytes);
         server.recv.data.advance(scan.drop_bytes);
-        if scan.malformed {
+        if scan.malformed || scan.oversized.is_some() {
             self.close_server(server_id);
             return;
         }
@@ -226,13 +269,17 @@ impl<R: Ring> Shard<R> {
         let Some(server) = self.servers.get(server_id.0) else {
             return;
         };
-        if !matches!(server.state, ServerState::Draining { .. }) {
-            return;
-        }
+        let checking = match server.state {
+            ServerState::Draining { .. } => false,
+            ServerState::Checking { .. } => true,
+            _ => return,
+        };
         if server.tracker.has_outstanding() || server.swallow > 0 || server.cancels_pending > 0 {
             return;
         }
-        if server.tracker.is_idle() {
+        if checking {
+            self.finish_check(server_id);
+        } else if server.tracker.is_idle() {
             self.return_to_pool(server_id);
         } else {
             self.roll_back_or_close(server_id);

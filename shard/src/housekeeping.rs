@@ -24,6 +24,7 @@ impl<R: Ring> Shard<R> {
                 self.warm_pools();
                 self.reroute_waiters_of_down_replicas();
                 self.retry_waiting_pools();
+                self.expire_listings();
                 if self.shutdown.is_some() {
                     self.progress_shutdown();
                 }
@@ -47,6 +48,10 @@ impl<R: Ring> Shard<R> {
                     if let Some(db) = config.database(&pool.key.database) {
                         pool.max_size = db.pool_size;
                         pool.min_size = db.min_pool_size;
+                        pool.reserve_size = db.reserve_pool_size;
+                        pool.spellings.limit = self.limits.max_spellings_per_pool;
+                        pool.database_cap.max = db.max_db_connections;
+                        pool.user_cap.max = config.max_user_connections(&pool.key.user);
                         pool.login.password =
                             db.password.clone().or_else(|| users.get(&pool.key.user));
                     }
@@ -58,6 +63,11 @@ impl<R: Ring> Shard<R> {
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
             Command::SlotGranted { key } => self.adopt_granted_slot(&key),
+            Command::ReleaseIdleUnderCap { database, user } => {
+                self.release_idle_under_cap(database.as_deref(), user.as_deref());
+            }
+            Command::ListSessions { from, request_id } => self.answer_listing(from, request_id),
+            Command::Listed { request_id, part } => self.on_listed(request_id, *part),
             Command::Shutdown(mode) => {
                 let mode = self.shutdown.map_or(mode, |current| current.max(mode));
                 self.shutdown = Some(mode);
@@ -220,7 +230,9 @@ impl<R: Ring> Shard<R> {
                         retire.push(id);
                     }
                 }
-                ServerState::Draining { since } | ServerState::Leaving { since, .. }
+                ServerState::Draining { since }
+                | ServerState::Checking { since }
+                | ServerState::Leaving { since, .. }
                     if over(*since, drain_limit) =>
                 {
                     retire.push(id)
@@ -260,8 +272,8 @@ impl<R: Ring> Shard<R> {
             if failing || pool.open_everywhere() >= pool.min_size || pool.connecting > 0 {
                 continue;
             }
-            if self.pools.get_mut(pool_id).try_reserve_server()
-                && self.open_server(pool_id).is_err()
+            let reserved = self.pools.get_mut(pool_id).try_reserve_server(false);
+            if reserved == crate::pool::Reservation::Reserved && self.open_server(pool_id).is_err()
             {
                 self.pools.get_mut(pool_id).release_server_slot();
             }

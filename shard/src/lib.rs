@@ -6,6 +6,7 @@ pub mod admin;
 pub mod cli;
 pub mod control;
 
+mod admin_listing;
 mod admin_session;
 mod auth;
 mod backend;
@@ -25,6 +26,8 @@ mod routing;
 #[cfg(test)]
 mod routing_tests;
 mod server;
+mod server_caps;
+mod server_check;
 mod session;
 mod shard;
 mod stats;

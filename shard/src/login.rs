@@ -52,6 +52,7 @@ impl<R: Ring> Shard<R> {
             tracked: TrackedParams::default(),
             backend_key: None,
             swallow: 0,
+            swallowed_error: None,
             skip_bytes: 0,
             recv_paused: false,
             cancels_pending: 0,

@@ -48,6 +48,24 @@ pub enum Command {
     SlotGranted {
         key: Arc<PoolKey>,
     },
+    /// Shard `from` has clients waiting while `max_db_connections` of `database` or
+    /// `max_user_connections` of `user` is reached: close one idle server under that cap
+    /// here, if its own pool has no waiters, so the count drops.
+    ReleaseIdleUnderCap {
+        database: Option<Arc<str>>,
+        user: Option<Arc<str>>,
+    },
+    /// An admin session on shard `from` asks for this shard's client and pool rows
+    /// (`SHOW CLIENTS`/`SHOW POOLS`); answered with `Listed` to `from`.
+    ListSessions {
+        from: usize,
+        request_id: u64,
+    },
+    /// This shard's rows for the listing `request_id` asked for.
+    Listed {
+        request_id: u64,
+        part: Box<crate::admin::listing::ShardListing>,
+    },
 }
 
 pub struct Mailbox {

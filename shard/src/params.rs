@@ -20,23 +20,39 @@ pub fn tracked_index(name: &str) -> Option<usize> {
         .position(|tracked| tracked.eq_ignore_ascii_case(name))
 }
 
-/// Client spellings a pool remembers at most, per pool: past it, logins with new spellings
-/// still get the server's own values, through a server round trip each.
+/// Client spellings a pool remembers unless `max_spellings_per_pool` says otherwise: past
+/// the limit, logins with new spellings still get the server's own values, through a server
+/// round trip each.
 pub const MAX_SPELLINGS_PER_POOL: usize = 256;
 
 /// What a pool's server made of values clients spelled at startup (`utf8` became `UTF8`,
 /// `iso, dmy` became `ISO, DMY`), so a later login with the same spelling is welcomed from
 /// the pool's cached parameters with the server's own values and no server round trip.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Spellings {
     learned: HashMap<(usize, String), String>,
+    /// Most spellings kept (`max_spellings_per_pool`).
+    pub limit: usize,
+}
+
+impl Default for Spellings {
+    fn default() -> Spellings {
+        Spellings::with_limit(MAX_SPELLINGS_PER_POOL)
+    }
 }
 
 impl Spellings {
+    pub fn with_limit(limit: usize) -> Spellings {
+        Spellings {
+            learned: HashMap::new(),
+            limit,
+        }
+    }
+
     /// Remembers that the server shows `spelled` (a value of parameter `index`) as
     /// `canonical`, while there is room.
     pub fn learn(&mut self, index: usize, spelled: &str, canonical: &str) {
-        if self.learned.len() >= MAX_SPELLINGS_PER_POOL && !self.knows(index, spelled) {
+        if self.learned.len() >= self.limit && !self.knows(index, spelled) {
             return;
         }
         self.learned
@@ -251,6 +267,17 @@ mod tests {
             spellings.learn(5, &format!("app{n}"), &format!("app{n}"));
         }
         assert_eq!(spellings.learned.len(), MAX_SPELLINGS_PER_POOL);
+    }
+
+    #[test]
+    fn the_spelling_limit_is_configurable() {
+        let mut spellings = Spellings::with_limit(2);
+        for n in 0..5 {
+            spellings.learn(5, &format!("app{n}"), &format!("app{n}"));
+        }
+        assert_eq!(spellings.learned.len(), 2);
+        spellings.learn(5, "app0", "APP0");
+        assert_eq!(spellings.canonical(5, "app0"), Some("APP0"));
     }
 
     #[test]

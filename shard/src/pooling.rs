@@ -6,14 +6,14 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use pgtier_core::config::ServerSet;
+use pgtier_core::config::{PoolMode, ServerSet};
 use tracing::{debug, warn};
 
 use crate::client::ClientState;
 use crate::io::ring::Ring;
 use crate::io::slab::{ClientId, ServerId};
 use crate::mailbox::Command;
-use crate::pool::{PoolId, PoolKey, ServerLogin};
+use crate::pool::{PoolId, PoolKey, PoolLimits, Reservation, ServerLogin};
 use crate::proto::{self, sqlstate};
 use crate::server::ServerState;
 use crate::shard::{HOUSEKEEPING_PERIOD, Shard};
@@ -89,8 +89,15 @@ impl<R: Ring> Shard<R> {
             dbname: db.dbname.clone(),
             password,
         };
-        let (max, min) = (db.pool_size, db.min_pool_size);
-        let pool_id = self.pools.create(key, login, mode, max, min);
+        let limits = PoolLimits {
+            max_size: db.pool_size,
+            min_size: db.min_pool_size,
+            reserve_size: db.reserve_pool_size,
+            max_db_connections: db.max_db_connections,
+            max_user_connections: self.config.max_user_connections(&key.user),
+            max_spellings: self.limits.max_spellings_per_pool,
+        };
+        let pool_id = self.pools.create(key, login, mode, limits);
         self.pools.get_mut(pool_id).replica = replica;
         Ok(pool_id)
     }
@@ -109,7 +116,7 @@ impl<R: Ring> Shard<R> {
         self.pump_pool(pool_id);
     }
 
-    fn is_waiting(&self, id: ClientId) -> bool {
+    pub(crate) fn is_waiting(&self, id: ClientId) -> bool {
         matches!(
             self.clients.get(id.0).map(|c| &c.state),
             Some(ClientState::WaitingForServer { .. })
@@ -143,10 +150,14 @@ impl<R: Ring> Shard<R> {
             let Some(waiter) = waiter else { return };
             let pool = self.pools.get_mut(pool_id);
             if let Some(server) = pool.idle.pop() {
-                pool.waiters.pop_front();
+                if self.start_check_if_stale(server) {
+                    continue;
+                }
+                self.pools.get_mut(pool_id).waiters.pop_front();
                 self.link(waiter, server);
                 continue;
             }
+            let pool = self.pools.get_mut(pool_id);
             if pool.connecting as usize >= pool.waiters.len() {
                 return;
             }
@@ -160,9 +171,23 @@ impl<R: Ring> Shard<R> {
                     return;
                 }
             }
-            if !pool.try_reserve_server() {
-                self.ask_other_shards_for_a_server(pool_id);
-                return;
+            let with_reserve = self.may_use_reserve(pool_id, waiter);
+            match self.pools.get_mut(pool_id).try_reserve_server(with_reserve) {
+                Reservation::Reserved => {}
+                Reservation::PoolFull => {
+                    self.ask_other_shards_for_a_server(pool_id);
+                    return;
+                }
+                Reservation::DatabaseFull | Reservation::UserFull => {
+                    // The waiters stay queued until a server under the cap closes: make
+                    // room like PgBouncer (end an idle server of another pool under the
+                    // cap), else ask the other shards (see `server_caps.rs`).
+                    if !self.evict_idle_under_cap(pool_id) {
+                        self.ask_other_shards_to_free_cap(pool_id);
+                        self.ask_other_shards_for_a_server(pool_id);
+                    }
+                    return;
+                }
             }
             if let Err(message) = self.open_server(pool_id) {
                 warn!(%message, "cannot open a server connection");
@@ -176,7 +201,7 @@ impl<R: Ring> Shard<R> {
 
     /// The budget is spent and this shard has no server to give: the slots may sit idle on
     /// other shards, so ask them to close one (at most once per housekeeping period).
-    fn ask_other_shards_for_a_server(&mut self, pool_id: PoolId) {
+    pub(crate) fn ask_other_shards_for_a_server(&mut self, pool_id: PoolId) {
         let shards = self.shared.mailboxes.len();
         let pool = self.pools.get_mut(pool_id);
         if shards < 2 || pool.open_here >= pool.max_size {
@@ -213,14 +238,15 @@ impl<R: Ring> Shard<R> {
         let pool = self.pools.get(pool_id);
         let waiting_here = pool.waiters.iter().any(|w| self.is_waiting(*w));
         match pool.idle.first() {
-            Some(&server) if !waiting_here => self.leave_for(server, from),
+            Some(&server) if !waiting_here => self.leave_for(server, Some(from)),
             _ => self.pools.get_mut(pool_id).release_to = Some(from),
         }
     }
 
-    /// Ends `server_id` so that its slot goes to shard `to`: Terminate now, the slot moves
-    /// when the server closes the connection (`close_server` of a `Leaving` server).
-    fn leave_for(&mut self, server_id: ServerId, to: usize) {
+    /// Ends `server_id` so that its slot goes to shard `to` (`None`: back to the shared
+    /// budgets): Terminate now, the slot moves when the server closes the connection
+    /// (`close_server` of a `Leaving` server).
+    pub(crate) fn leave_for(&mut self, server_id: ServerId, to: Option<usize>) {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -345,6 +371,7 @@ impl<R: Ring> Shard<R> {
             return;
         };
         let client_id = server.client();
+        let pool_id = server.pool;
         server.state = ServerState::Draining { since: self.now };
         let cancels_pending = server.cancels_pending;
         let mut close_client = None;
@@ -356,7 +383,11 @@ impl<R: Ring> Shard<R> {
                 }
             }
         }
-        if cancels_pending == 0 {
+        let reset_always = self.config.pgtier.server_reset_query_always
+            && self.pools.get(pool_id).mode == PoolMode::Transaction;
+        if cancels_pending > 0 || (reset_always && self.send_reset_query(server_id)) {
+            // It returns to the pool when the cancel finishes or the reset is answered.
+        } else {
             self.return_to_pool(server_id);
         }
         if let Some(client_id) = close_client {
@@ -389,14 +420,16 @@ impl<R: Ring> Shard<R> {
             .is_some_and(|lifetime| {
                 self.now.saturating_duration_since(server.created_at) > lifetime
             });
-        let over_size = pool.open_everywhere() > pool.max_size;
+        // A pool over its size (reserve servers, or a reload that shrank it) shrinks as its
+        // servers come back, unless clients still wait for them.
+        let over_size = pool.open_everywhere() > pool.max_size && pool.waiters.is_empty();
         let shutting_down = self.shutdown.is_some() && pool.waiters.is_empty();
         if too_old || over_size || shutting_down {
             self.close_server(server_id);
             return;
         }
         if let Some(to) = self.take_release_request(pool_id) {
-            self.leave_for(server_id, to);
+            self.leave_for(server_id, Some(to));
             return;
         }
         let Some(server) = self.servers.get_mut(server_id.0) else {
@@ -404,6 +437,7 @@ impl<R: Ring> Shard<R> {
         };
         server.state = ServerState::Idle { since: self.now };
         server.rollback_sent = false;
+        server.swallowed_error = None;
         self.pools.get_mut(pool_id).idle.push(server_id);
         self.pump_pool(pool_id);
     }

@@ -114,6 +114,29 @@ pub fn fatal(code: SqlState, message: &str) -> Bytes {
     out.freeze()
 }
 
+/// A server's ErrorResponse (`message`: type byte, length, fields) with its severity raised
+/// to FATAL: the error a login gets when PostgreSQL itself refuses a startup value.
+pub fn error_as_fatal(message: &[u8]) -> Bytes {
+    let fields = message.get(5..).unwrap_or_default();
+    let mut body = BytesMut::with_capacity(message.len() + 8);
+    for field in fields.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        match field[0] {
+            b'S' | b'V' => {
+                body.extend_from_slice(&field[..1]);
+                body.extend_from_slice(b"FATAL");
+            }
+            _ => body.extend_from_slice(field),
+        }
+        body.extend_from_slice(&[0]);
+    }
+    body.extend_from_slice(&[0]);
+    let mut out = BytesMut::with_capacity(body.len() + 5);
+    out.extend_from_slice(b"E");
+    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out.freeze()
+}
+
 pub fn startup_message(out: &mut BytesMut, params: &[(&str, &str)]) {
     StartupMessage::encode_parts(out, ProtocolVersion::V3_0, params);
 }

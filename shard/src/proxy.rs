@@ -170,8 +170,25 @@ fn listeners(config: &Config, count: usize) -> Result<(Vec<RawFd>, SocketAddr), 
     Ok((fds, addr))
 }
 
+/// Settings pgtier parses (so a PgBouncer file translates) but does not act on yet, with
+/// whether the loaded value differs from the default.
+fn unenforced_settings(config: &Config) -> Vec<&'static str> {
+    let defaults = pgtier_core::config::Settings::default();
+    let mut set = Vec::new();
+    if config.pgtier.recv_buffer_count != defaults.recv_buffer_count {
+        set.push("recv_buffer_count");
+    }
+    set
+}
+
 /// Starts the shards and returns once each has its ring and listener.
 pub fn start(config: Config) -> Result<ProxyHandle, String> {
+    for setting in unenforced_settings(&config) {
+        warn!(
+            setting,
+            "this setting is parsed but not enforced yet: its value has no effect"
+        );
+    }
     // SAFETY: ignoring SIGPIPE process-wide is what every network server does; sends also
     // pass MSG_NOSIGNAL.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -344,4 +361,23 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_target(false)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_unenforced_setting_is_named_at_startup() {
+        let path = std::env::temp_dir().join("pgtier-unenforced.toml");
+        let load = |extra: &str| {
+            let text = format!("[pgtier]\nauth_type = \"trust\"\n{extra}");
+            Config::from_str(&text, path.clone()).expect("valid config")
+        };
+        assert!(unenforced_settings(&load("")).is_empty());
+        assert_eq!(
+            unenforced_settings(&load("recv_buffer_count = 2048\n")),
+            vec!["recv_buffer_count"]
+        );
+    }
 }

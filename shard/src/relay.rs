@@ -5,6 +5,8 @@
 //! Only ReadyForQuery and ParameterStatus are read whole; every other message streams through
 //! as it arrives, so a 50 MB row never has to sit in memory in one piece.
 
+use bytes::Bytes;
+
 use crate::client::Client;
 use crate::proto;
 use crate::server::Server;
@@ -28,10 +30,17 @@ pub struct Scan {
     pub idle: bool,
     /// The server broke the protocol.
     pub malformed: bool,
+    /// Length of a message over `max_server_message_bytes` (nothing from it on is consumed).
+    pub oversized: Option<usize>,
 }
 
-/// Walks `server.recv.data`. With `client == None` everything consumed is dropped.
-pub fn scan(server: &mut Server, mut client: Option<&mut Client>) -> Scan {
+/// Walks `server.recv.data`. With `client == None` everything consumed is dropped. A message
+/// longer than `max_message_bytes` stops the walk (`oversized`).
+pub fn scan(
+    server: &mut Server,
+    mut client: Option<&mut Client>,
+    max_message_bytes: usize,
+) -> Scan {
     let data = &server.recv.data;
     let mut out = Scan::default();
     let mut pos = 0usize;
@@ -55,6 +64,10 @@ pub fn scan(server: &mut Server, mut client: Option<&mut Client>) -> Scan {
             as usize;
         if len < 4 {
             out.malformed = true;
+            break;
+        }
+        if len > max_message_bytes {
+            out.oversized = Some(len);
             break;
         }
         match code {
@@ -107,6 +120,23 @@ pub fn scan(server: &mut Server, mut client: Option<&mut Client>) -> Scan {
                 if dropping {
                     out.drop_bytes = pos;
                 }
+            }
+            b'E' if dropping && server.swallow > 0 && len <= MAX_INSPECTED_MESSAGE_BYTES => {
+                // An error in an answer pgtier swallows is kept whole: the code that sent
+                // the query decides (refuse a login, close a server that failed its check).
+                if data.len() - pos < len + 1 {
+                    break;
+                }
+                if Tracker::wants(code) && server.tracker.on_server_message(code, &[]).is_err() {
+                    out.malformed = true;
+                    break;
+                }
+                if server.swallowed_error.is_none() {
+                    server.swallowed_error =
+                        Some(Bytes::copy_from_slice(&data[pos..pos + 1 + len]));
+                }
+                pos += len + 1;
+                out.drop_bytes = pos;
             }
             _ => {
                 if Tracker::wants(code) && server.tracker.on_server_message(code, &[]).is_err() {

@@ -206,6 +206,7 @@ impl<R: Ring> Shard<R> {
         };
         match admission {
             Admission::Placed(lease) => {
+                log_admission(client, &lease);
                 client.lease = Some(lease);
                 client.failure_epoch_seen = epoch;
                 Placement::Placed
@@ -256,6 +257,7 @@ impl<R: Ring> Shard<R> {
         }
         match reply.result {
             Ok(lease) => {
+                log_admission(client, &lease);
                 client.lease = Some(lease);
                 client.failure_epoch_seen = epoch;
                 self.join_leased_pool(id);
@@ -474,6 +476,17 @@ impl<R: Ring> Shard<R> {
         shared.intervals.fetch_add(1, Ordering::AcqRel);
         self.interval_started = Some(self.now);
     }
+}
+
+/// One debug line per admitted session, so an operator can follow where sessions land.
+fn log_admission(client: &crate::client::Client, lease: &crate::control::SessionLease) {
+    debug!(
+        database = %client.database,
+        user = %client.user,
+        class = lease.class().as_str(),
+        replica = ?lease.replica_addr(),
+        "session admitted to a replica"
+    );
 }
 
 #[cfg(test)]

@@ -31,10 +31,18 @@ pub enum ServerState {
     /// Since `since`, its client left or a cancel is pending: responses are swallowed until
     /// ReadyForQuery with nothing outstanding, then it returns to the pool (or closes if dirty).
     Draining { since: Instant },
-    /// Since `since`, Terminate was sent so its pool slot can go to shard `slot_to`: the
-    /// slot is handed over when the server closes the connection, that is once its backend
-    /// is gone, so the server never sees more connections than the pool size.
-    Leaving { since: Instant, slot_to: usize },
+    /// Since `since`, it runs `server_check_query` before a client gets it (it was idle
+    /// longer than `server_check_delay`); counted in its pool's `connecting`. It goes back
+    /// to the pool if the check succeeds, and closes if it fails.
+    Checking { since: Instant },
+    /// Since `since`, Terminate was sent so its pool slot can go to shard `slot_to` (or,
+    /// with `None`, back to the shared budgets, to make room under a database or user cap):
+    /// the slot moves when the server closes the connection, that is once its backend is
+    /// gone, so the server never sees more connections than the pool size or cap.
+    Leaving {
+        since: Instant,
+        slot_to: Option<usize>,
+    },
     /// Teardown: the socket closes once no operation is in flight.
     Closing,
 }
@@ -57,6 +65,9 @@ pub struct Server {
     pub backend_key: Option<(u32, u32)>,
     /// Internal queries (reset, SET re-apply) whose responses are swallowed.
     pub swallow: u32,
+    /// The first ErrorResponse among swallowed answers (a failed startup SET, a failed
+    /// check), kept until the code that sent the query looks at it.
+    pub swallowed_error: Option<bytes::Bytes>,
     /// Body bytes of a forwarded message still to come from the socket.
     pub skip_bytes: usize,
     /// A receive is not re-armed because its client's send queue is over the cap.

@@ -64,6 +64,9 @@ pub struct Limits {
     pub send_budget_bytes: usize,
     pub client_buffer_limit_bytes: usize,
     pub server_recv_chunk_bytes: usize,
+    pub max_server_message_bytes: usize,
+    /// Client spellings of tracked parameters one pool remembers.
+    pub max_spellings_per_pool: usize,
 }
 
 impl Limits {
@@ -75,6 +78,8 @@ impl Limits {
             send_budget_bytes: (s.send_budget_bytes as usize).max(1),
             client_buffer_limit_bytes: (s.client_buffer_limit_bytes as usize).max(4096),
             server_recv_chunk_bytes: (s.recv_buffer_bytes as usize).max(4096),
+            max_server_message_bytes: s.max_server_message_bytes as usize,
+            max_spellings_per_pool: s.max_spellings_per_pool as usize,
         }
     }
 }
@@ -120,6 +125,8 @@ pub struct Shard<R: Ring> {
     /// Time of the current loop pass (one clock read per pass).
     pub now: Instant,
     pub shutdown: Option<ShutdownMode>,
+    /// `SHOW CLIENTS`/`SHOW POOLS` rows being gathered for this shard's admin sessions.
+    pub admin_listings: crate::admin_listing::AdminListings,
     completions: Vec<Completion>,
 }
 
@@ -161,6 +168,7 @@ impl<R: Ring> Shard<R> {
             interval_started: None,
             now: Instant::now(),
             shutdown: None,
+            admin_listings: crate::admin_listing::AdminListings::default(),
             completions: Vec::with_capacity(256),
         }
     }
@@ -566,15 +574,22 @@ impl<R: Ring> Shard<R> {
         }
         let pool = self.pools.get_mut(pool_id);
         match previous {
-            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
+            ServerState::Connecting { .. }
+            | ServerState::LoggingIn { .. }
+            | ServerState::Checking { .. } => {
                 pool.connecting = pool.connecting.saturating_sub(1);
             }
             ServerState::Idle { .. } => pool.idle.retain(|idle| *idle != id),
             _ => {}
         }
         match previous {
-            ServerState::Leaving { slot_to, .. } => self.hand_slot_to(pool_id, slot_to),
-            _ => self.pools.get_mut(pool_id).release_server_slot(),
+            ServerState::Leaving {
+                slot_to: Some(to), ..
+            } => self.hand_slot_to(pool_id, to),
+            _ => {
+                self.pools.get_mut(pool_id).release_server_slot();
+                self.pump_pools_under_caps_of(pool_id);
+            }
         }
         if recv {
             self.cancel_op(Self::server_key(OpKind::ServerRecv, id));

@@ -166,6 +166,9 @@ pub struct Settings {
     /// Distinct pools (key = database, user, replica, startup parameters) one worker keeps
     /// (1000); bounds what varied startup parameters can make a worker allocate.
     pub max_pools_per_worker: u32,
+    /// Client spellings of tracked startup parameters (`utf8` for `UTF8`) one pool remembers
+    /// (256); a login with a spelling past it is welcomed through a server round trip.
+    pub max_spellings_per_pool: u32,
     /// Shard-local counters are folded into the shared totals after this many queries (64)...
     pub counter_flush_queries: u32,
     /// ...or this many bytes in either direction (64 KiB), whichever comes first.
@@ -228,6 +231,7 @@ impl Default for Settings {
             recv_buffer_count: 1024,
             cancel_on_client_disconnect: true,
             max_pools_per_worker: 1000,
+            max_spellings_per_pool: 256,
             counter_flush_queries: 64,
             counter_flush_bytes: 64 * KIB,
             health_check_interval: Seconds::from_millis(250),

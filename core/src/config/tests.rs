@@ -173,6 +173,7 @@ fn pgtier_limits_have_documented_defaults() {
     assert_eq!(settings.client_buffer_limit_bytes, 4 << 20);
     assert_eq!(settings.recv_buffer_bytes, 16 << 10);
     assert_eq!(settings.recv_buffer_count, 1024);
+    assert_eq!(settings.max_spellings_per_pool, 256);
     assert_eq!(settings.counter_flush_queries, 64);
     assert_eq!(settings.counter_flush_bytes, 64 << 10);
     assert_eq!(

@@ -16,6 +16,10 @@ pub enum AdminCommand {
     Events,
     /// `SHOW STATS`: per-class completed queries and latency percentiles.
     Stats,
+    /// `SHOW CLIENTS`: every client connection on every shard, with class and replica.
+    Clients,
+    /// `SHOW POOLS`: every pool slice on every shard, with its client and server counts.
+    Pools,
     /// `SHOW VERSION`.
     Version,
     /// `SHOW HELP`.
@@ -24,7 +28,7 @@ pub enum AdminCommand {
 
 impl AdminCommand {
     /// Every command with its one-line description, for `SHOW HELP`.
-    pub const ALL: [(AdminCommand, &'static str); 7] = [
+    pub const ALL: [(AdminCommand, &'static str); 9] = [
         (
             AdminCommand::Replicas,
             "role, sessions and health of every replica",
@@ -45,9 +49,22 @@ impl AdminCommand {
             AdminCommand::Stats,
             "completed queries and p50/p95 latency per class",
         ),
+        (
+            AdminCommand::Clients,
+            "every client connection: shard, state, class, replica, backend pid",
+        ),
+        (
+            AdminCommand::Pools,
+            "every pool per shard: mode, clients active/waiting, servers active/idle/opening",
+        ),
         (AdminCommand::Version, "the pgtier version"),
         (AdminCommand::Help, "this list"),
     ];
+
+    /// The command reads rows owned by every shard (gathered through the mailboxes first).
+    pub const fn needs_listing(self) -> bool {
+        matches!(self, AdminCommand::Clients | AdminCommand::Pools)
+    }
 
     /// The word after `SHOW`.
     pub const fn name(self) -> &'static str {
@@ -57,6 +74,8 @@ impl AdminCommand {
             AdminCommand::RoleEvents => "ROLE_EVENTS",
             AdminCommand::Events => "EVENTS",
             AdminCommand::Stats => "STATS",
+            AdminCommand::Clients => "CLIENTS",
+            AdminCommand::Pools => "POOLS",
             AdminCommand::Version => "VERSION",
             AdminCommand::Help => "HELP",
         }
@@ -145,7 +164,7 @@ mod tests {
             Err(CommandError::Unsupported(_))
         ));
         assert!(matches!(
-            parse("SHOW POOLS"),
+            parse("SHOW SERVERS"),
             Err(CommandError::Unsupported(_))
         ));
     }

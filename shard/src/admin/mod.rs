@@ -8,6 +8,7 @@
 
 pub mod command;
 pub mod format;
+pub mod listing;
 pub mod result;
 pub mod show;
 
@@ -22,7 +23,8 @@ use pgtier_wire::messages::backend::EmptyQueryResponse;
 use pgtier_wire::sqlstate;
 
 use crate::control::router::ReplicaRouter;
-use command::CommandError;
+use command::{AdminCommand, CommandError};
+use listing::Listing;
 
 /// The `version` row of `SHOW VERSION`.
 pub const VERSION: &str = concat!("pgtier ", env!("CARGO_PKG_VERSION"));
@@ -56,6 +58,9 @@ pub struct AdminView<'a> {
     pub stats: Option<&'a StatsView>,
     /// Text of `SHOW VERSION` (normally [`VERSION`]).
     pub version: &'a str,
+    /// Client and pool rows gathered from every shard, for `SHOW CLIENTS`/`SHOW POOLS`
+    /// (`None`: those commands answer with no rows).
+    pub listing: Option<&'a Listing>,
 }
 
 /// What [`answer`] produced.
@@ -75,6 +80,9 @@ pub fn answer(query: &str, view: &AdminView<'_>, out: &mut BytesMut) -> AnswerSu
     for statement in command::statements(query) {
         match command::parse(statement) {
             Ok(command) => {
+                if command.needs_listing() {
+                    encode_missing_notice(view.listing, out);
+                }
                 let set = show::result_set(command, view);
                 result::encode_header(out, set.columns);
                 for row in &set.rows {
@@ -94,6 +102,20 @@ pub fn answer(query: &str, view: &AdminView<'_>, out: &mut BytesMut) -> AnswerSu
         EmptyQueryResponse.encode(out);
     }
     summary
+}
+
+/// True when some statement of `query` needs a [`Listing`] gathered from every shard.
+pub fn needs_listing(query: &str) -> bool {
+    command::statements(query)
+        .filter_map(|statement| command::parse(statement).ok())
+        .any(AdminCommand::needs_listing)
+}
+
+/// A NOTICE naming the shards whose rows are missing, before the result set.
+fn encode_missing_notice(listing: Option<&Listing>, out: &mut BytesMut) {
+    if let Some(message) = listing.and_then(Listing::missing_notice) {
+        ErrorNotice::new(Severity::Warning, sqlstate::WARNING, &message).encode_notice(out);
+    }
 }
 
 fn encode_command_error(error: &CommandError, out: &mut BytesMut) {

@@ -7,6 +7,7 @@ use pgtier_policy::{ReplicaId, Role, ServiceClass, Strategy};
 
 use crate::admin::command::AdminCommand;
 use crate::admin::format::{millis, utc_timestamp};
+use crate::admin::listing;
 use crate::admin::{AdminView, StatsView};
 use crate::control::authority::ReplicaHealth;
 use crate::control::events::{ControlEvent, EventKind};
@@ -27,6 +28,8 @@ pub fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {
         AdminCommand::RoleEvents => role_events(view.routers),
         AdminCommand::Events => failure_events(view.routers),
         AdminCommand::Stats => stats(view.stats),
+        AdminCommand::Clients => listing::clients(view.listing),
+        AdminCommand::Pools => listing::pools(view.listing),
         AdminCommand::Version => ResultSet {
             columns: &["version"],
             rows: vec![vec![Some(view.version.to_string())]],

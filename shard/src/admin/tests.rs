@@ -10,6 +10,7 @@ use pgtier_wire::FrameLimits;
 use pgtier_wire::framing::split_message;
 use pgtier_wire::messages::BackendMessage;
 
+use super::listing::{ClientRow, Listing, PoolRow, ShardListing};
 use super::{AdminView, IntervalStats, StatsView, VERSION, answer};
 use crate::control::health::HealthConfig;
 use crate::control::mailbox::ServerFailureCause;
@@ -23,6 +24,7 @@ enum Decoded {
     Row(Vec<Option<String>>),
     Complete(String),
     Error { code: String, message: String },
+    Notice { severity: String, message: String },
     Empty,
 }
 
@@ -52,6 +54,14 @@ fn decode_all(mut bytes: BytesMut) -> Vec<Decoded> {
                     .unwrap_or_default(),
                 message: error.fields.message().map(utf8).unwrap_or_default(),
             },
+            BackendMessage::NoticeResponse(notice) => Decoded::Notice {
+                severity: notice
+                    .fields
+                    .severity()
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_default(),
+                message: notice.fields.message().map(utf8).unwrap_or_default(),
+            },
             BackendMessage::EmptyQueryResponse(_) => Decoded::Empty,
             other => panic!("unexpected message {other:?}"),
         };
@@ -62,10 +72,20 @@ fn decode_all(mut bytes: BytesMut) -> Vec<Decoded> {
 }
 
 fn run(query: &str, routers: &[Arc<ReplicaRouter>], stats: Option<&StatsView>) -> Vec<Decoded> {
+    run_listing(query, routers, stats, None)
+}
+
+fn run_listing(
+    query: &str,
+    routers: &[Arc<ReplicaRouter>],
+    stats: Option<&StatsView>,
+    listing: Option<&Listing>,
+) -> Vec<Decoded> {
     let view = AdminView {
         routers,
         stats,
         version: VERSION,
+        listing,
     };
     let mut out = BytesMut::new();
     answer(query, &view, &mut out);
@@ -227,7 +247,7 @@ fn rows_len(messages: &[Decoded]) -> usize {
 fn show_version_and_help() {
     let messages = run("SHOW VERSION; SHOW HELP", &[], None);
     assert_eq!(rows(&messages)[0], &vec![text(VERSION)]);
-    assert_eq!(rows(&messages).len(), 1 + 7);
+    assert_eq!(rows(&messages).len(), 1 + 9);
     let completes = messages
         .iter()
         .filter(|m| matches!(m, Decoded::Complete(_)))
@@ -280,4 +300,124 @@ fn malformed_show_is_a_syntax_error_and_stops_the_query_string() {
 #[test]
 fn empty_query_gets_empty_query_response() {
     assert_eq!(run(" ; ", &[], None), vec![Decoded::Empty]);
+}
+
+fn two_shard_listing(missing_shards: Vec<usize>) -> Listing {
+    let replica: std::net::SocketAddr = "127.0.0.1:5433".parse().expect("addr");
+    let client = |class, pid| ClientRow {
+        addr: Some("127.0.0.1:40000".parse().expect("addr")),
+        database: "analytics".to_string(),
+        user: "alice".to_string(),
+        state: "active",
+        class,
+        replica: class.map(|_| replica),
+        connected_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_996_800),
+        connected_for: Duration::from_millis(12_500),
+        backend_pid: pid,
+    };
+    let pool = PoolRow {
+        database: "analytics".to_string(),
+        user: "alice".to_string(),
+        addr: replica,
+        mode: "transaction",
+        clients_active: 2,
+        clients_waiting: 1,
+        servers_active: 1,
+        servers_idle: 3,
+        servers_opening: 0,
+    };
+    // Parts arrive out of order; the listing shows them by shard.
+    Listing::new(
+        vec![
+            ShardListing {
+                shard: 1,
+                clients: vec![client(None, None)],
+                pools: vec![],
+            },
+            ShardListing {
+                shard: 0,
+                clients: vec![client(Some("freemium"), Some(4242))],
+                pools: vec![pool],
+            },
+        ],
+        missing_shards,
+    )
+}
+
+#[test]
+fn show_clients_lists_every_shard_with_class_replica_and_pid() {
+    let listing = two_shard_listing(Vec::new());
+    let messages = run_listing("SHOW CLIENTS", &[], None, Some(&listing));
+    let Decoded::Header(columns) = &messages[0] else {
+        panic!("header first, no notice: {messages:?}")
+    };
+    assert_eq!(columns[4..7], ["state", "class", "replica"]);
+    let rows = rows(&messages);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[0][..],
+        [
+            text("0"),
+            text("127.0.0.1:40000"),
+            text("analytics"),
+            text("alice"),
+            text("active"),
+            text("freemium"),
+            text("127.0.0.1:5433"),
+            text("2026-11-30 00:00:00.000 UTC"),
+            text("12"),
+            text("4242"),
+        ]
+    );
+    assert_eq!(rows[1][0], text("1"));
+    assert_eq!(
+        rows[1][5..7],
+        [None, None],
+        "no class or replica off replica sets"
+    );
+    assert_eq!(rows[1][9], None, "no backend pid when unlinked");
+}
+
+#[test]
+fn show_pools_lists_counts_per_shard() {
+    let listing = two_shard_listing(Vec::new());
+    let messages = run_listing("show pools", &[], None, Some(&listing));
+    let rows = rows(&messages);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0][..],
+        [
+            text("0"),
+            text("analytics"),
+            text("alice"),
+            text("127.0.0.1:5433"),
+            text("transaction"),
+            text("2"),
+            text("1"),
+            text("1"),
+            text("3"),
+            text("0"),
+        ]
+    );
+}
+
+#[test]
+fn missing_shards_are_named_in_a_notice_before_the_rows() {
+    let listing = two_shard_listing(vec![2, 3]);
+    let messages = run_listing("SHOW CLIENTS", &[], None, Some(&listing));
+    let Decoded::Notice { severity, message } = &messages[0] else {
+        panic!("notice first: {messages:?}")
+    };
+    assert_eq!(severity, "WARNING");
+    assert!(message.contains("2, 3"), "{message}");
+    assert!(matches!(messages[1], Decoded::Header(_)));
+    assert_eq!(rows_len(&messages), 2);
+}
+
+#[test]
+fn listing_commands_without_a_listing_answer_no_rows() {
+    let messages = run("SHOW CLIENTS; SHOW POOLS", &[], None);
+    assert_eq!(rows_len(&messages), 0);
+    assert!(super::needs_listing("show version; show pools"));
+    assert!(!super::needs_listing("SHOW VERSION"));
 }

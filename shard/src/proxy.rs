@@ -24,8 +24,6 @@ use crate::stats::{SharedStats, StatsSnapshot};
 use crate::userlist::UserList;
 use pgtier_core::metrics::SharedTotals;
 
-/// Submission queue entries per shard ring (the completion queue has twice as many).
-const RING_ENTRIES: u32 = 4096;
 /// Commands a shard's mailbox holds before posts fail.
 const MAILBOX_CAPACITY: usize = 4096;
 
@@ -233,7 +231,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
             .name(format!("pgtier-shard-{index}"))
             .spawn(move || {
                 pin_to_core(index % cores);
-                let ring = match UringRing::new(RING_ENTRIES) {
+                let ring = match UringRing::new(config.pgtier.ring_entries) {
                     Ok(ring) => ring,
                     Err(message) => {
                         let _ = ready.send(Err(message.clone()));

@@ -161,6 +161,10 @@ pub struct Settings {
     pub recv_buffer_bytes: u32,
     /// Receive buffers per worker (1024; a power of two, at most 32768).
     pub recv_buffer_count: u32,
+    /// Submission queue entries of each worker's io_uring (4096; a power of two from 8 to
+    /// 32768); the completion queue gets twice as many. Raise it when the log says the
+    /// submission or completion queue filled up.
+    pub ring_entries: u32,
     /// Cancel a client's running query on the server when the client disconnects (true).
     pub cancel_on_client_disconnect: bool,
     /// Distinct pools (key = database, user, replica, startup parameters) one worker keeps
@@ -232,6 +236,7 @@ impl Default for Settings {
             cancel_on_client_disconnect: true,
             max_pools_per_worker: 1000,
             max_spellings_per_pool: 256,
+            ring_entries: 4096,
             counter_flush_queries: 64,
             counter_flush_bytes: 64 * KIB,
             health_check_interval: Seconds::from_millis(250),

@@ -174,6 +174,7 @@ fn pgtier_limits_have_documented_defaults() {
     assert_eq!(settings.recv_buffer_bytes, 16 << 10);
     assert_eq!(settings.recv_buffer_count, 1024);
     assert_eq!(settings.max_spellings_per_pool, 256);
+    assert_eq!(settings.ring_entries, 4096);
     assert_eq!(settings.counter_flush_queries, 64);
     assert_eq!(settings.counter_flush_bytes, 64 << 10);
     assert_eq!(
@@ -392,6 +393,14 @@ fn invalid_settings_are_rejected() {
         (
             "[pgtier]\nauth_type = \"trust\"\nrecv_buffer_count = 1000\n",
             ":3: pgtier.recv_buffer_count: 1000 is not a power of two",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nring_entries = 1000\n",
+            ":3: pgtier.ring_entries: 1000 is not a power of two",
+        ),
+        (
+            "[pgtier]\nauth_type = \"trust\"\nring_entries = 4\n",
+            ":3: pgtier.ring_entries: 4 is too small: must be at least 8",
         ),
         (
             "[pgtier]\nauth_type = \"trust\"\nhealth_check_interval = 0\n",

@@ -125,6 +125,12 @@ fn limits(check: &Checker<'_>, settings: &Settings) -> Check {
             ),
         );
     }
+    let ring = settings.ring_entries;
+    check.at_least(&key("ring_entries"), ring.into(), 8)?;
+    check.at_most(&key("ring_entries"), ring.into(), 32768)?;
+    if !ring.is_power_of_two() {
+        return check.fail(key("ring_entries"), format!("{ring} is not a power of two"));
+    }
     let recv_bytes = settings.recv_buffer_bytes.into();
     check.at_least(&key("recv_buffer_bytes"), recv_bytes, 512)?;
     check.at_most(&key("recv_buffer_bytes"), recv_bytes, 16 << 20)?;

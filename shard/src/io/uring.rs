@@ -106,7 +106,7 @@ impl UringRing {
             self.cq_overflow_seen = overflow;
             warn!(
                 overflow,
-                "io_uring completion queue overflowed; raise ring_entries"
+                "io_uring completion queue overflowed; raise pgtier.ring_entries"
             );
         }
     }
@@ -133,7 +133,7 @@ impl Ring for UringRing {
                 return Ok(());
             }
             // The submission queue is full: hand what we have to the kernel and retry.
-            debug!("submission queue full; flushing (consider raising ring_entries)");
+            debug!("submission queue full; flushing (consider raising pgtier.ring_entries)");
             self.ring.submit()?;
         }
     }

@@ -1,8 +1,7 @@
 //! Describe: asks for the parameter and row description of a statement or a portal.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
-use crate::codec::{Reader, begin_message, end_message, put_cstr};
 use crate::codes::frontend::DESCRIBE;
 use crate::error::ProtocolError;
 use crate::messages::Message;
@@ -20,18 +19,12 @@ impl<'a> Message<'a> for Describe<'a> {
     const NAME: &'static str = "Describe";
 
     fn decode_body(body: &'a [u8]) -> Result<Self, ProtocolError> {
-        let mut reader = Reader::new(body, Self::NAME);
-        let target = Target::from_byte(reader.u8()?).ok_or(reader.invalid("target"))?;
-        let name = reader.cstr()?;
-        reader.finish()?;
+        let (target, name) = Target::decode_named(body, Self::NAME)?;
         Ok(Self { target, name })
     }
 
     fn encode(&self, out: &mut BytesMut) {
-        let at = begin_message(out, DESCRIBE, self.name.len() + 2);
-        out.put_u8(self.target.byte());
-        put_cstr(out, self.name);
-        end_message(out, at);
+        self.target.encode_named(out, DESCRIBE, self.name);
     }
 }
 

@@ -60,4 +60,25 @@ impl Target {
             Self::Portal => b'P',
         }
     }
+
+    /// Decodes the body Describe and Close share: a target byte and a name.
+    pub(crate) fn decode_named<'a>(
+        body: &'a [u8],
+        message: &'static str,
+    ) -> Result<(Target, &'a [u8]), crate::error::ProtocolError> {
+        let mut reader = crate::codec::Reader::new(body, message);
+        let target = Target::from_byte(reader.u8()?).ok_or(reader.invalid("target"))?;
+        let name = reader.cstr()?;
+        reader.finish()?;
+        Ok((target, name))
+    }
+
+    /// Appends a Describe or Close (`code`) addressing `name`.
+    pub(crate) fn encode_named(self, out: &mut bytes::BytesMut, code: u8, name: &[u8]) {
+        use bytes::BufMut;
+        let at = crate::codec::begin_message(out, code, name.len() + 2);
+        out.put_u8(self.byte());
+        crate::codec::put_cstr(out, name);
+        crate::codec::end_message(out, at);
+    }
 }

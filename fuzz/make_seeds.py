@@ -77,3 +77,19 @@ frames = (
 write("client_auth", "scram-login", frames)
 write("client_auth", "md5-login", msg(b"R", struct.pack(">I", 5) + b"salt") + msg(b"R", struct.pack(">I", 0)))
 write("client_auth", "cleartext-login", msg(b"R", struct.pack(">I", 3)) + msg(b"R", struct.pack(">I", 0)))
+
+# session_state: a selector byte (a space: cut at 32, chunks of 5, standard_conforming_strings
+# on), then plain SQL (a Parse body for the last one: name, SQL, parameter types).
+session_state = {
+    "set-listen": b" SET work_mem = '1MB'; LISTEN chan; set local x = 1",
+    "tracked": b" SeT TimeZone = 'UTC'; SET NAMES 'UTF8'; SET TIME ZONE LOCAL; SET \"DateStyle\" TO ISO",
+    "set-forms": b" SET SESSION AUTHORIZATION r; SET local.x = 1; SET TRANSACTION READ ONLY; SET CONSTRAINTS ALL DEFERRED",
+    "temp": b" create temporary table t(x int); select * into temp u from t; CREATE TABLE pg_temp.v ()",
+    "advisory-cursor": b" SELECT pg_advisory_lock(1), pg_advisory_xact_lock(2); DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+    "clears": b" RESET ALL; DISCARD ALL; UNLISTEN *; DEALLOCATE PREPARE ALL; CLOSE ALL; SELECT pg_advisory_unlock_all()",
+    "lexing": b" SELECT E'\\'', $tag$ ; SET x $tag$, $$a$$, $1, \"a\"\"b\", U&\"x\", B'01' /* /* */ SET */ -- SET\n; PREPARE p AS SELECT 1",
+    "continuation": b" SELECT E'a'\n'\\''; SET work_mem = 1; SELECT '''' \0 LISTEN after the NUL",
+    "parse-named": b" s1\0SELECT set_config('a.b', '1', false)\0\0\x01\0\0\0\x17",
+}
+for name, data in session_state.items():
+    write("session_state", name, data)

@@ -58,6 +58,15 @@
 //! [`tracker::TRACKED_BACKEND_CODES`] / [`tracker::TRACKED_FRONTEND_CODES`] change it, so a
 //! forwarder can stop its runs at those and pass DataRows on in bulk.
 //!
+//! # Session state ([`session_state`])
+//! [`session_state::StateScanner`] reads the SQL of a client's Query or Parse body, streamed in
+//! any number of pieces, and says what it does to session state
+//! ([`session_state::Effects`]): `SET`, `LISTEN`, temporary tables, session advisory locks,
+//! `WITH HOLD` cursors, `PREPARE` and named statements pin a client to its server
+//! ([`session_state::Effects::pins`]); `SET` of a parameter the pooler re-applies
+//! (`SET_TRACKED`) does not; `RESET ALL`, `DISCARD ALL`, `DEALLOCATE ALL`... are reported for
+//! unpinning. Fixed-size state, no allocation, the same answer for every split.
+//!
 //! # Startup parameters ([`startup_options`])
 //! [`messages::frontend::StartupMessage`] keeps the parameters in order (`params.iter()`,
 //! `user()`, `database()`, `options()`, `replication()`); [`startup_options::parse_options`]
@@ -70,6 +79,7 @@ pub mod error_fields;
 pub mod framing;
 pub mod messages;
 pub mod negotiate;
+pub mod session_state;
 pub mod sqlstate;
 pub mod startup_options;
 pub mod tracker;

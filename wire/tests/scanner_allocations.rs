@@ -1,6 +1,7 @@
 //! Proves the hot path allocates nothing: splitting DataRows off a receive buffer, decoding
-//! them, measuring runs, and encoding Query/DataRow into a buffer with room, counted by a
-//! global allocator that tallies every allocation on this thread.
+//! them, measuring runs, encoding Query/DataRow into a buffer with room, and classifying the
+//! session-state effects of Query/Parse bodies, counted by a global allocator that tallies
+//! every allocation on this thread.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -12,6 +13,7 @@ use pgtier_wire::framing::{scan_run, split_message, split_run};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::DataRow;
 use pgtier_wire::messages::frontend::Query;
+use pgtier_wire::session_state::{Effects, StateScanner, classify_parse};
 use pgtier_wire::{CodeSet, FrameLimits};
 
 struct Counting;
@@ -105,5 +107,26 @@ fn run_scan_and_encoding_allocate_nothing() {
     let after = allocations();
     assert_eq!(run.messages, 1000);
     assert_eq!(chunk.len(), 100_000);
+    assert_eq!(after - before, 0);
+}
+
+#[test]
+fn session_state_scanning_allocates_nothing() {
+    let mut sql = b"SELECT $tag$ x $tag$, E'\\'', \"q\"\"i\" /* /* */ */ FROM t; ".repeat(100);
+    sql.extend_from_slice(b"SET work_mem = '1MB'; LISTEN chan\0");
+    let parse = b"s1\0SELECT pg_advisory_lock($1)\0\0\x01\0\0\0\x17";
+    let before = allocations();
+    let mut scanner = StateScanner::query();
+    for chunk in sql.chunks(7) {
+        scanner.feed(chunk);
+    }
+    let query_effects = scanner.finish();
+    let parse_effects = classify_parse(parse);
+    let after = allocations();
+    assert_eq!(query_effects, Effects::SET | Effects::LISTEN);
+    assert_eq!(
+        parse_effects,
+        Effects::NAMED_STATEMENT | Effects::ADVISORY_LOCK
+    );
     assert_eq!(after - before, 0);
 }

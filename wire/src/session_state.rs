@@ -1,0 +1,1290 @@
+//! What a client's SQL does to session state: the check that decides pinning in transaction
+//! pooling.
+//!
+//! In transaction pooling a server connection serves another client after every transaction.
+//! State a client creates at session level — a plain `SET`, `LISTEN`, a temporary table, a
+//! session advisory lock, a `WITH HOLD` cursor, SQL `PREPARE`, a named protocol-level prepared
+//! statement — would leak to the next client of that server, so such a client must stay on its
+//! server ("pinned"). The pooler sees the raw bodies of the client's Query ('Q') and Parse ('P')
+//! messages, large ones in several pieces, and must decide cheaply and without trusting them.
+//!
+//! [`StateScanner`] is a byte-at-a-time lexer (PostgreSQL's rules: nested comments, `E''`
+//! strings, dollar quotes, quoted identifiers) feeding a small per-statement grammar. Its state
+//! is a fixed-size struct: it never allocates, never panics, accepts any split of the body, and
+//! gives exactly the same [`Effects`] however the body was split. The rules below are checked
+//! against a real PostgreSQL 15 in `tests/live_session_state.rs`.
+//!
+//! # What is recognised
+//! Statements are separated by `;`; the effects of all of them are OR-ed.
+//! - From a statement's first words: `SET` (see below), `RESET`, `DISCARD`, `LISTEN`,
+//!   `UNLISTEN`, `DEALLOCATE`, `PREPARE` (not `PREPARE TRANSACTION 'gid'`), `LOAD`, `CLOSE ALL`.
+//! - Anywhere in a statement: the identifiers `set_config`, `pg_advisory_lock`,
+//!   `pg_advisory_lock_shared`, `pg_try_advisory_lock`, `pg_try_advisory_lock_shared`,
+//!   `pg_advisory_unlock_all`, `pg_temp` (and `pg_temp_N`), quoted or not;
+//!   `TEMP`/`TEMPORARY` right after `CREATE`, `REPLACE`, `GLOBAL`, `LOCAL` or `INTO` (every place
+//!   PostgreSQL's grammar accepts it: `OptTemp` and `OptTempTableName`); `WITH HOLD` in a
+//!   `DECLARE`.
+//! - `SET [SESSION] name {TO | = | FROM CURRENT}` pins, except for the parameters the pooler
+//!   re-applies itself (client_encoding, DateStyle, TimeZone, IntervalStyle,
+//!   standard_conforming_strings, application_name, compared case-insensitively as PostgreSQL's
+//!   GUC lookup does), which give [`Effects::SET_TRACKED`]; so do `SET NAMES` and
+//!   `SET TIME ZONE`. `SET ROLE`, `SET SESSION AUTHORIZATION`, `SET SESSION CHARACTERISTICS`,
+//!   `SET SCHEMA` and `SET XML OPTION` pin. `SET LOCAL`, `SET TRANSACTION` and
+//!   `SET CONSTRAINTS` are transaction-scoped: nothing. As in PostgreSQL's grammar, `LOCAL` or
+//!   `SESSION` followed by `.`, `=`, `TO` or `FROM` is the start of a parameter name
+//!   (`SET local.x = 1` is a session-level SET of `local.x`).
+//!
+//! # What is deliberately not seen
+//! Code that runs later or elsewhere: function and procedure bodies, `DO` blocks, `EXECUTE` of
+//! dynamic SQL, triggers and rules can create any state; the SQL text does not show it. The
+//! session's sequence cache (`currval`/`lastval` after `nextval`) is not tracked: every insert
+//! into a serial column would pin. A caller needing a hard guarantee between clients must reset
+//! the server (`DISCARD ALL`) when it is released, whatever this module says.
+//!
+//! # Conservative by construction
+//! A false "pins" only costs pooling efficiency; a missed one leaks state. Where the scanner
+//! cannot be exact within its fixed state it reports [`Effects::UNCERTAIN`], which pins: a
+//! `U&"..."` identifier (its escapes, possibly with `UESCAPE`, could spell any name) and a
+//! dollar-quote tag longer than 64 bytes (the closing tag is matched on its length and first 64
+//! bytes). The clearing effects (`RESET ALL`, `DISCARD ALL`, ...) are the opposite: a false one
+//! could unpin too early, so they come only from a statement's first words (and the name
+//! `pg_advisory_unlock_all`), and [`Effects`] keeps no order (`SET x = 1; RESET ALL` and `RESET ALL; SET x = 1` give the same bits). A
+//! caller should let [`Effects::pins`] win over a clear in the same message, and trust a clear
+//! only once the server reports the command succeeded outside a transaction block (a rolled-back
+//! `RESET ALL` resets nothing).
+//!
+//! Plain `'...'` strings are lexed with `standard_conforming_strings = on` (PostgreSQL's
+//! default since 9.1); a session where it is off must say so with
+//! [`StateScanner::standard_conforming_strings`], because there a backslash escapes the quote.
+//! The server parses a whole Query message before running any of it, so the setting in force
+//! when the message arrives holds for all of it.
+
+use core::fmt;
+use core::ops::{BitOr, BitOrAssign};
+
+use memchr::{memchr, memchr2, memchr3};
+
+/// Bit set of session-state effects found in one message's SQL.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Effects(u32);
+
+impl Effects {
+    pub const NONE: Effects = Effects(0);
+
+    // Effects that create state. All but SET_TRACKED pin the client to its server.
+    /// A session-level `SET` of a parameter the pooler does not re-apply, or `SET ROLE`,
+    /// `SET SESSION AUTHORIZATION`, `SET SESSION CHARACTERISTICS`, `SET SCHEMA`, `SET XML OPTION`.
+    pub const SET: Effects = Effects(1 << 0);
+    /// A session-level `SET` of a parameter the pooler re-applies itself (client_encoding, also
+    /// as `SET NAMES`; DateStyle; TimeZone, also as `SET TIME ZONE`; IntervalStyle;
+    /// standard_conforming_strings; application_name). Does not pin.
+    pub const SET_TRACKED: Effects = Effects(1 << 1);
+    /// `set_config` appears: treated as session-level, whatever its third argument.
+    pub const SET_CONFIG: Effects = Effects(1 << 2);
+    /// `LISTEN channel`.
+    pub const LISTEN: Effects = Effects(1 << 3);
+    /// A temporary object: `CREATE [GLOBAL | LOCAL] TEMP ...`, `SELECT ... INTO TEMP`, or the
+    /// schema name `pg_temp`.
+    pub const TEMP: Effects = Effects(1 << 4);
+    /// A session-level advisory lock (`pg_advisory_lock`, `pg_try_advisory_lock` and their
+    /// `_shared` forms; not the `_xact_` ones, released at commit).
+    pub const ADVISORY_LOCK: Effects = Effects(1 << 5);
+    /// `DECLARE ... WITH HOLD`: the cursor outlives its transaction.
+    pub const HOLD_CURSOR: Effects = Effects(1 << 6);
+    /// SQL-level `PREPARE name AS ...`.
+    pub const PREPARE: Effects = Effects(1 << 7);
+    /// `LOAD 'library'`.
+    pub const LOAD: Effects = Effects(1 << 8);
+    /// Parse only: the statement name is not empty.
+    pub const NAMED_STATEMENT: Effects = Effects(1 << 9);
+    /// Something the scanner cannot classify exactly in its fixed state (see the module doc).
+    /// Pins.
+    pub const UNCERTAIN: Effects = Effects(1 << 10);
+
+    // Effects that clear state: informational, for unpinning later (see the module doc).
+    /// `RESET ALL`.
+    pub const RESET_ALL: Effects = Effects(1 << 16);
+    /// `RESET name` (also `RESET ROLE`, `RESET SESSION AUTHORIZATION`, `RESET TIME ZONE`).
+    pub const RESET: Effects = Effects(1 << 17);
+    /// `DISCARD ALL`.
+    pub const DISCARD_ALL: Effects = Effects(1 << 18);
+    /// `DISCARD TEMP | TEMPORARY | PLANS | SEQUENCES`.
+    pub const DISCARD_OTHER: Effects = Effects(1 << 19);
+    /// `UNLISTEN *`.
+    pub const UNLISTEN_ALL: Effects = Effects(1 << 20);
+    /// `UNLISTEN channel`.
+    pub const UNLISTEN: Effects = Effects(1 << 21);
+    /// `DEALLOCATE [PREPARE] ALL`.
+    pub const DEALLOCATE_ALL: Effects = Effects(1 << 22);
+    /// `DEALLOCATE [PREPARE] name`.
+    pub const DEALLOCATE: Effects = Effects(1 << 23);
+    /// `pg_advisory_unlock_all` appears.
+    pub const ADVISORY_UNLOCK_ALL: Effects = Effects(1 << 24);
+    /// `CLOSE ALL`.
+    pub const CLOSE_ALL: Effects = Effects(1 << 25);
+
+    /// Every effect that leaves state behind on the server.
+    pub const PINNING: Effects = Effects(
+        Self::SET.0
+            | Self::SET_CONFIG.0
+            | Self::LISTEN.0
+            | Self::TEMP.0
+            | Self::ADVISORY_LOCK.0
+            | Self::HOLD_CURSOR.0
+            | Self::PREPARE.0
+            | Self::LOAD.0
+            | Self::NAMED_STATEMENT.0
+            | Self::UNCERTAIN.0,
+    );
+
+    /// Every effect that clears state.
+    pub const CLEARING: Effects = Effects(
+        Self::RESET_ALL.0
+            | Self::RESET.0
+            | Self::DISCARD_ALL.0
+            | Self::DISCARD_OTHER.0
+            | Self::UNLISTEN_ALL.0
+            | Self::UNLISTEN.0
+            | Self::DEALLOCATE_ALL.0
+            | Self::DEALLOCATE.0
+            | Self::ADVISORY_UNLOCK_ALL.0
+            | Self::CLOSE_ALL.0,
+    );
+
+    /// Names for `Debug`, in bit order.
+    const NAMES: [(Effects, &'static str); 21] = [
+        (Self::SET, "SET"),
+        (Self::SET_TRACKED, "SET_TRACKED"),
+        (Self::SET_CONFIG, "SET_CONFIG"),
+        (Self::LISTEN, "LISTEN"),
+        (Self::TEMP, "TEMP"),
+        (Self::ADVISORY_LOCK, "ADVISORY_LOCK"),
+        (Self::HOLD_CURSOR, "HOLD_CURSOR"),
+        (Self::PREPARE, "PREPARE"),
+        (Self::LOAD, "LOAD"),
+        (Self::NAMED_STATEMENT, "NAMED_STATEMENT"),
+        (Self::UNCERTAIN, "UNCERTAIN"),
+        (Self::RESET_ALL, "RESET_ALL"),
+        (Self::RESET, "RESET"),
+        (Self::DISCARD_ALL, "DISCARD_ALL"),
+        (Self::DISCARD_OTHER, "DISCARD_OTHER"),
+        (Self::UNLISTEN_ALL, "UNLISTEN_ALL"),
+        (Self::UNLISTEN, "UNLISTEN"),
+        (Self::DEALLOCATE_ALL, "DEALLOCATE_ALL"),
+        (Self::DEALLOCATE, "DEALLOCATE"),
+        (Self::ADVISORY_UNLOCK_ALL, "ADVISORY_UNLOCK_ALL"),
+        (Self::CLOSE_ALL, "CLOSE_ALL"),
+    ];
+
+    /// The raw bits (for metrics and logs; the layout is not a stable format).
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Every bit of `other` is set in `self`.
+    pub const fn contains(self, other: Effects) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Some bit of `other` is set in `self`.
+    pub const fn intersects(self, other: Effects) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    pub const fn union(self, other: Effects) -> Effects {
+        Effects(self.0 | other.0)
+    }
+
+    pub const fn intersection(self, other: Effects) -> Effects {
+        Effects(self.0 & other.0)
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// State is left behind on the server: the client must stay on it (any of
+    /// [`Effects::PINNING`], which is everything that creates state except `SET_TRACKED`).
+    pub const fn pins(self) -> bool {
+        self.intersects(Self::PINNING)
+    }
+
+    /// Some state may have been cleared (any of [`Effects::CLEARING`]).
+    pub const fn clears(self) -> bool {
+        self.intersects(Self::CLEARING)
+    }
+}
+
+impl BitOr for Effects {
+    type Output = Effects;
+
+    fn bitor(self, other: Effects) -> Effects {
+        self.union(other)
+    }
+}
+
+impl BitOrAssign for Effects {
+    fn bitor_assign(&mut self, other: Effects) {
+        *self = self.union(other);
+    }
+}
+
+impl fmt::Debug for Effects {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Effects(")?;
+        let mut separator = "";
+        for (effect, name) in Self::NAMES {
+            if self.contains(effect) {
+                write!(f, "{separator}{name}")?;
+                separator = " | ";
+            }
+        }
+        if self.is_empty() {
+            f.write_str("NONE")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Classifies a whole Query body (SQL text, NUL-terminated) at once.
+pub fn classify_query(body: &[u8]) -> Effects {
+    let mut scanner = StateScanner::query();
+    scanner.feed(body);
+    scanner.finish()
+}
+
+/// Classifies a whole Parse body (statement name, SQL text, parameter types) at once.
+pub fn classify_parse(body: &[u8]) -> Effects {
+    let mut scanner = StateScanner::parse();
+    scanner.feed(body);
+    scanner.finish()
+}
+
+/// Bytes of a word or dollar-quote tag kept for comparison. Every name this module looks for
+/// is shorter, and PostgreSQL truncates identifiers to NAMEDATALEN - 1 = 63 bytes, so a longer
+/// word cannot name any of them; 64 also holds every tag of up to 63 bytes exactly.
+const WORD_CAP: usize = 64;
+
+/// Incremental classifier of one Query or Parse message body; see the module doc.
+///
+/// Fixed size (88 bytes on x86-64; a test bounds it at 128), no heap allocation, ever.
+#[derive(Clone, Debug)]
+pub struct StateScanner {
+    /// The current word, quoted identifier or dollar-quote tag: its first `WORD_CAP` bytes.
+    word: [u8; WORD_CAP],
+    /// Length of the current word or tag, saturating; above `WORD_CAP` only a prefix is kept.
+    word_len: u32,
+    /// Nesting depth of `/* */` comments while in a `Block*` state (saturating).
+    depth: u32,
+    found: Effects,
+    lex: Lex,
+    /// Kind of the string that just ended, while only whitespace and comments follow: a `'`
+    /// then continues it (PostgreSQL joins `'a'<newline>'b'` and keeps E-string rules; without
+    /// the newline two adjacent strings are a syntax error, so nothing runs either way).
+    continues: Option<StrKind>,
+    /// How a plain `'...'` string is lexed (depends on standard_conforming_strings).
+    plain: StrKind,
+    statement: Statement,
+}
+
+/// How a quoted string treats backslashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StrKind {
+    /// Only `''` escapes a quote (plain strings when standard_conforming_strings is on,
+    /// `U&'...'`, `B'...'`, `X'...'`).
+    Standard,
+    /// A backslash also escapes the next byte (`E'...'`, plain strings when
+    /// standard_conforming_strings is off).
+    Escape,
+}
+
+/// Where the lexer is. Each state that "may" become something looks at one more byte and
+/// either consumes it or hands it back to `Normal`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lex {
+    /// Parse only: inside the statement name, before its NUL.
+    Name,
+    /// Between tokens.
+    Normal,
+    /// After a `-` that may start a `--` comment.
+    Dash,
+    /// After a `/` that may start a `/*` comment.
+    Slash,
+    /// Inside `-- ...`, up to the end of the line.
+    LineComment,
+    /// Inside `/* */`, `depth` levels deep.
+    Block,
+    /// Inside a comment after a `/`: a `*` opens one more level.
+    BlockSlash,
+    /// Inside a comment after one or more `*`: a `/` closes one level.
+    BlockStar,
+    /// Inside an unquoted word, its bytes in `word`.
+    Word,
+    /// Inside `"..."` (`U&"..."` when `unicode`), the name so far in `word`.
+    Quoted { unicode: bool },
+    /// After a `"` inside a quoted identifier: `""` is a quote, anything else ends it.
+    QuotedEnd { unicode: bool },
+    /// Inside a `'...'` string.
+    Str(StrKind),
+    /// After a `'` inside a string: `''` is a quote, anything else ends it.
+    StrEnd(StrKind),
+    /// After a backslash in an escape string: the next byte is literal.
+    StrBackslash,
+    /// After the one-letter word `u` ended by `&`: `U&'...'` or `U&"..."` may follow.
+    UAmp,
+    /// After a `$` outside a word: a dollar-quote delimiter, a parameter (`$1`) or a lone `$`.
+    Dollar,
+    /// Reading an opening delimiter's tag into `word`.
+    DollarTag,
+    /// Inside a dollar quote whose tag is in `word`. After a `$`, `candidate` counts the tag
+    /// bytes matched so far; `None` when no closing delimiter can be in progress.
+    DollarBody { candidate: Option<u32> },
+    /// The SQL text ended (its NUL): the rest of the body is ignored.
+    Done,
+}
+
+/// One token, as the statement grammar sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token {
+    Word(Kw),
+    /// Any single byte of punctuation, an operator byte or a digit.
+    Symbol(u8),
+    /// A string constant of any kind, dollar-quoted included.
+    Str,
+}
+
+/// The words the grammar distinguishes; everything else is `Ident`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kw {
+    Ident,
+    // Statement heads.
+    Set,
+    Reset,
+    Discard,
+    Listen,
+    Unlisten,
+    Deallocate,
+    Prepare,
+    Load,
+    Declare,
+    Close,
+    // Inside statements.
+    Local,
+    Session,
+    To,
+    From,
+    Time,
+    Zone,
+    Names,
+    Transaction,
+    Constraints,
+    All,
+    /// `TEMP` or `TEMPORARY`.
+    Temp,
+    Plans,
+    Sequences,
+    Create,
+    Replace,
+    Global,
+    Into,
+    With,
+    Hold,
+    // Names that count quoted too (identifiers, not keywords).
+    /// A parameter the pooler re-applies itself.
+    Tracked,
+    PgTemp,
+    SetConfig,
+    AdvisoryLock,
+    AdvisoryUnlockAll,
+}
+
+impl Kw {
+    /// Classifies a word already lowercased (ASCII).
+    fn of(word: &[u8]) -> Kw {
+        match word {
+            b"set" => Kw::Set,
+            b"reset" => Kw::Reset,
+            b"discard" => Kw::Discard,
+            b"listen" => Kw::Listen,
+            b"unlisten" => Kw::Unlisten,
+            b"deallocate" => Kw::Deallocate,
+            b"prepare" => Kw::Prepare,
+            b"load" => Kw::Load,
+            b"declare" => Kw::Declare,
+            b"close" => Kw::Close,
+            b"local" => Kw::Local,
+            b"session" => Kw::Session,
+            b"to" => Kw::To,
+            b"from" => Kw::From,
+            b"time" => Kw::Time,
+            b"zone" => Kw::Zone,
+            b"names" => Kw::Names,
+            b"transaction" => Kw::Transaction,
+            b"constraints" => Kw::Constraints,
+            b"all" => Kw::All,
+            b"temp" | b"temporary" => Kw::Temp,
+            b"plans" => Kw::Plans,
+            b"sequences" => Kw::Sequences,
+            b"create" => Kw::Create,
+            b"replace" => Kw::Replace,
+            b"global" => Kw::Global,
+            b"into" => Kw::Into,
+            b"with" => Kw::With,
+            b"hold" => Kw::Hold,
+            b"client_encoding"
+            | b"datestyle"
+            | b"timezone"
+            | b"intervalstyle"
+            | b"standard_conforming_strings"
+            | b"application_name" => Kw::Tracked,
+            b"set_config" => Kw::SetConfig,
+            b"pg_advisory_lock"
+            | b"pg_advisory_lock_shared"
+            | b"pg_try_advisory_lock"
+            | b"pg_try_advisory_lock_shared" => Kw::AdvisoryLock,
+            b"pg_advisory_unlock_all" => Kw::AdvisoryUnlockAll,
+            b"pg_temp" => Kw::PgTemp,
+            // A session's temporary schema by its real name, pg_temp_<backend slot>.
+            [b'p', b'g', b'_', b't', b'e', b'm', b'p', b'_', digits @ ..]
+                if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) =>
+            {
+                Kw::PgTemp
+            }
+            _ => Kw::Ident,
+        }
+    }
+
+    /// A quoted identifier is never a keyword, but still names a function, schema or parameter.
+    fn quoted(self) -> Kw {
+        match self {
+            Kw::Tracked | Kw::PgTemp | Kw::SetConfig | Kw::AdvisoryLock | Kw::AdvisoryUnlockAll => {
+                self
+            }
+            _ => Kw::Ident,
+        }
+    }
+}
+
+/// The statement grammar: what a statement's first words, and a few words anywhere in it, say.
+/// Fed one token at a time; returns what each token revealed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Statement {
+    head: Head,
+    /// What the previous token allows the next to mean.
+    prev: Prev,
+}
+
+/// Progress through a statement's first words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Head {
+    /// No token yet.
+    Start,
+    Set,
+    /// `SET LOCAL`: transaction-scoped, unless a name follows (`SET local.x = 1`).
+    SetLocal,
+    /// `SET SESSION`: session-scoped; or the start of a name (`SET session.x = 1`).
+    SetSession,
+    /// `SET [SESSION] word`: the next token says whether `word` was a name or a keyword.
+    SetName(SetWord),
+    Reset,
+    Discard,
+    Unlisten,
+    Deallocate,
+    DeallocatePrepare,
+    Prepare,
+    /// `PREPARE TRANSACTION`: two-phase commit if a string follows, else a statement named
+    /// `transaction`.
+    PrepareTransaction,
+    Close,
+    /// A `DECLARE`, for the whole statement: `WITH HOLD` may come anywhere before `FOR`.
+    Declare,
+    /// The first words have decided; only words anywhere still count.
+    Rest,
+}
+
+/// The word after `SET [SESSION]`, as far as the decision needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SetWord {
+    Tracked,
+    Time,
+    Names,
+    Transaction,
+    Constraints,
+    /// Any other name, or ROLE, SCHEMA, SESSION, XML, CATALOG...: all pin.
+    Other,
+}
+
+impl SetWord {
+    fn of(kw: Kw) -> SetWord {
+        match kw {
+            Kw::Tracked => SetWord::Tracked,
+            Kw::Time => SetWord::Time,
+            Kw::Names => SetWord::Names,
+            Kw::Transaction => SetWord::Transaction,
+            Kw::Constraints => SetWord::Constraints,
+            _ => SetWord::Other,
+        }
+    }
+
+    /// `SET word` with nothing after it (the statement ended).
+    fn alone(self) -> Effects {
+        match self {
+            // `SET NAMES` alone sets client_encoding to its default.
+            SetWord::Tracked | SetWord::Names => Effects::SET_TRACKED,
+            SetWord::Transaction | SetWord::Constraints => Effects::NONE,
+            SetWord::Time | SetWord::Other => Effects::SET,
+        }
+    }
+
+    /// `SET word next ...`.
+    fn then(self, next: Token) -> Effects {
+        if next == Token::Symbol(b'.') {
+            // A dotted (extension) name; none of the tracked parameters has one.
+            return Effects::SET;
+        }
+        if assigns(next) {
+            return match self {
+                SetWord::Tracked => Effects::SET_TRACKED,
+                _ => Effects::SET,
+            };
+        }
+        match (self, next) {
+            (SetWord::Time, Token::Word(Kw::Zone)) | (SetWord::Names, _) => Effects::SET_TRACKED,
+            (SetWord::Transaction | SetWord::Constraints, _) => Effects::NONE,
+            _ => Effects::SET,
+        }
+    }
+}
+
+/// The token after a parameter name in `SET name {TO | = | FROM CURRENT}`.
+fn assigns(token: Token) -> bool {
+    matches!(
+        token,
+        Token::Symbol(b'=') | Token::Word(Kw::To) | Token::Word(Kw::From)
+    )
+}
+
+/// What the previous token of the statement was, for the rules on words anywhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prev {
+    Other,
+    /// CREATE, REPLACE, GLOBAL, LOCAL or INTO: a TEMP here makes a temporary object.
+    TempIntro,
+    With,
+}
+
+impl Prev {
+    fn of(token: Token) -> Prev {
+        match token {
+            Token::Word(Kw::Create | Kw::Replace | Kw::Global | Kw::Local | Kw::Into) => {
+                Prev::TempIntro
+            }
+            Token::Word(Kw::With) => Prev::With,
+            _ => Prev::Other,
+        }
+    }
+}
+
+impl Statement {
+    const NEW: Statement = Statement {
+        head: Head::Start,
+        prev: Prev::Other,
+    };
+
+    /// One token of the statement (never the `;` that ends it).
+    fn token(&mut self, token: Token) -> Effects {
+        let anywhere = self.anywhere(token);
+        let (head, first_words) = self.advance(token);
+        self.head = head;
+        self.prev = Prev::of(token);
+        anywhere | first_words
+    }
+
+    /// The statement ended (`;`, or the end of the SQL text): what a pending head means alone.
+    fn end(&mut self) -> Effects {
+        let found = match self.head {
+            Head::Set | Head::SetSession => Effects::SET,
+            Head::Prepare | Head::PrepareTransaction => Effects::PREPARE,
+            Head::SetName(word) => word.alone(),
+            // `DEALLOCATE prepare`: the statement named "prepare".
+            Head::DeallocatePrepare => Effects::DEALLOCATE,
+            _ => Effects::NONE,
+        };
+        *self = Statement::NEW;
+        found
+    }
+
+    /// The words that count wherever they are.
+    fn anywhere(&self, token: Token) -> Effects {
+        let Token::Word(kw) = token else {
+            return Effects::NONE;
+        };
+        match kw {
+            Kw::SetConfig => Effects::SET_CONFIG,
+            Kw::AdvisoryLock => Effects::ADVISORY_LOCK,
+            Kw::AdvisoryUnlockAll => Effects::ADVISORY_UNLOCK_ALL,
+            Kw::PgTemp => Effects::TEMP,
+            Kw::Temp if self.prev == Prev::TempIntro => Effects::TEMP,
+            Kw::Hold if self.prev == Prev::With && self.head == Head::Declare => {
+                Effects::HOLD_CURSOR
+            }
+            _ => Effects::NONE,
+        }
+    }
+
+    /// The first words: the next head state and what it revealed.
+    fn advance(&self, token: Token) -> (Head, Effects) {
+        use Effects as E;
+        match (self.head, token) {
+            (Head::Start, Token::Word(kw)) => Self::first(kw),
+            (Head::Start, _) => (Head::Rest, E::NONE),
+
+            (Head::Set, Token::Word(Kw::Local)) => (Head::SetLocal, E::NONE),
+            (Head::Set, Token::Word(Kw::Session)) => (Head::SetSession, E::NONE),
+            // LOCAL or SESSION starting a name: `SET local.x = 1`, `SET session TO 1`.
+            (Head::SetLocal | Head::SetSession, t) if assigns(t) || t == Token::Symbol(b'.') => {
+                (Head::Rest, E::SET)
+            }
+            (Head::SetLocal, _) => (Head::Rest, E::NONE),
+            (Head::Set | Head::SetSession, Token::Word(kw)) => {
+                (Head::SetName(SetWord::of(kw)), E::NONE)
+            }
+            (Head::Set | Head::SetSession, _) => (Head::Rest, E::SET),
+            (Head::SetName(word), t) => (Head::Rest, word.then(t)),
+
+            (Head::Reset, Token::Word(Kw::All)) => (Head::Rest, E::RESET_ALL),
+            (Head::Reset, _) => (Head::Rest, E::RESET),
+            (Head::Discard, Token::Word(Kw::All)) => (Head::Rest, E::DISCARD_ALL),
+            (Head::Discard, Token::Word(Kw::Temp | Kw::Plans | Kw::Sequences)) => {
+                (Head::Rest, E::DISCARD_OTHER)
+            }
+            (Head::Discard, _) => (Head::Rest, E::NONE),
+            (Head::Unlisten, Token::Symbol(b'*')) => (Head::Rest, E::UNLISTEN_ALL),
+            (Head::Unlisten, Token::Word(_)) => (Head::Rest, E::UNLISTEN),
+            (Head::Unlisten, _) => (Head::Rest, E::NONE),
+            (Head::Deallocate, Token::Word(Kw::Prepare)) => (Head::DeallocatePrepare, E::NONE),
+            (Head::Deallocate | Head::DeallocatePrepare, Token::Word(Kw::All)) => {
+                (Head::Rest, E::DEALLOCATE_ALL)
+            }
+            (Head::Deallocate | Head::DeallocatePrepare, Token::Word(_)) => {
+                (Head::Rest, E::DEALLOCATE)
+            }
+            (Head::Deallocate | Head::DeallocatePrepare, _) => (Head::Rest, E::NONE),
+            (Head::Prepare, Token::Word(Kw::Transaction)) => (Head::PrepareTransaction, E::NONE),
+            (Head::PrepareTransaction, Token::Str) => (Head::Rest, E::NONE),
+            (Head::Prepare | Head::PrepareTransaction, _) => (Head::Rest, E::PREPARE),
+            (Head::Close, Token::Word(Kw::All)) => (Head::Rest, E::CLOSE_ALL),
+            (Head::Close, _) => (Head::Rest, E::NONE),
+
+            (Head::Declare, _) => (Head::Declare, E::NONE),
+            (Head::Rest, _) => (Head::Rest, E::NONE),
+        }
+    }
+
+    /// A statement's first word.
+    fn first(kw: Kw) -> (Head, Effects) {
+        match kw {
+            Kw::Set => (Head::Set, Effects::NONE),
+            Kw::Reset => (Head::Reset, Effects::NONE),
+            Kw::Discard => (Head::Discard, Effects::NONE),
+            Kw::Listen => (Head::Rest, Effects::LISTEN),
+            Kw::Unlisten => (Head::Unlisten, Effects::NONE),
+            Kw::Deallocate => (Head::Deallocate, Effects::NONE),
+            Kw::Prepare => (Head::Prepare, Effects::NONE),
+            Kw::Load => (Head::Rest, Effects::LOAD),
+            Kw::Declare => (Head::Declare, Effects::NONE),
+            Kw::Close => (Head::Close, Effects::NONE),
+            _ => (Head::Rest, Effects::NONE),
+        }
+    }
+}
+
+/// PostgreSQL's `ident_start`: a letter, `_` or any byte of a multibyte character.
+const fn is_ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
+}
+
+/// `dolq_cont`: a dollar-quote tag byte after the first.
+const fn is_tag_cont(b: u8) -> bool {
+    is_ident_start(b) || b.is_ascii_digit()
+}
+
+/// `ident_cont`: a word byte after the first (unlike a tag, a word may contain `$`).
+const fn is_ident_cont(b: u8) -> bool {
+    is_tag_cont(b) || b == b'$'
+}
+
+/// Whitespace between tokens (`\v` too, as PostgreSQL 16 does; PostgreSQL 15 rejects it).
+const fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// `usize` to the saturating `u32` lengths kept in the scanner.
+fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl StateScanner {
+    /// For a Query body: the SQL text, NUL-terminated.
+    pub fn query() -> Self {
+        Self::starting(Lex::Normal)
+    }
+
+    /// For a Parse body: the statement name (NUL-terminated), the SQL text (NUL-terminated),
+    /// then parameter types, which are ignored.
+    pub fn parse() -> Self {
+        Self::starting(Lex::Name)
+    }
+
+    fn starting(lex: Lex) -> Self {
+        StateScanner {
+            word: [0; WORD_CAP],
+            word_len: 0,
+            depth: 0,
+            found: Effects::NONE,
+            lex,
+            continues: None,
+            plain: StrKind::Standard,
+            statement: Statement::NEW,
+        }
+    }
+
+    /// The session's standard_conforming_strings (default on). When off, a backslash in a plain
+    /// `'...'` string escapes the next byte, as in `E'...'`. Set it before the first `feed`.
+    pub fn standard_conforming_strings(mut self, on: bool) -> Self {
+        self.plain = if on {
+            StrKind::Standard
+        } else {
+            StrKind::Escape
+        };
+        self
+    }
+
+    /// Feeds the next bytes of the message body (any split, including 1 byte at a time).
+    pub fn feed(&mut self, chunk: &[u8]) {
+        let mut at = 0;
+        while let Some(rest) = chunk.get(at..).filter(|rest| !rest.is_empty()) {
+            // A step consumes nothing only when it hands its byte to another state, and every
+            // such chain ends in a state that consumes it (Normal always does).
+            at += self.step(rest);
+        }
+    }
+
+    /// The message body ended: everything found. A statement still open when the body ends
+    /// counts too (a missing NUL is treated as the end of the SQL text).
+    pub fn finish(mut self) -> Effects {
+        self.end_of_sql();
+        self.found
+    }
+
+    /// What has been found so far (a statement still open may add more).
+    pub fn found(&self) -> Effects {
+        self.found
+    }
+
+    /// Handles the start of `input` (never empty) in the current state; returns the bytes used.
+    fn step(&mut self, input: &[u8]) -> usize {
+        let Some(&b) = input.first() else {
+            return 0;
+        };
+        match self.lex {
+            Lex::Name => self.step_name(input),
+            Lex::Normal => self.step_normal(input),
+            Lex::Dash => self.step_maybe_comment(b, b'-', Lex::LineComment),
+            Lex::Slash => self.step_maybe_comment(b, b'*', Lex::Block),
+            Lex::LineComment => self.step_line_comment(input),
+            Lex::Block => self.step_block(input),
+            Lex::BlockSlash => self.step_block_slash(b),
+            Lex::BlockStar => self.step_block_star(b),
+            Lex::Word => self.step_word(input),
+            Lex::Quoted { unicode } => self.step_quoted(input, unicode),
+            Lex::QuotedEnd { unicode } => self.step_quoted_end(b, unicode),
+            Lex::Str(kind) => self.step_str(input, kind),
+            Lex::StrEnd(kind) => self.step_str_end(b, kind),
+            Lex::StrBackslash => self.step_str_backslash(b),
+            Lex::UAmp => self.step_u_amp(b),
+            Lex::Dollar => self.step_dollar(b),
+            Lex::DollarTag => self.step_dollar_tag(input),
+            Lex::DollarBody { candidate } => self.step_dollar_body(input, candidate),
+            Lex::Done => input.len(),
+        }
+    }
+
+    /// Parse's statement name: any byte before the first NUL makes it a named statement.
+    fn step_name(&mut self, input: &[u8]) -> usize {
+        let end = memchr(0, input);
+        if end.unwrap_or(input.len()) > 0 {
+            self.found |= Effects::NAMED_STATEMENT;
+        }
+        match end {
+            Some(at) => {
+                self.lex = Lex::Normal;
+                at + 1
+            }
+            None => input.len(),
+        }
+    }
+
+    fn step_normal(&mut self, input: &[u8]) -> usize {
+        for (at, &b) in input.iter().enumerate() {
+            if is_space(b) {
+                continue;
+            }
+            if is_ident_start(b) {
+                self.start_word(b);
+                self.lex = Lex::Word;
+                return at + 1;
+            }
+            match b {
+                0 => self.end_of_sql(),
+                b'"' => {
+                    self.word_len = 0;
+                    self.lex = Lex::Quoted { unicode: false };
+                }
+                b'\'' => match self.continues.take() {
+                    Some(kind) => self.lex = Lex::Str(kind),
+                    None => self.start_string(self.plain),
+                },
+                b'$' => self.lex = Lex::Dollar,
+                b'-' => self.lex = Lex::Dash,
+                b'/' => self.lex = Lex::Slash,
+                _ => {
+                    self.token(Token::Symbol(b));
+                    continue;
+                }
+            }
+            return at + 1;
+        }
+        input.len()
+    }
+
+    /// After `-` or `/`: the comment opener's second byte, or the first byte was a symbol.
+    fn step_maybe_comment(&mut self, b: u8, second: u8, comment: Lex) -> usize {
+        if b == second {
+            self.depth = 1;
+            self.lex = comment;
+            return 1;
+        }
+        let first = if comment == Lex::Block { b'/' } else { b'-' };
+        self.token(Token::Symbol(first));
+        self.lex = Lex::Normal;
+        0
+    }
+
+    fn step_line_comment(&mut self, input: &[u8]) -> usize {
+        match memchr3(b'\n', b'\r', 0, input) {
+            Some(at) => {
+                if input[at] == 0 {
+                    self.end_of_sql();
+                } else {
+                    self.lex = Lex::Normal;
+                }
+                at + 1
+            }
+            None => input.len(),
+        }
+    }
+
+    fn step_block(&mut self, input: &[u8]) -> usize {
+        match memchr3(b'*', b'/', 0, input) {
+            Some(at) => {
+                match input[at] {
+                    b'*' => self.lex = Lex::BlockStar,
+                    b'/' => self.lex = Lex::BlockSlash,
+                    _ => self.end_of_sql(),
+                }
+                at + 1
+            }
+            None => input.len(),
+        }
+    }
+
+    fn step_block_slash(&mut self, b: u8) -> usize {
+        match b {
+            // Comments nest in PostgreSQL.
+            b'*' => {
+                self.depth = self.depth.saturating_add(1);
+                self.lex = Lex::Block;
+            }
+            b'/' => {}
+            0 => self.end_of_sql(),
+            _ => self.lex = Lex::Block,
+        }
+        1
+    }
+
+    fn step_block_star(&mut self, b: u8) -> usize {
+        match b {
+            b'/' => {
+                self.depth = self.depth.saturating_sub(1);
+                self.lex = if self.depth == 0 {
+                    Lex::Normal
+                } else {
+                    Lex::Block
+                };
+            }
+            b'*' => {}
+            0 => self.end_of_sql(),
+            _ => self.lex = Lex::Block,
+        }
+        1
+    }
+
+    fn step_word(&mut self, input: &[u8]) -> usize {
+        let len = input
+            .iter()
+            .position(|&b| !is_ident_cont(b))
+            .unwrap_or(input.len());
+        self.push_word(&input[..len]);
+        match input.get(len) {
+            Some(&b) => len + self.end_word(b),
+            None => len,
+        }
+    }
+
+    /// The byte `b` ends the current unquoted word; returns 1 if the word's end used it.
+    fn end_word(&mut self, b: u8) -> usize {
+        let one_letter = if self.word_len == 1 {
+            self.word[0].to_ascii_lowercase()
+        } else {
+            0
+        };
+        match (one_letter, b) {
+            // E'...' escape string; B'...', X'...' bit strings; N'...' national (plain).
+            (b'e', b'\'') => self.start_string(StrKind::Escape),
+            (b'b' | b'x', b'\'') => self.start_string(StrKind::Standard),
+            (b'n', b'\'') => self.start_string(self.plain),
+            (b'u', b'&') => self.lex = Lex::UAmp,
+            _ => {
+                self.emit_word(false);
+                self.lex = Lex::Normal;
+                return 0;
+            }
+        }
+        1
+    }
+
+    fn step_quoted(&mut self, input: &[u8], unicode: bool) -> usize {
+        match memchr2(b'"', 0, input) {
+            Some(at) => {
+                self.push_word(&input[..at]);
+                if input[at] == 0 {
+                    // An unterminated identifier: a syntax error, nothing runs.
+                    self.lex = Lex::Normal;
+                    self.end_of_sql();
+                } else {
+                    self.lex = Lex::QuotedEnd { unicode };
+                }
+                at + 1
+            }
+            None => {
+                self.push_word(input);
+                input.len()
+            }
+        }
+    }
+
+    fn step_quoted_end(&mut self, b: u8, unicode: bool) -> usize {
+        if b == b'"' {
+            self.push_word(b"\"");
+            self.lex = Lex::Quoted { unicode };
+            return 1;
+        }
+        if unicode {
+            self.found |= Effects::UNCERTAIN;
+        }
+        self.emit_word(true);
+        self.lex = Lex::Normal;
+        0
+    }
+
+    fn step_str(&mut self, input: &[u8], kind: StrKind) -> usize {
+        let special = match kind {
+            StrKind::Standard => memchr2(b'\'', 0, input),
+            StrKind::Escape => memchr3(b'\'', b'\\', 0, input),
+        };
+        let Some(at) = special else {
+            return input.len();
+        };
+        match input[at] {
+            b'\'' => self.lex = Lex::StrEnd(kind),
+            b'\\' => self.lex = Lex::StrBackslash,
+            _ => self.end_of_sql(),
+        }
+        at + 1
+    }
+
+    fn step_str_end(&mut self, b: u8, kind: StrKind) -> usize {
+        if b == b'\'' {
+            self.lex = Lex::Str(kind);
+            return 1;
+        }
+        self.lex = Lex::Normal;
+        self.continues = Some(kind);
+        0
+    }
+
+    fn step_str_backslash(&mut self, b: u8) -> usize {
+        if b == 0 {
+            self.end_of_sql();
+        } else {
+            self.lex = Lex::Str(StrKind::Escape);
+        }
+        1
+    }
+
+    fn step_u_amp(&mut self, b: u8) -> usize {
+        match b {
+            b'\'' => self.start_string(StrKind::Standard),
+            b'"' => {
+                self.word_len = 0;
+                self.lex = Lex::Quoted { unicode: true };
+            }
+            _ => {
+                // Not a Unicode literal: the word `u`, then the operator `&`.
+                self.emit_word(false);
+                self.token(Token::Symbol(b'&'));
+                self.lex = Lex::Normal;
+                return 0;
+            }
+        }
+        1
+    }
+
+    fn step_dollar(&mut self, b: u8) -> usize {
+        if b == b'$' {
+            self.word_len = 0;
+            self.open_dollar_quote();
+            return 1;
+        }
+        if is_ident_start(b) {
+            self.start_word(b);
+            self.lex = Lex::DollarTag;
+            return 1;
+        }
+        // A parameter (`$1`; its digits follow as symbols) or a lone `$`.
+        self.token(Token::Symbol(b'$'));
+        self.lex = Lex::Normal;
+        0
+    }
+
+    fn step_dollar_tag(&mut self, input: &[u8]) -> usize {
+        let len = input
+            .iter()
+            .position(|&b| !is_tag_cont(b))
+            .unwrap_or(input.len());
+        self.push_word(&input[..len]);
+        match input.get(len) {
+            Some(b'$') => {
+                self.open_dollar_quote();
+                len + 1
+            }
+            Some(_) => {
+                // Not a delimiter: a lone `$`, then the tag's bytes are a word (which may still
+                // prefix a string, as in `$e'...'`); the word state sees the byte that ended it.
+                self.token(Token::Symbol(b'$'));
+                self.lex = Lex::Word;
+                len
+            }
+            None => len,
+        }
+    }
+
+    fn open_dollar_quote(&mut self) {
+        if self.word_len as usize > WORD_CAP {
+            self.found |= Effects::UNCERTAIN;
+        }
+        self.token(Token::Str);
+        self.lex = Lex::DollarBody { candidate: None };
+    }
+
+    fn step_dollar_body(&mut self, input: &[u8], mut candidate: Option<u32>) -> usize {
+        let mut at = 0;
+        if candidate.is_none() {
+            match memchr2(b'$', 0, input) {
+                Some(next) => at = next,
+                None => return input.len(),
+            }
+        }
+        while let Some(&b) = input.get(at) {
+            at += 1;
+            candidate = match (b, candidate) {
+                (0, _) => {
+                    self.end_of_sql();
+                    return at;
+                }
+                (b'$', Some(matched)) if matched == self.word_len => {
+                    self.lex = Lex::Normal;
+                    return at;
+                }
+                (b'$', _) => Some(0),
+                (_, Some(matched)) if self.tag_continues(matched, b) => Some(matched + 1),
+                _ => {
+                    self.lex = Lex::DollarBody { candidate: None };
+                    return at;
+                }
+            };
+        }
+        self.lex = Lex::DollarBody { candidate };
+        at
+    }
+
+    /// `b` is byte `matched` of the open quote's tag (past `WORD_CAP`: any tag byte).
+    fn tag_continues(&self, matched: u32, b: u8) -> bool {
+        if matched >= self.word_len || !is_tag_cont(b) {
+            return false;
+        }
+        self.word.get(matched as usize).is_none_or(|&t| t == b)
+    }
+
+    fn start_string(&mut self, kind: StrKind) {
+        self.token(Token::Str);
+        self.lex = Lex::Str(kind);
+    }
+
+    fn start_word(&mut self, b: u8) {
+        self.word_len = 0;
+        self.push_word(&[b]);
+    }
+
+    /// Appends to the current word, keeping at most `WORD_CAP` bytes.
+    fn push_word(&mut self, bytes: &[u8]) {
+        let at = (self.word_len as usize).min(WORD_CAP);
+        let kept = bytes.len().min(WORD_CAP - at);
+        self.word[at..at + kept].copy_from_slice(&bytes[..kept]);
+        self.word_len = self.word_len.saturating_add(len_u32(bytes.len()));
+    }
+
+    /// Hands the finished word to the grammar.
+    fn emit_word(&mut self, quoted: bool) {
+        let kw = match self.word.get_mut(..self.word_len as usize) {
+            Some(word) => {
+                word.make_ascii_lowercase();
+                Kw::of(word)
+            }
+            // Longer than anything we look for (and than PostgreSQL keeps).
+            None => Kw::Ident,
+        };
+        self.token(Token::Word(if quoted { kw.quoted() } else { kw }));
+    }
+
+    fn token(&mut self, token: Token) -> &mut Self {
+        self.continues = None;
+        if token == Token::Symbol(b';') {
+            self.found |= self.statement.end();
+        } else {
+            self.found |= self.statement.token(token);
+        }
+        self
+    }
+
+    /// The SQL text ended (NUL or end of body): flush what is pending, close the statement.
+    fn end_of_sql(&mut self) {
+        match self.lex {
+            Lex::Word => self.emit_word(false),
+            Lex::UAmp => {
+                self.emit_word(false);
+                self.token(Token::Symbol(b'&'));
+            }
+            Lex::QuotedEnd { unicode } => {
+                if unicode {
+                    self.found |= Effects::UNCERTAIN;
+                }
+                self.emit_word(true);
+            }
+            Lex::Dash => {
+                self.token(Token::Symbol(b'-'));
+            }
+            Lex::Slash => {
+                self.token(Token::Symbol(b'/'));
+            }
+            Lex::Dollar => {
+                self.token(Token::Symbol(b'$'));
+            }
+            Lex::DollarTag => {
+                self.token(Token::Symbol(b'$')).emit_word(false);
+            }
+            // A Parse body cut inside its name has no SQL at all.
+            Lex::Name | Lex::Done => return,
+            _ => {}
+        }
+        self.found |= self.statement.end();
+        self.lex = Lex::Done;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scanner_is_small() {
+        assert!(
+            size_of::<StateScanner>() <= 128,
+            "{}",
+            size_of::<StateScanner>()
+        );
+    }
+
+    #[test]
+    fn effects_set_operations() {
+        let both = Effects::SET | Effects::RESET;
+        assert!(both.contains(Effects::SET) && both.contains(Effects::RESET));
+        assert!(!both.contains(Effects::SET | Effects::LISTEN));
+        assert!(both.intersects(Effects::SET | Effects::LISTEN));
+        assert!(both.pins() && both.clears());
+        assert!(!Effects::SET_TRACKED.pins() && !Effects::SET_TRACKED.clears());
+        assert!(Effects::NONE.is_empty() && Effects::default().is_empty());
+        let mut acc = Effects::NONE;
+        acc |= Effects::TEMP;
+        assert_eq!(acc, Effects::TEMP);
+        assert_eq!(both.intersection(Effects::CLEARING), Effects::RESET);
+        assert!(!Effects::PINNING.intersects(Effects::CLEARING));
+        assert!(!Effects::PINNING.contains(Effects::SET_TRACKED));
+        let all = Effects::NAMES
+            .iter()
+            .fold(Effects::NONE, |acc, (e, _)| acc | *e);
+        assert_eq!(
+            all,
+            Effects::PINNING | Effects::CLEARING | Effects::SET_TRACKED
+        );
+    }
+
+    #[test]
+    fn effects_debug_names_bits() {
+        assert_eq!(format!("{:?}", Effects::NONE), "Effects(NONE)");
+        assert_eq!(
+            format!("{:?}", Effects::SET | Effects::CLOSE_ALL),
+            "Effects(SET | CLOSE_ALL)"
+        );
+    }
+
+    #[test]
+    fn keyword_table() {
+        assert_eq!(Kw::of(b"pg_temp_12"), Kw::PgTemp);
+        assert_eq!(Kw::of(b"pg_temp_"), Kw::Ident);
+        assert_eq!(Kw::of(b"pg_temp_1x"), Kw::Ident);
+        assert_eq!(Kw::of(b"pg_toast_temp_1"), Kw::Ident);
+        assert_eq!(Kw::Set.quoted(), Kw::Ident);
+        assert_eq!(Kw::Tracked.quoted(), Kw::Tracked);
+    }
+
+    #[test]
+    fn long_word_keeps_a_prefix_and_never_matches() {
+        let mut sql = b"SELECT ".to_vec();
+        sql.extend_from_slice(&[b'x'; 200]);
+        sql.extend_from_slice(b" pg_advisory_lock(1)");
+        assert_eq!(classify_query(&sql), Effects::ADVISORY_LOCK);
+        let mut sql = b"SELECT pg_advisory_lock".to_vec();
+        sql.extend_from_slice(&[b'x'; 60]);
+        assert_eq!(classify_query(&sql), Effects::NONE);
+    }
+
+    #[test]
+    fn found_so_far() {
+        let mut scanner = StateScanner::query();
+        scanner.feed(b"LISTEN a; SET x");
+        assert_eq!(scanner.found(), Effects::LISTEN);
+        assert_eq!(scanner.finish(), Effects::LISTEN | Effects::SET);
+    }
+}

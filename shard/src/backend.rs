@@ -11,8 +11,10 @@ use crate::io::ring::Ring;
 use crate::io::slab::{ClientId, ServerId};
 use crate::proto::{self, sqlstate};
 use crate::relay;
-use crate::server::ServerState;
+use crate::server::{Reset, ServerState};
 use crate::shard::Shard;
+use crate::tracker::ServerPhase;
+use pgtier_wire::session_state::Effects;
 
 /// Largest message accepted from a server nobody is using (they are tiny notices).
 const MAX_IDLE_MESSAGE_BYTES: usize = 1 << 20;
@@ -146,8 +148,19 @@ impl<R: Ring> Shard<R> {
         }
         let close_when_idle = client.close_when_idle;
         let welcomed = client.welcomed;
-        let mode = self.pools.get(server.pool).mode;
+        let pool_id = server.pool;
+        let mode = self.pools.get(pool_id).mode;
         self.flush_client(client_id);
+        if scan.fatal_forwarded {
+            // The backend is exiting: the client sees its FATAL and then the end of the
+            // connection, exactly as from PostgreSQL, with nothing of pgtier's own after it.
+            if scan.shutdown_forwarded {
+                self.report_replica_failure(pool_id, ServerFailureCause::ServerShutdown);
+            }
+            self.close_server(server_id);
+            self.close_client_after_flush(client_id);
+            return;
+        }
         if scan.malformed {
             self.server_failed(server_id, "server sent an invalid message", None);
             return;
@@ -169,9 +182,39 @@ impl<R: Ring> Shard<R> {
             }
             return;
         }
-        if scan.idle && (mode == PoolMode::Transaction || close_when_idle) {
+        if scan.session_param_changed && mode == PoolMode::Transaction {
+            self.pin_client(client_id, server_id, Effects::SET);
+        }
+        let pinned = self
+            .clients
+            .get(client_id.0)
+            .is_some_and(|client| client.pins_server());
+        if scan.idle && ((mode == PoolMode::Transaction && !pinned) || close_when_idle) {
             self.release_server(server_id);
         }
+    }
+
+    /// Keeps a transaction-mode client on its server from now on: it created session state
+    /// (`effects`), which would otherwise reach the server's next client. The server is
+    /// reset when the client leaves.
+    pub(crate) fn pin_client(
+        &mut self,
+        client_id: ClientId,
+        server_id: ServerId,
+        effects: Effects,
+    ) {
+        let Some(client) = self.clients.get_mut(client_id.0) else {
+            return;
+        };
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        if !client.pins_server() {
+            debug!(?client_id, "client pinned to its server by session state");
+        }
+        client.pinned = client.pinned.union(effects);
+        client.state_scan = None;
+        server.reset = server.reset.max(Reset::SessionState);
     }
 
     /// The server sent a message longer than `max_server_message_bytes`: what came before
@@ -191,8 +234,9 @@ impl<R: Ring> Shard<R> {
         self.close_client(client_id, Some(error));
     }
 
-    /// A client left while linked to `server_id`: cancel a running query and drain, roll the
-    /// server back into the pool when clean, or close it when it is mid-transaction.
+    /// A client left while linked to `server_id`. The server drains whatever it still owes
+    /// (its running query cancelled), then `maybe_finish_drain` rolls it back, resets it and
+    /// pools it, or closes it: the one path by which a server leaves its client.
     pub(crate) fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
@@ -200,46 +244,40 @@ impl<R: Ring> Shard<R> {
         if server.client() != Some(client_id) {
             return;
         }
-        let mode = self.pools.get(server.pool).mode;
-        if server.recv_paused {
-            // Back-pressure paused it mid-result: the backend is blocked writing rows nobody
-            // will read, and PostgreSQL does not act on a cancel while blocked in a write.
-            // Closing the socket makes it abort the query now; draining would take as long
-            // as the rest of the result.
+        if server.recv_paused || server.tracker.copy_in() {
+            // Paused by back-pressure mid-result, the backend is blocked writing rows nobody
+            // will read, and PostgreSQL does not act on a cancel while blocked in a write;
+            // in COPY FROM STDIN it waits for data that will never come. Closing the socket
+            // makes it abort now (and roll back), where draining would wait.
             self.close_server(server_id);
             return;
         }
-        if server.tracker.has_outstanding() || server.swallow > 0 {
-            server.state = ServerState::Draining { since: self.now };
-            if self.config.pgtier.cancel_on_client_disconnect {
-                self.send_cancel(server_id);
-            }
-            return;
-        }
-        if !server.tracker.is_idle() {
-            // Mid-transaction with nothing running: roll back and check, or close.
-            server.state = ServerState::Draining { since: self.now };
-            self.roll_back_or_close(server_id);
-            return;
-        }
         server.state = ServerState::Draining { since: self.now };
-        if mode == PoolMode::Session && self.send_reset_query(server_id) {
-            return;
+        let session_mode = self.pools.get(server.pool).mode == PoolMode::Session;
+        if session_mode && !server.tracker.is_idle() {
+            server.reset = Reset::Close;
         }
-        self.return_to_pool(server_id);
+        if server.tracker.has_outstanding() && self.config.pgtier.cancel_on_client_disconnect {
+            self.send_cancel(server_id);
+        }
+        self.maybe_finish_drain(server_id);
     }
 
-    /// Sends `server_reset_query` (answer swallowed) to a server that is `Draining`; it
-    /// returns to the pool once the answer is in. False when the query is empty.
-    pub(crate) fn send_reset_query(&mut self, server_id: ServerId) -> bool {
-        let reset = &self.config.pgtier.server_reset_query;
+    /// Sends a reset (answer swallowed) to a draining server; it goes on once that is
+    /// answered. False when there is nothing to run (`server_reset_query` empty for a
+    /// `Reset::Configured` server).
+    fn send_reset_query(&mut self, server_id: ServerId) -> bool {
+        let configured = &self.config.pgtier.server_reset_query;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return false;
         };
-        if reset.is_empty() {
-            return false;
-        }
         debug_assert!(matches!(server.state, ServerState::Draining { .. }));
+        let reset = match std::mem::replace(&mut server.reset, Reset::None) {
+            Reset::None | Reset::Close => return false,
+            Reset::Configured if configured.is_empty() => return false,
+            Reset::SessionState if configured.is_empty() => "DISCARD ALL",
+            Reset::Configured | Reset::SessionState => configured.as_str(),
+        };
         let mut out = BytesMut::with_capacity(reset.len() + 8);
         proto::query(&mut out, reset);
         server.send.push(out.freeze());
@@ -263,10 +301,13 @@ impl<R: Ring> Shard<R> {
         self.maybe_finish_drain(server_id);
     }
 
-    /// A draining server with nothing owed and no cancel pending goes back to the pool if
-    /// clean, or closes if its client left it inside a transaction.
+    /// The next step for a server that left its client, once nothing is owed and no cancel
+    /// is on its way: a failed internal query (rollback, reset) closes it; inside a
+    /// transaction block it gets one ROLLBACK; idle, it gets its reset, then goes back to
+    /// the pool. Anything else (an unsynced extended sequence, COPY) closes it, which makes
+    /// the backend roll back on its own. Either way no later client sees this one's state.
     pub(crate) fn maybe_finish_drain(&mut self, server_id: ServerId) {
-        let Some(server) = self.servers.get(server_id.0) else {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
         let checking = match server.state {
@@ -279,32 +320,34 @@ impl<R: Ring> Shard<R> {
         }
         if checking {
             self.finish_check(server_id);
-        } else if server.tracker.is_idle() {
-            self.return_to_pool(server_id);
-        } else {
-            self.roll_back_or_close(server_id);
-        }
-    }
-
-    /// A draining server left inside a transaction block gets one ROLLBACK (answer swallowed);
-    /// it returns to the pool only if the next ReadyForQuery says 'I'. Anything else — an
-    /// unsynced extended sequence, COPY, or a failed rollback — closes it, which makes the
-    /// server roll back on its own. Either way no later client sees the transaction.
-    fn roll_back_or_close(&mut self, server_id: ServerId) {
-        let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
-        };
-        if server.rollback_sent || !server.tracker.idle_in_transaction() {
+        }
+        if server.reset == Reset::Close {
             self.close_server(server_id);
             return;
         }
-        server.rollback_sent = true;
-        let mut out = BytesMut::with_capacity(16);
-        proto::query(&mut out, "ROLLBACK");
-        server.send.push(out.freeze());
-        server.swallow += 1;
-        server.tracker.on_internal_query();
-        self.flush_server(server_id);
+        if server.swallowed_error.take().is_some() {
+            debug!("an internal query failed on a released server: closing it");
+            self.close_server(server_id);
+            return;
+        }
+        match server.tracker.phase() {
+            ServerPhase::Idle => {
+                if !self.send_reset_query(server_id) {
+                    self.return_to_pool(server_id);
+                }
+            }
+            ServerPhase::InTransaction(_) if !server.rollback_sent => {
+                server.rollback_sent = true;
+                let mut out = BytesMut::with_capacity(16);
+                proto::query(&mut out, "ROLLBACK");
+                server.send.push(out.freeze());
+                server.swallow += 1;
+                server.tracker.on_internal_query();
+                self.flush_server(server_id);
+            }
+            _ => self.close_server(server_id),
+        }
     }
 
     /// Bytes from a server nobody is using: parameter changes and notices are fine, anything
@@ -336,7 +379,7 @@ impl<R: Ring> Shard<R> {
                     }
                 }
                 b'N' | b'A' => {}
-                b'E' if is_shutdown_error(&message[5..]) => {
+                b'E' if relay::is_shutdown_error(&message[5..]) => {
                     shutting_down = true;
                     break;
                 }
@@ -348,11 +391,4 @@ impl<R: Ring> Shard<R> {
         }
         self.close_server(server_id);
     }
-}
-
-/// An ErrorResponse body whose SQLSTATE says the server is going away (57P01 admin shutdown,
-/// 57P02 crash shutdown, 57P03 cannot connect now), as every backend of a stopped server says.
-fn is_shutdown_error(body: &[u8]) -> bool {
-    body.split(|b| *b == 0)
-        .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use pgtier_core::class::ClassSetting;
 use pgtier_wire::auth::{Md5Server, ScramServer};
+use pgtier_wire::session_state::{Effects, StateScanner};
 
 use crate::control::SessionLease;
 use crate::io::recv_buf::RecvBuf;
@@ -87,6 +88,12 @@ pub struct Client {
     pub connected_at: Instant,
     /// The shard is shutting down for transactions: close when the transaction ends.
     pub close_when_idle: bool,
+    /// In transaction mode: the session state it created (a plain SET, LISTEN, a temp
+    /// table, a named statement...), which keeps it on its server until it leaves; empty
+    /// while it has created none.
+    pub pinned: Effects,
+    /// Classifies the Query or Parse message being forwarded, while `pinned` is empty.
+    pub state_scan: Option<StateScanner>,
 }
 
 impl Client {
@@ -112,6 +119,8 @@ impl Client {
             query_started: None,
             connected_at: now,
             close_when_idle: false,
+            pinned: Effects::NONE,
+            state_scan: None,
         }
     }
 
@@ -120,6 +129,11 @@ impl Client {
             ClientState::Active { server } => Some(server),
             _ => None,
         }
+    }
+
+    /// It created session state and keeps its server between transactions.
+    pub fn pins_server(&self) -> bool {
+        self.pinned.pins()
     }
 
     pub fn is_closing(&self) -> bool {

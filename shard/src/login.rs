@@ -20,7 +20,7 @@ use crate::io::slab::ServerId;
 use crate::params::TrackedParams;
 use crate::pool::{LoginFailure, PoolId};
 use crate::proto::{self, sqlstate};
-use crate::server::{Server, ServerState};
+use crate::server::{Reset, Server, ServerState};
 use crate::shard::Shard;
 use crate::tracker::Tracker;
 
@@ -57,6 +57,7 @@ impl<R: Ring> Shard<R> {
             recv_paused: false,
             cancels_pending: 0,
             rollback_sent: false,
+            reset: Reset::None,
             created_at: self.now,
         };
         let Some(slot) = self.servers.insert(server) else {
@@ -147,7 +148,7 @@ impl<R: Ring> Shard<R> {
             error: error.clone(),
             retry_at: self.now + retry,
         });
-        info!(pool = ?self.pools.get(pool_id).key.database, "server login failed");
+        info!(database = %self.pools.get(pool_id).key.database, "server login failed");
         self.close_server(id);
         if self.pools.get(pool_id).open_here == 0 {
             self.fail_waiters(pool_id, error);

@@ -13,6 +13,9 @@ pub const TRACKED: [&str; 6] = [
     "application_name",
 ];
 
+/// Position of `standard_conforming_strings` in `TRACKED`.
+const STANDARD_CONFORMING_STRINGS: usize = 4;
+
 /// Index into `TRACKED`, matching names case-insensitively as PostgreSQL does.
 pub fn tracked_index(name: &str) -> Option<usize> {
     TRACKED
@@ -91,6 +94,12 @@ impl TrackedParams {
 
     pub fn get(&self, index: usize) -> Option<&str> {
         self.values.get(index)?.as_deref()
+    }
+
+    /// Whether plain string literals are standard-conforming (backslash is an ordinary
+    /// character): the server default unless the session reported `off`.
+    pub fn standard_conforming_strings(&self) -> bool {
+        self.values[STANDARD_CONFORMING_STRINGS].as_deref() != Some("off")
     }
 
     /// Fills values this set lacks from `defaults`.
@@ -278,6 +287,18 @@ mod tests {
         assert_eq!(spellings.learned.len(), 2);
         spellings.learn(5, "app0", "APP0");
         assert_eq!(spellings.canonical(5, "app0"), Some("APP0"));
+    }
+
+    #[test]
+    fn standard_conforming_strings_is_found_by_name() {
+        assert_eq!(
+            tracked_index("standard_conforming_strings"),
+            Some(STANDARD_CONFORMING_STRINGS)
+        );
+        let mut params = TrackedParams::default();
+        assert!(params.standard_conforming_strings());
+        params.set("standard_conforming_strings", "off");
+        assert!(!params.standard_conforming_strings());
     }
 
     #[test]

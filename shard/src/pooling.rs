@@ -15,7 +15,7 @@ use crate::io::slab::{ClientId, ServerId};
 use crate::mailbox::Command;
 use crate::pool::{PoolId, PoolKey, PoolLimits, Reservation, ServerLogin};
 use crate::proto::{self, sqlstate};
-use crate::server::ServerState;
+use crate::server::{Reset, ServerState};
 use crate::shard::{HOUSEKEEPING_PERIOD, Shard};
 
 /// A Terminate message: a server ended on purpose closes its connection after it.
@@ -336,6 +336,15 @@ impl<R: Ring> Shard<R> {
             return;
         };
         server.state = ServerState::Busy { client: client_id };
+        let pool = self.pools.get(server.pool);
+        let reset = match pool.mode {
+            PoolMode::Session => Reset::Configured,
+            PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
+                Reset::Configured
+            }
+            PoolMode::Transaction => Reset::None,
+        };
+        server.reset = server.reset.max(reset);
         if !welcomed {
             self.start_welcome(client_id, server_id);
             return;
@@ -371,9 +380,7 @@ impl<R: Ring> Shard<R> {
             return;
         };
         let client_id = server.client();
-        let pool_id = server.pool;
         server.state = ServerState::Draining { since: self.now };
-        let cancels_pending = server.cancels_pending;
         let mut close_client = None;
         if let Some(client_id) = client_id {
             if let Some(client) = self.clients.get_mut(client_id.0) {
@@ -383,13 +390,9 @@ impl<R: Ring> Shard<R> {
                 }
             }
         }
-        let reset_always = self.config.pgtier.server_reset_query_always
-            && self.pools.get(pool_id).mode == PoolMode::Transaction;
-        if cancels_pending > 0 || (reset_always && self.send_reset_query(server_id)) {
-            // It returns to the pool when the cancel finishes or the reset is answered.
-        } else {
-            self.return_to_pool(server_id);
-        }
+        // Back to the pool through the one release path: after a cancel still on its way,
+        // and after its reset (session mode at shutdown, `server_reset_query_always`).
+        self.maybe_finish_drain(server_id);
         if let Some(client_id) = close_client {
             let error = proto::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
             self.close_client(client_id, Some(error));

@@ -239,7 +239,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
                         return Err(message);
                     }
                 };
-                info!(shard = index, flavor = ?ring.flavor(), "shard started");
+                info!(shard = index, flavor = %ring.flavor(), "shard started");
                 let mut shard =
                     Shard::new(index, ring, config, users, shared.clone(), Some(listener));
                 let _ = ready.send(Ok(()));

@@ -32,6 +32,15 @@ pub struct Scan {
     pub malformed: bool,
     /// Length of a message over `max_server_message_bytes` (nothing from it on is consumed).
     pub oversized: Option<usize>,
+    /// A FATAL or PANIC ErrorResponse was forwarded: the backend is exiting, and the client
+    /// must see the connection end right after it, as it would from PostgreSQL itself.
+    pub fatal_forwarded: bool,
+    /// That FATAL said the server is shutting down (57P01..57P03).
+    pub shutdown_forwarded: bool,
+    /// The server reported a new value of a parameter pgtier does not re-apply per client
+    /// (default_transaction_read_only, session_authorization...): the client changed its
+    /// session, perhaps inside a function no statement scan can see into.
+    pub session_param_changed: bool,
 }
 
 /// Walks `server.recv.data`. With `client == None` everything consumed is dropped. A message
@@ -83,7 +92,8 @@ pub fn scan(
                 pos += len + 1;
                 if code == b'S' {
                     if let Some((name, value)) = proto::parse_parameter_status(body) {
-                        server.tracked.set(name, value);
+                        let tracked = server.tracked.set(name, value);
+                        out.session_param_changed |= !tracked && !dropping;
                         if !dropping {
                             if let Some(client) = client.as_deref_mut() {
                                 client.tracked.set(name, value);
@@ -121,6 +131,22 @@ pub fn scan(
                     out.drop_bytes = pos;
                 }
             }
+            b'E' if !dropping && len <= MAX_INSPECTED_MESSAGE_BYTES => {
+                // Read whole to learn its severity; the bytes still go to the client as is.
+                if data.len() - pos < len + 1 {
+                    break;
+                }
+                if server.tracker.on_server_message(code, &[]).is_err() {
+                    out.malformed = true;
+                    break;
+                }
+                let body = &data[pos + 5..pos + 1 + len];
+                if is_fatal(body) {
+                    out.fatal_forwarded = true;
+                    out.shutdown_forwarded |= is_shutdown_error(body);
+                }
+                pos += len + 1;
+            }
             b'E' if dropping && server.swallow > 0 && len <= MAX_INSPECTED_MESSAGE_BYTES => {
                 // An error in an answer pgtier swallows is kept whole: the code that sent
                 // the query decides (refuse a login, close a server that failed its check).
@@ -154,4 +180,24 @@ pub fn scan(
     out.forward_bytes = pos - out.drop_bytes;
     out.idle = server.tracker.is_idle() && server.swallow == 0;
     out
+}
+
+/// Whether an ErrorResponse body reports a FATAL or PANIC error (the backend ends after it).
+pub fn is_fatal(body: &[u8]) -> bool {
+    use pgtier_wire::error_fields::Severity;
+    use pgtier_wire::messages::Message;
+    use pgtier_wire::messages::backend::ErrorResponse;
+    ErrorResponse::decode_body(body).is_ok_and(|error| {
+        matches!(
+            error.fields.severity(),
+            Some(Severity::Fatal | Severity::Panic)
+        )
+    })
+}
+
+/// An ErrorResponse body whose SQLSTATE says the server is going away (57P01 admin shutdown,
+/// 57P02 crash shutdown, 57P03 cannot connect now), as every backend of a stopped server says.
+pub fn is_shutdown_error(body: &[u8]) -> bool {
+    body.split(|b| *b == 0)
+        .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
 }

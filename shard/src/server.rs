@@ -47,6 +47,24 @@ pub enum ServerState {
     Closing,
 }
 
+/// What a server must run before another client may have it. A server leaves its client
+/// through one path (`Shard::maybe_finish_drain`), which runs this once the server is idle
+/// and closes the server if the reset fails, so no session state crosses between clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reset {
+    /// Its client could not have left session state on it (transaction mode, unpinned).
+    None,
+    /// PgBouncer's rule: `server_reset_query`, if set, in session mode (and in transaction
+    /// mode with `server_reset_query_always`).
+    Configured,
+    /// Its client created session state (it was pinned in transaction mode): the state must
+    /// go, with `server_reset_query`, or `DISCARD ALL` when that is empty.
+    SessionState,
+    /// Its session-mode client left it unclean (mid-query, inside a transaction): it closes
+    /// once nothing is owed, as PgBouncer does, so the next session gets a fresh backend.
+    Close,
+}
+
 pub struct Server {
     pub fd: RawFd,
     pub state: ServerState,
@@ -77,6 +95,8 @@ pub struct Server {
     /// pgtier sent a ROLLBACK while draining (one try; if the server is still not idle
     /// afterwards it is closed).
     pub rollback_sent: bool,
+    /// What must run before another client may have this server.
+    pub reset: Reset,
     pub created_at: Instant,
 }
 

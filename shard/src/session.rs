@@ -18,6 +18,8 @@ use crate::proto::{self, StartupPacket, sqlstate};
 use crate::routing::Placement;
 use crate::shard::{CLIENT_RECV_CHUNK_BYTES, MAX_STARTUP_BYTES, Shard};
 use crate::tracker::Tracker;
+use pgtier_wire::ProtocolError;
+use pgtier_wire::session_state::{Effects, StateScanner};
 
 /// Longest password/SASL message accepted during authentication.
 const MAX_AUTH_MESSAGE_BYTES: usize = 8192;
@@ -123,7 +125,7 @@ impl<R: Ring> Shard<R> {
                 Ok(Some(parsed)) => parsed,
                 Ok(None) => return,
                 Err(error) => {
-                    self.protocol_error(id, &format!("invalid startup packet: {error:?}"));
+                    self.bad_startup_packet(id, error);
                     return;
                 }
             };
@@ -143,6 +145,30 @@ impl<R: Ring> Shard<R> {
                 }
             }
         }
+    }
+
+    /// A startup packet PostgreSQL itself would refuse, refused the same way: a length word
+    /// out of range (a client that sends Terminate or TLS bytes first, a port scanner) is
+    /// closed without a reply, as the postmaster does ("invalid length of startup packet");
+    /// an unsupported protocol version gets 0A000 and a malformed packet 08P01.
+    fn bad_startup_packet(&mut self, id: ClientId, error: ProtocolError) {
+        let reply = match error {
+            ProtocolError::LengthTooShort { .. } | ProtocolError::LengthTooLong { .. } => {
+                debug!(?id, "invalid length of startup packet");
+                None
+            }
+            ProtocolError::UnsupportedProtocol { major, minor } => Some(proto::fatal(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                &format!(
+                    "unsupported frontend protocol {major}.{minor}: server supports 3.0 to 3.0"
+                ),
+            )),
+            other => Some(proto::fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                &format!("invalid startup packet: {other}"),
+            )),
+        };
+        self.close_client(id, reply);
     }
 
     fn on_startup(&mut self, id: ClientId, params: Vec<(String, String)>) {
@@ -462,15 +488,31 @@ impl<R: Ring> Shard<R> {
         if server.client() != Some(id) || !client.welcomed {
             return;
         }
+        // In transaction mode, a client's Query and Parse texts are classified until it
+        // creates session state; from then on it keeps its server (`Client::pinned`).
+        let watch_state =
+            client.pinned.is_empty() && self.pools.get(server.pool).mode == PoolMode::Transaction;
         let data = &client.recv.data;
         let mut pos = 0usize;
         let mut terminate = false;
         let mut malformed = false;
         let mut invalid_type = None;
+        let mut effects = Effects::NONE;
         while pos < data.len() {
             if client.skip_bytes > 0 {
                 let take = client.skip_bytes.min(data.len() - pos);
                 client.skip_bytes -= take;
+                if let Some(scanner) = client.state_scan.as_mut() {
+                    scanner.feed(&data[pos..pos + take]);
+                    if client.skip_bytes == 0 {
+                        effects = effects.union(
+                            client
+                                .state_scan
+                                .take()
+                                .map_or(Effects::NONE, StateScanner::finish),
+                        );
+                    }
+                }
                 pos += take;
                 continue;
             }
@@ -502,10 +544,24 @@ impl<R: Ring> Shard<R> {
             }
             pos += 5;
             client.skip_bytes = len - 4;
+            if watch_state {
+                let scanner = match code {
+                    b'Q' => Some(StateScanner::query()),
+                    b'P' => Some(StateScanner::parse()),
+                    _ => None,
+                };
+                let conforming = client.tracked.standard_conforming_strings();
+                client.state_scan =
+                    scanner.map(|scanner| scanner.standard_conforming_strings(conforming));
+            }
         }
+        let pin = effects.pins();
         if pos > 0 {
             let chunk = client.recv.data.split_to(pos).freeze();
             server.send.push(chunk);
+        }
+        if pin {
+            self.pin_client(id, server_id, effects);
         }
         self.flush_server(server_id);
         if let Some(code) = invalid_type {

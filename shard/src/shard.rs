@@ -423,6 +423,17 @@ impl<R: Ring> Shard<R> {
     /// Begins a client's teardown; `error` (an ErrorResponse) is sent before the socket
     /// closes.
     pub fn close_client(&mut self, id: ClientId, error: Option<Bytes>) {
+        let linger = error.is_some();
+        self.begin_client_close(id, error, linger);
+    }
+
+    /// Begins a client's teardown after what is already queued for it is sent (a server's
+    /// own FATAL error): the client sees exactly what the server said, then the close.
+    pub fn close_client_after_flush(&mut self, id: ClientId) {
+        self.begin_client_close(id, None, true);
+    }
+
+    fn begin_client_close(&mut self, id: ClientId, error: Option<Bytes>, linger: bool) {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -441,7 +452,6 @@ impl<R: Ring> Shard<R> {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        let linger = error.is_some();
         if let Some(error) = error {
             client.send.push(error);
         }

@@ -5,7 +5,8 @@
 
 use pgtier_wire::codes::CodeSet;
 pub use pgtier_wire::messages::backend::ready_for_query::TransactionStatus as TxStatus;
-use pgtier_wire::tracker::{ResponseTracker, ServerPhase, TRACKED_BACKEND_CODES, TrackerError};
+pub use pgtier_wire::tracker::ServerPhase;
+use pgtier_wire::tracker::{CopyState, ResponseTracker, TRACKED_BACKEND_CODES, TrackerError};
 
 /// Message types a logged-in client may send (PostgreSQL's own list: everything else, such
 /// as a PasswordMessage after login, is a FATAL protocol violation). CopyData/Done/Fail are
@@ -53,6 +54,19 @@ impl Tracker {
     /// A query is executing (a cancel would hit something).
     pub fn has_outstanding(&self) -> bool {
         self.inner.pending_ready() > 0
+    }
+
+    /// The tracker's summary: idle, in a transaction block, unsynced, busy, copying.
+    pub fn phase(&self) -> ServerPhase {
+        self.inner.phase()
+    }
+
+    /// The server is in COPY FROM STDIN (or COPY BOTH): only the client can end it.
+    pub fn copy_in(&self) -> bool {
+        matches!(
+            self.inner.copy_state(),
+            CopyState::In | CopyState::Both { .. }
+        )
     }
 
     /// Nothing running, but inside a transaction block (idle_transaction_timeout applies).

@@ -276,13 +276,29 @@ fn multishot_accept_is_rearmed_when_more_is_missing() {
 }
 
 #[test]
-fn protocol_garbage_gets_08p01_and_close() {
+fn a_startup_length_out_of_range_is_closed_without_a_reply() {
     let mut shard = test_shard(None);
     shard.admit_client(socket_fd());
     let recv = shard.ring.take(is_kind(OpKind::ClientRecv)).expect("recv");
+    // Terminate sent before any startup packet reads as a length of 0x58000000.
+    shard.ring.deliver(recv, b"X\0\0\0\x04");
+    turn(&mut shard);
+    assert!(
+        !shard.ring.has(is_kind(OpKind::ClientSend)),
+        "PostgreSQL answers nothing to an invalid startup length"
+    );
+    assert!(shard.clients.is_empty(), "closed");
+}
+
+#[test]
+fn a_malformed_startup_packet_gets_08p01_and_close() {
+    let mut shard = test_shard(None);
+    shard.admit_client(socket_fd());
+    let recv = shard.ring.take(is_kind(OpKind::ClientRecv)).expect("recv");
+    // Protocol 3.0, then a parameter name without its terminator.
     shard
         .ring
-        .deliver(recv, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4]);
+        .deliver(recv, &[0, 0, 0, 12, 0, 3, 0, 0, b'u', b's', b'e', b'r']);
     turn(&mut shard);
     let send = shard
         .ring

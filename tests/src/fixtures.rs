@@ -139,3 +139,44 @@ pub fn server_connections(pg: &LocalPg, datname: &str) -> u64 {
 pub fn sqlstate(error: &postgres::Error) -> Option<String> {
     error.code().map(|code| code.code().to_string())
 }
+
+/// One row describing the session state a server holds, as seen from the inside: prepared
+/// statements (SQL and protocol), settings changed in the session (other than the six
+/// parameters a pooler re-applies per client), temp tables, advisory locks, LISTEN channels
+/// and open cursors.
+pub const LEFTOVER_STATE: &str = "SELECT format(\
+    'prepared=%s settings=[%s] temp=%s locks=%s listening=%s cursors=%s', \
+    (SELECT count(*) FROM pg_prepared_statements), \
+    (SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_settings \
+      WHERE source = 'session' AND name NOT IN ('client_encoding', 'DateStyle', 'TimeZone', \
+      'IntervalStyle', 'standard_conforming_strings', 'application_name')), \
+    (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()), \
+    (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
+    (SELECT count(*) FROM pg_listening_channels()), \
+    (SELECT count(*) FROM pg_cursors))";
+
+/// What `LEFTOVER_STATE` says of a server no client has changed.
+pub const NO_LEFTOVER_STATE: &str = "prepared=0 settings=[] temp=0 locks=0 listening=0 cursors=0";
+
+/// Holds `pool_size` servers of the proxy's `postgres` pool at once (each client inside a
+/// transaction, so in transaction mode too each has its own), and checks that none holds
+/// state from an earlier client. Waits for servers still finishing with earlier clients,
+/// since they count against the pool.
+pub fn assert_no_leftover_state(proxy: &Pgtier, pool_size: usize, context: &str) {
+    let timeout = Duration::from_secs(30);
+    let mut held = Vec::with_capacity(pool_size);
+    for _ in 0..pool_size {
+        let mut session = crate::rawwire::login(proxy.port(), "postgres", "postgres", timeout)
+            .unwrap_or_else(|error| panic!("{context}: login: {error}"));
+        let messages = session
+            .simple_query(&format!("BEGIN; {LEFTOVER_STATE}"))
+            .unwrap_or_else(|error| panic!("{context}: state check: {error}"));
+        let state = crate::rawwire::RawSession::first_value(&messages);
+        assert_eq!(
+            state.as_deref(),
+            Some(NO_LEFTOVER_STATE),
+            "{context}: a server was handed on with an earlier client's state ({messages:?})"
+        );
+        held.push(session);
+    }
+}

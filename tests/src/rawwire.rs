@@ -64,6 +64,59 @@ pub fn query_message(sql: &str) -> Vec<u8> {
     with_length(Some(b'Q'), &body)
 }
 
+/// Parse of `sql` as statement `name` ("" = unnamed), no parameter types.
+pub fn parse_message(name: &str, sql: &str) -> Vec<u8> {
+    let mut body = Vec::with_capacity(name.len() + sql.len() + 4);
+    for text in [name, sql] {
+        body.extend_from_slice(text.as_bytes());
+        body.push(0);
+    }
+    body.extend_from_slice(&0u16.to_be_bytes());
+    with_length(Some(b'P'), &body)
+}
+
+/// Bind of statement `statement` to the unnamed portal with text parameters `params`.
+pub fn bind_message(statement: &str, params: &[&str]) -> Vec<u8> {
+    let mut body = vec![0];
+    body.extend_from_slice(statement.as_bytes());
+    body.push(0);
+    body.extend_from_slice(&0u16.to_be_bytes());
+    let count = u16::try_from(params.len()).unwrap_or(u16::MAX);
+    body.extend_from_slice(&count.to_be_bytes());
+    for param in params {
+        let length = i32::try_from(param.len()).unwrap_or(i32::MAX);
+        body.extend_from_slice(&length.to_be_bytes());
+        body.extend_from_slice(param.as_bytes());
+    }
+    body.extend_from_slice(&0u16.to_be_bytes());
+    with_length(Some(b'B'), &body)
+}
+
+/// Describe of the unnamed portal.
+pub fn describe_portal_message() -> Vec<u8> {
+    with_length(Some(b'D'), b"P\0")
+}
+
+/// Execute of the unnamed portal, all rows.
+pub fn execute_message() -> Vec<u8> {
+    with_length(Some(b'E'), &[0, 0, 0, 0, 0])
+}
+
+/// Sync.
+pub fn sync_message() -> Vec<u8> {
+    with_length(Some(b'S'), &[])
+}
+
+/// Flush.
+pub fn flush_message() -> Vec<u8> {
+    with_length(Some(b'H'), &[])
+}
+
+/// CopyData carrying `data`.
+pub fn copy_data_message(data: &[u8]) -> Vec<u8> {
+    with_length(Some(b'd'), data)
+}
+
 /// Terminate.
 pub fn terminate_message() -> Vec<u8> {
     with_length(Some(b'X'), &[])
@@ -193,11 +246,30 @@ impl RawSession {
     /// Sends a simple query and collects messages up to ReadyForQuery.
     pub fn simple_query(&mut self, sql: &str) -> io::Result<Vec<Message>> {
         self.stream.write_all(&query_message(sql))?;
+        self.read_until_ready()
+    }
+
+    /// Reads messages up to and including the next ReadyForQuery.
+    pub fn read_until_ready(&mut self) -> io::Result<Vec<Message>> {
         let mut messages = Vec::new();
         loop {
             let message = read_message(&mut self.stream)?
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed mid-query"))?;
             let done = message.tag == b'Z';
+            messages.push(message);
+            if done {
+                return Ok(messages);
+            }
+        }
+    }
+
+    /// Reads messages until one with type byte `tag` (included) arrives.
+    pub fn read_until(&mut self, tag: u8) -> io::Result<Vec<Message>> {
+        let mut messages = Vec::new();
+        loop {
+            let message = read_message(&mut self.stream)?
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed early"))?;
+            let done = message.tag == tag;
             messages.push(message);
             if done {
                 return Ok(messages);

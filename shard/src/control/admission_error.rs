@@ -70,6 +70,6 @@ impl From<AdmitError> for AdmissionError {
 
 impl From<CounterError> for AdmissionError {
     fn from(error: CounterError) -> AdmissionError {
-        AdmissionError::Internal(format!("session counter: {error:?}"))
+        AdmissionError::Internal(format!("session counter: {error}"))
     }
 }

@@ -53,6 +53,24 @@ pub enum CounterError {
     Underflow,
 }
 
+impl std::fmt::Display for CounterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CounterError::UnknownReplica(replica) => {
+                write!(f, "replica {} is not in this set", replica.0)
+            }
+            CounterError::Changed { expected, actual } => {
+                write!(
+                    f,
+                    "the count moved from {expected} to {actual} under the decision"
+                )
+            }
+            CounterError::Overflow => f.write_str("too many sessions on one replica"),
+            CounterError::Underflow => f.write_str("a session was released twice"),
+        }
+    }
+}
+
 /// Per-replica per-class active-session counters for one database's replicas.
 #[derive(Debug)]
 pub struct SessionCounters {

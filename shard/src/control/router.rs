@@ -368,7 +368,7 @@ impl ReplicaRouter {
 
     fn undo_claim(&self, replica: ReplicaId, class: ServiceClass) {
         if let Err(error) = self.counters.release(replica, class) {
-            tracing::error!(router = %self.name, replica = replica.0, ?error, "undo of a claim failed");
+            tracing::error!(router = %self.name, replica = replica.0, %error, "undo of a claim failed");
         }
     }
 
@@ -403,7 +403,7 @@ impl ReplicaRouter {
     /// the control shard is told (once until it looks).
     pub(crate) fn release_count(&self, replica: ReplicaId, class: ServiceClass) {
         if let Err(error) = self.counters.release(replica, class) {
-            tracing::error!(router = %self.name, replica = replica.0, ?error, "session count release failed");
+            tracing::error!(router = %self.name, replica = replica.0, %error, "session count release failed");
             return;
         }
         if self.snapshot.load().has_borrowed

@@ -17,6 +17,16 @@ pub enum RingFlavor {
     Plain,
 }
 
+impl std::fmt::Display for RingFlavor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RingFlavor::SingleIssuerDeferTaskrun => "single issuer, deferred task running",
+            RingFlavor::CoopTaskrun => "cooperative task running",
+            RingFlavor::Plain => "plain",
+        })
+    }
+}
+
 /// IORING_RECVSEND_POLL_FIRST (not re-exported by the io-uring crate).
 const RECVSEND_POLL_FIRST: u16 = 1;
 

@@ -1,6 +1,7 @@
 //! Instruction counts (callgrind) for the wire codec's hot paths: per DataRow scanned
-//! (split + decode), per Query encoded, per Bind(10 params) decoded. Setup is excluded.
-//! Per-row cost = (rows_1000 - rows_1) / 999.
+//! (split + decode), per Query encoded, per Bind(10 params) decoded, and the session-state
+//! scan transaction pooling runs on every Query and Parse (pgbench's own statements, and a
+//! 1 KiB one). Setup is excluded. Per-row cost = (rows_1000 - rows_1) / 999.
 
 use std::hint::black_box;
 
@@ -11,6 +12,7 @@ use pgtier_wire::framing::split_message;
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::DataRow;
 use pgtier_wire::messages::frontend::{Bind, Query};
+use pgtier_wire::session_state::classify_query;
 
 fn data_rows(rows: usize) -> BytesMut {
     let mut buf = BytesMut::with_capacity(rows * 100);
@@ -63,5 +65,33 @@ fn decode_bind(frame: BytesMut) -> usize {
     }
 }
 
-library_benchmark_group!(name = wire; benchmarks = scan_data_rows, encode_query, decode_bind);
+fn query_body(sql: &str) -> Vec<u8> {
+    let mut body = sql.as_bytes().to_vec();
+    body.push(0);
+    body
+}
+
+fn long_query() -> Vec<u8> {
+    let columns: Vec<String> = (0..60).map(|n| format!("column_{n:02}")).collect();
+    query_body(&format!(
+        "SELECT {} FROM some_table WHERE id = $1",
+        columns.join(", ")
+    ))
+}
+
+#[library_benchmark]
+#[bench::pgbench_select(query_body("SELECT abalance FROM pgbench_accounts WHERE aid = 46192;"))]
+#[bench::pgbench_update(query_body(
+    "UPDATE pgbench_accounts SET abalance = abalance + -4043 WHERE aid = 46192;"
+))]
+#[bench::set_work_mem(query_body("SET work_mem = '64MB'"))]
+#[bench::one_kib(long_query())]
+fn scan_session_state(body: Vec<u8>) -> u32 {
+    classify_query(black_box(&body)).bits()
+}
+
+library_benchmark_group!(
+    name = wire;
+    benchmarks = scan_data_rows, encode_query, decode_bind, scan_session_state
+);
 main!(library_benchmark_groups = wire);

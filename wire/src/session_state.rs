@@ -270,7 +270,9 @@ const WORD_CAP: usize = 64;
 /// Fixed size (88 bytes on x86-64; a test bounds it at 128), no heap allocation, ever.
 #[derive(Clone, Debug)]
 pub struct StateScanner {
-    /// The current word, quoted identifier or dollar-quote tag: its first `WORD_CAP` bytes.
+    /// The current quoted identifier or dollar-quote tag, or an unquoted word that a chunk
+    /// boundary cut: its first `WORD_CAP` bytes. A word that ends in the chunk it starts in is
+    /// classified where it lies and never copied here.
     word: [u8; WORD_CAP],
     /// Length of the current word or tag, saturating; above `WORD_CAP` only a prefix is kept.
     word_len: u32,
@@ -298,8 +300,10 @@ enum StrKind {
     Escape,
 }
 
-/// Where the lexer is. Each state that "may" become something looks at one more byte and
-/// either consumes it or hands it back to `Normal`.
+/// Where the lexer is between chunks. `Normal` consumes whole runs of words, whitespace and
+/// punctuation; the other states are where a token can be cut by the end of a chunk. Each
+/// state that "may" become something looks at one more byte and either consumes it or hands
+/// it back to `Normal`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lex {
     /// Parse only: inside the statement name, before its NUL.
@@ -318,7 +322,7 @@ enum Lex {
     BlockSlash,
     /// Inside a comment after one or more `*`: a `/` closes one level.
     BlockStar,
-    /// Inside an unquoted word, its bytes in `word`.
+    /// Inside an unquoted word that the previous chunk ended, its bytes in `word`.
     Word,
     /// Inside `"..."` (`U&"..."` when `unicode`), the name so far in `word`.
     Quoted { unicode: bool },
@@ -330,7 +334,8 @@ enum Lex {
     StrEnd(StrKind),
     /// After a backslash in an escape string: the next byte is literal.
     StrBackslash,
-    /// After the one-letter word `u` ended by `&`: `U&'...'` or `U&"..."` may follow.
+    /// After the one-letter word `u` (in `word`) ended by `&`: `U&'...'` or `U&"..."` may
+    /// follow.
     UAmp,
     /// After a `$` outside a word: a dollar-quote delimiter, a parameter (`$1`) or a lone `$`.
     Dollar,
@@ -351,6 +356,19 @@ enum Token {
     Symbol(u8),
     /// A string constant of any kind, dollar-quoted included.
     Str,
+}
+
+impl Token {
+    /// Once a statement's first words have decided (`Head::Rest`), this token can neither
+    /// reveal anything nor change what the next one means: [`Statement::anywhere`] gives
+    /// nothing for it and [`Prev::of`] gives `Other`. Most tokens are so.
+    fn inert_in_rest(self) -> bool {
+        match self {
+            Token::Word(kw) => !kw.matters_in_rest(),
+            Token::Symbol(b) => b != b';',
+            Token::Str => true,
+        }
+    }
 }
 
 /// The words the grammar distinguishes; everything else is `Ident`.
@@ -398,55 +416,120 @@ enum Kw {
     AdvisoryUnlockAll,
 }
 
+/// The spelling of every [`Kw`] but `Ident`, lowercase, shortest first (checked at compile
+/// time, in [`BY_LEN`]). `pg_temp_<digits>` is matched apart, in [`Kw::of`].
+const KEYWORDS: &[(&[u8], Kw)] = &[
+    (b"to", Kw::To),
+    (b"set", Kw::Set),
+    (b"all", Kw::All),
+    (b"load", Kw::Load),
+    (b"from", Kw::From),
+    (b"time", Kw::Time),
+    (b"zone", Kw::Zone),
+    (b"temp", Kw::Temp),
+    (b"into", Kw::Into),
+    (b"with", Kw::With),
+    (b"hold", Kw::Hold),
+    (b"reset", Kw::Reset),
+    (b"close", Kw::Close),
+    (b"local", Kw::Local),
+    (b"names", Kw::Names),
+    (b"plans", Kw::Plans),
+    (b"listen", Kw::Listen),
+    (b"create", Kw::Create),
+    (b"global", Kw::Global),
+    (b"discard", Kw::Discard),
+    (b"prepare", Kw::Prepare),
+    (b"declare", Kw::Declare),
+    (b"session", Kw::Session),
+    (b"replace", Kw::Replace),
+    (b"pg_temp", Kw::PgTemp),
+    (b"unlisten", Kw::Unlisten),
+    (b"timezone", Kw::Tracked),
+    (b"temporary", Kw::Temp),
+    (b"sequences", Kw::Sequences),
+    (b"datestyle", Kw::Tracked),
+    (b"deallocate", Kw::Deallocate),
+    (b"set_config", Kw::SetConfig),
+    (b"transaction", Kw::Transaction),
+    (b"constraints", Kw::Constraints),
+    (b"intervalstyle", Kw::Tracked),
+    (b"client_encoding", Kw::Tracked),
+    (b"application_name", Kw::Tracked),
+    (b"pg_advisory_lock", Kw::AdvisoryLock),
+    (b"pg_try_advisory_lock", Kw::AdvisoryLock),
+    (b"pg_advisory_unlock_all", Kw::AdvisoryUnlockAll),
+    (b"pg_advisory_lock_shared", Kw::AdvisoryLock),
+    (b"standard_conforming_strings", Kw::Tracked),
+    (b"pg_try_advisory_lock_shared", Kw::AdvisoryLock),
+];
+
+/// The longest spelling in [`KEYWORDS`].
+const LONGEST_KEYWORD: usize = {
+    let mut longest = 0;
+    let mut i = 0;
+    while i < KEYWORDS.len() {
+        if KEYWORDS[i].0.len() > longest {
+            longest = KEYWORDS[i].0.len();
+        }
+        i += 1;
+    }
+    longest
+};
+
+/// `KEYWORDS[BY_LEN[n]..BY_LEN[n + 1]]` are the keywords of `n` bytes, so a word is compared
+/// only with those of its length. Building it checks [`KEYWORDS`]' order and spelling.
+const BY_LEN: [u8; LONGEST_KEYWORD + 2] = {
+    let mut i = 0;
+    while i < KEYWORDS.len() {
+        let name = KEYWORDS[i].0;
+        assert!(!name.is_empty() && name.len() <= WORD_CAP);
+        assert!(i == 0 || KEYWORDS[i - 1].0.len() <= name.len(), "KEYWORDS: shortest first");
+        let mut at = 0;
+        while at < name.len() {
+            assert!(!name[at].is_ascii_uppercase(), "KEYWORDS: lowercase");
+            at += 1;
+        }
+        i += 1;
+    }
+    assert!(KEYWORDS.len() <= u8::MAX as usize);
+    let mut starts = [0; LONGEST_KEYWORD + 2];
+    let mut len = 0;
+    while len < starts.len() {
+        let mut shorter = 0;
+        while shorter < KEYWORDS.len() && KEYWORDS[shorter].0.len() < len {
+            shorter += 1;
+        }
+        starts[len] = shorter as u8;
+        len += 1;
+    }
+    starts
+};
+
 impl Kw {
-    /// Classifies a word already lowercased (ASCII).
+    /// Classifies a word, ASCII case-insensitively (as PostgreSQL folds unquoted words; a
+    /// quoted identifier is folded too, which can only over-report).
     fn of(word: &[u8]) -> Kw {
-        match word {
-            b"set" => Kw::Set,
-            b"reset" => Kw::Reset,
-            b"discard" => Kw::Discard,
-            b"listen" => Kw::Listen,
-            b"unlisten" => Kw::Unlisten,
-            b"deallocate" => Kw::Deallocate,
-            b"prepare" => Kw::Prepare,
-            b"load" => Kw::Load,
-            b"declare" => Kw::Declare,
-            b"close" => Kw::Close,
-            b"local" => Kw::Local,
-            b"session" => Kw::Session,
-            b"to" => Kw::To,
-            b"from" => Kw::From,
-            b"time" => Kw::Time,
-            b"zone" => Kw::Zone,
-            b"names" => Kw::Names,
-            b"transaction" => Kw::Transaction,
-            b"constraints" => Kw::Constraints,
-            b"all" => Kw::All,
-            b"temp" | b"temporary" => Kw::Temp,
-            b"plans" => Kw::Plans,
-            b"sequences" => Kw::Sequences,
-            b"create" => Kw::Create,
-            b"replace" => Kw::Replace,
-            b"global" => Kw::Global,
-            b"into" => Kw::Into,
-            b"with" => Kw::With,
-            b"hold" => Kw::Hold,
-            b"client_encoding"
-            | b"datestyle"
-            | b"timezone"
-            | b"intervalstyle"
-            | b"standard_conforming_strings"
-            | b"application_name" => Kw::Tracked,
-            b"set_config" => Kw::SetConfig,
-            b"pg_advisory_lock"
-            | b"pg_advisory_lock_shared"
-            | b"pg_try_advisory_lock"
-            | b"pg_try_advisory_lock_shared" => Kw::AdvisoryLock,
-            b"pg_advisory_unlock_all" => Kw::AdvisoryUnlockAll,
-            b"pg_temp" => Kw::PgTemp,
-            // A session's temporary schema by its real name, pg_temp_<backend slot>.
-            [b'p', b'g', b'_', b't', b'e', b'm', b'p', b'_', digits @ ..]
-                if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) =>
+        let Some(first) = word.first().map(u8::to_ascii_lowercase) else {
+            return Kw::Ident;
+        };
+        let start = BY_LEN.get(word.len()).copied().unwrap_or(0);
+        let end = BY_LEN.get(word.len() + 1).copied().unwrap_or(0);
+        let same_len = KEYWORDS
+            .get(usize::from(start)..usize::from(end))
+            .unwrap_or_default();
+        for &(name, kw) in same_len {
+            // The first byte rules out most candidates before a whole comparison.
+            if name.first() == Some(&first) && name.eq_ignore_ascii_case(word) {
+                return kw;
+            }
+        }
+        // A session's temporary schema by its real name, pg_temp_<backend slot>.
+        match word.split_at_checked(b"pg_temp_".len()) {
+            Some((prefix, digits))
+                if prefix.eq_ignore_ascii_case(b"pg_temp_")
+                    && !digits.is_empty()
+                    && digits.iter().all(u8::is_ascii_digit) =>
             {
                 Kw::PgTemp
             }
@@ -463,6 +546,99 @@ impl Kw {
             _ => Kw::Ident,
         }
     }
+
+    /// Whether this word can count after a statement's first words have decided: the names
+    /// counted anywhere, `TEMP`, and the words that make a `TEMP` after them count
+    /// ([`Statement::anywhere`] and [`Prev::of`] look at no others).
+    const fn matters_in_rest(self) -> bool {
+        matches!(
+            self,
+            Kw::SetConfig
+                | Kw::AdvisoryLock
+                | Kw::AdvisoryUnlockAll
+                | Kw::PgTemp
+                | Kw::Temp
+                | Kw::Create
+                | Kw::Replace
+                | Kw::Global
+                | Kw::Local
+                | Kw::Into
+                | Kw::With
+        )
+    }
+}
+
+/// A cheap test that rules out almost every word that cannot matter in `Head::Rest`, so that
+/// the words of a statement's body are not looked up at all. Each spelling that matters there
+/// (the [`KEYWORDS`] whose [`Kw::matters_in_rest`], and `pg_temp_<digits>`) owns one bit; a
+/// word passes only if some bit is set for its length and for each of its first three bytes
+/// (in either case). It never rejects a word that matters; what passes is looked up exactly.
+struct RestSieve {
+    by_len: [u32; WORD_CAP + 1],
+    by_byte: [[u32; 256]; 3],
+}
+
+const REST_SIEVE: RestSieve = RestSieve::build();
+
+impl RestSieve {
+    const fn build() -> RestSieve {
+        let mut sieve = RestSieve {
+            by_len: [0; WORD_CAP + 1],
+            by_byte: [[0; 256]; 3],
+        };
+        let mut bit = 0;
+        let mut i = 0;
+        while i < KEYWORDS.len() {
+            let (name, kw) = KEYWORDS[i];
+            if kw.matters_in_rest() {
+                sieve = sieve.with(name, name.len(), name.len(), 1 << bit);
+                bit += 1;
+            }
+            i += 1;
+        }
+        // pg_temp_<digits>: 9 bytes or more (a word longer than WORD_CAP names nothing).
+        sieve.with(b"pg_", b"pg_temp_0".len(), WORD_CAP, 1 << bit)
+    }
+
+    /// Marks the spelling that starts with `name`'s first three bytes and has `shortest` to
+    /// `longest` bytes with `bit`.
+    const fn with(mut self, name: &[u8], shortest: usize, longest: usize, bit: u32) -> RestSieve {
+        assert!(name.len() >= 3 && bit != 0, "RestSieve: at most 32 spellings, 3 bytes or more");
+        let mut len = shortest;
+        while len <= longest {
+            self.by_len[len] |= bit;
+            len += 1;
+        }
+        let mut at = 0;
+        while at < 3 {
+            self.by_byte[at][name[at] as usize] |= bit;
+            self.by_byte[at][name[at].to_ascii_uppercase() as usize] |= bit;
+            at += 1;
+        }
+        self
+    }
+
+    /// False only if `word` is no spelling that matters in `Head::Rest`.
+    fn passes(&self, word: &[u8]) -> bool {
+        let [a, b, c, ..] = *word else {
+            return false;
+        };
+        let by_len = self.by_len.get(word.len()).copied().unwrap_or(0);
+        by_len
+            & self.by_byte[0][usize::from(a)]
+            & self.by_byte[1][usize::from(b)]
+            & self.by_byte[2][usize::from(c)]
+            != 0
+    }
+}
+
+/// What a word (quoted or not, as written) means to the grammar at `head`. A word longer than
+/// `WORD_CAP` is longer than anything we look for (and than PostgreSQL keeps).
+fn word_kw(head: Head, word: &[u8]) -> Kw {
+    if word.len() > WORD_CAP || (head == Head::Rest && !REST_SIEVE.passes(word)) {
+        return Kw::Ident;
+    }
+    Kw::of(word)
 }
 
 /// The statement grammar: what a statement's first words, and a few words anywhere in it, say.
@@ -591,8 +767,23 @@ impl Statement {
         prev: Prev::Other,
     };
 
-    /// One token of the statement (never the `;` that ends it).
+    /// One token of the statement, or the `;` that ends it.
+    #[inline]
     fn token(&mut self, token: Token) -> Effects {
+        if self.head == Head::Rest && token.inert_in_rest() {
+            // The common case, short-cut: what `decide` would give (a test checks).
+            self.prev = Prev::Other;
+            return Effects::NONE;
+        }
+        self.decide(token)
+    }
+
+    /// `token` for a token that may count.
+    #[inline(never)]
+    fn decide(&mut self, token: Token) -> Effects {
+        if token == Token::Symbol(b';') {
+            return self.end();
+        }
         let anywhere = self.anywhere(token);
         let (head, first_words) = self.advance(token);
         self.head = head;
@@ -719,6 +910,75 @@ const fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
 }
 
+/// What a byte does between tokens (in `Lex::Normal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Space,
+    /// `ident_start`: a word begins.
+    Word,
+    /// Punctuation, an operator byte or a digit: a token of its own (a number's digits too: the
+    /// grammar never needs a number).
+    Symbol,
+    /// The end of the SQL text.
+    Nul,
+    Quote,
+    DoubleQuote,
+    Dollar,
+    Dash,
+    Slash,
+}
+
+impl Class {
+    const fn of(b: u8) -> Class {
+        if is_space(b) {
+            return Class::Space;
+        }
+        if is_ident_start(b) {
+            return Class::Word;
+        }
+        match b {
+            0 => Class::Nul,
+            b'\'' => Class::Quote,
+            b'"' => Class::DoubleQuote,
+            b'$' => Class::Dollar,
+            b'-' => Class::Dash,
+            b'/' => Class::Slash,
+            _ => Class::Symbol,
+        }
+    }
+}
+
+/// The byte predicates the hot loops ask, as tables: one load per byte instead of a chain of
+/// comparisons.
+const CLASS: [Class; 256] = {
+    let mut table = [Class::Symbol; 256];
+    let mut b = 0;
+    while b < table.len() {
+        table[b] = Class::of(b as u8);
+        b += 1;
+    }
+    table
+};
+const IDENT_CONT: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < table.len() {
+        table[b] = is_ident_cont(b as u8);
+        b += 1;
+    }
+    table
+};
+
+/// Where the word bytes (`ident_cont`) starting at `from` end: the index of the first other
+/// byte, or `input.len()`.
+fn word_end(input: &[u8], from: usize) -> usize {
+    let rest = input.get(from..).unwrap_or_default();
+    match rest.iter().position(|&b| !IDENT_CONT[usize::from(b)]) {
+        Some(len) => from + len,
+        None => input.len(),
+    }
+}
+
 /// `usize` to the saturating `u32` lengths kept in the scanner.
 fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -825,35 +1085,78 @@ impl StateScanner {
         }
     }
 
+    /// Between tokens: consumes whitespace, punctuation and whole words in one loop, and
+    /// returns at the first byte that enters another state (or the end of `input`).
     fn step_normal(&mut self, input: &[u8]) -> usize {
-        for (at, &b) in input.iter().enumerate() {
-            if is_space(b) {
-                continue;
-            }
-            if is_ident_start(b) {
-                self.start_word(b);
-                self.lex = Lex::Word;
-                return at + 1;
-            }
-            match b {
-                0 => self.end_of_sql(),
-                b'"' => {
+        let mut at = 0;
+        while let Some(&b) = input.get(at) {
+            at += 1;
+            match CLASS[usize::from(b)] {
+                Class::Space => {}
+                Class::Symbol => {
+                    self.token(Token::Symbol(b));
+                }
+                Class::Word => {
+                    let start = at - 1;
+                    at = word_end(input, at);
+                    let Some(&next) = input.get(at) else {
+                        // The word may go on in the next chunk.
+                        self.word_len = 0;
+                        self.push_word(&input[start..]);
+                        self.lex = Lex::Word;
+                        return at;
+                    };
+                    at += self.end_word(&input[start..at], next);
+                    if !matches!(self.lex, Lex::Normal) {
+                        return at;
+                    }
+                }
+                Class::Nul => {
+                    self.end_of_sql();
+                    return at;
+                }
+                Class::DoubleQuote => {
                     self.word_len = 0;
                     self.lex = Lex::Quoted { unicode: false };
+                    return at;
                 }
-                b'\'' => match self.continues.take() {
-                    Some(kind) => self.lex = Lex::Str(kind),
-                    None => self.start_string(self.plain),
+                Class::Quote => {
+                    match self.continues.take() {
+                        Some(kind) => self.lex = Lex::Str(kind),
+                        None => self.start_string(self.plain),
+                    }
+                    return at;
+                }
+                // Decided here when the next byte is in this chunk and cannot continue them
+                // (the common `$1`, `a - b`, `a / b`); the states decide otherwise.
+                Class::Dollar => match input.get(at) {
+                    Some(&next) if next != b'$' && !is_ident_start(next) => {
+                        self.token(Token::Symbol(b));
+                    }
+                    _ => {
+                        self.lex = Lex::Dollar;
+                        return at;
+                    }
                 },
-                b'$' => self.lex = Lex::Dollar,
-                b'-' => self.lex = Lex::Dash,
-                b'/' => self.lex = Lex::Slash,
-                _ => {
-                    self.token(Token::Symbol(b));
-                    continue;
-                }
+                Class::Dash => match input.get(at) {
+                    Some(&next) if next != b'-' => {
+                        self.token(Token::Symbol(b));
+                    }
+                    _ => {
+                        self.lex = Lex::Dash;
+                        return at;
+                    }
+                },
+                Class::Slash => match input.get(at) {
+                    Some(&next) if next != b'*' => {
+                        self.token(Token::Symbol(b));
+                    }
+                    _ => {
+                        self.lex = Lex::Slash;
+                        return at;
+                    }
+                },
             }
-            return at + 1;
         }
         input.len()
     }
@@ -930,38 +1233,50 @@ impl StateScanner {
         1
     }
 
+    /// The rest of a word the previous chunk cut.
     fn step_word(&mut self, input: &[u8]) -> usize {
-        let len = input
-            .iter()
-            .position(|&b| !is_ident_cont(b))
-            .unwrap_or(input.len());
+        let len = word_end(input, 0);
         self.push_word(&input[..len]);
-        match input.get(len) {
-            Some(&b) => len + self.end_word(b),
-            None => len,
+        let Some(&b) = input.get(len) else {
+            return len;
+        };
+        if self.word_len == 1 && self.one_letter_prefix(self.word[0], b) {
+            return len + 1;
         }
+        self.emit_word(false);
+        self.lex = Lex::Normal;
+        len
     }
 
-    /// The byte `b` ends the current unquoted word; returns 1 if the word's end used it.
-    fn end_word(&mut self, b: u8) -> usize {
-        let one_letter = if self.word_len == 1 {
-            self.word[0].to_ascii_lowercase()
-        } else {
-            0
-        };
-        match (one_letter, b) {
+    /// The unquoted word `word` (all of it, as written) ended in `Normal` before the byte `b`;
+    /// returns 1 if the word's end used `b`.
+    fn end_word(&mut self, word: &[u8], b: u8) -> usize {
+        if let [letter] = *word {
+            if self.one_letter_prefix(letter, b) {
+                return 1;
+            }
+        }
+        let kw = word_kw(self.statement.head, word);
+        self.token(Token::Word(kw));
+        0
+    }
+
+    /// A one-letter word `letter` ended by `b`: whether the two start a string or a Unicode
+    /// literal (then `b` is used and the word is no token).
+    fn one_letter_prefix(&mut self, letter: u8, b: u8) -> bool {
+        match (letter.to_ascii_lowercase(), b) {
             // E'...' escape string; B'...', X'...' bit strings; N'...' national (plain).
             (b'e', b'\'') => self.start_string(StrKind::Escape),
             (b'b' | b'x', b'\'') => self.start_string(StrKind::Standard),
             (b'n', b'\'') => self.start_string(self.plain),
-            (b'u', b'&') => self.lex = Lex::UAmp,
-            _ => {
-                self.emit_word(false);
-                self.lex = Lex::Normal;
-                return 0;
+            (b'u', b'&') => {
+                // Kept: if no quote follows, `u` is a word after all.
+                self.start_word(letter);
+                self.lex = Lex::UAmp;
             }
+            _ => return false,
         }
-        1
+        true
     }
 
     fn step_quoted(&mut self, input: &[u8], unicode: bool) -> usize {
@@ -1155,26 +1470,20 @@ impl StateScanner {
         self.word_len = self.word_len.saturating_add(len_u32(bytes.len()));
     }
 
-    /// Hands the finished word to the grammar.
+    /// Hands the word in `word` to the grammar.
     fn emit_word(&mut self, quoted: bool) {
-        let kw = match self.word.get_mut(..self.word_len as usize) {
-            Some(word) => {
-                word.make_ascii_lowercase();
-                Kw::of(word)
-            }
-            // Longer than anything we look for (and than PostgreSQL keeps).
-            None => Kw::Ident,
-        };
+        // A word longer than `WORD_CAP` was not kept whole: an identifier (see `word_kw`).
+        let kw = self
+            .word
+            .get(..self.word_len as usize)
+            .map_or(Kw::Ident, |word| word_kw(self.statement.head, word));
         self.token(Token::Word(if quoted { kw.quoted() } else { kw }));
     }
 
+    #[inline]
     fn token(&mut self, token: Token) -> &mut Self {
         self.continues = None;
-        if token == Token::Symbol(b';') {
-            self.found |= self.statement.end();
-        } else {
-            self.found |= self.statement.token(token);
-        }
+        self.found |= self.statement.token(token);
         self
     }
 
@@ -1267,6 +1576,90 @@ mod tests {
         assert_eq!(Kw::of(b"pg_toast_temp_1"), Kw::Ident);
         assert_eq!(Kw::Set.quoted(), Kw::Ident);
         assert_eq!(Kw::Tracked.quoted(), Kw::Tracked);
+    }
+
+    #[test]
+    fn keywords_are_found_in_any_case() {
+        for &(name, kw) in KEYWORDS {
+            assert_eq!(Kw::of(name), kw, "{}", name.escape_ascii());
+            assert_eq!(Kw::of(&name.to_ascii_uppercase()), kw);
+            let mut mixed = name.to_vec();
+            mixed[0] = mixed[0].to_ascii_uppercase();
+            assert_eq!(Kw::of(&mixed), kw);
+            assert_eq!(Kw::of(&name[1..]), Kw::Ident, "{}", name.escape_ascii());
+            assert_eq!(Kw::of(&[name, b"x"].concat()), Kw::Ident);
+        }
+        for (i, &(name, _)) in KEYWORDS.iter().enumerate() {
+            assert!(KEYWORDS[..i].iter().all(|&(other, _)| other != name));
+        }
+        assert_eq!(Kw::of(b"PG_TEMP_3"), Kw::PgTemp);
+        assert_eq!(Kw::of(b""), Kw::Ident);
+        assert_eq!(Kw::of(b"s\xc3\xa9t"), Kw::Ident);
+    }
+
+    #[test]
+    fn the_rest_sieve_passes_every_word_that_matters() {
+        let mut matter = 0;
+        for &(name, kw) in KEYWORDS {
+            if kw.matters_in_rest() {
+                matter += 1;
+                assert!(REST_SIEVE.passes(name), "{}", name.escape_ascii());
+                assert!(REST_SIEVE.passes(&name.to_ascii_uppercase()));
+            }
+        }
+        assert_eq!(matter, 15);
+        let mut pg_temp_n = b"pg_temp_".to_vec();
+        while pg_temp_n.len() < WORD_CAP {
+            pg_temp_n.push(b'7');
+            assert!(REST_SIEVE.passes(&pg_temp_n));
+            assert!(REST_SIEVE.passes(&pg_temp_n.to_ascii_uppercase()));
+        }
+        // What it is for: the words of ordinary statements do not pass.
+        for word in [&b"pgbench_accounts"[..], b"abalance", b"column_00", b"where", b"set"] {
+            assert!(!REST_SIEVE.passes(word), "{}", word.escape_ascii());
+        }
+    }
+
+    /// `Statement::token`'s short cut for inert tokens gives what its general path would.
+    #[test]
+    fn inert_tokens_change_nothing_in_rest() {
+        let mut tokens = vec![Token::Str, Token::Word(Kw::Ident)];
+        tokens.extend(KEYWORDS.iter().map(|&(_, kw)| Token::Word(kw)));
+        tokens.extend((0..=u8::MAX).filter(|&b| b != b';').map(Token::Symbol));
+        let mut matters = Vec::new();
+        for token in tokens {
+            for prev in [Prev::Other, Prev::TempIntro, Prev::With] {
+                let statement = Statement {
+                    head: Head::Rest,
+                    prev,
+                };
+                let general = (
+                    statement.anywhere(token) | statement.advance(token).1,
+                    statement.advance(token).0,
+                    Prev::of(token),
+                );
+                let inert = (Effects::NONE, Head::Rest, Prev::Other);
+                if token.inert_in_rest() {
+                    assert_eq!(general, inert, "{token:?} after {prev:?}");
+                } else if general != inert {
+                    matters.push(token);
+                }
+            }
+        }
+        // And no token is routed through the general path for nothing.
+        for &(_, kw) in KEYWORDS {
+            let token = Token::Word(kw);
+            assert_eq!(!token.inert_in_rest(), matters.contains(&token), "{kw:?}");
+        }
+    }
+
+    #[test]
+    fn byte_tables_match_the_predicates() {
+        for b in 0..=u8::MAX {
+            assert_eq!(IDENT_CONT[usize::from(b)], is_ident_cont(b));
+            assert_eq!(CLASS[usize::from(b)] == Class::Space, is_space(b));
+            assert_eq!(CLASS[usize::from(b)] == Class::Word, is_ident_start(b));
+        }
     }
 
     #[test]

@@ -1,26 +1,33 @@
 //! Periodic decisions of a slice, run from the worker's timer: which idle servers to close
 //! (`server_lifetime`, `server_idle_timeout` above `min_pool_size`, budgets over a lowered
-//! limit, release requests from other workers, draining pools) and which servers to open (warmup to `min_pool_size`, and retries
-//! for clients that wait while this worker has no server of their pool). Outputs go into
-//! caller-owned vectors so a tick allocates nothing once they have grown.
+//! limit, release requests from other workers, draining pools), which login failures have
+//! served their `server_login_retry`, and which servers to open (warmup to `min_pool_size`,
+//! and retries for clients that wait while this worker has no server of their pool). Outputs
+//! go into caller-owned vectors so a tick allocates nothing once they have grown.
 
 use crate::budget::PoolBudget;
 use crate::lease::{CloseReason, Lease};
-use crate::slice::{Closing, Pool, PoolId, PoolSlice};
+use crate::pool::Pool;
+use crate::slice::{Closing, PoolId, PoolSlice};
 use std::time::Instant;
 
 impl<S, W: Copy> PoolSlice<S, W> {
     /// Moves every idle server that should close now into `out`; their budget slots are
-    /// already given back when this returns.
+    /// already given back when this returns (`leaving` is false). Also ends login failure
+    /// memos whose `retry_at` passed, so their pools can be forgotten.
     pub fn collect_closable(&mut self, now: Instant, out: &mut Vec<Closing<S>>) {
-        for index in 0..self.slots.len() {
-            let Some(id) = u32::try_from(index)
-                .ok()
-                .and_then(|index| self.id_at(index))
-            else {
+        for index in 0..self.slot_count() {
+            let Some(id) = self.id_at_slot(index) else {
                 continue;
             };
             if let Some(pool) = self.pool_mut(id) {
+                if pool
+                    .failure
+                    .as_ref()
+                    .is_some_and(|failure| now >= failure.retry_at)
+                {
+                    pool.failure = None;
+                }
                 close_idle(id, pool, now, out);
             }
             self.forget_if_unused(id);
@@ -30,18 +37,17 @@ impl<S, W: Copy> PoolSlice<S, W> {
     /// Takes budget for servers this slice should open now and pushes one `PoolId` per
     /// server into `out`; end each with [`PoolSlice::opened`] or [`PoolSlice::open_failed`].
     /// Covers warmup to `min_pool_size` (counted across all workers) and pools whose clients
-    /// wait with no server of this worker opening for them.
+    /// wait with no server of this worker opening for them. Also the call to make after
+    /// [`PoolSlice::left`] gave a slot back to the budgets: pools under the same caps whose
+    /// clients wait open with it.
     pub fn collect_opens(&mut self, now: Instant, out: &mut Vec<PoolId>) {
-        for index in 0..self.slots.len() {
-            let Some(id) = u32::try_from(index)
-                .ok()
-                .and_then(|index| self.id_at(index))
-            else {
+        for index in 0..self.slot_count() {
+            let Some(id) = self.id_at_slot(index) else {
                 continue;
             };
             let wanted = self.pool(id).map_or(0, opens_wanted);
             for _ in 0..wanted {
-                if !self.try_open(id, now) {
+                if self.try_open(id, now).is_err() {
                     break;
                 }
                 out.push(id);
@@ -74,6 +80,7 @@ fn close_idle<S>(id: PoolId, pool: &mut Pool<S>, now: Instant, out: &mut Vec<Clo
             pool: id,
             lease,
             reason,
+            leaving: false,
         });
     };
     if pool.draining {

@@ -5,10 +5,11 @@
 //!
 //! Startup parameters split in three:
 //! - `user` and `database` are key fields of their own.
-//! - The tracked set ([`TRACKED_PARAMETERS`]: client_encoding, DateStyle, TimeZone,
-//!   IntervalStyle, standard_conforming_strings, application_name) is re-applied by the proxy
-//!   with SET when a client gets a server whose values differ, so it is left out of the key
-//!   and servers are shared across clients that differ only there.
+//! - The tracked set ([`TRACKED_PARAMETERS`](crate::TRACKED_PARAMETERS): client_encoding,
+//!   DateStyle, TimeZone, IntervalStyle, standard_conforming_strings, application_name, one
+//!   list shared with the welcome cache) is re-applied by the proxy with SET when a client
+//!   gets a server whose values differ, so it is left out of the key and servers are shared
+//!   across clients that differ only there.
 //! - Everything else (`options`, `replication`, `search_path`, `statement_timeout`, any GUC a
 //!   client passes) is part of the key: the server was started with it, and it would otherwise
 //!   leak to a client that never asked for it.
@@ -16,26 +17,9 @@
 //! Parameters the operator listed in `ignore_startup_parameters` are dropped by the caller
 //! before the key is built (they are neither forwarded nor keyed).
 
+use crate::welcome::is_tracked_parameter;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// Startup parameters the proxy re-applies per checkout; not part of the key. Lower case, as
-/// PostgreSQL compares parameter names case-insensitively.
-pub const TRACKED_PARAMETERS: [&str; 6] = [
-    "client_encoding",
-    "datestyle",
-    "timezone",
-    "intervalstyle",
-    "standard_conforming_strings",
-    "application_name",
-];
-
-/// Whether `name` is in [`TRACKED_PARAMETERS`] (case-insensitive).
-pub fn is_tracked_parameter(name: &str) -> bool {
-    TRACKED_PARAMETERS
-        .iter()
-        .any(|tracked| tracked.eq_ignore_ascii_case(name))
-}
 
 /// Whether `name` is a key field of its own rather than a profile parameter.
 fn is_identity_parameter(name: &str) -> bool {
@@ -84,6 +68,11 @@ impl StartupProfile {
 }
 
 /// Which server of a database entry.
+///
+/// A replica is keyed by its address alone, not by its index in the entry's replica list:
+/// the address is what makes two servers interchangeable, and a reload that reorders or
+/// extends the list must not split (or, worse, merge) pools of unchanged replicas. The engine
+/// knows the router's replica id of a session from the session's replica lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ServerTarget {
     /// The entry's single `host`.

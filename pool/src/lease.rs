@@ -1,6 +1,7 @@
 //! The one owner of a server connection while it is outside the idle list. Checkout moves a
 //! `Lease` out of the pool; checkin moves it back. A server is therefore always in exactly one
-//! place: idle in its pool, or in the lease a session holds.
+//! place: idle in its pool, or in the lease a session (or the engine, while ending a leaving
+//! server) holds.
 
 use std::time::Instant;
 
@@ -28,6 +29,12 @@ pub enum CloseReason {
     Draining,
     /// More servers are open than a (lowered) budget limit allows.
     OverLimit,
+    /// Another pool of this worker waits under a full shared budget this server holds
+    /// (`max_db_connections`, `max_user_connections`).
+    SharedBudgetFull,
+    /// This worker needed room for a new pool (`max_pools_per_worker`) and this server's pool
+    /// was the least recently used one nobody was registered with.
+    PoolEvicted,
 }
 
 impl CloseReason {
@@ -39,6 +46,8 @@ impl CloseReason {
             CloseReason::ReleaseRequested => "release requested",
             CloseReason::Draining => "pool draining",
             CloseReason::OverLimit => "over pool size",
+            CloseReason::SharedBudgetFull => "shared connection cap full",
+            CloseReason::PoolEvicted => "pool evicted (max_pools_per_worker)",
         }
     }
 }

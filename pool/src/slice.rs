@@ -1,62 +1,37 @@
 //! One worker's slice of the server pool: pools by exact key, idle servers reused most recently
-//! used first (so the coldest age out under `server_idle_timeout`), counts per state, and the
-//! FIFO of clients waiting for a server. Pure: time is an argument, the only shared state is the
-//! [`PoolBudget`](crate::PoolBudget)s the caller hands in.
+//! used first (so the coldest age out under `server_idle_timeout`), counts per state, the FIFO
+//! of clients waiting for a server, and per pool what its logins taught (the welcome cache, a
+//! login failure to report). Pure: time is an argument, the only shared state is the
+//! [`PoolBudget`]s the caller hands in.
 //!
 //! Sessions look their key up once with [`PoolSlice::register`] (the only hashing and the only
 //! allocation for a new key) and then use the returned [`PoolId`], an index, for every checkout.
+//!
+//! A pool is *listed* (found by [`PoolSlice::find`] and [`PoolSlice::register`]) until it is
+//! drained or evicted; from then on it only empties, reached through the ids already handed
+//! out, and a new registration of its key gets a fresh pool (a replica back up, an entry
+//! changed by a reload, a key registered again after eviction). A pool is forgotten, its id
+//! going stale, once it is unused: no registration, no server in any state, no waiter, no
+//! handed-over slot, and no login failure still in force (that one is dropped by
+//! [`PoolSlice::collect_closable`] once `retry_at` passed, so a stream of clients with a bad
+//! password meets the memo instead of one login attempt each).
 
 use crate::budget::PoolBudget;
 use crate::key::PoolKey;
 use crate::lease::{CloseReason, Lease};
-use crate::waiters::{List, WaitTicket, Waiters};
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use crate::pool::{LoginFailure, Pool, PoolLimits};
+use crate::waiters::{WaitTicket, Waiters};
+use crate::welcome::{Spellings, Welcome};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::time::Instant;
 
 /// A registered pool in one slice. Stays valid while the session that registered it has not
-/// called [`PoolSlice::unregister`].
+/// called [`PoolSlice::unregister`], and while the pool holds anything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolId {
     index: u32,
     generation: u32,
-}
-
-/// Limits of one pool, set at registration and by [`PoolSlice::set_limits`].
-#[derive(Clone, Debug)]
-pub struct PoolLimits {
-    /// `pool_size` (+ `reserve_pool_size`) of this (entry, user, server) across all workers.
-    pub pool_budget: Arc<PoolBudget>,
-    /// Wider caps shared with other pools (`max_db_connections`, `max_user_connections`).
-    pub shared_budgets: Vec<Arc<PoolBudget>>,
-    /// Servers kept open across all workers even when idle (`min_pool_size`).
-    pub min_pool_size: u32,
-    /// A waiter older than this may use the reserve (`reserve_pool_timeout`; None = never).
-    pub reserve_pool_timeout: Option<Duration>,
-    /// Close servers idle this long (`server_idle_timeout`; None = never).
-    pub server_idle_timeout: Option<Duration>,
-    /// Close servers connected this long when they are next unused (`server_lifetime`; zero
-    /// means each server serves one checkout).
-    pub server_lifetime: Duration,
-}
-
-impl PoolLimits {
-    /// Limits with a pool budget and PgBouncer's default timeouts, for tests and simple setups.
-    pub fn with_budget(pool_budget: Arc<PoolBudget>) -> PoolLimits {
-        PoolLimits {
-            pool_budget,
-            shared_budgets: Vec::new(),
-            min_pool_size: 0,
-            reserve_pool_timeout: None,
-            server_idle_timeout: Some(Duration::from_secs(600)),
-            server_lifetime: Duration::from_secs(3600),
-        }
-    }
-
-    pub(crate) fn budgets(&self) -> impl Iterator<Item = &PoolBudget> {
-        std::iter::once(self.pool_budget.as_ref())
-            .chain(self.shared_budgets.iter().map(Arc::as_ref))
-    }
 }
 
 /// Servers and waiters of one pool (or of a whole slice) by state.
@@ -68,14 +43,16 @@ pub struct PoolCounts {
     pub active: u32,
     /// Being connected (budget taken, not yet [`PoolSlice::opened`]).
     pub opening: u32,
+    /// Out of the pool to be closed with their slots still held (not yet [`PoolSlice::left`]).
+    pub leaving: u32,
     /// Clients parked for a server.
     pub waiting: u32,
 }
 
 impl PoolCounts {
-    /// Servers this worker holds budget for: idle + active + opening.
+    /// Servers this worker holds budget for: idle + active + opening + leaving.
     pub fn servers(&self) -> u32 {
-        self.idle + self.active + self.opening
+        self.idle + self.active + self.opening + self.leaving
     }
 }
 
@@ -93,14 +70,22 @@ pub enum Checkin<S, W> {
         reason: CloseReason,
         open_replacement: bool,
     },
+    /// Worker `to` asked for a server of this pool ([`PoolSlice::release_for`]): end this one
+    /// (Terminate, then wait for the connection to close) and report [`PoolSlice::left`],
+    /// which hands its slot to `to`. The server counts as leaving until then.
+    HandOver { lease: Lease<S>, to: usize },
 }
 
-/// An idle server housekeeping took out of the pool to close.
+/// An idle server taken out of the pool to close.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Closing<S> {
     pub pool: PoolId,
     pub lease: Lease<S>,
     pub reason: CloseReason,
+    /// True: the server counts as leaving and still holds its budget slots; report
+    /// [`PoolSlice::left`] for `pool` once its connection is closed. False: its slots are
+    /// given back already.
+    pub leaving: bool,
 }
 
 /// A waiter whose deadline passed.
@@ -113,7 +98,8 @@ pub struct Expired<W> {
 /// Refusals of [`PoolSlice::register`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolError {
-    /// The slice already holds `max_pools` pools (`max_pools_per_worker`).
+    /// The slice already holds `max_pools` pools (`max_pools_per_worker`); see
+    /// [`PoolSlice::evict_for_room`].
     TooManyPools { max_pools: usize },
 }
 
@@ -130,35 +116,16 @@ impl std::fmt::Display for PoolError {
 
 impl std::error::Error for PoolError {}
 
-/// One pool's state.
-#[derive(Debug)]
-pub(crate) struct Pool<S> {
-    pub(crate) key: PoolKey,
-    pub(crate) limits: PoolLimits,
-    /// Back = most recently used.
-    pub(crate) idle: VecDeque<Lease<S>>,
-    pub(crate) active: u32,
-    pub(crate) opening: u32,
-    pub(crate) registrations: u32,
-    pub(crate) waiters: List,
-    /// No new opens before this (after a failed connect, `server_login_retry`).
-    pub(crate) retry_at: Option<Instant>,
-    pub(crate) draining: bool,
-}
-
-impl<S> Pool<S> {
-    pub(crate) fn counts(&self) -> PoolCounts {
-        PoolCounts {
-            idle: u32::try_from(self.idle.len()).unwrap_or(u32::MAX),
-            active: self.active,
-            opening: self.opening,
-            waiting: self.waiters.len(),
-        }
-    }
-
-    fn is_unused(&self) -> bool {
-        self.registrations == 0 && self.counts() == PoolCounts::default()
-    }
+/// Why [`PoolSlice::try_open`] took no slot. A refusal changes no count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The pool is draining, in its login-retry pause (`retry_at`), or the id is stale.
+    NotNow,
+    /// The pool's own budget (pool_size, plus the reserve when allowed) is spent.
+    PoolFull,
+    /// A shared budget (max_db_connections / max_user_connections) is spent; its index in
+    /// [`PoolLimits::shared_budgets`].
+    SharedFull { budget: usize },
 }
 
 #[derive(Debug)]
@@ -172,29 +139,40 @@ pub(crate) struct Slot<S> {
 pub struct PoolSlice<S, W> {
     pub(crate) slots: Vec<Slot<S>>,
     free_slots: Vec<u32>,
+    /// Listed pools only, which are exactly the pools not draining (see the module doc).
     by_key: HashMap<PoolKey, PoolId, ahash::RandomState>,
     pub(crate) waiters: Waiters<W>,
     max_pools: usize,
+    /// Workers sharing the budgets, for each pool's fair share.
+    pub(crate) workers: u32,
 }
 
 impl<S, W: Copy> PoolSlice<S, W> {
-    /// An empty slice holding at most `max_pools` pools.
-    pub fn new(max_pools: usize) -> PoolSlice<S, W> {
+    /// An empty slice holding at most `max_pools` listed pools, one of `workers` workers.
+    pub fn new(max_pools: usize, workers: usize) -> PoolSlice<S, W> {
         PoolSlice {
             slots: Vec::new(),
             free_slots: Vec::new(),
             by_key: HashMap::with_hasher(ahash::RandomState::new()),
             waiters: Waiters::new(),
             max_pools,
+            workers: u32::try_from(workers).unwrap_or(u32::MAX).max(1),
         }
     }
 
     /// Finds or creates the pool for `key` and counts one more session using it. `limits` is
-    /// used only when the pool is new.
-    pub fn register(&mut self, key: &PoolKey, limits: &PoolLimits) -> Result<PoolId, PoolError> {
+    /// used only when the pool is new. On [`PoolError::TooManyPools`], try
+    /// [`PoolSlice::evict_for_room`] and register again.
+    pub fn register(
+        &mut self,
+        key: &PoolKey,
+        limits: &PoolLimits,
+        now: Instant,
+    ) -> Result<PoolId, PoolError> {
         if let Some(&id) = self.by_key.get(key) {
             if let Some(pool) = self.pool_mut(id) {
                 pool.registrations += 1;
+                pool.last_used = now;
             }
             return Ok(id);
         }
@@ -203,28 +181,17 @@ impl<S, W: Copy> PoolSlice<S, W> {
                 max_pools: self.max_pools,
             });
         }
-        let id = self.allocate_slot(Pool {
-            key: key.clone(),
-            limits: limits.clone(),
-            idle: VecDeque::new(),
-            active: 0,
-            opening: 0,
-            registrations: 1,
-            waiters: List::EMPTY,
-            retry_at: None,
-            draining: false,
-        });
+        let id = self.allocate_slot(Pool::new(key.clone(), limits.clone(), now));
         self.by_key.insert(key.clone(), id);
         Ok(id)
     }
 
-    /// The pool for `key`, if registered.
+    /// The listed pool for `key`, if any.
     pub fn find(&self, key: &PoolKey) -> Option<PoolId> {
         self.by_key.get(key).copied()
     }
 
-    /// One session stopped using the pool. The pool is forgotten once nothing refers to it
-    /// and it holds no server and no waiter.
+    /// One session stopped using the pool. The pool is forgotten once it is unused.
     pub fn unregister(&mut self, id: PoolId) {
         if let Some(pool) = self.pool_mut(id) {
             debug_assert!(pool.registrations > 0, "unregister without register");
@@ -238,9 +205,15 @@ impl<S, W: Copy> PoolSlice<S, W> {
         self.pool(id).map(|pool| &pool.key)
     }
 
-    /// Replaces a pool's limits (reload).
+    /// The limits of a pool.
+    pub fn limits(&self, id: PoolId) -> Option<&PoolLimits> {
+        self.pool(id).map(|pool| &pool.limits)
+    }
+
+    /// Replaces a pool's limits (reload); keep the budget `Arc`s (see [`PoolLimits`]).
     pub fn set_limits(&mut self, id: PoolId, limits: PoolLimits) {
         if let Some(pool) = self.pool_mut(id) {
+            pool.spellings.limit = limits.max_spellings;
             pool.limits = limits;
         }
     }
@@ -257,11 +230,12 @@ impl<S, W: Copy> PoolSlice<S, W> {
                 idle: sum.idle + counts.idle,
                 active: sum.active + counts.active,
                 opening: sum.opening + counts.opening,
+                leaving: sum.leaving + counts.leaving,
                 waiting: sum.waiting + counts.waiting,
             })
     }
 
-    /// Every pool with its key and counts (for `SHOW POOLS`).
+    /// Every pool with its key and counts (for `SHOW POOLS`), drained ones included.
     pub fn pools(&self) -> impl Iterator<Item = (PoolId, &PoolKey, PoolCounts)> {
         self.slots.iter().enumerate().filter_map(|(index, slot)| {
             let pool = slot.pool.as_ref()?;
@@ -281,8 +255,23 @@ impl<S, W: Copy> PoolSlice<S, W> {
         Some(lease)
     }
 
-    /// Returns a checked-out server: to the oldest waiter, to the idle list, or to be closed
-    /// (`server_lifetime` passed, pool draining, or another worker asked for the slot).
+    /// Checks out one given idle server (its connection broke while idle, or it must be
+    /// checked before use): it counts as active from now; end it with [`PoolSlice::closed`]
+    /// or [`PoolSlice::checkin`]. None: it is not idle in this pool.
+    pub fn take_idle(&mut self, id: PoolId, server: &S) -> Option<Lease<S>>
+    where
+        S: PartialEq,
+    {
+        let pool = self.pool_mut(id)?;
+        let position = pool.idle.iter().position(|lease| lease.server == *server)?;
+        let lease = pool.idle.remove(position)?;
+        pool.active += 1;
+        Some(lease)
+    }
+
+    /// Returns a checked-out server: to the oldest waiter, to the idle list, to another
+    /// worker that asked for it, or to be closed (`server_lifetime` passed, pool draining, a
+    /// budget over its limit or asking for it back).
     pub fn checkin(&mut self, id: PoolId, mut lease: Lease<S>, now: Instant) -> Checkin<S, W> {
         let Some(pool) = self.pool_mut(id) else {
             return Checkin::Close {
@@ -293,6 +282,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         };
         debug_assert!(pool.active > 0, "checkin without checkout");
         pool.active = pool.active.saturating_sub(1);
+        pool.last_used = now;
         lease.idle_since = now;
         let lifetime_over = now >= lease.opened_at + pool.limits.server_lifetime;
         if pool.draining {
@@ -304,41 +294,54 @@ impl<S, W: Copy> PoolSlice<S, W> {
         self.place(id, lease)
     }
 
-    /// Takes a budget slot to open a new server, if the budgets allow it now; on success the
-    /// pool counts one server opening and the caller must end it with [`PoolSlice::opened`] or
-    /// [`PoolSlice::open_failed`]. A waiter older than `reserve_pool_timeout` may use the
-    /// reserve. When the slot is refused and this worker holds no server of the pool, other
-    /// workers are asked to release an idle one.
-    pub fn try_open(&mut self, id: PoolId, now: Instant) -> bool {
+    /// Takes a slot to open a new server, if the pool and its budgets allow it now; on
+    /// success the pool counts one server opening and the caller must end it with
+    /// [`PoolSlice::opened`] or [`PoolSlice::open_failed`]. A slot handed over by another
+    /// worker ([`PoolSlice::adopt_slot`]) is used first, without touching the budgets (it is
+    /// counted already). A waiter older than `reserve_pool_timeout` may use the reserve.
+    /// When a budget refuses and this worker holds no server of the pool while clients wait,
+    /// other workers are asked (through that budget) to release an idle one.
+    pub fn try_open(&mut self, id: PoolId, now: Instant) -> Result<(), Refusal> {
         let Some(pool) = self.pool(id) else {
-            return false;
+            return Err(Refusal::NotNow);
         };
-        if pool.draining || pool.retry_at.is_some_and(|retry_at| now < retry_at) {
-            return false;
+        let retry_later = pool
+            .failure
+            .as_ref()
+            .is_some_and(|failure| now < failure.retry_at);
+        if pool.draining || retry_later {
+            return Err(Refusal::NotNow);
         }
-        let use_reserve = match (
-            pool.limits.reserve_pool_timeout,
-            self.waiters.front_parked_at(&pool.waiters),
-        ) {
-            (Some(timeout), Some(parked_at)) => parked_at + timeout <= now,
-            _ => false,
-        };
-        let acquired = acquire_all(&pool.limits, use_reserve);
-        if let Err(refused) = acquired {
-            if pool.counts().servers() == 0 && pool.waiters.len() > 0 {
-                refused.request_release();
+        let granted = pool.granted > 0;
+        if !granted {
+            let use_reserve = match (
+                pool.limits.reserve_pool_timeout,
+                self.waiters.front_parked_at(&pool.waiters),
+            ) {
+                (Some(timeout), Some(parked_at)) => parked_at + timeout <= now,
+                _ => false,
+            };
+            if let Err(refusal) = acquire_all(&pool.limits, use_reserve) {
+                let starving = pool.counts().servers() == 0 && pool.waiters.len() > 0;
+                if let Some(budget) = refusing_budget(&pool.limits, refusal).filter(|_| starving) {
+                    budget.request_release();
+                }
+                return Err(refusal);
             }
-            return false;
         }
         if let Some(pool) = self.pool_mut(id) {
+            if granted {
+                pool.granted -= 1;
+            }
             pool.opening += 1;
-            pool.retry_at = None;
+            pool.failure = None;
         }
-        true
+        Ok(())
     }
 
-    /// A server opened by [`PoolSlice::try_open`] is ready: it goes to the oldest waiter or
-    /// into the idle list.
+    /// A server opened by [`PoolSlice::try_open`] is ready (its login succeeded, which ends
+    /// any login failure memo): it goes to a worker that asked for it, to the oldest waiter,
+    /// or into the idle list.
     pub fn opened(&mut self, id: PoolId, server: S, now: Instant) -> Checkin<S, W> {
         let lease = Lease {
             server,
@@ -354,8 +357,10 @@ impl<S, W: Copy> PoolSlice<S, W> {
         };
         debug_assert!(pool.opening > 0, "opened without try_open");
         pool.opening = pool.opening.saturating_sub(1);
+        pool.failure = None;
         if pool.draining {
             pool.limits.budgets().for_each(PoolBudget::release);
+            self.forget_if_unused(id);
             return Checkin::Close {
                 lease,
                 reason: CloseReason::Draining,
@@ -366,16 +371,31 @@ impl<S, W: Copy> PoolSlice<S, W> {
     }
 
     /// Opening a server failed: its slot goes back, and no new open is tried for this pool
-    /// before `retry_at` (`now + server_login_retry`). Waiters stay parked; fail them with
-    /// [`PoolSlice::next_waiter`] if the failure is theirs (bad password, no such database).
-    pub fn open_failed(&mut self, id: PoolId, retry_at: Instant) {
+    /// before `retry_at` (`now + server_login_retry`). `error` (the server's ErrorResponse,
+    /// or pgtier's own) is what clients joining the pool get meanwhile, see
+    /// [`PoolSlice::login_failure`]; None keeps them waiting (a failure that is not theirs).
+    /// Waiters stay parked: fail them with [`PoolSlice::next_waiter`] or
+    /// [`PoolSlice::take_waiters`].
+    pub fn open_failed(&mut self, id: PoolId, retry_at: Instant, error: Option<Bytes>) {
         if let Some(pool) = self.pool_mut(id) {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
-            pool.retry_at = Some(retry_at);
+            pool.failure = Some(LoginFailure { error, retry_at });
             pool.limits.budgets().for_each(PoolBudget::release);
         }
         self.forget_if_unused(id);
+    }
+
+    /// The error a client joining this pool gets now instead of waiting: Some while `now <
+    /// retry_at` of the last failed login and this slice holds no server of the pool (idle,
+    /// active or opening), so a login that may still succeed is waited for.
+    pub fn login_failure(&self, id: PoolId, now: Instant) -> Option<&Bytes> {
+        let pool = self.pool(id)?;
+        let failure = pool.failure.as_ref()?;
+        if now >= failure.retry_at || pool.live_servers() > 0 {
+            return None;
+        }
+        failure.error.as_ref()
     }
 
     /// A checked-out server was closed instead of checked in (dirty, broken, replica down).
@@ -386,30 +406,35 @@ impl<S, W: Copy> PoolSlice<S, W> {
         };
         debug_assert!(pool.active > 0, "closed without checkout");
         pool.active = pool.active.saturating_sub(1);
+        pool.last_used = now;
         pool.limits.budgets().for_each(PoolBudget::release);
-        let replace = pool.waiters.len() > 0 && self.try_open(id, now);
+        let replace = pool.waiters.len() > 0 && self.try_open(id, now).is_ok();
         self.forget_if_unused(id);
         replace
     }
 
     /// Stops a pool: no new servers, idle ones closed by [`PoolSlice::collect_closable`],
-    /// active ones closed at checkin.
+    /// active ones closed at checkin. It is unlisted at once (see the module doc); take its
+    /// waiters with [`PoolSlice::take_waiters`] to route them elsewhere.
     pub fn drain(&mut self, id: PoolId) {
-        if let Some(pool) = self.pool_mut(id) {
-            pool.draining = true;
-        }
+        self.unlist(id);
     }
 
-    /// Drains every pool whose key matches (e.g. all pools of a replica that went Down).
+    /// Drains every listed pool whose key matches (e.g. all pools of a replica that went
+    /// Down: `|key| key.target == ServerTarget::Replica(addr) && *key.database == *db`).
     pub fn drain_where(&mut self, mut matches: impl FnMut(&PoolKey) -> bool) {
-        for slot in &mut self.slots {
-            if let Some(pool) = slot.pool.as_mut().filter(|pool| matches(&pool.key)) {
-                pool.draining = true;
-            }
+        let drained: Vec<PoolId> = self
+            .by_key
+            .iter()
+            .filter(|(key, _)| matches(key))
+            .map(|(_, &id)| id)
+            .collect();
+        for id in drained {
+            self.unlist(id);
         }
     }
 
-    /// Whether a pool is draining.
+    /// Whether a pool is draining (drained or evicted).
     pub fn is_draining(&self, id: PoolId) -> bool {
         self.pool(id).is_some_and(|pool| pool.draining)
     }
@@ -443,7 +468,20 @@ impl<S, W: Copy> PoolSlice<S, W> {
     pub fn next_waiter(&mut self, id: PoolId) -> Option<W> {
         let pool = pool_in(&mut self.slots, id)?;
         let unparked = self.waiters.pop_front(&mut pool.waiters);
+        self.forget_if_unused(id);
         unparked.map(|unparked| unparked.waiter)
+    }
+
+    /// Moves every client parked on a pool into `out`, longest-waiting first (a drained
+    /// replica's waiters, to route elsewhere; or all of them, to fail them).
+    pub fn take_waiters(&mut self, id: PoolId, out: &mut Vec<W>) {
+        let Some(pool) = pool_in(&mut self.slots, id) else {
+            return;
+        };
+        while let Some(unparked) = self.waiters.pop_front(&mut pool.waiters) {
+            out.push(unparked.waiter);
+        }
+        self.forget_if_unused(id);
     }
 
     /// Servers still to open for `min_pool_size`, counted across all workers.
@@ -475,15 +513,43 @@ impl<S, W: Copy> PoolSlice<S, W> {
         let id = self.id_at(index)?;
         let pool = pool_in(&mut self.slots, id)?;
         let unparked = self.waiters.pop_expired(&mut pool.waiters, now)?;
+        self.forget_if_unused(id);
         Some(Expired {
             pool: id,
             waiter: unparked.waiter,
         })
     }
 
-    /// A returned or new server: to the oldest waiter, else closed when a budget is over its
-    /// limit or asks for it back, else idle. The server is counted active on entry.
+    /// What the pool's first server login reported; None until learned.
+    pub fn welcome(&self, id: PoolId) -> Option<&Welcome> {
+        self.pool(id)?.welcome.as_ref()
+    }
+
+    /// Remembers the ParameterStatus set of a server login of the pool. The first login wins;
+    /// later calls change nothing (every server of a pool starts from the same settings).
+    pub fn learn_welcome(&mut self, id: PoolId, params: &[(String, String)]) {
+        if let Some(pool) = self.pool_mut(id) {
+            if pool.welcome.is_none() {
+                pool.welcome = Some(Welcome::from_params(params));
+            }
+        }
+    }
+
+    /// What the pool's servers made of clients' startup spellings.
+    pub fn spellings(&self, id: PoolId) -> Option<&Spellings> {
+        self.pool(id).map(|pool| &pool.spellings)
+    }
+
+    /// The spellings, to learn from a login.
+    pub fn spellings_mut(&mut self, id: PoolId) -> Option<&mut Spellings> {
+        self.pool_mut(id).map(|pool| &mut pool.spellings)
+    }
+
+    /// A returned or new server, counted nowhere on entry: to a worker that asked for it
+    /// (when this one can spare it), to the oldest waiter, else closed when a budget is over
+    /// its limit or asks for it back, else idle.
     fn place(&mut self, id: PoolId, lease: Lease<S>) -> Checkin<S, W> {
+        let workers = self.workers;
         let Some(pool) = pool_in(&mut self.slots, id) else {
             return Checkin::Close {
                 lease,
@@ -491,6 +557,10 @@ impl<S, W: Copy> PoolSlice<S, W> {
                 open_replacement: false,
             };
         };
+        if let Some(to) = pool.take_handover(workers) {
+            pool.leave(Some(to));
+            return Checkin::HandOver { lease, to };
+        }
         if let Some(unparked) = self.waiters.pop_front(&mut pool.waiters) {
             pool.active += 1;
             return Checkin::Handoff {
@@ -507,6 +577,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             return Checkin::Pooled;
         };
         pool.limits.budgets().for_each(PoolBudget::release);
+        self.forget_if_unused(id);
         Checkin::Close {
             lease,
             reason,
@@ -525,13 +596,26 @@ impl<S, W: Copy> PoolSlice<S, W> {
         let mut open_replacement = false;
         if let Some(pool) = self.pool(id) {
             pool.limits.budgets().for_each(PoolBudget::release);
-            open_replacement = pool.waiters.len() > 0 && self.try_open(id, now);
+            open_replacement = pool.waiters.len() > 0 && self.try_open(id, now).is_ok();
         }
         self.forget_if_unused(id);
         Checkin::Close {
             lease,
             reason,
             open_replacement,
+        }
+    }
+
+    /// Marks a pool draining and removes it from the key index, so it only empties from now.
+    /// A login failure memo goes too: no client can join the pool any more to be told.
+    pub(crate) fn unlist(&mut self, id: PoolId) {
+        let Some(pool) = pool_in(&mut self.slots, id) else {
+            return;
+        };
+        pool.draining = true;
+        pool.failure = None;
+        if self.by_key.get(&pool.key) == Some(&id) {
+            self.by_key.remove(&pool.key);
         }
     }
 
@@ -556,6 +640,16 @@ impl<S, W: Copy> PoolSlice<S, W> {
         })
     }
 
+    /// The pool in slot `index` (of `0..slot_count()`), for passes over the whole slice
+    /// that may forget pools on the way.
+    pub(crate) fn id_at_slot(&self, index: usize) -> Option<PoolId> {
+        self.id_at(u32::try_from(index).ok()?)
+    }
+
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     fn allocate_slot(&mut self, pool: Pool<S>) -> PoolId {
         if let Some(index) = self.free_slots.pop() {
             let slot = &mut self.slots[index as usize];
@@ -576,14 +670,17 @@ impl<S, W: Copy> PoolSlice<S, W> {
         }
     }
 
-    /// Frees the slot of a pool nothing refers to and that holds nothing.
+    /// Frees the slot of a pool that is unused (see the module doc).
     pub(crate) fn forget_if_unused(&mut self, id: PoolId) {
         if !self.pool(id).is_some_and(Pool::is_unused) {
             return;
         }
         let slot = &mut self.slots[id.index as usize];
         if let Some(pool) = slot.pool.take() {
-            self.by_key.remove(&pool.key);
+            // A drained pool's key may already name a fresh pool.
+            if self.by_key.get(&pool.key) == Some(&id) {
+                self.by_key.remove(&pool.key);
+            }
         }
         slot.generation = slot.generation.wrapping_add(1);
         self.free_slots.push(id.index);
@@ -591,7 +688,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
 }
 
 /// The live pool behind `id`, borrowing only the slots (so the waiter slab stays usable).
-fn pool_in<S>(slots: &mut [Slot<S>], id: PoolId) -> Option<&mut Pool<S>> {
+pub(crate) fn pool_in<S>(slots: &mut [Slot<S>], id: PoolId) -> Option<&mut Pool<S>> {
     let slot = slots.get_mut(id.index as usize)?;
     if slot.generation != id.generation {
         return None;
@@ -600,13 +697,13 @@ fn pool_in<S>(slots: &mut [Slot<S>], id: PoolId) -> Option<&mut Pool<S>> {
 }
 
 /// Takes one slot of every budget of a pool, or none: on a refusal the slots already taken
-/// are given back and the refusing budget is returned.
-fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<(), &PoolBudget> {
+/// are given back.
+fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<(), Refusal> {
     let pool_budget = limits.pool_budget.as_ref();
     let pool_acquired =
         pool_budget.try_acquire() || (use_reserve && pool_budget.try_acquire_reserve());
     if !pool_acquired {
-        return Err(pool_budget);
+        return Err(Refusal::PoolFull);
     }
     for (taken, budget) in limits.shared_budgets.iter().enumerate() {
         if !budget.try_acquire() {
@@ -614,8 +711,17 @@ fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<(), &PoolBudget
             limits.shared_budgets[..taken]
                 .iter()
                 .for_each(|budget| budget.release());
-            return Err(budget);
+            return Err(Refusal::SharedFull { budget: taken });
         }
     }
     Ok(())
+}
+
+/// The budget behind a refusal.
+fn refusing_budget(limits: &PoolLimits, refusal: Refusal) -> Option<&PoolBudget> {
+    match refusal {
+        Refusal::NotNow => None,
+        Refusal::PoolFull => Some(limits.pool_budget.as_ref()),
+        Refusal::SharedFull { budget } => limits.shared_budgets.get(budget).map(AsRef::as_ref),
+    }
 }

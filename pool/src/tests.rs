@@ -1,8 +1,10 @@
-//! Scenario tests of a slice (and of several slices sharing budgets), plus property tests that
-//! drive random operations against a model: a server is never in two places, counts and budgets
-//! always agree, waiters are served first come first served.
+//! Scenario tests of a slice (and of several slices sharing budgets). The submodules test the
+//! handover between workers, eviction, logins and draining one behaviour at a time, and
+//! `model` drives random operations on three slices against a model: a server is never in two
+//! places, counts and budgets always agree, waiters are served first come first served.
 
 use crate::*;
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,15 +29,17 @@ fn secs(count: u64) -> Duration {
 
 /// Opens a server through the slice and checks it in idle.
 fn open_idle(slice: &mut Slice, id: PoolId, server: u32, now: Instant) {
-    assert!(slice.try_open(id, now));
+    assert_eq!(slice.try_open(id, now), Ok(()));
     assert_eq!(slice.opened(id, server, now), Checkin::Pooled);
 }
 
 #[test]
 fn checkout_reuses_most_recently_used_first() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(5)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
     open_idle(&mut slice, id, 1, t0);
     open_idle(&mut slice, id, 2, t0);
     let lease = slice.checkout(id).expect("idle server");
@@ -48,23 +52,57 @@ fn checkout_reuses_most_recently_used_first() {
             idle: 1,
             active: 1,
             opening: 0,
+            leaving: 0,
             waiting: 0
         }
     );
 }
 
 #[test]
+fn take_idle_checks_out_that_idle_server() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    open_idle(&mut slice, id, 2, t0);
+    let lease = slice.take_idle(id, &1).expect("idle");
+    assert_eq!(lease.server, 1);
+    assert_eq!((slice.counts(id).idle, slice.counts(id).active), (1, 1));
+    assert_eq!(slice.checkout(id).map(|lease| lease.server), Some(2));
+}
+
+#[test]
+fn take_idle_of_a_server_that_is_not_idle_is_none() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
+    open_idle(&mut slice, id, 1, t0);
+    let _busy = slice.checkout(id).expect("server");
+    assert_eq!(slice.take_idle(id, &1), None);
+    assert_eq!(slice.counts(id).active, 1);
+}
+
+#[test]
 fn same_key_same_pool_and_exact_match_only() {
-    let mut slice = Slice::new(10);
-    let alice = slice.register(&key("alice"), &limits(5)).expect("register");
-    assert_eq!(slice.register(&key("alice"), &limits(5)), Ok(alice));
-    let bob = slice.register(&key("bob"), &limits(5)).expect("register");
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 2);
+    let alice = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
+    assert_eq!(slice.register(&key("alice"), &limits(5), t0), Ok(alice));
+    let bob = slice
+        .register(&key("bob"), &limits(5), t0)
+        .expect("register");
     assert_ne!(alice, bob);
     let with_options = PoolKey {
         profile: StartupProfile::from_parameters([("options", "-c work_mem=1MB")]),
         ..key("alice")
     };
-    assert_ne!(slice.register(&with_options, &limits(5)), Ok(alice));
+    assert_ne!(slice.register(&with_options, &limits(5), t0), Ok(alice));
     assert_eq!(slice.find(&key("alice")), Some(alice));
     open_idle(&mut slice, alice, 1, Instant::now());
     assert_eq!(slice.checkout(bob), None, "bob never gets alice's server");
@@ -72,17 +110,20 @@ fn same_key_same_pool_and_exact_match_only() {
 
 #[test]
 fn unused_pools_are_forgotten_and_ids_go_stale() {
-    let mut slice = Slice::new(1);
-    let first = slice.register(&key("alice"), &limits(5)).expect("register");
+    let t0 = Instant::now();
+    let mut slice = Slice::new(1, 2);
+    let first = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
     assert_eq!(
-        slice.register(&key("bob"), &limits(5)),
+        slice.register(&key("bob"), &limits(5), t0),
         Err(PoolError::TooManyPools { max_pools: 1 })
     );
     slice.unregister(first);
     assert_eq!(slice.find(&key("alice")), None);
     assert_eq!(slice.key(first), None, "stale id");
     let second = slice
-        .register(&key("bob"), &limits(5))
+        .register(&key("bob"), &limits(5), t0)
         .expect("slot reused");
     assert_ne!(first, second);
     assert_eq!(slice.checkout(first), None);
@@ -91,8 +132,10 @@ fn unused_pools_are_forgotten_and_ids_go_stale() {
 #[test]
 fn pool_with_idle_servers_outlives_its_sessions() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(5)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
     open_idle(&mut slice, id, 1, t0);
     slice.unregister(id);
     assert_eq!(slice.find(&key("alice")), Some(id));
@@ -106,11 +149,17 @@ fn pool_with_idle_servers_outlives_its_sessions() {
 #[test]
 fn checkin_hands_off_to_waiters_first_come_first_served() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(1)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(1), t0)
+        .expect("register");
     open_idle(&mut slice, id, 7, t0);
     let lease = slice.checkout(id).expect("server");
-    assert!(!slice.try_open(id, t0), "pool_size 1 is spent");
+    assert_eq!(
+        slice.try_open(id, t0),
+        Err(Refusal::PoolFull),
+        "pool_size 1 is spent"
+    );
     for client in [100, 101, 102] {
         slice
             .park(id, client, t0, Some(t0 + secs(120)))
@@ -130,6 +179,7 @@ fn checkin_hands_off_to_waiters_first_come_first_served() {
             idle: 0,
             active: 1,
             opening: 0,
+            leaving: 0,
             waiting: 1
         }
     );
@@ -138,10 +188,12 @@ fn checkin_hands_off_to_waiters_first_come_first_served() {
 #[test]
 fn new_server_goes_to_the_oldest_waiter() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(2)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(2), t0)
+        .expect("register");
     slice.park(id, 100, t0, None).expect("parked");
-    assert!(slice.try_open(id, t0));
+    assert_eq!(slice.try_open(id, t0), Ok(()));
     let Checkin::Handoff { waiter, lease } = slice.opened(id, 9, t0) else {
         panic!("expected a handoff");
     };
@@ -152,9 +204,9 @@ fn new_server_goes_to_the_oldest_waiter() {
 #[test]
 fn waiters_expire_in_deadline_order() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let a = slice.register(&key("a"), &limits(1)).expect("register");
-    let b = slice.register(&key("b"), &limits(1)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let a = slice.register(&key("a"), &limits(1), t0).expect("register");
+    let b = slice.register(&key("b"), &limits(1), t0).expect("register");
     slice.park(a, 1, t0, Some(t0 + secs(10))).expect("parked");
     slice.park(b, 2, t0, Some(t0 + secs(11))).expect("parked");
     slice.park(a, 3, t0, None).expect("parked");
@@ -186,8 +238,10 @@ fn waiters_expire_in_deadline_order() {
 #[test]
 fn cancelled_waiter_leaves_the_queue_and_its_ticket_goes_stale() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(1)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(1), t0)
+        .expect("register");
     let first = slice.park(id, 1, t0, Some(t0 + secs(5))).expect("parked");
     slice.park(id, 2, t0, Some(t0 + secs(6))).expect("parked");
     assert_eq!(slice.cancel_wait(first), Some(1));
@@ -208,10 +262,10 @@ fn cancelled_waiter_leaves_the_queue_and_its_ticket_goes_stale() {
 #[test]
 fn lifetime_closes_at_checkin_and_zero_means_one_use() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let mut short = limits(2);
     short.server_lifetime = secs(30);
-    let id = slice.register(&key("alice"), &short).expect("register");
+    let id = slice.register(&key("alice"), &short, t0).expect("register");
     open_idle(&mut slice, id, 1, t0);
     let lease = slice.checkout(id).expect("server");
     assert_eq!(slice.checkin(id, lease, t0 + secs(29)), Checkin::Pooled);
@@ -228,7 +282,7 @@ fn lifetime_closes_at_checkin_and_zero_means_one_use() {
 
     let mut once = limits(2);
     once.server_lifetime = Duration::ZERO;
-    let id = slice.register(&key("once"), &once).expect("register");
+    let id = slice.register(&key("once"), &once, t0).expect("register");
     open_idle(&mut slice, id, 2, t0);
     let lease = slice.checkout(id).expect("fresh server is usable");
     assert!(matches!(
@@ -243,10 +297,10 @@ fn lifetime_closes_at_checkin_and_zero_means_one_use() {
 #[test]
 fn lifetime_close_with_waiters_opens_a_replacement() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let mut short = limits(1);
     short.server_lifetime = secs(30);
-    let id = slice.register(&key("alice"), &short).expect("register");
+    let id = slice.register(&key("alice"), &short, t0).expect("register");
     open_idle(&mut slice, id, 1, t0);
     let lease = slice.checkout(id).expect("server");
     slice.park(id, 100, t0, None).expect("parked");
@@ -263,6 +317,7 @@ fn lifetime_close_with_waiters_opens_a_replacement() {
             idle: 0,
             active: 0,
             opening: 1,
+            leaving: 0,
             waiting: 1
         }
     );
@@ -271,10 +326,10 @@ fn lifetime_close_with_waiters_opens_a_replacement() {
 #[test]
 fn idle_timeout_closes_least_recently_used_above_min_pool_size() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let mut warm = limits(5);
     warm.min_pool_size = 1;
-    let id = slice.register(&key("alice"), &warm).expect("register");
+    let id = slice.register(&key("alice"), &warm, t0).expect("register");
     for server in 1..=3 {
         open_idle(&mut slice, id, server, t0);
     }
@@ -292,11 +347,11 @@ fn idle_timeout_closes_least_recently_used_above_min_pool_size() {
 #[test]
 fn idle_servers_past_lifetime_are_collected() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let mut never_idle_out = limits(5);
     never_idle_out.server_idle_timeout = None;
     let id = slice
-        .register(&key("alice"), &never_idle_out)
+        .register(&key("alice"), &never_idle_out, t0)
         .expect("register");
     open_idle(&mut slice, id, 1, t0);
     open_idle(&mut slice, id, 2, t0 + secs(100));
@@ -313,14 +368,18 @@ fn idle_servers_past_lifetime_are_collected() {
 fn pool_size_holds_across_slices() {
     let t0 = Instant::now();
     let shared = limits(3);
-    let mut slices: Vec<Slice> = (0..4).map(|_| Slice::new(10)).collect();
+    let mut slices: Vec<Slice> = (0..4).map(|_| Slice::new(10, 2)).collect();
     let ids: Vec<_> = slices
         .iter_mut()
-        .map(|slice| slice.register(&key("alice"), &shared).expect("register"))
+        .map(|slice| {
+            slice
+                .register(&key("alice"), &shared, t0)
+                .expect("register")
+        })
         .collect();
     let mut opened = 0;
     for (slice, id) in slices.iter_mut().zip(&ids) {
-        opened += usize::from(slice.try_open(*id, t0));
+        opened += usize::from(slice.try_open(*id, t0).is_ok());
     }
     assert_eq!(opened, 3);
     assert_eq!(shared.pool_budget.in_use(), 3);
@@ -330,42 +389,49 @@ fn pool_size_holds_across_slices() {
 fn shared_database_budget_caps_pools_of_different_users() {
     let t0 = Instant::now();
     let database_budget = Arc::new(PoolBudget::new(2, 0));
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let with_db_cap = |pool_size| PoolLimits {
         shared_budgets: vec![Arc::clone(&database_budget)],
         ..limits(pool_size)
     };
     let alice = slice
-        .register(&key("alice"), &with_db_cap(5))
+        .register(&key("alice"), &with_db_cap(5), t0)
         .expect("register");
     let bob = slice
-        .register(&key("bob"), &with_db_cap(5))
+        .register(&key("bob"), &with_db_cap(5), t0)
         .expect("register");
-    assert!(slice.try_open(alice, t0));
-    assert!(slice.try_open(bob, t0));
-    assert!(!slice.try_open(alice, t0));
+    assert_eq!(slice.try_open(alice, t0), Ok(()));
+    assert_eq!(slice.try_open(bob, t0), Ok(()));
+    assert_eq!(
+        slice.try_open(alice, t0),
+        Err(Refusal::SharedFull { budget: 0 })
+    );
     assert_eq!(
         slice.pool_budget_in_use(alice),
         1,
         "refused open gave its pool slot back"
     );
-    slice.open_failed(bob, t0);
-    assert!(slice.try_open(alice, t0));
+    slice.open_failed(bob, t0, None);
+    assert_eq!(slice.try_open(alice, t0), Ok(()));
 }
 
 #[test]
 fn starving_slice_gets_an_idle_server_released_by_another() {
     let t0 = Instant::now();
     let shared = limits(1);
-    let mut holder = Slice::new(10);
-    let mut starving = Slice::new(10);
-    let held = holder.register(&key("alice"), &shared).expect("register");
-    let wanted = starving.register(&key("alice"), &shared).expect("register");
+    let mut holder = Slice::new(10, 2);
+    let mut starving = Slice::new(10, 2);
+    let held = holder
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let wanted = starving
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
     open_idle(&mut holder, held, 1, t0);
     starving
         .park(wanted, 100, t0, Some(t0 + secs(120)))
         .expect("parked");
-    assert!(!starving.try_open(wanted, t0));
+    assert_eq!(starving.try_open(wanted, t0), Err(Refusal::PoolFull));
     assert_eq!(shared.pool_budget.release_requests(), 1);
     let mut closing = Vec::new();
     holder.collect_closable(t0 + secs(1), &mut closing);
@@ -384,14 +450,18 @@ fn starving_slice_gets_an_idle_server_released_by_another() {
 fn release_request_is_served_at_checkin_too() {
     let t0 = Instant::now();
     let shared = limits(1);
-    let mut holder = Slice::new(10);
-    let mut starving = Slice::new(10);
-    let held = holder.register(&key("alice"), &shared).expect("register");
-    let wanted = starving.register(&key("alice"), &shared).expect("register");
+    let mut holder = Slice::new(10, 2);
+    let mut starving = Slice::new(10, 2);
+    let held = holder
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let wanted = starving
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
     open_idle(&mut holder, held, 1, t0);
     let lease = holder.checkout(held).expect("server");
     starving.park(wanted, 100, t0, None).expect("parked");
-    assert!(!starving.try_open(wanted, t0));
+    assert_eq!(starving.try_open(wanted, t0), Err(Refusal::PoolFull));
     let outcome = holder.checkin(held, lease, t0);
     assert!(matches!(
         outcome,
@@ -400,7 +470,7 @@ fn release_request_is_served_at_checkin_too() {
             ..
         }
     ));
-    assert!(starving.try_open(wanted, t0));
+    assert_eq!(starving.try_open(wanted, t0), Ok(()));
 }
 
 #[test]
@@ -408,10 +478,10 @@ fn warmup_opens_to_min_pool_size_counted_across_slices() {
     let t0 = Instant::now();
     let mut warm = limits(10);
     warm.min_pool_size = 3;
-    let mut first = Slice::new(10);
-    let mut second = Slice::new(10);
-    let a = first.register(&key("alice"), &warm).expect("register");
-    let b = second.register(&key("alice"), &warm).expect("register");
+    let mut first = Slice::new(10, 2);
+    let mut second = Slice::new(10, 2);
+    let a = first.register(&key("alice"), &warm, t0).expect("register");
+    let b = second.register(&key("alice"), &warm, t0).expect("register");
     let mut opens = Vec::new();
     first.collect_opens(t0, &mut opens);
     assert_eq!(opens, [a, a, a]);
@@ -427,13 +497,15 @@ fn warmup_opens_to_min_pool_size_counted_across_slices() {
 #[test]
 fn failed_open_waits_for_retry_time() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &limits(2)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice
+        .register(&key("alice"), &limits(2), t0)
+        .expect("register");
     slice.park(id, 100, t0, None).expect("parked");
-    assert!(slice.try_open(id, t0));
-    slice.open_failed(id, t0 + secs(15));
+    assert_eq!(slice.try_open(id, t0), Ok(()));
+    slice.open_failed(id, t0 + secs(15), None);
     assert_eq!(slice.counts(id).opening, 0);
-    assert!(!slice.try_open(id, t0 + secs(14)));
+    assert_eq!(slice.try_open(id, t0 + secs(14)), Err(Refusal::NotNow));
     let mut opens = Vec::new();
     slice.collect_opens(t0 + secs(14), &mut opens);
     assert!(opens.is_empty());
@@ -444,38 +516,46 @@ fn failed_open_waits_for_retry_time() {
 #[test]
 fn reserve_is_used_only_after_reserve_pool_timeout() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let reserve = PoolLimits {
         reserve_pool_timeout: Some(secs(5)),
         ..PoolLimits::with_budget(Arc::new(PoolBudget::new(1, 1)))
     };
-    let id = slice.register(&key("alice"), &reserve).expect("register");
-    assert!(slice.try_open(id, t0));
+    let id = slice
+        .register(&key("alice"), &reserve, t0)
+        .expect("register");
+    assert_eq!(slice.try_open(id, t0), Ok(()));
     slice.park(id, 100, t0, None).expect("parked");
-    assert!(!slice.try_open(id, t0 + secs(4)));
-    assert!(slice.try_open(id, t0 + secs(5)));
-    assert!(!slice.try_open(id, t0 + secs(6)), "reserve spent");
+    assert_eq!(slice.try_open(id, t0 + secs(4)), Err(Refusal::PoolFull));
+    assert_eq!(slice.try_open(id, t0 + secs(5)), Ok(()));
+    assert_eq!(
+        slice.try_open(id, t0 + secs(6)),
+        Err(Refusal::PoolFull),
+        "reserve spent"
+    );
 }
 
 #[test]
 fn draining_pool_closes_everything_and_opens_nothing() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let replica: std::net::SocketAddr = "127.0.0.1:15431".parse().expect("addr");
     let replica_key = PoolKey {
         target: ServerTarget::Replica(replica),
         ..key("alice")
     };
     let shared = limits(5);
-    let id = slice.register(&replica_key, &shared).expect("register");
-    let other = slice.register(&key("alice"), &limits(5)).expect("register");
+    let id = slice.register(&replica_key, &shared, t0).expect("register");
+    let other = slice
+        .register(&key("alice"), &limits(5), t0)
+        .expect("register");
     open_idle(&mut slice, id, 1, t0);
     open_idle(&mut slice, id, 2, t0);
     open_idle(&mut slice, other, 3, t0);
     let lease = slice.checkout(id).expect("server");
     slice.drain_where(|key| key.target == ServerTarget::Replica(replica));
     assert!(slice.is_draining(id) && !slice.is_draining(other));
-    assert!(!slice.try_open(id, t0));
+    assert_eq!(slice.try_open(id, t0), Err(Refusal::NotNow));
     let mut closing = Vec::new();
     slice.collect_closable(t0, &mut closing);
     assert_eq!(
@@ -498,9 +578,11 @@ fn draining_pool_closes_everything_and_opens_nothing() {
 #[test]
 fn closed_active_server_frees_its_slot_and_replaces_for_waiters() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let shared = limits(1);
-    let id = slice.register(&key("alice"), &shared).expect("register");
+    let id = slice
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
     open_idle(&mut slice, id, 1, t0);
     let _dirty = slice.checkout(id).expect("server");
     assert!(!slice.closed(id, t0), "no waiter, no replacement");
@@ -515,6 +597,7 @@ fn closed_active_server_frees_its_slot_and_replaces_for_waiters() {
             idle: 0,
             active: 0,
             opening: 1,
+            leaving: 0,
             waiting: 1
         }
     );
@@ -523,9 +606,11 @@ fn closed_active_server_frees_its_slot_and_replaces_for_waiters() {
 #[test]
 fn lowered_pool_size_shrinks_the_pool() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
+    let mut slice = Slice::new(10, 2);
     let shared = limits(3);
-    let id = slice.register(&key("alice"), &shared).expect("register");
+    let id = slice
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
     for server in 1..=3 {
         open_idle(&mut slice, id, server, t0);
     }
@@ -558,15 +643,20 @@ fn lowered_pool_size_shrinks_the_pool() {
 }
 
 fn open_idle_refused(slice: &mut Slice, id: PoolId, now: Instant) {
-    assert!(!slice.try_open(id, now), "budget is spent");
+    assert_eq!(
+        slice.try_open(id, now),
+        Err(Refusal::PoolFull),
+        "budget is spent"
+    );
 }
 
 #[test]
 fn warmup_deficit_counts_all_workers() {
+    let t0 = Instant::now();
     let mut warm = limits(10);
     warm.min_pool_size = 2;
-    let mut slice = Slice::new(10);
-    let id = slice.register(&key("alice"), &warm).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let id = slice.register(&key("alice"), &warm, t0).expect("register");
     assert_eq!(slice.warmup_deficit(id), 2);
     assert!(warm.pool_budget.try_acquire(), "another worker opened one");
     assert_eq!(slice.warmup_deficit(id), 1);
@@ -575,9 +665,9 @@ fn warmup_deficit_counts_all_workers() {
 #[test]
 fn totals_and_pool_listing() {
     let t0 = Instant::now();
-    let mut slice = Slice::new(10);
-    let a = slice.register(&key("a"), &limits(5)).expect("register");
-    let b = slice.register(&key("b"), &limits(5)).expect("register");
+    let mut slice = Slice::new(10, 2);
+    let a = slice.register(&key("a"), &limits(5), t0).expect("register");
+    let b = slice.register(&key("b"), &limits(5), t0).expect("register");
     open_idle(&mut slice, a, 1, t0);
     open_idle(&mut slice, b, 2, t0);
     let _lease = slice.checkout(b);
@@ -588,6 +678,7 @@ fn totals_and_pool_listing() {
             idle: 1,
             active: 1,
             opening: 0,
+            leaving: 0,
             waiting: 1
         }
     );
@@ -605,301 +696,11 @@ impl Slice {
     }
 }
 
-mod properties {
-    //! Random operation sequences on two slices sharing one budget, checked against a model.
-
-    use super::*;
-    use proptest::prelude::*;
-    use std::collections::{BTreeSet, HashMap, VecDeque};
-
-    #[derive(Clone, Debug)]
-    enum Op {
-        Checkout {
-            slice: usize,
-        },
-        Checkin {
-            slice: usize,
-            pick: usize,
-            later_secs: u64,
-        },
-        Open {
-            slice: usize,
-        },
-        FinishOpen {
-            slice: usize,
-            ok: bool,
-        },
-        CloseActive {
-            slice: usize,
-            pick: usize,
-        },
-        Park {
-            slice: usize,
-            timeout_secs: Option<u64>,
-        },
-        Cancel {
-            slice: usize,
-            pick: usize,
-        },
-        Tick {
-            slice: usize,
-            advance_secs: u64,
-        },
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        let slice = 0..2usize;
-        prop_oneof![
-            slice.clone().prop_map(|slice| Op::Checkout { slice }),
-            (slice.clone(), any::<usize>(), 0..5u64).prop_map(|(slice, pick, later_secs)| {
-                Op::Checkin {
-                    slice,
-                    pick,
-                    later_secs,
-                }
-            }),
-            slice.clone().prop_map(|slice| Op::Open { slice }),
-            (slice.clone(), any::<bool>()).prop_map(|(slice, ok)| Op::FinishOpen { slice, ok }),
-            (slice.clone(), any::<usize>())
-                .prop_map(|(slice, pick)| Op::CloseActive { slice, pick }),
-            (slice.clone(), proptest::option::of(1..30u64)).prop_map(|(slice, timeout_secs)| {
-                Op::Park {
-                    slice,
-                    timeout_secs,
-                }
-            }),
-            (slice.clone(), any::<usize>()).prop_map(|(slice, pick)| Op::Cancel { slice, pick }),
-            (slice, 0..400u64).prop_map(|(slice, advance_secs)| Op::Tick {
-                slice,
-                advance_secs
-            }),
-        ]
-    }
-
-    /// What the test itself holds for one slice.
-    #[derive(Default)]
-    struct Outside {
-        /// Leases held by "sessions".
-        held: Vec<Lease<u32>>,
-        /// Opens started and not finished.
-        opening: u32,
-        /// Parked waiters in FIFO order with their tickets.
-        parked: VecDeque<(u32, WaitTicket)>,
-    }
-
-    struct World {
-        now: Instant,
-        budget: PoolLimits,
-        slices: [Slice; 2],
-        ids: [PoolId; 2],
-        outside: [Outside; 2],
-        next_server: u32,
-        next_waiter: u32,
-        closed: BTreeSet<u32>,
-    }
-
-    impl World {
-        fn new() -> World {
-            let mut budget = limits(4);
-            budget.min_pool_size = 1;
-            budget.server_idle_timeout = Some(secs(600));
-            budget.server_lifetime = secs(900);
-            let mut slices = [Slice::new(4), Slice::new(4)];
-            let ids = [
-                slices[0]
-                    .register(&key("alice"), &budget)
-                    .expect("register"),
-                slices[1]
-                    .register(&key("alice"), &budget)
-                    .expect("register"),
-            ];
-            World {
-                now: Instant::now(),
-                budget,
-                slices,
-                ids,
-                outside: [Outside::default(), Outside::default()],
-                next_server: 0,
-                next_waiter: 0,
-                closed: BTreeSet::new(),
-            }
-        }
-
-        /// Applies a checkin outcome; a handoff must go to the oldest waiter.
-        fn settle(&mut self, slice: usize, outcome: Checkin<u32, u32>) {
-            match outcome {
-                Checkin::Pooled => {}
-                Checkin::Handoff { waiter, lease } => {
-                    let (oldest, _) = self.outside[slice]
-                        .parked
-                        .pop_front()
-                        .expect("someone waited");
-                    assert_eq!(waiter, oldest, "handoff out of FIFO order");
-                    self.outside[slice].held.push(lease);
-                }
-                Checkin::Close {
-                    lease,
-                    open_replacement,
-                    ..
-                } => {
-                    assert!(self.closed.insert(lease.server), "server closed twice");
-                    if open_replacement {
-                        self.outside[slice].opening += 1;
-                    }
-                }
-            }
-        }
-
-        fn apply(&mut self, op: Op) {
-            match op {
-                Op::Checkout { slice } => {
-                    if let Some(lease) = self.slices[slice].checkout(self.ids[slice]) {
-                        self.outside[slice].held.push(lease);
-                    }
-                }
-                Op::Checkin {
-                    slice,
-                    pick,
-                    later_secs,
-                } => {
-                    let held = &mut self.outside[slice].held;
-                    if held.is_empty() {
-                        return;
-                    }
-                    let lease = held.swap_remove(pick % held.len());
-                    self.now += secs(later_secs);
-                    let outcome = self.slices[slice].checkin(self.ids[slice], lease, self.now);
-                    self.settle(slice, outcome);
-                }
-                Op::Open { slice } => {
-                    if self.slices[slice].try_open(self.ids[slice], self.now) {
-                        self.outside[slice].opening += 1;
-                    }
-                }
-                Op::FinishOpen { slice, ok } => {
-                    if self.outside[slice].opening == 0 {
-                        return;
-                    }
-                    self.outside[slice].opening -= 1;
-                    if ok {
-                        self.next_server += 1;
-                        let outcome =
-                            self.slices[slice].opened(self.ids[slice], self.next_server, self.now);
-                        self.settle(slice, outcome);
-                    } else {
-                        self.slices[slice].open_failed(self.ids[slice], self.now);
-                    }
-                }
-                Op::CloseActive { slice, pick } => {
-                    let held = &mut self.outside[slice].held;
-                    if held.is_empty() {
-                        return;
-                    }
-                    let lease = held.swap_remove(pick % held.len());
-                    assert!(self.closed.insert(lease.server));
-                    if self.slices[slice].closed(self.ids[slice], self.now) {
-                        self.outside[slice].opening += 1;
-                    }
-                }
-                Op::Park {
-                    slice,
-                    timeout_secs,
-                } => {
-                    self.next_waiter += 1;
-                    let deadline = timeout_secs.map(|timeout| self.now + secs(timeout));
-                    let ticket = self.slices[slice]
-                        .park(self.ids[slice], self.next_waiter, self.now, deadline)
-                        .expect("registered pool");
-                    self.outside[slice]
-                        .parked
-                        .push_back((self.next_waiter, ticket));
-                }
-                Op::Cancel { slice, pick } => {
-                    let parked = &mut self.outside[slice].parked;
-                    if parked.is_empty() {
-                        return;
-                    }
-                    let (waiter, ticket) = parked.remove(pick % parked.len()).expect("in range");
-                    assert_eq!(self.slices[slice].cancel_wait(ticket), Some(waiter));
-                }
-                Op::Tick {
-                    slice,
-                    advance_secs,
-                } => self.tick(slice, advance_secs),
-            }
-        }
-
-        fn tick(&mut self, slice: usize, advance_secs: u64) {
-            self.now += secs(advance_secs);
-            while let Some(expired) = self.slices[slice].poll_expired(self.now) {
-                let parked = &mut self.outside[slice].parked;
-                let position = parked
-                    .iter()
-                    .position(|(waiter, _)| *waiter == expired.waiter)
-                    .expect("expired waiter was parked");
-                parked.remove(position);
-            }
-            let mut closing = Vec::new();
-            self.slices[slice].collect_closable(self.now, &mut closing);
-            for closing in closing {
-                assert!(
-                    self.closed.insert(closing.lease.server),
-                    "server closed twice"
-                );
-            }
-            let mut opens = Vec::new();
-            self.slices[slice].collect_opens(self.now, &mut opens);
-            self.outside[slice].opening += u32::try_from(opens.len()).expect("small");
-        }
-
-        /// Every server is in exactly one place, counts match, the budget is never exceeded.
-        fn check(&self) {
-            let mut everywhere: HashMap<u32, &str> = HashMap::new();
-            let mut servers = 0;
-            for slice in 0..2 {
-                let counts = self.slices[slice].counts(self.ids[slice]);
-                let outside = &self.outside[slice];
-                assert_eq!(counts.active as usize, outside.held.len());
-                assert_eq!(counts.opening, outside.opening);
-                assert_eq!(counts.waiting as usize, outside.parked.len());
-                let pool = self.slices[slice]
-                    .pool(self.ids[slice])
-                    .expect("registered");
-                let places = pool.idle.iter().map(|lease| (lease.server, "idle"));
-                let places = places.chain(outside.held.iter().map(|lease| (lease.server, "held")));
-                for (server, place) in places {
-                    assert!(
-                        !self.closed.contains(&server),
-                        "closed server {server} still in {place}"
-                    );
-                    if let Some(other) = everywhere.insert(server, place) {
-                        panic!("server {server} is both {other} and {place}");
-                    }
-                }
-                servers += counts.servers();
-            }
-            assert_eq!(
-                self.budget.pool_budget.in_use(),
-                servers,
-                "budget drifted from servers"
-            );
-            assert!(servers <= self.budget.pool_budget.limit());
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
-
-        #[test]
-        fn servers_live_in_one_place_and_budget_holds(ops in proptest::collection::vec(op(), 1..200)) {
-            let mut world = World::new();
-            for op in ops {
-                world.apply(op);
-                world.check();
-            }
-        }
-    }
-}
+mod draining;
+mod eviction;
+mod handover;
+mod logins;
+mod model;
 
 #[test]
 fn budget_never_exceeded_by_slices_on_threads() {
@@ -910,12 +711,14 @@ fn budget_never_exceeded_by_slices_on_threads() {
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let t0 = Instant::now();
-                let mut slice = Slice::new(4);
-                let id = slice.register(&key("alice"), &shared).expect("register");
+                let mut slice = Slice::new(4, 2);
+                let id = slice
+                    .register(&key("alice"), &shared, t0)
+                    .expect("register");
                 for round in 0..5_000u32 {
                     if let Some(lease) = slice.checkout(id) {
                         slice.checkin(id, lease, t0);
-                    } else if slice.try_open(id, t0) {
+                    } else if slice.try_open(id, t0).is_ok() {
                         assert!(shared.pool_budget.in_use() <= LIMIT);
                         slice.opened(id, round, t0);
                     }
@@ -943,9 +746,9 @@ fn budget_never_exceeded_by_slices_on_threads() {
 fn checkout_checkin_cost() {
     const ROUNDS: u32 = 10_000_000;
     let t0 = Instant::now();
-    let mut slice = Slice::new(16);
+    let mut slice = Slice::new(16, 2);
     let id = slice
-        .register(&key("alice"), &limits(20))
+        .register(&key("alice"), &limits(20), t0)
         .expect("register");
     for server in 0..20 {
         open_idle(&mut slice, id, server, t0);

@@ -1,0 +1,82 @@
+//! What the engine asks its driver to do. The driver drains [`Action`]s after every
+//! `handle_*` call (`Engine::poll_action`) and turns each into ring operations; it never
+//! decides anything itself.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+
+use crate::command::Command;
+use crate::ids::{ClientId, ServerId};
+
+/// One connection of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Conn {
+    Client(ClientId),
+    Server(ServerId),
+}
+
+/// How a connection is torn down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseHow {
+    /// After every byte already queued for it is sent (a final ErrorResponse); the engine
+    /// follows with `Now` if that takes longer than its linger deadline.
+    Flush,
+    /// At once: whatever is queued is dropped.
+    Now,
+}
+
+/// A request to the driver.
+#[derive(Debug)]
+pub enum Action {
+    /// Queue `bytes` on the connection's socket after what is already queued; report sent
+    /// byte counts of client connections with `Engine::handle_client_sent`.
+    Send { conn: Conn, bytes: Bytes },
+    /// Stop receiving on the connection (its peer is ahead of its other side).
+    PauseRecv(Conn),
+    /// Receive again.
+    ResumeRecv(Conn),
+    /// Open a TCP connection to `addr` for this server slot; report the outcome with
+    /// `Engine::handle_server_connected`.
+    Connect { server: ServerId, addr: SocketAddr },
+    /// Tear the connection down; report with `Engine::handle_closed` once the socket is
+    /// closed and nothing of it is in flight. A second `Close` (`Now` after `Flush`) only
+    /// hurries the first.
+    Close { conn: Conn, how: CloseHow },
+    /// Open a one-shot connection to `addr`, send `request` (a CancelRequest), and wait for
+    /// the server to close it; report with `Engine::handle_cancel_done(server)`.
+    SendCancel {
+        server: ServerId,
+        addr: SocketAddr,
+        request: [u8; 16],
+    },
+    /// Deliver `command` to shard `shard`'s mailbox.
+    Post { shard: usize, command: Command },
+}
+
+/// The engine's queue of actions, in the order they were decided.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    actions: VecDeque<Action>,
+}
+
+impl Outbox {
+    pub fn send(&mut self, conn: Conn, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.actions.push_back(Action::Send { conn, bytes });
+        }
+    }
+
+    pub fn push(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    pub fn pop(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}

@@ -1,0 +1,368 @@
+//! A client's password exchange against the auth file: MD5 or SCRAM-SHA-256 (trust needs
+//! none), and the shard's cache of SCRAM verifiers. A wrong password gets 28P01 as from
+//! PostgreSQL; an unknown user fails the same way, at the proof, so the exchange does not
+//! reveal which users exist.
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+use pgtier_core::config::AuthType;
+use pgtier_wire::auth::{KEY_LEN, Md5Server, ScramSecret, ScramServer};
+use pgtier_wire::{FrameLimits, framing};
+
+use crate::credentials;
+use crate::messages::{self, sqlstate};
+use crate::random::{self, Random, RandomUnavailable};
+use crate::userlist::UserList;
+
+/// Longest password or SASL message accepted.
+const MAX_AUTH_MESSAGE_BYTES: u32 = 8192;
+
+/// A user's SCRAM verifier, cached per shard because deriving one from a plaintext is
+/// deliberately slow (a login storm must not redo it per login), and the ClientKey its last
+/// verified client proved (what a server login needs when the auth file holds only the
+/// SCRAM secret).
+#[derive(Debug, Clone)]
+struct UserScram {
+    secret: ScramSecret,
+    client_key: Option<[u8; KEY_LEN]>,
+}
+
+/// SCRAM verifiers by user; `""` is the decoy for users without one. Cleared on reload.
+#[derive(Debug, Default)]
+pub struct SecretCache {
+    by_user: HashMap<String, UserScram>,
+}
+
+impl SecretCache {
+    /// The verifier `user` is checked against: derived once, then cached.
+    fn secret(
+        &mut self,
+        user: &str,
+        users: &UserList,
+        random: &mut dyn Random,
+    ) -> Result<ScramSecret, RandomUnavailable> {
+        if let Some(cached) = self.by_user.get(user) {
+            return Ok(cached.secret.clone());
+        }
+        let derived = match users.get(user) {
+            Some(stored) => credentials::scram_secret_for(&stored, random)?,
+            None => None,
+        };
+        let (key, secret) = match derived {
+            Some(secret) => (user, secret),
+            None => match self.by_user.get("") {
+                Some(decoy) => return Ok(decoy.secret.clone()),
+                None => ("", credentials::decoy_scram_secret(random)?),
+            },
+        };
+        self.by_user.insert(
+            key.to_string(),
+            UserScram {
+                secret: secret.clone(),
+                client_key: None,
+            },
+        );
+        Ok(secret)
+    }
+
+    /// The ClientKey `user` last proved (for a server login with a SCRAM-secret entry).
+    pub fn client_key(&self, user: &str) -> Option<[u8; KEY_LEN]> {
+        self.by_user.get(user).and_then(|cached| cached.client_key)
+    }
+
+    fn remember_client_key(&mut self, user: &str, key: [u8; KEY_LEN]) {
+        if let Some(cached) = self.by_user.get_mut(user) {
+            cached.client_key = Some(key);
+        }
+    }
+
+    /// Forgets every verifier (the auth file was reloaded).
+    pub fn clear(&mut self) {
+        self.by_user.clear();
+    }
+}
+
+/// The exchange in progress.
+#[derive(Debug)]
+pub enum PasswordCheck {
+    /// AuthenticationMD5Password was sent with this verifier's salt.
+    Md5(Md5Server),
+    /// AuthenticationSASL was sent; the SASLInitialResponse is awaited.
+    ScramStart,
+    /// SASLContinue was sent; the client-final message is awaited.
+    ScramFinal(Box<ScramServer>),
+}
+
+/// Where an exchange stands after the client's bytes.
+#[derive(Debug)]
+pub enum AuthStep {
+    /// The next message is not complete yet; the exchange goes on.
+    NeedMore(PasswordCheck),
+    /// Send this and wait for the client's next message.
+    Continue(PasswordCheck, Bytes),
+    /// The password is right; send `final_message` (SASLFinal) first, if any.
+    Passed { final_message: Option<Bytes> },
+    /// Close the client after this error.
+    Failed(Bytes),
+}
+
+/// Everything an exchange reads.
+pub struct AuthContext<'a> {
+    pub user: &'a str,
+    pub users: &'a UserList,
+    pub secrets: &'a mut SecretCache,
+    pub random: &'a mut dyn Random,
+}
+
+/// Starts authenticating a client: `Ok(None)` for trust, else the exchange and its first
+/// request to send.
+pub fn start(
+    auth_type: AuthType,
+    context: AuthContext<'_>,
+) -> Result<Option<(PasswordCheck, Bytes)>, Bytes> {
+    let mut out = BytesMut::with_capacity(64);
+    let check = match auth_type {
+        AuthType::Trust => return Ok(None),
+        AuthType::Md5 => {
+            let stored = context.users.get(context.user);
+            let server =
+                credentials::md5_server_for(context.user, stored.as_deref(), context.random)
+                    .map_err(no_randomness)?;
+            server.encode_request(&mut out);
+            PasswordCheck::Md5(server)
+        }
+        AuthType::ScramSha256 => {
+            ScramServer::encode_request(&mut out);
+            PasswordCheck::ScramStart
+        }
+    };
+    Ok(Some((check, out.freeze())))
+}
+
+impl PasswordCheck {
+    /// Feeds the client's bytes (one message is consumed from `input` when complete).
+    pub fn step(self, input: &mut BytesMut, context: AuthContext<'_>) -> AuthStep {
+        let limits = FrameLimits {
+            max_message_len: MAX_AUTH_MESSAGE_BYTES,
+            ..FrameLimits::default()
+        };
+        let frame = match framing::split_message(input, &limits) {
+            Ok(Some(frame)) if frame.bytes[0] == b'p' => frame.bytes,
+            Ok(None) => return AuthStep::NeedMore(self),
+            Ok(Some(_)) | Err(_) => {
+                return AuthStep::Failed(messages::fatal(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "expected a password message",
+                ));
+            }
+        };
+        let body = &frame[5..];
+        match self {
+            PasswordCheck::Md5(server) => {
+                verdict(server.handle_password(body).is_ok(), None, &context)
+            }
+            PasswordCheck::ScramStart => initial_response(body, context),
+            PasswordCheck::ScramFinal(mut server) => {
+                let mut out = BytesMut::with_capacity(128);
+                match server.handle_response(body, &mut out) {
+                    Ok(verified) => {
+                        context
+                            .secrets
+                            .remember_client_key(context.user, verified.client_key);
+                        verdict(true, Some(out.freeze()), &context)
+                    }
+                    Err(_) => verdict(false, None, &context),
+                }
+            }
+        }
+    }
+}
+
+fn initial_response(body: &[u8], context: AuthContext<'_>) -> AuthStep {
+    let secret = match context
+        .secrets
+        .secret(context.user, context.users, context.random)
+    {
+        Ok(secret) => secret,
+        Err(error) => return AuthStep::Failed(no_randomness(error)),
+    };
+    let nonce = match random::bytes(context.random) {
+        Ok(nonce) => nonce,
+        Err(error) => return AuthStep::Failed(no_randomness(error)),
+    };
+    let mut server = ScramServer::new(secret, nonce);
+    let mut out = BytesMut::with_capacity(128);
+    match server.handle_initial_response(body, &mut out) {
+        Ok(()) => AuthStep::Continue(PasswordCheck::ScramFinal(Box::new(server)), out.freeze()),
+        Err(_) => AuthStep::Failed(messages::fatal(
+            sqlstate::PROTOCOL_VIOLATION,
+            "malformed SCRAM client-first message",
+        )),
+    }
+}
+
+fn verdict(ok: bool, final_message: Option<Bytes>, context: &AuthContext<'_>) -> AuthStep {
+    if ok {
+        return AuthStep::Passed { final_message };
+    }
+    let message = format!(
+        "password authentication failed for user \"{}\"",
+        context.user
+    );
+    AuthStep::Failed(messages::fatal(sqlstate::INVALID_PASSWORD, &message))
+}
+
+/// The login cannot go on safely without randomness (a predictable nonce or salt).
+pub fn no_randomness(_: RandomUnavailable) -> Bytes {
+    messages::fatal(
+        sqlstate::INTERNAL_ERROR,
+        "could not generate random bytes for authentication",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::{NoRandom, SeededRandom};
+    use pgtier_core::auth_file::AuthFile;
+    use pgtier_wire::auth::md5_password_hash;
+
+    fn users() -> UserList {
+        UserList::from_file(
+            AuthFile::parse("\"alice\" \"secret\"\n", "userlist.txt").expect("valid"),
+        )
+    }
+
+    fn password_message(password: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        out.extend_from_slice(b"p");
+        out.extend_from_slice(&(password.len() as u32 + 5).to_be_bytes());
+        out.extend_from_slice(password);
+        out.extend_from_slice(&[0]);
+        out
+    }
+
+    fn md5_answer(request: &[u8], user: &str, password: &str) -> BytesMut {
+        let salt = [request[9], request[10], request[11], request[12]];
+        let inner = md5_password_hash(user.as_bytes(), password.as_bytes());
+        let answer = pgtier_wire::auth::md5_salted_response(&inner, salt);
+        password_message(&answer)
+    }
+
+    fn run_md5(user: &str, password: &str) -> AuthStep {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let mut random = SeededRandom::new(3);
+        let context = AuthContext {
+            user,
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        let (check, request) = start(AuthType::Md5, context).expect("ok").expect("md5");
+        let mut input = md5_answer(&request, user, password);
+        let context = AuthContext {
+            user,
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        check.step(&mut input, context)
+    }
+
+    #[test]
+    fn md5_accepts_the_right_password_only() {
+        assert!(matches!(
+            run_md5("alice", "secret"),
+            AuthStep::Passed { .. }
+        ));
+        let AuthStep::Failed(error) = run_md5("alice", "wrong") else {
+            panic!("refused");
+        };
+        assert!(error.windows(6).any(|w| w == b"C28P01"));
+        assert!(matches!(run_md5("nobody", "secret"), AuthStep::Failed(_)));
+    }
+
+    #[test]
+    fn trust_needs_no_exchange() {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let context = AuthContext {
+            user: "anyone",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut NoRandom,
+        };
+        assert!(matches!(start(AuthType::Trust, context), Ok(None)));
+    }
+
+    #[test]
+    fn a_message_other_than_a_password_is_a_protocol_violation() {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let mut random = SeededRandom::new(4);
+        let context = AuthContext {
+            user: "alice",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        let (check, _) = start(AuthType::ScramSha256, context)
+            .expect("ok")
+            .expect("scram");
+        let mut input = BytesMut::from(&b"Q\0\0\0\x05x"[..]);
+        let context = AuthContext {
+            user: "alice",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        let AuthStep::Failed(error) = check.step(&mut input, context) else {
+            panic!("refused");
+        };
+        assert!(error.windows(6).any(|w| w == b"C08P01"));
+    }
+
+    #[test]
+    fn a_partial_message_waits() {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let mut random = SeededRandom::new(5);
+        let context = AuthContext {
+            user: "alice",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        let (check, _) = start(AuthType::Md5, context).expect("ok").expect("md5");
+        let mut input = BytesMut::from(&b"p\0\0"[..]);
+        let context = AuthContext {
+            user: "alice",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut random,
+        };
+        assert!(matches!(
+            check.step(&mut input, context),
+            AuthStep::NeedMore(_)
+        ));
+        assert_eq!(input.len(), 3);
+    }
+
+    #[test]
+    fn md5_fails_closed_without_randomness() {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let context = AuthContext {
+            user: "alice",
+            users: &users,
+            secrets: &mut secrets,
+            random: &mut NoRandom,
+        };
+        let Err(error) = start(AuthType::Md5, context) else {
+            panic!("refused");
+        };
+        assert!(error.windows(6).any(|w| w == b"CXX000"));
+    }
+}

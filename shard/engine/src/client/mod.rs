@@ -1,0 +1,150 @@
+//! A client connection: the one enum that says where it is in its life, and the session it
+//! holds once logged in. Its startup packets, password exchange and forwarding are the
+//! modules beside this one.
+
+pub mod auth;
+pub mod forward;
+pub mod startup;
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use pgtier_core::class::ClassSetting;
+use pgtier_core::config::PoolMode;
+use pgtier_pool::{PoolId, WaitTicket};
+use pgtier_wire::session_state::Effects;
+
+use crate::cancel::CancelKey;
+use crate::ids::ServerId;
+use crate::params::TrackedParams;
+use crate::services::ReplicaLease;
+use auth::PasswordCheck;
+use forward::Forwarder;
+
+/// Where a client is in its life. The fields each variant holds are valid only there.
+#[derive(Debug)]
+pub enum ClientState {
+    /// Connected; its StartupMessage is awaited (SSL/GSSENC requests are answered 'N').
+    Startup,
+    /// Its password exchange is under way.
+    Authenticating(PasswordCheck),
+    /// Its replica admission went to the control shard at `since` (at login, or to move off
+    /// a replica that went Down); the answer carries `request_id`.
+    Routing { since: Instant, request_id: u64 },
+    /// Logged in, not yet welcomed: parked since `since` for the server whose login values
+    /// will make its welcome (`ticket` while parked in the pool).
+    Joining {
+        since: Instant,
+        ticket: Option<WaitTicket>,
+    },
+    /// Its first server applies the login's startup values; the welcome follows.
+    Welcoming { server: ServerId },
+    /// Welcomed, holding no server (between transactions in transaction mode), since `since`.
+    Idle { since: Instant },
+    /// Welcomed and waiting since `since` for a server for its next query.
+    Queued {
+        since: Instant,
+        ticket: Option<WaitTicket>,
+    },
+    /// Linked to `server`; bytes flow both ways.
+    Linked { server: ServerId },
+    /// On the admin console; `listing` while its query waits for every shard's rows.
+    Console { listing: Option<u64> },
+    /// Teardown asked of the driver; nothing more happens until `handle_closed`. With
+    /// `linger_until`, its queued bytes (a final error) are being sent until then.
+    Closing { linger_until: Option<Instant> },
+}
+
+/// What a logged-in client is.
+#[derive(Debug)]
+pub struct Session {
+    pub user: String,
+    pub database: String,
+    pub mode: PoolMode,
+    /// The class its traffic counts under.
+    pub class: ClassSetting,
+    /// Its pool (on a replica-set entry, the pool of its replica).
+    pub pool: Option<PoolId>,
+    /// Untracked startup parameters: its pool key's profile, kept for a re-pin.
+    pub startup_params: Vec<(String, String)>,
+    /// The tracked parameters as it was told them (re-applied on each server).
+    pub tracked: TrackedParams,
+    /// The BackendKeyData it was given.
+    pub key: Option<CancelKey>,
+    /// Its hold on a replica, on a replica-set entry.
+    pub lease: Option<Box<dyn ReplicaLease>>,
+    /// In transaction mode, the session state it created (a plain SET, LISTEN, a temp
+    /// table, a named statement...): it keeps its server until it leaves. Empty while none.
+    pub pinned: Effects,
+    pub forwarder: Forwarder,
+    /// When its current query started, if one runs (query_timeout, latency).
+    pub query_started: Option<Instant>,
+    /// In a transaction since it last got a server at the start of one (latency of
+    /// transactions).
+    pub transaction_started: Option<Instant>,
+}
+
+impl Session {
+    /// It created session state and keeps its server between transactions.
+    pub fn pins_server(&self) -> bool {
+        self.pinned.pins()
+    }
+}
+
+/// One client connection.
+#[derive(Debug)]
+pub struct ClientConn {
+    pub(crate) state: ClientState,
+    /// Received bytes the engine has not consumed yet (a pipeline waiting for a server).
+    pub(crate) input: BytesMut,
+    /// Bytes handed to the driver for this client and not yet reported sent.
+    pub(crate) queued_bytes: usize,
+    /// Its receive is paused (too much input held while it waits).
+    pub(crate) paused: bool,
+    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) connected_at: Instant,
+    /// The last time bytes arrived (idle timeouts).
+    pub(crate) last_active: Instant,
+    /// Set once the StartupMessage named user and database.
+    pub(crate) session: Option<Box<Session>>,
+}
+
+impl ClientConn {
+    pub fn new(peer: Option<SocketAddr>, now: Instant) -> ClientConn {
+        ClientConn {
+            state: ClientState::Startup,
+            input: BytesMut::new(),
+            queued_bytes: 0,
+            paused: false,
+            peer,
+            connected_at: now,
+            last_active: now,
+            session: None,
+        }
+    }
+
+    /// The server it is linked to (welcoming or linked).
+    pub fn server(&self) -> Option<ServerId> {
+        match self.state {
+            ClientState::Linked { server } | ClientState::Welcoming { server } => Some(server),
+            _ => None,
+        }
+    }
+
+    pub fn is_closing(&self) -> bool {
+        matches!(self.state, ClientState::Closing { .. })
+    }
+
+    /// The admin-console name of its state.
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            ClientState::Startup | ClientState::Authenticating(_) => "login",
+            ClientState::Routing { .. } => "waiting_for_replica",
+            ClientState::Joining { .. } | ClientState::Queued { .. } => "waiting",
+            ClientState::Welcoming { .. } | ClientState::Linked { .. } => "active",
+            ClientState::Idle { .. } | ClientState::Console { .. } => "idle",
+            ClientState::Closing { .. } => "closing",
+        }
+    }
+}

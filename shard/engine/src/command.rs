@@ -1,0 +1,65 @@
+//! Messages between shards, carried by each shard's mailbox. The engine both produces them
+//! (`Action::Post`) and consumes them (`Engine::handle_command`); the mailbox itself belongs
+//! to the driver.
+
+use std::sync::Arc;
+
+use pgtier_core::config::Config;
+use pgtier_pool::PoolKey;
+
+use crate::listing::ShardListing;
+use crate::userlist::UserList;
+
+/// How a shutdown treats clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ShutdownMode {
+    /// SIGTERM: stop accepting, wait until every client has left.
+    WaitForClients,
+    /// SIGINT: stop accepting, close each client once its transaction is over.
+    WaitForTransactions,
+    /// Second signal: close everything now.
+    Immediate,
+}
+
+/// A message to one shard.
+#[derive(Debug)]
+pub enum Command {
+    /// A CancelRequest that arrived on another shard; the key says it belongs here.
+    Cancel {
+        pid: u32,
+        secret: u32,
+    },
+    /// A new validated configuration and auth file (SIGHUP).
+    Reload {
+        config: Arc<Config>,
+        users: Arc<UserList>,
+    },
+    Shutdown(ShutdownMode),
+    /// Shard `from` has clients waiting for `key` and the pool budget is spent: end a server
+    /// of that pool here for it (see `pgtier_pool::PoolSlice::release_for`).
+    ReleaseIdle {
+        key: Arc<PoolKey>,
+        from: usize,
+    },
+    /// A server slot of `key` was handed to this shard (the budgets still count it).
+    SlotGranted {
+        key: Arc<PoolKey>,
+    },
+    /// Another shard has clients waiting under the full `max_db_connections` of `database`
+    /// or `max_user_connections` of `user`: close one idle server under that cap here if
+    /// nobody here waits for its pool.
+    ReleaseIdleUnderCap {
+        database: Option<Arc<str>>,
+        user: Option<Arc<str>>,
+    },
+    /// An admin session on shard `from` asks for this shard's client and pool rows.
+    ListSessions {
+        from: usize,
+        request_id: u64,
+    },
+    /// This shard's rows for the listing `request_id`.
+    Listed {
+        request_id: u64,
+        part: Box<ShardListing>,
+    },
+}

@@ -1,0 +1,483 @@
+//! Server connections: the connect, the login, moving results to the linked client (with
+//! back-pressure), draining a server that left its client, bytes from an idle server, and
+//! failures — a connection that breaks, a server's own FATAL, a protocol violation — each
+//! reported to the replica router when the server is a replica.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use pgtier_pool::ServerTarget;
+use tracing::{debug, info, warn};
+
+use crate::action::{Action, Conn};
+use crate::client::ClientState;
+use crate::engine::Engine;
+use crate::ids::{ClientId, ServerId};
+use crate::messages::{self, sqlstate};
+use crate::server::ServerState;
+use crate::server::login::{Credentials, LoginStep, ServerLogin};
+use crate::server::relay::is_shutdown_error;
+use crate::services::FailureCause;
+use crate::settings::MAX_IDLE_MESSAGE_BYTES;
+use pgtier_core::config::PoolMode;
+use pgtier_wire::session_state::Effects;
+
+/// Why a connect failed, for the replica router.
+fn connect_failure_cause(errno: i32) -> FailureCause {
+    match errno {
+        libc_like::ETIMEDOUT => FailureCause::ConnectTimeout,
+        libc_like::ECONNRESET | libc_like::EPIPE => FailureCause::ConnectionReset,
+        _ => FailureCause::ConnectionRefused,
+    }
+}
+
+/// The errno values the engine tells apart (Linux's), without depending on libc.
+mod libc_like {
+    pub const EPIPE: i32 = 32;
+    pub const ECONNRESET: i32 = 104;
+    pub const ETIMEDOUT: i32 = 110;
+}
+
+impl Engine {
+    pub(super) fn on_server_connected(&mut self, id: ServerId, result: Result<(), i32>) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if !matches!(server.state, ServerState::Connecting { .. }) {
+            return;
+        }
+        if let Err(errno) = result {
+            let message = format!(
+                "could not connect to server {}: {}",
+                server.addr,
+                std::io::Error::from_raw_os_error(errno)
+            );
+            let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+            self.server_unreachable(id, error, connect_failure_cause(errno));
+            return;
+        }
+        let pool = server.pool;
+        let Some(key) = self.pools.key(pool) else {
+            return;
+        };
+        let dbname = self
+            .config
+            .database(&key.database)
+            .map_or_else(|| key.database.to_string(), |db| db.dbname.clone());
+        let params: Vec<(&str, &str)> = key.profile.parameters().collect();
+        let startup = ServerLogin::startup_message(&key.server_user, &dbname, &params);
+        server.state = ServerState::LoggingIn {
+            since: self.now,
+            login: Box::default(),
+        };
+        self.send(Conn::Server(id), startup);
+    }
+
+    pub(super) fn on_login_bytes(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let ServerState::LoggingIn { login, .. } = &mut server.state else {
+            return;
+        };
+        let Some(key) = self.pools.key(server.pool) else {
+            return;
+        };
+        let password = self
+            .config
+            .database(&key.database)
+            .and_then(|db| db.password.clone())
+            .or_else(|| self.users.get(&key.server_user));
+        let credentials = Credentials {
+            user: &key.server_user,
+            password: password.as_deref(),
+            client_key: self.secrets.client_key(&key.server_user),
+        };
+        match login.step(&mut server.input, credentials, self.random.as_mut()) {
+            LoginStep::Continue { reply } => {
+                if let Some(reply) = reply {
+                    self.send(Conn::Server(id), reply);
+                }
+            }
+            LoginStep::Failed { error, .. } => self.login_failed(id, error),
+            LoginStep::Done => self.on_login_done(id),
+        }
+    }
+
+    fn on_login_done(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let ServerState::LoggingIn { login, .. } = std::mem::replace(
+            &mut server.state,
+            ServerState::Releasing { since: self.now },
+        ) else {
+            return;
+        };
+        let backend = login.into_backend();
+        server.params = backend.tracked;
+        server.key = backend.key;
+        let pool = server.pool;
+        debug!(pid = ?server.backend_pid(), "server login done");
+        self.pools.learn_welcome(pool, &backend.params);
+        let checkin = self.pools.opened(pool, id, self.now);
+        if let Some(server) = self.servers.get_mut(id.0) {
+            server.state = ServerState::Idle { since: self.now };
+        }
+        self.act_on_checkin(id, pool, checkin);
+    }
+
+    /// A login failed: every client waiting on the pool gets `error` now, and new ones get
+    /// it until `server_login_retry` passes.
+    fn login_failed(&mut self, id: ServerId, error: Bytes) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let pool = server.pool;
+        self.stats.login_failures += 1;
+        info!(
+            database = %self.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
+            "server login failed"
+        );
+        server.state = ServerState::Closing;
+        server.input = bytes::BytesMut::new();
+        self.outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: crate::action::CloseHow::Now,
+        });
+        self.pools
+            .open_failed(pool, self.login_retry_at(), Some(error.clone()));
+        if self.pools.counts(pool).servers() == 0 {
+            self.fail_waiters(pool, error);
+        }
+    }
+
+    /// A server could not be reached (connect refused or timed out, reset during login).
+    /// On a replica the router hears of it and the pool's waiters stay queued, to be
+    /// re-routed once the replica is Down; elsewhere it is an ordinary failed login.
+    fn server_unreachable(&mut self, id: ServerId, error: Bytes, cause: FailureCause) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let pool = server.pool;
+        if !self.report_replica_failure(pool, cause) {
+            self.login_failed(id, error);
+            return;
+        }
+        self.stats.login_failures += 1;
+        if let Some(server) = self.servers.get_mut(id.0) {
+            server.state = ServerState::Closing;
+        }
+        self.outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: crate::action::CloseHow::Now,
+        });
+        self.pools
+            .open_failed(pool, self.login_retry_at(), Some(error));
+    }
+
+    /// Tells the router that a connection to a pool's replica failed. False when the pool
+    /// is not on a replica.
+    pub(super) fn report_replica_failure(
+        &self,
+        pool: pgtier_pool::PoolId,
+        cause: FailureCause,
+    ) -> bool {
+        let Some(key) = self.pools.key(pool) else {
+            return false;
+        };
+        let ServerTarget::Replica(addr) = key.target else {
+            return false;
+        };
+        debug!(replica = %addr, ?cause, "server connection to a replica failed");
+        self.routing.report_failure(&key.database, addr, cause);
+        true
+    }
+
+    /// Moves server output to the linked client; releases the server at the end of a
+    /// transaction in transaction mode.
+    pub(super) fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
+        let max = self.limits.max_server_message_bytes;
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let client = self
+            .clients
+            .get_mut(client_id.0)
+            .filter(|client| client.server() == Some(server_id));
+        let Some(client) = client else {
+            warn!("bug: a busy server without its client");
+            self.close_server(server_id);
+            return;
+        };
+        let Some(session) = client.session.as_mut() else {
+            return;
+        };
+        let welcoming = matches!(client.state, ClientState::Welcoming { .. });
+        let scan = server.relay.scan(
+            &server.input,
+            &mut server.tracker,
+            &mut server.params,
+            Some(&mut session.tracked),
+            max,
+        );
+        let _ = server.input.split_to(scan.drop_bytes);
+        let forwarded =
+            (scan.forward_bytes > 0).then(|| server.input.split_to(scan.forward_bytes).freeze());
+        let elapsed_us = session.query_started.map_or(0, |started| {
+            self.now.saturating_duration_since(started).as_micros() as u64
+        });
+        if scan.completed > 0 && !server.tracker.has_outstanding() {
+            session.query_started = None;
+        }
+        let (class, mode, pinned) = (session.class, session.mode, session.pins_server());
+        let pool = server.pool;
+        for _ in 0..scan.completed {
+            self.counters.record_query(class, elapsed_us);
+            self.latency.record(class, elapsed_us);
+        }
+        for _ in 0..scan.transactions {
+            self.counters.record_transaction(class, elapsed_us);
+        }
+        if let Some(bytes) = forwarded {
+            self.send(Conn::Client(client_id), bytes);
+        }
+        self.apply_back_pressure(server_id, client_id);
+        if scan.fatal_forwarded {
+            // The backend is exiting: the client sees its FATAL and then the end of the
+            // connection, exactly as from PostgreSQL, with nothing of pgtier's own after it.
+            if scan.shutdown_forwarded {
+                self.report_replica_failure(pool, FailureCause::ServerShutdown);
+            }
+            self.close_server(server_id);
+            self.close_client_after_flush(client_id);
+            return;
+        }
+        if scan.malformed {
+            self.server_failed(server_id, "server sent an invalid message", None);
+            return;
+        }
+        if let Some(len) = scan.oversized {
+            self.server_message_too_long(server_id, client_id, len);
+            return;
+        }
+        if scan.session_param_changed && mode == PoolMode::Transaction {
+            self.pin_client(client_id, server_id, Effects::SET);
+        }
+        if !scan.idle {
+            return;
+        }
+        if welcoming {
+            self.finish_welcome(client_id, server_id);
+            return;
+        }
+        let shutting_down =
+            self.shutdown >= Some(crate::command::ShutdownMode::WaitForTransactions);
+        if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
+        {
+            self.release_server(server_id);
+        }
+    }
+
+    fn is_pinned(&self, id: ClientId) -> bool {
+        self.clients
+            .get(id.0)
+            .and_then(|client| client.session.as_ref())
+            .is_some_and(|session| session.pins_server())
+    }
+
+    /// A client with more than `client_buffer_limit_bytes` queued pauses its server: a slow
+    /// client never makes the proxy hold a whole huge result.
+    fn apply_back_pressure(&mut self, server_id: ServerId, client_id: ClientId) {
+        let limit = self.limits.client_buffer_limit_bytes;
+        let queued = self
+            .clients
+            .get(client_id.0)
+            .map_or(0, |client| client.queued_bytes);
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        if queued > limit && !server.paused {
+            server.paused = true;
+            self.outbox.push(Action::PauseRecv(Conn::Server(server_id)));
+        }
+    }
+
+    /// The server sent a message longer than `max_server_message_bytes`: what came before
+    /// is with the client already; the server closes (its result cannot be skipped safely)
+    /// and the client gets 54000, since its response is cut short.
+    fn server_message_too_long(&mut self, server_id: ServerId, client_id: ClientId, len: usize) {
+        warn!(
+            len,
+            "server message over max_server_message_bytes: closing the server"
+        );
+        self.close_server(server_id);
+        let message = format!(
+            "server message of {len} bytes exceeds max_server_message_bytes ({})",
+            self.limits.max_server_message_bytes
+        );
+        let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
+        self.close_client(client_id, Some(error));
+    }
+
+    /// Swallows everything from a server without a client, then takes its next step.
+    pub(super) fn drain_server(&mut self, id: ServerId) {
+        let max = self.limits.max_server_message_bytes;
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let scan = server.relay.scan(
+            &server.input,
+            &mut server.tracker,
+            &mut server.params,
+            None,
+            max,
+        );
+        let _ = server.input.split_to(scan.drop_bytes);
+        if scan.malformed || scan.oversized.is_some() {
+            self.close_server(id);
+            return;
+        }
+        match server.state {
+            ServerState::Checking { .. } if scan.idle => self.finish_check(id),
+            ServerState::Releasing { .. } => self.advance_release(id),
+            _ => {}
+        }
+    }
+
+    /// Bytes from a server nobody uses: parameter changes and notices are fine; anything
+    /// else (typically a FATAL before the backend exits) retires it.
+    pub(super) fn on_idle_server_bytes(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let pool = server.pool;
+        let mut shutting_down = false;
+        let mut retire = false;
+        let limits = pgtier_wire::FrameLimits {
+            max_message_len: MAX_IDLE_MESSAGE_BYTES as u32,
+            ..pgtier_wire::FrameLimits::default()
+        };
+        loop {
+            let frame = match pgtier_wire::framing::split_message(&mut server.input, &limits) {
+                Ok(Some(frame)) => frame.bytes,
+                Ok(None) => break,
+                Err(_) => {
+                    retire = true;
+                    break;
+                }
+            };
+            match frame[0] {
+                b'S' => {
+                    if let Some((name, value)) = messages::parse_parameter_status(&frame[5..]) {
+                        server.params.set(name, value);
+                    }
+                }
+                b'N' | b'A' => {}
+                b'E' => {
+                    shutting_down = is_shutdown_error(&frame[5..]);
+                    retire = true;
+                    break;
+                }
+                _ => {
+                    retire = true;
+                    break;
+                }
+            }
+        }
+        if shutting_down {
+            self.report_replica_failure(pool, FailureCause::ServerShutdown);
+        }
+        if retire {
+            self.close_server(id);
+        }
+    }
+
+    /// The server connection ended or failed.
+    pub(super) fn on_server_gone(&mut self, id: ServerId, errno: Option<i32>) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        match server.state {
+            ServerState::Closing => {}
+            // Terminated on purpose: its backend is gone, its slot moves on.
+            ServerState::Leaving { .. } => self.close_server(id),
+            ServerState::Connecting { .. } => {
+                self.on_server_connected(id, Err(errno.unwrap_or(libc_like::ECONNRESET)));
+            }
+            _ => self.server_failed(
+                id,
+                "server closed the connection unexpectedly",
+                Some(FailureCause::ConnectionReset),
+            ),
+        }
+    }
+
+    /// The server connection broke. Its client (if any) gets `message` as a FATAL error.
+    /// With a `cause`, a server on a replica is reported to its router (the replica goes
+    /// Down at once) and the clients waiting on its pool are re-routed rather than failed.
+    pub(super) fn server_failed(
+        &mut self,
+        id: ServerId,
+        message: &str,
+        cause: Option<FailureCause>,
+    ) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let pool = server.pool;
+        match server.state {
+            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, message);
+                match cause {
+                    Some(cause) => self.server_unreachable(id, error, cause),
+                    None => self.login_failed(id, error),
+                }
+            }
+            ServerState::Busy { client } => {
+                let on_replica =
+                    cause.is_some_and(|cause| self.report_replica_failure(pool, cause));
+                self.close_server(id);
+                let message = if on_replica {
+                    format!("the replica serving this connection failed: {message}")
+                } else {
+                    message.to_string()
+                };
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                self.close_client(client, Some(error));
+            }
+            _ => {
+                if let Some(cause) = cause {
+                    self.report_replica_failure(pool, cause);
+                }
+                self.close_server(id);
+            }
+        }
+    }
+
+    /// Sends a CancelRequest with the server's real key for what it is running; it is not
+    /// given to anyone else until the cancel connection finishes.
+    pub(super) fn send_cancel(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let Some(key) = server.key else {
+            return;
+        };
+        server.cancels_pending += 1;
+        let addr: SocketAddr = server.addr;
+        self.outbox.push(Action::SendCancel {
+            server: id,
+            addr,
+            request: messages::cancel_request(key.pid, key.secret),
+        });
+    }
+
+    pub(super) fn on_cancel_done(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        server.cancels_pending = server.cancels_pending.saturating_sub(1);
+        self.advance_release(id);
+    }
+}

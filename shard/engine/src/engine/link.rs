@@ -1,0 +1,762 @@
+//! Servers given to clients and taken back: a client that needs a server gets an idle one,
+//! a new one, or waits in its pool's FIFO; a linked client's bytes move to its server; at the
+//! end of a transaction (transaction mode, unless the client is pinned) or when the client
+//! leaves, the server goes through the release path (`crate::server::release`) and back to
+//! the pool, or closes. Slots move between shards here too.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pgtier_core::config::PoolMode;
+use pgtier_pool::{Checkin, Lease, PoolId, Release, ServerTarget};
+use pgtier_wire::session_state::Effects;
+use tracing::debug;
+
+use crate::action::{Action, Conn};
+use crate::client::ClientState;
+use crate::client::forward::{ForwardEnd, Watch};
+use crate::command::{Command, ShutdownMode};
+use crate::engine::Engine;
+use crate::ids::{ClientId, ServerId};
+use crate::messages::{self, sqlstate};
+use crate::server::release::ClientLeft;
+use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
+use crate::tracker::Tracker;
+
+/// A Terminate message: a server ended on purpose closes its connection after it.
+const TERMINATE: &[u8] = b"X\0\0\0\x04";
+
+impl Engine {
+    /// A welcomed client between transactions sent bytes: it needs a server (or it left).
+    pub(super) fn on_idle_client_bytes(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        match client.input.first().copied() {
+            None => {}
+            Some(b'X') => self.close_client(id, None),
+            // Refused before it takes a server: garbage never reaches one.
+            Some(code) if !Tracker::is_client_message(code) => {
+                self.protocol_error(id, &format!("invalid frontend message type {code}"));
+            }
+            Some(_) => {
+                client.state = ClientState::Queued {
+                    since: self.now,
+                    ticket: None,
+                };
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// A `Joining` or `Queued` client needs a server: an idle one of its pool (after a
+    /// check when it sat idle long), else it parks in the pool's FIFO and a server is
+    /// opened for it when the budgets allow.
+    pub(super) fn need_server(&mut self, id: ClientId) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        if session
+            .lease
+            .as_mut()
+            .is_some_and(|lease| lease.replica_failed())
+        {
+            self.repin(id);
+            return;
+        }
+        let Some(pool) = session.pool else {
+            return;
+        };
+        while let Some(lease) = self.pools.checkout(pool) {
+            if self.start_check_if_stale(&lease) {
+                continue;
+            }
+            self.link(id, lease);
+            return;
+        }
+        let deadline = Engine::enabled(self.config.pgtier.query_wait_timeout)
+            .map(|timeout| self.now + timeout);
+        let ticket = self.pools.park(pool, id, self.now, deadline);
+        if let Some(client) = self.clients.get_mut(id.0) {
+            match &mut client.state {
+                ClientState::Joining { ticket: slot, .. }
+                | ClientState::Queued { ticket: slot, .. } => {
+                    *slot = ticket;
+                }
+                _ => {}
+            }
+        }
+        self.open_for_waiters(pool);
+    }
+
+    /// Opens servers while a pool's waiters outnumber the servers being opened for them
+    /// and the budgets allow; a refusal makes room where it can (another shard's idle
+    /// server, an idle server of another pool under a full cap).
+    pub(super) fn open_for_waiters(&mut self, pool: PoolId) {
+        loop {
+            let counts = self.pools.counts(pool);
+            if counts.opening >= counts.waiting {
+                return;
+            }
+            if let Some(error) = self.failed_login_for(pool) {
+                self.fail_waiters(pool, error);
+                return;
+            }
+            match self.pools.try_open(pool, self.now) {
+                Ok(()) => self.open_server(pool),
+                Err(pgtier_pool::Refusal::NotNow) => return,
+                Err(pgtier_pool::Refusal::PoolFull) => {
+                    self.ask_other_shards_for_a_server(pool);
+                    return;
+                }
+                Err(pgtier_pool::Refusal::SharedFull { budget }) => {
+                    self.make_room_under_cap(pool, budget);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The memoed login failure of a pool whose clients must get it now (not on a replica,
+    /// whose waiters are re-routed instead).
+    fn failed_login_for(&self, pool: PoolId) -> Option<Bytes> {
+        let replica = matches!(
+            self.pools.key(pool).map(|key| key.target),
+            Some(ServerTarget::Replica(_))
+        );
+        if replica {
+            return None;
+        }
+        self.pools.login_failure(pool, self.now).cloned()
+    }
+
+    /// Fails every client waiting on a pool with `error`.
+    pub(super) fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
+        while let Some(waiter) = self.pools.next_waiter(pool) {
+            self.clear_ticket(waiter);
+            self.close_client(waiter, Some(error.clone()));
+        }
+    }
+
+    /// A waiter left the pool's queue (handed a server, failed, moved): its ticket is spent.
+    fn clear_ticket(&mut self, id: ClientId) {
+        if let Some(client) = self.clients.get_mut(id.0) {
+            match &mut client.state {
+                ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                    *ticket = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The budget is spent and this shard has no server to give: the slots may sit on other
+    /// shards, so ask them for one (at most once per housekeeping period).
+    fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
+        let shards = self.shared.shards();
+        if shards < 2 || !self.pools.should_ask_others(pool, self.now) {
+            return;
+        }
+        let Some(key) = self.pools.key(pool).cloned().map(Arc::new) else {
+            return;
+        };
+        for shard in (0..shards).filter(|shard| *shard != self.shard) {
+            let command = Command::ReleaseIdle {
+                key: key.clone(),
+                from: self.shard,
+            };
+            self.outbox.push(Action::Post { shard, command });
+        }
+    }
+
+    /// A database or user cap stops `pool`: end an idle server of another pool of this shard
+    /// under the same cap (its counts come back once its backend is gone), else ask the
+    /// other shards to.
+    fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
+        if let Some(closing) = self.pools.evict_idle_sharing(pool, budget) {
+            debug!(
+                shard = self.shard,
+                "ending an idle server to make room under a cap"
+            );
+            self.retire(closing);
+            return;
+        }
+        if self.shared.shards() < 2 || !self.pools.should_ask_others(pool, self.now) {
+            return;
+        }
+        let Some(key) = self.pools.key(pool) else {
+            return;
+        };
+        let (database, user) = if budget == 0 {
+            (Some(key.database.clone()), None)
+        } else {
+            (None, Some(key.server_user.clone()))
+        };
+        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+            let command = Command::ReleaseIdleUnderCap {
+                database: database.clone(),
+                user: user.clone(),
+            };
+            self.outbox.push(Action::Post { shard, command });
+        }
+    }
+
+    /// Opens a server for `pool`; its budget slot was taken by `try_open`.
+    pub(super) fn open_server(&mut self, pool: PoolId) {
+        let Some(key) = self.pools.key(pool).cloned() else {
+            return;
+        };
+        let addr = match key.target {
+            ServerTarget::Replica(addr) => Ok(addr),
+            ServerTarget::Primary => self.primary_addr(&key.database),
+        };
+        let mode = self.pool_mode_of(&key.database, &key.server_user);
+        let addr = match addr {
+            Ok(addr) => addr,
+            Err(message) => {
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                self.pools
+                    .open_failed(pool, self.login_retry_at(), Some(error.clone()));
+                self.fail_waiters(pool, error);
+                return;
+            }
+        };
+        let Some(slot) = self
+            .servers
+            .insert(ServerConn::new(pool, addr, mode, self.now))
+        else {
+            let error = messages::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "too many server connections on this worker",
+            );
+            self.pools.open_failed(pool, self.now, Some(error.clone()));
+            self.fail_waiters(pool, error);
+            return;
+        };
+        self.stats.servers_opened += 1;
+        self.outbox.push(Action::Connect {
+            server: ServerId(slot),
+            addr,
+        });
+    }
+
+    /// The address of a database entry's single server.
+    fn primary_addr(&self, database: &str) -> Result<std::net::SocketAddr, String> {
+        let Some(db) = self.config.database(database) else {
+            return Err(format!("database \"{database}\" does not exist"));
+        };
+        match &db.servers {
+            pgtier_core::config::ServerSet::Single(host_port) => {
+                self.resolver.resolve(&host_port.host, host_port.port)
+            }
+            pgtier_core::config::ServerSet::Replicas(set) => set
+                .replicas
+                .first()
+                .copied()
+                .ok_or_else(|| "replica set is empty".to_string()),
+        }
+    }
+
+    fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
+        self.config
+            .database(database)
+            .map_or(self.config.pgtier.pool_mode, |db| {
+                self.config.pool_mode(db, user)
+            })
+    }
+
+    pub(super) fn login_retry_at(&self) -> std::time::Instant {
+        self.now + self.config.pgtier.server_login_retry.duration()
+    }
+
+    /// A server idle longer than `server_check_delay` runs `server_check_query` before a
+    /// client gets it (PgBouncer's check): true when the check was started.
+    fn start_check_if_stale(&mut self, lease: &Lease<ServerId>) -> bool {
+        let settings = &self.config.pgtier;
+        if settings.server_check_query.is_empty() {
+            return false;
+        }
+        // Strictly longer: a server that just passed its check (idle since this pass) is
+        // not checked again, even with `server_check_delay = 0`.
+        if self.now.saturating_duration_since(lease.idle_since)
+            <= settings.server_check_delay.duration()
+        {
+            return false;
+        }
+        let query = settings.server_check_query.clone();
+        let id = lease.server;
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return false;
+        };
+        let bytes = server.internal_query(&query);
+        server.state = ServerState::Checking { since: self.now };
+        server.lease = Some(Lease {
+            server: lease.server,
+            opened_at: lease.opened_at,
+            idle_since: lease.idle_since,
+        });
+        self.send(Conn::Server(id), bytes);
+        true
+    }
+
+    /// A check was answered: a server that passed goes back to the pool (to the oldest
+    /// waiter), one that failed closes (the pool replaces it for waiters).
+    pub(super) fn finish_check(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        let failed = server.relay.take_swallowed_error().is_some() || !server.tracker.is_idle();
+        if failed {
+            debug!(
+                shard = self.shard,
+                "server_check_query failed: closing the server"
+            );
+            self.close_server(id);
+        } else {
+            self.return_to_pool(id);
+        }
+    }
+
+    /// Gives `lease`'s server to client `id` (which waited for it, or found it idle).
+    pub(super) fn link(&mut self, id: ClientId, lease: Lease<ServerId>) {
+        let server_id = lease.server;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            self.give_back(lease);
+            return;
+        };
+        let (since, joining) = match client.state {
+            ClientState::Joining { since, .. } => (since, true),
+            ClientState::Queued { since, .. } => (since, false),
+            _ => {
+                // It is not waiting any more (it left in between): the server goes on.
+                self.give_back(lease);
+                return;
+            }
+        };
+        let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
+        self.counters.record_wait(wait_us);
+        let Some(session) = client.session.as_mut() else {
+            return;
+        };
+        let reset = match session.mode {
+            PoolMode::Session => Reset::Configured,
+            PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
+                Reset::Configured
+            }
+            PoolMode::Transaction if session.pins_server() => Reset::SessionState,
+            PoolMode::Transaction => Reset::None,
+        };
+        session.transaction_started = Some(self.now);
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        server.state = ServerState::Busy { client: id };
+        server.lease = Some(lease);
+        server.reset = server.reset.max(reset);
+        if joining {
+            client.state = ClientState::Welcoming { server: server_id };
+            self.start_welcome(id, server_id);
+            return;
+        }
+        client.state = ClientState::Linked { server: server_id };
+        let mut sql = String::new();
+        if session.tracked.write_differences(&server.params, &mut sql) {
+            let bytes = server.internal_query(&sql);
+            self.send(Conn::Server(server_id), bytes);
+        }
+        self.resume_client(id);
+        self.forward(id, server_id);
+    }
+
+    /// A server that was handed out to nobody after all goes back.
+    fn give_back(&mut self, lease: Lease<ServerId>) {
+        let id = lease.server;
+        if let Some(server) = self.servers.get_mut(id.0) {
+            server.lease = Some(lease);
+            server.state = ServerState::Releasing { since: self.now };
+        }
+        self.advance_release(id);
+    }
+
+    /// A client being welcomed by `server_id`: its startup values are applied on the server
+    /// first (answer swallowed; `finish_welcome` follows it), or it is welcomed at once when
+    /// the server already shows them.
+    fn start_welcome(&mut self, id: ClientId, server_id: ServerId) {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+            return;
+        };
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let mut sql = String::new();
+        let defaults = self
+            .pools
+            .welcome(server.pool)
+            .map(|welcome| welcome.tracked.clone())
+            .unwrap_or_default();
+        if !session
+            .tracked
+            .write_login_sets(&defaults, &server.params, &mut sql)
+        {
+            self.finish_welcome(id, server_id);
+            return;
+        }
+        let bytes = server.internal_query(&sql);
+        self.send(Conn::Server(server_id), bytes);
+    }
+
+    /// Moves the client's complete (or streaming) messages to its server.
+    pub(super) fn forward(&mut self, id: ClientId, server_id: ServerId) {
+        let max = self.limits.max_client_message_bytes;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let Some(session) = client.session.as_mut() else {
+            return;
+        };
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        // In transaction mode, Query and Parse texts are classified until the client
+        // creates session state; from then on it keeps its server.
+        let watch =
+            (session.mode == PoolMode::Transaction && !session.pins_server()).then(|| Watch {
+                conforming_strings: session.tracked.standard_conforming_strings(),
+            });
+        let out = session
+            .forwarder
+            .forward(&mut client.input, &mut server.tracker, max, watch);
+        if out.started {
+            session.query_started.get_or_insert(self.now);
+        }
+        if let Some(chunk) = out.chunk {
+            self.send(Conn::Server(server_id), chunk);
+        }
+        if out.effects.pins() {
+            self.pin_client(id, server_id, out.effects);
+        }
+        match out.end {
+            None => {}
+            Some(ForwardEnd::Terminate) => self.close_client(id, None),
+            Some(ForwardEnd::InvalidType(code)) => {
+                self.protocol_error(id, &format!("invalid frontend message type {code}"));
+            }
+            Some(ForwardEnd::Malformed) => {
+                self.protocol_error(id, "invalid message length or sequence");
+            }
+        }
+    }
+
+    /// Keeps a transaction-mode client on its server from now on: it created session state
+    /// (`effects`), which would otherwise reach the server's next client. The server is
+    /// reset when the client leaves.
+    pub(super) fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        if !session.pins_server() {
+            debug!(
+                ?id,
+                ?effects,
+                "client pinned to its server by session state"
+            );
+        }
+        session.pinned = session.pinned.union(effects);
+        if let Some(server) = self.servers.get_mut(server_id.0) {
+            server.reset = server.reset.max(Reset::SessionState);
+        }
+    }
+
+    /// The server finished a transaction (or a welcome, or a shutdown waits): its client
+    /// goes idle (or away, at shutdown) and the server goes through the release path.
+    pub(super) fn release_server(&mut self, server_id: ServerId) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let client_id = server.client();
+        server.state = ServerState::Releasing { since: self.now };
+        let closing_at_shutdown = self.shutdown >= Some(ShutdownMode::WaitForTransactions);
+        if let Some(client_id) = client_id
+            && let Some(client) = self.clients.get_mut(client_id.0)
+        {
+            client.state = ClientState::Idle { since: self.now };
+            if let Some(session) = client.session.as_mut() {
+                session.query_started = None;
+                session.transaction_started = None;
+            }
+        }
+        self.advance_release(server_id);
+        let Some(client_id) = client_id else {
+            return;
+        };
+        if closing_at_shutdown {
+            let error = messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
+            self.close_client(client_id, Some(error));
+        } else {
+            // A pipelined next transaction is already here.
+            self.on_idle_client_bytes(client_id);
+        }
+    }
+
+    /// A client left while linked to `server_id`: the server drains what it still owes (a
+    /// running query cancelled), then takes the release path.
+    pub(super) fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
+        let cancel_on_disconnect = self.config.pgtier.cancel_on_client_disconnect;
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        if server.client() != Some(client_id) {
+            return;
+        }
+        match server.client_left(cancel_on_disconnect) {
+            ClientLeft::CloseNow => self.close_server(server_id),
+            ClientLeft::Release { cancel } => {
+                server.state = ServerState::Releasing { since: self.now };
+                if cancel {
+                    self.send_cancel(server_id);
+                }
+                self.advance_release(server_id);
+            }
+        }
+    }
+
+    /// Takes the next step of a releasing server (see `crate::server::release`).
+    pub(super) fn advance_release(&mut self, id: ServerId) {
+        let reset_query = self.config.pgtier.server_reset_query.clone();
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if !matches!(server.state, ServerState::Releasing { .. }) {
+            return;
+        }
+        match server.next_release_step(&reset_query) {
+            ReleaseStep::Wait => {}
+            ReleaseStep::Query(bytes) => self.send(Conn::Server(id), bytes),
+            ReleaseStep::Pool => self.return_to_pool(id),
+            ReleaseStep::Close(why) => {
+                debug!(?id, why, "closing a released server");
+                self.close_server(id);
+            }
+        }
+    }
+
+    /// Puts a clean server back: to the pool's oldest waiter, into its idle list, closed
+    /// (lifetime, a shrunk pool, a shutdown), or handed to another shard.
+    pub(super) fn return_to_pool(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        server.pooled();
+        let pool = server.pool;
+        let Some(lease) = server.lease.take() else {
+            return;
+        };
+        if self.shutdown.is_some() && self.pools.waiting(pool) == 0 {
+            server.lease = Some(lease);
+            self.close_server(id);
+            return;
+        }
+        let checkin = self.pools.checkin(pool, lease, self.now);
+        self.act_on_checkin(id, pool, checkin);
+    }
+
+    /// Acts on what the pool decided for a server that came back or was just opened.
+    pub(super) fn act_on_checkin(
+        &mut self,
+        id: ServerId,
+        pool: PoolId,
+        checkin: Checkin<ServerId, ClientId>,
+    ) {
+        match checkin {
+            Checkin::Handoff { waiter, lease } => {
+                self.clear_ticket(waiter);
+                self.link(waiter, lease);
+            }
+            Checkin::Pooled => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.state = ServerState::Idle { since: self.now };
+                }
+            }
+            Checkin::Close {
+                lease: _,
+                reason,
+                open_replacement,
+            } => {
+                debug!(
+                    ?id,
+                    reason = reason.as_str(),
+                    "closing a server the pool gave up"
+                );
+                self.close_unpooled(id);
+                if open_replacement {
+                    self.open_server(pool);
+                }
+            }
+            Checkin::HandOver { lease, to } => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.lease = Some(lease);
+                }
+                self.leave_for(id, Some(to));
+            }
+        }
+    }
+
+    /// Closes a server whose budget the pool already settled (it decided the close).
+    pub(super) fn close_unpooled(&mut self, id: ServerId) {
+        if let Some(server) = self.servers.get_mut(id.0) {
+            server.lease = None;
+        }
+        self.close_server_settled(id);
+    }
+
+    /// Ends `id` so its slot goes to shard `to` (`None`: back to the budgets, to make room
+    /// under a cap): Terminate now; the slot moves when the server closes the connection.
+    pub(super) fn leave_for(&mut self, id: ServerId, to: Option<usize>) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        debug!(
+            shard = self.shard,
+            ?to,
+            "ending a server to hand its slot on"
+        );
+        server.state = ServerState::Leaving {
+            since: self.now,
+            to,
+        };
+        server.paused = false;
+        self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
+        self.send(Conn::Server(id), Bytes::from_static(TERMINATE));
+    }
+
+    /// Closes a server without touching pool accounting (already settled).
+    fn close_server_settled(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if server.is_closing() {
+            return;
+        }
+        server.state = ServerState::Closing;
+        server.input = bytes::BytesMut::new();
+        self.outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: crate::action::CloseHow::Now,
+        });
+    }
+
+    /// The pool accounting of a server that is closing, by the state it was in.
+    pub(super) fn settle_closed_server(
+        &mut self,
+        id: ServerId,
+        pool: PoolId,
+        previous: ServerState,
+        lease: Option<Lease<ServerId>>,
+    ) {
+        match previous {
+            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
+                // Counted as opening: an open that did not finish.
+                self.pools.open_failed(pool, self.now, None);
+                self.open_for_waiters(pool);
+            }
+            ServerState::Idle { .. } => {
+                if self.pools.take_idle(pool, &id).is_some() && self.pools.closed(pool, self.now) {
+                    self.open_server(pool);
+                }
+            }
+            ServerState::Leaving { .. } => {
+                if let Some(grant) = self.pools.left(pool) {
+                    let command = Command::SlotGranted {
+                        key: Arc::new(grant.key),
+                    };
+                    self.outbox.push(Action::Post {
+                        shard: grant.to,
+                        command,
+                    });
+                }
+                self.open_for_waiters_under_caps(pool);
+            }
+            ServerState::Checking { .. }
+            | ServerState::Busy { .. }
+            | ServerState::Releasing { .. } => {
+                if lease.is_some() && self.pools.closed(pool, self.now) {
+                    self.open_server(pool);
+                }
+                self.open_for_waiters_under_caps(pool);
+            }
+            ServerState::Closing => {}
+        }
+        let _ = id;
+    }
+
+    /// A server of `pool` closed and gave its database and user counts back: pools of this
+    /// shard under the same caps whose clients wait may open a server now.
+    fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
+        let Some(key) = self.pools.key(pool).cloned() else {
+            return;
+        };
+        let waiting: Vec<PoolId> = self
+            .pools
+            .pools()
+            .filter(|(other, other_key, counts)| {
+                *other != pool
+                    && counts.waiting > 0
+                    && (other_key.database == key.database
+                        || other_key.server_user == key.server_user)
+            })
+            .map(|(other, _, _)| other)
+            .collect();
+        for other in waiting {
+            self.open_for_waiters(other);
+        }
+    }
+
+    /// `max_pools_per_worker` is reached: the least recently used pool nobody uses gives
+    /// its idle servers up, so it is forgotten and a new key fits.
+    pub(super) fn evict_a_pool(&mut self) {
+        let mut closings = Vec::new();
+        self.pools.evict_for_room(&mut closings);
+        for closing in closings {
+            self.retire(closing);
+        }
+    }
+
+    /// Ends an idle server the pool took out to close: one that still holds its slots
+    /// leaves (Terminate, slots given back once its backend is gone); the others close.
+    pub(super) fn retire(&mut self, closing: pgtier_pool::Closing<ServerId>) {
+        let id = closing.lease.server;
+        if closing.leaving {
+            if let Some(server) = self.servers.get_mut(id.0) {
+                server.lease = Some(closing.lease);
+            }
+            self.leave_for(id, None);
+        } else {
+            self.close_unpooled(id);
+        }
+    }
+
+    /// Another shard waits for a server of `key`: end one of ours for it, an idle one now if
+    /// nobody waits here, else the next one to come back.
+    pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
+        if let Release::Now(lease) = self.pools.release_for(key, from) {
+            let id = lease.server;
+            if let Some(server) = self.servers.get_mut(id.0) {
+                server.lease = Some(lease);
+            }
+            self.leave_for(id, Some(from));
+        }
+    }
+
+    /// Another shard handed this one a slot of `key`: open a server with it for the
+    /// waiters, or give it back when nobody here needs it any more.
+    pub(super) fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
+        let Some(pool) = self.pools.find(key) else {
+            pgtier_pool::give_back_slot(&self.pool_limits(key));
+            return;
+        };
+        debug!(shard = self.shard, "a server slot was handed to this shard");
+        self.pools.adopt_slot(key);
+        self.open_for_waiters(pool);
+        self.pools.return_unused_slots(pool);
+    }
+}

@@ -1,0 +1,585 @@
+//! A client from its first byte to its welcome: startup packets, the password exchange, the
+//! replica admission on a replica-set entry, its pool, and the welcome (from the pool's
+//! cached parameters, or from the server whose login values it waited for).
+
+use bytes::BytesMut;
+use pgtier_core::config::{ADMIN_DATABASE, PoolMode};
+use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile};
+
+use crate::action::Conn;
+use crate::class::{self, session_class};
+use crate::client::auth::{self, AuthContext, AuthStep};
+use crate::client::forward::Forwarder;
+use crate::client::startup::{self, LoginRequest, StartupStep};
+use crate::client::{ClientState, Session};
+use crate::engine::Engine;
+use crate::ids::{ClientId, ServerId, SlotRef};
+use crate::messages::{self, sqlstate};
+use crate::params::{TrackedParams, tracked_index};
+use crate::services::{Admission, AdmissionReply, Refusal};
+use crate::settings::MAX_STARTUP_BYTES;
+
+/// The request id of a client's admission: its slot, so a reply finds the client (or finds
+/// it gone: a stale generation) without a table.
+pub(super) fn request_id(id: ClientId) -> u64 {
+    (u64::from(id.0.generation) << 32) | u64::from(id.0.index)
+}
+
+fn client_of(request_id: u64) -> ClientId {
+    ClientId(SlotRef {
+        index: request_id as u32,
+        generation: (request_id >> 32) as u32,
+    })
+}
+
+fn refusal_error(refusal: &Refusal) -> bytes::Bytes {
+    messages::fatal(refusal.code, &refusal.message)
+}
+
+impl Engine {
+    pub(super) fn on_startup_bytes(&mut self, id: ClientId) {
+        loop {
+            let Some(client) = self.clients.get_mut(id.0) else {
+                return;
+            };
+            match startup::read_startup(&mut client.input, MAX_STARTUP_BYTES) {
+                StartupStep::NeedMore => return,
+                StartupStep::Decline => {
+                    self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
+                }
+                StartupStep::Cancel(key) => {
+                    self.close_client(id, None);
+                    self.route_cancel(key);
+                    return;
+                }
+                StartupStep::Refuse(error) => {
+                    self.close_client(id, error);
+                    return;
+                }
+                StartupStep::Login(request) => {
+                    self.on_login(id, request);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_login(&mut self, id: ClientId, request: LoginRequest) {
+        if let Some(negotiation) = request.negotiation {
+            self.send(Conn::Client(id), negotiation);
+        }
+        let mut user = None;
+        let mut database = None;
+        let mut forwarded = Vec::new();
+        let mut tracked = TrackedParams::default();
+        for (name, value) in request.params {
+            match name.as_str() {
+                "user" => user = Some(value),
+                "database" => database = Some(value),
+                "replication" => {
+                    let error = messages::fatal(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "replication connections are not supported by pgtier",
+                    );
+                    self.close_client(id, Some(error));
+                    return;
+                }
+                _ if self.config.pgtier.ignores_startup_parameter(&name) => {}
+                _ => {
+                    if !tracked.set(&name, &value) {
+                        forwarded.push((name, value));
+                    }
+                }
+            }
+        }
+        let Some(user) = user.filter(|user| !user.is_empty()) else {
+            let error = messages::fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                "no PostgreSQL user name specified in startup packet",
+            );
+            self.close_client(id, Some(error));
+            return;
+        };
+        let database = database
+            .filter(|database| !database.is_empty())
+            .unwrap_or_else(|| user.clone());
+        forwarded.sort();
+        let admin = database == ADMIN_DATABASE;
+        if admin && !self.config.pgtier.is_stats_user(&user) {
+            let message = format!("user \"{user}\" may not use the admin console");
+            let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
+            self.close_client(id, Some(error));
+            return;
+        }
+        let mode = match self.config.database(&database) {
+            Some(db) => self.config.pool_mode(db, &user),
+            None if admin => PoolMode::Session,
+            None => {
+                let message = format!("database \"{database}\" does not exist");
+                let error = messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message);
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        let class = self
+            .config
+            .database(&database)
+            .map_or(pgtier_core::class::ClassSetting::Premium, |db| {
+                self.config.class(db, &user)
+            });
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        client.session = Some(Box::new(Session {
+            user,
+            database,
+            mode,
+            class,
+            pool: None,
+            startup_params: forwarded,
+            tracked,
+            key: None,
+            lease: None,
+            pinned: Default::default(),
+            forwarder: Forwarder::default(),
+            query_started: None,
+            transaction_started: None,
+        }));
+        self.start_authentication(id);
+    }
+
+    fn start_authentication(&mut self, id: ClientId) {
+        let auth_type = self.config.pgtier.auth_type;
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+            return;
+        };
+        let user = session.user.clone();
+        let context = AuthContext {
+            user: &user,
+            users: &self.users,
+            secrets: &mut self.secrets,
+            random: self.random.as_mut(),
+        };
+        match auth::start(auth_type, context) {
+            Ok(None) => self.on_authenticated(id),
+            Ok(Some((check, request))) => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    client.state = ClientState::Authenticating(check);
+                }
+                self.send(Conn::Client(id), request);
+                self.on_auth_bytes(id);
+            }
+            Err(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.input.is_empty() {
+            return;
+        }
+        let ClientState::Authenticating(check) =
+            std::mem::replace(&mut client.state, ClientState::Startup)
+        else {
+            return;
+        };
+        let user = client
+            .session
+            .as_ref()
+            .map(|session| session.user.clone())
+            .unwrap_or_default();
+        let context = AuthContext {
+            user: &user,
+            users: &self.users,
+            secrets: &mut self.secrets,
+            random: self.random.as_mut(),
+        };
+        match check.step(&mut client.input, context) {
+            AuthStep::NeedMore(check) => client.state = ClientState::Authenticating(check),
+            AuthStep::Continue(check, reply) => {
+                client.state = ClientState::Authenticating(check);
+                self.send(Conn::Client(id), reply);
+            }
+            AuthStep::Passed { final_message } => {
+                if let Some(final_message) = final_message {
+                    self.send(Conn::Client(id), final_message);
+                }
+                self.on_authenticated(id);
+            }
+            AuthStep::Failed(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    /// The password is right: the console's welcome, or the admission and the pool.
+    fn on_authenticated(&mut self, id: ClientId) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        if session.database == ADMIN_DATABASE {
+            self.welcome_console(id);
+            return;
+        }
+        if !self.routing.is_routed(&session.database) {
+            self.join_pool(id);
+            return;
+        }
+        let Some(db) = self.config.database(&session.database) else {
+            return;
+        };
+        let options = session
+            .startup_params
+            .iter()
+            .position(|(name, _)| name == "options");
+        let raw = options.map(|i| session.startup_params[i].1.as_str());
+        let class = match session_class(&self.config, db, &session.user, raw) {
+            Ok(class) => class,
+            Err(error) => {
+                let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
+                    .unwrap_or(sqlstate::INTERNAL_ERROR);
+                let error = messages::fatal(code, &error.to_string());
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        // pgtier consumes the class option: PostgreSQL would take it as a placeholder
+        // setting, but forwarding it would split one replica's pools by class for nothing.
+        if let Some(i) = options {
+            match class::strip_class_option(&session.startup_params[i].1) {
+                Some(rest) => session.startup_params[i].1 = rest,
+                None => {
+                    session.startup_params.remove(i);
+                }
+            }
+        }
+        session.class = crate::class::class_setting(class);
+        let database = session.database.clone();
+        let admission = self.routing.admit(&database, class, request_id(id));
+        self.apply_admission(id, admission);
+    }
+
+    /// Acts on an admission decided at once or answered by the control shard.
+    fn apply_admission(&mut self, id: ClientId, admission: Admission) {
+        match admission {
+            Admission::Placed(lease) => self.admitted(id, lease),
+            Admission::Pending => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    client.state = ClientState::Routing {
+                        since: self.now,
+                        request_id: request_id(id),
+                    };
+                }
+            }
+            Admission::Refused(refusal) => self.close_client(id, Some(refusal_error(&refusal))),
+        }
+    }
+
+    /// The client holds a replica now: a first login continues to its welcome; a client
+    /// moved off a failed replica queues on its new replica's pool.
+    fn admitted(&mut self, id: ClientId, lease: Box<dyn crate::services::ReplicaLease>) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        tracing::debug!(
+            database = %session.database,
+            user = %session.user,
+            class = lease.class().as_str(),
+            replica = %lease.addr(),
+            "session admitted to a replica"
+        );
+        session.lease = Some(lease);
+        // Welcomed once its cancel key was issued.
+        let welcomed = session.key.is_some();
+        match session.pool.take() {
+            None => self.join_pool(id),
+            Some(old) => {
+                self.pools.unregister(old);
+                if self.register_pool(id).is_some() {
+                    let since = self.now;
+                    if let Some(client) = self.clients.get_mut(id.0) {
+                        client.state = if welcomed {
+                            ClientState::Queued {
+                                since,
+                                ticket: None,
+                            }
+                        } else {
+                            ClientState::Joining {
+                                since,
+                                ticket: None,
+                            }
+                        };
+                    }
+                    self.need_server(id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_admission_reply(&mut self, reply: AdmissionReply) {
+        let id = client_of(reply.request_id);
+        let waiting = self.clients.get(id.0).is_some_and(|client| {
+            matches!(client.state, ClientState::Routing { request_id, .. } if request_id == reply.request_id)
+        });
+        if !waiting {
+            // The client left: dropping the lease gives its count back.
+            return;
+        }
+        match reply.result {
+            Ok(lease) => self.admitted(id, lease),
+            Err(refusal) => self.close_client(id, Some(refusal_error(&refusal))),
+        }
+    }
+
+    /// Finds or creates the client's pool and registers the client with it. `None` when
+    /// it was refused (and is closing).
+    pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
+        let session = self.clients.get(id.0)?.session.as_ref()?;
+        let Some(db) = self.config.database(&session.database) else {
+            let message = format!("database \"{}\" does not exist", session.database);
+            self.close_client(
+                id,
+                Some(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)),
+            );
+            return None;
+        };
+        let target = match &session.lease {
+            Some(lease) => ServerTarget::Replica(lease.addr()),
+            None => ServerTarget::Primary,
+        };
+        let server_user = db.user.clone().unwrap_or_else(|| session.user.clone());
+        let profile = StartupProfile::from_parameters(
+            session
+                .startup_params
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        );
+        let key = PoolKey::new(
+            session.database.as_str().into(),
+            server_user.as_str().into(),
+            target,
+            profile,
+        );
+        let limits = self.pool_limits(&key);
+        let registered = match self.pools.register(&key, &limits, self.now) {
+            Err(PoolError::TooManyPools { .. }) => {
+                self.evict_a_pool();
+                self.pools.register(&key, &limits, self.now)
+            }
+            registered => registered,
+        };
+        match registered {
+            Ok(pool) => {
+                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
+                    session.pool = Some(pool);
+                }
+                Some(pool)
+            }
+            Err(error) => {
+                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
+                self.close_client(id, Some(error));
+                None
+            }
+        }
+    }
+
+    /// A logged-in client joins its pool: welcomed from the pool's cached parameters when
+    /// it can be, else parked for a server whose login makes its welcome.
+    fn join_pool(&mut self, id: ClientId) {
+        let Some(pool) = self.register_pool(id) else {
+            return;
+        };
+        let routed = matches!(
+            self.pools.key(pool).map(|key| key.target),
+            Some(ServerTarget::Replica(_))
+        );
+        if !routed && let Some(error) = self.pools.login_failure(pool, self.now).cloned() {
+            self.close_client(id, Some(error));
+            return;
+        }
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        // A cached welcome serves only a client whose startup spellings the pool has seen
+        // a server answer: it must be told the server's own values.
+        let cached = session.mode == PoolMode::Transaction
+            && match (self.pools.welcome(pool), self.pools.spellings(pool)) {
+                (Some(welcome), Some(spellings)) => {
+                    session.tracked.canonicalize(&welcome.tracked, spellings)
+                }
+                _ => false,
+            };
+        if cached {
+            self.welcome_from_pool(id, pool);
+            return;
+        }
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.state = ClientState::Joining {
+                since: self.now,
+                ticket: None,
+            };
+        }
+        self.need_server(id);
+    }
+
+    /// The pool limits of `key` from the current configuration.
+    pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
+        let settings = &self.config.pgtier;
+        let db = self.config.database(&key.database);
+        let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
+        let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
+        let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
+        let max_user = self.config.max_user_connections(&key.server_user);
+        let budgets = self
+            .shared
+            .budgets
+            .for_key(key, pool_size, reserve, max_db, max_user);
+        PoolLimits {
+            pool_budget: budgets.pool,
+            shared_budgets: vec![budgets.database, budgets.user],
+            min_pool_size: db.map_or(settings.min_pool_size, |db| db.min_pool_size),
+            reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
+            server_idle_timeout: settings.server_idle_timeout.enabled(),
+            server_lifetime: settings.server_lifetime.duration(),
+            max_spellings: self.limits.max_spellings_per_pool,
+            ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
+        }
+    }
+
+    /// AuthenticationOk, the parameters `params` with the client's tracked values, a
+    /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery.
+    fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return false;
+        };
+        let key = match self.keys.issue(id, pid, self.random.as_mut()) {
+            Ok(key) => key,
+            Err(error) => {
+                self.close_client(id, Some(auth::no_randomness(error)));
+                return false;
+            }
+        };
+        session.key = Some(key);
+        let mut out = BytesMut::with_capacity(512);
+        messages::auth_ok(&mut out);
+        for (name, value) in params {
+            let value = tracked_index(name)
+                .and_then(|i| session.tracked.get(i))
+                .unwrap_or(value);
+            messages::parameter_status(&mut out, name, value);
+        }
+        messages::backend_key_data(&mut out, key.pid, key.secret);
+        messages::ready_for_query(&mut out, b'I');
+        self.send(Conn::Client(id), out.freeze());
+        true
+    }
+
+    /// The welcome from the pool's cached parameters: no server needed.
+    fn welcome_from_pool(&mut self, id: ClientId, pool: pgtier_pool::PoolId) {
+        let Some(welcome) = self.pools.welcome(pool).cloned() else {
+            return;
+        };
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
+            session.tracked.fill_from(&welcome.tracked);
+        }
+        if !self.welcome(id, &welcome.params, None) {
+            return;
+        }
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.state = ClientState::Idle { since: self.now };
+        }
+        self.on_idle_client_bytes(id);
+    }
+
+    /// A client's first server shows its startup values now: it is welcomed with the
+    /// server's values (and, in session mode, the server's real pid); in transaction mode
+    /// the server goes back at once.
+    pub(super) fn finish_welcome(&mut self, id: ClientId, server_id: ServerId) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        if let Some(error) = server.relay.take_swallowed_error() {
+            // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
+            // FATAL 22023; the SET that applied it here failed the same way.
+            self.release_server(server_id);
+            self.close_client(id, Some(messages::error_as_fatal(&error)));
+            return;
+        }
+        let (pool, server_params, real_pid) =
+            (server.pool, server.params.clone(), server.backend_pid());
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        let mode = session.mode;
+        if let Some(spellings) = self.pools.spellings_mut(pool) {
+            session.tracked.learn_spellings(&server_params, spellings);
+        }
+        session.tracked = server_params;
+        let params = self
+            .pools
+            .welcome(pool)
+            .map(|welcome| welcome.params.clone())
+            .unwrap_or_default();
+        let pid = (mode == PoolMode::Session).then_some(real_pid).flatten();
+        if !self.welcome(id, &params, pid) {
+            return;
+        }
+        if mode == PoolMode::Session {
+            if let Some(client) = self.clients.get_mut(id.0) {
+                client.state = ClientState::Linked { server: server_id };
+            }
+            self.forward(id, server_id);
+        } else {
+            self.release_server(server_id);
+        }
+    }
+
+    /// The admin console's welcome: pgtier's own parameters.
+    fn welcome_console(&mut self, id: ClientId) {
+        let params: Vec<(String, String)> = [
+            ("server_version", "15.0 (pgtier)"),
+            ("server_encoding", "UTF8"),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, MDY"),
+            ("integer_datetimes", "on"),
+            ("standard_conforming_strings", "on"),
+        ]
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+        if !self.welcome(id, &params, None) {
+            return;
+        }
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.state = ClientState::Console { listing: None };
+        }
+        self.on_console_bytes(id);
+    }
+
+    /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
+    /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
+    pub(super) fn repin(&mut self, id: ClientId) {
+        let allowed = self.config.pgtier.repin_idle_sessions;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let Some(session) = client.session.as_mut() else {
+            return;
+        };
+        let welcomed = session.key.is_some();
+        let Some(lease) = session.lease.take() else {
+            return;
+        };
+        if welcomed && (!allowed || session.mode == PoolMode::Session) {
+            drop(lease);
+            let error = messages::fatal(
+                sqlstate::CONNECTION_FAILURE,
+                "the replica serving this session failed; reconnect",
+            );
+            self.close_client(id, Some(error));
+            return;
+        }
+        let admission = self.routing.repin(lease, request_id(id));
+        self.apply_admission(id, admission);
+    }
+}

@@ -1,0 +1,528 @@
+//! The engine of one shard: every client and server of the shard, their pools, cancel keys
+//! and timers, driven by events and answering with actions.
+//!
+//! Inputs are the `handle_*` methods below, each given `now`; outputs are drained with
+//! [`Engine::poll_action`], and [`Engine::poll_timeout`] says when to call
+//! [`Engine::handle_timeout`] next. The engine never touches a socket, a clock or a thread.
+//!
+//! The flows live beside this file, one per concern: `login.rs` (a client from startup to
+//! its welcome), `link.rs` (servers given to clients and taken back), `backend.rs` (server
+//! connections: login, output, failures), `upkeep.rs` (timers, mailbox commands, cancel,
+//! the console, shutdown). The decisions themselves are in the owners they call: the
+//! client and server state machines (`crate::client`, `crate::server`), the pool
+//! (`pgtier_pool`), the cancel keys, the routing and console services.
+
+mod backend;
+mod link;
+mod login;
+#[cfg(test)]
+mod tests;
+mod upkeep;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use pgtier_core::config::Config;
+use pgtier_core::metrics::{ClassLatency, FlushPolicy, ShardCounters};
+use pgtier_pool::PoolSlice;
+use tracing::debug;
+
+use crate::action::{Action, CloseHow, Conn, Outbox};
+use crate::cancel::CancelKeys;
+use crate::client::auth::SecretCache;
+use crate::client::{ClientConn, ClientState};
+use crate::command::{Command, ShutdownMode};
+use crate::ids::{ClientId, ServerId, Slab};
+use crate::messages::{self, sqlstate};
+use crate::random::Random;
+use crate::server::{ServerConn, ServerState};
+use crate::services::{Console, Routing};
+use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
+use crate::shared::{LocalStats, Shared};
+use crate::userlist::UserList;
+use upkeep::Listings;
+
+/// Resolves a configured host name to an address (the driver's, as it may block).
+pub trait Resolver {
+    fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, String>;
+}
+
+/// A resolver that accepts IP addresses only (tests, and hosts already resolved).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IpOnly;
+
+impl Resolver for IpOnly {
+    fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, String> {
+        host.parse()
+            .map(|ip| SocketAddr::new(ip, port))
+            .map_err(|_| format!("cannot resolve server host {host}"))
+    }
+}
+
+/// What an engine is built from.
+pub struct EngineParts {
+    /// This shard's index; cancel secrets carry it.
+    pub shard: usize,
+    pub config: Arc<Config>,
+    pub users: Arc<UserList>,
+    pub shared: Arc<Shared>,
+    pub routing: Box<dyn Routing>,
+    pub console: Box<dyn Console>,
+    pub resolver: Box<dyn Resolver>,
+    pub random: Box<dyn Random>,
+    /// The time of creation, twice: monotonic for every deadline, wall clock for the
+    /// admin console's timestamps (derived from the monotonic time ever after).
+    pub now: Instant,
+    pub wall_now: SystemTime,
+}
+
+/// One shard's session engine.
+pub struct Engine {
+    shard: usize,
+    config: Arc<Config>,
+    users: Arc<UserList>,
+    limits: Limits,
+    shared: Arc<Shared>,
+    clients: Slab<ClientConn>,
+    servers: Slab<ServerConn>,
+    pools: PoolSlice<ServerId, ClientId>,
+    keys: CancelKeys,
+    secrets: SecretCache,
+    routing: Box<dyn Routing>,
+    console: Box<dyn Console>,
+    resolver: Box<dyn Resolver>,
+    random: Box<dyn Random>,
+    outbox: Outbox,
+    listings: Listings,
+    counters: ShardCounters,
+    flush_policy: FlushPolicy,
+    stats: LocalStats,
+    latency: ClassLatency,
+    /// Start of the current observation interval (shard 0 closes intervals).
+    interval_started: Instant,
+    next_housekeeping: Instant,
+    started: (Instant, SystemTime),
+    shutdown: Option<ShutdownMode>,
+    /// The time of the event being handled.
+    now: Instant,
+}
+
+/// Server slots per shard: every configured pool full several times over (pools are per
+/// user too), or one per client, whichever is more.
+fn max_servers(config: &Config) -> usize {
+    let per_db: usize = config
+        .databases
+        .values()
+        .map(|db| db.pool_size.max(config.pgtier.default_pool_size) as usize)
+        .sum();
+    (per_db * 4)
+        .max(config.pgtier.max_client_conn as usize)
+        .max(256)
+        + 64
+}
+
+impl Engine {
+    pub fn new(parts: EngineParts) -> Engine {
+        let config = parts.config;
+        let limits = Limits::from_config(&config);
+        Engine {
+            shard: parts.shard,
+            clients: Slab::with_capacity(config.pgtier.max_client_conn as usize + 64),
+            servers: Slab::with_capacity(max_servers(&config)),
+            pools: PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
+            keys: CancelKeys::new(parts.shard),
+            secrets: SecretCache::default(),
+            flush_policy: FlushPolicy::from(&config.pgtier),
+            limits,
+            config,
+            users: parts.users,
+            shared: parts.shared,
+            routing: parts.routing,
+            console: parts.console,
+            resolver: parts.resolver,
+            random: parts.random,
+            outbox: Outbox::default(),
+            listings: Listings::default(),
+            counters: ShardCounters::default(),
+            stats: LocalStats::default(),
+            latency: ClassLatency::default(),
+            interval_started: parts.now,
+            next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
+            started: (parts.now, parts.wall_now),
+            shutdown: None,
+            now: parts.now,
+        }
+    }
+
+    // ---- outputs ----
+
+    /// The next thing the driver must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.outbox.pop()
+    }
+
+    /// When `handle_timeout` must run next.
+    pub fn poll_timeout(&self) -> Instant {
+        self.next_housekeeping
+    }
+
+    /// Shutdown was asked for and nothing is left.
+    pub fn is_finished(&self) -> bool {
+        self.shutdown.is_some() && self.clients.is_empty() && self.servers.is_empty()
+    }
+
+    /// Whether the listener should be closed (a shutdown began).
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_some()
+    }
+
+    pub fn client_count(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    // ---- inputs: clients ----
+
+    /// A client connected (`peer` is its address, for listings). `None`: refused at once,
+    /// the driver closes the socket itself (this shard has no room for another).
+    pub fn handle_accept(&mut self, now: Instant, peer: Option<SocketAddr>) -> Option<ClientId> {
+        self.now = now;
+        self.stats.clients_accepted += 1;
+        let max = self.config.pgtier.max_client_conn;
+        let over = self.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
+        let Some(slot) = self.clients.insert(ClientConn::new(peer, now)) else {
+            self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        };
+        let id = ClientId(slot);
+        if over {
+            let error = messages::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "no more connections allowed (max_client_conn)",
+            );
+            self.close_client(id, Some(error));
+        } else if self.shutdown.is_some() {
+            let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
+            self.close_client(id, Some(error));
+        }
+        Some(id)
+    }
+
+    /// Bytes arrived from a client.
+    pub fn handle_client_data(&mut self, now: Instant, id: ClientId, data: BytesMut) {
+        self.now = now;
+        self.counters.record_bytes(data.len() as u64, 0);
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.is_closing() {
+            return;
+        }
+        client.last_active = now;
+        if client.input.is_empty() {
+            client.input = data;
+        } else {
+            client.input.unsplit(data);
+        }
+        self.process_client(id);
+    }
+
+    /// The client's connection ended (it closed, or the socket failed).
+    pub fn handle_client_gone(&mut self, now: Instant, id: ClientId) {
+        self.now = now;
+        self.close_client(id, None);
+    }
+
+    /// `bytes` queued for the client were sent.
+    pub fn handle_client_sent(&mut self, now: Instant, id: ClientId, bytes: usize) {
+        self.now = now;
+        self.counters.record_bytes(0, bytes as u64);
+        let resume = self.limits.client_buffer_limit_bytes / 2;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        client.queued_bytes = client.queued_bytes.saturating_sub(bytes);
+        let queued = client.queued_bytes;
+        if let Some(server) = client.server()
+            && queued <= resume
+        {
+            self.resume_server(server);
+        }
+    }
+
+    // ---- inputs: servers ----
+
+    /// The connect asked for by `Action::Connect` finished; `Err` carries the errno.
+    pub fn handle_server_connected(&mut self, now: Instant, id: ServerId, result: Result<(), i32>) {
+        self.now = now;
+        self.on_server_connected(id, result);
+    }
+
+    /// Bytes arrived from a server.
+    pub fn handle_server_data(&mut self, now: Instant, id: ServerId, data: BytesMut) {
+        self.now = now;
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if server.is_closing() {
+            return;
+        }
+        if server.input.is_empty() {
+            server.input = data;
+        } else {
+            server.input.unsplit(data);
+        }
+        self.process_server(id);
+    }
+
+    /// The server's connection ended or failed (`errno` when the socket reported one).
+    pub fn handle_server_gone(&mut self, now: Instant, id: ServerId, errno: Option<i32>) {
+        self.now = now;
+        self.on_server_gone(id, errno);
+    }
+
+    /// A cancel request asked for with `Action::SendCancel` finished (or failed).
+    pub fn handle_cancel_done(&mut self, now: Instant, server: ServerId) {
+        self.now = now;
+        self.on_cancel_done(server);
+    }
+
+    // ---- inputs: both ----
+
+    /// The driver finished tearing a connection down: its slot is freed.
+    pub fn handle_closed(&mut self, now: Instant, conn: Conn) {
+        self.now = now;
+        match conn {
+            Conn::Client(id) => {
+                if self.clients.remove(id.0).is_some() {
+                    self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            Conn::Server(id) => {
+                self.servers.remove(id.0);
+            }
+        }
+    }
+
+    /// Housekeeping: timeouts, warmup, expiring waiters and listings, counter folds.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        if now < self.next_housekeeping {
+            return;
+        }
+        self.housekeeping();
+        self.next_housekeeping = now + HOUSEKEEPING_PERIOD;
+    }
+
+    /// A message from another shard (or from the process: reload, shutdown).
+    pub fn handle_command(&mut self, now: Instant, command: Command) {
+        self.now = now;
+        self.on_command(command);
+    }
+
+    /// The control shard may have answered admissions (its wake arrived).
+    pub fn handle_routing_replies(&mut self, now: Instant) {
+        self.now = now;
+        while let Some(reply) = self.routing.poll_reply() {
+            self.on_admission_reply(reply);
+        }
+    }
+
+    /// Folds every pending count into the shared totals (at exit, and before the console
+    /// answers).
+    pub fn fold_counters(&mut self) {
+        self.counters.flush_into(&self.shared.totals);
+        self.stats.fold_into(&self.shared.stats);
+        self.fold_latency();
+    }
+
+    // ---- shared helpers of the flows ----
+
+    fn send(&mut self, conn: Conn, bytes: Bytes) {
+        if let Conn::Client(id) = conn
+            && let Some(client) = self.clients.get_mut(id.0)
+        {
+            client.queued_bytes += bytes.len();
+        }
+        self.outbox.send(conn, bytes);
+    }
+
+    fn wall_time(&self) -> SystemTime {
+        let since = self.now.saturating_duration_since(self.started.0);
+        self.started.1 + since
+    }
+
+    /// A timeout setting, `None` when disabled.
+    fn enabled(seconds: pgtier_core::config::Seconds) -> Option<Duration> {
+        seconds.enabled()
+    }
+
+    /// Begins a client's teardown; `error` (an ErrorResponse) is sent before the socket
+    /// closes. Everything it held is given back now: its wait, its server, its pool
+    /// registration, its cancel key and its replica lease.
+    fn close_client(&mut self, id: ClientId, error: Option<Bytes>) {
+        let linger = error.is_some();
+        self.begin_client_close(id, error, linger);
+    }
+
+    /// Closes a client after what is already queued for it (a server's own FATAL error):
+    /// it sees exactly what the server said, then the close.
+    fn close_client_after_flush(&mut self, id: ClientId) {
+        self.begin_client_close(id, None, true);
+    }
+
+    fn begin_client_close(&mut self, id: ClientId, error: Option<Bytes>, linger: bool) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.is_closing() {
+            return;
+        }
+        let linger_until = linger.then_some(self.now + CLOSE_LINGER);
+        let previous = std::mem::replace(&mut client.state, ClientState::Closing { linger_until });
+        client.input = BytesMut::new();
+        let session = client.session.take();
+        match previous {
+            ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                if let Some(ticket) = ticket {
+                    self.pools.cancel_wait(ticket);
+                }
+            }
+            ClientState::Welcoming { server } | ClientState::Linked { server } => {
+                self.client_left_server(id, server);
+            }
+            _ => {}
+        }
+        if let Some(session) = session {
+            if let Some(key) = session.key {
+                self.keys.forget(key);
+            }
+            if let Some(pool) = session.pool {
+                self.pools.unregister(pool);
+            }
+            // Its replica lease drops here, giving the replica's session count back.
+        }
+        if let Some(error) = error {
+            self.send(Conn::Client(id), error);
+        }
+        let how = if linger {
+            CloseHow::Flush
+        } else {
+            CloseHow::Now
+        };
+        self.outbox.push(Action::Close {
+            conn: Conn::Client(id),
+            how,
+        });
+    }
+
+    /// A protocol violation by a client: 08P01 and a close.
+    fn protocol_error(&mut self, id: ClientId, message: &str) {
+        debug!(?id, message, "client protocol error");
+        let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, message);
+        self.close_client(id, Some(error));
+    }
+
+    /// Begins a server's teardown. Its pool accounting is settled by the caller's state
+    /// (see `link.rs`); here the driver is told and the server stops taking part.
+    fn close_server(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if server.is_closing() {
+            return;
+        }
+        let previous = std::mem::replace(&mut server.state, ServerState::Closing);
+        server.input = BytesMut::new();
+        let lease = server.lease.take();
+        let pool = server.pool;
+        self.outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: CloseHow::Now,
+        });
+        self.settle_closed_server(id, pool, previous, lease);
+    }
+
+    /// Where a client's bytes go next, by its state.
+    fn process_client(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get(id.0) else {
+            return;
+        };
+        match client.state {
+            ClientState::Startup => self.on_startup_bytes(id),
+            ClientState::Authenticating(_) => self.on_auth_bytes(id),
+            ClientState::Idle { .. } => self.on_idle_client_bytes(id),
+            ClientState::Linked { server } => self.forward(id, server),
+            ClientState::Console { .. } => self.on_console_bytes(id),
+            ClientState::Routing { .. }
+            | ClientState::Joining { .. }
+            | ClientState::Welcoming { .. }
+            | ClientState::Queued { .. } => self.hold_client_input(id),
+            ClientState::Closing { .. } => {}
+        }
+    }
+
+    /// A client that sends while it waits keeps its bytes until it has a server; past the
+    /// input limit it is paused, so a pipeline cannot make the engine hold unbounded data.
+    fn hold_client_input(&mut self, id: ClientId) {
+        let limit = self.limits.client_input_limit_bytes;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.input.len() > limit && !client.paused {
+            client.paused = true;
+            self.outbox.push(Action::PauseRecv(Conn::Client(id)));
+        }
+    }
+
+    /// Receives from a client paused by `hold_client_input` again.
+    fn resume_client(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.paused {
+            client.paused = false;
+            self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
+        }
+    }
+
+    /// Receives from a server paused by its client's backlog again.
+    fn resume_server(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if server.paused {
+            server.paused = false;
+            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
+        }
+    }
+
+    /// Where a server's bytes go next, by its state.
+    fn process_server(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        match server.state {
+            ServerState::LoggingIn { .. } => self.on_login_bytes(id),
+            ServerState::Busy { client } => self.relay_to_client(id, client),
+            ServerState::Releasing { .. } | ServerState::Checking { .. } => self.drain_server(id),
+            ServerState::Idle { .. } => self.on_idle_server_bytes(id),
+            ServerState::Connecting { .. } => {
+                debug!(?id, "bytes from a server before its connect completed");
+                self.close_server(id);
+            }
+            ServerState::Leaving { .. } => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.input.clear();
+                }
+            }
+            ServerState::Closing => {}
+        }
+    }
+}

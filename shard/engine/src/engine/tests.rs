@@ -1,0 +1,403 @@
+//! Table tests of the whole engine, driven with byte sequences through the kernel-less
+//! harness (`crate::testing`): logins, each pool mode, release points, pinning, pipelining,
+//! COPY, clients and servers vanishing in every state, cancel, timeouts, back-pressure.
+
+use std::time::Duration;
+
+use crate::action::{CloseHow, Conn};
+use crate::testing::{self, Harness, config, query, startup, terminate};
+
+const TX: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 2";
+const SESSION: &str = "pool_mode = \"session\"\ndefault_pool_size = 2";
+
+fn errors(messages: &[testing::Msg]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.tag == b'E')
+        .filter_map(|m| m.sqlstate())
+        .collect()
+}
+
+#[test]
+fn a_trust_login_is_welcomed_by_its_first_server_then_from_the_pool_cache() {
+    let mut h = Harness::new(&config(TX));
+    let (first, messages) = h.login("alice", "db");
+    let tags: String = messages.iter().map(|m| m.tag as char).collect();
+    assert!(tags.starts_with('R') && tags.ends_with("KZ"), "{tags}");
+    assert_eq!(
+        h.live_servers().len(),
+        1,
+        "one server logged in for the welcome"
+    );
+    let (_second, messages) = h.login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    assert_eq!(
+        h.live_servers().len(),
+        1,
+        "the second welcome needed no server"
+    );
+    assert!(!h.is_closed(Conn::Client(first)));
+}
+
+#[test]
+fn transaction_mode_releases_the_server_at_ready_for_query_idle() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(h.live_servers().len(), 1, "both clients shared one server");
+}
+
+#[test]
+fn a_transaction_keeps_its_server_until_it_ends() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(
+        h.client_tags(b),
+        "",
+        "b waits: the only server is in a's transaction"
+    );
+    h.client_sends(a, &query("COMMIT"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert_eq!(
+        h.client_tags(b),
+        "TDCZ",
+        "b got the server once a committed"
+    );
+}
+
+#[test]
+fn pipelined_queries_run_in_order_and_release_after_the_last() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let mut bytes = query("SELECT 1");
+    bytes.extend(query("SELECT 2"));
+    h.client_sends(a, &bytes);
+    assert_eq!(h.client_tags(a), "TDCZTDCZ");
+}
+
+#[test]
+fn session_mode_gives_the_real_pid_and_resets_between_clients() {
+    let mut h = Harness::new(&config(SESSION));
+    let (a, messages) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    let pid = h.backend(server).pid;
+    let key = messages
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("BackendKeyData");
+    assert_eq!(
+        u32::from_be_bytes([key.body[0], key.body[1], key.body[2], key.body[3]]),
+        pid
+    );
+    h.client_sends(a, &query("SET work_mem = '7MB'"));
+    h.client_sends(a, &terminate());
+    assert!(h.backend(server).seen.iter().any(|q| q == "DISCARD ALL"));
+    assert!(h.backend(server).settings.is_empty());
+    let (_b, _) = h.login("alice", "db");
+    assert_eq!(
+        h.live_servers(),
+        vec![server],
+        "the reset server was reused"
+    );
+}
+
+#[test]
+fn session_state_pins_a_transaction_mode_client_until_it_leaves() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SET default_transaction_read_only = on"));
+    assert_eq!(h.client_tags(a), "CZ");
+    let pinned = h.live_servers()[0];
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(
+        h.live_servers().len(),
+        2,
+        "b needed a second server: a keeps its own"
+    );
+    assert!(h.backend(pinned).settings.len() == 1);
+    h.client_sends(a, &terminate());
+    assert!(h.backend(pinned).seen.iter().any(|q| q == "DISCARD ALL"));
+    assert!(
+        h.backend(pinned).settings.is_empty(),
+        "reset before anyone else gets it"
+    );
+}
+
+#[test]
+fn a_tracked_parameter_set_does_not_pin() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SET application_name = 'x'"));
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ", "the one server was free for b");
+}
+
+#[test]
+fn a_named_statement_pins_in_transaction_mode() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let mut bytes = testing::parse("s1", "SELECT 1");
+    bytes.extend(testing::sync());
+    h.client_sends(a, &bytes);
+    assert_eq!(h.client_tags(a), "1Z");
+    let server = h.live_servers()[0];
+    let mut bytes = testing::bind("s1");
+    bytes.extend(testing::execute());
+    bytes.extend(testing::sync());
+    h.client_sends(a, &bytes);
+    assert_eq!(
+        h.client_tags(a),
+        "2CZ",
+        "the statement's server is still a's"
+    );
+    h.client_leaves(a);
+    assert!(
+        h.backend(server).statements.is_empty(),
+        "discarded when a left"
+    );
+}
+
+#[test]
+fn a_client_leaving_mid_transaction_is_rolled_back_and_the_server_reused() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    let server = h.live_servers()[0];
+    h.client_leaves(a);
+    assert!(h.backend(server).seen.iter().any(|q| q == "ROLLBACK"));
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.live_servers(), vec![server], "rolled back and pooled");
+}
+
+#[test]
+fn a_session_client_leaving_unclean_closes_its_server() {
+    let mut h = Harness::new(&config(SESSION));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    let server = h.live_servers()[0];
+    h.client_leaves(a);
+    assert!(
+        h.is_closed(Conn::Server(server)),
+        "PgBouncer's rule: unclean closes"
+    );
+}
+
+#[test]
+fn a_client_leaving_while_its_query_runs_gets_the_query_cancelled() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    h.client_sends(a, &query("SELECT sleep"));
+    assert!(h.backend(server).is_running());
+    h.client_leaves(a);
+    assert_eq!(h.cancels, vec![server]);
+    assert!(!h.is_closed(Conn::Server(server)), "drained, not closed");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(h.live_servers(), vec![server]);
+}
+
+#[test]
+fn a_client_leaving_mid_copy_in_closes_its_server() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("COPY t FROM STDIN"));
+    assert_eq!(h.client_tags(a), "G");
+    let server = h.live_servers()[0];
+    h.client_leaves(a);
+    assert!(h.is_closed(Conn::Server(server)));
+}
+
+#[test]
+fn a_servers_fatal_reaches_the_client_alone_then_the_close() {
+    let mut h = Harness::new(&config(SESSION));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("FATAL"));
+    let messages = h.client_output(a);
+    assert_eq!(errors(&messages), vec!["57P01".to_string()]);
+    assert!(h.closed.contains(&(Conn::Client(a), CloseHow::Flush)));
+}
+
+#[test]
+fn a_server_vanishing_mid_query_gives_08006() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("slow".into());
+    h.client_sends(a, &query("SELECT slow"));
+    h.server_gone(server);
+    assert_eq!(errors(&h.client_output(a)), vec!["08006".to_string()]);
+    assert!(h.is_closed(Conn::Client(a)));
+}
+
+#[test]
+fn terminate_before_startup_closes_without_a_reply() {
+    let mut h = Harness::new(&config(TX));
+    let id = h.accept();
+    h.client_sends(id, &terminate());
+    assert!(h.client_bytes(id).is_empty());
+    assert!(h.closed.contains(&(Conn::Client(id), CloseHow::Now)));
+}
+
+#[test]
+fn garbage_after_login_gets_08p01_and_never_reaches_a_server() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let servers_before = h.live_servers();
+    h.client_sends(a, &testing::frame(b'@', b"junk"));
+    assert_eq!(errors(&h.client_output(a)), vec!["08P01".to_string()]);
+    assert!(h.is_closed(Conn::Client(a)));
+    assert_eq!(h.live_servers(), servers_before, "nothing reached a server");
+}
+
+#[test]
+fn an_unknown_database_gets_3d000_at_once() {
+    let mut h = Harness::new(&config(TX));
+    let (id, messages) = h.login("alice", "nowhere");
+    assert_eq!(errors(&messages), vec!["3D000".to_string()]);
+    assert!(h.is_closed(Conn::Client(id)));
+    assert!(h.live_servers().is_empty());
+}
+
+#[test]
+fn ssl_is_declined_and_startup_goes_on() {
+    let mut h = Harness::new(&config(TX));
+    let id = h.accept();
+    let mut ssl = 8u32.to_be_bytes().to_vec();
+    ssl.extend_from_slice(&80_877_103u32.to_be_bytes());
+    h.client_sends(id, &ssl);
+    assert_eq!(h.client_bytes(id), b"N");
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+    assert_eq!(h.client_output(id).last().map(|m| m.tag), Some(b'Z'));
+}
+
+#[test]
+fn a_waiter_times_out_with_query_wait_timeout() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1\nquery_wait_timeout = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    h.client_sends(b, &query("SELECT 1"));
+    h.advance(Duration::from_millis(1600));
+    assert_eq!(errors(&h.client_output(b)), vec!["08P01".to_string()]);
+    assert!(h.is_closed(Conn::Client(b)));
+    assert!(!h.is_closed(Conn::Client(a)));
+}
+
+#[test]
+fn a_slow_client_pauses_its_server_and_resumes_it() {
+    let mut h = Harness::new(&config(&format!(
+        "{TX}\nclient_buffer_limit_bytes = 4096\nsend_budget_bytes = 4096"
+    )));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.clients_read = false;
+    let mut row = vec![0, 1, 0, 0, 0, 40];
+    row.extend([b'x'; 40]);
+    let result: Vec<u8> = (0..200).flat_map(|_| testing::frame(b'D', &row)).collect();
+    h.auto_backend = false;
+    h.client_sends(a, &query("SELECT big"));
+    h.server_sends(server, &result);
+    assert!(h.paused.contains(&Conn::Server(server)));
+    let queued = h.client_bytes(a).len();
+    h.engine.handle_client_sent(h.now, a, queued);
+    h.pump();
+    assert!(!h.paused.contains(&Conn::Server(server)));
+}
+
+#[test]
+fn a_failed_server_login_fails_the_waiters_and_is_remembered() {
+    let mut h = Harness::new(&config(TX));
+    h.auto_backend = false;
+    let id = h.accept();
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+    let (server, _) = h.connecting[0];
+    h.complete_connects_without_backend();
+    let mut error = Vec::new();
+    for (kind, value) in [
+        (b'S', "FATAL"),
+        (b'C', "28P01"),
+        (b'M', "password authentication failed"),
+    ] {
+        error.push(kind);
+        error.extend_from_slice(value.as_bytes());
+        error.push(0);
+    }
+    error.push(0);
+    h.server_sends(server, &testing::frame(b'E', &error));
+    assert_eq!(errors(&h.client_output(id)), vec!["28P01".to_string()]);
+    let (again, messages) = h.login("alice", "db");
+    assert_eq!(
+        errors(&messages),
+        vec!["28P01".to_string()],
+        "memoed until server_login_retry"
+    );
+    assert!(h.is_closed(Conn::Client(again)));
+}
+
+#[test]
+fn max_client_conn_refuses_with_53300() {
+    let mut h = Harness::new(&config("max_client_conn = 1"));
+    let _a = h.accept();
+    let b = h.accept();
+    assert_eq!(errors(&h.client_output(b)), vec!["53300".to_string()]);
+    assert!(h.is_closed(Conn::Client(b)));
+}
+
+#[test]
+fn the_client_login_timeout_closes_a_silent_client() {
+    let mut h = Harness::new(&config("client_login_timeout = 1"));
+    let id = h.accept();
+    h.advance(Duration::from_millis(1600));
+    assert!(h.is_closed(Conn::Client(id)));
+}
+
+#[test]
+fn a_closing_client_that_never_reads_is_cut_off_after_the_linger() {
+    let mut h = Harness::new(&config("max_client_conn = 1"));
+    let _a = h.accept();
+    h.clients_read = false;
+    let b = h.accept();
+    assert!(h.closed.contains(&(Conn::Client(b), CloseHow::Flush)));
+    h.advance(crate::settings::CLOSE_LINGER + Duration::from_millis(300));
+    assert!(h.closed.contains(&(Conn::Client(b), CloseHow::Now)));
+}
+
+#[test]
+fn every_slot_is_given_back_when_everyone_leaves() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    h.client_sends(b, &query("SELECT 1"));
+    h.client_leaves(a);
+    h.client_leaves(b);
+    assert_eq!(h.engine.client_count(), 0);
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Shutdown(crate::command::ShutdownMode::Immediate),
+    );
+    h.pump();
+    assert_eq!(h.engine.server_count(), 0);
+    assert!(h.engine.is_finished());
+}

@@ -1,0 +1,711 @@
+//! The engine's periodic and cross-shard work: PgBouncer's timeouts, waiters past
+//! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
+//! clients of Down replicas re-routed, counters folded; the commands other shards and the
+//! process send (cancel, reload, shutdown, slot handover, listings); and the admin console's
+//! sessions, whose `SHOW CLIENTS`/`SHOW POOLS` gather every shard's rows.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use pgtier_core::class::ClassSetting;
+use pgtier_core::metrics::LatencyHistogram;
+use pgtier_pool::{Closing, PoolId, ServerTarget};
+use pgtier_wire::SqlState;
+use tracing::info;
+
+use crate::action::{Action, CloseHow, Conn};
+use crate::cancel::{CancelKey, shard_of};
+use crate::client::ClientState;
+use crate::command::{Command, ShutdownMode};
+use crate::engine::Engine;
+use crate::ids::{ClientId, ServerId};
+use crate::listing::{ClientRow, Listing, PoolRow, ShardListing};
+use crate::messages::{self, sqlstate};
+use crate::server::ServerState;
+use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
+use crate::shared::IntervalStats;
+
+/// Longest admin query accepted.
+const MAX_ADMIN_QUERY_BYTES: u32 = 64 * 1024;
+
+/// PgBouncer's client timeouts, `None` where disabled.
+struct ClientTimeouts {
+    login: Option<Duration>,
+    wait: Option<Duration>,
+    idle: Option<Duration>,
+    idle_in_transaction: Option<Duration>,
+    query: Option<Duration>,
+}
+
+impl ClientTimeouts {
+    /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
+    fn expired(
+        &self,
+        client: &crate::client::ClientConn,
+        in_transaction: bool,
+        now: Instant,
+    ) -> Option<(SqlState, &'static str)> {
+        let over = |since: Instant, limit: Option<Duration>| {
+            limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
+        };
+        let query_started = client.session.as_ref().and_then(|s| s.query_started);
+        match client.state {
+            ClientState::Startup | ClientState::Authenticating(_)
+                if over(client.connected_at, self.login) =>
+            {
+                Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
+            }
+            ClientState::Routing { since, .. } if over(since, self.wait) => {
+                Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
+            }
+            ClientState::Idle { since } if over(since.max(client.last_active), self.idle) => {
+                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
+            }
+            ClientState::Console { .. } if over(client.last_active, self.idle) => {
+                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
+            }
+            ClientState::Linked { .. }
+                if query_started.is_some_and(|started| over(started, self.query)) =>
+            {
+                Some((sqlstate::QUERY_CANCELED, "query_timeout"))
+            }
+            ClientState::Linked { .. }
+                if in_transaction && over(client.last_active, self.idle_in_transaction) =>
+            {
+                Some((
+                    sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                    "idle_transaction_timeout",
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A listing being gathered for one console session.
+#[derive(Debug)]
+struct PendingListing {
+    request_id: u64,
+    client: ClientId,
+    deadline: Instant,
+    parts: Vec<ShardListing>,
+    /// Set once every shard answered or the deadline passed.
+    ready: Option<Listing>,
+}
+
+/// The listings this shard's console sessions are gathering.
+#[derive(Debug, Default)]
+pub struct Listings {
+    next_request_id: u64,
+    pending: Vec<PendingListing>,
+}
+
+impl Listings {
+    fn take_ready(&mut self, client: ClientId) -> Option<Listing> {
+        let index = self
+            .pending
+            .iter()
+            .position(|p| p.client == client && p.ready.is_some())?;
+        self.pending.swap_remove(index).ready
+    }
+
+    fn is_gathering(&self, client: ClientId) -> bool {
+        self.pending.iter().any(|p| p.client == client)
+    }
+}
+
+impl Engine {
+    pub(super) fn housekeeping(&mut self) {
+        self.check_client_timeouts();
+        self.check_server_timeouts();
+        self.expire_waiters();
+        self.close_idle_servers();
+        self.open_wanted_servers();
+        self.reroute_waiters_of_down_replicas();
+        self.expire_listings();
+        if self.shutdown.is_some() {
+            self.progress_shutdown();
+        }
+        self.fold_counters();
+    }
+
+    fn check_client_timeouts(&mut self) {
+        let s = &self.config.pgtier;
+        let limits = ClientTimeouts {
+            login: Engine::enabled(s.client_login_timeout),
+            wait: Engine::enabled(s.query_wait_timeout),
+            idle: Engine::enabled(s.client_idle_timeout),
+            idle_in_transaction: Engine::enabled(s.idle_transaction_timeout),
+            query: Engine::enabled(s.query_timeout),
+        };
+        let mut expired: Vec<(ClientId, SqlState, &'static str)> = Vec::new();
+        let mut linger_over = Vec::new();
+        for (slot, client) in self.clients.iter() {
+            let id = ClientId(slot);
+            if let ClientState::Closing {
+                linger_until: Some(until),
+            } = client.state
+            {
+                if until <= self.now {
+                    linger_over.push(id);
+                }
+                continue;
+            }
+            let in_transaction = client
+                .server()
+                .and_then(|server| self.servers.get(server.0))
+                .is_some_and(|server| server.tracker.idle_in_transaction());
+            if let Some((code, name)) = limits.expired(client, in_transaction, self.now) {
+                expired.push((id, code, name));
+            }
+        }
+        for (id, code, message) in expired {
+            self.close_client(id, Some(messages::fatal(code, message)));
+        }
+        for id in linger_over {
+            // Its final error could not be delivered in time: cut it off.
+            if let Some(client) = self.clients.get_mut(id.0) {
+                client.state = ClientState::Closing { linger_until: None };
+            }
+            self.outbox.push(Action::Close {
+                conn: Conn::Client(id),
+                how: CloseHow::Now,
+            });
+        }
+    }
+
+    fn check_server_timeouts(&mut self) {
+        let s = &self.config.pgtier;
+        let connect = Engine::enabled(s.server_connect_timeout);
+        let drain_limit = connect.unwrap_or(DEFAULT_DRAIN_LIMIT);
+        let now = self.now;
+        let over = |since: Instant, limit: Duration| now.saturating_duration_since(since) > limit;
+        let mut failed = Vec::new();
+        let mut retire = Vec::new();
+        for (slot, server) in self.servers.iter() {
+            let id = ServerId(slot);
+            match &server.state {
+                ServerState::Connecting { since } | ServerState::LoggingIn { since, .. }
+                    if connect.is_some_and(|limit| over(*since, limit)) =>
+                {
+                    failed.push(id);
+                }
+                ServerState::Releasing { since }
+                | ServerState::Checking { since }
+                | ServerState::Leaving { since, .. }
+                    if over(*since, drain_limit) =>
+                {
+                    retire.push(id);
+                }
+                _ => {}
+            }
+        }
+        for id in failed {
+            self.server_failed(
+                id,
+                "server_connect_timeout",
+                Some(crate::services::FailureCause::ConnectTimeout),
+            );
+        }
+        for id in retire {
+            self.close_server(id);
+        }
+    }
+
+    /// Clients whose `query_wait_timeout` passed while parked.
+    fn expire_waiters(&mut self) {
+        while let Some(expired) = self.pools.poll_expired(self.now) {
+            let id = expired.waiter;
+            if let Some(client) = self.clients.get_mut(id.0) {
+                match &mut client.state {
+                    ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                        *ticket = None;
+                    }
+                    _ => continue,
+                }
+            }
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
+            self.close_client(id, Some(error));
+        }
+    }
+
+    /// Idle servers past `server_lifetime` or `server_idle_timeout`, over a lowered limit,
+    /// or asked for by another shard.
+    fn close_idle_servers(&mut self) {
+        let mut closing: Vec<Closing<ServerId>> = Vec::new();
+        self.pools.collect_closable(self.now, &mut closing);
+        for closing in closing {
+            self.retire(closing);
+        }
+    }
+
+    /// Warmup to `min_pool_size`, and pools whose clients wait with nothing being opened.
+    fn open_wanted_servers(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let mut opens: Vec<PoolId> = Vec::new();
+        self.pools.collect_opens(self.now, &mut opens);
+        for pool in opens {
+            self.open_server(pool);
+        }
+    }
+
+    /// Clients queued on pools of Down replicas are routed elsewhere, not failed.
+    fn reroute_waiters_of_down_replicas(&mut self) {
+        let down: Vec<PoolId> = self
+            .pools
+            .pools()
+            .filter(|(_, key, counts)| {
+                counts.waiting > 0
+                    && matches!(key.target, ServerTarget::Replica(addr)
+                        if self.routing.is_down(&key.database, addr))
+            })
+            .map(|(pool, _, _)| pool)
+            .collect();
+        for pool in down {
+            let mut waiters = Vec::new();
+            self.pools.take_waiters(pool, &mut waiters);
+            for id in waiters {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    match &mut client.state {
+                        ClientState::Joining { ticket, .. }
+                        | ClientState::Queued { ticket, .. } => {
+                            *ticket = None;
+                        }
+                        _ => continue,
+                    }
+                }
+                self.repin(id);
+            }
+        }
+    }
+
+    /// Closes whoever the shutdown mode says may go now; idle servers close once no client
+    /// is left to use them.
+    fn progress_shutdown(&mut self) {
+        let Some(mode) = self.shutdown else {
+            return;
+        };
+        let clients: Vec<(ClientId, bool)> = self
+            .clients
+            .iter()
+            .map(|(slot, client)| (ClientId(slot), client.server().is_some()))
+            .collect();
+        for (id, has_server) in clients {
+            match mode {
+                ShutdownMode::WaitForClients => {}
+                // A client in a transaction closes when it ends (`release_server`).
+                ShutdownMode::WaitForTransactions if has_server => {}
+                _ => {
+                    let error =
+                        messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
+                    self.close_client(id, Some(error));
+                }
+            }
+        }
+        let nobody_left = self.clients.iter().all(|(_, client)| client.is_closing());
+        for slot in self.servers.slots() {
+            let id = ServerId(slot);
+            let Some(server) = self.servers.get(id.0) else {
+                continue;
+            };
+            let unused = matches!(
+                server.state,
+                ServerState::Idle { .. }
+                    | ServerState::Connecting { .. }
+                    | ServerState::LoggingIn { .. }
+            );
+            if unused || mode == ShutdownMode::Immediate || nobody_left {
+                self.close_server(id);
+            }
+        }
+        if mode == ShutdownMode::Immediate {
+            // Nothing lingers: a client's final error is not waited for.
+            for slot in self.clients.slots() {
+                self.outbox.push(Action::Close {
+                    conn: Conn::Client(ClientId(slot)),
+                    how: CloseHow::Now,
+                });
+            }
+        }
+    }
+
+    /// Folds latency into the shared histograms; shard 0 closes the observation interval
+    /// when `stats_period` passed.
+    pub(super) fn fold_latency(&mut self) {
+        let mut recorded = false;
+        for class in ClassSetting::ALL {
+            let local = self.latency.of(class);
+            if local.count() > 0 {
+                self.shared.latency[class.index()].merge_from(local);
+                recorded = true;
+            }
+        }
+        if recorded {
+            self.latency.reset();
+        }
+        if self.shard != 0 {
+            return;
+        }
+        let period = self.config.pgtier.stats_period.duration();
+        let length = self.now.saturating_duration_since(self.interval_started);
+        if length < period {
+            return;
+        }
+        let mut histogram = LatencyHistogram::new();
+        let mut latency = [Default::default(); 2];
+        for (class, summary) in latency.iter_mut().enumerate() {
+            self.shared.latency[class].take_into(&mut histogram);
+            *summary = histogram.summary();
+        }
+        let stats = IntervalStats {
+            ended_at: self.wall_time(),
+            length,
+            latency,
+        };
+        self.shared.interval.store(Some(Arc::new(stats)));
+        self.shared
+            .intervals
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.interval_started = self.now;
+    }
+
+    // ---- commands ----
+
+    pub(super) fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
+            Command::Reload { config, users } => {
+                self.limits = Limits::from_config(&config);
+                self.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
+                self.config = config;
+                self.users = users;
+                self.secrets.clear();
+                let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
+                    .pools
+                    .pools()
+                    .map(|(pool, key, _)| (pool, key.clone()))
+                    .collect();
+                for (pool, key) in keyed {
+                    let limits = self.pool_limits(&key);
+                    self.pools.set_limits(pool, limits);
+                }
+                info!(shard = self.shard, "configuration reloaded");
+            }
+            Command::Shutdown(mode) => {
+                self.shutdown = Some(self.shutdown.map_or(mode, |current| current.max(mode)));
+                self.progress_shutdown();
+            }
+            Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
+            Command::SlotGranted { key } => self.adopt_granted_slot(&key),
+            Command::ReleaseIdleUnderCap { database, user } => {
+                let budget = match (database, user) {
+                    (Some(database), _) => self.shared.budgets.database(&database),
+                    (None, Some(user)) => self.shared.budgets.user(&user),
+                    (None, None) => None,
+                };
+                if let Some(budget) = budget
+                    && let Some(closing) = self.pools.release_idle_sharing(&budget)
+                {
+                    self.retire(closing);
+                }
+            }
+            Command::ListSessions { from, request_id } => {
+                let part = Box::new(self.list_sessions());
+                self.outbox.push(Action::Post {
+                    shard: from,
+                    command: Command::Listed { request_id, part },
+                });
+            }
+            Command::Listed { request_id, part } => {
+                if let Some(client) = self.add_listing_part(request_id, *part) {
+                    self.on_console_bytes(client);
+                }
+            }
+        }
+    }
+
+    // ---- cancel ----
+
+    /// A CancelRequest arrived here; handled here or passed to the owning shard.
+    pub(super) fn route_cancel(&mut self, key: CancelKey) {
+        let owner = shard_of(key.secret);
+        if owner == self.shard {
+            self.handle_cancel(key);
+        } else if owner < self.shared.shards() {
+            self.outbox.push(Action::Post {
+                shard: owner,
+                command: Command::Cancel {
+                    pid: key.pid,
+                    secret: key.secret,
+                },
+            });
+        }
+    }
+
+    /// Forwards a cancel only if the key's client still has a server running its query.
+    fn handle_cancel(&mut self, key: CancelKey) {
+        let Some(client) = self.keys.lookup(key) else {
+            tracing::debug!("cancel request with an unknown key");
+            return;
+        };
+        let Some(server) = self.clients.get(client.0).and_then(|c| c.server()) else {
+            return;
+        };
+        let running = self
+            .servers
+            .get(server.0)
+            .is_some_and(|s| s.client() == Some(client) && s.tracker.has_outstanding());
+        if running {
+            self.send_cancel(server);
+        }
+    }
+
+    // ---- the console ----
+
+    /// Answers every complete simple query of a console session, in order; a query that
+    /// needs every shard's rows waits for them, and the queries after it wait behind it.
+    pub(super) fn on_console_bytes(&mut self, id: ClientId) {
+        self.fold_counters();
+        let limits = pgtier_wire::FrameLimits {
+            max_message_len: MAX_ADMIN_QUERY_BYTES,
+            ..pgtier_wire::FrameLimits::default()
+        };
+        let mut listing = self.listings.take_ready(id);
+        let mut out = BytesMut::new();
+        loop {
+            let Some(client) = self.clients.get_mut(id.0) else {
+                return;
+            };
+            if !matches!(client.state, ClientState::Console { .. }) {
+                return;
+            }
+            let header = match pgtier_wire::framing::peek_header(&client.input, &limits) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(_) => {
+                    self.console_refuses(id, out);
+                    return;
+                }
+            };
+            if header.code == b'X' {
+                self.send_console(id, out);
+                self.close_client(id, None);
+                return;
+            }
+            if header.code != b'Q' {
+                self.console_refuses(id, out);
+                return;
+            }
+            if client.input.len() < header.frame_len() {
+                break;
+            }
+            let query = messages::query_text(&client.input[5..header.frame_len()])
+                .unwrap_or("")
+                .to_string();
+            if self.console.needs_listing(&query) && listing.is_none() {
+                if !self.listings.is_gathering(id) {
+                    self.start_listing(id);
+                    listing = self.listings.take_ready(id);
+                }
+                if listing.is_none() {
+                    break;
+                }
+                continue;
+            }
+            if let Some(client) = self.clients.get_mut(id.0) {
+                let _ = client.input.split_to(header.frame_len());
+            }
+            self.console.answer(&query, listing.as_ref(), &mut out);
+            messages::ready_for_query(&mut out, b'I');
+            if self.console.needs_listing(&query) {
+                listing = None;
+            }
+        }
+        self.send_console(id, out);
+    }
+
+    fn send_console(&mut self, id: ClientId, out: BytesMut) {
+        if !out.is_empty() {
+            self.send(Conn::Client(id), out.freeze());
+        }
+    }
+
+    fn console_refuses(&mut self, id: ClientId, out: BytesMut) {
+        self.send_console(id, out);
+        let error = messages::fatal(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            "the admin console accepts only simple queries",
+        );
+        self.close_client(id, Some(error));
+    }
+
+    /// Starts gathering rows for console session `id`: this shard's now, the others'
+    /// through their mailboxes.
+    fn start_listing(&mut self, id: ClientId) {
+        self.listings.next_request_id += 1;
+        let request_id = self.listings.next_request_id;
+        self.listings.pending.push(PendingListing {
+            request_id,
+            client: id,
+            deadline: self.now + LISTING_WAIT,
+            parts: Vec::with_capacity(self.shared.shards()),
+            ready: None,
+        });
+        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+            self.outbox.push(Action::Post {
+                shard,
+                command: Command::ListSessions {
+                    from: self.shard,
+                    request_id,
+                },
+            });
+        }
+        let own = self.list_sessions();
+        self.add_listing_part(request_id, own);
+    }
+
+    /// Adds one shard's rows; returns the console client once its listing is complete.
+    fn add_listing_part(&mut self, request_id: u64, part: ShardListing) -> Option<ClientId> {
+        let shards = self.shared.shards();
+        let pending = self
+            .listings
+            .pending
+            .iter_mut()
+            .find(|p| p.request_id == request_id && p.ready.is_none())?;
+        pending.parts.push(part);
+        if pending.parts.len() < shards {
+            return None;
+        }
+        let parts = std::mem::take(&mut pending.parts);
+        pending.ready = Some(Listing::new(parts, Vec::new()));
+        Some(pending.client)
+    }
+
+    /// Listings past their deadline are answered with the rows that arrived.
+    fn expire_listings(&mut self) {
+        let now = self.now;
+        let shards = self.shared.shards();
+        let mut expired = Vec::new();
+        for pending in &mut self.listings.pending {
+            if pending.ready.is_none() && pending.deadline <= now {
+                let missing = (0..shards)
+                    .filter(|shard| !pending.parts.iter().any(|p| p.shard == *shard))
+                    .collect();
+                let parts = std::mem::take(&mut pending.parts);
+                pending.ready = Some(Listing::new(parts, missing));
+                expired.push(pending.client);
+            }
+        }
+        for client in expired {
+            if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {
+                self.on_console_bytes(client);
+            } else {
+                self.listings.pending.retain(|p| p.client != client);
+            }
+        }
+    }
+
+    /// This shard's client and pool rows.
+    fn list_sessions(&self) -> ShardListing {
+        let wall_now = self.wall_time();
+        let clients = self
+            .clients
+            .iter()
+            .map(|(_, client)| {
+                let connected_for = self.now.saturating_duration_since(client.connected_at);
+                let session = client.session.as_ref();
+                let lease = session.and_then(|s| s.lease.as_ref());
+                let class = match (lease, &client.state) {
+                    (Some(lease), _) => Some(lease.class().as_str()),
+                    (None, ClientState::Routing { .. }) => session.map(|s| s.class.as_str()),
+                    (None, _) => None,
+                };
+                ClientRow {
+                    addr: client.peer,
+                    database: session.map(|s| s.database.clone()).unwrap_or_default(),
+                    user: session.map(|s| s.user.clone()).unwrap_or_default(),
+                    state: client.state_name(),
+                    class,
+                    replica: lease.map(|lease| lease.addr()),
+                    connected_at: wall_now.checked_sub(connected_for).unwrap_or(wall_now),
+                    connected_for,
+                    backend_pid: client
+                        .server()
+                        .and_then(|server| self.servers.get(server.0))
+                        .and_then(|server| server.backend_pid()),
+                }
+            })
+            .collect();
+        let pools = self
+            .pools
+            .pools()
+            .map(|(pool, key, counts)| PoolRow {
+                database: key.database.to_string(),
+                user: key.server_user.to_string(),
+                addr: match key.target {
+                    ServerTarget::Replica(addr) => addr,
+                    ServerTarget::Primary => self
+                        .primary_addr_for_listing(&key.database)
+                        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+                },
+                mode: self.mode_of_pool(pool).as_str(),
+                clients_active: self.clients_of(pool, false),
+                clients_waiting: counts.waiting,
+                servers_active: counts.active,
+                servers_idle: counts.idle,
+                servers_opening: counts.opening,
+            })
+            .collect();
+        ShardListing {
+            shard: self.shard,
+            clients,
+            pools,
+        }
+    }
+
+    fn primary_addr_for_listing(&self, database: &str) -> Option<std::net::SocketAddr> {
+        let db = self.config.database(database)?;
+        match &db.servers {
+            pgtier_core::config::ServerSet::Single(host_port) => {
+                self.resolver.resolve(&host_port.host, host_port.port).ok()
+            }
+            pgtier_core::config::ServerSet::Replicas(set) => set.replicas.first().copied(),
+        }
+    }
+
+    fn mode_of_pool(&self, pool: PoolId) -> pgtier_core::config::PoolMode {
+        self.pools
+            .key(pool)
+            .and_then(|key| {
+                let db = self.config.database(&key.database)?;
+                Some(self.config.pool_mode(db, &key.server_user))
+            })
+            .unwrap_or(self.config.pgtier.pool_mode)
+    }
+
+    /// Logged-in clients of `pool` that are idle or linked (`waiting`: queued instead).
+    fn clients_of(&self, pool: PoolId, waiting: bool) -> u32 {
+        let count = self
+            .clients
+            .iter()
+            .filter(|(_, client)| client.session.as_ref().and_then(|s| s.pool) == Some(pool))
+            .filter(|(_, client)| {
+                let queued = matches!(
+                    client.state,
+                    ClientState::Queued { .. } | ClientState::Joining { .. }
+                );
+                let active = matches!(
+                    client.state,
+                    ClientState::Idle { .. }
+                        | ClientState::Linked { .. }
+                        | ClientState::Welcoming { .. }
+                );
+                if waiting { queued } else { active }
+            })
+            .count();
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+}

@@ -1,0 +1,59 @@
+//! pgtier-engine: the session engine of one shard, sans I/O.
+//!
+//! # Contract
+//! - **No sockets, no clocks, no threads.** The engine is driven by events, each carrying
+//!   `now`: a client connected, bytes arrived, bytes were sent, a connect finished, a
+//!   connection ended, a timer fired, another shard sent a command. It answers with
+//!   [`Action`]s its driver drains with [`Engine::poll_action`] — send these `Bytes` on that
+//!   connection, connect there, close this one, pause or resume a receive, send a cancel,
+//!   post to a shard — and says with [`Engine::poll_timeout`] when to wake it next.
+//! - **The driver decides nothing.** Which server a client gets, when a server is released,
+//!   reset or closed, what a client is told: all here. The driver only turns actions into
+//!   ring operations and completions into events.
+//! - **Randomness, name resolution, replica routing and the admin console are services**
+//!   the driver provides ([`Random`], [`Resolver`], [`Routing`], [`Console`]); tests and the
+//!   fuzz target use deterministic ones.
+//! - **Hostile input is an answer, never a panic.** Every client gets what PostgreSQL would
+//!   send it: a result, an ErrorResponse with a SQLSTATE, or a close.
+//!
+//! # Owners
+//! - [`client`]: one client's state enum and its startup, password exchange and
+//!   forwarding; [`server`]: one server's state enum, its login, its output walk and how it
+//!   leaves a client ([`server::release`]).
+//! - [`pgtier_pool::PoolSlice`]: the shard's pools, waiters and cross-shard budgets.
+//! - [`cancel`]: cancel keys; [`credentials`]: what the auth file's entries prove.
+//! - [`engine`]: the coordinator, which owns the slabs and links clients with servers.
+//!
+//! The life of one query, hop by hop, is in the repository's `docs/architecture.md`.
+
+pub mod action;
+pub mod cancel;
+pub mod class;
+pub mod client;
+pub mod command;
+pub mod credentials;
+pub mod engine;
+pub mod ids;
+pub mod listing;
+pub mod messages;
+pub mod params;
+pub mod random;
+pub mod server;
+pub mod services;
+pub mod settings;
+pub mod shared;
+pub mod tracker;
+pub mod userlist;
+
+#[cfg(test)]
+mod test_support;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use action::{Action, CloseHow, Conn};
+pub use command::{Command, ShutdownMode};
+pub use engine::{Engine, EngineParts, IpOnly, Resolver};
+pub use ids::{ClientId, ServerId, SlotRef};
+pub use random::{Random, RandomUnavailable};
+pub use services::{Console, Routing};
+pub use shared::Shared;

@@ -1,0 +1,147 @@
+//! The few messages the engine builds and reads itself (the welcome sequence, FATAL errors,
+//! its own queries to servers), as thin helpers over `pgtier_wire`'s message types so call
+//! sites stay one line. Forwarded bytes never go through here: they are only framed.
+
+use bytes::{Bytes, BytesMut};
+use pgtier_wire::SqlState;
+use pgtier_wire::error_fields::{ErrorNotice, Severity};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::{
+    Authentication, BackendKeyData, ParameterStatus, ReadyForQuery, TransactionStatus,
+};
+use pgtier_wire::messages::frontend::startup::ProtocolVersion;
+use pgtier_wire::messages::frontend::{CancelRequest, Query, StartupMessage};
+
+pub use pgtier_wire::sqlstate;
+
+pub fn auth_ok(out: &mut BytesMut) {
+    Authentication::Ok.encode(out);
+}
+
+pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
+    ParameterStatus {
+        name: name.as_bytes(),
+        value: value.as_bytes(),
+    }
+    .encode(out);
+}
+
+pub fn backend_key_data(out: &mut BytesMut, pid: u32, secret: u32) {
+    BackendKeyData {
+        process_id: pid,
+        secret_key: &secret.to_be_bytes(),
+    }
+    .encode(out);
+}
+
+/// ReadyForQuery with the transaction status byte `status` ('I', 'T' or 'E').
+pub fn ready_for_query(out: &mut BytesMut, status: u8) {
+    debug_assert!(TransactionStatus::from_byte(status).is_some());
+    ReadyForQuery {
+        status: TransactionStatus::from_byte(status).unwrap_or(TransactionStatus::Idle),
+    }
+    .encode(out);
+}
+
+/// A FATAL ErrorResponse, sent just before the shard closes a connection.
+pub fn fatal(code: SqlState, message: &str) -> Bytes {
+    let mut out = BytesMut::with_capacity(64 + message.len());
+    ErrorNotice::new(Severity::Fatal, code, message).encode_error(&mut out);
+    out.freeze()
+}
+
+/// A server's ErrorResponse (`message`: type byte, length, fields) with its severity raised
+/// to FATAL: the error a login gets when PostgreSQL itself refuses a startup value.
+pub fn error_as_fatal(message: &[u8]) -> Bytes {
+    let fields = message.get(5..).unwrap_or_default();
+    let mut body = BytesMut::with_capacity(message.len() + 8);
+    for field in fields.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        match field[0] {
+            b'S' | b'V' => {
+                body.extend_from_slice(&field[..1]);
+                body.extend_from_slice(b"FATAL");
+            }
+            _ => body.extend_from_slice(field),
+        }
+        body.extend_from_slice(&[0]);
+    }
+    body.extend_from_slice(&[0]);
+    let mut out = BytesMut::with_capacity(body.len() + 5);
+    out.extend_from_slice(b"E");
+    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out.freeze()
+}
+
+pub fn startup_message(out: &mut BytesMut, params: &[(&str, &str)]) {
+    StartupMessage::encode_parts(out, ProtocolVersion::V3_0, params);
+}
+
+pub fn cancel_request(pid: u32, secret: u32) -> [u8; 16] {
+    let mut out = BytesMut::with_capacity(16);
+    CancelRequest {
+        process_id: pid,
+        secret_key: &secret.to_be_bytes(),
+    }
+    .encode(&mut out);
+    let mut packet = [0u8; 16];
+    packet.copy_from_slice(&out);
+    packet
+}
+
+pub fn query(out: &mut BytesMut, sql: &str) {
+    Query {
+        sql: sql.as_bytes(),
+    }
+    .encode(out);
+}
+
+/// The SQL text of a Query body; `None` if malformed or not UTF-8.
+pub fn query_text(body: &[u8]) -> Option<&str> {
+    std::str::from_utf8(Query::decode_body(body).ok()?.sql).ok()
+}
+
+/// ParameterStatus body → (name, value); `None` if malformed or not UTF-8.
+pub fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
+    let status = ParameterStatus::decode_body(body).ok()?;
+    let name = std::str::from_utf8(status.name).ok()?;
+    let value = std::str::from_utf8(status.value).ok()?;
+    Some((name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_error_raised_to_fatal_keeps_its_other_fields() {
+        let mut out = BytesMut::new();
+        ErrorNotice::new(
+            Severity::Error,
+            pgtier_wire::SqlState::new(b"22023"),
+            "bad value",
+        )
+        .encode_error(&mut out);
+        let fatal = error_as_fatal(&out);
+        assert!(fatal.windows(6).any(|w| w == b"SFATAL"));
+        assert!(fatal.windows(6).any(|w| w == b"C22023"));
+        assert!(fatal.windows(10).any(|w| w == b"Mbad value"));
+        assert_eq!(
+            u32::from_be_bytes([fatal[1], fatal[2], fatal[3], fatal[4]]) as usize,
+            fatal.len() - 1
+        );
+    }
+
+    #[test]
+    fn helpers_read_what_they_write() {
+        let mut out = BytesMut::new();
+        parameter_status(&mut out, "TimeZone", "UTC");
+        assert_eq!(parse_parameter_status(&out[5..]), Some(("TimeZone", "UTC")));
+        let mut out = BytesMut::new();
+        query(&mut out, "SHOW POOLS");
+        assert_eq!(query_text(&out[5..]), Some("SHOW POOLS"));
+        let error = fatal(sqlstate::INVALID_PASSWORD, "no");
+        assert_eq!(error[0], b'E');
+        assert!(error.windows(6).any(|w| w == b"C28P01"));
+    }
+}

@@ -1,0 +1,138 @@
+//! A server connection: the one enum that says where it is in its life, and what it knows
+//! about its backend. Its login, its output walk and the steps by which it leaves a client
+//! are the modules beside this one.
+
+pub mod login;
+pub mod relay;
+pub mod release;
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use pgtier_core::config::PoolMode;
+use pgtier_pool::{Lease, PoolId};
+
+use crate::cancel::CancelKey;
+use crate::ids::{ClientId, ServerId};
+use crate::messages;
+use crate::params::TrackedParams;
+use crate::tracker::Tracker;
+use login::ServerLogin;
+use relay::Relay;
+pub use release::{ReleaseStep, Reset};
+
+/// Where a server is in its life. The fields each variant holds are valid only there.
+#[derive(Debug)]
+pub enum ServerState {
+    /// Connect asked of the driver at `since` (server_connect_timeout).
+    Connecting { since: Instant },
+    /// StartupMessage sent; authentication and ParameterStatus messages arriving.
+    LoggingIn {
+        since: Instant,
+        login: Box<ServerLogin>,
+    },
+    /// In its pool's idle list since `since` (the pool holds its lease).
+    Idle { since: Instant },
+    /// Running `server_check_query` since `since` before a client gets it.
+    Checking { since: Instant },
+    /// Serving `client`.
+    Busy { client: ClientId },
+    /// Since `since`, its client is gone (or its transaction ended): it drains, rolls back
+    /// and resets (`ServerConn::next_release_step`) before it goes back to the pool.
+    Releasing { since: Instant },
+    /// Since `since`, Terminate was sent so its pool slot can go to shard `to` (`None`: back
+    /// to the budgets, to make room under a database or user cap); the slot moves once the
+    /// server closes the connection, that is once its backend is gone.
+    Leaving { since: Instant, to: Option<usize> },
+    /// The driver is tearing it down; nothing more happens until `handle_closed`.
+    Closing,
+}
+
+/// One server connection.
+#[derive(Debug)]
+pub struct ServerConn {
+    pub(crate) state: ServerState,
+    pub(crate) pool: PoolId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) mode: PoolMode,
+    /// Received bytes not consumed yet (the rest of a message whose start was forwarded
+    /// streams through; whole messages wait here only while being read).
+    pub(crate) input: BytesMut,
+    pub(crate) tracker: Tracker,
+    pub(crate) relay: Relay,
+    /// The backend's current values of the tracked parameters.
+    pub(crate) params: TrackedParams,
+    /// The backend's own cancel key.
+    pub(crate) key: Option<CancelKey>,
+    /// Cancel requests sent for it whose connections have not finished: until then it is
+    /// not given to anyone else, so a late cancel can never hit another client's query.
+    pub(crate) cancels_pending: u32,
+    /// A ROLLBACK was sent while releasing (one try; if it is still not idle, it closes).
+    pub(crate) rollback_sent: bool,
+    /// What must run before another client may have it.
+    pub(crate) reset: Reset,
+    /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
+    pub(crate) paused: bool,
+    /// Its pool lease while it is out of the idle list.
+    pub(crate) lease: Option<Lease<ServerId>>,
+}
+
+impl ServerConn {
+    /// A server about to connect for `pool`.
+    pub fn new(pool: PoolId, addr: SocketAddr, mode: PoolMode, now: Instant) -> ServerConn {
+        ServerConn {
+            state: ServerState::Connecting { since: now },
+            pool,
+            addr,
+            mode,
+            input: BytesMut::new(),
+            tracker: Tracker::default(),
+            relay: Relay::default(),
+            params: TrackedParams::default(),
+            key: None,
+            cancels_pending: 0,
+            rollback_sent: false,
+            reset: Reset::None,
+            paused: false,
+            lease: None,
+        }
+    }
+
+    /// The client it serves, if any.
+    pub fn client(&self) -> Option<ClientId> {
+        match self.state {
+            ServerState::Busy { client } => Some(client),
+            _ => None,
+        }
+    }
+
+    pub fn is_closing(&self) -> bool {
+        matches!(self.state, ServerState::Closing)
+    }
+
+    /// A query of the engine's own (answer swallowed): the bytes to send.
+    pub fn internal_query(&mut self, sql: &str) -> Bytes {
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        messages::query(&mut out, sql);
+        self.relay.expect_internal(&mut self.tracker);
+        out.freeze()
+    }
+
+    /// The backend pid, for listings.
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.key.map(|key| key.pid)
+    }
+
+    /// The admin-console name of its state.
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => "login",
+            ServerState::Idle { .. } => "idle",
+            ServerState::Checking { .. } => "tested",
+            ServerState::Busy { .. } => "active",
+            ServerState::Releasing { .. } => "used",
+            ServerState::Leaving { .. } | ServerState::Closing => "closing",
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! Walking a server's output: which bytes go to the client, which are swallowed (answers to
+//! the engine's own queries, or everything while the server drains without a client), and
+//! what the messages mean for the server's state.
+//!
+//! Only ReadyForQuery, ParameterStatus and ErrorResponse are read whole; every other message
+//! streams through as it arrives, so a 50 MB row never has to sit in memory in one piece.
+//! The tracker learns each message type that changes what the server owes.
+
+use bytes::Bytes;
+use pgtier_wire::error_fields::Severity;
+use pgtier_wire::framing::{self, HEADER_LEN};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::ErrorResponse;
+use pgtier_wire::{FrameLimits, ProtocolError};
+
+use crate::messages;
+use crate::params::TrackedParams;
+use crate::tracker::{Tracker, TxStatus};
+
+/// Largest ReadyForQuery/ParameterStatus/ErrorResponse read whole.
+const MAX_INSPECTED_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// What one walk found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Bytes at the front to drop (swallowed responses).
+    pub drop_bytes: usize,
+    /// Bytes after those to forward to the client.
+    pub forward_bytes: usize,
+    /// ReadyForQuery messages forwarded (queries or Syncs completed).
+    pub completed: u64,
+    /// ReadyForQuery 'I' messages forwarded (transactions completed).
+    pub transactions: u64,
+    /// The server owes nothing now (ReadyForQuery 'I', no internal query outstanding).
+    pub idle: bool,
+    /// The server broke the protocol.
+    pub malformed: bool,
+    /// Length of a message over the limit (nothing from it on is consumed).
+    pub oversized: Option<usize>,
+    /// A FATAL or PANIC ErrorResponse was forwarded: the backend is exiting, and the client
+    /// must see the connection end right after it, as from PostgreSQL itself.
+    pub fatal_forwarded: bool,
+    /// That FATAL said the server is shutting down (57P01..57P03).
+    pub shutdown_forwarded: bool,
+    /// The server reported a new value of a parameter the engine does not re-apply per
+    /// client (default_transaction_read_only, session_authorization...): the client changed
+    /// its session, perhaps inside a function no statement scan can see into.
+    pub session_param_changed: bool,
+}
+
+/// A server's relay state between walks.
+#[derive(Debug, Default)]
+pub struct Relay {
+    /// Body bytes of a streamed message still to come.
+    skip_bytes: usize,
+    /// Internal queries (reset, SET re-apply, check) whose answers are swallowed.
+    swallow: u32,
+    /// The first ErrorResponse among swallowed answers, kept until the code that sent the
+    /// query looks at it.
+    swallowed_error: Option<Bytes>,
+}
+
+impl Relay {
+    /// The engine sent a query of its own: its answer is swallowed.
+    pub fn expect_internal(&mut self, tracker: &mut Tracker) {
+        self.swallow += 1;
+        tracker.on_internal_query();
+    }
+
+    /// An internal query's answer is still to come.
+    pub fn owes_internal(&self) -> bool {
+        self.swallow > 0
+    }
+
+    /// The error an internal query got, if any (taken: each is looked at once).
+    pub fn take_swallowed_error(&mut self) -> Option<Bytes> {
+        self.swallowed_error.take()
+    }
+
+    /// Walks `data`. With `client == None` everything consumed is dropped; otherwise the
+    /// client's tracked parameters follow the ParameterStatus messages it is forwarded.
+    pub fn scan(
+        &mut self,
+        data: &[u8],
+        tracker: &mut Tracker,
+        server_params: &mut TrackedParams,
+        mut client: Option<&mut TrackedParams>,
+        max_message_bytes: usize,
+    ) -> Scan {
+        let limits = FrameLimits {
+            max_message_len: u32::try_from(max_message_bytes).unwrap_or(u32::MAX),
+            ..FrameLimits::default()
+        };
+        let mut out = Scan::default();
+        let mut pos = 0usize;
+        let drain_all = client.is_none();
+        while pos < data.len() {
+            let dropping = drain_all || self.swallow > 0;
+            if self.skip_bytes > 0 {
+                let take = self.skip_bytes.min(data.len() - pos);
+                self.skip_bytes -= take;
+                pos += take;
+                if dropping {
+                    out.drop_bytes = pos;
+                }
+                continue;
+            }
+            let header = match framing::peek_header(&data[pos..], &limits) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(ProtocolError::LengthTooLong { len, .. }) => {
+                    out.oversized = Some(len as usize);
+                    break;
+                }
+                Err(_) => {
+                    out.malformed = true;
+                    break;
+                }
+            };
+            let (code, len) = (header.code, header.len as usize);
+            let inspect =
+                matches!(code, b'Z' | b'S') || (code == b'E' && len <= MAX_INSPECTED_MESSAGE_BYTES);
+            if !inspect {
+                if Tracker::wants(code) && tracker.on_server_message(code, &[]).is_err() {
+                    out.malformed = true;
+                    break;
+                }
+                pos += HEADER_LEN;
+                self.skip_bytes = len - 4;
+                if dropping {
+                    out.drop_bytes = pos;
+                }
+                continue;
+            }
+            if len > MAX_INSPECTED_MESSAGE_BYTES {
+                out.malformed = true;
+                break;
+            }
+            if data.len() - pos < len + 1 {
+                break;
+            }
+            let body = &data[pos + HEADER_LEN..pos + 1 + len];
+            let frame = &data[pos..pos + 1 + len];
+            pos += len + 1;
+            match code {
+                b'S' => {
+                    if let Some((name, value)) = messages::parse_parameter_status(body) {
+                        let tracked = server_params.set(name, value);
+                        out.session_param_changed |= !tracked && !dropping;
+                        if !dropping && let Some(client) = client.as_deref_mut() {
+                            client.set(name, value);
+                        }
+                    }
+                }
+                b'Z' => {
+                    let status = body.first().copied().and_then(TxStatus::from_byte);
+                    let counted = tracker.on_server_message(b'Z', body);
+                    let (Some(status), Ok(())) = (status, counted) else {
+                        out.malformed = true;
+                        break;
+                    };
+                    if self.swallow > 0 {
+                        self.swallow -= 1;
+                        out.drop_bytes = pos;
+                        continue;
+                    }
+                    if !dropping {
+                        out.completed += 1;
+                        out.transactions += u64::from(status == TxStatus::Idle);
+                    }
+                }
+                _ => {
+                    // ErrorResponse, read whole for its severity, or kept when swallowed.
+                    if tracker.on_server_message(code, &[]).is_err() {
+                        out.malformed = true;
+                        break;
+                    }
+                    if self.swallow > 0 {
+                        if self.swallowed_error.is_none() {
+                            self.swallowed_error = Some(Bytes::copy_from_slice(frame));
+                        }
+                    } else if !dropping && is_fatal(body) {
+                        out.fatal_forwarded = true;
+                        out.shutdown_forwarded |= is_shutdown_error(body);
+                    }
+                }
+            }
+            if dropping {
+                out.drop_bytes = pos;
+            }
+        }
+        out.forward_bytes = pos - out.drop_bytes;
+        out.idle = tracker.is_idle() && self.swallow == 0;
+        out
+    }
+}
+
+/// Whether an ErrorResponse body reports a FATAL or PANIC error (the backend ends after it).
+pub fn is_fatal(body: &[u8]) -> bool {
+    ErrorResponse::decode_body(body).is_ok_and(|error| {
+        matches!(
+            error.fields.severity(),
+            Some(Severity::Fatal | Severity::Panic)
+        )
+    })
+}
+
+/// An ErrorResponse body whose SQLSTATE says the server is going away (57P01 admin shutdown,
+/// 57P02 crash shutdown, 57P03 cannot connect now), as every backend of a stopped server says.
+pub fn is_shutdown_error(body: &[u8]) -> bool {
+    body.split(|b| *b == 0)
+        .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(code: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![code];
+        out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    fn result(rows: usize) -> Vec<u8> {
+        let mut out = frame(
+            b'T',
+            b"\0\x01a\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0",
+        );
+        for _ in 0..rows {
+            out.extend(frame(b'D', b"\0\x01\0\0\0\x011"));
+        }
+        out.extend(frame(b'C', b"SELECT 1\0"));
+        out.extend(frame(b'Z', b"I"));
+        out
+    }
+
+    fn busy_tracker() -> Tracker {
+        let mut tracker = Tracker::default();
+        tracker.on_client_message(b'Q').expect("query");
+        tracker
+    }
+
+    #[test]
+    fn a_result_is_forwarded_whole_and_the_server_is_idle_after_it() {
+        let data = result(3);
+        let mut tracker = busy_tracker();
+        let mut client = TrackedParams::default();
+        let scan = Relay::default().scan(
+            &data,
+            &mut tracker,
+            &mut TrackedParams::default(),
+            Some(&mut client),
+            1 << 20,
+        );
+        assert_eq!(scan.forward_bytes, data.len());
+        assert_eq!(
+            (scan.drop_bytes, scan.completed, scan.transactions),
+            (0, 1, 1)
+        );
+        assert!(scan.idle);
+    }
+
+    #[test]
+    fn an_internal_answer_is_swallowed_and_its_error_kept() {
+        let mut data = frame(b'E', b"SERROR\0C22023\0Mbad\0\0");
+        data.extend(frame(b'Z', b"I"));
+        data.extend(result(1));
+        let mut tracker = busy_tracker();
+        let mut relay = Relay::default();
+        relay.expect_internal(&mut tracker);
+        let mut client = TrackedParams::default();
+        let scan = relay.scan(
+            &data,
+            &mut tracker,
+            &mut TrackedParams::default(),
+            Some(&mut client),
+            1 << 20,
+        );
+        let swallowed = frame(b'E', b"SERROR\0C22023\0Mbad\0\0").len() + 6;
+        assert_eq!(scan.drop_bytes, swallowed);
+        assert_eq!(scan.forward_bytes, data.len() - swallowed);
+        assert!(relay.take_swallowed_error().is_some());
+        assert!(scan.idle);
+    }
+
+    #[test]
+    fn a_forwarded_fatal_is_noticed() {
+        let data = frame(b'E', b"SFATAL\0VFATAL\0C57P01\0Mterminating connection\0\0");
+        let scan = Relay::default().scan(
+            &data,
+            &mut busy_tracker(),
+            &mut TrackedParams::default(),
+            Some(&mut TrackedParams::default()),
+            1 << 20,
+        );
+        assert!(scan.fatal_forwarded && scan.shutdown_forwarded);
+        assert_eq!(scan.forward_bytes, data.len());
+    }
+
+    #[test]
+    fn a_message_streams_in_pieces() {
+        let data = result(1);
+        let mut tracker = busy_tracker();
+        let mut relay = Relay::default();
+        let mut server = TrackedParams::default();
+        let mut client = TrackedParams::default();
+        let (first, second) = data.split_at(9);
+        let scan = relay.scan(first, &mut tracker, &mut server, Some(&mut client), 1 << 20);
+        assert_eq!(
+            scan.forward_bytes, 9,
+            "a header and part of a body stream through"
+        );
+        let scan = relay.scan(
+            second,
+            &mut tracker,
+            &mut server,
+            Some(&mut client),
+            1 << 20,
+        );
+        assert_eq!(scan.forward_bytes, second.len());
+        assert!(scan.idle);
+    }
+
+    #[test]
+    fn parameter_changes_reach_the_client_and_untracked_ones_are_flagged() {
+        let mut data = frame(b'S', b"TimeZone\0Europe/Paris\0");
+        data.extend(frame(b'S', b"default_transaction_read_only\0on\0"));
+        let mut client = TrackedParams::default();
+        let mut server = TrackedParams::default();
+        let scan = Relay::default().scan(
+            &data,
+            &mut busy_tracker(),
+            &mut server,
+            Some(&mut client),
+            1 << 20,
+        );
+        assert_eq!(client.get(2), Some("Europe/Paris"));
+        assert_eq!(server.get(2), Some("Europe/Paris"));
+        assert!(scan.session_param_changed);
+    }
+
+    #[test]
+    fn draining_drops_everything() {
+        let data = result(2);
+        let scan = Relay::default().scan(
+            &data,
+            &mut busy_tracker(),
+            &mut TrackedParams::default(),
+            None,
+            1 << 20,
+        );
+        assert_eq!((scan.drop_bytes, scan.forward_bytes), (data.len(), 0));
+        assert!(scan.idle && scan.completed == 0);
+    }
+
+    #[test]
+    fn a_ready_without_a_request_and_a_short_length_are_malformed() {
+        let data = frame(b'Z', b"I");
+        let scan = Relay::default().scan(
+            &data,
+            &mut Tracker::default(),
+            &mut TrackedParams::default(),
+            None,
+            1 << 20,
+        );
+        assert!(scan.malformed);
+        let scan = Relay::default().scan(
+            b"D\0\0\0\x01",
+            &mut busy_tracker(),
+            &mut TrackedParams::default(),
+            None,
+            1 << 20,
+        );
+        assert!(scan.malformed);
+    }
+
+    #[test]
+    fn a_message_over_the_limit_stops_the_walk() {
+        let mut data = frame(b'D', &[0; 100]);
+        data.extend(frame(b'Z', b"I"));
+        let scan = Relay::default().scan(
+            &data,
+            &mut busy_tracker(),
+            &mut TrackedParams::default(),
+            Some(&mut TrackedParams::default()),
+            50,
+        );
+        assert_eq!(scan.oversized, Some(104));
+        assert_eq!(scan.forward_bytes, 0);
+    }
+}

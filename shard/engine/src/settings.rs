@@ -1,0 +1,54 @@
+//! The limits the engine reads from the configuration once per (re)load, so the hot path
+//! reads plain fields rather than walking the config.
+
+use std::time::Duration;
+
+use pgtier_core::config::Config;
+
+/// Longest startup packet accepted (PostgreSQL's own limit).
+pub const MAX_STARTUP_BYTES: u32 = 10_000;
+
+/// Housekeeping period: timeouts are checked at this granularity, as PgBouncer's janitor does.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
+
+/// How long a client closed with an error may take to receive it before it is cut off.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(5);
+
+/// How long an admin session waits for the other shards' rows.
+pub const LISTING_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a server may take to finish with a client that left (drain, rollback, reset)
+/// when `server_connect_timeout` is off.
+pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(15);
+
+/// Largest message accepted from a server that is idle in its pool (they are tiny notices).
+pub const MAX_IDLE_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Limits read from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_client_message_bytes: u32,
+    pub max_server_message_bytes: usize,
+    /// Bytes queued toward one client before its server's output is paused.
+    pub client_buffer_limit_bytes: usize,
+    /// Client input held (a pipeline waiting for a server) before the client is paused.
+    pub client_input_limit_bytes: usize,
+    /// Client spellings of tracked parameters one pool remembers.
+    pub max_spellings_per_pool: usize,
+    pub max_pools_per_worker: usize,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Limits {
+        let s = &config.pgtier;
+        let client_buffer_limit_bytes = (s.client_buffer_limit_bytes as usize).max(4096);
+        Limits {
+            max_client_message_bytes: s.max_client_message_bytes,
+            max_server_message_bytes: s.max_server_message_bytes as usize,
+            client_buffer_limit_bytes,
+            client_input_limit_bytes: client_buffer_limit_bytes,
+            max_spellings_per_pool: s.max_spellings_per_pool as usize,
+            max_pools_per_worker: (s.max_pools_per_worker as usize).max(1),
+        }
+    }
+}

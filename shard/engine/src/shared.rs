@@ -1,0 +1,238 @@
+//! What every shard's engine shares with the others, all of it touched off the query path
+//! or in batches: the client count behind `max_client_conn`, folded statistics, the latency
+//! of the current observation interval, and the registry of cross-shard pool budgets.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwapOption;
+use pgtier_core::metrics::{IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot};
+use pgtier_pool::{PoolBudget, PoolKey};
+
+/// Per-class statistics of the last completed observation interval (`stats_period`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalStats {
+    /// When the interval ended.
+    pub ended_at: SystemTime,
+    /// Its length.
+    pub length: Duration,
+    /// Completed queries and latency percentiles, indexed by class (premium = 0).
+    pub latency: [IntervalSummary; 2],
+}
+
+/// Process-wide connection events, summed over shards.
+#[derive(Debug, Default)]
+pub struct SharedStats {
+    pub clients_accepted: AtomicU64,
+    pub servers_opened: AtomicU64,
+    pub login_failures: AtomicU64,
+}
+
+/// Totals at one moment (lagging by at most one batch per shard).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub traffic: TotalsSnapshot,
+    pub clients_accepted: u64,
+    pub servers_opened: u64,
+    pub login_failures: u64,
+}
+
+/// One shard's connection events not yet folded in.
+#[derive(Debug, Default)]
+pub struct LocalStats {
+    pub clients_accepted: u64,
+    pub servers_opened: u64,
+    pub login_failures: u64,
+}
+
+impl LocalStats {
+    /// Adds everything to `shared` and starts over.
+    pub fn fold_into(&mut self, shared: &SharedStats) {
+        let add = |counter: &AtomicU64, value: &mut u64| {
+            if *value != 0 {
+                counter.fetch_add(*value, Ordering::Relaxed);
+                *value = 0;
+            }
+        };
+        add(&shared.clients_accepted, &mut self.clients_accepted);
+        add(&shared.servers_opened, &mut self.servers_opened);
+        add(&shared.login_failures, &mut self.login_failures);
+    }
+}
+
+/// The budgets one pool key counts against: its own, and the caps of its database entry and
+/// of its server user.
+#[derive(Debug, Clone)]
+pub struct KeyBudgets {
+    pub pool: Arc<PoolBudget>,
+    pub database: Arc<PoolBudget>,
+    pub user: Arc<PoolBudget>,
+}
+
+/// Budgets by key, database entry and user, created on first use and shared by every shard.
+/// Looked up only when a shard creates a pool (a lock there is no cost on the query path).
+#[derive(Debug, Default)]
+pub struct BudgetRegistry {
+    pools: Mutex<HashMap<PoolKey, Arc<PoolBudget>>>,
+    databases: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
+    users: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
+}
+
+fn entry<K: std::hash::Hash + Eq>(
+    map: &Mutex<HashMap<K, Arc<PoolBudget>>>,
+    key: K,
+    limit: u32,
+    reserve: u32,
+) -> Arc<PoolBudget> {
+    let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    let budget = map
+        .entry(key)
+        .or_insert_with(|| Arc::new(PoolBudget::new(limit, reserve)));
+    budget.set_limit(limit, reserve);
+    budget.clone()
+}
+
+impl BudgetRegistry {
+    /// The budgets of `key` with the current limits (0 = unlimited for the caps).
+    pub fn for_key(
+        &self,
+        key: &PoolKey,
+        pool_size: u32,
+        reserve: u32,
+        max_db_connections: u32,
+        max_user_connections: u32,
+    ) -> KeyBudgets {
+        KeyBudgets {
+            pool: entry(&self.pools, key.clone(), pool_size, reserve),
+            database: entry(&self.databases, key.database.clone(), max_db_connections, 0),
+            user: entry(
+                &self.users,
+                key.server_user.clone(),
+                max_user_connections,
+                0,
+            ),
+        }
+    }
+
+    /// The cap of a database entry, if any pool used it.
+    pub fn database(&self, name: &str) -> Option<Arc<PoolBudget>> {
+        let map = self
+            .databases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(name).cloned()
+    }
+
+    /// The cap of a server user, if any pool used it.
+    pub fn user(&self, name: &str) -> Option<Arc<PoolBudget>> {
+        let map = self.users.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(name).cloned()
+    }
+}
+
+/// State shared by the engines of every shard.
+#[derive(Debug)]
+pub struct Shared {
+    shards: usize,
+    /// Clients connected across all shards (`max_client_conn`).
+    pub clients: AtomicU32,
+    pub stats: SharedStats,
+    pub totals: SharedTotals,
+    /// Query latency of the current interval per class (premium = 0), folded by shards.
+    pub latency: [SharedHistogram; 2],
+    /// The last completed interval, published by shard 0.
+    pub interval: ArcSwapOption<IntervalStats>,
+    /// Interval rollovers so far.
+    pub intervals: AtomicU64,
+    pub budgets: BudgetRegistry,
+}
+
+impl Shared {
+    pub fn new(shards: usize) -> Shared {
+        Shared {
+            shards: shards.max(1),
+            clients: AtomicU32::new(0),
+            stats: SharedStats::default(),
+            totals: SharedTotals::new(),
+            latency: [SharedHistogram::new(), SharedHistogram::new()],
+            interval: ArcSwapOption::empty(),
+            intervals: AtomicU64::new(0),
+            budgets: BudgetRegistry::default(),
+        }
+    }
+
+    /// How many shards run.
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// Totals over all shards.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StatsSnapshot {
+            traffic: self.totals.snapshot(),
+            clients_accepted: load(&self.stats.clients_accepted),
+            servers_opened: load(&self.stats.servers_opened),
+            login_failures: load(&self.stats.login_failures),
+        }
+    }
+
+    /// The last completed observation interval.
+    pub fn last_interval(&self) -> Option<IntervalStats> {
+        self.interval.load_full().map(|stats| *stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pgtier_pool::{ServerTarget, StartupProfile};
+
+    fn key(user: &str) -> PoolKey {
+        PoolKey::new(
+            "db".into(),
+            user.into(),
+            ServerTarget::Primary,
+            StartupProfile::default(),
+        )
+    }
+
+    #[test]
+    fn local_stats_fold_in_batches() {
+        let shared = Shared::new(1);
+        let mut local = LocalStats {
+            clients_accepted: 3,
+            ..LocalStats::default()
+        };
+        local.fold_into(&shared.stats);
+        assert_eq!(shared.snapshot().clients_accepted, 3);
+        assert_eq!(local.clients_accepted, 0);
+    }
+
+    #[test]
+    fn one_budget_per_key_and_caps_shared_by_name() {
+        let registry = BudgetRegistry::default();
+        let alice = registry.for_key(&key("alice"), 2, 0, 3, 0);
+        let again = registry.for_key(&key("alice"), 2, 0, 3, 0);
+        let bob = registry.for_key(&key("bob"), 2, 0, 3, 0);
+        assert!(Arc::ptr_eq(&alice.pool, &again.pool));
+        assert!(!Arc::ptr_eq(&alice.pool, &bob.pool));
+        assert!(
+            Arc::ptr_eq(&alice.database, &bob.database),
+            "one cap per database"
+        );
+        assert!(!Arc::ptr_eq(&alice.user, &bob.user));
+        assert_eq!(alice.database.limit(), 3);
+        assert!(registry.database("db").is_some() && registry.user("carol").is_none());
+    }
+
+    #[test]
+    fn a_reload_changes_the_limits_of_existing_budgets() {
+        let registry = BudgetRegistry::default();
+        let first = registry.for_key(&key("alice"), 2, 0, 0, 0);
+        registry.for_key(&key("alice"), 5, 1, 0, 0);
+        assert_eq!((first.pool.limit(), first.pool.reserve()), (5, 1));
+    }
+}

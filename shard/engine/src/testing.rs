@@ -1,0 +1,657 @@
+//! A driver without a kernel, for the engine's tests and its fuzz target: it records every
+//! action, completes teardowns and sends at once (unless told to hold them), and plays
+//! PostgreSQL's part on each server connection with [`FakeBackend`], a small scripted
+//! server that logs in, answers simple and extended queries, tracks its transaction status
+//! and session state, and can be told to fail.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use pgtier_core::config::Config;
+
+use crate::action::{Action, CloseHow, Conn};
+use crate::command::Command;
+use crate::engine::{Engine, EngineParts, IpOnly};
+use crate::ids::{ClientId, ServerId};
+use crate::random::SeededRandom;
+use crate::services::{NoConsole, NoRouting};
+use crate::shared::Shared;
+use crate::userlist::UserList;
+
+/// One backend message: its type byte and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Msg {
+    pub tag: u8,
+    pub body: Vec<u8>,
+}
+
+impl Msg {
+    /// The value of an ErrorResponse/NoticeResponse field (`b'C'` = SQLSTATE).
+    pub fn field(&self, code: u8) -> Option<String> {
+        let mut rest = self.body.as_slice();
+        while let Some((&kind, tail)) = rest.split_first() {
+            if kind == 0 {
+                return None;
+            }
+            let end = tail.iter().position(|&b| b == 0)?;
+            if kind == code {
+                return Some(String::from_utf8_lossy(&tail[..end]).into_owned());
+            }
+            rest = &tail[end + 1..];
+        }
+        None
+    }
+
+    pub fn sqlstate(&self) -> Option<String> {
+        self.field(b'C')
+    }
+}
+
+/// Splits typed messages off the front of `bytes` (a trailing partial one stays).
+pub fn split_messages(bytes: &mut BytesMut) -> Vec<Msg> {
+    let mut out = Vec::new();
+    while bytes.len() >= 5 {
+        let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+        if len < 4 || bytes.len() < len + 1 {
+            break;
+        }
+        let frame = bytes.split_to(len + 1);
+        out.push(Msg {
+            tag: frame[0],
+            body: frame[5..].to_vec(),
+        });
+    }
+    out
+}
+
+/// A typed frontend or backend message.
+pub fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+pub fn query(sql: &str) -> Vec<u8> {
+    let mut body = sql.as_bytes().to_vec();
+    body.push(0);
+    frame(b'Q', &body)
+}
+
+pub fn startup(params: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    for (name, value) in params {
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut out = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    out.extend(body);
+    out
+}
+
+pub fn parse(name: &str, sql: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    for text in [name, sql] {
+        body.extend_from_slice(text.as_bytes());
+        body.push(0);
+    }
+    body.extend_from_slice(&[0, 0]);
+    frame(b'P', &body)
+}
+
+pub fn bind(statement: &str) -> Vec<u8> {
+    let mut body = vec![0];
+    body.extend_from_slice(statement.as_bytes());
+    body.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0]);
+    frame(b'B', &body)
+}
+
+pub fn execute() -> Vec<u8> {
+    frame(b'E', &[0, 0, 0, 0, 0])
+}
+
+pub fn sync() -> Vec<u8> {
+    frame(b'S', &[])
+}
+
+pub fn terminate() -> Vec<u8> {
+    frame(b'X', &[])
+}
+
+/// PostgreSQL's part on one server connection.
+#[derive(Debug, Default)]
+pub struct FakeBackend {
+    input: BytesMut,
+    logged_in: bool,
+    /// 'I', 'T' or 'E'.
+    status: u8,
+    /// Session settings changed with SET (cleared by DISCARD ALL / RESET ALL).
+    pub settings: Vec<String>,
+    /// Named statements prepared (cleared by DISCARD ALL).
+    pub statements: Vec<String>,
+    /// The pid it reports.
+    pub pid: u32,
+    /// Queries it saw, in order.
+    pub seen: Vec<String>,
+    /// Skipping messages until Sync after an error in an extended sequence.
+    skipping: bool,
+    /// Answers held back (a query that "runs" until `finish_running`).
+    held: VecDeque<Vec<u8>>,
+    /// Queries containing this text are held (they run until released).
+    pub hold_queries_with: Option<String>,
+    /// In COPY FROM STDIN.
+    copy_in: bool,
+}
+
+impl FakeBackend {
+    pub fn new(pid: u32) -> FakeBackend {
+        FakeBackend {
+            status: b'I',
+            pid,
+            ..FakeBackend::default()
+        }
+    }
+
+    /// Reads what the engine sent and returns the answer bytes.
+    pub fn receive(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.input.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        if !self.logged_in {
+            if self.input.len() < 4 {
+                return out;
+            }
+            let len =
+                u32::from_be_bytes([self.input[0], self.input[1], self.input[2], self.input[3]])
+                    as usize;
+            if self.input.len() < len {
+                return out;
+            }
+            let _ = self.input.split_to(len);
+            self.logged_in = true;
+            out.extend(frame(b'R', &0u32.to_be_bytes()));
+            for (name, value) in [
+                ("server_version", "15.4"),
+                ("client_encoding", "UTF8"),
+                ("DateStyle", "ISO, MDY"),
+                ("TimeZone", "UTC"),
+                ("application_name", ""),
+                ("standard_conforming_strings", "on"),
+                ("IntervalStyle", "postgres"),
+            ] {
+                let mut body = name.as_bytes().to_vec();
+                body.push(0);
+                body.extend_from_slice(value.as_bytes());
+                body.push(0);
+                out.extend(frame(b'S', &body));
+            }
+            let mut key = self.pid.to_be_bytes().to_vec();
+            key.extend_from_slice(&7u32.to_be_bytes());
+            out.extend(frame(b'K', &key));
+            out.extend(frame(b'Z', b"I"));
+        }
+        for message in split_messages(&mut self.input) {
+            self.answer(&message, &mut out);
+        }
+        out
+    }
+
+    /// Releases the answers of held queries.
+    pub fn finish_running(&mut self) -> Vec<u8> {
+        self.held.drain(..).flatten().collect()
+    }
+
+    /// Whether a held query still runs.
+    pub fn is_running(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Acts on a CancelRequest: held queries end with 57014.
+    pub fn cancel(&mut self) -> Vec<u8> {
+        if self.held.is_empty() {
+            return Vec::new();
+        }
+        self.held.clear();
+        let mut out = error("ERROR", "57014", "canceling statement due to user request");
+        if self.status == b'T' {
+            self.status = b'E';
+        }
+        out.extend(frame(b'Z', &[self.status]));
+        out
+    }
+
+    fn answer(&mut self, message: &Msg, out: &mut Vec<u8>) {
+        if self.copy_in {
+            match message.tag {
+                b'd' => return,
+                b'c' => {
+                    self.copy_in = false;
+                    out.extend(frame(b'C', b"COPY 1\0"));
+                    out.extend(frame(b'Z', &[self.status]));
+                    return;
+                }
+                b'f' => {
+                    self.copy_in = false;
+                    out.extend(error("ERROR", "57014", "COPY from stdin failed"));
+                    out.extend(frame(b'Z', &[self.status]));
+                    return;
+                }
+                _ => return,
+            }
+        }
+        if self.skipping && message.tag != b'S' {
+            return;
+        }
+        match message.tag {
+            b'Q' => {
+                let sql = String::from_utf8_lossy(
+                    message.body.split(|&b| b == 0).next().unwrap_or_default(),
+                )
+                .into_owned();
+                self.seen.push(sql.clone());
+                let mut answer = Vec::new();
+                for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    if !self.statement(statement, &mut answer) {
+                        break;
+                    }
+                }
+                // In COPY FROM STDIN the ReadyForQuery comes after the copy ends.
+                if !self.copy_in {
+                    answer.extend(frame(b'Z', &[self.status]));
+                }
+                match &self.hold_queries_with {
+                    Some(text) if sql.contains(text.as_str()) => self.held.push_back(answer),
+                    _ => out.extend(answer),
+                }
+            }
+            b'P' => {
+                let mut parts = message.body.split(|&b| b == 0);
+                let name = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+                let sql = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+                self.seen.push(sql);
+                if !name.is_empty() {
+                    if self.statements.contains(&name) {
+                        out.extend(error("ERROR", "42P05", "prepared statement already exists"));
+                        self.skipping = true;
+                        return;
+                    }
+                    self.statements.push(name);
+                }
+                out.extend(frame(b'1', &[]));
+            }
+            b'B' => out.extend(frame(b'2', &[])),
+            b'D' => out.extend(frame(b'n', &[])),
+            b'E' => out.extend(frame(b'C', b"SELECT 1\0")),
+            b'C' => out.extend(frame(b'3', &[])),
+            b'H' => {}
+            b'S' => {
+                self.skipping = false;
+                out.extend(frame(b'Z', &[self.status]));
+            }
+            b'X' => {}
+            _ => {}
+        }
+    }
+
+    /// Answers one statement; false when it failed (the rest of the query is skipped).
+    fn statement(&mut self, statement: &str, out: &mut Vec<u8>) -> bool {
+        let upper = statement.to_ascii_uppercase();
+        if self.status == b'E' && !upper.starts_with("ROLLBACK") {
+            out.extend(error("ERROR", "25P02", "current transaction is aborted"));
+            return false;
+        }
+        if upper.starts_with("BEGIN") {
+            self.status = b'T';
+            out.extend(frame(b'C', b"BEGIN\0"));
+        } else if upper.starts_with("COMMIT") || upper.starts_with("ROLLBACK") {
+            self.status = b'I';
+            out.extend(frame(b'C', b"COMMIT\0"));
+        } else if upper.starts_with("DISCARD ALL") || upper.starts_with("RESET ALL") {
+            if self.status != b'I' {
+                out.extend(error(
+                    "ERROR",
+                    "25001",
+                    "DISCARD ALL cannot run inside a transaction block",
+                ));
+                return false;
+            }
+            self.settings.clear();
+            self.statements.clear();
+            out.extend(frame(b'C', b"DISCARD ALL\0"));
+        } else if upper.starts_with("SET ") {
+            self.settings.push(statement.to_string());
+            out.extend(frame(b'C', b"SET\0"));
+        } else if upper.starts_with("COPY") && upper.contains("FROM STDIN") {
+            self.copy_in = true;
+            out.extend(frame(b'G', &[0, 0, 0]));
+        } else if upper.starts_with("FAIL") {
+            out.extend(error("ERROR", "42601", "syntax error"));
+            if self.status == b'T' {
+                self.status = b'E';
+            }
+            return false;
+        } else if upper.starts_with("FATAL") {
+            out.extend(error(
+                "FATAL",
+                "57P01",
+                "terminating connection due to administrator command",
+            ));
+            return false;
+        } else {
+            out.extend(frame(
+                b'T',
+                b"\0\x01x\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0",
+            ));
+            out.extend(frame(b'D', b"\0\x01\0\0\0\x011"));
+            out.extend(frame(b'C', b"SELECT 1\0"));
+        }
+        true
+    }
+}
+
+fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (kind, value) in [
+        (b'S', severity),
+        (b'V', severity),
+        (b'C', code),
+        (b'M', message),
+    ] {
+        body.push(kind);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    frame(b'E', &body)
+}
+
+/// A kernel-less driver around one engine.
+pub struct Harness {
+    pub engine: Engine,
+    pub now: Instant,
+    /// Bytes the engine sent on each connection and the test has not read yet.
+    pub output: HashMap<Conn, BytesMut>,
+    /// Connections the engine closed, with how.
+    pub closed: Vec<(Conn, CloseHow)>,
+    /// Servers whose connect is pending.
+    pub connecting: Vec<(ServerId, SocketAddr)>,
+    /// The fake backend of each connected server.
+    pub backends: HashMap<ServerId, FakeBackend>,
+    /// Cancel requests sent, for which server.
+    pub cancels: Vec<ServerId>,
+    /// Commands posted to other shards.
+    pub posts: Vec<(usize, Command)>,
+    /// Connections whose receive is paused.
+    pub paused: Vec<Conn>,
+    /// When false, sends to clients are not reported sent (a slow client).
+    pub clients_read: bool,
+    /// When false, the harness does not answer for servers on its own.
+    pub auto_backend: bool,
+    next_pid: u32,
+}
+
+/// A configuration with one database `db` on 127.0.0.1:5432, trust auth, and `extra`
+/// lines in `[pgtier]`.
+pub fn config(extra: &str) -> String {
+    format!(
+        "[pgtier]\nlisten_port = 6432\nauth_type = \"trust\"\nadmin_users = [\"admin\"]\n{extra}\n\
+         [databases.db]\nhost = \"127.0.0.1\"\nport = 5432\ndbname = \"db\"\n"
+    )
+}
+
+impl Harness {
+    pub fn new(config_text: &str) -> Harness {
+        Harness::with_users(config_text, UserList::new())
+    }
+
+    pub fn with_users(config_text: &str, users: UserList) -> Harness {
+        let config = match Config::from_str(config_text, "/tmp/pgtier-engine-test.toml") {
+            Ok(config) => config,
+            Err(error) => panic!("test config: {error}"),
+        };
+        let now = Instant::now();
+        let engine = Engine::new(EngineParts {
+            shard: 0,
+            config: Arc::new(config),
+            users: Arc::new(users),
+            shared: Arc::new(Shared::new(1)),
+            routing: Box::new(NoRouting),
+            console: Box::new(NoConsole),
+            resolver: Box::new(IpOnly),
+            random: Box::new(SeededRandom::new(42)),
+            now,
+            wall_now: SystemTime::UNIX_EPOCH,
+        });
+        Harness {
+            engine,
+            now,
+            output: HashMap::new(),
+            closed: Vec::new(),
+            connecting: Vec::new(),
+            backends: HashMap::new(),
+            cancels: Vec::new(),
+            posts: Vec::new(),
+            paused: Vec::new(),
+            clients_read: true,
+            auto_backend: true,
+            next_pid: 1000,
+        }
+    }
+
+    /// Drains the engine's actions until it has none, playing the kernel and the servers.
+    pub fn pump(&mut self) {
+        for _ in 0..10_000 {
+            let Some(action) = self.engine.poll_action() else {
+                return;
+            };
+            self.act(action);
+        }
+        panic!("the engine never ran out of actions");
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Send { conn, bytes } => self.deliver(conn, bytes),
+            Action::Close { conn, how } => {
+                self.closed.push((conn, how));
+                if let Conn::Server(id) = conn {
+                    self.backends.remove(&id);
+                }
+                // A client that does not read keeps a flushing close open: its final bytes
+                // are never sent, and only the engine's linger deadline ends it.
+                let held =
+                    matches!(conn, Conn::Client(_)) && how == CloseHow::Flush && !self.clients_read;
+                if !held {
+                    self.engine.handle_closed(self.now, conn);
+                }
+            }
+            Action::Connect { server, addr } => {
+                self.connecting.push((server, addr));
+                if self.auto_backend {
+                    self.complete_connects();
+                }
+            }
+            Action::PauseRecv(conn) => self.paused.push(conn),
+            Action::ResumeRecv(conn) => self.paused.retain(|c| *c != conn),
+            Action::SendCancel { server, .. } => {
+                self.cancels.push(server);
+                if self.auto_backend {
+                    let answer = self
+                        .backends
+                        .get_mut(&server)
+                        .map(FakeBackend::cancel)
+                        .unwrap_or_default();
+                    if !answer.is_empty() {
+                        self.engine.handle_server_data(
+                            self.now,
+                            server,
+                            BytesMut::from(&answer[..]),
+                        );
+                    }
+                    self.engine.handle_cancel_done(self.now, server);
+                }
+            }
+            Action::Post { shard, command } => self.posts.push((shard, command)),
+        }
+    }
+
+    fn deliver(&mut self, conn: Conn, bytes: Bytes) {
+        match conn {
+            Conn::Client(id) => {
+                self.output
+                    .entry(conn)
+                    .or_default()
+                    .extend_from_slice(&bytes);
+                if self.clients_read {
+                    self.engine.handle_client_sent(self.now, id, bytes.len());
+                }
+            }
+            Conn::Server(id) => {
+                self.output
+                    .entry(conn)
+                    .or_default()
+                    .extend_from_slice(&bytes);
+                if !self.auto_backend {
+                    return;
+                }
+                let Some(backend) = self.backends.get_mut(&id) else {
+                    return;
+                };
+                let answer = backend.receive(&bytes);
+                if !answer.is_empty() {
+                    self.engine
+                        .handle_server_data(self.now, id, BytesMut::from(&answer[..]));
+                }
+            }
+        }
+    }
+
+    /// Completes every pending connect with success.
+    pub fn complete_connects(&mut self) {
+        let pending = std::mem::take(&mut self.connecting);
+        for (server, _) in pending {
+            self.next_pid += 1;
+            self.backends
+                .insert(server, FakeBackend::new(self.next_pid));
+            self.engine
+                .handle_server_connected(self.now, server, Ok(()));
+        }
+    }
+
+    /// Completes every pending connect with success, with no fake backend behind it: the
+    /// test plays the server itself with `server_sends`.
+    pub fn complete_connects_without_backend(&mut self) {
+        let pending = std::mem::take(&mut self.connecting);
+        for (server, _) in pending {
+            self.engine
+                .handle_server_connected(self.now, server, Ok(()));
+        }
+        self.pump();
+    }
+
+    /// A client connects and logs in as `user` to `database` (trust); returns its id with
+    /// the login's messages read.
+    pub fn login(&mut self, user: &str, database: &str) -> (ClientId, Vec<Msg>) {
+        let id = self.accept();
+        self.client_sends(id, &startup(&[("user", user), ("database", database)]));
+        let messages = self.client_output(id);
+        (id, messages)
+    }
+
+    pub fn accept(&mut self) -> ClientId {
+        let id = match self.engine.handle_accept(self.now, None) {
+            Some(id) => id,
+            None => panic!("the engine refused a client slot"),
+        };
+        self.pump();
+        id
+    }
+
+    pub fn client_sends(&mut self, id: ClientId, bytes: &[u8]) {
+        self.engine
+            .handle_client_data(self.now, id, BytesMut::from(bytes));
+        self.pump();
+    }
+
+    pub fn client_leaves(&mut self, id: ClientId) {
+        self.engine.handle_client_gone(self.now, id);
+        self.pump();
+    }
+
+    pub fn server_sends(&mut self, id: ServerId, bytes: &[u8]) {
+        self.engine
+            .handle_server_data(self.now, id, BytesMut::from(bytes));
+        self.pump();
+    }
+
+    pub fn server_gone(&mut self, id: ServerId) {
+        self.backends.remove(&id);
+        self.engine.handle_server_gone(self.now, id, None);
+        self.pump();
+    }
+
+    /// The messages the engine sent to client `id` since last asked.
+    pub fn client_output(&mut self, id: ClientId) -> Vec<Msg> {
+        let Some(bytes) = self.output.get_mut(&Conn::Client(id)) else {
+            return Vec::new();
+        };
+        split_messages(bytes)
+    }
+
+    /// The raw bytes sent to client `id` since last asked.
+    pub fn client_bytes(&mut self, id: ClientId) -> Vec<u8> {
+        self.output
+            .remove(&Conn::Client(id))
+            .map(|bytes| bytes.to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Message tags the client got since last asked.
+    pub fn client_tags(&mut self, id: ClientId) -> String {
+        self.client_output(id)
+            .iter()
+            .map(|message| message.tag as char)
+            .collect()
+    }
+
+    pub fn is_closed(&self, conn: Conn) -> bool {
+        self.closed.iter().any(|(closed, _)| *closed == conn)
+    }
+
+    /// Moves time on and runs the timer.
+    pub fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.engine.handle_timeout(self.now);
+        self.pump();
+    }
+
+    /// The servers with a live fake backend.
+    pub fn live_servers(&self) -> Vec<ServerId> {
+        let mut servers: Vec<ServerId> = self.backends.keys().copied().collect();
+        servers.sort();
+        servers
+    }
+
+    pub fn backend(&mut self, id: ServerId) -> &mut FakeBackend {
+        match self.backends.get_mut(&id) {
+            Some(backend) => backend,
+            None => panic!("no backend for {id:?}"),
+        }
+    }
+
+    /// Releases every held query of every backend.
+    pub fn finish_running(&mut self) {
+        let servers = self.live_servers();
+        for id in servers {
+            let answer = self.backend(id).finish_running();
+            if !answer.is_empty() {
+                self.server_sends(id, &answer);
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The auth file (PgBouncer's userlist.txt), read by `pgtier_core::auth_file` — the same parser
+//! `pgtier check-config` uses — and handed to the password exchanges in the text form
+//! PostgreSQL itself stores: plain, `md5<hex>`, or `SCRAM-SHA-256$<iter>:<salt>$<keys>`.
+
+use std::path::Path;
+
+use pgtier_core::auth_file::{AuthFile, StoredPassword};
+
+#[derive(Debug, Clone, Default)]
+pub struct UserList(AuthFile);
+
+impl UserList {
+    pub fn new() -> UserList {
+        UserList::default()
+    }
+
+    /// An already parsed auth file.
+    pub fn from_file(file: AuthFile) -> UserList {
+        UserList(file)
+    }
+
+    pub fn load(path: &Path) -> Result<UserList, String> {
+        AuthFile::load(path)
+            .map(UserList)
+            .map_err(|error| error.to_string())
+    }
+
+    /// The stored password of `user` in PostgreSQL's text form.
+    pub fn get(&self, user: &str) -> Option<String> {
+        Some(match self.0.password(user)? {
+            StoredPassword::Plain(password) => password.clone(),
+            StoredPassword::Md5(digest) => {
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                format!("md5{hex}")
+            }
+            StoredPassword::ScramSha256(v) => format!(
+                "SCRAM-SHA-256${}:{}${}:{}",
+                v.iterations, v.salt_base64, v.stored_key_base64, v.server_key_base64
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_forms_round_trip() {
+        let text = "\"alice\" \"secret\"\n\"bob\" \"md50123456789abcdef0123456789abcdef\"\n\
+                    \"carol\" \"SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy\"\n";
+        let users = UserList(AuthFile::parse(text, "userlist.txt").expect("valid"));
+        assert_eq!(users.get("alice").as_deref(), Some("secret"));
+        assert_eq!(
+            users.get("bob").as_deref(),
+            Some("md50123456789abcdef0123456789abcdef")
+        );
+        assert_eq!(
+            users.get("carol").as_deref(),
+            Some("SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy")
+        );
+        assert_eq!(users.get("dave"), None);
+    }
+}

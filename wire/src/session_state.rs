@@ -8,11 +8,20 @@
 //! server ("pinned"). The pooler sees the raw bodies of the client's Query ('Q') and Parse ('P')
 //! messages, large ones in several pieces, and must decide cheaply and without trusting them.
 //!
-//! [`StateScanner`] is a byte-at-a-time lexer (PostgreSQL's rules: nested comments, `E''`
-//! strings, dollar quotes, quoted identifiers) feeding a small per-statement grammar. Its state
-//! is a fixed-size struct: it never allocates, never panics, accepts any split of the body, and
-//! gives exactly the same [`Effects`] however the body was split. The rules below are checked
-//! against a real PostgreSQL 15 in `tests/live_session_state.rs`.
+//! [`StateScanner`] is a lexer (PostgreSQL's rules: nested comments, `E''` strings, dollar
+//! quotes, quoted identifiers) feeding a small per-statement grammar. Its state is a fixed-size
+//! struct: it never allocates, never panics, accepts any split of the body, and gives exactly
+//! the same [`Effects`] however the body was split. The rules below are checked against a real
+//! PostgreSQL 15 in `tests/live_session_state.rs`.
+//!
+//! It runs on every Query and Parse of a pooled client, so it is built to pass over text
+//! without looking at it twice. Byte classes come from 256-entry tables; a string, comment or
+//! dollar quote is searched for its end (with `memchr` past a string's first bytes); a word is
+//! compared with the keywords only if a sieve on its length and first three bytes says it may
+//! be one that matters where it stands. Once a statement's first words have decided and
+//! nothing is pending (the body is "quiet"), whitespace, symbols and words the sieve rules out
+//! do nothing, and whole runs of them are skipped without reaching the grammar. A word that the
+//! end of a chunk cuts is kept (its first 64 bytes), so that the split changes nothing.
 //!
 //! # What is recognised
 //! Statements are separated by `;`; the effects of all of them are OR-ed.
@@ -250,14 +259,14 @@ impl fmt::Debug for Effects {
 pub fn classify_query(body: &[u8]) -> Effects {
     let mut scanner = StateScanner::query();
     scanner.feed(body);
-    scanner.finish()
+    scanner.close()
 }
 
 /// Classifies a whole Parse body (statement name, SQL text, parameter types) at once.
 pub fn classify_parse(body: &[u8]) -> Effects {
     let mut scanner = StateScanner::parse();
     scanner.feed(body);
-    scanner.finish()
+    scanner.close()
 }
 
 /// Bytes of a word or dollar-quote tag kept for comparison. Every name this module looks for
@@ -267,7 +276,7 @@ const WORD_CAP: usize = 64;
 
 /// Incremental classifier of one Query or Parse message body; see the module doc.
 ///
-/// Fixed size (88 bytes on x86-64; a test bounds it at 128), no heap allocation, ever.
+/// Fixed size (96 bytes on x86-64; a test bounds it at 128), no heap allocation, ever.
 #[derive(Clone, Debug)]
 pub struct StateScanner {
     /// The current quoted identifier or dollar-quote tag, or an unquoted word that a chunk
@@ -300,11 +309,12 @@ enum StrKind {
     Escape,
 }
 
-/// Where the lexer is between chunks. `Normal` consumes whole runs of words, whitespace and
-/// punctuation; the other states are where a token can be cut by the end of a chunk. Each
-/// state that "may" become something looks at one more byte and either consumes it or hands
-/// it back to `Normal`.
+/// Where the lexer is. `Normal` consumes whole runs of words, whitespace and punctuation,
+/// and whole strings; most other states are where the end of a chunk cut a token. Each state
+/// that "may" become something looks at one more byte and either consumes it or hands it back
+/// to `Normal`. (`repr(u8)`: the state is a byte of its own, tested with one comparison.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum Lex {
     /// Parse only: inside the statement name, before its NUL.
     Name,
@@ -369,6 +379,15 @@ impl Token {
             Token::Str => true,
         }
     }
+
+    /// As a statement's first token, this one decides it (`Head::Rest`) and is otherwise
+    /// inert: no statement head (`SELECT`, `UPDATE`, `(`...).
+    fn inert_at_start(self) -> bool {
+        match self {
+            Token::Word(kw) => !kw.matters_at_start(),
+            _ => self.inert_in_rest(),
+        }
+    }
 }
 
 /// The words the grammar distinguishes; everything else is `Ident`.
@@ -417,7 +436,7 @@ enum Kw {
 }
 
 /// The spelling of every [`Kw`] but `Ident`, lowercase, shortest first (checked at compile
-/// time, in [`BY_LEN`]). `pg_temp_<digits>` is matched apart, in [`Kw::of`].
+/// time, in [`BY_SHAPE`]). `pg_temp_<digits>` is matched apart, in [`Kw::of`].
 const KEYWORDS: &[(&[u8], Kw)] = &[
     (b"to", Kw::To),
     (b"set", Kw::Set),
@@ -477,34 +496,35 @@ const LONGEST_KEYWORD: usize = {
     longest
 };
 
-/// `KEYWORDS[BY_LEN[n]..BY_LEN[n + 1]]` are the keywords of `n` bytes, so a word is compared
-/// only with those of its length. Building it checks [`KEYWORDS`]' order and spelling.
-const BY_LEN: [u8; LONGEST_KEYWORD + 2] = {
-    let mut i = 0;
-    while i < KEYWORDS.len() {
+/// `BY_SHAPE[n][l]`: the index in [`KEYWORDS`] of the first keyword of `n` bytes whose first
+/// letter is `b'a' + l`, or `NO_KEYWORD`; the others of that shape follow it before the next
+/// length starts. So a word is compared with one or two keywords at most. Building it checks
+/// [`KEYWORDS`]' order and spelling.
+const BY_SHAPE: [[u8; 26]; LONGEST_KEYWORD + 1] = {
+    assert!(KEYWORDS.len() < NO_KEYWORD as usize);
+    let mut shapes = [[NO_KEYWORD; 26]; LONGEST_KEYWORD + 1];
+    let mut i = KEYWORDS.len();
+    while i > 0 {
+        i -= 1;
         let name = KEYWORDS[i].0;
         assert!(!name.is_empty() && name.len() <= WORD_CAP);
-        assert!(i == 0 || KEYWORDS[i - 1].0.len() <= name.len(), "KEYWORDS: shortest first");
+        assert!(
+            i == 0 || KEYWORDS[i - 1].0.len() <= name.len(),
+            "KEYWORDS: shortest first"
+        );
         let mut at = 0;
         while at < name.len() {
             assert!(!name[at].is_ascii_uppercase(), "KEYWORDS: lowercase");
             at += 1;
         }
-        i += 1;
+        assert!(name[0].is_ascii_lowercase(), "KEYWORDS: a letter first");
+        // From the last to the first, so the first of a shape stays.
+        shapes[name.len()][(name[0] - b'a') as usize] = i as u8;
     }
-    assert!(KEYWORDS.len() <= u8::MAX as usize);
-    let mut starts = [0; LONGEST_KEYWORD + 2];
-    let mut len = 0;
-    while len < starts.len() {
-        let mut shorter = 0;
-        while shorter < KEYWORDS.len() && KEYWORDS[shorter].0.len() < len {
-            shorter += 1;
-        }
-        starts[len] = shorter as u8;
-        len += 1;
-    }
-    starts
+    shapes
 };
+
+const NO_KEYWORD: u8 = u8::MAX;
 
 impl Kw {
     /// Classifies a word, ASCII case-insensitively (as PostgreSQL folds unquoted words; a
@@ -513,13 +533,14 @@ impl Kw {
         let Some(first) = word.first().map(u8::to_ascii_lowercase) else {
             return Kw::Ident;
         };
-        let start = BY_LEN.get(word.len()).copied().unwrap_or(0);
-        let end = BY_LEN.get(word.len() + 1).copied().unwrap_or(0);
-        let same_len = KEYWORDS
-            .get(usize::from(start)..usize::from(end))
-            .unwrap_or_default();
-        for &(name, kw) in same_len {
-            // The first byte rules out most candidates before a whole comparison.
+        let start = BY_SHAPE
+            .get(word.len())
+            .and_then(|by_letter| by_letter.get(usize::from(first.wrapping_sub(b'a'))))
+            .map_or(usize::MAX, |&start| usize::from(start));
+        for &(name, kw) in KEYWORDS.get(start..).unwrap_or_default() {
+            if name.len() != word.len() {
+                break;
+            }
             if name.first() == Some(&first) && name.eq_ignore_ascii_case(word) {
                 return kw;
             }
@@ -547,6 +568,25 @@ impl Kw {
         }
     }
 
+    /// Whether this word can count as a statement's first: a statement head, or a word that
+    /// counts anywhere ([`Statement::first`] looks at no others).
+    const fn matters_at_start(self) -> bool {
+        self.matters_in_rest()
+            || matches!(
+                self,
+                Kw::Set
+                    | Kw::Reset
+                    | Kw::Discard
+                    | Kw::Listen
+                    | Kw::Unlisten
+                    | Kw::Deallocate
+                    | Kw::Prepare
+                    | Kw::Load
+                    | Kw::Declare
+                    | Kw::Close
+            )
+    }
+
     /// Whether this word can count after a statement's first words have decided: the names
     /// counted anywhere, `TEMP`, and the words that make a `TEMP` after them count
     /// ([`Statement::anywhere`] and [`Prev::of`] look at no others).
@@ -568,21 +608,35 @@ impl Kw {
     }
 }
 
-/// A cheap test that rules out almost every word that cannot matter in `Head::Rest`, so that
-/// the words of a statement's body are not looked up at all. Each spelling that matters there
-/// (the [`KEYWORDS`] whose [`Kw::matters_in_rest`], and `pg_temp_<digits>`) owns one bit; a
-/// word passes only if some bit is set for its length and for each of its first three bytes
-/// (in either case). It never rejects a word that matters; what passes is looked up exactly.
-struct RestSieve {
+/// Cheap tests that rule out almost every word that cannot matter where it is, so that most
+/// words are not looked up at all. One sieve is for a statement's first word
+/// ([`Kw::matters_at_start`]), one for its body (`Head::Rest`, [`Kw::matters_in_rest`]). Each
+/// spelling that matters there (those [`KEYWORDS`], and `pg_temp_<digits>`) owns one bit, set
+/// for its lengths and for each of its first three bytes (in either case): a word can be one
+/// of them only if some bit is set for its length and for all three bytes.
+///
+/// Three more bits serve [`skip_inert_word`], which skips the words of a quiet body: `PUNCT`
+/// flags a byte that cannot start a word, `PREFIX` a one-letter word before a quote or `&`
+/// (`E'...'`, `U&'...'`), both of which do something; `WORD3` says that all three bytes are
+/// the word's, so its end is looked for after them. They have no length, so
+/// [`Sieve::passes`] never sees them. The tests never reject what matters; what passes is
+/// looked at exactly.
+struct Sieve {
     by_len: [u32; WORD_CAP + 1],
     by_byte: [[u32; 256]; 3],
 }
 
-const REST_SIEVE: RestSieve = RestSieve::build();
+const START_SIEVE: Sieve = Sieve::build(true);
+const REST_SIEVE: Sieve = Sieve::build(false);
 
-impl RestSieve {
-    const fn build() -> RestSieve {
-        let mut sieve = RestSieve {
+impl Sieve {
+    const PUNCT: u32 = 1 << 31;
+    const PREFIX: u32 = 1 << 30;
+    const WORD3: u32 = 1 << 29;
+
+    /// The sieve for a statement's first word (`start`) or for its body.
+    const fn build(start: bool) -> Sieve {
+        let mut sieve = Sieve {
             by_len: [0; WORD_CAP + 1],
             by_byte: [[0; 256]; 3],
         };
@@ -590,20 +644,45 @@ impl RestSieve {
         let mut i = 0;
         while i < KEYWORDS.len() {
             let (name, kw) = KEYWORDS[i];
-            if kw.matters_in_rest() {
+            if (start && kw.matters_at_start()) || kw.matters_in_rest() {
                 sieve = sieve.with(name, name.len(), name.len(), 1 << bit);
                 bit += 1;
             }
             i += 1;
         }
         // pg_temp_<digits>: 9 bytes or more (a word longer than WORD_CAP names nothing).
-        sieve.with(b"pg_", b"pg_temp_0".len(), WORD_CAP, 1 << bit)
+        sieve = sieve.with(b"pg_", b"pg_temp_0".len(), WORD_CAP, 1 << bit);
+        assert!(1 << bit < Self::WORD3, "Sieve: at most 29 spellings");
+        let mut b = 0;
+        while b < 256 {
+            let byte = b as u8;
+            // Each of the three bits is set for every byte at the positions it does not test.
+            sieve.by_byte[0][b] |= if is_ident_start(byte) {
+                Self::WORD3
+            } else {
+                Self::PUNCT
+            };
+            sieve.by_byte[1][b] |= Self::PUNCT;
+            sieve.by_byte[2][b] |= Self::PUNCT | Self::PREFIX;
+            if matches!(byte.to_ascii_lowercase(), b'e' | b'b' | b'x' | b'n' | b'u') {
+                sieve.by_byte[0][b] |= Self::PREFIX;
+            }
+            if matches!(byte, b'\'' | b'&') {
+                sieve.by_byte[1][b] |= Self::PREFIX;
+            }
+            if is_ident_cont(byte) {
+                sieve.by_byte[1][b] |= Self::WORD3;
+                sieve.by_byte[2][b] |= Self::WORD3;
+            }
+            b += 1;
+        }
+        sieve
     }
 
     /// Marks the spelling that starts with `name`'s first three bytes and has `shortest` to
     /// `longest` bytes with `bit`.
-    const fn with(mut self, name: &[u8], shortest: usize, longest: usize, bit: u32) -> RestSieve {
-        assert!(name.len() >= 3 && bit != 0, "RestSieve: at most 32 spellings, 3 bytes or more");
+    const fn with(mut self, name: &[u8], shortest: usize, longest: usize, bit: u32) -> Sieve {
+        assert!(name.len() >= 3, "Sieve: spellings of 3 bytes or more");
         let mut len = shortest;
         while len <= longest {
             self.by_len[len] |= bit;
@@ -618,24 +697,43 @@ impl RestSieve {
         self
     }
 
-    /// False only if `word` is no spelling that matters in `Head::Rest`.
+    /// False only if the word `word` is none of the spellings that matter.
     fn passes(&self, word: &[u8]) -> bool {
         let [a, b, c, ..] = *word else {
             return false;
         };
-        let by_len = self.by_len.get(word.len()).copied().unwrap_or(0);
-        by_len
-            & self.by_byte[0][usize::from(a)]
+        self.by_len_of(word.len()) & self.starts(a, b, c) != 0
+    }
+
+    /// The spellings of `len` bytes.
+    fn by_len_of(&self, len: usize) -> u32 {
+        self.by_len.get(len).copied().unwrap_or(0)
+    }
+
+    /// The spellings (and `PUNCT`, `PREFIX`, `WORD3`) that a token starting with the bytes
+    /// `a`, `b`, `c` may be.
+    fn starts(&self, a: u8, b: u8, c: u8) -> u32 {
+        self.by_byte[0][usize::from(a)]
             & self.by_byte[1][usize::from(b)]
             & self.by_byte[2][usize::from(c)]
-            != 0
     }
 }
 
 /// What a word (quoted or not, as written) means to the grammar at `head`. A word longer than
 /// `WORD_CAP` is longer than anything we look for (and than PostgreSQL keeps).
 fn word_kw(head: Head, word: &[u8]) -> Kw {
-    if word.len() > WORD_CAP || (head == Head::Rest && !REST_SIEVE.passes(word)) {
+    let sieve = match head {
+        Head::Start => &START_SIEVE,
+        Head::Rest => &REST_SIEVE,
+        _ => {
+            if word.len() > WORD_CAP {
+                return Kw::Ident;
+            }
+            return Kw::of(word);
+        }
+    };
+    // The sieves know no spelling longer than `WORD_CAP`.
+    if !sieve.passes(word) {
         return Kw::Ident;
     }
     Kw::of(word)
@@ -650,8 +748,10 @@ struct Statement {
     prev: Prev,
 }
 
-/// Progress through a statement's first words.
+/// Progress through a statement's first words. (`repr(u8)` keeps the variant in a byte of its
+/// own, so that testing for `Rest` or `Start` on the hot path is one comparison.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum Head {
     /// No token yet.
     Start,
@@ -768,19 +868,7 @@ impl Statement {
     };
 
     /// One token of the statement, or the `;` that ends it.
-    #[inline]
     fn token(&mut self, token: Token) -> Effects {
-        if self.head == Head::Rest && token.inert_in_rest() {
-            // The common case, short-cut: what `decide` would give (a test checks).
-            self.prev = Prev::Other;
-            return Effects::NONE;
-        }
-        self.decide(token)
-    }
-
-    /// `token` for a token that may count.
-    #[inline(never)]
-    fn decide(&mut self, token: Token) -> Effects {
         if token == Token::Symbol(b';') {
             return self.end();
         }
@@ -914,11 +1002,12 @@ const fn is_space(b: u8) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     Space,
+    /// Punctuation, an operator byte or a digit, but not `;`: a token of its own (a number's
+    /// digits too: the grammar never needs a number).
+    Symbol,
     /// `ident_start`: a word begins.
     Word,
-    /// Punctuation, an operator byte or a digit: a token of its own (a number's digits too: the
-    /// grammar never needs a number).
-    Symbol,
+    Semicolon,
     /// The end of the SQL text.
     Nul,
     Quote,
@@ -937,6 +1026,7 @@ impl Class {
             return Class::Word;
         }
         match b {
+            b';' => Class::Semicolon,
             0 => Class::Nul,
             b'\'' => Class::Quote,
             b'"' => Class::DoubleQuote,
@@ -969,14 +1059,146 @@ const IDENT_CONT: [bool; 256] = {
     table
 };
 
-/// Where the word bytes (`ident_cont`) starting at `from` end: the index of the first other
+/// Where the word bytes (`ident_cont`) starting at `at` end: the index of the first other
 /// byte, or `input.len()`.
-fn word_end(input: &[u8], from: usize) -> usize {
-    let rest = input.get(from..).unwrap_or_default();
-    match rest.iter().position(|&b| !IDENT_CONT[usize::from(b)]) {
-        Some(len) => from + len,
-        None => input.len(),
+fn word_end(input: &[u8], mut at: usize) -> usize {
+    let is_word = |b: u8| IDENT_CONT[usize::from(b)];
+    // Four bytes per loop test: most words are longer than a byte or two.
+    while at + 4 <= input.len() {
+        if !is_word(input[at]) {
+            return at;
+        }
+        if !is_word(input[at + 1]) {
+            return at + 1;
+        }
+        if !is_word(input[at + 2]) {
+            return at + 2;
+        }
+        if !is_word(input[at + 3]) {
+            return at + 3;
+        }
+        at += 4;
     }
+    while at < input.len() && is_word(input[at]) {
+        at += 1;
+    }
+    at
+}
+
+/// Whitespace or a symbol: nothing, in a quiet statement body.
+fn is_quiet_byte(b: u8) -> bool {
+    matches!(CLASS[usize::from(b)], Class::Space | Class::Symbol)
+}
+
+/// In a quiet statement body (see [`StateScanner::is_quiet`]): how many bytes at the start of
+/// `input` can do nothing. Whitespace and symbols do nothing there, and neither does a word
+/// that [`REST_SIEVE`] rules out. A word that may go on in the next chunk is left to the
+/// caller, as PostgreSQL would read it together with what follows.
+#[inline(never)]
+fn skip_quiet(input: &[u8]) -> usize {
+    let mut at = 0;
+    loop {
+        while let Some(&b) = input.get(at) {
+            if !is_quiet_byte(b) {
+                break;
+            }
+            at += 1;
+        }
+        match skip_inert_word(input, at, &REST_SIEVE) {
+            Some(end) => at = end,
+            None => return at,
+        }
+    }
+}
+
+/// At a statement's start, with nothing pending: how many bytes at the start of `input` are
+/// whitespace and then a first word that [`START_SIEVE`] rules out, or 0. Such a word decides
+/// the statement (it is no head: `SELECT`, `UPDATE`...) and does nothing else.
+fn skip_first_word(input: &[u8]) -> usize {
+    let mut at = 0;
+    while at < input.len() && CLASS[usize::from(input[at])] == Class::Space {
+        at += 1;
+    }
+    skip_inert_word(input, at, &START_SIEVE).unwrap_or(0)
+}
+
+/// If a word that `sieve` rules out starts at `input[at]` and ends in `input`, the index of
+/// the byte after it. Most words are ruled out by their first three bytes, before their end
+/// is even looked for; for the others, their length decides. `None` for anything else.
+#[inline(always)]
+fn skip_inert_word(input: &[u8], at: usize, sieve: &Sieve) -> Option<usize> {
+    let [b, b1, b2, ..] = *input.get(at..)? else {
+        return None;
+    };
+    let starts = sieve.starts(b, b1, b2);
+    if starts & (Sieve::PUNCT | Sieve::PREFIX) != 0 {
+        return None;
+    }
+    let from = if starts & Sieve::WORD3 != 0 {
+        at + 3
+    } else {
+        at + 1
+    };
+    let end = word_end(input, from);
+    let spellings = starts & !Sieve::WORD3;
+    if end == input.len() || (spellings != 0 && sieve.by_len_of(end - at) & spellings != 0) {
+        return None;
+    }
+    Some(end)
+}
+
+/// Where the body of a string of `kind`, from the start of `input`, ends.
+enum StrScan {
+    /// Its closing quote is the byte before `input[len]`, which exists and is no quote.
+    Closed(usize),
+    /// The SQL text ends (its NUL) inside the string.
+    Nul,
+    /// `input` ends inside the string; the lexer goes on in this state.
+    Open(Lex),
+}
+
+/// Strings shorter than this are searched byte by byte: their end is found before `memchr`
+/// would have set up.
+const SHORT_STR: usize = 16;
+
+fn scan_str(input: &[u8], kind: StrKind) -> StrScan {
+    let mut at = 0;
+    loop {
+        let Some(special) = find_in_str(input.get(at..).unwrap_or_default(), kind) else {
+            return StrScan::Open(Lex::Str(kind));
+        };
+        at += special;
+        match (input.get(at), input.get(at + 1)) {
+            (Some(b'\''), Some(b'\'')) => at += 2,
+            (Some(b'\''), Some(_)) => return StrScan::Closed(at + 1),
+            (Some(b'\''), None) => return StrScan::Open(Lex::StrEnd(kind)),
+            // A backslash of an escape string: the next byte is the string's, whatever it is.
+            (Some(b'\\'), Some(0)) => return StrScan::Nul,
+            (Some(b'\\'), Some(_)) => at += 2,
+            (Some(b'\\'), None) => return StrScan::Open(Lex::StrBackslash),
+            _ => return StrScan::Nul,
+        }
+    }
+}
+
+/// The first byte in `input` that may end a string of `kind`: a quote, a NUL, or a backslash
+/// in an escape string.
+fn find_in_str(input: &[u8], kind: StrKind) -> Option<usize> {
+    let escapes = kind == StrKind::Escape;
+    let head = input.get(..SHORT_STR).unwrap_or(input);
+    if let Some(at) = head
+        .iter()
+        .position(|&b| b == b'\'' || b == 0 || (escapes && b == b'\\'))
+    {
+        return Some(at);
+    }
+    let tail = input.get(head.len()..).unwrap_or_default();
+    let found = if escapes {
+        memchr3(b'\'', b'\\', 0, tail)
+    } else {
+        memchr2(b'\'', 0, tail)
+    };
+    found.map(|at| head.len() + at)
 }
 
 /// `usize` to the saturating `u32` lengths kept in the scanner.
@@ -1033,7 +1255,15 @@ impl StateScanner {
     /// The message body ended: everything found. A statement still open when the body ends
     /// counts too (a missing NUL is treated as the end of the SQL text).
     pub fn finish(mut self) -> Effects {
-        self.end_of_sql();
+        self.close()
+    }
+
+    /// `finish`, in place (the one-shot classifiers use it so as not to move the scanner).
+    fn close(&mut self) -> Effects {
+        // Most bodies end with their NUL, which already closed the SQL text.
+        if self.lex != Lex::Done {
+            self.end_of_sql();
+        }
         self.found
     }
 
@@ -1060,8 +1290,8 @@ impl StateScanner {
             Lex::Quoted { unicode } => self.step_quoted(input, unicode),
             Lex::QuotedEnd { unicode } => self.step_quoted_end(b, unicode),
             Lex::Str(kind) => self.step_str(input, kind),
-            Lex::StrEnd(kind) => self.step_str_end(b, kind),
-            Lex::StrBackslash => self.step_str_backslash(b),
+            Lex::StrEnd(kind) => self.step_str_end(input, kind),
+            Lex::StrBackslash => self.step_str_backslash(input),
             Lex::UAmp => self.step_u_amp(b),
             Lex::Dollar => self.step_dollar(b),
             Lex::DollarTag => self.step_dollar_tag(input),
@@ -1085,15 +1315,29 @@ impl StateScanner {
         }
     }
 
-    /// Between tokens: consumes whitespace, punctuation and whole words in one loop, and
-    /// returns at the first byte that enters another state (or the end of `input`).
+    /// Between tokens: consumes whitespace, punctuation, whole words and whole strings in one
+    /// loop (quiet stretches in [`skip_quiet`]), and returns at the first byte that enters
+    /// another state (or the end of `input`).
     fn step_normal(&mut self, input: &[u8]) -> usize {
         let mut at = 0;
-        while let Some(&b) = input.get(at) {
+        loop {
+            if self.is_quiet() {
+                at += skip_quiet(input.get(at..).unwrap_or_default());
+            } else if self.is_fresh() {
+                let first = skip_first_word(input.get(at..).unwrap_or_default());
+                if first > 0 {
+                    // What `token` does with such a word.
+                    self.statement.head = Head::Rest;
+                    at += first + skip_quiet(input.get(at + first..).unwrap_or_default());
+                }
+            }
+            let Some(&b) = input.get(at) else {
+                return input.len();
+            };
             at += 1;
             match CLASS[usize::from(b)] {
                 Class::Space => {}
-                Class::Symbol => {
+                Class::Symbol | Class::Semicolon => {
                     self.token(Token::Symbol(b));
                 }
                 Class::Word => {
@@ -1112,8 +1356,9 @@ impl StateScanner {
                     }
                 }
                 Class::Nul => {
+                    // Nothing after the SQL text counts.
                     self.end_of_sql();
-                    return at;
+                    return input.len();
                 }
                 Class::DoubleQuote => {
                     self.word_len = 0;
@@ -1121,11 +1366,19 @@ impl StateScanner {
                     return at;
                 }
                 Class::Quote => {
-                    match self.continues.take() {
-                        Some(kind) => self.lex = Lex::Str(kind),
-                        None => self.start_string(self.plain),
+                    // The whole string, when it ends in this chunk.
+                    let kind = match self.continues.take() {
+                        Some(kind) => kind,
+                        None => {
+                            self.token(Token::Str);
+                            self.plain
+                        }
+                    };
+                    let body = input.get(at..).unwrap_or_default();
+                    at = self.after_str(scan_str(body, kind), kind, at, input);
+                    if !matches!(self.lex, Lex::Normal) {
+                        return at;
                     }
-                    return at;
                 }
                 // Decided here when the next byte is in this chunk and cannot continue them
                 // (the common `$1`, `a - b`, `a / b`); the states decide otherwise.
@@ -1158,7 +1411,21 @@ impl StateScanner {
                 },
             }
         }
-        input.len()
+    }
+
+    /// A statement body where only a word that matters or a byte that starts a string, a
+    /// comment, a quoted identifier or a dollar sign (or ends the statement or the text) can
+    /// change anything: the first words have decided, the previous token allows nothing, and
+    /// no string may continue. [`skip_quiet`] runs over the rest.
+    fn is_quiet(&self) -> bool {
+        self.statement.head == Head::Rest
+            && self.statement.prev == Prev::Other
+            && self.continues.is_none()
+    }
+
+    /// A statement's start, where a first word that is no head makes it quiet.
+    fn is_fresh(&self) -> bool {
+        self.statement == Statement::NEW && self.continues.is_none()
     }
 
     /// After `-` or `/`: the comment opener's second byte, or the first byte was a symbol.
@@ -1314,38 +1581,51 @@ impl StateScanner {
     }
 
     fn step_str(&mut self, input: &[u8], kind: StrKind) -> usize {
-        let special = match kind {
-            StrKind::Standard => memchr2(b'\'', 0, input),
-            StrKind::Escape => memchr3(b'\'', b'\\', 0, input),
-        };
-        let Some(at) = special else {
-            return input.len();
-        };
-        match input[at] {
-            b'\'' => self.lex = Lex::StrEnd(kind),
-            b'\\' => self.lex = Lex::StrBackslash,
-            _ => self.end_of_sql(),
-        }
-        at + 1
+        self.after_str(scan_str(input, kind), kind, 0, input)
     }
 
-    fn step_str_end(&mut self, b: u8, kind: StrKind) -> usize {
-        if b == b'\'' {
-            self.lex = Lex::Str(kind);
-            return 1;
+    fn step_str_end(&mut self, input: &[u8], kind: StrKind) -> usize {
+        if let Some((b'\'', body)) = input.split_first() {
+            // `''`: a quote inside the string.
+            return self.after_str(scan_str(body, kind), kind, 1, input);
         }
         self.lex = Lex::Normal;
         self.continues = Some(kind);
         0
     }
 
-    fn step_str_backslash(&mut self, b: u8) -> usize {
-        if b == 0 {
-            self.end_of_sql();
-        } else {
-            self.lex = Lex::Str(StrKind::Escape);
+    fn step_str_backslash(&mut self, input: &[u8]) -> usize {
+        match input.split_first() {
+            Some((0, _)) | None => {
+                self.end_of_sql();
+                input.len()
+            }
+            // The escaped byte is the string's, whatever it is.
+            Some((_, body)) => {
+                let kind = StrKind::Escape;
+                self.after_str(scan_str(body, kind), kind, 1, input)
+            }
         }
-        1
+    }
+
+    /// Acts on how a string's body that starts `offset` bytes into `input` ended; returns the
+    /// bytes of `input` used.
+    fn after_str(&mut self, scan: StrScan, kind: StrKind, offset: usize, input: &[u8]) -> usize {
+        match scan {
+            StrScan::Closed(len) => {
+                self.lex = Lex::Normal;
+                self.continues = Some(kind);
+                offset + len
+            }
+            StrScan::Nul => {
+                self.end_of_sql();
+                input.len()
+            }
+            StrScan::Open(lex) => {
+                self.lex = lex;
+                input.len()
+            }
+        }
     }
 
     fn step_u_amp(&mut self, b: u8) -> usize {
@@ -1480,10 +1760,25 @@ impl StateScanner {
         self.token(Token::Word(if quoted { kw.quoted() } else { kw }));
     }
 
-    #[inline]
+    /// Hands a token to the grammar.
+    #[inline(always)]
     fn token(&mut self, token: Token) -> &mut Self {
         self.continues = None;
-        self.found |= self.statement.token(token);
+        // The common cases, short-cut: what `Statement::token` would do (a test checks).
+        match self.statement.head {
+            Head::Rest if token.inert_in_rest() => self.statement.prev = Prev::Other,
+            Head::Start if token.inert_at_start() => {
+                self.statement = Statement {
+                    head: Head::Rest,
+                    prev: Prev::Other,
+                };
+            }
+            // A statement that decided nothing ends with nothing pending.
+            Head::Rest | Head::Start if token == Token::Symbol(b';') => {
+                self.statement = Statement::NEW;
+            }
+            _ => self.found |= self.statement.token(token),
+        }
         self
     }
 
@@ -1598,55 +1893,124 @@ mod tests {
     }
 
     #[test]
-    fn the_rest_sieve_passes_every_word_that_matters() {
-        let mut matter = 0;
-        for &(name, kw) in KEYWORDS {
-            if kw.matters_in_rest() {
-                matter += 1;
-                assert!(REST_SIEVE.passes(name), "{}", name.escape_ascii());
-                assert!(REST_SIEVE.passes(&name.to_ascii_uppercase()));
+    fn the_sieves_pass_every_word_that_matters() {
+        type Matters = fn(Kw) -> bool;
+        let sieves: [(&Sieve, Matters, usize); 2] = [
+            (&START_SIEVE, Kw::matters_at_start, 25),
+            (&REST_SIEVE, Kw::matters_in_rest, 15),
+        ];
+        for (sieve, matters, count) in sieves {
+            let mut counted = 0;
+            for &(name, kw) in KEYWORDS {
+                if matters(kw) {
+                    counted += 1;
+                    for word in [name.to_vec(), name.to_ascii_uppercase()] {
+                        assert!(sieve.passes(&word), "{}", word.escape_ascii());
+                        let starts = sieve.starts(word[0], word[1], word[2]);
+                        assert_eq!(starts & (Sieve::PUNCT | Sieve::PREFIX), 0);
+                    }
+                }
+            }
+            assert_eq!(counted, count);
+            let mut pg_temp_n = b"pg_temp_".to_vec();
+            while pg_temp_n.len() < WORD_CAP {
+                pg_temp_n.push(b'7');
+                assert!(sieve.passes(&pg_temp_n));
+                assert!(sieve.passes(&pg_temp_n.to_ascii_uppercase()));
+            }
+            // What they are for: the words of ordinary statements do not pass.
+            for word in [
+                &b"pgbench_accounts"[..],
+                b"abalance",
+                b"column_00",
+                b"where",
+            ] {
+                assert!(!sieve.passes(word), "{}", word.escape_ascii());
             }
         }
-        assert_eq!(matter, 15);
-        let mut pg_temp_n = b"pg_temp_".to_vec();
-        while pg_temp_n.len() < WORD_CAP {
-            pg_temp_n.push(b'7');
-            assert!(REST_SIEVE.passes(&pg_temp_n));
-            assert!(REST_SIEVE.passes(&pg_temp_n.to_ascii_uppercase()));
+        for word in [
+            &b"select"[..],
+            b"UPDATE",
+            b"insert",
+            b"Delete",
+            b"begin",
+            b"commit",
+        ] {
+            assert!(!START_SIEVE.passes(word), "{}", word.escape_ascii());
         }
-        // What it is for: the words of ordinary statements do not pass.
-        for word in [&b"pgbench_accounts"[..], b"abalance", b"column_00", b"where", b"set"] {
-            assert!(!REST_SIEVE.passes(word), "{}", word.escape_ascii());
-        }
+        assert!(START_SIEVE.passes(b"SET") && !REST_SIEVE.passes(b"SET"));
     }
 
-    /// `Statement::token`'s short cut for inert tokens gives what its general path would.
+    /// The bits with which `skip_inert_word` tells a word it may skip from anything else.
     #[test]
-    fn inert_tokens_change_nothing_in_rest() {
-        let mut tokens = vec![Token::Str, Token::Word(Kw::Ident)];
-        tokens.extend(KEYWORDS.iter().map(|&(_, kw)| Token::Word(kw)));
-        tokens.extend((0..=u8::MAX).filter(|&b| b != b';').map(Token::Symbol));
-        let mut matters = Vec::new();
-        for token in tokens {
-            for prev in [Prev::Other, Prev::TempIntro, Prev::With] {
-                let statement = Statement {
-                    head: Head::Rest,
-                    prev,
-                };
-                let general = (
-                    statement.anywhere(token) | statement.advance(token).1,
-                    statement.advance(token).0,
-                    Prev::of(token),
-                );
-                let inert = (Effects::NONE, Head::Rest, Prev::Other);
-                if token.inert_in_rest() {
-                    assert_eq!(general, inert, "{token:?} after {prev:?}");
-                } else if general != inert {
-                    matters.push(token);
+    fn the_sieves_flag_what_a_quiet_body_must_not_skip() {
+        let some_bytes = [
+            0, b'\t', b' ', b'$', b'&', b'\'', b'(', b'0', b'9', b';', b'A', b'E', b'U', b'_',
+            b'a', b'e', b'n', b'p', b'u', b'z', 0x7f, 0x80, 0xff,
+        ];
+        for sieve in [&START_SIEVE, &REST_SIEVE] {
+            for a in 0..=u8::MAX {
+                for b in some_bytes {
+                    for c in some_bytes {
+                        let starts = sieve.starts(a, b, c);
+                        assert_eq!(starts & Sieve::PUNCT != 0, !is_ident_start(a));
+                        let prefix =
+                            matches!(a.to_ascii_lowercase(), b'e' | b'b' | b'x' | b'n' | b'u')
+                                && matches!(b, b'\'' | b'&');
+                        assert_eq!(starts & Sieve::PREFIX != 0, prefix, "{a} {b}");
+                        let word3 = is_ident_start(a) && is_ident_cont(b) && is_ident_cont(c);
+                        assert_eq!(starts & Sieve::WORD3 != 0, word3, "{a} {b} {c}");
+                    }
                 }
             }
         }
-        // And no token is routed through the general path for nothing.
+    }
+
+    /// `StateScanner::token`'s short cuts for inert tokens give what `Statement::token` would.
+    #[test]
+    fn inert_tokens_change_nothing() {
+        let mut tokens = vec![Token::Str, Token::Word(Kw::Ident)];
+        tokens.extend(KEYWORDS.iter().map(|&(_, kw)| Token::Word(kw)));
+        tokens.extend((0..=u8::MAX).map(Token::Symbol));
+        let decided = Statement {
+            head: Head::Rest,
+            prev: Prev::Other,
+        };
+        let mut matters = Vec::new();
+        for token in tokens {
+            for prev in [Prev::Other, Prev::TempIntro, Prev::With] {
+                let mut statement = Statement {
+                    head: Head::Rest,
+                    prev,
+                };
+                let found = statement.token(token);
+                if token.inert_in_rest() {
+                    assert_eq!(
+                        (found, statement),
+                        (Effects::NONE, decided),
+                        "{token:?} {prev:?}"
+                    );
+                } else if (found, statement) != (Effects::NONE, decided) {
+                    matters.push(token);
+                }
+                if token == Token::Symbol(b';') {
+                    assert_eq!((found, statement), (Effects::NONE, Statement::NEW));
+                }
+            }
+            let mut statement = Statement::NEW;
+            let found = statement.token(token);
+            if token.inert_at_start() {
+                assert_eq!(
+                    (found, statement),
+                    (Effects::NONE, decided),
+                    "{token:?} first"
+                );
+            }
+            if token == Token::Symbol(b';') {
+                assert_eq!((found, statement), (Effects::NONE, Statement::NEW));
+            }
+        }
+        // And no word of a body takes the general path for nothing.
         for &(_, kw) in KEYWORDS {
             let token = Token::Word(kw);
             assert_eq!(!token.inert_in_rest(), matters.contains(&token), "{kw:?}");

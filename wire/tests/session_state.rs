@@ -205,6 +205,76 @@ fn deeply_nested_comments() {
     assert_eq!(classify_query(&sql), Effects::LISTEN);
 }
 
+/// Bodies for the scanner's short cuts: a statement's first word, and the stretches of a body
+/// where only a few words matter, which it skips without a keyword lookup. Words that only
+/// look like keywords (after digits or `$`, longer, quoted, with another first byte), string
+/// prefixes inside a body, and the words that do count there in any case. Checked every way
+/// `check` does, and cut at every byte.
+#[test]
+fn skipped_stretches_lose_nothing() {
+    let pg_temp_64 = format!("SELECT pg_temp_{}.t", "7".repeat(56));
+    let pg_temp_65 = format!("SELECT pg_temp_{}.t", "7".repeat(57));
+    let cases: &[(&[u8], Effects)] = &[
+        // After digits (symbols) a word starts; after a letter the digits are the word's.
+        (b"SELECT 1pg_temp.t", Effects::TEMP),
+        (b"SELECT a1pg_temp.t", Effects::NONE),
+        (b"SELECT 12e'\\''; LISTEN a", Effects::LISTEN),
+        (b"SELECT x12e'\\''; LISTEN a", Effects::NONE),
+        (b"SELECT e'\\''; LISTEN a", Effects::LISTEN),
+        (b"SELECT ae'\\''; LISTEN a", Effects::NONE),
+        (b"UPDATE t SET c = N'\\''; LISTEN a", Effects::NONE),
+        (b"SELECT u&'\\''; LISTEN a", Effects::NONE),
+        (
+            b"SELECT 1 FROM t WHERE x = U&\"pg_temp\".y",
+            Effects::TEMP.union(Effects::UNCERTAIN),
+        ),
+        (b"select 1 into TEMPORARY t", Effects::TEMP),
+        (b"SELECT 1 INTO Temp t", Effects::TEMP),
+        (b"SELECT 1 INTO \"temp\" t", Effects::NONE),
+        (b"select * from PG_TEMP.t", Effects::TEMP),
+        (b"SELECT Set_Config('a', 'b', false)", Effects::SET_CONFIG),
+        (
+            b"select pg_try_advisory_lock_shared(1)",
+            Effects::ADVISORY_LOCK,
+        ),
+        (b"SELECT a;UPDATE b;SET x=1", Effects::SET),
+        (b"SELECT a; ;; SET x=1", Effects::SET),
+        (b"SELECT set, reset, listen FROM t", Effects::NONE),
+        (b"WITH t AS (SELECT 1) SELECT * FROM t", Effects::NONE),
+        (b"CREATE OR REPLACE TEMP VIEW v AS SELECT 1", Effects::TEMP),
+        (
+            b"DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            Effects::HOLD_CURSOR,
+        ),
+        (b"SELECT $1, $2 FROM t WHERE a = $3", Effects::NONE),
+        (b"SELECT a-b, a/b, a--b\n; LISTEN x", Effects::LISTEN),
+        (b"SELECT 'it''s' ; LISTEN x", Effects::LISTEN),
+        (b"SELECT 'a'\n'b' ; LISTEN x", Effects::LISTEN),
+        (pg_temp_64.as_bytes(), Effects::TEMP),
+        (pg_temp_65.as_bytes(), Effects::NONE),
+        (
+            b"SELECT \xc3\xa9t\xc3\xa9, pg_temp\xc3\xa9 FROM t",
+            Effects::NONE,
+        ),
+        (b"SELECT a$pg_temp FROM t", Effects::NONE),
+        (b"SELECT 1e5, 0x1F FROM t", Effects::NONE),
+    ];
+    let mut failures = Vec::new();
+    for &(sql, expected) in cases {
+        check(sql, expected, &mut failures);
+        for cut in 0..=sql.len() {
+            let got = chunked(StateScanner::query(), sql, &[cut]);
+            if got != expected {
+                let shown = String::from_utf8_lossy(sql);
+                failures.push(format!(
+                    "{shown:?} cut at {cut}: got {got:?}, want {expected:?}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 /// Pieces of SQL that drive the lexer through all its states when shuffled.
 const FRAGMENTS: &[&[u8]] = &[
     b"'",

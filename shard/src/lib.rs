@@ -1,45 +1,31 @@
 //! pgtier's shard crate: the io_uring thread-per-core proxy.
 //!
-//! Each shard is a pinned thread with its own ring, listener, clients and pool slices
-//! (`shard.rs`); `proxy.rs` starts them and turns signals into reloads and shutdowns.
+//! Each shard is a pinned thread with its own ring and listener (`driver.rs`), driving one
+//! `pgtier_engine::Engine`, which holds every protocol decision. Around it: the services
+//! the engine calls (replica routing over the control shard in `routing.rs`, the admin
+//! console in `console.rs`, name resolution, the OS random generator), the control shard
+//! itself (`control`), and `proxy.rs`, which starts the shards and turns signals into
+//! reloads and shutdowns.
 pub mod admin;
 pub mod cli;
 pub mod control;
 
-mod admin_listing;
-mod admin_session;
-mod auth;
-mod backend;
-mod cancel;
-mod client;
-mod housekeeping;
+mod cancel_conn;
+mod conn_io;
+mod console;
+mod driver;
 pub mod io;
-mod login;
 mod mailbox;
-mod params;
-mod pool;
-mod pooling;
-mod proto;
+mod os_random;
 mod proxy;
-mod relay;
+mod resolve;
 mod routing;
 #[cfg(test)]
-mod routing_tests;
-mod server;
-mod server_caps;
-mod server_check;
-mod session;
-mod shard;
-mod stats;
-mod tracker;
-#[cfg(test)]
 mod trap_tests;
-mod userlist;
-mod welcome;
 
 pub use mailbox::ShutdownMode;
+pub use pgtier_engine::shared::StatsSnapshot;
 pub use proxy::{ProxyHandle, start};
-pub use stats::StatsSnapshot;
 
 /// Runs the proxy until shutdown. `config_path` is kept for SIGHUP reloads.
 pub fn run(config_path: &std::path::Path) -> Result<(), String> {

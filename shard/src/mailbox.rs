@@ -1,72 +1,12 @@
-//! Cross-shard messages: a bounded lock-free queue per shard plus an eventfd the shard keeps a
-//! read armed on, so a post wakes the target ring without any lock on the query path.
+//! Cross-shard messages (`pgtier_engine::Command`): a bounded lock-free queue per shard plus
+//! an eventfd the shard keeps a read armed on, so a post wakes the target ring without any
+//! lock on the query path.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use pgtier_core::config::Config;
-
-use crate::pool::PoolKey;
-use crate::userlist::UserList;
-
-/// How a shutdown treats clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ShutdownMode {
-    /// SIGTERM: stop accepting, wait until every client has left.
-    WaitForClients,
-    /// SIGINT: stop accepting, close each client once its transaction is over.
-    WaitForTransactions,
-    /// Second signal: close everything now.
-    Immediate,
-}
-
-/// A message to one shard.
-#[derive(Debug)]
-pub enum Command {
-    /// A CancelRequest that arrived on another shard; the key says it belongs here.
-    Cancel {
-        pid: u32,
-        secret: u32,
-    },
-    /// A new validated configuration and auth file (SIGHUP).
-    Reload {
-        config: Arc<Config>,
-        users: Arc<UserList>,
-    },
-    Shutdown(ShutdownMode),
-    /// Shard `from` has clients waiting for `key` and the pool budget is spent: end one
-    /// server of that pool here (an idle one now, else the next one to come back while this
-    /// shard holds more than its share) and hand its slot to `from`.
-    ReleaseIdle {
-        key: Arc<PoolKey>,
-        from: usize,
-    },
-    /// A server slot of `key` was handed to this shard (the budget still counts it): open a
-    /// server for its waiters with it, or give it back to the budget.
-    SlotGranted {
-        key: Arc<PoolKey>,
-    },
-    /// Shard `from` has clients waiting while `max_db_connections` of `database` or
-    /// `max_user_connections` of `user` is reached: close one idle server under that cap
-    /// here, if its own pool has no waiters, so the count drops.
-    ReleaseIdleUnderCap {
-        database: Option<Arc<str>>,
-        user: Option<Arc<str>>,
-    },
-    /// An admin session on shard `from` asks for this shard's client and pool rows
-    /// (`SHOW CLIENTS`/`SHOW POOLS`); answered with `Listed` to `from`.
-    ListSessions {
-        from: usize,
-        request_id: u64,
-    },
-    /// This shard's rows for the listing `request_id` asked for.
-    Listed {
-        request_id: u64,
-        part: Box<crate::admin::listing::ShardListing>,
-    },
-}
+pub use pgtier_engine::{Command, ShutdownMode};
 
 pub struct Mailbox {
     queue: ArrayQueue<Command>,

@@ -4,25 +4,48 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, RawFd};
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use pgtier_core::config::Config;
+use pgtier_engine::shared::StatsSnapshot;
+use pgtier_engine::userlist::UserList;
+use pgtier_engine::{Engine, EngineParts};
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{error, info, warn};
 
+use crate::console::ShardConsole;
 use crate::control::{ControlOptions, ControlPlane, ReplyMailbox, RouterMap, default_probe_login};
+use crate::driver::{Shard, ShardParts};
 use crate::io::uring::UringRing;
 use crate::mailbox::{Command, Mailbox, ShutdownMode};
-use crate::pool::PoolBudgets;
-use crate::routing::SharedRouting;
-use crate::shard::{Shard, Shared};
-use crate::stats::{SharedStats, StatsSnapshot};
-use crate::userlist::UserList;
-use pgtier_core::metrics::SharedTotals;
+use crate::os_random::OsRandom;
+use crate::resolve::SystemResolver;
+use crate::routing::{ShardRouting, SharedRouting};
+
+/// A shard that panicked takes the process down with this status (EX_SOFTWARE): a proxy
+/// with a dead shard would keep its listener in the port's SO_REUSEPORT group, and about one
+/// new connection in every `workers` would hang.
+const SHARD_PANIC_EXIT: i32 = 70;
+
+/// Test-only (debug builds): a shard panics after this many accepts, to check that a shard
+/// panic ends the process instead of leaving it half alive.
+const PANIC_HOOK_VARIABLE: &str = "PGTIER_TEST_PANIC_AFTER_ACCEPTS";
+
+/// State shared by all shards, read off the query path.
+pub struct Shared {
+    pub mailboxes: Vec<Arc<Mailbox>>,
+    /// What the engines share: client count, statistics, pool budgets.
+    pub engine: Arc<pgtier_engine::Shared>,
+    /// The replica routers of the current configuration.
+    pub routing: Arc<SharedRouting>,
+    /// Shards whose loop has returned.
+    pub finished_shards: AtomicUsize,
+}
 
 /// Commands a shard's mailbox holds before posts fail.
 const MAILBOX_CAPACITY: usize = 4096;
@@ -44,12 +67,12 @@ impl ProxyHandle {
 
     /// Totals over all shards (folded in batches, so slightly behind).
     pub fn stats(&self) -> StatsSnapshot {
-        self.shared.stats.snapshot(self.shared.totals.snapshot())
+        self.shared.engine.snapshot()
     }
 
     /// Clients currently connected across all shards.
     pub fn client_count(&self) -> u32 {
-        self.shared.clients.load(Ordering::Acquire)
+        self.shared.engine.clients.load(Ordering::Acquire)
     }
 
     /// The replica routers of the current configuration (what `SHOW REPLICAS` shows).
@@ -190,13 +213,16 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
     // SAFETY: ignoring SIGPIPE process-wide is what every network server does; sends also
     // pass MSG_NOSIGNAL.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let workers = config.pgtier.worker_count().clamp(1, 256);
+    let workers = config
+        .pgtier
+        .worker_count()
+        .clamp(1, pgtier_engine::cancel::MAX_SHARDS);
     let users = Arc::new(load_users(&config)?);
     let (listen_fds, addr) = listeners(&config, workers)?;
     let mailboxes = (0..workers)
         .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
         .collect::<Result<Vec<Arc<Mailbox>>, _>>()?;
-    let replies = mailboxes
+    let replies: Vec<Arc<ReplyMailbox>> = mailboxes
         .iter()
         .map(|mailbox| {
             let mailbox = mailbox.clone();
@@ -209,18 +235,18 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
         .map_err(|error| format!("cannot start the control shard: {error}"))?;
     let shared = Arc::new(Shared {
         mailboxes,
-        budgets: Arc::new(PoolBudgets::default()),
-        stats: Arc::new(SharedStats::default()),
-        totals: Arc::new(SharedTotals::new()),
-        clients: AtomicU32::new(0),
+        engine: Arc::new(pgtier_engine::Shared::new(workers)),
+        routing: Arc::new(SharedRouting::new(map)),
         finished_shards: AtomicUsize::new(0),
-        routing: SharedRouting::new(map, replies),
     });
     let config = Arc::new(config);
+    let panic_after_accepts = std::env::var(PANIC_HOOK_VARIABLE)
+        .ok()
+        .and_then(|value| value.parse().ok());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);
-    for (index, listener) in listen_fds.into_iter().enumerate() {
+    for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
         let (config, users, shared, ready) = (
             config.clone(),
             users.clone(),
@@ -240,10 +266,47 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
                     }
                 };
                 info!(shard = index, flavor = %ring.flavor(), "shard started");
-                let mut shard =
-                    Shard::new(index, ring, config, users, shared.clone(), Some(listener));
+                let engine = Engine::new(EngineParts {
+                    shard: index,
+                    config: config.clone(),
+                    users,
+                    shared: shared.engine.clone(),
+                    routing: Box::new(ShardRouting::new(shared.routing.clone(), replies)),
+                    console: Box::new(ShardConsole::new(
+                        shared.routing.clone(),
+                        shared.engine.clone(),
+                    )),
+                    resolver: Box::new(SystemResolver),
+                    random: Box::new(OsRandom),
+                    now: Instant::now(),
+                    wall_now: SystemTime::now(),
+                });
+                let parts = ShardParts {
+                    index,
+                    ring,
+                    engine,
+                    mailboxes: shared.mailboxes.clone(),
+                    listener: Some(listener),
+                    panic_after_accepts,
+                };
+                let mut shard = Shard::new(parts, &config);
                 let _ = ready.send(Ok(()));
-                let result = shard.run();
+                let result = match std::panic::catch_unwind(AssertUnwindSafe(|| shard.run())) {
+                    Ok(result) => result,
+                    Err(panic) => {
+                        let reason = panic
+                            .downcast_ref::<&str>()
+                            .map(|text| text.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown".to_string());
+                        error!(
+                            shard = index,
+                            %reason,
+                            "a shard panicked; pgtier exits so that no client waits on a dead shard"
+                        );
+                        std::process::exit(SHARD_PANIC_EXIT);
+                    }
+                };
                 if let Err(message) = &result {
                     error!(shard = index, %message, "shard stopped");
                 }

@@ -13,7 +13,10 @@ use crate::listing::Listing;
 
 /// A session's hold on one replica. Dropping it gives the replica's session count back, so
 /// it is released exactly once, whatever path the session ends by.
-pub trait ReplicaLease: fmt::Debug + Send {
+pub trait ReplicaLease: fmt::Debug + Send + std::any::Any {
+    /// The lease as `Any`, so the routing service that made it can take its own type back
+    /// (to move the session elsewhere).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
     /// The replica's address.
     fn addr(&self) -> SocketAddr;
     /// The class the session was admitted in.

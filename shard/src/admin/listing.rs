@@ -1,96 +1,10 @@
-//! The per-connection rows of `SHOW CLIENTS` and `SHOW POOLS`.
-//!
-//! Clients and pool slices live in slabs owned by each shard thread, so no shard can read
-//! another's. On request each shard copies its own rows into a [`ShardListing`] (values only,
-//! no references into its slabs) and sends it to the admin session's shard, which merges the
-//! parts into a [`Listing`] and renders it here. Nothing on the query path is involved.
-
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime};
+//! `SHOW CLIENTS` and `SHOW POOLS`, rendered from the rows every shard's engine reported
+//! (`pgtier_engine::listing`): the admin session's shard gathers the parts, this renders them.
 
 use crate::admin::format::utc_timestamp;
 use crate::admin::show::ResultSet;
 
-/// One client connection as its shard saw it when asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientRow {
-    /// The client's peer address, if the socket still has one.
-    pub addr: Option<SocketAddr>,
-    pub database: String,
-    pub user: String,
-    /// `login`, `idle`, `active`, `waiting`, `waiting_for_replica` or `closing`.
-    pub state: &'static str,
-    /// `premium`/`freemium` on a replica-set entry; `None` elsewhere.
-    pub class: Option<&'static str>,
-    /// The replica the session is pinned to, once admitted.
-    pub replica: Option<SocketAddr>,
-    pub connected_at: SystemTime,
-    /// How long it has been connected when listed.
-    pub connected_for: Duration,
-    /// The PostgreSQL backend pid of the server it is linked to.
-    pub backend_pid: Option<u32>,
-}
-
-/// One pool slice (exact pool key) on one shard.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolRow {
-    pub database: String,
-    pub user: String,
-    /// The server, or the replica on a replica-set entry.
-    pub addr: SocketAddr,
-    /// `session` or `transaction`.
-    pub mode: &'static str,
-    /// Logged-in clients of the pool that are idle or linked to a server.
-    pub clients_active: u32,
-    /// Clients queued for a server.
-    pub clients_waiting: u32,
-    /// Servers linked to a client.
-    pub servers_active: u32,
-    /// Servers in the idle list.
-    pub servers_idle: u32,
-    /// Servers connecting, logging in or running the check query.
-    pub servers_opening: u32,
-}
-
-/// What one shard answered.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShardListing {
-    pub shard: usize,
-    pub clients: Vec<ClientRow>,
-    pub pools: Vec<PoolRow>,
-}
-
-/// Every shard's answer, gathered by the admin session's shard.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Listing {
-    /// One part per shard that answered, in shard order.
-    pub parts: Vec<ShardListing>,
-    /// Shards that did not answer in time (their rows are absent).
-    pub missing_shards: Vec<usize>,
-}
-
-impl Listing {
-    /// A listing from `parts` (any order) with `missing_shards` absent.
-    pub fn new(mut parts: Vec<ShardListing>, missing_shards: Vec<usize>) -> Listing {
-        parts.sort_by_key(|part| part.shard);
-        Listing {
-            parts,
-            missing_shards,
-        }
-    }
-
-    /// The NOTICE text when some shard did not answer.
-    pub fn missing_notice(&self) -> Option<String> {
-        if self.missing_shards.is_empty() {
-            return None;
-        }
-        let shards: Vec<String> = self.missing_shards.iter().map(usize::to_string).collect();
-        Some(format!(
-            "shard(s) {} did not answer in time; their rows are missing",
-            shards.join(", ")
-        ))
-    }
-}
+pub use pgtier_engine::listing::{ClientRow, Listing, PoolRow, ShardListing};
 
 fn text(value: impl ToString) -> Option<String> {
     Some(value.to_string())

@@ -13,10 +13,9 @@ pub mod result;
 pub mod show;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
-use pgtier_core::metrics::{IntervalSummary, TotalsSnapshot};
+use pgtier_core::metrics::TotalsSnapshot;
 use pgtier_wire::error_fields::{ErrorNotice, Severity};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::EmptyQueryResponse;
@@ -29,16 +28,7 @@ use listing::Listing;
 /// The `version` row of `SHOW VERSION`.
 pub const VERSION: &str = concat!("pgtier ", env!("CARGO_PKG_VERSION"));
 
-/// Per-class statistics of the last completed observation interval (`stats_period`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IntervalStats {
-    /// When the interval ended.
-    pub ended_at: SystemTime,
-    /// Its length.
-    pub length: Duration,
-    /// Completed queries and latency percentiles, indexed by class (premium = 0).
-    pub latency: [IntervalSummary; 2],
-}
+pub use pgtier_engine::shared::IntervalStats;
 
 /// Traffic statistics for `SHOW STATS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

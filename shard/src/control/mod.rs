@@ -7,7 +7,7 @@
 //!   health transitions are applied, logged and published.
 //! - [`health`], [`probe`]: replica health state machine and probes.
 //! - [`plane`]: the control thread, the prober threads, routers built from the config.
-//! - [`class_tag`]: the class of a session at login.
+//! - `pgtier_engine::class`: the class of a session at login.
 //! - [`events`], [`counters`], [`snapshot`], [`lease`], [`mailbox`]: the vocabulary.
 //!
 //! How the proxy uses it:
@@ -17,7 +17,7 @@
 //! - Per shard: one `ReplyMailbox::new(wake)` whose `wake` rings the shard (eventfd write);
 //!   after each wake, drain it with `poll_reply()` and hand each reply to the session whose
 //!   `request_id` it carries (drop it if that client is gone: the lease releases its count).
-//! - Login: `class_tag::session_class(..)`, `map.router(database)`, then
+//! - Login: `session_class(..)`, `map.router(database)`, then
 //!   `router.admit_session(class, &mailbox, request_id)`: `Placed(lease)` (connect to
 //!   `lease.replica_addr()`), `Pending` (wait for the reply), or `Refused(error)` (answer
 //!   `error.sqlstate()`).
@@ -29,7 +29,6 @@
 
 pub mod admission_error;
 pub mod authority;
-pub mod class_tag;
 pub mod counters;
 pub mod events;
 pub mod health;
@@ -49,11 +48,11 @@ mod tests;
 
 pub use admission_error::AdmissionError;
 pub use authority::{ReplicaHealth, StepReport};
-pub use class_tag::{ClassRequestError, session_class};
 pub use events::{ControlEvent, EventKind, HealthTransition};
 pub use health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
 pub use lease::SessionLease;
 pub use mailbox::{AdmissionReply, ReplyMailbox, ServerFailureCause};
+pub use pgtier_engine::class::{ClassRequestError, session_class};
 pub use plane::{ControlOptions, ControlPlane, RouterMap, default_probe_login};
 pub use probe::ProbeLogin;
 pub use router::{Admission, ReplicaRouter};

@@ -118,7 +118,7 @@ impl FakeRing {
 }
 
 impl Ring for FakeRing {
-    fn push(&mut self, key: OpKey, op: Op) -> io::Result<()> {
+    unsafe fn push(&mut self, key: OpKey, op: Op) -> io::Result<()> {
         if let Op::Cancel { target } = op {
             // Like the kernel: the target completes with ECANCELED, the cancel itself with 0.
             if let Some(at) = self.pending.iter().position(|p| p.key.encode() == target) {

@@ -1,11 +1,12 @@
-//! The io layer under the shard loop: ring abstraction (real and fake), typed op keys,
-//! generational slabs, send/receive buffers with kernel ownership tracking, timers, errno policy.
+//! The io layer under the shard loop: the ring abstraction (the real io_uring, and a scripted
+//! one for tests), typed op keys, the slab of cancel connections, send and receive buffers
+//! with kernel ownership tracking, and the errno policy.
 pub mod errno;
+#[cfg(test)]
 pub mod fake;
 pub mod op_key;
 pub mod recv_buf;
 pub mod ring;
 pub mod send_queue;
 pub mod slab;
-pub mod timer;
 pub mod uring;

@@ -57,6 +57,15 @@ impl RecvBuf {
         unsafe { self.data.set_len(self.data.len() + n) };
     }
 
+    /// A receive completed with `result`: bytes (`> 0`), the end of the stream (0) or an
+    /// error (`< 0`).
+    pub fn on_failed_or_received(&mut self, result: i32) {
+        match usize::try_from(result) {
+            Ok(received) if received > 0 => self.on_received(received),
+            _ => self.on_failed(),
+        }
+    }
+
     pub fn on_failed(&mut self) {
         assert!(self.in_flight, "recv failure without a recv in flight");
         self.in_flight = false;

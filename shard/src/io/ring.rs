@@ -57,7 +57,12 @@ impl Completion {
 pub trait Ring {
     /// Queues `op`; when the submission queue is full the ring flushes it to the kernel
     /// and retries, so this only fails if the kernel refuses the flush.
-    fn push(&mut self, key: OpKey, op: Op) -> io::Result<()>;
+    ///
+    /// # Safety
+    /// Every pointer in `op` must stay valid, and its memory untouched by anyone else, until
+    /// the completion of this op is reaped (for a multishot op, its last completion): from
+    /// now on that memory belongs to the kernel.
+    unsafe fn push(&mut self, key: OpKey, op: Op) -> io::Result<()>;
 
     /// Submits everything queued and waits for at least one completion, or until `timeout`.
     /// With `wait == false` it only submits.

@@ -1,5 +1,6 @@
-//! A slab of connections with generations, so a stale completion (for a slot that was closed
-//! and reused) can be recognised and dropped.
+//! A slab of cancel connections with generations, so a stale completion (for a slot that
+//! was closed and reused) can be recognised and dropped. (Client and server ids are the
+//! engine's; this slab is for the one-shot connections only the driver knows.)
 //!
 //! Capacity is fixed at construction (a configured limit), so the slab never reallocates; the
 //! kernel still never points into slab entries: buffers it reads or writes live on the heap.
@@ -31,14 +32,6 @@ macro_rules! slot_id {
     };
 }
 
-slot_id!(
-    /// A client connection in this shard's client slab.
-    ClientId
-);
-slot_id!(
-    /// A server connection in this shard's server slab.
-    ServerId
-);
 slot_id!(
     /// A one-shot cancel-request connection.
     CancelConnId

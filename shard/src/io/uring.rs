@@ -133,11 +133,11 @@ fn unavailable_message(error: &io::Error) -> String {
 }
 
 impl Ring for UringRing {
-    fn push(&mut self, key: OpKey, op: Op) -> io::Result<()> {
+    unsafe fn push(&mut self, key: OpKey, op: Op) -> io::Result<()> {
         let entry = Self::entry(key, op);
         loop {
-            // SAFETY: every pointer in `op` refers to heap memory its connection keeps alive and
-            // untouched until this op's completion is reaped (the in-flight flags assert that).
+            // SAFETY: the caller guarantees (this function's contract) that every pointer in
+            // `op` stays valid and untouched until the op's completion is reaped.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
                 return Ok(());
@@ -200,12 +200,15 @@ mod tests {
         for slot in 0..BURST {
             // Cancelling an operation that does not exist completes at once with ENOENT.
             let key = OpKey::new(OpKind::ClientRecv, slot, 0);
-            ring.push(
-                key,
-                Op::Cancel {
-                    target: u64::MAX - u64::from(slot),
-                },
-            )
+            // SAFETY: a cancel carries no pointer.
+            unsafe {
+                ring.push(
+                    key,
+                    Op::Cancel {
+                        target: u64::MAX - u64::from(slot),
+                    },
+                )
+            }
             .expect("push");
         }
         ring.submit_and_wait(false, None).expect("submit");

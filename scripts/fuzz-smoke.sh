@@ -9,7 +9,7 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13
     export RUSTC_BOOTSTRAP=1
     scratch=$(mktemp -d)
     cargo fuzz build
-    for target in frame_decode startup_packet scram_server client_auth session_state; do
+    for target in frame_decode startup_packet scram_server client_auth session_state engine; do
         mkdir -p "$scratch/$target"
         echo "fuzz: $target for ${PGTIER_FUZZ_SECONDS:-30} s"
         if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" -- \

@@ -242,7 +242,14 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
     let config = Arc::new(config);
     let panic_after_accepts = std::env::var(PANIC_HOOK_VARIABLE)
         .ok()
-        .and_then(|value| value.parse().ok());
+        .and_then(|value| value.parse::<u64>().ok())
+        .filter(|_| cfg!(debug_assertions));
+    if let Some(accepts) = panic_after_accepts {
+        warn!(
+            accepts,
+            "test hook armed: a shard panics after this many accepts ({PANIC_HOOK_VARIABLE})"
+        );
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);

@@ -32,6 +32,8 @@ pub struct ProxyConfig {
     /// Further `[pgtier]` lines, values in TOML syntax (`query_wait_timeout = 2`).
     pub extra: Vec<(String, String)>,
     pub databases: Vec<DatabaseEntry>,
+    /// Environment variables for the proxy process.
+    pub env: Vec<(String, String)>,
 }
 
 impl ProxyConfig {
@@ -48,6 +50,7 @@ impl ProxyConfig {
             users: vec![("postgres".to_string(), String::new())],
             extra: Vec::new(),
             databases: Vec::new(),
+            env: Vec::new(),
         }
         .database("postgres", server_port, "postgres")
     }

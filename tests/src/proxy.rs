@@ -62,6 +62,7 @@ impl Pgtier {
                 "PGTIER_LOG",
                 std::env::var("PGTIER_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(config.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -193,3 +193,42 @@ fn a_second_signal_exits_at_once() {
     );
     assert!(client.batch_execute("SELECT 1").is_err());
 }
+
+/// A shard that panics must take the process down (non-zero exit) rather than leave its
+/// listener in the port's SO_REUSEPORT group, where about one new connection in `workers`
+/// would hang; every connected client sees its connection end. The panic comes from a hook
+/// that only debug builds honour.
+#[test]
+fn a_panicking_shard_ends_the_process_and_no_client_hangs() {
+    let (_pg, mut proxy) = server_and_proxy(|mut config| {
+        config.workers = 2;
+        config.env.push((
+            "PGTIER_TEST_PANIC_AFTER_ACCEPTS".to_string(),
+            "3".to_string(),
+        ));
+        config
+    });
+    if !proxy.log().contains("test hook armed") {
+        eprintln!("skipped: this pgtier build ignores the panic hook (a release build)");
+        return;
+    }
+    let mut sessions = Vec::new();
+    for _ in 0..16 {
+        match rawwire::login(proxy.port(), "postgres", "postgres", Duration::from_secs(5)) {
+            Ok(session) => sessions.push(session),
+            Err(_) => break,
+        }
+        if proxy.try_exit_status().is_some() {
+            break;
+        }
+    }
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .expect("pgtier exited after a shard panicked");
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    assert!(proxy.log().contains("a shard panicked"), "{}", proxy.log());
+    for mut session in sessions {
+        let (_, closed) = rawwire::read_until_closed(&mut session.stream, Duration::from_secs(5));
+        assert!(closed, "a client of the dead process was left hanging");
+    }
+}

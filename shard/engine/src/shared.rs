@@ -116,6 +116,15 @@ impl BudgetRegistry {
         }
     }
 
+    /// Slots held in every budget together (zero once every server is closed).
+    pub fn in_use(&self) -> u32 {
+        let sum = |map: &Mutex<HashMap<_, Arc<PoolBudget>>>| -> u32 {
+            let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            map.values().map(|budget| budget.in_use()).sum()
+        };
+        sum_pools(&self.pools) + sum(&self.databases) + sum(&self.users)
+    }
+
     /// The cap of a database entry, if any pool used it.
     pub fn database(&self, name: &str) -> Option<Arc<PoolBudget>> {
         let map = self
@@ -130,6 +139,11 @@ impl BudgetRegistry {
         let map = self.users.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(name).cloned()
     }
+}
+
+fn sum_pools(map: &Mutex<HashMap<PoolKey, Arc<PoolBudget>>>) -> u32 {
+    let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    map.values().map(|budget| budget.in_use()).sum()
 }
 
 /// State shared by the engines of every shard.

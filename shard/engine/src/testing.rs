@@ -323,6 +323,22 @@ impl FakeBackend {
             self.settings.clear();
             self.statements.clear();
             out.extend(frame(b'C', b"DISCARD ALL\0"));
+        } else if upper.starts_with("SET ") && upper.contains("'FOO'") {
+            out.extend(error("ERROR", "22023", "invalid value for parameter"));
+            if self.status == b'T' {
+                self.status = b'E';
+            }
+            return false;
+        } else if upper.starts_with("SET APPLICATION_NAME") {
+            // A tracked parameter: the server reports its new value.
+            let value = statement.split('\'').nth(1).unwrap_or_default();
+            let mut body = b"application_name\0".to_vec();
+            body.extend_from_slice(value.as_bytes());
+            body.push(0);
+            out.extend(frame(b'S', &body));
+            out.extend(frame(b'C', b"SET\0"));
+        } else if upper.starts_with("RESET ") {
+            out.extend(frame(b'C', b"RESET\0"));
         } else if upper.starts_with("SET ") {
             self.settings.push(statement.to_string());
             out.extend(frame(b'C', b"SET\0"));
@@ -628,6 +644,16 @@ impl Harness {
         self.now += by;
         self.engine.handle_timeout(self.now);
         self.pump();
+    }
+
+    /// Whether a new client is refused now (the engine is shutting down).
+    pub fn accept_refused_while_shutting_down(&mut self) -> bool {
+        let id = self.accept();
+        let refused = self
+            .client_output(id)
+            .iter()
+            .any(|m| m.sqlstate().as_deref() == Some("57P03"));
+        refused && self.is_closed(Conn::Client(id))
     }
 
     /// The servers with a live fake backend.

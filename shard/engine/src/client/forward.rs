@@ -11,6 +11,7 @@ use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
 use pgtier_wire::{FrameLimits, codes};
 
+use crate::client::texts::TextCache;
 use crate::tracker::Tracker;
 
 /// Why forwarding stopped before the end of the input.
@@ -62,6 +63,7 @@ impl Forwarder {
         tracker: &mut Tracker,
         max_message_bytes: u32,
         watch: Option<Watch>,
+        texts: &mut TextCache,
     ) -> Forwarded {
         let limits = FrameLimits {
             max_message_len: max_message_bytes,
@@ -107,21 +109,25 @@ impl Forwarder {
             out.started |= matches!(code, b'Q' | b'S' | b'F');
             pos += HEADER_LEN;
             self.skip_bytes = header.body_len();
-            let scanner = match (watch, code) {
-                (Some(watch), codes::frontend::QUERY) => Some((watch, StateScanner::query())),
-                (Some(watch), codes::frontend::PARSE) => Some((watch, StateScanner::parse())),
-                _ => None,
-            };
-            if let Some((watch, scanner)) = scanner {
-                let mut scanner = scanner.standard_conforming_strings(watch.conforming_strings);
+            let parse = code == codes::frontend::PARSE;
+            if let Some(watch) = watch.filter(|_| parse || code == codes::frontend::QUERY) {
                 match input.get(pos..pos + self.skip_bytes) {
-                    // The usual case: the whole text is here, classified with no state kept.
+                    // The usual case: the whole text is here, classified (or found in the
+                    // cache) with no state kept.
                     Some(body) => {
-                        scanner.feed(body);
-                        out.effects = out.effects.union(scanner.finish());
+                        let effects = texts.classify(body, parse, watch.conforming_strings);
+                        out.effects = out.effects.union(effects);
                     }
                     // A text arriving in pieces: classified as they stream through.
-                    None => self.scan = Some(Box::new(scanner)),
+                    None => {
+                        let scanner = if parse {
+                            StateScanner::parse()
+                        } else {
+                            StateScanner::query()
+                        };
+                        let scanner = scanner.standard_conforming_strings(watch.conforming_strings);
+                        self.scan = Some(Box::new(scanner));
+                    }
                 }
             }
         }
@@ -160,7 +166,13 @@ mod tests {
     fn whole_messages_go_as_one_chunk_and_the_tracker_learns_them() {
         let mut input = BytesMut::from(&[query("SELECT 1"), query("SELECT 2")].concat()[..]);
         let mut tracker = Tracker::default();
-        let out = Forwarder::default().forward(&mut input, &mut tracker, 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut tracker,
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert_eq!(out.chunk.map(|c| c.len()), Some(2 * 14));
         assert!(out.started && out.end.is_none());
         assert!(input.is_empty());
@@ -177,7 +189,13 @@ mod tests {
         let mut input = BytesMut::new();
         for piece in message.chunks(3) {
             input.extend_from_slice(piece);
-            let out = forwarder.forward(&mut input, &mut tracker, 1 << 20, WATCH);
+            let out = forwarder.forward(
+                &mut input,
+                &mut tracker,
+                1 << 20,
+                WATCH,
+                &mut TextCache::default(),
+            );
             sent.extend_from_slice(&out.chunk.unwrap_or_default());
             effects = effects.union(out.effects);
         }
@@ -189,14 +207,26 @@ mod tests {
     #[test]
     fn unwatched_texts_are_not_classified() {
         let mut input = BytesMut::from(&query("LISTEN x")[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert!(out.effects.is_empty());
     }
 
     #[test]
     fn terminate_ends_after_what_came_before() {
         let mut input = BytesMut::from(&[query("SELECT 1"), b"X\0\0\0\x04".to_vec()].concat()[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert_eq!(out.end, Some(ForwardEnd::Terminate));
         assert_eq!(out.chunk.map(|c| c.len()), Some(14));
         assert!(input.is_empty());
@@ -205,14 +235,32 @@ mod tests {
     #[test]
     fn garbage_and_bad_lengths_never_pass() {
         let mut input = BytesMut::from(&b"@\0\0\0\x08abcd"[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert_eq!(out.end, Some(ForwardEnd::InvalidType(b'@')));
         assert!(out.chunk.is_none());
         let mut input = BytesMut::from(&b"Q\0\0\0\x02"[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert_eq!(out.end, Some(ForwardEnd::Malformed));
         let mut input = BytesMut::from(&b"Q\x7f\0\0\0"[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1024, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1024,
+            None,
+            &mut TextCache::default(),
+        );
         assert_eq!(
             out.end,
             Some(ForwardEnd::Malformed),
@@ -223,7 +271,13 @@ mod tests {
     #[test]
     fn a_partial_header_waits() {
         let mut input = BytesMut::from(&b"Q\0\0"[..]);
-        let out = Forwarder::default().forward(&mut input, &mut Tracker::default(), 1 << 20, None);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            1 << 20,
+            None,
+            &mut TextCache::default(),
+        );
         assert!(out.chunk.is_none() && out.end.is_none());
         assert_eq!(input.len(), 3);
     }

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod forward;
 pub mod startup;
+pub mod texts;
 
 use std::net::SocketAddr;
 use std::time::Instant;

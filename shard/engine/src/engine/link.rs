@@ -423,9 +423,13 @@ impl Engine {
             (session.mode == PoolMode::Transaction && !session.pins_server()).then(|| Watch {
                 conforming_strings: session.tracked.standard_conforming_strings(),
             });
-        let out = session
-            .forwarder
-            .forward(&mut client.input, &mut server.tracker, max, watch);
+        let out = session.forwarder.forward(
+            &mut client.input,
+            &mut server.tracker,
+            max,
+            watch,
+            &mut self.texts,
+        );
         if out.started {
             session.query_started.get_or_insert(self.now);
         }

@@ -91,6 +91,8 @@ pub struct Engine {
     pools: PoolSlice<ServerId, ClientId>,
     keys: CancelKeys,
     secrets: SecretCache,
+    /// Session-state effects of recently classified texts.
+    texts: crate::client::texts::TextCache,
     routing: Box<dyn Routing>,
     console: Box<dyn Console>,
     resolver: Box<dyn Resolver>,
@@ -135,6 +137,7 @@ impl Engine {
             pools: PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
             keys: CancelKeys::new(parts.shard),
             secrets: SecretCache::default(),
+            texts: Default::default(),
             flush_policy: FlushPolicy::from(&config.pgtier),
             limits,
             config,
@@ -231,6 +234,19 @@ impl Engine {
             client.input.unsplit(data);
         }
         self.process_client(id);
+        self.release_consumed_client_input(id);
+    }
+
+    /// An input consumed to the end is dropped: even empty, a view of the driver's receive
+    /// buffer would keep that buffer shared, so the driver could not reuse it in place and
+    /// would allocate a new one for every few receives.
+    fn release_consumed_client_input(&mut self, id: ClientId) {
+        if let Some(client) = self.clients.get_mut(id.0)
+            && client.input.is_empty()
+            && client.input.capacity() > 0
+        {
+            client.input = BytesMut::new();
+        }
     }
 
     /// The client's connection ended (it closed, or the socket failed).
@@ -279,6 +295,13 @@ impl Engine {
             server.input.unsplit(data);
         }
         self.process_server(id);
+        if let Some(server) = self.servers.get_mut(id.0)
+            && server.input.is_empty()
+            && server.input.capacity() > 0
+        {
+            // As for clients: release the driver's receive buffer.
+            server.input = BytesMut::new();
+        }
     }
 
     /// The server's connection ended or failed (`errno` when the socket reported one).
@@ -523,6 +546,63 @@ impl Engine {
                 }
             }
             ServerState::Closing => {}
+        }
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Engine {
+    /// What must hold between any two events: a server in its pool's idle list owes nothing
+    /// and carries nothing of its last client; a linked client and its server point at each
+    /// other. For the fuzz target and the tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (slot, server) in self.servers.iter() {
+            let id = ServerId(slot);
+            match server.state {
+                ServerState::Idle { .. } => {
+                    if !server.tracker.is_idle() || server.relay.owes_internal() {
+                        return Err(format!("{id:?} is idle in its pool but owes answers"));
+                    }
+                    if server.reset != crate::server::Reset::None || server.rollback_sent {
+                        return Err(format!("{id:?} is idle in its pool with a reset pending"));
+                    }
+                    if server.lease.is_some() {
+                        return Err(format!("{id:?} is idle but its lease is not the pool's"));
+                    }
+                }
+                ServerState::Busy { client } => {
+                    let linked = self.clients.get(client.0).and_then(|c| c.server());
+                    if linked != Some(id) {
+                        return Err(format!(
+                            "{id:?} serves {client:?}, which is not linked to it"
+                        ));
+                    }
+                    if server.lease.is_none() {
+                        return Err(format!("{id:?} is busy without its lease"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (slot, client) in self.clients.iter() {
+            let id = ClientId(slot);
+            if let Some(server) = client.server() {
+                let serves = self.servers.get(server.0).and_then(|s| s.client());
+                if serves != Some(id) {
+                    return Err(format!(
+                        "{id:?} is linked to {server:?}, which does not serve it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every budget slot is back (everyone left and every server closed).
+    pub fn check_budgets_released(&self) -> Result<(), String> {
+        match self.shared.budgets.in_use() {
+            0 => Ok(()),
+            held => Err(format!("{held} budget slots are still held")),
         }
     }
 }

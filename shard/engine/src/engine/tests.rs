@@ -401,3 +401,294 @@ fn every_slot_is_given_back_when_everyone_leaves() {
     assert_eq!(h.engine.server_count(), 0);
     assert!(h.engine.is_finished());
 }
+
+#[test]
+fn md5_authentication_checks_the_password() {
+    use pgtier_core::auth_file::AuthFile;
+    use pgtier_wire::auth::{md5_password_hash, md5_salted_response};
+    let users = crate::userlist::UserList::from_file(
+        AuthFile::parse("\"alice\" \"secret\"\n", "userlist.txt").expect("valid"),
+    );
+    for (password, accepted) in [("secret", true), ("wrong", false)] {
+        let text = config(TX).replace(
+            "auth_type = \"trust\"",
+            "auth_type = \"md5\"\nauth_file = \"/dev/null\"",
+        );
+        let mut h = Harness::with_users(&text, users.clone());
+        let id = h.accept();
+        h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+        let request = h.client_output(id);
+        assert_eq!(request.len(), 1);
+        let salt = [
+            request[0].body[4],
+            request[0].body[5],
+            request[0].body[6],
+            request[0].body[7],
+        ];
+        let hash = md5_password_hash(b"alice", password.as_bytes());
+        let mut answer = md5_salted_response(&hash, salt).to_vec();
+        answer.push(0);
+        h.client_sends(id, &testing::frame(b'p', &answer));
+        let messages = h.client_output(id);
+        if accepted {
+            assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+        } else {
+            assert_eq!(errors(&messages), vec!["28P01".to_string()]);
+        }
+    }
+}
+
+#[test]
+fn a_startup_value_the_server_refuses_refuses_the_login() {
+    let mut h = Harness::new(&config(TX));
+    let id = h.accept();
+    h.client_sends(
+        id,
+        &startup(&[
+            ("user", "alice"),
+            ("database", "db"),
+            ("application_name", "foo"),
+        ]),
+    );
+    let messages = h.client_output(id);
+    let error = messages.iter().find(|m| m.tag == b'E').expect("refused");
+    assert_eq!(error.sqlstate().as_deref(), Some("22023"));
+    assert_eq!(
+        error.field(b'S').as_deref(),
+        Some("FATAL"),
+        "raised to FATAL as at a login"
+    );
+}
+
+#[test]
+fn a_tracked_startup_value_is_applied_and_the_pool_remembers_its_spelling() {
+    let mut h = Harness::new(&config(TX));
+    let id = h.accept();
+    h.client_sends(
+        id,
+        &startup(&[
+            ("user", "alice"),
+            ("database", "db"),
+            ("application_name", "app"),
+        ]),
+    );
+    let messages = h.client_output(id);
+    let shown = messages
+        .iter()
+        .any(|m| m.tag == b'S' && m.body == b"application_name\0app\0");
+    assert!(shown, "the client is told its own value: {messages:?}");
+    let server = h.live_servers()[0];
+    assert!(
+        h.backend(server)
+            .seen
+            .iter()
+            .any(|q| q.contains("application_name")),
+        "applied on the server"
+    );
+    let before = h.backend(server).seen.len();
+    let (_again, _) = {
+        let id = h.accept();
+        h.client_sends(
+            id,
+            &startup(&[
+                ("user", "alice"),
+                ("database", "db"),
+                ("application_name", "app"),
+            ]),
+        );
+        (id, h.client_output(id))
+    };
+    assert_eq!(
+        h.backend(server).seen.len(),
+        before,
+        "welcomed from the pool's cache"
+    );
+}
+
+#[test]
+fn the_console_answers_its_own_queries_without_a_server() {
+    let mut h = Harness::new(&config(TX));
+    let (id, messages) = h.login("admin", "pgtier");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    h.client_sends(id, &query("SHOW VERSION"));
+    assert_eq!(
+        h.client_tags(id),
+        "EZ",
+        "NoConsole refuses, the session goes on"
+    );
+    assert!(h.live_servers().is_empty());
+    h.client_sends(id, &testing::parse("", "SHOW VERSION"));
+    assert_eq!(errors(&h.client_output(id)), vec!["0A000".to_string()]);
+    assert!(h.is_closed(Conn::Client(id)));
+}
+
+#[test]
+fn a_user_not_allowed_on_the_console_is_refused() {
+    let mut h = Harness::new(&config(TX));
+    let (id, messages) = h.login("mallory", "pgtier");
+    assert_eq!(errors(&messages), vec!["28000".to_string()]);
+    assert!(h.is_closed(Conn::Client(id)));
+}
+
+#[test]
+fn a_cancel_request_reaches_the_running_query_of_its_client() {
+    let mut h = Harness::new(&config(TX));
+    let (a, messages) = h.login("alice", "db");
+    let key = messages
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("key")
+        .body
+        .clone();
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    h.client_sends(a, &query("SELECT sleep"));
+    let canceller = h.accept();
+    let mut cancel = 16u32.to_be_bytes().to_vec();
+    cancel.extend_from_slice(&80_877_102u32.to_be_bytes());
+    cancel.extend_from_slice(&key);
+    h.client_sends(canceller, &cancel);
+    assert_eq!(h.cancels, vec![server], "forwarded with the server's key");
+    assert!(h.is_closed(Conn::Client(canceller)));
+    assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
+}
+
+#[test]
+fn a_cancel_with_a_wrong_key_does_nothing() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    h.client_sends(a, &query("SELECT sleep"));
+    let canceller = h.accept();
+    let mut cancel = 16u32.to_be_bytes().to_vec();
+    cancel.extend_from_slice(&80_877_102u32.to_be_bytes());
+    cancel.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+    h.client_sends(canceller, &cancel);
+    assert!(h.cancels.is_empty());
+}
+
+#[test]
+fn query_timeout_ends_a_query_that_runs_too_long() {
+    let mut h = Harness::new(&config(&format!("{TX}\nquery_timeout = 1")));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    h.client_sends(a, &query("SELECT sleep"));
+    h.advance(Duration::from_millis(1600));
+    assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
+    assert!(h.is_closed(Conn::Client(a)));
+    assert_eq!(
+        h.cancels,
+        vec![server],
+        "the query was cancelled on the server"
+    );
+}
+
+#[test]
+fn idle_transaction_timeout_closes_a_client_idle_in_a_transaction() {
+    let mut h = Harness::new(&config(&format!("{TX}\nidle_transaction_timeout = 1")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    h.advance(Duration::from_millis(1600));
+    assert_eq!(errors(&h.client_output(a)), vec!["25P03".to_string()]);
+}
+
+#[test]
+fn a_server_idle_past_the_check_delay_is_checked_before_reuse() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_check_delay = 1")));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.advance(Duration::from_millis(1500));
+    h.client_sends(a, &query("SELECT 2"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let seen = &h.backend(server).seen;
+    let check = seen.iter().position(|q| q == "select 1").expect("checked");
+    let query_at = seen.iter().position(|q| q == "SELECT 2").expect("ran");
+    assert!(check < query_at, "the check ran first: {seen:?}");
+}
+
+#[test]
+fn server_lifetime_zero_gives_each_server_one_checkout() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_lifetime = 0")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let server_closes = h
+        .closed
+        .iter()
+        .filter(|(conn, _)| matches!(conn, Conn::Server(_)))
+        .count();
+    assert_eq!(
+        server_closes, 3,
+        "the welcome and each query had a server of their own"
+    );
+    assert!(h.live_servers().is_empty());
+}
+
+#[test]
+fn wait_for_transactions_closes_a_client_when_its_transaction_ends() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Shutdown(crate::command::ShutdownMode::WaitForTransactions),
+    );
+    h.pump();
+    assert!(h.is_closed(Conn::Client(b)), "an idle client goes at once");
+    assert!(!h.is_closed(Conn::Client(a)), "the transaction runs on");
+    h.client_sends(a, &query("COMMIT"));
+    assert!(
+        h.is_closed(Conn::Client(a)),
+        "closed when its transaction ended"
+    );
+    assert!(h.accept_refused_while_shutting_down());
+}
+
+#[test]
+fn a_reload_changes_the_pool_size_of_existing_pools() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    let bigger = Config::from_str(
+        &config("pool_mode = \"transaction\"\ndefault_pool_size = 2"),
+        "/tmp/pgtier-engine-test.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(bigger),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+        },
+    );
+    h.pump();
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ", "a second server was allowed");
+}
+
+#[test]
+fn a_notification_reaches_a_pinned_listener_between_transactions() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("LISTEN things"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let server = h.live_servers()[0];
+    let mut body = 42u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"things\0payload\0");
+    h.server_sends(server, &testing::frame(b'A', &body));
+    assert_eq!(
+        h.client_tags(a),
+        "A",
+        "pinned, the notification is forwarded"
+    );
+}
+
+use pgtier_core::config::Config;

@@ -1,0 +1,99 @@
+//! Instruction counts (callgrind) of the session engine's per-transaction path, with no
+//! syscalls: a logged-in transaction-mode client sends `SELECT 1`, the engine takes an idle
+//! server from the pool, forwards the query (classifying it for session state), relays the
+//! server's answer, and puts the server back at ReadyForQuery. The driver's part is played
+//! by draining actions. Setup (login, the first server) is excluded; per-transaction cost =
+//! (transactions_100 - transactions_1) / 99.
+
+use std::hint::black_box;
+
+use bytes::BytesMut;
+use iai_callgrind::{library_benchmark, library_benchmark_group, main};
+use pgtier_engine::testing::{self, Harness};
+use pgtier_engine::{Action, ClientId, Conn, ServerId};
+
+/// The answer PostgreSQL gives to `SELECT 1`.
+fn answer() -> Vec<u8> {
+    let mut out = testing::frame(
+        b'T',
+        b"\0\x01?column?\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0",
+    );
+    out.extend(testing::frame(b'D', b"\0\x01\0\0\0\x011"));
+    out.extend(testing::frame(b'C', b"SELECT 1\0"));
+    out.extend(testing::frame(b'Z', b"I"));
+    out
+}
+
+/// A logged-in client with its pool's server idle, and the bytes of one transaction.
+struct Ready {
+    harness: Harness,
+    client: ClientId,
+    server: ServerId,
+    /// One query and one answer per transaction, made in setup (a driver's receive buffers
+    /// are not allocated per transaction either).
+    queries: Vec<BytesMut>,
+    answers: Vec<BytesMut>,
+}
+
+fn ready(transactions: usize) -> Ready {
+    let mut harness = Harness::new(&testing::config("pool_mode = \"transaction\""));
+    let (client, _) = harness.login("alice", "db");
+    let server = harness.live_servers()[0];
+    harness.auto_backend = false;
+    Ready {
+        harness,
+        client,
+        server,
+        queries: (0..transactions)
+            .map(|_| BytesMut::from(&testing::query("SELECT 1")[..]))
+            .collect(),
+        answers: (0..transactions)
+            .map(|_| BytesMut::from(&answer()[..]))
+            .collect(),
+    }
+}
+
+/// What a driver would do with the actions: count the bytes and report client sends done.
+fn drain(harness: &mut Harness, client: ClientId) -> usize {
+    let mut bytes = 0;
+    while let Some(action) = harness.engine.poll_action() {
+        if let Action::Send { conn, bytes: sent } = action {
+            bytes += sent.len();
+            if conn == Conn::Client(client) {
+                harness
+                    .engine
+                    .handle_client_sent(harness.now, client, sent.len());
+            }
+        }
+    }
+    bytes
+}
+
+#[library_benchmark]
+#[bench::transactions_1(ready(1))]
+#[bench::transactions_100(ready(100))]
+fn simple_query_transactions(mut ready: Ready) -> usize {
+    let mut moved = 0;
+    let now = ready.harness.now;
+    let pairs: Vec<(BytesMut, BytesMut)> = ready
+        .queries
+        .drain(..)
+        .zip(ready.answers.drain(..))
+        .collect();
+    for (query, answer) in pairs {
+        ready
+            .harness
+            .engine
+            .handle_client_data(now, ready.client, black_box(query));
+        moved += drain(&mut ready.harness, ready.client);
+        ready
+            .harness
+            .engine
+            .handle_server_data(now, ready.server, black_box(answer));
+        moved += drain(&mut ready.harness, ready.client);
+    }
+    moved
+}
+
+library_benchmark_group!(name = engine; benchmarks = simple_query_transactions);
+main!(library_benchmark_groups = engine);

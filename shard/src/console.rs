@@ -43,3 +43,22 @@ impl Console for ShardConsole {
         admin::answer(query, &view, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::RouterMap;
+
+    #[test]
+    fn the_console_answers_from_the_admin_module() {
+        let shared = Arc::new(pgtier_engine::Shared::new(1));
+        let routing = Arc::new(SharedRouting::new(RouterMap::default()));
+        let mut console = ShardConsole::new(routing, shared);
+        assert!(console.needs_listing("SHOW CLIENTS"));
+        assert!(!console.needs_listing("SHOW VERSION"));
+        let mut out = BytesMut::new();
+        console.answer("SHOW VERSION", None, &mut out);
+        assert_eq!(out[0], b'T', "a result set");
+        assert!(out.windows(6).any(|w| w == b"pgtier"));
+    }
+}

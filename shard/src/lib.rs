@@ -21,6 +21,8 @@ mod proxy;
 mod resolve;
 mod routing;
 #[cfg(test)]
+mod routing_tests;
+#[cfg(test)]
 mod trap_tests;
 
 pub use mailbox::ShutdownMode;

@@ -80,3 +80,28 @@ impl Outbox {
         self.actions.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SlotRef;
+
+    fn client() -> Conn {
+        Conn::Client(ClientId(SlotRef {
+            index: 1,
+            generation: 0,
+        }))
+    }
+
+    #[test]
+    fn actions_come_out_in_the_order_decided_and_empty_sends_are_dropped() {
+        let mut outbox = Outbox::default();
+        outbox.send(client(), Bytes::new());
+        assert!(outbox.is_empty(), "nothing to send is no action");
+        outbox.send(client(), Bytes::from_static(b"a"));
+        outbox.push(Action::PauseRecv(client()));
+        assert!(matches!(outbox.pop(), Some(Action::Send { .. })));
+        assert!(matches!(outbox.pop(), Some(Action::PauseRecv(_))));
+        assert!(outbox.pop().is_none());
+    }
+}

@@ -88,3 +88,27 @@ impl Listing {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(shard: usize) -> ShardListing {
+        ShardListing {
+            shard,
+            ..ShardListing::default()
+        }
+    }
+
+    #[test]
+    fn parts_are_in_shard_order_and_missing_shards_are_named() {
+        let listing = Listing::new(vec![part(2), part(0)], vec![1]);
+        let shards: Vec<usize> = listing.parts.iter().map(|p| p.shard).collect();
+        assert_eq!(shards, [0, 2]);
+        assert_eq!(
+            listing.missing_notice().as_deref(),
+            Some("shard(s) 1 did not answer in time; their rows are missing")
+        );
+        assert_eq!(Listing::new(vec![part(0)], vec![]).missing_notice(), None);
+    }
+}

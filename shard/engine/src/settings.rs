@@ -52,3 +52,25 @@ impl Limits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_follow_the_configuration_with_floors() {
+        let text = "[pgtier]\nauth_type = \"trust\"\nmax_pools_per_worker = 7\n";
+        let config = Config::from_str(text, "/tmp/limits.toml").expect("config");
+        let limits = Limits::from_config(&config);
+        assert_eq!(limits.max_pools_per_worker, 7);
+        assert!(limits.client_buffer_limit_bytes >= 4096);
+        assert_eq!(
+            limits.client_input_limit_bytes,
+            limits.client_buffer_limit_bytes
+        );
+        assert_eq!(
+            limits.max_client_message_bytes,
+            config.pgtier.max_client_message_bytes
+        );
+    }
+}

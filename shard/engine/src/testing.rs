@@ -396,6 +396,8 @@ pub struct Harness {
     pub closed: Vec<(Conn, CloseHow)>,
     /// Servers whose connect is pending.
     pub connecting: Vec<(ServerId, SocketAddr)>,
+    /// Every connect asked for, in order.
+    pub connects: Vec<(ServerId, SocketAddr)>,
     /// The fake backend of each connected server.
     pub backends: HashMap<ServerId, FakeBackend>,
     /// Cancel requests sent, for which server.
@@ -425,7 +427,20 @@ impl Harness {
         Harness::with_users(config_text, UserList::new())
     }
 
+    /// A harness whose engine routes replica-set entries with `routing`.
+    pub fn with_routing(config_text: &str, routing: Box<dyn crate::services::Routing>) -> Harness {
+        Harness::with_services(config_text, UserList::new(), routing)
+    }
+
     pub fn with_users(config_text: &str, users: UserList) -> Harness {
+        Harness::with_services(config_text, users, Box::new(NoRouting))
+    }
+
+    fn with_services(
+        config_text: &str,
+        users: UserList,
+        routing: Box<dyn crate::services::Routing>,
+    ) -> Harness {
         let config = match Config::from_str(config_text, "/tmp/pgtier-engine-test.toml") {
             Ok(config) => config,
             Err(error) => panic!("test config: {error}"),
@@ -436,7 +451,7 @@ impl Harness {
             config: Arc::new(config),
             users: Arc::new(users),
             shared: Arc::new(Shared::new(1)),
-            routing: Box::new(NoRouting),
+            routing,
             console: Box::new(NoConsole),
             resolver: Box::new(IpOnly),
             random: Box::new(SeededRandom::new(42)),
@@ -449,6 +464,7 @@ impl Harness {
             output: HashMap::new(),
             closed: Vec::new(),
             connecting: Vec::new(),
+            connects: Vec::new(),
             backends: HashMap::new(),
             cancels: Vec::new(),
             posts: Vec::new(),
@@ -487,6 +503,7 @@ impl Harness {
                 }
             }
             Action::Connect { server, addr } => {
+                self.connects.push((server, addr));
                 self.connecting.push((server, addr));
                 if self.auto_backend {
                     self.complete_connects();

@@ -149,3 +149,29 @@ impl ClientConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SlotRef;
+
+    #[test]
+    fn a_client_is_linked_only_while_welcoming_or_linked() {
+        let mut client = ClientConn::new(None, Instant::now());
+        assert_eq!(client.server(), None);
+        assert_eq!(client.state_name(), "login");
+        let server = ServerId(SlotRef {
+            index: 4,
+            generation: 1,
+        });
+        client.state = ClientState::Welcoming { server };
+        assert_eq!(client.server(), Some(server));
+        client.state = ClientState::Linked { server };
+        assert_eq!(
+            (client.server(), client.state_name()),
+            (Some(server), "active")
+        );
+        client.state = ClientState::Closing { linger_until: None };
+        assert!(client.is_closing() && client.server().is_none());
+    }
+}

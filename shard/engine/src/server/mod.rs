@@ -136,3 +136,23 @@ impl ServerConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_query_is_owed_an_answer_that_is_swallowed() {
+        let mut server = ServerConn::new(
+            crate::test_support::pool_id(),
+            "127.0.0.1:5432".parse().expect("addr"),
+            PoolMode::Transaction,
+            Instant::now(),
+        );
+        assert_eq!(server.state_name(), "login");
+        let bytes = server.internal_query("ROLLBACK");
+        assert_eq!(&bytes[5..], b"ROLLBACK\0");
+        assert!(server.tracker.has_outstanding() && server.relay.owes_internal());
+        assert_eq!(server.client(), None);
+    }
+}

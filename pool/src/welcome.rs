@@ -8,6 +8,7 @@
 //! re-applies these with SET when a client gets a server whose values differ.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The tracked parameters, in PostgreSQL's spelling (used as is in the SETs the proxy
 /// writes). Names are compared case-insensitively, as PostgreSQL does.
@@ -129,10 +130,12 @@ impl Spellings {
     }
 }
 
-/// Values of the tracked parameters; `None` = never reported.
+/// Values of the tracked parameters; `None` = never reported. Values are shared (`Arc`):
+/// every client of a pool starts from the same server values, and copying a client's
+/// parameters from a server's, as each welcome and link does, allocates nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrackedParams {
-    values: [Option<String>; 6],
+    values: [Option<Arc<str>>; 6],
 }
 
 impl TrackedParams {
@@ -142,8 +145,8 @@ impl TrackedParams {
             return false;
         };
         match &mut self.values[index] {
-            Some(current) if current == value => {}
-            slot => *slot = Some(value.to_string()),
+            Some(current) if &**current == value => {}
+            slot => *slot = Some(value.into()),
         }
         true
     }
@@ -181,7 +184,7 @@ impl TrackedParams {
                 continue;
             }
             match spellings.canonical(index, spelled) {
-                Some(known) => *value = Some(known.to_string()),
+                Some(known) => *value = Some(known.into()),
                 None => return false,
             }
         }
@@ -205,7 +208,7 @@ impl TrackedParams {
             let shown = server.values[index].as_deref();
             let name = TRACKED_PARAMETERS[index];
             match wanted {
-                Some(wanted) if shown == Some(wanted.as_str()) => continue,
+                Some(wanted) if shown == Some(&**wanted) => continue,
                 None if shown == defaults.get(index) => continue,
                 Some(wanted) => {
                     sql.push_str("RESET ");
@@ -240,7 +243,12 @@ impl TrackedParams {
         let mut any = false;
         for (index, wanted) in self.values.iter().enumerate() {
             let Some(wanted) = wanted else { continue };
-            if server.values[index].as_deref() == Some(wanted.as_str()) {
+            let same = match &server.values[index] {
+                // The same shared value (the usual case): no string comparison at all.
+                Some(shown) => Arc::ptr_eq(shown, wanted) || **shown == **wanted,
+                None => false,
+            };
+            if same {
                 continue;
             }
             push_set(sql, TRACKED_PARAMETERS[index], wanted);

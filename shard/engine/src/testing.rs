@@ -147,6 +147,8 @@ pub struct FakeBackend {
     pub hold_queries_with: Option<String>,
     /// In COPY FROM STDIN.
     copy_in: bool,
+    /// Terminate arrived: PostgreSQL closes the connection after it.
+    pub terminated: bool,
 }
 
 impl FakeBackend {
@@ -293,7 +295,7 @@ impl FakeBackend {
                 self.skipping = false;
                 out.extend(frame(b'Z', &[self.status]));
             }
-            b'X' => {}
+            b'X' => self.terminated = true,
             _ => {}
         }
     }
@@ -556,9 +558,14 @@ impl Harness {
                     return;
                 };
                 let answer = backend.receive(&bytes);
+                let terminated = backend.terminated;
                 if !answer.is_empty() {
                     self.engine
                         .handle_server_data(self.now, id, BytesMut::from(&answer[..]));
+                }
+                if terminated {
+                    self.backends.remove(&id);
+                    self.engine.handle_server_gone(self.now, id, None);
                 }
             }
         }

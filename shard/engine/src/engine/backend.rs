@@ -110,7 +110,10 @@ impl Engine {
         };
         let ServerState::LoggingIn { login, .. } = std::mem::replace(
             &mut server.state,
-            ServerState::Releasing { since: self.now },
+            ServerState::Releasing {
+                since: self.now,
+                rolled_back: false,
+            },
         ) else {
             return;
         };

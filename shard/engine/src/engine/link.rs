@@ -373,7 +373,10 @@ impl Engine {
         let id = lease.server;
         if let Some(server) = self.servers.get_mut(id.0) {
             server.lease = Some(lease);
-            server.state = ServerState::Releasing { since: self.now };
+            server.state = ServerState::Releasing {
+                since: self.now,
+                rolled_back: false,
+            };
         }
         self.advance_release(id);
     }
@@ -478,7 +481,10 @@ impl Engine {
             return;
         };
         let client_id = server.client();
-        server.state = ServerState::Releasing { since: self.now };
+        server.state = ServerState::Releasing {
+            since: self.now,
+            rolled_back: false,
+        };
         let closing_at_shutdown = self.shutdown >= Some(ShutdownMode::WaitForTransactions);
         if let Some(client_id) = client_id
             && let Some(client) = self.clients.get_mut(client_id.0)
@@ -515,7 +521,10 @@ impl Engine {
         match server.client_left(cancel_on_disconnect) {
             ClientLeft::CloseNow => self.close_server(server_id),
             ClientLeft::Release { cancel } => {
-                server.state = ServerState::Releasing { since: self.now };
+                server.state = ServerState::Releasing {
+                    since: self.now,
+                    rolled_back: false,
+                };
                 if cancel {
                     self.send_cancel(server_id);
                 }

@@ -563,7 +563,7 @@ impl Engine {
                     if !server.tracker.is_idle() || server.relay.owes_internal() {
                         return Err(format!("{id:?} is idle in its pool but owes answers"));
                     }
-                    if server.reset != crate::server::Reset::None || server.rollback_sent {
+                    if server.reset != crate::server::Reset::None {
                         return Err(format!("{id:?} is idle in its pool with a reset pending"));
                     }
                     if server.lease.is_some() {

@@ -692,3 +692,26 @@ fn a_notification_reaches_a_pinned_listener_between_transactions() {
 }
 
 use pgtier_core::config::Config;
+
+#[test]
+fn distinct_startup_parameters_cannot_lock_out_new_pools() {
+    let mut h = Harness::new(&config(&format!("{TX}\nmax_pools_per_worker = 2")));
+    for n in 0..5 {
+        let option = format!("-c work_mem={}MB", n + 1);
+        let id = h.accept();
+        h.client_sends(
+            id,
+            &startup(&[("user", "alice"), ("database", "db"), ("options", &option)]),
+        );
+        let messages = h.client_output(id);
+        assert_eq!(
+            messages.last().map(|m| m.tag),
+            Some(b'Z'),
+            "login {n} got a pool: {messages:?}"
+        );
+        h.client_sends(id, &query("SELECT 1"));
+        assert_eq!(h.client_tags(id), "TDCZ");
+        h.client_leaves(id);
+    }
+    assert!(h.live_servers().len() <= 2, "idle servers of evicted pools were closed");
+}

@@ -191,7 +191,7 @@ impl Engine {
                 {
                     failed.push(id);
                 }
-                ServerState::Releasing { since }
+                ServerState::Releasing { since, .. }
                 | ServerState::Checking { since }
                 | ServerState::Leaving { since, .. }
                     if over(*since, drain_limit) =>

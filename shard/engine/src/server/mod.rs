@@ -40,7 +40,9 @@ pub enum ServerState {
     Busy { client: ClientId },
     /// Since `since`, its client is gone (or its transaction ended): it drains, rolls back
     /// and resets (`ServerConn::next_release_step`) before it goes back to the pool.
-    Releasing { since: Instant },
+    /// `rolled_back`: the one ROLLBACK it gets was sent (if it is still not idle after it,
+    /// it closes).
+    Releasing { since: Instant, rolled_back: bool },
     /// Since `since`, Terminate was sent so its pool slot can go to shard `to` (`None`: back
     /// to the budgets, to make room under a database or user cap); the slot moves once the
     /// server closes the connection, that is once its backend is gone.
@@ -68,8 +70,6 @@ pub struct ServerConn {
     /// Cancel requests sent for it whose connections have not finished: until then it is
     /// not given to anyone else, so a late cancel can never hit another client's query.
     pub(crate) cancels_pending: u32,
-    /// A ROLLBACK was sent while releasing (one try; if it is still not idle, it closes).
-    pub(crate) rollback_sent: bool,
     /// What must run before another client may have it.
     pub(crate) reset: Reset,
     /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
@@ -92,11 +92,18 @@ impl ServerConn {
             params: TrackedParams::default(),
             key: None,
             cancels_pending: 0,
-            rollback_sent: false,
             reset: Reset::None,
             paused: false,
             lease: None,
         }
+    }
+
+    /// It starts releasing now (its client left, or its transaction ended).
+    pub fn start_releasing(&mut self, now: Instant) {
+        self.state = ServerState::Releasing {
+            since: now,
+            rolled_back: false,
+        };
     }
 
     /// The client it serves, if any.

@@ -6,7 +6,7 @@
 
 use pgtier_core::config::PoolMode;
 
-use crate::server::ServerConn;
+use crate::server::{ServerConn, ServerState};
 use crate::tracker::ServerPhase;
 
 /// What a server must run before another client may have it.
@@ -87,17 +87,19 @@ impl ServerConn {
                 };
                 ReleaseStep::Query(self.internal_query(query))
             }
-            ServerPhase::InTransaction(_) if !self.rollback_sent => {
-                self.rollback_sent = true;
-                ReleaseStep::Query(self.internal_query("ROLLBACK"))
-            }
+            ServerPhase::InTransaction(_) => match &mut self.state {
+                ServerState::Releasing { rolled_back, .. } if !*rolled_back => {
+                    *rolled_back = true;
+                    ReleaseStep::Query(self.internal_query("ROLLBACK"))
+                }
+                _ => ReleaseStep::Close("still inside a transaction after its rollback"),
+            },
             _ => ReleaseStep::Close("left inside a protocol exchange it cannot finish"),
         }
     }
 
     /// It goes back to the pool clean: per-client marks are cleared.
     pub fn pooled(&mut self) {
-        self.rollback_sent = false;
         self.reset = Reset::None;
         let _ = self.relay.take_swallowed_error();
     }
@@ -167,6 +169,7 @@ mod tests {
     fn an_open_transaction_is_rolled_back_once() {
         let mut server = server(PoolMode::Transaction);
         begin(&mut server);
+        server.start_releasing(Instant::now());
         let ReleaseStep::Query(query) = server.next_release_step("") else {
             panic!("rollback");
         };

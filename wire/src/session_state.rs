@@ -37,7 +37,9 @@
 //!   re-applies itself (client_encoding, DateStyle, TimeZone, IntervalStyle,
 //!   standard_conforming_strings, application_name, compared case-insensitively as PostgreSQL's
 //!   GUC lookup does), which give [`Effects::SET_TRACKED`]; so do `SET NAMES` and
-//!   `SET TIME ZONE`. `SET ROLE`, `SET SESSION AUTHORIZATION`, `SET SESSION CHARACTERISTICS`,
+//!   `SET TIME ZONE`. `SET ROLE` and `SET SESSION AUTHORIZATION` (and `SET role`/
+//!   `SET session_authorization` by name) give [`Effects::SET_ROLE`], which `RESET ALL` does
+//!   not undo (PostgreSQL leaves both out of it). `SET SESSION CHARACTERISTICS`,
 //!   `SET SCHEMA` and `SET XML OPTION` pin. `SET LOCAL`, `SET TRANSACTION` and
 //!   `SET CONSTRAINTS` are transaction-scoped: nothing. As in PostgreSQL's grammar, `LOCAL` or
 //!   `SESSION` followed by `.`, `=`, `TO` or `FROM` is the start of a parameter name
@@ -81,8 +83,8 @@ impl Effects {
     pub const NONE: Effects = Effects(0);
 
     // Effects that create state. All but SET_TRACKED pin the client to its server.
-    /// A session-level `SET` of a parameter the pooler does not re-apply, or `SET ROLE`,
-    /// `SET SESSION AUTHORIZATION`, `SET SESSION CHARACTERISTICS`, `SET SCHEMA`, `SET XML OPTION`.
+    /// A session-level `SET` of a parameter the pooler does not re-apply, or
+    /// `SET SESSION CHARACTERISTICS`, `SET SCHEMA`, `SET XML OPTION`.
     pub const SET: Effects = Effects(1 << 0);
     /// A session-level `SET` of a parameter the pooler re-applies itself (client_encoding, also
     /// as `SET NAMES`; DateStyle; TimeZone, also as `SET TIME ZONE`; IntervalStyle;
@@ -109,6 +111,9 @@ impl Effects {
     /// Something the scanner cannot classify exactly in its fixed state (see the module doc).
     /// Pins.
     pub const UNCERTAIN: Effects = Effects(1 << 10);
+    /// `SET [SESSION] ROLE`, `SET [SESSION] SESSION AUTHORIZATION`, or a `SET` of `role` or
+    /// `session_authorization` by name. Unlike [`Effects::SET`], `RESET ALL` leaves it.
+    pub const SET_ROLE: Effects = Effects(1 << 11);
 
     // Effects that clear state: informational, for unpinning later (see the module doc).
     /// `RESET ALL`.
@@ -117,7 +122,7 @@ impl Effects {
     pub const RESET: Effects = Effects(1 << 17);
     /// `DISCARD ALL`.
     pub const DISCARD_ALL: Effects = Effects(1 << 18);
-    /// `DISCARD TEMP | TEMPORARY | PLANS | SEQUENCES`.
+    /// `DISCARD PLANS | SEQUENCES`.
     pub const DISCARD_OTHER: Effects = Effects(1 << 19);
     /// `UNLISTEN *`.
     pub const UNLISTEN_ALL: Effects = Effects(1 << 20);
@@ -131,6 +136,8 @@ impl Effects {
     pub const ADVISORY_UNLOCK_ALL: Effects = Effects(1 << 24);
     /// `CLOSE ALL`.
     pub const CLOSE_ALL: Effects = Effects(1 << 25);
+    /// `DISCARD TEMP | TEMPORARY`.
+    pub const DISCARD_TEMP: Effects = Effects(1 << 26);
 
     /// Every effect that leaves state behind on the server.
     pub const PINNING: Effects = Effects(
@@ -143,7 +150,8 @@ impl Effects {
             | Self::PREPARE.0
             | Self::LOAD.0
             | Self::NAMED_STATEMENT.0
-            | Self::UNCERTAIN.0,
+            | Self::UNCERTAIN.0
+            | Self::SET_ROLE.0,
     );
 
     /// Every effect that clears state.
@@ -152,6 +160,7 @@ impl Effects {
             | Self::RESET.0
             | Self::DISCARD_ALL.0
             | Self::DISCARD_OTHER.0
+            | Self::DISCARD_TEMP.0
             | Self::UNLISTEN_ALL.0
             | Self::UNLISTEN.0
             | Self::DEALLOCATE_ALL.0
@@ -161,7 +170,7 @@ impl Effects {
     );
 
     /// Names for `Debug`, in bit order.
-    const NAMES: [(Effects, &'static str); 21] = [
+    const NAMES: [(Effects, &'static str); 23] = [
         (Self::SET, "SET"),
         (Self::SET_TRACKED, "SET_TRACKED"),
         (Self::SET_CONFIG, "SET_CONFIG"),
@@ -173,6 +182,7 @@ impl Effects {
         (Self::LOAD, "LOAD"),
         (Self::NAMED_STATEMENT, "NAMED_STATEMENT"),
         (Self::UNCERTAIN, "UNCERTAIN"),
+        (Self::SET_ROLE, "SET_ROLE"),
         (Self::RESET_ALL, "RESET_ALL"),
         (Self::RESET, "RESET"),
         (Self::DISCARD_ALL, "DISCARD_ALL"),
@@ -183,6 +193,7 @@ impl Effects {
         (Self::DEALLOCATE, "DEALLOCATE"),
         (Self::ADVISORY_UNLOCK_ALL, "ADVISORY_UNLOCK_ALL"),
         (Self::CLOSE_ALL, "CLOSE_ALL"),
+        (Self::DISCARD_TEMP, "DISCARD_TEMP"),
     ];
 
     /// The raw bits (for metrics and logs; the layout is not a stable format).
@@ -206,6 +217,11 @@ impl Effects {
 
     pub const fn intersection(self, other: Effects) -> Effects {
         Effects(self.0 & other.0)
+    }
+
+    /// The bits of `self` that are not in `other`.
+    pub const fn difference(self, other: Effects) -> Effects {
+        Effects(self.0 & !other.0)
     }
 
     pub const fn is_empty(self) -> bool {
@@ -426,6 +442,9 @@ enum Kw {
     Into,
     With,
     Hold,
+    /// `ROLE`, and `AUTHORIZATION` after `SET SESSION`.
+    Role,
+    Authorization,
     // Names that count quoted too (identifiers, not keywords).
     /// A parameter the pooler re-applies itself.
     Tracked,
@@ -433,6 +452,8 @@ enum Kw {
     SetConfig,
     AdvisoryLock,
     AdvisoryUnlockAll,
+    /// The parameter `role` or `session_authorization` by name.
+    SessionAuthorization,
 }
 
 /// The spelling of every [`Kw`] but `Ident`, lowercase, shortest first (checked at compile
@@ -449,6 +470,7 @@ const KEYWORDS: &[(&[u8], Kw)] = &[
     (b"into", Kw::Into),
     (b"with", Kw::With),
     (b"hold", Kw::Hold),
+    (b"role", Kw::Role),
     (b"reset", Kw::Reset),
     (b"close", Kw::Close),
     (b"local", Kw::Local),
@@ -473,10 +495,12 @@ const KEYWORDS: &[(&[u8], Kw)] = &[
     (b"transaction", Kw::Transaction),
     (b"constraints", Kw::Constraints),
     (b"intervalstyle", Kw::Tracked),
+    (b"authorization", Kw::Authorization),
     (b"client_encoding", Kw::Tracked),
     (b"application_name", Kw::Tracked),
     (b"pg_advisory_lock", Kw::AdvisoryLock),
     (b"pg_try_advisory_lock", Kw::AdvisoryLock),
+    (b"session_authorization", Kw::SessionAuthorization),
     (b"pg_advisory_unlock_all", Kw::AdvisoryUnlockAll),
     (b"pg_advisory_lock_shared", Kw::AdvisoryLock),
     (b"standard_conforming_strings", Kw::Tracked),
@@ -561,9 +585,13 @@ impl Kw {
     /// A quoted identifier is never a keyword, but still names a function, schema or parameter.
     fn quoted(self) -> Kw {
         match self {
-            Kw::Tracked | Kw::PgTemp | Kw::SetConfig | Kw::AdvisoryLock | Kw::AdvisoryUnlockAll => {
-                self
-            }
+            Kw::Tracked
+            | Kw::PgTemp
+            | Kw::SetConfig
+            | Kw::AdvisoryLock
+            | Kw::AdvisoryUnlockAll
+            | Kw::SessionAuthorization => self,
+            Kw::Role => Kw::SessionAuthorization,
             _ => Kw::Ident,
         }
     }
@@ -786,7 +814,9 @@ enum SetWord {
     Names,
     Transaction,
     Constraints,
-    /// Any other name, or ROLE, SCHEMA, SESSION, XML, CATALOG...: all pin.
+    /// `ROLE`, `AUTHORIZATION` (after `SESSION`), `role` or `session_authorization`.
+    Role,
+    /// Any other name, or SCHEMA, SESSION, XML, CATALOG...: all pin.
     Other,
 }
 
@@ -798,6 +828,7 @@ impl SetWord {
             Kw::Names => SetWord::Names,
             Kw::Transaction => SetWord::Transaction,
             Kw::Constraints => SetWord::Constraints,
+            Kw::Role | Kw::Authorization | Kw::SessionAuthorization => SetWord::Role,
             _ => SetWord::Other,
         }
     }
@@ -808,6 +839,7 @@ impl SetWord {
             // `SET NAMES` alone sets client_encoding to its default.
             SetWord::Tracked | SetWord::Names => Effects::SET_TRACKED,
             SetWord::Transaction | SetWord::Constraints => Effects::NONE,
+            SetWord::Role => Effects::SET_ROLE,
             SetWord::Time | SetWord::Other => Effects::SET,
         }
     }
@@ -821,12 +853,14 @@ impl SetWord {
         if assigns(next) {
             return match self {
                 SetWord::Tracked => Effects::SET_TRACKED,
+                SetWord::Role => Effects::SET_ROLE,
                 _ => Effects::SET,
             };
         }
         match (self, next) {
             (SetWord::Time, Token::Word(Kw::Zone)) | (SetWord::Names, _) => Effects::SET_TRACKED,
             (SetWord::Transaction | SetWord::Constraints, _) => Effects::NONE,
+            (SetWord::Role, _) => Effects::SET_ROLE,
             _ => Effects::SET,
         }
     }
@@ -934,7 +968,8 @@ impl Statement {
             (Head::Reset, Token::Word(Kw::All)) => (Head::Rest, E::RESET_ALL),
             (Head::Reset, _) => (Head::Rest, E::RESET),
             (Head::Discard, Token::Word(Kw::All)) => (Head::Rest, E::DISCARD_ALL),
-            (Head::Discard, Token::Word(Kw::Temp | Kw::Plans | Kw::Sequences)) => {
+            (Head::Discard, Token::Word(Kw::Temp)) => (Head::Rest, E::DISCARD_TEMP),
+            (Head::Discard, Token::Word(Kw::Plans | Kw::Sequences)) => {
                 (Head::Rest, E::DISCARD_OTHER)
             }
             (Head::Discard, _) => (Head::Rest, E::NONE),

@@ -71,6 +71,7 @@ pub const DUPLICATE_PREPARED_STATEMENT: SqlState = SqlState::new(b"42P05");
 pub const SYNTAX_ERROR: SqlState = SqlState::new(b"42601");
 pub const UNDEFINED_OBJECT: SqlState = SqlState::new(b"42704");
 pub const INSUFFICIENT_RESOURCES: SqlState = SqlState::new(b"53000");
+pub const OUT_OF_MEMORY: SqlState = SqlState::new(b"53200");
 pub const TOO_MANY_CONNECTIONS: SqlState = SqlState::new(b"53300");
 pub const CONFIGURATION_LIMIT_EXCEEDED: SqlState = SqlState::new(b"53400");
 pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState::new(b"54000");

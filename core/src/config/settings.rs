@@ -133,6 +133,17 @@ pub struct Settings {
     pub server_check_delay: Seconds,
     /// Query used by `server_check_delay` ("select 1"; empty = no check).
     pub server_check_query: String,
+    /// Protocol-level named prepared statements each server keeps in transaction mode
+    /// (200, as PgBouncer 1.22; 0 = not rewritten: a client that prepares one keeps its
+    /// server, as with other session state).
+    pub max_prepared_statements: u32,
+    /// Bytes of statement names and texts one client may hold (64 MiB); a client past it
+    /// is closed with 53200.
+    pub max_client_prepared_bytes: u32,
+    /// In transaction mode, a client that creates session state (`SET`, `LISTEN`, a temp
+    /// table, an advisory lock...) keeps its server until the state is gone (true). Off:
+    /// PgBouncer's behaviour, where that state stays on the server for its next client.
+    pub pin_session_state: bool,
     /// Users allowed to run admin commands on the `pgtier` virtual database.
     pub admin_users: Vec<String>,
     /// Users allowed read-only SHOW commands on the `pgtier` virtual database.
@@ -221,6 +232,9 @@ impl Default for Settings {
             server_reset_query_always: false,
             server_check_delay: Seconds::from_secs(30),
             server_check_query: "select 1".to_string(),
+            max_prepared_statements: 200,
+            max_client_prepared_bytes: 64 * MIB,
+            pin_session_state: true,
             admin_users: Vec::new(),
             stats_users: Vec::new(),
             ignore_startup_parameters: Vec::new(),

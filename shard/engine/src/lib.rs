@@ -21,6 +21,7 @@
 //!   forwarding; [`server`]: one server's state enum, its login, its output walk and how it
 //!   leaves a client ([`server::release`]).
 //! - [`pgtier_pool::PoolSlice`]: the shard's pools, waiters and cross-shard budgets.
+//! - [`prepared`]: a transaction-mode client's named statements, carried between servers.
 //! - [`cancel`]: cancel keys; [`credentials`]: what the auth file's entries prove.
 //! - [`engine`]: the coordinator, which owns the slabs and links clients with servers.
 //!
@@ -37,6 +38,7 @@ pub mod ids;
 pub mod listing;
 pub mod messages;
 pub mod params;
+pub mod prepared;
 pub mod random;
 pub mod server;
 pub mod services;

@@ -36,6 +36,13 @@ pub struct Limits {
     /// Client spellings of tracked parameters one pool remembers.
     pub max_spellings_per_pool: usize,
     pub max_pools_per_worker: usize,
+    /// Statements one transaction-mode server keeps (`max_prepared_statements`); 0: named
+    /// statements are not rewritten, and a client that makes one is pinned to its server.
+    pub max_prepared_statements: usize,
+    /// Names and definitions one client's statements may hold.
+    pub max_client_prepared_bytes: usize,
+    /// Session state pins a transaction-mode client to its server (`pin_session_state`).
+    pub pin_session_state: bool,
 }
 
 impl Limits {
@@ -49,6 +56,9 @@ impl Limits {
             client_input_limit_bytes: client_buffer_limit_bytes,
             max_spellings_per_pool: s.max_spellings_per_pool as usize,
             max_pools_per_worker: (s.max_pools_per_worker as usize).max(1),
+            max_prepared_statements: s.max_prepared_statements as usize,
+            max_client_prepared_bytes: s.max_client_prepared_bytes as usize,
+            pin_session_state: s.pin_session_state,
         }
     }
 }

@@ -112,6 +112,22 @@ pub fn bind(statement: &str) -> Vec<u8> {
     frame(b'B', &body)
 }
 
+/// A Describe ('S' statement or 'P' portal) of `name`.
+pub fn describe(kind: u8, name: &str) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend_from_slice(name.as_bytes());
+    body.push(0);
+    frame(b'D', &body)
+}
+
+/// A Close ('S' statement or 'P' portal) of `name`.
+pub fn close(kind: u8, name: &str) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend_from_slice(name.as_bytes());
+    body.push(0);
+    frame(b'C', &body)
+}
+
 pub fn execute() -> Vec<u8> {
     frame(b'E', &[0, 0, 0, 0, 0])
 }
@@ -275,21 +291,68 @@ impl FakeBackend {
                 let mut parts = message.body.split(|&b| b == 0);
                 let name = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
                 let sql = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
-                self.seen.push(sql);
-                if !name.is_empty() {
-                    if self.statements.contains(&name) {
-                        out.extend(error("ERROR", "42P05", "prepared statement already exists"));
-                        self.skipping = true;
-                        return;
+                self.seen.push(sql.clone());
+                let upper = sql.to_ascii_uppercase();
+                if self.status == b'E' && !upper.starts_with("ROLLBACK") {
+                    self.extended_error("25P02", "current transaction is aborted", out);
+                } else if upper.starts_with("FAIL") {
+                    self.extended_error("42601", "syntax error", out);
+                } else if !name.is_empty() && self.statements.contains(&name) {
+                    let message = format!("prepared statement \"{name}\" already exists");
+                    self.extended_error("42P05", &message, out);
+                } else {
+                    if !name.is_empty() {
+                        self.statements.push(name);
                     }
-                    self.statements.push(name);
+                    out.extend(frame(b'1', &[]));
                 }
-                out.extend(frame(b'1', &[]));
             }
-            b'B' => out.extend(frame(b'2', &[])),
-            b'D' => out.extend(frame(b'n', &[])),
+            b'B' => {
+                let mut parts = message.body.split(|&b| b == 0);
+                let _portal = parts.next();
+                let name = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+                if !name.is_empty() && !self.statements.contains(&name) {
+                    let message = format!("prepared statement \"{name}\" does not exist");
+                    self.extended_error("26000", &message, out);
+                } else if self.status == b'E' {
+                    self.extended_error("25P02", "current transaction is aborted", out);
+                } else {
+                    out.extend(frame(b'2', &[]));
+                }
+            }
+            b'D' => {
+                let kind = message.body.first().copied();
+                let name = String::from_utf8_lossy(
+                    message.body[1..]
+                        .split(|&b| b == 0)
+                        .next()
+                        .unwrap_or_default(),
+                )
+                .into_owned();
+                if kind == Some(b'S') && !name.is_empty() && !self.statements.contains(&name) {
+                    let message = format!("prepared statement \"{name}\" does not exist");
+                    self.extended_error("26000", &message, out);
+                } else {
+                    if kind == Some(b'S') {
+                        out.extend(frame(b't', &[0, 0]));
+                    }
+                    out.extend(frame(b'n', &[]));
+                }
+            }
             b'E' => out.extend(frame(b'C', b"SELECT 1\0")),
-            b'C' => out.extend(frame(b'3', &[])),
+            b'C' => {
+                if message.body.first() == Some(&b'S') {
+                    let name = String::from_utf8_lossy(
+                        message.body[1..]
+                            .split(|&b| b == 0)
+                            .next()
+                            .unwrap_or_default(),
+                    )
+                    .into_owned();
+                    self.statements.retain(|held| *held != name);
+                }
+                out.extend(frame(b'3', &[]));
+            }
             b'H' => {}
             b'S' => {
                 self.skipping = false;
@@ -298,6 +361,15 @@ impl FakeBackend {
             b'X' => self.terminated = true,
             _ => {}
         }
+    }
+
+    /// An error in an extended sequence: the rest is skipped until Sync.
+    fn extended_error(&mut self, code: &str, message: &str, out: &mut Vec<u8>) {
+        out.extend(error("ERROR", code, message));
+        if self.status == b'T' {
+            self.status = b'E';
+        }
+        self.skipping = true;
     }
 
     /// Answers one statement; false when it failed (the rest of the query is skipped).
@@ -314,7 +386,8 @@ impl FakeBackend {
             self.status = b'I';
             out.extend(frame(b'C', b"COMMIT\0"));
         } else if upper.starts_with("DISCARD ALL") || upper.starts_with("RESET ALL") {
-            if self.status != b'I' {
+            let discard = upper.starts_with("DISCARD");
+            if discard && self.status != b'I' {
                 out.extend(error(
                     "ERROR",
                     "25001",
@@ -323,8 +396,12 @@ impl FakeBackend {
                 return false;
             }
             self.settings.clear();
-            self.statements.clear();
-            out.extend(frame(b'C', b"DISCARD ALL\0"));
+            if discard {
+                self.statements.clear();
+                out.extend(frame(b'C', b"DISCARD ALL\0"));
+            } else {
+                out.extend(frame(b'C', b"RESET\0"));
+            }
         } else if upper.starts_with("SET ") && upper.contains("'FOO'") {
             out.extend(error("ERROR", "22023", "invalid value for parameter"));
             if self.status == b'T' {
@@ -339,6 +416,23 @@ impl FakeBackend {
             body.push(0);
             out.extend(frame(b'S', &body));
             out.extend(frame(b'C', b"SET\0"));
+        } else if upper.starts_with("DEALLOCATE ALL") {
+            self.statements.clear();
+            out.extend(frame(b'C', b"DEALLOCATE ALL\0"));
+        } else if let Some(name) = upper.strip_prefix("DEALLOCATE ") {
+            let name = name.trim().to_ascii_lowercase();
+            if !self.statements.contains(&name) {
+                let message = format!("prepared statement \"{name}\" does not exist");
+                out.extend(error("ERROR", "26000", &message));
+                if self.status == b'T' {
+                    self.status = b'E';
+                }
+                return false;
+            }
+            self.statements.retain(|held| *held != name);
+            out.extend(frame(b'C', b"DEALLOCATE\0"));
+        } else if upper.starts_with("LISTEN") || upper.starts_with("UNLISTEN") {
+            out.extend(frame(b'C', b"LISTEN\0"));
         } else if upper.starts_with("RESET ") {
             out.extend(frame(b'C', b"RESET\0"));
         } else if upper.starts_with("SET ") {
@@ -652,6 +746,14 @@ impl Harness {
     }
 
     /// Message tags the client got since last asked.
+    /// Every byte the engine sent to a server so far.
+    pub fn output_to(&self, id: ServerId) -> Vec<u8> {
+        self.output
+            .get(&Conn::Server(id))
+            .map(|bytes| bytes.to_vec())
+            .unwrap_or_default()
+    }
+
     pub fn client_tags(&mut self, id: ClientId) -> String {
         self.client_output(id)
             .iter()

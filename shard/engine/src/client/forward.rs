@@ -3,16 +3,24 @@
 //! receive buffer (no copy). On the way the response tracker learns what the server will
 //! owe, and in transaction mode each Query and Parse text is classified for session state
 //! (`pgtier_wire::session_state`), so the engine can keep a client that creates some on its
-//! server. A Terminate ends the client; a type byte no frontend sends, or a bad length, is
+//! server. With named statements rewritten (`crate::prepared`), a Parse, Describe or Close
+//! (and a Query that may name a statement) is taken whole, a Bind up to its statement name,
+//! and the rewriter decides what the server gets; every message goes in the server's
+//! ledger. A Terminate ends the client; a type byte no frontend sends, or a bad length, is
 //! a protocol violation and never reaches the server.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
 use pgtier_wire::{FrameLimits, codes};
 
 use crate::client::texts::TextCache;
+use crate::prepared::{Chunks, Rewrite, Rewriter};
 use crate::tracker::Tracker;
+
+/// Longest Bind head (portal and statement names) looked for before a Bind is passed on
+/// unread.
+const MAX_BIND_HEAD_BYTES: usize = 64 * 1024;
 
 /// Why forwarding stopped before the end of the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,13 +31,15 @@ pub enum ForwardEnd {
     InvalidType(u8),
     /// A length out of range, or a message sequence the tracker refuses.
     Malformed,
+    /// Its named statements are over `max_client_prepared_bytes`.
+    TooManyStatements,
 }
 
 /// What one call forwarded.
 #[derive(Debug, Default)]
 pub struct Forwarded {
-    /// Bytes for the server (whole messages and streamed pieces of the current one).
-    pub chunk: Option<Bytes>,
+    /// Bytes for the server, in order (whole messages, streamed pieces, rewritten ones).
+    pub chunks: Chunks,
     /// Session-state effects of the Query and Parse messages completed in this call.
     pub effects: Effects,
     /// A Query, Sync or FunctionCall was forwarded: a response is now awaited.
@@ -46,6 +56,8 @@ pub struct Forwarder {
     /// Classifies the current Query/Parse body while it streams in pieces (boxed: most texts
     /// arrive whole and never need it, and an idle client should stay small).
     scan: Option<Box<StateScanner>>,
+    /// The streaming message's type and effects, for the rewriter's ledger once it is sent.
+    streaming: Option<(u8, Effects)>,
 }
 
 /// How the client's text is read for session state, when it is watched at all.
@@ -55,21 +67,56 @@ pub struct Watch {
     pub conforming_strings: bool,
 }
 
+/// The sizes forwarding works within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardLimits {
+    /// `max_client_message_bytes`: a longer message is a protocol violation.
+    pub max_message_bytes: u32,
+    /// Largest message the rewriter reads whole; a longer Parse passes unread and pins.
+    pub whole_message_bytes: usize,
+}
+
+impl ForwardLimits {
+    /// Only the message limit (tests, unrewritten forwarding).
+    pub fn messages(max_message_bytes: u32) -> ForwardLimits {
+        ForwardLimits {
+            max_message_bytes,
+            whole_message_bytes: usize::MAX,
+        }
+    }
+}
+
+/// What a message needs before it can go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Its bytes stream through as they come.
+    Stream,
+    /// It must be whole: the rewriter reads it.
+    Whole,
+    /// Its first bytes up to the statement name (a Bind): the rewriter renames it.
+    BindHead(usize),
+}
+
 impl Forwarder {
-    /// Forwards what `input` holds; `watch` classifies Query/Parse texts for session state.
+    /// Forwards what `input` holds; `watch` classifies Query/Parse texts for session state;
+    /// `rewriter`, when named statements are rewritten, sees every message.
     pub fn forward(
         &mut self,
         input: &mut BytesMut,
         tracker: &mut Tracker,
-        max_message_bytes: u32,
+        sizes: ForwardLimits,
         watch: Option<Watch>,
         texts: &mut TextCache,
+        mut rewriter: Option<&mut Rewriter<'_>>,
     ) -> Forwarded {
         let limits = FrameLimits {
-            max_message_len: max_message_bytes,
+            max_message_len: sizes.max_message_bytes,
             ..FrameLimits::default()
         };
+        let whole_limit = sizes.whole_message_bytes;
         let mut out = Forwarded::default();
+        // input[..pos] is forwarded as it is, in one piece, when the walk ends or a rewritten
+        // message needs to go after it.
         let mut pos = 0usize;
         while pos < input.len() {
             if self.skip_bytes > 0 {
@@ -77,13 +124,21 @@ impl Forwarder {
                 self.skip_bytes -= take;
                 if let Some(scan) = self.scan.as_mut() {
                     scan.feed(&input[pos..pos + take]);
-                    if self.skip_bytes == 0 {
-                        let effects = self.scan.take().map_or(Effects::NONE, |scan| scan.finish());
-                        out.effects = out.effects.union(effects);
-                    }
                 }
                 pos += take;
+                if self.skip_bytes == 0 {
+                    let effects = self.scan.take().map_or(Effects::NONE, |scan| scan.finish());
+                    out.effects = out.effects.union(effects);
+                    self.finish_streamed(effects, rewriter.as_deref_mut());
+                }
                 continue;
+            }
+            if rewriter
+                .as_ref()
+                .is_some_and(|rewriter| rewriter.server.ledger.holds_back())
+            {
+                // The rest waits for the answer to a segment that changed statements.
+                break;
             }
             let header = match framing::peek_header(&input[pos..], &limits) {
                 Ok(Some(header)) => header,
@@ -102,22 +157,44 @@ impl Forwarder {
                 out.end = Some(ForwardEnd::InvalidType(code));
                 break;
             }
+            let total = header.len as usize + 1;
+            let available = &input[pos..];
+            let plan = match rewriter {
+                None => Plan::Stream,
+                Some(_) if code == codes::frontend::BIND => {
+                    match Rewriter::bind_head_len(&available[..available.len().min(total)]) {
+                        Some(len) => Plan::BindHead(len),
+                        None if available.len() < total.min(MAX_BIND_HEAD_BYTES) => break,
+                        None => Plan::Stream,
+                    }
+                }
+                Some(_)
+                    if total <= whole_limit
+                        && Rewriter::needs_whole(
+                            code,
+                            &available[HEADER_LEN.min(available.len())..],
+                        ) =>
+                {
+                    if available.len() < total {
+                        break;
+                    }
+                    Plan::Whole
+                }
+                Some(_) => Plan::Stream,
+            };
             if tracker.on_client_message(code).is_err() {
                 out.end = Some(ForwardEnd::Malformed);
                 break;
             }
             out.started |= matches!(code, b'Q' | b'S' | b'F');
-            pos += HEADER_LEN;
-            self.skip_bytes = header.body_len();
             let parse = code == codes::frontend::PARSE;
+            let mut effects = Effects::NONE;
+            let mut streamed_scan = None;
             if let Some(watch) = watch.filter(|_| parse || code == codes::frontend::QUERY) {
-                match input.get(pos..pos + self.skip_bytes) {
+                match input.get(pos + HEADER_LEN..pos + total) {
                     // The usual case: the whole text is here, classified (or found in the
                     // cache) with no state kept.
-                    Some(body) => {
-                        let effects = texts.classify(body, parse, watch.conforming_strings);
-                        out.effects = out.effects.union(effects);
-                    }
+                    Some(body) => effects = texts.classify(body, parse, watch.conforming_strings),
                     // A text arriving in pieces: classified as they stream through.
                     None => {
                         let scanner = if parse {
@@ -125,24 +202,89 @@ impl Forwarder {
                         } else {
                             StateScanner::query()
                         };
-                        let scanner = scanner.standard_conforming_strings(watch.conforming_strings);
-                        self.scan = Some(Box::new(scanner));
+                        streamed_scan = Some(Box::new(
+                            scanner.standard_conforming_strings(watch.conforming_strings),
+                        ));
+                    }
+                }
+            }
+            if rewriter.is_some() && plan == Plan::Whole {
+                // Named statements no longer pin: the rewriter carries them between servers.
+                effects = effects.difference(Effects::NAMED_STATEMENT);
+            }
+            out.effects = out.effects.union(effects);
+            match (plan, rewriter.as_deref_mut()) {
+                (Plan::Whole, Some(rewriter)) => {
+                    flush(input, &mut pos, &mut out.chunks);
+                    let frame = input.split_to(total).freeze();
+                    let outcome = rewriter.message(&frame, effects, &mut out.chunks);
+                    tell_tracker(tracker, rewriter);
+                    match outcome {
+                        Rewrite::AsIs => out.chunks.push(frame),
+                        Rewrite::Replaced => {}
+                        Rewrite::OverLimit => {
+                            out.end = Some(ForwardEnd::TooManyStatements);
+                            break;
+                        }
+                    }
+                }
+                (Plan::BindHead(head_len), Some(rewriter)) => {
+                    flush(input, &mut pos, &mut out.chunks);
+                    let head = input.split_to(head_len).freeze();
+                    let outcome = rewriter.bind_head(&head, &mut out.chunks);
+                    tell_tracker(tracker, rewriter);
+                    if outcome == Rewrite::AsIs {
+                        out.chunks.push(head);
+                    }
+                    self.skip_bytes = total - head_len;
+                }
+                _ => {
+                    pos += HEADER_LEN;
+                    self.skip_bytes = header.body_len();
+                    self.scan = streamed_scan;
+                    self.streaming = Some((code, effects));
+                    if self.skip_bytes == 0 {
+                        self.finish_streamed(Effects::NONE, rewriter.as_deref_mut());
                     }
                 }
             }
         }
-        if pos > 0 {
-            out.chunk = Some(input.split_to(pos).freeze());
-        }
+        flush(input, &mut pos, &mut out.chunks);
         if out.end == Some(ForwardEnd::Terminate) {
             input.clear();
         }
         out
     }
 
+    /// The last byte of a streamed message is going: the rewriter's ledger learns of it.
+    fn finish_streamed(&mut self, more: Effects, rewriter: Option<&mut Rewriter<'_>>) {
+        let Some((code, effects)) = self.streaming.take() else {
+            return;
+        };
+        if let Some(rewriter) = rewriter {
+            rewriter.passed(code, effects.union(more));
+        }
+    }
+
     /// Whether a message is partly forwarded (its body still streaming).
     pub fn mid_message(&self) -> bool {
         self.skip_bytes > 0
+    }
+}
+
+/// Sends `input[..pos]` on as it is.
+fn flush(input: &mut BytesMut, pos: &mut usize, chunks: &mut Chunks) {
+    if *pos > 0 {
+        chunks.push(input.split_to(*pos).freeze());
+        *pos = 0;
+    }
+}
+
+/// The tracker counts what pgtier sends of its own too.
+fn tell_tracker(tracker: &mut Tracker, rewriter: &mut Rewriter<'_>) {
+    for code in rewriter.take_injected() {
+        // The tracker only refuses messages after Terminate, which never precedes these.
+        let _ = tracker.on_client_message(code);
     }
 }
 
@@ -169,11 +311,12 @@ mod tests {
         let out = Forwarder::default().forward(
             &mut input,
             &mut tracker,
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
-        assert_eq!(out.chunk.map(|c| c.len()), Some(2 * 14));
+        assert_eq!(out.chunks.iter().map(|c| c.len()).sum::<usize>(), 2 * 14);
         assert!(out.started && out.end.is_none());
         assert!(input.is_empty());
         assert!(tracker.has_outstanding());
@@ -192,11 +335,14 @@ mod tests {
             let out = forwarder.forward(
                 &mut input,
                 &mut tracker,
-                1 << 20,
+                ForwardLimits::messages(1 << 20),
                 WATCH,
                 &mut TextCache::default(),
+                None,
             );
-            sent.extend_from_slice(&out.chunk.unwrap_or_default());
+            for chunk in &out.chunks {
+                sent.extend_from_slice(chunk);
+            }
             effects = effects.union(out.effects);
         }
         assert_eq!(sent, message, "every byte forwarded, in order");
@@ -210,9 +356,10 @@ mod tests {
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
         assert!(out.effects.is_empty());
     }
@@ -223,12 +370,13 @@ mod tests {
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
         assert_eq!(out.end, Some(ForwardEnd::Terminate));
-        assert_eq!(out.chunk.map(|c| c.len()), Some(14));
+        assert_eq!(out.chunks.iter().map(|c| c.len()).sum::<usize>(), 14);
         assert!(input.is_empty());
     }
 
@@ -238,28 +386,31 @@ mod tests {
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
         assert_eq!(out.end, Some(ForwardEnd::InvalidType(b'@')));
-        assert!(out.chunk.is_none());
+        assert!(out.chunks.is_empty());
         let mut input = BytesMut::from(&b"Q\0\0\0\x02"[..]);
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
         assert_eq!(out.end, Some(ForwardEnd::Malformed));
         let mut input = BytesMut::from(&b"Q\x7f\0\0\0"[..]);
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1024,
+            ForwardLimits::messages(1024),
             None,
             &mut TextCache::default(),
+            None,
         );
         assert_eq!(
             out.end,
@@ -274,11 +425,12 @@ mod tests {
         let out = Forwarder::default().forward(
             &mut input,
             &mut Tracker::default(),
-            1 << 20,
+            ForwardLimits::messages(1 << 20),
             None,
             &mut TextCache::default(),
+            None,
         );
-        assert!(out.chunk.is_none() && out.end.is_none());
+        assert!(out.chunks.is_empty() && out.end.is_none());
         assert_eq!(input.len(), 3);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod forward;
+pub mod pins;
 pub mod startup;
 pub mod texts;
 
@@ -14,14 +15,15 @@ use bytes::BytesMut;
 use pgtier_core::class::ClassSetting;
 use pgtier_core::config::PoolMode;
 use pgtier_pool::{PoolId, WaitTicket};
-use pgtier_wire::session_state::Effects;
 
 use crate::cancel::CancelKey;
 use crate::ids::ServerId;
 use crate::params::TrackedParams;
+use crate::prepared::ClientStatements;
 use crate::services::ReplicaLease;
 use auth::PasswordCheck;
 use forward::Forwarder;
+use pins::Pins;
 
 /// Where a client is in its life. The fields each variant holds are valid only there.
 #[derive(Debug)]
@@ -76,8 +78,10 @@ pub struct Session {
     /// Its hold on a replica, on a replica-set entry.
     pub lease: Option<Box<dyn ReplicaLease>>,
     /// In transaction mode, the session state it created (a plain SET, LISTEN, a temp
-    /// table, a named statement...): it keeps its server until it leaves. Empty while none.
-    pub pinned: Effects,
+    /// table...): it keeps its server until the state is gone.
+    pub pins: Pins,
+    /// In transaction mode, its named prepared statements (created at its first).
+    pub statements: Option<Box<ClientStatements>>,
     pub forwarder: Forwarder,
     /// When its current query started, if one runs (query_timeout, latency).
     pub query_started: Option<Instant>,
@@ -89,7 +93,7 @@ pub struct Session {
 impl Session {
     /// It created session state and keeps its server between transactions.
     pub fn pins_server(&self) -> bool {
-        self.pinned.pins()
+        self.pins.is_pinned()
     }
 }
 

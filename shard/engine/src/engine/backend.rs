@@ -14,6 +14,7 @@ use crate::client::ClientState;
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
+use crate::prepared::{Chunks, ClientStatements, Fallout};
 use crate::server::ServerState;
 use crate::server::login::{Credentials, LoginStep, ServerLogin};
 use crate::server::relay::is_shutdown_error;
@@ -217,16 +218,21 @@ impl Engine {
             return;
         };
         let welcoming = matches!(client.state, ClientState::Welcoming { .. });
-        let scan = server.relay.scan(
+        let mut scan = server.relay.scan_linked(
             &server.input,
             &mut server.tracker,
             &mut server.params,
             Some(&mut session.tracked),
+            session.statements.as_deref(),
             max,
         );
-        let _ = server.input.split_to(scan.drop_bytes);
-        let forwarded =
-            (scan.forward_bytes > 0).then(|| server.input.split_to(scan.forward_bytes).freeze());
+        let mut forwarded = Chunks::new();
+        scan.take_from(&mut server.input, &mut forwarded);
+        apply_fallout(&mut session.statements, server.relay.take_fallout());
+        let mut unpinned = false;
+        if let Some(status) = scan.last_status {
+            unpinned = session.pins.on_ready(status, scan.errors);
+        }
         let elapsed_us = session.query_started.map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
         });
@@ -242,8 +248,11 @@ impl Engine {
         for _ in 0..scan.transactions {
             self.counters.record_transaction(class, elapsed_us);
         }
-        if let Some(bytes) = forwarded {
+        for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
+        }
+        if unpinned {
+            debug!(?client_id, "client unpinned: its session state is gone");
         }
         self.apply_back_pressure(server_id, client_id);
         if scan.fatal_forwarded {
@@ -264,10 +273,16 @@ impl Engine {
             self.server_message_too_long(server_id, client_id, len);
             return;
         }
-        if scan.session_param_changed && mode == PoolMode::Transaction {
+        if scan.session_param_changed
+            && mode == PoolMode::Transaction
+            && self.limits.pin_session_state
+        {
             self.pin_client(client_id, server_id, Effects::SET);
         }
         if !scan.idle {
+            if scan.last_status.is_some() {
+                self.forward_held_input(server_id, client_id);
+            }
             return;
         }
         if welcoming {
@@ -279,6 +294,23 @@ impl Engine {
         if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
         {
             self.release_server(server_id);
+        }
+    }
+
+    /// Client input held back while the server answered a segment that changed statements
+    /// goes on now, if the server still serves this client.
+    fn forward_held_input(&mut self, server_id: ServerId, client_id: ClientId) {
+        let Some(server) = self.servers.get(server_id.0) else {
+            return;
+        };
+        if server.client() != Some(client_id) || server.relay.holds_back_client() {
+            return;
+        }
+        let pending = self.clients.get(client_id.0).is_some_and(|client| {
+            !client.input.is_empty() && matches!(client.state, ClientState::Linked { .. })
+        });
+        if pending {
+            self.forward(client_id, server_id);
         }
     }
 
@@ -329,14 +361,16 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let scan = server.relay.scan(
+        let mut scan = server.relay.scan(
             &server.input,
             &mut server.tracker,
             &mut server.params,
             None,
             max,
         );
-        let _ = server.input.split_to(scan.drop_bytes);
+        scan.take_from(&mut server.input, &mut Chunks::new());
+        // Its client is gone: what the answers decided for its names concerns no one.
+        let _ = server.relay.take_fallout();
         if scan.malformed || scan.oversized.is_some() {
             self.close_server(id);
             return;
@@ -482,5 +516,19 @@ impl Engine {
         };
         server.cancels_pending = server.cancels_pending.saturating_sub(1);
         self.advance_release(id);
+    }
+}
+
+/// Applies what a server's answers decided for its client's statement names.
+fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout>) {
+    let Some(names) = names.as_mut() else {
+        return;
+    };
+    for change in fallout {
+        match change {
+            Fallout::Forget(name, statement) => names.forget(&name, &statement),
+            Fallout::Restore(name, statement) => names.restore(&name, statement),
+            Fallout::Clear => names.clear(),
+        }
     }
 }

@@ -14,11 +14,12 @@ use tracing::debug;
 
 use crate::action::{Action, Conn};
 use crate::client::ClientState;
-use crate::client::forward::{ForwardEnd, Watch};
+use crate::client::forward::{ForwardEnd, ForwardLimits, Watch};
 use crate::command::{Command, ShutdownMode};
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
+use crate::prepared::{Rewriter, StatementLimits};
 use crate::server::release::ClientLeft;
 use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
 use crate::tracker::Tracker;
@@ -221,10 +222,11 @@ impl Engine {
                 return;
             }
         };
-        let Some(slot) = self
-            .servers
-            .insert(ServerConn::new(pool, addr, mode, self.now))
-        else {
+        let mut server = ServerConn::new(pool, addr, mode, self.now);
+        if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
+            server.relay.prepared = Some(Box::default());
+        }
+        let Some(slot) = self.servers.insert(server) else {
             let error = messages::fatal(
                 sqlstate::TOO_MANY_CONNECTIONS,
                 "too many server connections on this worker",
@@ -411,6 +413,12 @@ impl Engine {
     /// Moves the client's complete (or streaming) messages to its server.
     pub(super) fn forward(&mut self, id: ClientId, server_id: ServerId) {
         let max = self.limits.max_client_message_bytes;
+        let whole_limit = self.limits.client_input_limit_bytes;
+        let statement_limits = StatementLimits {
+            per_server: self.limits.max_prepared_statements,
+            client_bytes: self.limits.max_client_prepared_bytes,
+        };
+        let pinning = self.limits.pin_session_state;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -420,26 +428,46 @@ impl Engine {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        // In transaction mode, Query and Parse texts are classified until the client
-        // creates session state; from then on it keeps its server.
+        // In transaction mode, Query and Parse texts are classified: for the session state
+        // that pins the client (and the statements that undo it), and for the statements
+        // that drop named statements.
+        let rewriting = server.relay.prepared.is_some();
         let watch =
-            (session.mode == PoolMode::Transaction && !session.pins_server()).then(|| Watch {
+            (session.mode == PoolMode::Transaction && (pinning || rewriting)).then(|| Watch {
                 conforming_strings: session.tracked.standard_conforming_strings(),
             });
+        let mut rewriter = server
+            .relay
+            .prepared
+            .as_deref_mut()
+            .map(|prepared| Rewriter {
+                names: &mut session.statements,
+                server: prepared,
+                registry: &mut self.statements,
+                scratch: &mut self.scratch,
+                limits: statement_limits,
+                injected: Default::default(),
+            });
+        let sizes = ForwardLimits {
+            max_message_bytes: max,
+            whole_message_bytes: whole_limit,
+        };
         let out = session.forwarder.forward(
             &mut client.input,
             &mut server.tracker,
-            max,
+            sizes,
             watch,
             &mut self.texts,
+            rewriter.as_mut(),
         );
+        drop(rewriter);
         if out.started {
             session.query_started.get_or_insert(self.now);
         }
-        if let Some(chunk) = out.chunk {
+        for chunk in out.chunks {
             self.send(Conn::Server(server_id), chunk);
         }
-        if out.effects.pins() {
+        if pinning && !out.effects.is_empty() {
             self.pin_client(id, server_id, out.effects);
         }
         match out.end {
@@ -451,24 +479,36 @@ impl Engine {
             Some(ForwardEnd::Malformed) => {
                 self.protocol_error(id, "invalid message length or sequence");
             }
+            Some(ForwardEnd::TooManyStatements) => {
+                let message = format!(
+                    "prepared statements of this connection exceed max_client_prepared_bytes ({})",
+                    self.limits.max_client_prepared_bytes
+                );
+                let error = messages::fatal(sqlstate::OUT_OF_MEMORY, &message);
+                self.close_client(id, Some(error));
+            }
         }
     }
 
-    /// Keeps a transaction-mode client on its server from now on: it created session state
-    /// (`effects`), which would otherwise reach the server's next client. The server is
-    /// reset when the client leaves.
+    /// A transaction-mode client sent text with session-state effects: what pins keeps it
+    /// on its server from now on (the server is reset when they part); what clears is
+    /// counted once the server confirms it (`Pins::on_ready`).
     pub(super) fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
         let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
             return;
         };
-        if !session.pins_server() {
+        let was_pinned = session.pins_server();
+        session.pins.sent(effects);
+        if !effects.pins() {
+            return;
+        }
+        if !was_pinned {
             debug!(
                 ?id,
                 ?effects,
                 "client pinned to its server by session state"
             );
         }
-        session.pinned = session.pinned.union(effects);
         if let Some(server) = self.servers.get_mut(server_id.0) {
             server.reset = server.reset.max(Reset::SessionState);
         }

@@ -16,6 +16,8 @@ mod backend;
 mod link;
 mod login;
 #[cfg(test)]
+mod prepared_tests;
+#[cfg(test)]
 mod tests;
 mod upkeep;
 
@@ -93,6 +95,10 @@ pub struct Engine {
     secrets: SecretCache,
     /// Session-state effects of recently classified texts.
     texts: crate::client::texts::TextCache,
+    /// Named statements of this shard's transaction-mode clients, interned.
+    statements: crate::prepared::Registry,
+    /// Where the messages pgtier writes of its own are built.
+    scratch: bytes::BytesMut,
     routing: Box<dyn Routing>,
     console: Box<dyn Console>,
     resolver: Box<dyn Resolver>,
@@ -138,6 +144,8 @@ impl Engine {
             keys: CancelKeys::new(parts.shard),
             secrets: SecretCache::default(),
             texts: Default::default(),
+            statements: Default::default(),
+            scratch: bytes::BytesMut::new(),
             flush_policy: FlushPolicy::from(&config.pgtier),
             limits,
             config,

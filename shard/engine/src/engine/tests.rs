@@ -148,14 +148,15 @@ fn a_tracked_parameter_set_does_not_pin() {
 }
 
 #[test]
-fn a_named_statement_pins_in_transaction_mode() {
-    let mut h = Harness::new(&config(TX));
+fn without_statement_rewriting_a_named_statement_pins() {
+    let mut h = Harness::new(&config(&format!("{TX}\nmax_prepared_statements = 0")));
     let (a, _) = h.login("alice", "db");
     let mut bytes = testing::parse("s1", "SELECT 1");
     bytes.extend(testing::sync());
     h.client_sends(a, &bytes);
     assert_eq!(h.client_tags(a), "1Z");
     let server = h.live_servers()[0];
+    assert_eq!(h.backend(server).statements, ["s1"], "under its own name");
     let mut bytes = testing::bind("s1");
     bytes.extend(testing::execute());
     bytes.extend(testing::sync());
@@ -679,7 +680,7 @@ fn a_notification_reaches_a_pinned_listener_between_transactions() {
     let mut h = Harness::new(&config(TX));
     let (a, _) = h.login("alice", "db");
     h.client_sends(a, &query("LISTEN things"));
-    assert_eq!(h.client_tags(a), "TDCZ");
+    assert_eq!(h.client_tags(a), "CZ");
     let server = h.live_servers()[0];
     let mut body = 42u32.to_be_bytes().to_vec();
     body.extend_from_slice(b"things\0payload\0");
@@ -713,5 +714,8 @@ fn distinct_startup_parameters_cannot_lock_out_new_pools() {
         assert_eq!(h.client_tags(id), "TDCZ");
         h.client_leaves(id);
     }
-    assert!(h.live_servers().len() <= 2, "idle servers of evicted pools were closed");
+    assert!(
+        h.live_servers().len() <= 2,
+        "idle servers of evicted pools were closed"
+    );
 }

@@ -4,33 +4,51 @@
 //!
 //! Only ReadyForQuery, ParameterStatus and ErrorResponse are read whole; every other message
 //! streams through as it arrives, so a 50 MB row never has to sit in memory in one piece.
-//! The tracker learns each message type that changes what the server owes.
+//! The tracker learns each message type that changes what the server owes. In transaction
+//! mode with named statements (`crate::prepared`), the server's ledger is told every message
+//! too: answers to pgtier's own Parse/Close/Sync are taken out of the stream, and errors that
+//! name a server-side statement are given the client's name.
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use pgtier_wire::error_fields::Severity;
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::ErrorResponse;
 use pgtier_wire::{FrameLimits, ProtocolError};
+use smallvec::SmallVec;
 
 use crate::messages;
 use crate::params::TrackedParams;
+use crate::prepared::{ClientStatements, Fallout, ServerPrepared, Verdict, errors};
 use crate::tracker::{Tracker, TxStatus};
 
 /// Largest ReadyForQuery/ParameterStatus/ErrorResponse read whole.
 const MAX_INSPECTED_MESSAGE_BYTES: usize = 64 * 1024;
 
+/// A run of the walked bytes and what becomes of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Span {
+    /// Swallowed.
+    Drop(usize),
+    /// Forwarded as they are.
+    Forward(usize),
+    /// One message of this length, replaced by these bytes (an error renamed).
+    Replace(usize, Bytes),
+}
+
 /// What one walk found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Scan {
-    /// Bytes at the front to drop (swallowed responses).
-    pub drop_bytes: usize,
-    /// Bytes after those to forward to the client.
-    pub forward_bytes: usize,
+    /// The bytes consumed, in order.
+    pub spans: SmallVec<[Span; 4]>,
     /// ReadyForQuery messages forwarded (queries or Syncs completed).
     pub completed: u64,
     /// ReadyForQuery 'I' messages forwarded (transactions completed).
     pub transactions: u64,
+    /// ErrorResponse messages forwarded.
+    pub errors: u64,
+    /// Status of the last ReadyForQuery forwarded.
+    pub last_status: Option<TxStatus>,
     /// The server owes nothing now (ReadyForQuery 'I', no internal query outstanding).
     pub idle: bool,
     /// The server broke the protocol.
@@ -48,16 +66,71 @@ pub struct Scan {
     pub session_param_changed: bool,
 }
 
+impl Scan {
+    fn push(&mut self, span: Span) {
+        match (self.spans.last_mut(), span) {
+            (Some(Span::Drop(len)), Span::Drop(more)) => *len += more,
+            (Some(Span::Forward(len)), Span::Forward(more)) => *len += more,
+            (_, Span::Drop(0) | Span::Forward(0)) => {}
+            (_, span) => self.spans.push(span),
+        }
+    }
+
+    /// Bytes swallowed.
+    pub fn drop_bytes(&self) -> usize {
+        self.spans
+            .iter()
+            .map(|span| match span {
+                Span::Drop(len) => *len,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Bytes forwarded as they are.
+    pub fn forward_bytes(&self) -> usize {
+        self.spans
+            .iter()
+            .map(|span| match span {
+                Span::Forward(len) => *len,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Takes the walked bytes off `input`; what goes to the client is appended to `out`.
+    pub fn take_from(&mut self, input: &mut BytesMut, out: &mut SmallVec<[Bytes; 4]>) {
+        for span in self.spans.drain(..) {
+            match span {
+                Span::Drop(len) => input.advance(len),
+                Span::Forward(len) => out.push(input.split_to(len).freeze()),
+                Span::Replace(len, bytes) => {
+                    input.advance(len);
+                    out.push(bytes);
+                }
+            }
+        }
+    }
+}
+
 /// A server's relay state between walks.
 #[derive(Debug, Default)]
 pub struct Relay {
-    /// Body bytes of a streamed message still to come.
+    /// Body bytes of a streamed message still to come...
     skip_bytes: usize,
+    /// ...and whether they are swallowed.
+    skip_dropped: bool,
     /// Internal queries (reset, SET re-apply, check) whose answers are swallowed.
     swallow: u32,
     /// The first ErrorResponse among swallowed answers, kept until the code that sent the
     /// query looks at it.
     swallowed_error: Option<Bytes>,
+    /// Named-statement rewriting on this server (transaction mode), if on.
+    pub prepared: Option<Box<ServerPrepared>>,
+    /// What the answers decided for the linked client's statement names.
+    fallout: Vec<Fallout>,
+    /// Statement ids an error named (scratch).
+    mentioned: Vec<u64>,
 }
 
 impl Relay {
@@ -77,6 +150,25 @@ impl Relay {
         self.swallowed_error.take()
     }
 
+    /// The ledger still waits for answers (a pipeline of the client's, or pgtier's own).
+    pub fn owes_statement_answers(&self) -> bool {
+        self.prepared
+            .as_ref()
+            .is_some_and(|prepared| !prepared.ledger.is_empty())
+    }
+
+    /// The client's next messages wait for answers (`Ledger::holds_back`).
+    pub fn holds_back_client(&self) -> bool {
+        self.prepared
+            .as_ref()
+            .is_some_and(|prepared| prepared.ledger.holds_back())
+    }
+
+    /// What the walks decided for the client's statement names since last taken.
+    pub fn take_fallout(&mut self) -> Vec<Fallout> {
+        std::mem::take(&mut self.fallout)
+    }
+
     /// Walks `data`. With `client == None` everything consumed is dropped; otherwise the
     /// client's tracked parameters follow the ParameterStatus messages it is forwarded.
     pub fn scan(
@@ -84,7 +176,27 @@ impl Relay {
         data: &[u8],
         tracker: &mut Tracker,
         server_params: &mut TrackedParams,
+        client: Option<&mut TrackedParams>,
+        max_message_bytes: usize,
+    ) -> Scan {
+        self.scan_linked(
+            data,
+            tracker,
+            server_params,
+            client,
+            None,
+            max_message_bytes,
+        )
+    }
+
+    /// [`Relay::scan`] for a linked client whose statement `names` errors are given back.
+    pub fn scan_linked(
+        &mut self,
+        data: &[u8],
+        tracker: &mut Tracker,
+        server_params: &mut TrackedParams,
         mut client: Option<&mut TrackedParams>,
+        names: Option<&ClientStatements>,
         max_message_bytes: usize,
     ) -> Scan {
         let limits = FrameLimits {
@@ -95,14 +207,15 @@ impl Relay {
         let mut pos = 0usize;
         let drain_all = client.is_none();
         while pos < data.len() {
-            let dropping = drain_all || self.swallow > 0;
             if self.skip_bytes > 0 {
                 let take = self.skip_bytes.min(data.len() - pos);
                 self.skip_bytes -= take;
                 pos += take;
-                if dropping {
-                    out.drop_bytes = pos;
-                }
+                out.push(if self.skip_dropped {
+                    Span::Drop(take)
+                } else {
+                    Span::Forward(take)
+                });
                 continue;
             }
             let header = match framing::peek_header(&data[pos..], &limits) {
@@ -120,6 +233,29 @@ impl Relay {
             let (code, len) = (header.code, header.len as usize);
             let inspect =
                 matches!(code, b'Z' | b'S') || (code == b'E' && len <= MAX_INSPECTED_MESSAGE_BYTES);
+            if inspect && len > MAX_INSPECTED_MESSAGE_BYTES {
+                out.malformed = true;
+                break;
+            }
+            if inspect && data.len() - pos < len + 1 {
+                break;
+            }
+            // The message is taken now: the ledger hears of it exactly once. Answers to the
+            // engine's own queries come before anything of a client's and are not its.
+            let internal = self.swallow > 0;
+            let verdict = match self.prepared.as_mut().filter(|_| !internal) {
+                Some(prepared) => prepared.ledger.on_server_message(
+                    code,
+                    &mut prepared.statements,
+                    &mut self.fallout,
+                ),
+                None => Verdict::Forward,
+            };
+            if verdict == Verdict::Desync {
+                out.malformed = true;
+                break;
+            }
+            let dropping = drain_all || internal || verdict == Verdict::Swallow;
             if !inspect {
                 if Tracker::wants(code) && tracker.on_server_message(code, &[]).is_err() {
                     out.malformed = true;
@@ -127,21 +263,22 @@ impl Relay {
                 }
                 pos += HEADER_LEN;
                 self.skip_bytes = len - 4;
-                if dropping {
-                    out.drop_bytes = pos;
-                }
+                self.skip_dropped = dropping;
+                out.push(if dropping {
+                    Span::Drop(HEADER_LEN)
+                } else {
+                    Span::Forward(HEADER_LEN)
+                });
                 continue;
-            }
-            if len > MAX_INSPECTED_MESSAGE_BYTES {
-                out.malformed = true;
-                break;
-            }
-            if data.len() - pos < len + 1 {
-                break;
             }
             let body = &data[pos + HEADER_LEN..pos + 1 + len];
             let frame = &data[pos..pos + 1 + len];
             pos += len + 1;
+            let mut span = if dropping {
+                Span::Drop(len + 1)
+            } else {
+                Span::Forward(len + 1)
+            };
             match code {
                 b'S' => {
                     if let Some((name, value)) = messages::parse_parameter_status(body) {
@@ -159,14 +296,12 @@ impl Relay {
                         out.malformed = true;
                         break;
                     };
-                    if self.swallow > 0 {
+                    if internal {
                         self.swallow -= 1;
-                        out.drop_bytes = pos;
-                        continue;
-                    }
-                    if !dropping {
+                    } else if !dropping {
                         out.completed += 1;
                         out.transactions += u64::from(status == TxStatus::Idle);
+                        out.last_status = Some(status);
                     }
                 }
                 _ => {
@@ -175,23 +310,46 @@ impl Relay {
                         out.malformed = true;
                         break;
                     }
-                    if self.swallow > 0 {
+                    if internal {
                         if self.swallowed_error.is_none() {
                             self.swallowed_error = Some(Bytes::copy_from_slice(frame));
                         }
-                    } else if !dropping && is_fatal(body) {
-                        out.fatal_forwarded = true;
-                        out.shutdown_forwarded |= is_shutdown_error(body);
+                    } else if !dropping {
+                        out.errors += 1;
+                        if is_fatal(body) {
+                            out.fatal_forwarded = true;
+                            out.shutdown_forwarded |= is_shutdown_error(body);
+                        }
+                        if let Some(renamed) = self.rename(frame, names) {
+                            span = Span::Replace(len + 1, renamed);
+                        }
                     }
                 }
             }
-            if dropping {
-                out.drop_bytes = pos;
-            }
+            out.push(span);
         }
-        out.forward_bytes = pos - out.drop_bytes;
-        out.idle = tracker.is_idle() && self.swallow == 0;
+        out.idle = tracker.is_idle()
+            && self.swallow == 0
+            && self
+                .prepared
+                .as_ref()
+                .is_none_or(|prepared| prepared.ledger.is_empty());
         out
+    }
+
+    /// An error naming server-side statements, with the client's names in it; the named
+    /// statements may not be what the cache thinks (a 26000 for one it believed prepared,
+    /// after a `DEALLOCATE ALL` inside a function), so they are closed before the next use.
+    fn rename(&mut self, frame: &[u8], names: Option<&ClientStatements>) -> Option<Bytes> {
+        let prepared = self.prepared.as_mut()?;
+        self.mentioned.clear();
+        let empty = ClientStatements::default();
+        let renamed =
+            errors::restore_client_names(frame, names.unwrap_or(&empty), &mut self.mentioned);
+        for id in self.mentioned.drain(..) {
+            prepared.statements.set_unknown(id);
+        }
+        renamed
     }
 }
 
@@ -254,9 +412,9 @@ mod tests {
             Some(&mut client),
             1 << 20,
         );
-        assert_eq!(scan.forward_bytes, data.len());
+        assert_eq!(scan.forward_bytes(), data.len());
         assert_eq!(
-            (scan.drop_bytes, scan.completed, scan.transactions),
+            (scan.drop_bytes(), scan.completed, scan.transactions),
             (0, 1, 1)
         );
         assert!(scan.idle);
@@ -279,8 +437,8 @@ mod tests {
             1 << 20,
         );
         let swallowed = frame(b'E', b"SERROR\0C22023\0Mbad\0\0").len() + 6;
-        assert_eq!(scan.drop_bytes, swallowed);
-        assert_eq!(scan.forward_bytes, data.len() - swallowed);
+        assert_eq!(scan.drop_bytes(), swallowed);
+        assert_eq!(scan.forward_bytes(), data.len() - swallowed);
         assert!(relay.take_swallowed_error().is_some());
         assert!(scan.idle);
     }
@@ -296,7 +454,7 @@ mod tests {
             1 << 20,
         );
         assert!(scan.fatal_forwarded && scan.shutdown_forwarded);
-        assert_eq!(scan.forward_bytes, data.len());
+        assert_eq!(scan.forward_bytes(), data.len());
     }
 
     #[test]
@@ -309,7 +467,8 @@ mod tests {
         let (first, second) = data.split_at(9);
         let scan = relay.scan(first, &mut tracker, &mut server, Some(&mut client), 1 << 20);
         assert_eq!(
-            scan.forward_bytes, 9,
+            scan.forward_bytes(),
+            9,
             "a header and part of a body stream through"
         );
         let scan = relay.scan(
@@ -319,7 +478,7 @@ mod tests {
             Some(&mut client),
             1 << 20,
         );
-        assert_eq!(scan.forward_bytes, second.len());
+        assert_eq!(scan.forward_bytes(), second.len());
         assert!(scan.idle);
     }
 
@@ -351,7 +510,7 @@ mod tests {
             None,
             1 << 20,
         );
-        assert_eq!((scan.drop_bytes, scan.forward_bytes), (data.len(), 0));
+        assert_eq!((scan.drop_bytes(), scan.forward_bytes()), (data.len(), 0));
         assert!(scan.idle && scan.completed == 0);
     }
 
@@ -388,6 +547,6 @@ mod tests {
             50,
         );
         assert_eq!(scan.oversized, Some(104));
-        assert_eq!(scan.forward_bytes, 0);
+        assert_eq!(scan.forward_bytes(), 0);
     }
 }

@@ -6,6 +6,8 @@
 
 use pgtier_core::config::PoolMode;
 
+use pgtier_wire::session_state::Effects;
+
 use crate::server::{ServerConn, ServerState};
 use crate::tracker::ServerPhase;
 
@@ -67,7 +69,10 @@ impl ServerConn {
     /// and after every answer it gets while releasing. `reset_query` is
     /// `server_reset_query`.
     pub fn next_release_step(&mut self, reset_query: &str) -> ReleaseStep {
-        if self.tracker.has_outstanding() || self.relay.owes_internal() || self.cancels_pending > 0
+        if self.tracker.has_outstanding()
+            || self.relay.owes_internal()
+            || self.relay.owes_statement_answers()
+            || self.cancels_pending > 0
         {
             return ReleaseStep::Wait;
         }
@@ -85,6 +90,7 @@ impl ServerConn {
                     Reset::SessionState if reset_query.is_empty() => "DISCARD ALL",
                     Reset::Configured | Reset::SessionState => reset_query,
                 };
+                self.statements_reset_by(query);
                 ReleaseStep::Query(self.internal_query(query))
             }
             ServerPhase::InTransaction(_) => match &mut self.state {
@@ -95,6 +101,20 @@ impl ServerConn {
                 _ => ReleaseStep::Close("still inside a transaction after its rollback"),
             },
             _ => ReleaseStep::Close("left inside a protocol exchange it cannot finish"),
+        }
+    }
+
+    /// The reset query may drop the server's named statements (`DISCARD ALL` does): what
+    /// the cache believes follows it. Should the query fail, the server is closed anyway.
+    fn statements_reset_by(&mut self, query: &str) {
+        let Some(prepared) = self.relay.prepared.as_mut() else {
+            return;
+        };
+        let effects = pgtier_wire::session_state::classify_query(query.as_bytes());
+        if effects.intersects(Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL)) {
+            prepared.statements.clear();
+        } else if effects.intersects(Effects::DEALLOCATE) {
+            prepared.statements.all_unknown();
         }
     }
 

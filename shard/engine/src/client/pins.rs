@@ -1,0 +1,161 @@
+//! Why a transaction-mode client keeps its server between transactions, and when it may let
+//! go. Session state it creates (`pgtier_wire::session_state`) pins it; the statements that
+//! undo that state (`RESET ALL`, `UNLISTEN *`, `DISCARD ALL`...) unpin it once the server
+//! confirms they ran: the next ReadyForQuery says idle, with no error since they were sent
+//! (a `RESET ALL` in a transaction that rolls back resets nothing).
+
+use pgtier_wire::session_state::Effects;
+
+use crate::tracker::TxStatus;
+
+/// A client's pins.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pins {
+    held: Effects,
+    /// Clearing statements sent and not yet confirmed.
+    clearing: Effects,
+}
+
+/// What each clearing statement undoes. `RESET ALL` leaves role and session authorization
+/// (PostgreSQL keeps them out of it) and whatever `set_config` may have set them to;
+/// `RESET name`, `UNLISTEN name` and `DEALLOCATE name` leave the rest of their kind, so they
+/// undo nothing here.
+const UNDOES: [(Effects, Effects); 6] = [
+    (Effects::DISCARD_ALL, Effects::PINNING),
+    (Effects::RESET_ALL, Effects::SET),
+    (Effects::UNLISTEN_ALL, Effects::LISTEN),
+    (
+        Effects::DEALLOCATE_ALL,
+        Effects::PREPARE.union(Effects::NAMED_STATEMENT),
+    ),
+    (Effects::ADVISORY_UNLOCK_ALL, Effects::ADVISORY_LOCK),
+    (Effects::CLOSE_ALL, Effects::HOLD_CURSOR),
+];
+
+/// How each pin reads in `SHOW CLIENTS`.
+const REASONS: [(Effects, &str); 11] = [
+    (Effects::SET, "set"),
+    (Effects::SET_ROLE, "set_role"),
+    (Effects::SET_CONFIG, "set_config"),
+    (Effects::LISTEN, "listen"),
+    (Effects::TEMP, "temp_table"),
+    (Effects::ADVISORY_LOCK, "advisory_lock"),
+    (Effects::HOLD_CURSOR, "hold_cursor"),
+    (Effects::PREPARE, "prepare"),
+    (Effects::NAMED_STATEMENT, "named_statement"),
+    (Effects::LOAD, "load"),
+    (Effects::UNCERTAIN, "uncertain"),
+];
+
+impl Pins {
+    /// A message with these effects was sent: what pins is held from now on, what clears
+    /// waits for the server's word.
+    pub fn sent(&mut self, effects: Effects) {
+        self.held = self.held.union(effects.intersection(Effects::PINNING));
+        self.clearing = self.clearing.union(effects.intersection(undoing()));
+    }
+
+    /// A ReadyForQuery came with `status`, after `errors` ErrorResponses in the same walk.
+    /// Returns whether the client stopped being pinned just now.
+    pub fn on_ready(&mut self, status: TxStatus, errors: u64) -> bool {
+        if self.clearing.is_empty() {
+            return false;
+        }
+        if errors > 0 || status == TxStatus::Failed {
+            self.clearing = Effects::NONE;
+            return false;
+        }
+        if status != TxStatus::Idle {
+            // Inside a transaction block: it counts once the block commits.
+            return false;
+        }
+        let was_pinned = self.is_pinned();
+        for (clear, undone) in UNDOES {
+            if self.clearing.intersects(clear) {
+                self.held = self.held.difference(undone);
+            }
+        }
+        self.clearing = Effects::NONE;
+        was_pinned && !self.is_pinned()
+    }
+
+    pub fn is_pinned(&self) -> bool {
+        self.held.pins()
+    }
+
+    /// The pins, for logs.
+    pub fn held(&self) -> Effects {
+        self.held
+    }
+
+    /// The pins as `SHOW CLIENTS` prints them (`listen,set`), empty when none.
+    pub fn reasons(&self) -> String {
+        let mut out = String::new();
+        for (effect, name) in REASONS {
+            if self.held.intersects(effect) {
+                if !out.is_empty() {
+                    out.push(',');
+                }
+                out.push_str(name);
+            }
+        }
+        out
+    }
+}
+
+fn undoing() -> Effects {
+    UNDOES
+        .iter()
+        .fold(Effects::NONE, |all, (clear, _)| all.union(*clear))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_confirmed_clear_unpins_and_an_unconfirmed_one_does_not() {
+        let mut pins = Pins::default();
+        pins.sent(Effects::LISTEN.union(Effects::SET));
+        assert!(pins.is_pinned());
+        assert_eq!(pins.reasons(), "set,listen");
+        pins.sent(Effects::UNLISTEN_ALL);
+        assert!(!pins.on_ready(TxStatus::Idle, 0), "still a SET");
+        assert_eq!(pins.reasons(), "set");
+        pins.sent(Effects::RESET_ALL);
+        assert!(!pins.on_ready(TxStatus::Idle, 1), "the RESET ALL failed");
+        assert!(pins.is_pinned());
+        pins.sent(Effects::RESET_ALL);
+        assert!(
+            !pins.on_ready(TxStatus::InTransaction, 0),
+            "not committed yet"
+        );
+        assert!(pins.on_ready(TxStatus::Idle, 0));
+        assert!(!pins.is_pinned() && pins.reasons().is_empty());
+    }
+
+    #[test]
+    fn reset_all_leaves_a_role_and_discard_all_takes_everything() {
+        let mut pins = Pins::default();
+        pins.sent(Effects::SET_ROLE.union(Effects::SET).union(Effects::TEMP));
+        pins.sent(Effects::RESET_ALL);
+        pins.on_ready(TxStatus::Idle, 0);
+        assert_eq!(pins.reasons(), "set_role,temp_table");
+        pins.sent(Effects::DISCARD_ALL);
+        assert!(pins.on_ready(TxStatus::Idle, 0));
+        assert!(!pins.is_pinned());
+    }
+
+    #[test]
+    fn clears_of_one_name_undo_nothing() {
+        let mut pins = Pins::default();
+        pins.sent(Effects::LISTEN.union(Effects::PREPARE));
+        pins.sent(
+            Effects::UNLISTEN
+                .union(Effects::DEALLOCATE)
+                .union(Effects::RESET),
+        );
+        pins.on_ready(TxStatus::Idle, 0);
+        assert_eq!(pins.reasons(), "listen,prepare");
+    }
+}

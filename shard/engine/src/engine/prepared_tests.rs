@@ -1,0 +1,364 @@
+//! Table tests of named statements in transaction mode (`crate::prepared`), through the
+//! kernel-less harness: statements follow their client to any server, are prepared there on
+//! demand, answer with the client's names, and pipelines with errors in them behave as on
+//! PostgreSQL; and of pins that end when the state they stand for is gone.
+
+use crate::testing::{Harness, Msg, bind, close, config, describe, execute, parse, query, sync};
+
+/// Two servers at most, rewriting on (the default `max_prepared_statements`).
+const TX: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 1";
+
+fn tags(messages: &[Msg]) -> String {
+    messages.iter().map(|m| m.tag as char).collect()
+}
+
+fn errors(messages: &[Msg]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .filter(|m| m.tag == b'E')
+        .map(|m| {
+            (
+                m.sqlstate().unwrap_or_default(),
+                m.field(b'M').unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn pipeline(parts: &[Vec<u8>]) -> Vec<u8> {
+    parts.concat()
+}
+
+#[test]
+fn two_clients_share_one_server_each_with_its_own_s1() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(b, &pipeline(&[parse("s1", "SELECT 2"), sync()]));
+    assert_eq!(
+        h.client_tags(b),
+        "1Z",
+        "no 'already exists': b's s1 is its own"
+    );
+    assert_eq!(h.live_servers().len(), 1, "both ran on the one server");
+    let server = h.live_servers()[0];
+    assert_eq!(h.backend(server).statements, ["pgtier_1", "pgtier_2"]);
+    for client in [a, b] {
+        h.client_sends(client, &pipeline(&[bind("s1"), execute(), sync()]));
+        assert_eq!(h.client_tags(client), "2CZ");
+    }
+    assert!(
+        !h.backend(server).seen.iter().any(|sql| sql.is_empty()),
+        "nothing but the two Parses reached the server"
+    );
+}
+
+#[test]
+fn the_same_text_is_one_statement_on_the_server() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    for client in [a, b] {
+        h.client_sends(client, &pipeline(&[parse("mine", "SELECT 1"), sync()]));
+        assert_eq!(h.client_tags(client), "1Z");
+    }
+    let server = h.live_servers()[0];
+    assert_eq!(
+        h.backend(server).statements,
+        ["pgtier_1"],
+        "b's Parse of the same text re-prepared it (Close, Parse) rather than making a second"
+    );
+    let closes = h
+        .output_to(server)
+        .windows(10)
+        .filter(|w| w == b"Spgtier_1\0")
+        .count();
+    assert_eq!(closes, 1, "one Close before b's Parse");
+}
+
+#[test]
+fn a_statement_is_prepared_again_on_every_new_server() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_lifetime = 0")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    for round in 0..3 {
+        h.client_sends(a, &pipeline(&[bind("s1"), execute(), sync()]));
+        assert_eq!(
+            h.client_tags(a),
+            "2CZ",
+            "round {round}: the injected Parse is not seen"
+        );
+        assert!(
+            h.live_servers().is_empty(),
+            "round {round}: its server was used once"
+        );
+    }
+}
+
+#[test]
+fn errors_carry_the_clients_names() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 2"), sync()]));
+    let out = h.client_output(a);
+    assert_eq!(tags(&out), "EZ");
+    assert_eq!(
+        errors(&out),
+        [(
+            "42P05".into(),
+            "prepared statement \"s1\" already exists".into()
+        )]
+    );
+    h.client_sends(a, &pipeline(&[bind("nope"), execute(), sync()]));
+    let out = h.client_output(a);
+    assert_eq!(
+        errors(&out),
+        [(
+            "26000".into(),
+            "prepared statement \"nope\" does not exist".into()
+        )],
+        "an unknown name reaches the server as the client wrote it"
+    );
+    h.client_sends(
+        a,
+        &pipeline(&[describe(b'S', "s1"), close(b'S', "other"), sync()]),
+    );
+    assert_eq!(h.client_tags(a), "tn3Z");
+}
+
+#[test]
+fn an_error_in_a_pipeline_skips_to_the_sync_and_what_was_skipped_does_not_exist() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(
+        a,
+        &pipeline(&[
+            parse("s1", "SELECT 1"),
+            bind("s1"),
+            execute(),
+            parse("s2", "FAIL here"),
+            bind("s2"),
+            execute(),
+            parse("s3", "SELECT 3"),
+            close(b'S', "s1"),
+            sync(),
+            bind("s1"),
+            execute(),
+            sync(),
+            bind("s3"),
+            sync(),
+        ]),
+    );
+    let out = h.client_output(a);
+    assert_eq!(tags(&out), "12CEZ2CZEZ", "as PostgreSQL answers it");
+    let errs = errors(&out);
+    assert_eq!(errs[0].0, "42601");
+    assert_eq!(
+        errs[1],
+        (
+            "26000".into(),
+            "prepared statement \"s3\" does not exist".into()
+        ),
+        "the skipped Parse made nothing, and the skipped Close closed nothing"
+    );
+}
+
+#[test]
+fn a_close_forgets_the_name_and_keeps_the_statement_for_others() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(
+        a,
+        &pipeline(&[parse("s1", "SELECT 1"), close(b'S', "s1"), sync()]),
+    );
+    assert_eq!(h.client_tags(a), "13Z");
+    h.client_sends(a, &pipeline(&[bind("s1"), sync()]));
+    assert_eq!(errors(&h.client_output(a))[0].0, "26000");
+    let server = h.live_servers()[0];
+    assert_eq!(h.backend(server).statements, ["pgtier_1"]);
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 2"), bind("s1"), sync()]));
+    assert_eq!(h.client_tags(a), "12Z", "the name is free again");
+}
+
+#[test]
+fn a_full_cache_evicts_the_least_recently_used() {
+    let mut h = Harness::new(&config(&format!("{TX}\nmax_prepared_statements = 2")));
+    let (a, _) = h.login("alice", "db");
+    for (name, sql) in [("a", "SELECT 1"), ("b", "SELECT 2"), ("c", "SELECT 3")] {
+        h.client_sends(a, &pipeline(&[parse(name, sql), sync()]));
+        assert_eq!(h.client_tags(a), "1Z");
+    }
+    let server = h.live_servers()[0];
+    assert_eq!(h.backend(server).statements, ["pgtier_2", "pgtier_3"]);
+    h.client_sends(a, &pipeline(&[bind("a"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ", "a is prepared again, out of sight");
+    assert_eq!(h.backend(server).statements, ["pgtier_3", "pgtier_1"]);
+}
+
+#[test]
+fn in_an_aborted_transaction_the_server_gives_its_own_errors() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &query("BEGIN; FAIL"));
+    assert_eq!(h.client_tags(a), "CEZ");
+    h.client_sends(
+        a,
+        &pipeline(&[parse("s2", "SELECT 2"), sync(), bind("s1"), sync()]),
+    );
+    let out = h.client_output(a);
+    assert_eq!(tags(&out), "EZEZ");
+    assert!(
+        errors(&out).iter().all(|(code, _)| code == "25P02"),
+        "{:?}",
+        errors(&out)
+    );
+    h.client_sends(a, &query("ROLLBACK"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(a, &pipeline(&[bind("s2"), sync()]));
+    assert_eq!(
+        errors(&h.client_output(a))[0].0,
+        "26000",
+        "the refused Parse made nothing"
+    );
+}
+
+#[test]
+fn sql_deallocate_of_a_protocol_statement_is_renamed() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("_pg3_0", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &query("DEALLOCATE _pg3_0"));
+    assert_eq!(h.client_tags(a), "CZ", "as from PostgreSQL");
+    h.client_sends(a, &pipeline(&[bind("_pg3_0"), sync()]));
+    assert_eq!(errors(&h.client_output(a))[0].0, "26000", "it is gone");
+    h.client_sends(a, &query("DEALLOCATE _pg3_0"));
+    assert_eq!(
+        errors(&h.client_output(a)),
+        [(
+            "26000".into(),
+            "prepared statement \"_pg3_0\" does not exist".into()
+        )]
+    );
+}
+
+#[test]
+fn sql_deallocate_on_a_server_that_never_had_it_prepares_it_first() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_lifetime = 0")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &query("DEALLOCATE s1"));
+    assert_eq!(
+        h.client_tags(a),
+        "CZ",
+        "the injected Parse and Sync are not seen"
+    );
+}
+
+#[test]
+fn deallocate_all_forgets_every_name_once_it_succeeds() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &query("DEALLOCATE ALL"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(a, &pipeline(&[bind("s1"), sync()]));
+    assert_eq!(errors(&h.client_output(a))[0].0, "26000");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), bind("s1"), sync()]));
+    assert_eq!(
+        h.client_tags(a),
+        "12Z",
+        "prepared again (Close, Parse: the cache did not trust it)"
+    );
+}
+
+#[test]
+fn a_client_over_its_statement_bytes_is_closed_with_53200() {
+    let mut h = Harness::new(&config(&format!("{TX}\nmax_client_prepared_bytes = 40")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(
+        a,
+        &pipeline(&[parse("s2", "SELECT 'a much longer text'"), sync()]),
+    );
+    let out = h.client_output(a);
+    assert_eq!(errors(&out)[0].0, "53200");
+    assert!(h.is_closed(crate::action::Conn::Client(a)));
+}
+
+#[test]
+fn unlisten_all_ends_the_pin_and_the_server_goes_back() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("LISTEN things"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "", "a holds the one server");
+    h.client_sends(a, &query("UNLISTEN *"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert_eq!(h.client_tags(b), "TDCZ", "a let go: b got the server");
+}
+
+#[test]
+fn a_clear_that_fails_keeps_the_pin() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SET work_mem = '1MB'"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(a, &query("BEGIN; RESET ALL; FAIL"));
+    assert_eq!(h.client_tags(a), "CCEZ");
+    h.client_sends(a, &query("ROLLBACK"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(
+        h.client_tags(b),
+        "",
+        "the rolled-back RESET ALL reset nothing"
+    );
+    h.client_sends(a, &query("RESET ALL"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert_eq!(h.client_tags(b), "TDCZ");
+    let server = h.live_servers()[0];
+    assert!(
+        h.backend(server)
+            .seen
+            .iter()
+            .any(|sql| sql == "DISCARD ALL"),
+        "its server was reset before b got it"
+    );
+}
+
+#[test]
+fn pgbench_prepared_pattern_over_a_shared_server() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    for client in [a, b] {
+        h.client_sends(client, &pipeline(&[parse("P0_0", "BEGIN"), sync()]));
+        assert_eq!(h.client_tags(client), "1Z");
+    }
+    h.client_sends(a, &pipeline(&[bind("P0_0"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    h.client_sends(a, &pipeline(&[parse("P0_1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z", "a Parse inside a's transaction");
+    h.client_sends(a, &pipeline(&[bind("P0_1"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    h.client_sends(b, &pipeline(&[bind("P0_0"), execute(), sync()]));
+    h.client_sends(a, &pipeline(&[parse("P0_2", "COMMIT"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(a, &pipeline(&[bind("P0_2"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    assert_eq!(h.client_tags(b), "2CZ", "b got the server after a's COMMIT");
+}

@@ -1,0 +1,660 @@
+//! What a server owes, message by message, while pgtier rewrites a client's named statements.
+//!
+//! pgtier sends the server messages of its own in the middle of a client's pipeline (a Parse
+//! that makes a statement exist on this server, a Close that evicts one, a Sync after them
+//! when a simple Query follows) and renames others. Their answers must be taken out of the
+//! stream, and what the server does with the client's messages must be known exactly: a
+//! Parse that fails creates nothing, and after an error the server skips every message up to
+//! the next Sync, so a skipped Parse creates nothing and a skipped Close closes nothing. The
+//! ledger holds one entry per message sent, oldest first, and is told every message the
+//! server sends back. Each entry is completed by the server's answer to it (ParseComplete,
+//! BindComplete, CloseComplete, NoData or RowDescription after a Describe, CommandComplete,
+//! EmptyQueryResponse or PortalSuspended after an Execute, ReadyForQuery after a Sync or a
+//! Query), by an ErrorResponse, or skipped after one; either way the cache of the server's
+//! statements and the client's names are put right.
+//!
+//! COPY FROM STDIN inside an extended sequence: the server ignores Sync until the client
+//! ends the copy, so Syncs sent before the client's CopyDone/CopyFail owe nothing (as in
+//! `pgtier_wire::tracker`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::server_statements::ServerStatements;
+use super::statement::Statement;
+
+/// What to do with the server's error for an injected Parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// The client sees it: its own message (a Bind, a Describe) would have failed there.
+    Forward,
+    /// Swallowed: a simple Query follows, and reports its own error.
+    Swallow,
+}
+
+/// A Parse sent to the server.
+#[derive(Debug)]
+pub struct ParseOwed {
+    /// `Some` if pgtier sent it on its own (its ParseComplete is swallowed).
+    pub injected: Option<OnError>,
+    /// The server-side statement it creates (named Parses only).
+    pub creates: Option<Arc<Statement>>,
+    /// The client name it registered, forgotten if the Parse fails or is skipped.
+    pub registers: Option<Box<[u8]>>,
+}
+
+/// A Close sent to the server that pgtier must follow up.
+#[derive(Debug)]
+pub enum CloseOwed {
+    /// Injected: evicts a statement from the server's cache (LRU).
+    Evicts(Arc<Statement>),
+    /// Injected: closes a statement before it is prepared again.
+    Reprepare(Arc<Statement>),
+    /// The client closed its name: sent as a Close of no statement (the server keeps the
+    /// statement for others); the name comes back if the server skips the Close.
+    Forgets(Box<[u8]>, Arc<Statement>),
+}
+
+/// What a Query or a Sync does for the client's statements once it succeeds.
+#[derive(Debug, Default)]
+pub struct OnSuccess {
+    /// `DEALLOCATE ALL` / `DISCARD ALL`: the client's names and the server's statements are gone.
+    pub clears: bool,
+    /// `DEALLOCATE name` of a client statement.
+    pub forgets: Vec<(Box<[u8]>, Arc<Statement>)>,
+}
+
+/// One message sent to the server and not yet answered.
+#[derive(Debug)]
+pub enum Owed {
+    Parse(Box<ParseOwed>),
+    Bind,
+    Describe {
+        statement: bool,
+    },
+    Execute,
+    /// `None`: a Close passed on as the client sent it.
+    Close(Option<Box<CloseOwed>>),
+    Sync {
+        injected: bool,
+        on_success: Option<Box<OnSuccess>>,
+    },
+    Query(Option<Box<OnSuccess>>),
+    FunctionCall,
+    /// The client ended a COPY (CopyDone or CopyFail): a marker, owed nothing.
+    CopyEnd,
+}
+
+/// What happens to one server message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The client gets it.
+    Forward,
+    /// The answer to pgtier's own message: dropped.
+    Swallow,
+    /// The server answered something never asked: the connection cannot be trusted.
+    Desync,
+}
+
+/// A change to the linked client's names that the server's answers decided.
+#[derive(Debug)]
+pub enum Fallout {
+    Forget(Box<[u8]>, Arc<Statement>),
+    Restore(Box<[u8]>, Arc<Statement>),
+    Clear,
+}
+
+/// One server's ledger; see the module doc.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    owed: VecDeque<Entry>,
+    /// A message of this segment (since the last Sync) changes names or the server's
+    /// statements.
+    changes_in_segment: bool,
+    /// Segments sent whose changes are not known to have happened yet (see
+    /// [`Ledger::holds_back`]).
+    barriers: u32,
+    /// An error happened since the last ReadyForQuery: `OnSuccess` effects do not apply.
+    segment_failed: bool,
+    /// The server is in COPY FROM STDIN of an extended Execute and the client has not ended
+    /// it yet (as far as sent): a Sync sent now is ignored by the server.
+    copy_in: bool,
+    /// `OnSuccess` of extended messages waiting for the Sync that ends their segment.
+    pending: Option<Box<OnSuccess>>,
+}
+
+/// One entry, and whether it ends a segment with changes.
+#[derive(Debug)]
+struct Entry {
+    owed: Owed,
+    barrier: bool,
+}
+
+impl Ledger {
+    pub fn is_empty(&self) -> bool {
+        self.owed
+            .iter()
+            .all(|entry| matches!(entry.owed, Owed::CopyEnd))
+    }
+
+    /// Whether the client's next messages must wait. What pgtier sends is decided on what
+    /// the server will hold if every message before succeeds; within a segment an error
+    /// makes the server skip the rest anyway, but a later segment would run on a wrong
+    /// guess (a Parse that failed, a Close that was skipped). So a client's messages after
+    /// a segment that changed names or statements go once that segment's answer is in.
+    pub fn holds_back(&self) -> bool {
+        self.barriers > 0
+    }
+
+    fn front(&self) -> Option<&Owed> {
+        self.owed.front().map(|entry| &entry.owed)
+    }
+
+    fn pop(&mut self) -> Option<Owed> {
+        let entry = self.owed.pop_front()?;
+        if entry.barrier {
+            self.barriers -= 1;
+        }
+        Some(entry.owed)
+    }
+
+    fn push_entry(&mut self, owed: Owed) {
+        let changes = match &owed {
+            Owed::Parse(parse) => {
+                parse.creates.is_some() || parse.registers.is_some() || parse.injected.is_some()
+            }
+            Owed::Close(close) => close.is_some(),
+            _ => false,
+        };
+        self.changes_in_segment |= changes;
+        let barrier = match &owed {
+            Owed::Sync { on_success, .. } | Owed::Query(on_success) => {
+                std::mem::take(&mut self.changes_in_segment) || on_success.is_some()
+            }
+            _ => false,
+        };
+        self.barriers += u32::from(barrier);
+        self.owed.push_back(Entry { owed, barrier });
+    }
+
+    pub fn len(&self) -> usize {
+        self.owed.len()
+    }
+
+    /// A message was sent to the server.
+    pub fn push(&mut self, owed: Owed) {
+        match owed {
+            Owed::Sync { .. } if self.copy_in => {}
+            Owed::Sync {
+                injected,
+                on_success: None,
+            } if !injected => {
+                let on_success = self.pending.take();
+                self.push_entry(Owed::Sync {
+                    injected,
+                    on_success,
+                });
+            }
+            Owed::CopyEnd => {
+                self.copy_in = false;
+                self.push_entry(owed);
+            }
+            owed => self.push_entry(owed),
+        }
+    }
+
+    /// An extended message whose effect applies if its segment succeeds.
+    pub fn on_segment_success(&mut self, effect: OnSuccess) {
+        let pending = self.pending.get_or_insert_with(Box::default);
+        pending.clears |= effect.clears;
+        pending.forgets.extend(effect.forgets);
+    }
+
+    /// A message arrived from the server; `statements` and `fallout` receive what it decided.
+    pub fn on_server_message(
+        &mut self,
+        code: u8,
+        statements: &mut ServerStatements,
+        fallout: &mut Vec<Fallout>,
+    ) -> Verdict {
+        while matches!(self.front(), Some(Owed::CopyEnd)) {
+            self.pop();
+        }
+        let front = self.front();
+        match code {
+            b'1' => match self.pop() {
+                Some(Owed::Parse(parse)) if parse.injected.is_some() => Verdict::Swallow,
+                Some(Owed::Parse(_)) => Verdict::Forward,
+                _ => Verdict::Desync,
+            },
+            b'2' => self.complete(|owed| matches!(owed, Owed::Bind)),
+            b'3' => match self.pop() {
+                Some(Owed::Close(None)) => Verdict::Forward,
+                Some(Owed::Close(Some(close))) => match *close {
+                    CloseOwed::Forgets(..) => Verdict::Forward,
+                    CloseOwed::Evicts(_) | CloseOwed::Reprepare(_) => Verdict::Swallow,
+                },
+                _ => Verdict::Desync,
+            },
+            b't' => match front {
+                Some(Owed::Describe { statement: true }) => Verdict::Forward,
+                _ => Verdict::Desync,
+            },
+            b'n' => self.complete(|owed| matches!(owed, Owed::Describe { .. })),
+            b'T' => match front {
+                Some(Owed::Describe { .. }) => {
+                    self.pop();
+                    Verdict::Forward
+                }
+                Some(Owed::Query(_)) => Verdict::Forward,
+                _ => Verdict::Desync,
+            },
+            b'C' | b'I' => match front {
+                Some(Owed::Execute) => {
+                    self.pop();
+                    Verdict::Forward
+                }
+                Some(Owed::Query(_)) => Verdict::Forward,
+                _ => Verdict::Desync,
+            },
+            b's' => self.complete(|owed| matches!(owed, Owed::Execute)),
+            b'G' => {
+                if matches!(front, Some(Owed::Execute)) {
+                    self.start_copy_in();
+                }
+                Verdict::Forward
+            }
+            b'E' => self.on_error(statements, fallout),
+            b'Z' => self.on_ready(statements, fallout),
+            _ => Verdict::Forward,
+        }
+    }
+
+    /// Pops the front entry if `expected` says it is what this answer completes.
+    fn complete(&mut self, expected: impl Fn(&Owed) -> bool) -> Verdict {
+        match self.front() {
+            Some(owed) if expected(owed) => {
+                self.pop();
+                Verdict::Forward
+            }
+            _ => Verdict::Desync,
+        }
+    }
+
+    /// CopyInResponse to an extended Execute: the Syncs sent before the client's end of the
+    /// copy are ignored by the server.
+    fn start_copy_in(&mut self) {
+        let ended = self
+            .owed
+            .iter()
+            .position(|entry| matches!(entry.owed, Owed::CopyEnd));
+        let end = ended.unwrap_or(self.owed.len());
+        let mut index = 1;
+        let mut limit = end;
+        while index < limit {
+            if matches!(
+                self.owed.get(index).map(|entry| &entry.owed),
+                Some(Owed::Sync { .. })
+            ) {
+                if self.owed.remove(index).is_some_and(|entry| entry.barrier) {
+                    self.barriers -= 1;
+                }
+                limit -= 1;
+            } else {
+                index += 1;
+            }
+        }
+        self.copy_in = ended.is_none();
+    }
+
+    fn on_error(
+        &mut self,
+        statements: &mut ServerStatements,
+        fallout: &mut Vec<Fallout>,
+    ) -> Verdict {
+        self.segment_failed = true;
+        self.copy_in = false;
+        let extended = matches!(
+            self.front(),
+            Some(
+                Owed::Parse(_)
+                    | Owed::Bind
+                    | Owed::Describe { .. }
+                    | Owed::Execute
+                    | Owed::Close(_)
+            )
+        );
+        if !extended {
+            // An error inside a Query, a FunctionCall or at a Sync: its ReadyForQuery follows.
+            return Verdict::Forward;
+        }
+        let verdict = match self.pop() {
+            Some(Owed::Parse(parse)) => {
+                let verdict = match parse.injected {
+                    Some(OnError::Swallow) => Verdict::Swallow,
+                    _ => Verdict::Forward,
+                };
+                let parse = *parse;
+                if let Some(statement) = parse.creates {
+                    // A failed Parse creates nothing, and pgtier only sends one for a
+                    // statement the server does not have (or has just closed).
+                    statements.remove(statement.id());
+                    if let Some(name) = parse.registers {
+                        fallout.push(Fallout::Forget(name, statement));
+                    }
+                }
+                verdict
+            }
+            Some(Owed::Close(Some(close))) => {
+                undo_close(*close, statements, fallout);
+                Verdict::Forward
+            }
+            _ => Verdict::Forward,
+        };
+        // The server now skips everything up to the next Sync.
+        while let Some(owed) = self.front() {
+            if matches!(owed, Owed::Sync { .. }) {
+                break;
+            }
+            match self.pop() {
+                Some(Owed::Parse(parse)) => {
+                    let parse = *parse;
+                    if let Some(statement) = parse.creates {
+                        // Skipped: whether it existed before (a Close before it was skipped
+                        // too) is not known here.
+                        statements.set_unknown(statement.id());
+                        if let Some(name) = parse.registers {
+                            fallout.push(Fallout::Forget(name, statement));
+                        }
+                    }
+                }
+                Some(Owed::Close(Some(close))) => undo_close(*close, statements, fallout),
+                _ => {}
+            }
+        }
+        verdict
+    }
+
+    fn on_ready(
+        &mut self,
+        statements: &mut ServerStatements,
+        fallout: &mut Vec<Fallout>,
+    ) -> Verdict {
+        let failed = std::mem::take(&mut self.segment_failed);
+        let (verdict, on_success) = match self.pop() {
+            Some(Owed::Sync {
+                injected,
+                on_success,
+            }) => (
+                if injected {
+                    Verdict::Swallow
+                } else {
+                    Verdict::Forward
+                },
+                on_success,
+            ),
+            Some(Owed::Query(on_success)) => (Verdict::Forward, on_success),
+            Some(Owed::FunctionCall) => (Verdict::Forward, None),
+            _ => return Verdict::Desync,
+        };
+        if let Some(on_success) = on_success.filter(|_| !failed) {
+            if on_success.clears {
+                statements.clear();
+                fallout.push(Fallout::Clear);
+            }
+            for (name, statement) in on_success.forgets {
+                statements.remove(statement.id());
+                fallout.push(Fallout::Forget(name, statement));
+            }
+        }
+        verdict
+    }
+}
+
+/// A Close that failed or was skipped: what it would have removed is still there.
+fn undo_close(close: CloseOwed, statements: &mut ServerStatements, fallout: &mut Vec<Fallout>) {
+    match close {
+        CloseOwed::Evicts(statement) => {
+            statements.prepared(statement.clone());
+            statements.set_unknown(statement.id());
+        }
+        // The Parse after it decides (it is skipped too).
+        CloseOwed::Reprepare(_) => {}
+        CloseOwed::Forgets(name, statement) => fallout.push(Fallout::Restore(name, statement)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::server_statements::Held;
+    use super::super::statement::Registry;
+    use super::*;
+
+    struct Fixture {
+        ledger: Ledger,
+        statements: ServerStatements,
+        fallout: Vec<Fallout>,
+        registry: Registry,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                ledger: Ledger::default(),
+                statements: ServerStatements::default(),
+                fallout: Vec::new(),
+                registry: Registry::default(),
+            }
+        }
+
+        fn statement(&mut self, sql: &str) -> Arc<Statement> {
+            let mut definition = sql.as_bytes().to_vec();
+            definition.extend_from_slice(&[0, 0, 0]);
+            self.registry.intern(&definition)
+        }
+
+        fn answer(&mut self, codes: &[u8]) -> Vec<Verdict> {
+            codes
+                .iter()
+                .map(|&code| {
+                    self.ledger
+                        .on_server_message(code, &mut self.statements, &mut self.fallout)
+                })
+                .collect()
+        }
+
+        fn parse(&mut self, injected: Option<OnError>, creates: Option<Arc<Statement>>) {
+            if let Some(statement) = creates.clone() {
+                self.statements.prepared(statement);
+            }
+            let registers = creates
+                .as_ref()
+                .filter(|_| injected.is_none())
+                .map(|_| Box::from(&b"s1"[..]));
+            self.ledger.push(Owed::Parse(Box::new(ParseOwed {
+                injected,
+                creates,
+                registers,
+            })));
+        }
+
+        fn sync(&mut self) {
+            self.ledger.push(Owed::Sync {
+                injected: false,
+                on_success: None,
+            });
+        }
+    }
+
+    use Verdict::{Desync, Forward, Swallow};
+
+    #[test]
+    fn injected_answers_are_swallowed_and_the_clients_forwarded() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        f.parse(Some(OnError::Forward), Some(s.clone()));
+        f.ledger.push(Owed::Bind);
+        f.ledger.push(Owed::Execute);
+        f.sync();
+        assert_eq!(
+            f.answer(b"12DCZ"),
+            [Swallow, Forward, Forward, Forward, Forward]
+        );
+        assert!(f.ledger.is_empty());
+        assert_eq!(f.statements.held(s.id()), Some(Held::Prepared));
+    }
+
+    #[test]
+    fn an_error_fails_its_message_and_skips_to_the_sync() {
+        let mut f = Fixture::new();
+        let good = f.statement("SELECT 1");
+        let bad = f.statement("SELEC 2");
+        let later = f.statement("SELECT 3");
+        f.parse(None, Some(good.clone()));
+        f.ledger.push(Owed::Bind);
+        f.ledger.push(Owed::Execute);
+        f.parse(None, Some(bad.clone()));
+        f.ledger.push(Owed::Bind);
+        f.parse(None, Some(later.clone()));
+        f.ledger.push(Owed::Close(Some(Box::new(CloseOwed::Forgets(
+            Box::from(&b"old"[..]),
+            good.clone(),
+        )))));
+        f.sync();
+        f.ledger.push(Owed::Bind);
+        f.sync();
+        assert_eq!(
+            f.answer(b"12DCEZ2Z"),
+            [Forward; 8],
+            "the server's own answers all reach the client"
+        );
+        assert!(f.ledger.is_empty());
+        assert_eq!(f.statements.held(good.id()), Some(Held::Prepared));
+        assert_eq!(
+            f.statements.held(bad.id()),
+            None,
+            "a failed Parse creates nothing"
+        );
+        assert_eq!(
+            f.statements.held(later.id()),
+            Some(Held::Unknown),
+            "a skipped one is not known"
+        );
+        let kinds: Vec<_> = f
+            .fallout
+            .iter()
+            .map(|fallout| match fallout {
+                Fallout::Forget(name, _) => format!("forget {}", String::from_utf8_lossy(name)),
+                Fallout::Restore(name, _) => format!("restore {}", String::from_utf8_lossy(name)),
+                Fallout::Clear => "clear".into(),
+            })
+            .collect();
+        assert_eq!(kinds, ["forget s1", "forget s1", "restore old"]);
+    }
+
+    #[test]
+    fn an_injected_parse_that_fails_before_a_query_is_swallowed_with_its_sync() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        f.parse(Some(OnError::Swallow), Some(s.clone()));
+        f.ledger.push(Owed::Sync {
+            injected: true,
+            on_success: None,
+        });
+        f.ledger.push(Owed::Query(None));
+        assert_eq!(f.answer(b"EZEZ"), [Swallow, Swallow, Forward, Forward]);
+        assert_eq!(f.statements.held(s.id()), None);
+    }
+
+    #[test]
+    fn evictions_skipped_by_an_error_leave_the_statement_unknown() {
+        let mut f = Fixture::new();
+        let old = f.statement("SELECT 1");
+        f.ledger.push(Owed::Bind);
+        f.ledger
+            .push(Owed::Close(Some(Box::new(CloseOwed::Evicts(old.clone())))));
+        f.sync();
+        assert_eq!(f.answer(b"EZ"), [Forward, Forward]);
+        assert_eq!(f.statements.held(old.id()), Some(Held::Unknown));
+    }
+
+    #[test]
+    fn describe_and_query_answers_complete_the_right_entries() {
+        let mut f = Fixture::new();
+        f.ledger.push(Owed::Describe { statement: true });
+        f.ledger.push(Owed::Describe { statement: false });
+        f.ledger.push(Owed::Execute);
+        f.ledger.push(Owed::Execute);
+        f.sync();
+        f.ledger.push(Owed::Query(None));
+        assert_eq!(f.answer(b"tTnDsI"), [Forward; 6]);
+        assert_eq!(f.answer(b"ZTDCTDCNAZ"), [Forward; 10]);
+        assert!(f.ledger.is_empty());
+    }
+
+    #[test]
+    fn answers_nobody_asked_for_are_a_desync() {
+        let mut f = Fixture::new();
+        assert_eq!(f.answer(b"1"), [Desync]);
+        assert_eq!(f.answer(b"Z"), [Desync]);
+        f.ledger.push(Owed::Bind);
+        assert_eq!(f.answer(b"3"), [Desync]);
+        let mut f = Fixture::new();
+        f.ledger.push(Owed::Execute);
+        assert_eq!(f.answer(b"n"), [Desync]);
+    }
+
+    #[test]
+    fn a_sync_sent_during_an_extended_copy_in_owes_nothing() {
+        let mut f = Fixture::new();
+        f.ledger.push(Owed::Bind);
+        f.ledger.push(Owed::Execute);
+        f.sync();
+        assert_eq!(f.answer(b"2G"), [Forward, Forward]);
+        f.sync(); // sent while copying: ignored by the server
+        f.ledger.push(Owed::CopyEnd);
+        f.sync();
+        assert_eq!(f.answer(b"CZ"), [Forward, Forward]);
+        assert!(f.ledger.is_empty(), "{:?}", f.ledger.owed);
+        assert!(!f.ledger.holds_back());
+    }
+
+    #[test]
+    fn a_segment_with_changes_holds_back_what_follows_until_it_is_answered() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        f.ledger.push(Owed::Bind);
+        f.sync();
+        assert!(!f.ledger.holds_back(), "nothing changed");
+        f.parse(None, Some(s.clone()));
+        assert!(!f.ledger.holds_back(), "the rest of its segment may go");
+        f.sync();
+        assert!(f.ledger.holds_back());
+        assert_eq!(f.answer(b"2Z1"), [Forward; 3]);
+        assert!(f.ledger.holds_back(), "its Sync is not answered yet");
+        assert_eq!(f.answer(b"Z"), [Forward]);
+        assert!(!f.ledger.holds_back());
+    }
+
+    #[test]
+    fn success_effects_apply_only_when_the_segment_succeeds() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        f.statements.prepared(s.clone());
+        f.ledger.push(Owed::Query(Some(Box::new(OnSuccess {
+            clears: false,
+            forgets: vec![(Box::from(&b"s1"[..]), s.clone())],
+        }))));
+        assert_eq!(f.answer(b"EZ"), [Forward, Forward]);
+        assert!(f.fallout.is_empty(), "a failed DEALLOCATE forgets nothing");
+        f.ledger.on_segment_success(OnSuccess {
+            clears: true,
+            forgets: Vec::new(),
+        });
+        f.ledger.push(Owed::Execute);
+        f.sync();
+        assert_eq!(f.answer(b"CZ"), [Forward, Forward]);
+        assert!(matches!(f.fallout.as_slice(), [Fallout::Clear]));
+        assert!(f.statements.is_empty());
+    }
+}

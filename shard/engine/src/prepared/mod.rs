@@ -1,0 +1,28 @@
+//! Named prepared statements in transaction mode.
+//!
+//! A transaction-mode client holds a server only for one transaction, but the statements it
+//! prepares by name (psycopg after a query's fifth run, asyncpg and pgjdbc always,
+//! `pgbench -M prepared`) must outlive it. So a client's statements belong to the client
+//! ([`ClientStatements`]), each interned per worker ([`Registry`]) under one server-side
+//! name, `pgtier_<id>`; each server keeps a bounded cache of the ones it holds
+//! ([`ServerStatements`], `max_prepared_statements`); the client's Parse, Bind, Describe and
+//! Close are rewritten to those names, and a statement is prepared on demand on whichever
+//! server the client gets ([`rewrite`]). The server's answers are followed message by message
+//! ([`Ledger`]), so that pgtier's own messages are answered out of sight, a failed or
+//! skipped Parse is known not to exist, and errors read with the client's names
+//! ([`errors`]). The outcome the client sees is what PostgreSQL itself would answer,
+//! pipelines and errors in them included; `docs/compatibility.md` lists where it is not.
+
+pub mod client_statements;
+pub mod errors;
+pub mod ledger;
+pub mod rewrite;
+pub mod server_statements;
+pub mod sql_names;
+pub mod statement;
+
+pub use client_statements::ClientStatements;
+pub use ledger::{Fallout, Ledger, Verdict};
+pub use rewrite::{Chunks, Rewrite, Rewriter, ServerPrepared, StatementLimits};
+pub use server_statements::ServerStatements;
+pub use statement::{Registry, Statement};

@@ -1,0 +1,459 @@
+//! Rewriting a transaction-mode client's extended-protocol messages so that its named
+//! statements work on whichever server it gets.
+//!
+//! - **Parse "s1"**: the definition is interned (`Registry`); the client's name is recorded;
+//!   the server gets a Parse of `pgtier_<id>`, preceded by a Close of it if the server may
+//!   already hold it (so the server itself answers the client's Parse: a 25P02 in an aborted
+//!   transaction, a syntax error, a fresh plan), and by the Close of its least recently used
+//!   statement if its cache is full. A name the client already uses gets a Parse of the
+//!   existing server name, which the server refuses with 42P05, renamed back on the way out.
+//! - **Bind / Describe of "s1"**: renamed; a Parse is injected first if this server lacks it.
+//! - **Close of "s1"**: the name is forgotten and the server gets a Close of a name nothing has
+//!   (the server answers CloseComplete, or skips it after an error exactly as it would have
+//!   skipped the client's); the statement stays on the server for others.
+//! - **SQL `DEALLOCATE s1` / `EXECUTE s1`** of a client statement: the name in the text is
+//!   swapped (with the statement prepared first, and a Sync after it when a simple Query
+//!   follows). `DEALLOCATE ALL` and `DISCARD ALL` forget the client's names once they succeed.
+//! - Unnamed statements, portals, and names the client never prepared pass as they are: the
+//!   server answers them (`prepared statement "x" does not exist` with the client's own
+//!   name, or an SQL-level statement of the client's, which pins it to its server).
+//!
+//! Every message sent is entered in the server's `Ledger`, which follows the answers.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::frontend::Parse;
+use pgtier_wire::session_state::Effects;
+use smallvec::SmallVec;
+
+use super::client_statements::ClientStatements;
+use super::ledger::{CloseOwed, Ledger, OnError, OnSuccess, Owed, ParseOwed};
+use super::server_statements::{Held, ServerStatements};
+use super::sql_names::{self, NamingStatement};
+use super::statement::{self, Registry, Statement};
+
+/// A name no statement ever has (ids start at 1): the Close a client's Close becomes.
+const NO_STATEMENT: &[u8] = b"pgtier_0";
+
+/// What goes to the server for one client message.
+pub type Chunks = SmallVec<[Bytes; 4]>;
+
+/// What a server keeps for statement rewriting.
+#[derive(Debug, Default)]
+pub struct ServerPrepared {
+    pub statements: ServerStatements,
+    pub ledger: Ledger,
+}
+
+/// The limits that apply.
+#[derive(Debug, Clone, Copy)]
+pub struct StatementLimits {
+    /// `max_prepared_statements`: statements one server keeps (at least 1).
+    pub per_server: usize,
+    /// `max_client_prepared_bytes`: names and definitions one client may hold.
+    pub client_bytes: usize,
+}
+
+/// What became of one client message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// The caller sends it unchanged (it is in the ledger).
+    AsIs,
+    /// What to send instead is in the output.
+    Replaced,
+    /// The client holds more statements than `max_client_prepared_bytes` allows.
+    OverLimit,
+}
+
+/// One client message's rewrite, over the state it touches.
+pub struct Rewriter<'a> {
+    pub names: &'a mut Option<Box<ClientStatements>>,
+    pub server: &'a mut ServerPrepared,
+    pub registry: &'a mut Registry,
+    pub scratch: &'a mut BytesMut,
+    pub limits: StatementLimits,
+    /// Type bytes of the messages pgtier added, for the tracker.
+    pub injected: SmallVec<[u8; 4]>,
+}
+
+impl Rewriter<'_> {
+    /// Whether the message (type `code`, body starting with `head`) must be whole before
+    /// [`Rewriter::message`] sees it. A Bind goes to [`Rewriter::bind_head`] once its names
+    /// are in; everything else goes through [`Rewriter::passed`].
+    pub fn needs_whole(code: u8, head: &[u8]) -> bool {
+        match code {
+            b'P' | b'D' | b'C' => true,
+            b'Q' => sql_names::may_name_a_statement(head),
+            _ => false,
+        }
+    }
+
+    /// How many bytes of a Bind (from its type byte) hold its header and two names, if they
+    /// are all in `available` (which starts at the type byte).
+    pub fn bind_head_len(available: &[u8]) -> Option<usize> {
+        let body = available.get(5..)?;
+        let portal_end = memchr::memchr(0, body)?;
+        let name_end = memchr::memchr(0, &body[portal_end + 1..])?;
+        Some(5 + portal_end + 1 + name_end + 1)
+    }
+
+    /// Tells the tracker of pgtier's own messages since last asked, oldest first.
+    pub fn take_injected(&mut self) -> SmallVec<[u8; 4]> {
+        std::mem::take(&mut self.injected)
+    }
+
+    /// A message sent on unchanged without being looked at: it goes in the ledger.
+    pub fn passed(&mut self, code: u8, effects: Effects) {
+        let owed = match code {
+            b'Q' => Owed::Query(self.reset_effects(effects)),
+            b'P' => {
+                if let Some(on_success) = self.reset_effects(effects) {
+                    self.server.ledger.on_segment_success(*on_success);
+                }
+                Owed::Parse(Box::new(ParseOwed {
+                    injected: None,
+                    creates: None,
+                    registers: None,
+                }))
+            }
+            b'B' => Owed::Bind,
+            b'E' => Owed::Execute,
+            b'C' => Owed::Close(None),
+            b'S' => Owed::Sync {
+                injected: false,
+                on_success: None,
+            },
+            b'F' => Owed::FunctionCall,
+            b'c' | b'f' => Owed::CopyEnd,
+            // Flush, CopyData, Terminate: nothing is owed. (A Describe always comes whole,
+            // through `message`, which knows its target.)
+            _ => return,
+        };
+        self.server.ledger.push(owed);
+    }
+
+    /// A whole message (`frame`, header included) the tracker has seen; `effects` are its
+    /// text's session-state effects. Unless it is sent as it is, what goes instead is
+    /// appended to `out`.
+    pub fn message(&mut self, frame: &Bytes, effects: Effects, out: &mut Chunks) -> Rewrite {
+        let code = frame.first().copied().unwrap_or(0);
+        let body = frame.get(5..).unwrap_or_default();
+        match code {
+            b'P' => self.parse(body, effects, out),
+            b'D' => self.describe(body, out),
+            b'C' => self.close(body, out),
+            b'Q' => self.query(body, effects, out),
+            _ => {
+                self.passed(code, effects);
+                Rewrite::AsIs
+            }
+        }
+    }
+
+    fn statement(&self, name: &[u8]) -> Option<Arc<Statement>> {
+        self.names.as_ref()?.get(name).cloned()
+    }
+
+    fn parse(&mut self, body: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
+        let Ok(parse) = Parse::decode_body(body) else {
+            // The server refuses it as malformed, as it would have.
+            self.passed(b'P', effects);
+            return Rewrite::AsIs;
+        };
+        if parse.statement.is_empty() {
+            return self.parse_unnamed(parse.sql, body, effects, out);
+        }
+        let definition = &body[parse.statement.len() + 1..];
+        if let Some(existing) = self.statement(parse.statement) {
+            // PostgreSQL refuses a name in use (42P05): the server does, for the server name.
+            self.ensure(&existing, OnError::Forward, false, out);
+            statement::encode_parse_named(self.scratch, existing.server_name(), definition);
+            self.emit(out);
+            self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+                injected: None,
+                creates: None,
+                registers: None,
+            })));
+            return Rewrite::Replaced;
+        }
+        let names = self.names.get_or_insert_with(Box::default);
+        if names.bytes() + parse.statement.len() + definition.len() > self.limits.client_bytes {
+            return Rewrite::OverLimit;
+        }
+        let statement = self.registry.intern(definition);
+        names.insert(parse.statement, statement.clone());
+        match self.server.statements.held(statement.id()) {
+            Some(_) => self.inject_close(CloseOwed::Reprepare(statement.clone()), out),
+            None => self.make_room(statement.id(), out),
+        }
+        statement.encode_parse(self.scratch);
+        self.emit(out);
+        self.server.statements.prepared(statement.clone());
+        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+            injected: None,
+            creates: Some(statement),
+            registers: Some(parse.statement.into()),
+        })));
+        Rewrite::Replaced
+    }
+
+    /// An unnamed Parse: passed as is, unless its text is SQL naming a client statement.
+    fn parse_unnamed(
+        &mut self,
+        sql: &[u8],
+        body: &[u8],
+        effects: Effects,
+        out: &mut Chunks,
+    ) -> Rewrite {
+        let Some((statement, found)) = self.named_in_sql(sql) else {
+            self.passed(b'P', effects);
+            return Rewrite::AsIs;
+        };
+        self.ensure(&statement, OnError::Forward, false, out);
+        let types = &body[1 + sql.len() + 1..];
+        let sql = swap_name(sql, &found.token, statement.server_name());
+        let len = 4 + 1 + sql.len() + 1 + types.len();
+        self.scratch.reserve(1 + len);
+        self.scratch.put_u8(b'P');
+        self.scratch.put_u32(len as u32);
+        self.scratch.put_u8(0);
+        self.scratch.put_slice(&sql);
+        self.scratch.put_u8(0);
+        self.scratch.put_slice(types);
+        self.emit(out);
+        let mut on_success = self.reset_effects(effects).map(|b| *b).unwrap_or_default();
+        if found.kind == NamingStatement::Deallocate {
+            self.server.statements.set_unknown(statement.id());
+            on_success.forgets.push((found.name.into(), statement));
+        }
+        self.server.ledger.on_segment_success(on_success);
+        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+            injected: None,
+            creates: None,
+            registers: None,
+        })));
+        Rewrite::Replaced
+    }
+
+    /// The head of a Bind (`head`: header, portal and statement names; the parameters
+    /// follow in the client's stream and go on as they are): renamed if it names a client
+    /// statement. `AsIs` means the caller sends `head` unchanged.
+    pub fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
+        let (portal, name) = bind_names(head.get(5..).unwrap_or_default());
+        let statement = (!name.is_empty()).then(|| self.statement(name)).flatten();
+        let Some(statement) = statement else {
+            self.server.ledger.push(Owed::Bind);
+            return Rewrite::AsIs;
+        };
+        self.ensure(&statement, OnError::Forward, false, out);
+        let declared = match head.get(1..5) {
+            Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]) as usize,
+            _ => 0,
+        };
+        let server_name = statement.server_name();
+        let len = declared.saturating_sub(name.len()) + server_name.len();
+        self.scratch
+            .reserve(5 + portal.len() + server_name.len() + 2);
+        self.scratch.put_u8(b'B');
+        self.scratch.put_u32(len as u32);
+        self.scratch.put_slice(portal);
+        self.scratch.put_u8(0);
+        self.scratch.put_slice(server_name);
+        self.scratch.put_u8(0);
+        self.emit(out);
+        self.server.ledger.push(Owed::Bind);
+        Rewrite::Replaced
+    }
+
+    fn describe(&mut self, body: &[u8], out: &mut Chunks) -> Rewrite {
+        let (kind, name) = target(body);
+        let statement = (kind == b'S' && !name.is_empty())
+            .then(|| self.statement(name))
+            .flatten();
+        let Some(statement) = statement else {
+            self.server.ledger.push(Owed::Describe {
+                statement: kind == b'S',
+            });
+            return Rewrite::AsIs;
+        };
+        self.ensure(&statement, OnError::Forward, false, out);
+        put_target(self.scratch, b'D', b'S', statement.server_name());
+        self.emit(out);
+        self.server.ledger.push(Owed::Describe { statement: true });
+        Rewrite::Replaced
+    }
+
+    fn close(&mut self, body: &[u8], out: &mut Chunks) -> Rewrite {
+        let (kind, name) = target(body);
+        let statement = (kind == b'S' && !name.is_empty())
+            .then(|| self.names.as_mut()?.remove(name))
+            .flatten();
+        let Some(statement) = statement else {
+            self.server.ledger.push(Owed::Close(None));
+            return Rewrite::AsIs;
+        };
+        put_target(self.scratch, b'C', b'S', NO_STATEMENT);
+        self.emit(out);
+        self.server
+            .ledger
+            .push(Owed::Close(Some(Box::new(CloseOwed::Forgets(
+                name.into(),
+                statement,
+            )))));
+        Rewrite::Replaced
+    }
+
+    /// A whole simple Query: a `DEALLOCATE`/`EXECUTE` of a client statement is renamed.
+    fn query(&mut self, body: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
+        let sql = body.strip_suffix(&[0]).unwrap_or(body);
+        let Some((statement, found)) = self.named_in_sql(sql) else {
+            self.passed(b'Q', effects);
+            return Rewrite::AsIs;
+        };
+        // A Parse before a simple Query needs its own Sync: after an error the server would
+        // skip the Query until one came.
+        self.ensure(&statement, OnError::Swallow, true, out);
+        let sql = swap_name(sql, &found.token, statement.server_name());
+        let len = 4 + sql.len() + 1;
+        self.scratch.reserve(1 + len);
+        self.scratch.put_u8(b'Q');
+        self.scratch.put_u32(len as u32);
+        self.scratch.put_slice(&sql);
+        self.scratch.put_u8(0);
+        self.emit(out);
+        let mut on_success = self.reset_effects(effects).unwrap_or_default();
+        if found.kind == NamingStatement::Deallocate {
+            self.server.statements.set_unknown(statement.id());
+            on_success.forgets.push((found.name.into(), statement));
+        }
+        self.server.ledger.push(Owed::Query(Some(on_success)));
+        Rewrite::Replaced
+    }
+
+    fn named_in_sql(&self, sql: &[u8]) -> Option<(Arc<Statement>, sql_names::NameInSql)> {
+        if !sql_names::may_name_a_statement(sql) {
+            return None;
+        }
+        let found = sql_names::find(sql)?;
+        Some((self.statement(&found.name)?, found))
+    }
+
+    /// What `DISCARD ALL` / `DEALLOCATE` in a text does: the server's statements may be gone
+    /// (even a `DEALLOCATE` of another name could name one of pgtier's); the client's names
+    /// go once `DEALLOCATE ALL` / `DISCARD ALL` succeeds.
+    fn reset_effects(&mut self, effects: Effects) -> Option<Box<OnSuccess>> {
+        let all = Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL);
+        if effects.intersects(all.union(Effects::DEALLOCATE)) {
+            self.server.statements.all_unknown();
+        }
+        effects.intersects(all).then(|| {
+            Box::new(OnSuccess {
+                clears: true,
+                forgets: Vec::new(),
+            })
+        })
+    }
+
+    /// Makes the server hold `statement` by the time the next message reaches it.
+    fn ensure(
+        &mut self,
+        statement: &Arc<Statement>,
+        on_error: OnError,
+        sync: bool,
+        out: &mut Chunks,
+    ) {
+        match self.server.statements.held(statement.id()) {
+            Some(Held::Prepared) => {
+                self.server.statements.touch(statement.id());
+                return;
+            }
+            Some(Held::Unknown) => self.inject_close(CloseOwed::Reprepare(statement.clone()), out),
+            None => self.make_room(statement.id(), out),
+        }
+        statement.encode_parse(self.scratch);
+        self.inject(b'P', out);
+        self.server.statements.prepared(statement.clone());
+        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+            injected: Some(on_error),
+            creates: Some(statement.clone()),
+            registers: None,
+        })));
+        if sync {
+            statement::encode_sync(self.scratch);
+            self.inject(b'S', out);
+            self.server.ledger.push(Owed::Sync {
+                injected: true,
+                on_success: None,
+            });
+        }
+    }
+
+    /// Evicts least recently used statements until one more fits.
+    fn make_room(&mut self, keep: u64, out: &mut Chunks) {
+        while self.server.statements.len() >= self.limits.per_server.max(1) {
+            let Some(victim) = self.server.statements.evict_lru(keep) else {
+                break;
+            };
+            self.inject_close(CloseOwed::Evicts(victim), out);
+        }
+    }
+
+    fn inject_close(&mut self, close: CloseOwed, out: &mut Chunks) {
+        let statement = match &close {
+            CloseOwed::Evicts(statement) | CloseOwed::Reprepare(statement) => statement,
+            CloseOwed::Forgets(_, statement) => statement,
+        };
+        statement.encode_close(self.scratch);
+        self.inject(b'C', out);
+        self.server.ledger.push(Owed::Close(Some(Box::new(close))));
+    }
+
+    /// Sends what `scratch` holds as a message of pgtier's own.
+    fn inject(&mut self, code: u8, out: &mut Chunks) {
+        self.injected.push(code);
+        self.emit(out);
+    }
+
+    fn emit(&mut self, out: &mut Chunks) {
+        out.push(self.scratch.split().freeze());
+    }
+}
+
+/// The portal and statement names at the start of a Bind body.
+fn bind_names(body: &[u8]) -> (&[u8], &[u8]) {
+    let portal_end = memchr::memchr(0, body).unwrap_or(body.len());
+    let rest = body.get(portal_end + 1..).unwrap_or_default();
+    let name_end = memchr::memchr(0, rest).unwrap_or(rest.len());
+    (&body[..portal_end], &rest[..name_end])
+}
+
+/// The target byte and name of a Describe or Close body.
+fn target(body: &[u8]) -> (u8, &[u8]) {
+    match body {
+        [kind, rest @ ..] => {
+            let end = memchr::memchr(0, rest).unwrap_or(rest.len());
+            (*kind, &rest[..end])
+        }
+        [] => (0, &[]),
+    }
+}
+
+fn put_target(out: &mut BytesMut, code: u8, kind: u8, name: &[u8]) {
+    let len = 4 + 1 + name.len() + 1;
+    out.reserve(1 + len);
+    out.put_u8(code);
+    out.put_u32(len as u32);
+    out.put_u8(kind);
+    out.put_slice(name);
+    out.put_u8(0);
+}
+
+fn swap_name(sql: &[u8], token: &std::ops::Range<usize>, name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sql.len() + name.len());
+    out.extend_from_slice(&sql[..token.start]);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&sql[token.end..]);
+    out
+}

@@ -16,14 +16,17 @@ use libfuzzer_sys::fuzz_target;
 use pgtier_engine::testing::{self, Harness};
 use pgtier_engine::{ClientId, ServerId};
 
-const MODES: [&str; 2] = [
+const MODES: [&str; 3] = [
     "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
     "pool_mode = \"session\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
+    // A tiny statement LRU, so evictions and re-preparing happen all the time.
+    "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2\n\
+     max_prepared_statements = 2",
 ];
 
 /// Canned client messages the fuzzer can pick, so sessions get deep quickly.
 fn canned(pick: u8) -> Vec<u8> {
-    match pick % 12 {
+    match pick % 22 {
         0 => testing::startup(&[("user", "alice"), ("database", "db")]),
         1 => testing::query("SELECT 1"),
         2 => testing::query("BEGIN"),
@@ -35,7 +38,32 @@ fn canned(pick: u8) -> Vec<u8> {
         8 => [testing::bind("s1"), testing::execute(), testing::sync()].concat(),
         9 => testing::terminate(),
         10 => testing::query("FATAL"),
-        _ => testing::frame(b'd', b"1\n"),
+        11 => testing::frame(b'd', b"1\n"),
+        12 => [testing::parse("s2", "SELECT 2"), testing::sync()].concat(),
+        13 => [testing::close(b'S', "s1"), testing::sync()].concat(),
+        14 => [testing::describe(b'S', "s2"), testing::sync()].concat(),
+        // An error in the middle of a pipeline: what follows is skipped until Sync.
+        15 => [
+            testing::parse("s3", "SELECT 3"),
+            testing::parse("bad", "FAIL"),
+            testing::bind("s1"),
+            testing::execute(),
+            testing::close(b'S', "s3"),
+            testing::sync(),
+        ]
+        .concat(),
+        16 => testing::query("DEALLOCATE ALL"),
+        17 => testing::query("DISCARD ALL"),
+        18 => testing::query("LISTEN things"),
+        19 => testing::query("UNLISTEN *"),
+        20 => [
+            testing::parse("", "SELECT 1"),
+            testing::bind(""),
+            testing::execute(),
+            testing::sync(),
+        ]
+        .concat(),
+        _ => [testing::bind("s2"), testing::execute(), testing::sync()].concat(),
     }
 }
 
@@ -61,7 +89,7 @@ impl Input<'_> {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input { data };
-    let mode = MODES[usize::from(input.byte().unwrap_or(0) % 2)];
+    let mode = MODES[usize::from(input.byte().unwrap_or(0)) % MODES.len()];
     let mut h = Harness::new(&testing::config(mode));
     let mut clients: Vec<ClientId> = Vec::new();
     while let Some(op) = input.byte() {

@@ -26,6 +26,11 @@ pub struct ClientRow {
     pub connected_for: Duration,
     /// The PostgreSQL backend pid of the server it is linked to.
     pub backend_pid: Option<u32>,
+    /// Why a transaction-mode client keeps its server between transactions
+    /// (`listen,set`...), empty when it does not.
+    pub pinned: String,
+    /// Named statements the client has prepared (kept by pgtier in transaction mode).
+    pub prepared_statements: usize,
 }
 
 /// One pool slice (exact pool key) on one shard.

@@ -28,6 +28,8 @@ pub fn clients(listing: Option<&Listing>) -> ResultSet {
                 text(utc_timestamp(row.connected_at)),
                 text(row.connected_for.as_secs()),
                 row.backend_pid.map(|pid| pid.to_string()),
+                (!row.pinned.is_empty()).then(|| row.pinned.clone()),
+                text(row.prepared_statements),
             ]
         })
         .collect();
@@ -43,6 +45,8 @@ pub fn clients(listing: Option<&Listing>) -> ResultSet {
             "connect_time",
             "connected_s",
             "backend_pid",
+            "pinned",
+            "prepared_statements",
         ],
         rows,
     }

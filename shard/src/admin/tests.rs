@@ -314,6 +314,8 @@ fn two_shard_listing(missing_shards: Vec<usize>) -> Listing {
         connected_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_996_800),
         connected_for: Duration::from_millis(12_500),
         backend_pid: pid,
+        pinned: String::new(),
+        prepared_statements: 0,
     };
     let pool = PoolRow {
         database: "analytics".to_string(),
@@ -367,6 +369,8 @@ fn show_clients_lists_every_shard_with_class_replica_and_pid() {
             text("2026-11-30 00:00:00.000 UTC"),
             text("12"),
             text("4242"),
+            None,
+            text("0"),
         ]
     );
     assert_eq!(rows[1][0], text("1"));

@@ -4,6 +4,8 @@
 //! confirms they ran: the next ReadyForQuery says idle, with no error since they were sent
 //! (a `RESET ALL` in a transaction that rolls back resets nothing).
 
+use std::time::{Duration, Instant};
+
 use pgtier_wire::session_state::Effects;
 
 use crate::tracker::TxStatus;
@@ -20,7 +22,7 @@ pub struct Pins {
 /// (PostgreSQL keeps them out of it) and whatever `set_config` may have set them to;
 /// `RESET name`, `UNLISTEN name` and `DEALLOCATE name` leave the rest of their kind, so they
 /// undo nothing here.
-const UNDOES: [(Effects, Effects); 6] = [
+const UNDOES: [(Effects, Effects); 7] = [
     (Effects::DISCARD_ALL, Effects::PINNING),
     (Effects::RESET_ALL, Effects::SET),
     (Effects::UNLISTEN_ALL, Effects::LISTEN),
@@ -30,6 +32,7 @@ const UNDOES: [(Effects, Effects); 6] = [
     ),
     (Effects::ADVISORY_UNLOCK_ALL, Effects::ADVISORY_LOCK),
     (Effects::CLOSE_ALL, Effects::HOLD_CURSOR),
+    (Effects::DISCARD_TEMP, Effects::TEMP),
 ];
 
 /// How each pin reads in `SHOW CLIENTS`.
@@ -103,6 +106,32 @@ impl Pins {
     }
 }
 
+/// Rate limit of the "pool exhausted by pinned clients" check: it walks the shard's
+/// clients, so at most once a second; once it warned, not again for a minute.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PinnedCheck {
+    next: Option<Instant>,
+}
+
+impl PinnedCheck {
+    const RECHECK: Duration = Duration::from_secs(1);
+    const REWARN: Duration = Duration::from_secs(60);
+
+    /// Whether a check may run now; if so, the next one waits a second.
+    pub fn due(&mut self, now: Instant) -> bool {
+        if self.next.is_some_and(|next| now < next) {
+            return false;
+        }
+        self.next = Some(now + Self::RECHECK);
+        true
+    }
+
+    /// The check warned: quiet for a minute.
+    pub fn warned(&mut self, now: Instant) {
+        self.next = Some(now + Self::REWARN);
+    }
+}
+
 fn undoing() -> Effects {
     UNDOES
         .iter()
@@ -141,9 +170,24 @@ mod tests {
         pins.sent(Effects::RESET_ALL);
         pins.on_ready(TxStatus::Idle, 0);
         assert_eq!(pins.reasons(), "set_role,temp_table");
+        pins.sent(Effects::DISCARD_TEMP);
+        pins.on_ready(TxStatus::Idle, 0);
+        assert_eq!(pins.reasons(), "set_role");
         pins.sent(Effects::DISCARD_ALL);
         assert!(pins.on_ready(TxStatus::Idle, 0));
         assert!(!pins.is_pinned());
+    }
+
+    #[test]
+    fn the_pinned_out_check_runs_once_a_second_and_warns_once_a_minute() {
+        let start = Instant::now();
+        let mut check = PinnedCheck::default();
+        assert!(check.due(start));
+        assert!(!check.due(start + Duration::from_millis(500)));
+        assert!(check.due(start + Duration::from_secs(1)));
+        check.warned(start + Duration::from_secs(1));
+        assert!(!check.due(start + Duration::from_secs(30)));
+        assert!(check.due(start + Duration::from_secs(61)));
     }
 
     #[test]

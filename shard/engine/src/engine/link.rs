@@ -10,7 +10,7 @@ use bytes::Bytes;
 use pgtier_core::config::PoolMode;
 use pgtier_pool::{Checkin, Lease, PoolId, Release, ServerTarget};
 use pgtier_wire::session_state::Effects;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::action::{Action, Conn};
 use crate::client::ClientState;
@@ -107,6 +107,7 @@ impl Engine {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
+                    self.warn_if_pinned_out(pool);
                     self.ask_other_shards_for_a_server(pool);
                     return;
                 }
@@ -114,6 +115,39 @@ impl Engine {
                     self.make_room_under_cap(pool, budget);
                     return;
                 }
+            }
+        }
+    }
+
+    /// A client waits on a full pool: if every server of the pool is held by a pinned client,
+    /// no transaction will free one, and the operator should hear why (rate-limited).
+    fn warn_if_pinned_out(&mut self, pool: PoolId) {
+        if !self.pinned_check.due(self.now) {
+            return;
+        }
+        let (mut linked, mut pinned) = (0usize, 0usize);
+        for (_, client) in self.clients.iter() {
+            let Some(session) = client.session.as_ref() else {
+                continue;
+            };
+            if session.pool == Some(pool) && client.server().is_some() {
+                linked += 1;
+                pinned += usize::from(session.pins_server());
+            }
+        }
+        let counts = self.pools.counts(pool);
+        if linked > 0 && pinned == linked && linked >= counts.active as usize {
+            if let Some(key) = self.pools.key(pool) {
+                warn!(
+                    database = %key.database,
+                    user = %key.server_user,
+                    servers = linked,
+                    waiting = counts.waiting,
+                    "pool exhausted by pinned clients: every server is held by a client with \
+                     session state (SHOW CLIENTS, column pinned, says which); raise the pool \
+                     size or have clients undo their session state"
+                );
+                self.pinned_check.warned(self.now);
             }
         }
     }

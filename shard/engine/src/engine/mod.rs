@@ -35,6 +35,7 @@ use tracing::debug;
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::cancel::CancelKeys;
 use crate::client::auth::SecretCache;
+use crate::client::pins::PinnedCheck;
 use crate::client::{ClientConn, ClientState};
 use crate::command::{Command, ShutdownMode};
 use crate::ids::{ClientId, ServerId, Slab};
@@ -99,6 +100,9 @@ pub struct Engine {
     statements: crate::prepared::Registry,
     /// Where the messages pgtier writes of its own are built.
     scratch: bytes::BytesMut,
+    /// When a full pool was last checked for being held entirely by pinned clients (the
+    /// check walks the clients, so it runs at most once a second, and warns once a minute).
+    pinned_check: PinnedCheck,
     routing: Box<dyn Routing>,
     console: Box<dyn Console>,
     resolver: Box<dyn Resolver>,
@@ -146,6 +150,7 @@ impl Engine {
             texts: Default::default(),
             statements: Default::default(),
             scratch: bytes::BytesMut::new(),
+            pinned_check: PinnedCheck::default(),
             flush_policy: FlushPolicy::from(&config.pgtier),
             limits,
             config,

@@ -362,3 +362,29 @@ fn pgbench_prepared_pattern_over_a_shared_server() {
     assert_eq!(h.client_tags(a), "2CZ");
     assert_eq!(h.client_tags(b), "2CZ", "b got the server after a's COMMIT");
 }
+
+#[test]
+fn show_clients_says_why_a_client_is_pinned_and_counts_its_statements() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("LISTEN things"));
+    h.client_sends(a, &query("SET work_mem = '1MB'"));
+    h.client_sends(b, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "CZCZ");
+    assert_eq!(h.client_tags(b), "", "b waits: a pinned the one server");
+    let rows = h.engine.list_sessions().clients;
+    let row = |pinned: &str| rows.iter().find(|row| row.pinned == pinned).cloned();
+    assert!(row("set,listen").is_some(), "{rows:?}");
+    h.client_sends(a, &query("DISCARD ALL"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert_eq!(h.client_tags(b), "1Z");
+    let rows = h.engine.list_sessions().clients;
+    assert!(rows.iter().all(|row| row.pinned.is_empty()), "{rows:?}");
+    assert_eq!(
+        rows.iter()
+            .map(|row| row.prepared_statements)
+            .sum::<usize>(),
+        1
+    );
+}

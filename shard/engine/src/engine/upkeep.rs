@@ -609,7 +609,7 @@ impl Engine {
     }
 
     /// This shard's client and pool rows.
-    fn list_sessions(&self) -> ShardListing {
+    pub(crate) fn list_sessions(&self) -> ShardListing {
         let wall_now = self.wall_time();
         let clients = self
             .clients
@@ -636,6 +636,10 @@ impl Engine {
                         .server()
                         .and_then(|server| self.servers.get(server.0))
                         .and_then(|server| server.backend_pid()),
+                    pinned: session.map(|s| s.pins.reasons()).unwrap_or_default(),
+                    prepared_statements: session
+                        .and_then(|s| s.statements.as_ref())
+                        .map_or(0, |statements| statements.len()),
                 }
             })
             .collect();

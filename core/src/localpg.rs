@@ -7,7 +7,8 @@
 //! command runs as the `postgres` user through `runuser`.
 //!
 //! Each server lives in its own temporary directory, listens only on 127.0.0.1 and
-//! on a Unix socket inside that directory, and is stopped and deleted on drop.
+//! on a Unix socket inside that directory, and is stopped and deleted on drop. With
+//! [`PgOptions::tls`] it also accepts TLS (`ssl = on`) next to plain TCP.
 
 use std::io;
 use std::net::TcpListener;
@@ -46,6 +47,8 @@ pub struct PgOptions {
     pub extra_conf: Vec<(String, String)>,
     /// A fixed port, or `None` for a free one.
     pub port: Option<u16>,
+    /// TLS: `None` for a server that answers SSLRequest with `N`.
+    pub tls: Option<PgTls>,
 }
 
 impl Default for PgOptions {
@@ -55,6 +58,37 @@ impl Default for PgOptions {
             password_encryption: "scram-sha-256",
             extra_conf: Vec::new(),
             port: None,
+            tls: None,
+        }
+    }
+}
+
+/// TLS for a test server. The files are copied into the data directory (the server, which may
+/// run as `postgres`, must own its key and refuses one that others can read), and both TLS
+/// and plain TCP logins keep working: the `host` lines of pg_hba.conf match either.
+#[derive(Clone, Debug)]
+pub struct PgTls {
+    /// The server's certificate chain (PEM), `ssl_cert_file`.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM), `ssl_key_file`.
+    pub key_file: PathBuf,
+    /// CA for client certificates (PEM), `ssl_ca_file`: with it the server asks clients for a
+    /// certificate (optional, except for `cert_users`).
+    pub ca_file: Option<PathBuf>,
+    /// Users who must log in over TLS with a client certificate whose common name is the
+    /// user name (pg_hba `hostssl ... cert`; their plain TCP logins are rejected). Needs
+    /// `ca_file`.
+    pub cert_users: Vec<String>,
+}
+
+impl PgTls {
+    /// TLS with a server certificate and key, no client certificates.
+    pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> PgTls {
+        PgTls {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+            ca_file: None,
+            cert_users: Vec::new(),
         }
     }
 }
@@ -98,18 +132,14 @@ impl LocalPg {
             "password_encryption".into(),
             format!("'{}'", options.password_encryption),
         ));
+        if let Some(tls) = &options.tls {
+            conf.extend(pg.install_tls(tls)?);
+        }
         for (k, v) in &options.extra_conf {
             conf.push((k.clone(), v.clone()));
         }
         pg.append_conf(&conf)?;
-        let hba = format!(
-            "local all all trust\n\
-             host all postgres 127.0.0.1/32 trust\n\
-             host replication all 127.0.0.1/32 trust\n\
-             host all all 127.0.0.1/32 {}\n",
-            options.auth.method()
-        );
-        std::fs::write(pg.data_dir.join("pg_hba.conf"), hba)?;
+        std::fs::write(pg.data_dir.join("pg_hba.conf"), hba(options))?;
         pg.start()?;
         Ok(pg)
     }
@@ -207,6 +237,17 @@ impl LocalPg {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// Runs one SQL string through psql with a whole libpq connection string (TLS options,
+    /// another user) and returns trimmed stdout; an error carries psql's message.
+    pub fn psql_conninfo(&self, conninfo: &str, sql: &str) -> io::Result<String> {
+        let out = Command::new(self.bindir.join("psql"))
+            .args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql])
+            .stdin(Stdio::null())
+            .output()?;
+        ensure_success("psql", &out)?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     /// Creates a login role with a password, hashed per the server's password_encryption.
     pub fn create_user(&self, name: &str, password: &str) -> io::Result<()> {
         let sql = format!(
@@ -275,6 +316,45 @@ impl LocalPg {
         Ok(pg)
     }
 
+    /// Copies the TLS files into the data directory, owned by the server's user, and returns
+    /// the settings that turn TLS on. Relative file names resolve against the data directory,
+    /// so a replica cloned with pg_basebackup finds its own copies.
+    fn install_tls(&self, tls: &PgTls) -> io::Result<Vec<(String, String)>> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut files = vec![
+            (&tls.cert_file, "server.crt", 0o644),
+            (&tls.key_file, "server.key", 0o600),
+        ];
+        if let Some(ca) = &tls.ca_file {
+            files.push((ca, "root.crt", 0o644));
+        } else if !tls.cert_users.is_empty() {
+            return Err(io::Error::other("PgTls::cert_users needs a ca_file"));
+        }
+        let mut conf = vec![("ssl".to_string(), "on".to_string())];
+        for (source, name, mode) in files {
+            let target = self.data_dir.join(name);
+            std::fs::copy(source, &target)
+                .map_err(|e| io::Error::other(format!("cannot copy {}: {e}", source.display())))?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+            if self.as_postgres_user {
+                let status = Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(&target)
+                    .status()?;
+                if !status.success() {
+                    return Err(io::Error::other(format!("chown postgres of {name} failed")));
+                }
+            }
+            let setting = match name {
+                "server.crt" => "ssl_cert_file",
+                "server.key" => "ssl_key_file",
+                _ => "ssl_ca_file",
+            };
+            conf.push((setting.to_string(), format!("'{name}'")));
+        }
+        Ok(conf)
+    }
+
     fn base_conf(&self) -> Vec<(String, String)> {
         let dir = self.data_dir.display();
         vec![
@@ -334,6 +414,27 @@ impl Drop for LocalPg {
         }
         let _ = std::fs::remove_dir_all(&self.data_dir);
     }
+}
+
+/// pg_hba.conf: the superuser and replication are trusted, everyone else uses `options.auth`
+/// over TCP with or without TLS, and `cert_users` need TLS and a client certificate.
+fn hba(options: &PgOptions) -> String {
+    let mut hba = String::from(
+        "local all all trust\n\
+         host all postgres 127.0.0.1/32 trust\n\
+         host replication all 127.0.0.1/32 trust\n",
+    );
+    let cert_users = options.tls.iter().flat_map(|tls| tls.cert_users.iter());
+    for user in cert_users {
+        let user = quote_ident(user);
+        hba.push_str(&format!("hostssl all {user} 127.0.0.1/32 cert\n"));
+        hba.push_str(&format!("host all {user} 127.0.0.1/32 reject\n"));
+    }
+    hba.push_str(&format!(
+        "host all all 127.0.0.1/32 {}\n",
+        options.auth.method()
+    ));
+    hba
 }
 
 /// The directory holding initdb, pg_ctl and postgres: `PGTIER_PG_BINDIR`, else
@@ -411,6 +512,37 @@ mod tests {
         assert!(replica.psql("postgres", "SELECT 1").is_err());
         replica.start().unwrap();
         assert_eq!(replica.psql("postgres", "SELECT 1").unwrap(), "1");
+    }
+
+    #[test]
+    fn hba_lines_per_tls_setup() {
+        let plain = hba(&PgOptions::default());
+        assert!(
+            plain.ends_with("host all all 127.0.0.1/32 trust\n"),
+            "{plain}"
+        );
+        assert!(!plain.contains("hostssl"));
+        let mut tls = PgTls::new("/x/server.crt", "/x/server.key");
+        tls.cert_users.push("alice".to_string());
+        let options = PgOptions {
+            auth: HbaAuth::Scram,
+            tls: Some(tls),
+            ..PgOptions::default()
+        };
+        let with_cert = hba(&options);
+        let alice_cert = with_cert
+            .find("hostssl all \"alice\" 127.0.0.1/32 cert")
+            .unwrap();
+        let alice_reject = with_cert
+            .find("host all \"alice\" 127.0.0.1/32 reject")
+            .unwrap();
+        let others = with_cert
+            .find("host all all 127.0.0.1/32 scram-sha-256")
+            .unwrap();
+        assert!(
+            alice_cert < alice_reject && alice_reject < others,
+            "{with_cert}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod resolve;
 mod routing;
 #[cfg(test)]
 mod routing_tests;
+pub mod tls_files;
 #[cfg(test)]
 mod trap_tests;
 

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod fixtures;
+pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod rawwire;
@@ -23,6 +24,6 @@ pub mod tempdir;
 pub mod wait;
 
 pub use config::{DatabaseEntry, ProxyConfig};
-pub use pgtier_core::localpg::{HbaAuth, LocalPg, PgOptions, free_port, pg_bindir};
+pub use pgtier_core::localpg::{HbaAuth, LocalPg, PgOptions, PgTls, free_port, pg_bindir};
 pub use proxy::Pgtier;
 pub use tempdir::TempDir;

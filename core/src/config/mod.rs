@@ -11,6 +11,7 @@ mod locate;
 mod raw;
 mod seconds;
 mod settings;
+mod tls;
 mod validate;
 
 pub use changes::ConfigChanges;
@@ -21,6 +22,7 @@ pub use database::{
 pub use error::ConfigError;
 pub use seconds::Seconds;
 pub use settings::{AuthType, PoolMode, Settings};
+pub use tls::{CipherSuite, SslMode, TlsCiphers, TlsProtocols};
 pub use validate::ADMIN_DATABASE;
 
 use crate::class::ClassSetting;
@@ -32,7 +34,8 @@ use std::path::{Path, PathBuf};
 pub struct Config {
     /// The file this came from (for messages and for reloads).
     pub file: PathBuf,
-    /// The `[pgtier]` table; `auth_file` is already resolved against the file's directory.
+    /// The `[pgtier]` table; `auth_file` and the TLS files are already resolved against the
+    /// file's directory.
     pub pgtier: Settings,
     /// Database entries by name.
     pub databases: BTreeMap<String, DatabaseConfig>,
@@ -67,6 +70,7 @@ impl Config {
         let mut pgtier = raw.pgtier;
         validate::settings(origin, &pgtier)?;
         pgtier.auth_file = pgtier.auth_file.map(|path| resolve_relative(origin, path));
+        pgtier.resolve_tls_files(|path| resolve_relative(origin, path));
         let mut databases = BTreeMap::new();
         for (name, database) in raw.databases {
             let database = validate::database(origin, &name, database, &pgtier)?;

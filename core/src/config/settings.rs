@@ -3,6 +3,7 @@
 //! a default, so an empty table is a valid configuration.
 
 use super::seconds::Seconds;
+use super::tls::{SslMode, TlsCiphers, TlsProtocols};
 use serde::Deserialize;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -156,6 +157,36 @@ pub struct Settings {
     /// Log filter in `tracing` EnvFilter syntax ("info"); `PGTIER_LOG` overrides it.
     pub log_level: String,
 
+    /// TLS for client connections (disable): `allow`/`prefer` use TLS when the client asks,
+    /// `require` refuses clients without TLS, `verify-ca`/`verify-full` also require a client
+    /// certificate signed by `client_tls_ca_file`.
+    pub client_tls_sslmode: SslMode,
+    /// Private key pgtier presents to clients (PEM); needed unless `client_tls_sslmode` is
+    /// disable. Relative paths are resolved like `auth_file`.
+    pub client_tls_key_file: Option<PathBuf>,
+    /// Certificate chain for that key (PEM, leaf first).
+    pub client_tls_cert_file: Option<PathBuf>,
+    /// CA certificates that client certificates must chain to (PEM).
+    pub client_tls_ca_file: Option<PathBuf>,
+    /// TLS versions offered to clients ("secure" = TLS 1.2 and 1.3).
+    pub client_tls_protocols: TlsProtocols,
+    /// Cipher suites offered to clients ("default").
+    pub client_tls_ciphers: TlsCiphers,
+    /// TLS towards servers (prefer, as PgBouncer 1.21 and later): `prefer` asks for TLS and
+    /// falls back to plain TCP, `require` insists without checking the certificate,
+    /// `verify-ca` checks the chain against `server_tls_ca_file`, `verify-full` also the host.
+    pub server_tls_sslmode: SslMode,
+    /// CA certificates that server certificates must chain to (PEM).
+    pub server_tls_ca_file: Option<PathBuf>,
+    /// Private key of the client certificate pgtier presents to servers (PEM; optional).
+    pub server_tls_key_file: Option<PathBuf>,
+    /// Certificate chain for `server_tls_key_file` (PEM, leaf first).
+    pub server_tls_cert_file: Option<PathBuf>,
+    /// TLS versions offered to servers ("secure").
+    pub server_tls_protocols: TlsProtocols,
+    /// Cipher suites offered to servers ("default").
+    pub server_tls_ciphers: TlsCiphers,
+
     /// Largest message a client may send: 256 MiB. PostgreSQL accepts up to 1 GB, but a client
     /// is untrusted and this bounds what one connection can make the proxy hold.
     pub max_client_message_bytes: u32,
@@ -240,6 +271,18 @@ impl Default for Settings {
             ignore_startup_parameters: Vec::new(),
             stats_period: Seconds::from_secs(60),
             log_level: "info".to_string(),
+            client_tls_sslmode: SslMode::Disable,
+            client_tls_key_file: None,
+            client_tls_cert_file: None,
+            client_tls_ca_file: None,
+            client_tls_protocols: TlsProtocols::SECURE,
+            client_tls_ciphers: TlsCiphers::default(),
+            server_tls_sslmode: SslMode::Prefer,
+            server_tls_ca_file: None,
+            server_tls_key_file: None,
+            server_tls_cert_file: None,
+            server_tls_protocols: TlsProtocols::SECURE,
+            server_tls_ciphers: TlsCiphers::default(),
             max_client_message_bytes: 256 * MIB,
             max_server_message_bytes: 1024 * MIB,
             send_batch_max_chunks: 64,
@@ -280,6 +323,21 @@ impl Settings {
     /// Whether `user` may run read-only SHOW commands (admins may too).
     pub fn is_stats_user(&self, user: &str) -> bool {
         self.is_admin(user) || self.stats_users.iter().any(|stats| stats == user)
+    }
+
+    /// Applies `resolve` to every TLS file path (the loader resolves them against the config
+    /// file's directory, as `auth_file`).
+    pub(super) fn resolve_tls_files(&mut self, resolve: impl Fn(PathBuf) -> PathBuf) {
+        for path in [
+            &mut self.client_tls_key_file,
+            &mut self.client_tls_cert_file,
+            &mut self.client_tls_ca_file,
+            &mut self.server_tls_ca_file,
+            &mut self.server_tls_key_file,
+            &mut self.server_tls_cert_file,
+        ] {
+            *path = path.take().map(&resolve);
+        }
     }
 
     /// Whether a startup parameter is listed in `ignore_startup_parameters` (case-insensitive,

@@ -563,6 +563,158 @@ fn missing_plb_list_names_the_table() {
 }
 
 #[test]
+fn tls_defaults_equal_pgbouncer() {
+    let settings = Settings::default();
+    assert_eq!(settings.client_tls_sslmode, SslMode::Disable);
+    assert_eq!(settings.server_tls_sslmode, SslMode::Prefer);
+    assert_eq!(settings.client_tls_protocols, TlsProtocols::SECURE);
+    assert_eq!(settings.server_tls_protocols.to_string(), "tlsv1.2,tlsv1.3");
+    assert_eq!(settings.client_tls_ciphers.as_str(), "default");
+    assert_eq!(settings.server_tls_ciphers.suites(), CipherSuite::ALL);
+    assert!(settings.client_tls_key_file.is_none() && settings.server_tls_ca_file.is_none());
+}
+
+#[test]
+fn tls_settings_parse_and_resolve_relative_paths() {
+    let config = load_trusting(
+        "[pgtier]\n\
+         client_tls_sslmode = \"verify-full\"\n\
+         client_tls_key_file = \"tls/server.key\"\n\
+         client_tls_cert_file = \"/etc/ssl/server.crt\"\n\
+         client_tls_ca_file = \"ca.pem\"\n\
+         client_tls_protocols = \"tlsv1.3\"\n\
+         client_tls_ciphers = \"TLS_AES_128_GCM_SHA256:ECDHE-RSA-AES128-GCM-SHA256\"\n\
+         server_tls_sslmode = \"verify-ca\"\n\
+         server_tls_ca_file = \"server-ca.pem\"\n\
+         server_tls_key_file = \"pgtier.key\"\n\
+         server_tls_cert_file = \"pgtier.crt\"\n\
+         server_tls_protocols = \"legacy\"\n\
+         server_tls_ciphers = \"fast\"\n",
+    )
+    .expect("valid TLS settings");
+    let settings = &config.pgtier;
+    assert_eq!(settings.client_tls_sslmode, SslMode::VerifyFull);
+    let path = |text: &str| Some(std::path::PathBuf::from(text));
+    assert_eq!(
+        settings.client_tls_key_file,
+        path("/etc/pgtier/tls/server.key")
+    );
+    assert_eq!(settings.client_tls_cert_file, path("/etc/ssl/server.crt"));
+    assert_eq!(settings.client_tls_ca_file, path("/etc/pgtier/ca.pem"));
+    assert_eq!(
+        settings.server_tls_ca_file,
+        path("/etc/pgtier/server-ca.pem")
+    );
+    assert_eq!(settings.server_tls_key_file, path("/etc/pgtier/pgtier.key"));
+    assert_eq!(
+        settings.server_tls_cert_file,
+        path("/etc/pgtier/pgtier.crt")
+    );
+    let protocols = settings.client_tls_protocols;
+    assert!(protocols.tls13() && !protocols.tls12());
+    assert!(settings.server_tls_protocols.ignored_legacy());
+    assert_eq!(
+        settings.client_tls_ciphers.suites()[..2],
+        [
+            CipherSuite::Tls13Aes128GcmSha256,
+            CipherSuite::EcdheRsaAes128GcmSha256
+        ]
+    );
+    assert_eq!(settings.server_tls_ciphers.as_str(), "fast");
+    assert_eq!(settings.server_tls_sslmode.as_str(), "verify-ca");
+}
+
+#[test]
+fn every_sslmode_spelling_parses() {
+    for mode in [
+        "disable",
+        "allow",
+        "prefer",
+        "require",
+        "verify-ca",
+        "verify-full",
+    ] {
+        let config = load_trusting(&format!(
+            "[pgtier]\nserver_tls_sslmode = \"{mode}\"\nserver_tls_ca_file = \"ca.pem\"\n"
+        ))
+        .unwrap_or_else(|error| panic!("{mode}: {error}"));
+        assert_eq!(config.pgtier.server_tls_sslmode.as_str(), mode);
+    }
+}
+
+#[test]
+fn invalid_tls_settings_name_the_key() {
+    let client_files = "client_tls_key_file = \"k.pem\"\nclient_tls_cert_file = \"c.pem\"\n";
+    let cases = [
+        (
+            "client_tls_sslmode = \"require\"\n".to_string(),
+            ": pgtier.client_tls_key_file: client_tls_sslmode = \"require\" needs client_tls_key_file and client_tls_cert_file: the key and certificate pgtier presents to clients",
+        ),
+        (
+            "client_tls_sslmode = \"allow\"\nclient_tls_key_file = \"k.pem\"\n".to_string(),
+            ": pgtier.client_tls_cert_file: client_tls_sslmode = \"allow\" needs client_tls_key_file and client_tls_cert_file: the key and certificate pgtier presents to clients",
+        ),
+        (
+            format!("client_tls_sslmode = \"verify-ca\"\n{client_files}"),
+            ": pgtier.client_tls_ca_file: client_tls_sslmode = \"verify-ca\" needs client_tls_ca_file: the CA that client certificates must be signed by",
+        ),
+        (
+            format!("client_tls_sslmode = \"verify-full\"\n{client_files}"),
+            ": pgtier.client_tls_ca_file: client_tls_sslmode = \"verify-full\" needs client_tls_ca_file: the CA that client certificates must be signed by",
+        ),
+        (
+            "server_tls_sslmode = \"verify-full\"\n".to_string(),
+            ": pgtier.server_tls_ca_file: server_tls_sslmode = \"verify-full\" needs server_tls_ca_file: the CA that server certificates must be signed by",
+        ),
+        (
+            "server_tls_key_file = \"k.pem\"\n".to_string(),
+            ": pgtier.server_tls_cert_file: server_tls_key_file is set without server_tls_cert_file: give both (a client certificate for servers) or neither",
+        ),
+        (
+            "server_tls_cert_file = \"c.pem\"\n".to_string(),
+            ": pgtier.server_tls_key_file: server_tls_cert_file is set without server_tls_key_file: give both (a client certificate for servers) or neither",
+        ),
+        (
+            "client_tls_sslmode = \"verify\"\n".to_string(),
+            ":3: pgtier.client_tls_sslmode: unknown variant `verify`, expected one of `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`",
+        ),
+        (
+            "server_tls_protocols = \"tlsv1.0,tlsv1.1\"\n".to_string(),
+            ":3: pgtier.server_tls_protocols: `tlsv1.0,tlsv1.1` allows neither TLS 1.2 nor TLS 1.3: pgtier's TLS library (rustls) implements only those two, so no connection could be made",
+        ),
+        (
+            "client_tls_protocols = \"tlsv1.2,sslv3\"\n".to_string(),
+            ":3: pgtier.client_tls_protocols: unknown TLS protocol `sslv3`: expected tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, secure, default or legacy",
+        ),
+    ];
+    for (lines, expected) in cases {
+        let text = format!("[pgtier]\nauth_type = \"trust\"\n{lines}");
+        assert_eq!(
+            error(&text),
+            format!("/etc/pgtier/pgtier.toml{expected}"),
+            "{text}"
+        );
+    }
+    let message = error(
+        "[pgtier]\nauth_type = \"trust\"\nclient_tls_ciphers = \"ECDHE-RSA-AES128-GCM-SHA256:RC4-MD5\"\n",
+    );
+    assert!(
+        message.starts_with("/etc/pgtier/pgtier.toml:3: pgtier.client_tls_ciphers: unknown or unsupported cipher suite `RC4-MD5`: pgtier's TLS library (rustls) implements TLS_AES_256_GCM_SHA384,"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_disabled_side_needs_no_files() {
+    let config = load_trusting(
+        "[pgtier]\nclient_tls_ca_file = \"ca.pem\"\nserver_tls_sslmode = \"disable\"\n",
+    )
+    .expect("valid");
+    assert!(!config.pgtier.client_tls_sslmode.is_enabled());
+    assert!(!config.pgtier.server_tls_sslmode.is_enabled());
+}
+
+#[test]
 fn load_reads_files_and_reports_missing_ones() {
     let directory = std::env::temp_dir().join(format!("pgtier-config-test-{}", std::process::id()));
     std::fs::create_dir_all(&directory).expect("temp dir");

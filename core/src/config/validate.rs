@@ -102,7 +102,71 @@ pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
             return check.fail(key(name), "must be greater than 0");
         }
     }
+    tls(&check, settings)?;
     limits(&check, settings)
+}
+
+/// The TLS files each mode needs. The protocol and cipher strings were parsed with the file.
+fn tls(check: &Checker<'_>, settings: &Settings) -> Check {
+    let key = |name: &str| format!("pgtier.{name}");
+    let client = settings.client_tls_sslmode;
+    if client.is_enabled() {
+        for (name, present) in [
+            (
+                "client_tls_key_file",
+                settings.client_tls_key_file.is_some(),
+            ),
+            (
+                "client_tls_cert_file",
+                settings.client_tls_cert_file.is_some(),
+            ),
+        ] {
+            if !present {
+                return check.fail(
+                    key(name),
+                    format!(
+                        "client_tls_sslmode = \"{client}\" needs client_tls_key_file and \
+                         client_tls_cert_file: the key and certificate pgtier presents to clients"
+                    ),
+                );
+            }
+        }
+    }
+    if client.verifies_certificate() && settings.client_tls_ca_file.is_none() {
+        return check.fail(
+            key("client_tls_ca_file"),
+            format!(
+                "client_tls_sslmode = \"{client}\" needs client_tls_ca_file: the CA that \
+                 client certificates must be signed by"
+            ),
+        );
+    }
+    let server = settings.server_tls_sslmode;
+    if server.verifies_certificate() && settings.server_tls_ca_file.is_none() {
+        return check.fail(
+            key("server_tls_ca_file"),
+            format!(
+                "server_tls_sslmode = \"{server}\" needs server_tls_ca_file: the CA that \
+                 server certificates must be signed by"
+            ),
+        );
+    }
+    match (
+        settings.server_tls_key_file.is_some(),
+        settings.server_tls_cert_file.is_some(),
+    ) {
+        (true, false) => check.fail(
+            key("server_tls_cert_file"),
+            "server_tls_key_file is set without server_tls_cert_file: give both (a client \
+             certificate for servers) or neither",
+        ),
+        (false, true) => check.fail(
+            key("server_tls_key_file"),
+            "server_tls_cert_file is set without server_tls_key_file: give both (a client \
+             certificate for servers) or neither",
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// pgtier's own limits in `[pgtier]`.

@@ -60,7 +60,21 @@ initial = b"SCRAM-SHA-256\0" + struct.pack(">I", len(client_first)) + client_fir
 final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 write("scram_server", "valid-exchange", initial + b"\xff" + final)
 y_first = f"y,,n=,r={cnonce}".encode()
-write("scram_server", "flag-y", b"SCRAM-SHA-256\0" + struct.pack(">I", len(y_first)) + y_first + b"\xff" + final.replace(b"c=biws", b"c=eSws"))
+# 'y' is echoed as c=eSws, which changes the AuthMessage and so the proof.
+y_without_proof = f"c=eSws,r={nonce}"
+y_auth = f"n=,r={cnonce},{server_first},{y_without_proof}".encode()
+y_proof = xor(client_key, HMAC(stored_key, y_auth))
+y_final = f"{y_without_proof},p={base64.b64encode(y_proof).decode()}".encode()
+write("scram_server", "flag-y", b"SCRAM-SHA-256\0" + struct.pack(">I", len(y_first)) + y_first + b"\xff" + y_final)
+# Without binding data the 'y' exchange above is accepted, with it it is a downgrade.
+# SCRAM-SHA-256-PLUS bound to the fuzz target's BINDING (32 bytes of 0x42).
+plus_first = f"p=tls-server-end-point,,n=,r={cnonce}".encode()
+plus_cbind = base64.b64encode(b"p=tls-server-end-point,," + bytes([0x42] * 32)).decode()
+plus_without_proof = f"c={plus_cbind},r={nonce}"
+plus_auth = f"n=,r={cnonce},{server_first},{plus_without_proof}".encode()
+plus_proof = xor(client_key, HMAC(stored_key, plus_auth))
+plus_final = f"{plus_without_proof},p={base64.b64encode(plus_proof).decode()}".encode()
+write("scram_server", "plus-exchange", b"SCRAM-SHA-256-PLUS\0" + struct.pack(">I", len(plus_first)) + plus_first + b"\xff" + plus_final)
 
 # client_auth: server frames for a full SCRAM login (client nonce = base64 of 18 bytes of 7).
 cn = base64.b64encode(bytes([7] * 18)).decode()

@@ -1,11 +1,26 @@
 //! Logging in to PostgreSQL: answers each Authentication request with the configured password
-//! (cleartext, MD5 or SCRAM-SHA-256) until AuthenticationOk.
+//! (cleartext, MD5, SCRAM-SHA-256 or SCRAM-SHA-256-PLUS) until AuthenticationOk.
+//!
+//! The SCRAM mechanism is chosen from the server's AuthenticationSASL list as libpq does:
+//! `SCRAM-SHA-256-PLUS` when offered, we have binding data and the policy allows it, else
+//! `SCRAM-SHA-256`. Under [`ChannelBindingPolicy::Require`] the checks of libpq's
+//! `check_expected_areq` apply: no answer to a non-SASL request (the password could leak to
+//! a server we have not authenticated), and AuthenticationOk only after a bound exchange.
+//!
+//! One difference from libpq: libpq refuses a `-PLUS` offer over a connection without TLS
+//! (a sign that something between it and the server terminates TLS). Here "no binding data"
+//! also covers TLS to a server whose certificate has no end-point hash (Ed25519, Ed448), where
+//! PostgreSQL still offers `-PLUS`; so without binding data a `-PLUS` offer is simply not
+//! taken and `SCRAM-SHA-256` with 'n' is used (or the login fails under `Require`).
 
 use bytes::BytesMut;
 
 use super::md5::{Md5Secret, md5_password_hash, md5_salted_response};
-use super::scram_client::DEFAULT_MAX_ITERATIONS;
-use super::{AuthError, KEY_LEN, NONCE_RANDOM_LEN, SCRAM_SHA_256, ScramClient};
+use super::scram_client::{DEFAULT_MAX_ITERATIONS, REQUIRE_WITHOUT_DATA};
+use super::{
+    AuthError, ChannelBinding, ChannelBindingPolicy, KEY_LEN, NONCE_RANDOM_LEN, SCRAM_SHA_256,
+    SCRAM_SHA_256_PLUS, ScramClient,
+};
 use crate::messages::Message;
 use crate::messages::backend::Authentication;
 use crate::messages::frontend::PasswordMessage;
@@ -22,12 +37,26 @@ pub enum AuthProgress {
 #[derive(Debug)]
 enum State {
     AwaitingRequest,
-    Scram(ScramClient),
+    /// Boxed: the exchange's state is large next to the other states.
+    Scram(Box<ScramClient>),
     /// SASLFinal verified; only AuthenticationOk may follow.
-    AwaitingOk,
-    Authenticated,
+    AwaitingOk {
+        channel_bound: bool,
+    },
+    Authenticated {
+        channel_bound: bool,
+    },
     Failed,
 }
+
+/// libpq's message when `channel_binding=require` meets AuthenticationOk without a bound
+/// exchange (trust, or a server that skipped -PLUS).
+const REQUIRE_UNBOUND_OK: &str =
+    "channel binding required, but server authenticated client without channel binding";
+
+/// libpq's message when `channel_binding=require` meets a non-SASL request.
+const REQUIRE_NOT_SASL: &str =
+    "channel binding required but not supported by server's authentication request";
 
 /// What the proxy proves itself with.
 enum Credential {
@@ -49,6 +78,8 @@ pub struct ClientAuth {
     credential: Credential,
     nonce_random: [u8; NONCE_RANDOM_LEN],
     max_scram_iterations: u32,
+    channel_binding: Option<ChannelBinding>,
+    policy: ChannelBindingPolicy,
     state: State,
 }
 
@@ -69,6 +100,8 @@ impl ClientAuth {
             credential: Credential::Password(password.to_vec()),
             nonce_random,
             max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            channel_binding: None,
+            policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
         }
     }
@@ -91,6 +124,8 @@ impl ClientAuth {
             },
             nonce_random,
             max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            channel_binding: None,
+            policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
         }
     }
@@ -104,8 +139,23 @@ impl ClientAuth {
             credential: Credential::Md5Hash(secret),
             nonce_random: [0; NONCE_RANDOM_LEN],
             max_scram_iterations: DEFAULT_MAX_ITERATIONS,
+            channel_binding: None,
+            policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
         }
+    }
+
+    /// Sets the binding data of the connection (`Some` over TLS when the server's
+    /// certificate has an end-point hash, [`ChannelBinding::from_certificate`]) and libpq's
+    /// `channel_binding` policy. The default is no data and [`ChannelBindingPolicy::Prefer`].
+    pub fn with_channel_binding(
+        mut self,
+        binding: Option<ChannelBinding>,
+        policy: ChannelBindingPolicy,
+    ) -> Self {
+        self.channel_binding = binding;
+        self.policy = policy;
+        self
     }
 
     /// Sets the largest SCRAM iteration count accepted from the server (CPU bound per login).
@@ -136,7 +186,17 @@ impl ClientAuth {
     }
 
     pub fn is_authenticated(&self) -> bool {
-        matches!(self.state, State::Authenticated)
+        matches!(self.state, State::Authenticated { .. })
+    }
+
+    /// Whether the login was a SCRAM-SHA-256-PLUS exchange bound to the TLS channel.
+    pub fn is_channel_bound(&self) -> bool {
+        matches!(
+            self.state,
+            State::Authenticated {
+                channel_bound: true
+            }
+        )
     }
 
     /// The password, for methods that need one.
@@ -164,10 +224,20 @@ impl ClientAuth {
         out: &mut BytesMut,
     ) -> Result<(State, AuthProgress), AuthError> {
         use Authentication as A;
+        let require = self.policy == ChannelBindingPolicy::Require;
+        if require
+            && !matches!(
+                message,
+                A::Ok | A::Sasl { .. } | A::SaslContinue { .. } | A::SaslFinal { .. }
+            )
+        {
+            return Err(AuthError::ChannelBindingRequired {
+                reason: REQUIRE_NOT_SASL,
+            });
+        }
         match (state, message) {
-            (State::AwaitingRequest | State::AwaitingOk, A::Ok) => {
-                Ok((State::Authenticated, AuthProgress::Authenticated))
-            }
+            (State::AwaitingRequest, A::Ok) => self.accept_ok(false),
+            (State::AwaitingOk { channel_bound }, A::Ok) => self.accept_ok(channel_bound),
             (State::AwaitingRequest, A::CleartextPassword) => {
                 PasswordMessage {
                     password: self.password()?,
@@ -184,7 +254,17 @@ impl ClientAuth {
                 Ok((State::AwaitingRequest, AuthProgress::Continue))
             }
             (State::AwaitingRequest, A::Sasl { mechanisms }) => {
-                if !mechanisms.contains(SCRAM_SHA_256) {
+                let plus_offered = mechanisms.contains(SCRAM_SHA_256_PLUS);
+                let binds = plus_offered
+                    && self.channel_binding.is_some()
+                    && self.policy != ChannelBindingPolicy::Disable;
+                if !binds && !mechanisms.contains(SCRAM_SHA_256) {
+                    // libpq checks for binding data before reading the list.
+                    if require && self.channel_binding.is_none() {
+                        return Err(AuthError::ChannelBindingRequired {
+                            reason: REQUIRE_WITHOUT_DATA,
+                        });
+                    }
                     return Err(AuthError::UnsupportedMethod);
                 }
                 let scram = match &self.credential {
@@ -195,9 +275,11 @@ impl ClientAuth {
                     } => ScramClient::from_keys(*client_key, *server_key, self.nonce_random),
                     Credential::Md5Hash(_) => return Err(AuthError::UnsupportedMethod),
                 };
-                let mut scram = scram.max_iterations(self.max_scram_iterations);
-                scram.encode_initial_response(out)?;
-                Ok((State::Scram(scram), AuthProgress::Continue))
+                let mut scram = scram
+                    .max_iterations(self.max_scram_iterations)
+                    .with_channel_binding(self.channel_binding, self.policy);
+                scram.encode_initial_response_with(out, plus_offered)?;
+                Ok((State::Scram(Box::new(scram)), AuthProgress::Continue))
             }
             (State::Scram(mut scram), A::SaslContinue { data }) => {
                 scram.handle_server_first(data, out)?;
@@ -205,13 +287,28 @@ impl ClientAuth {
             }
             (State::Scram(mut scram), A::SaslFinal { data }) => {
                 scram.handle_server_final(data)?;
-                Ok((State::AwaitingOk, AuthProgress::Continue))
+                let channel_bound = scram.is_channel_bound();
+                Ok((State::AwaitingOk { channel_bound }, AuthProgress::Continue))
             }
             (State::AwaitingRequest, A::KerberosV5 | A::Gss | A::GssContinue { .. } | A::Sspi) => {
                 Err(AuthError::UnsupportedMethod)
             }
             _ => Err(AuthError::UnexpectedMessage),
         }
+    }
+
+    /// AuthenticationOk, after a SCRAM exchange (`channel_bound` says whether it was bound)
+    /// or none at all.
+    fn accept_ok(&self, channel_bound: bool) -> Result<(State, AuthProgress), AuthError> {
+        if self.policy == ChannelBindingPolicy::Require && !channel_bound {
+            return Err(AuthError::ChannelBindingRequired {
+                reason: REQUIRE_UNBOUND_OK,
+            });
+        }
+        Ok((
+            State::Authenticated { channel_bound },
+            AuthProgress::Authenticated,
+        ))
     }
 }
 
@@ -343,6 +440,149 @@ mod tests {
         client.handle_frame(&fin, &mut BytesMut::new())?;
         client.handle(Authentication::Ok, &mut BytesMut::new())?;
         Ok(verified)
+    }
+
+    fn binding(seed: u8) -> ChannelBinding {
+        ChannelBinding::from_end_point_hash(&[seed; 32]).unwrap()
+    }
+
+    fn cheap_secret() -> ScramSecret {
+        ScramSecret::from_password(b"pw", b"0123456789abcdef", 16).unwrap()
+    }
+
+    /// Logs in against `server` after an AuthenticationSASL listing `mechanisms`.
+    fn login_offering(
+        client: &mut ClientAuth,
+        server: &mut ScramServer,
+        mechanisms: &[&[u8]],
+    ) -> Result<AuthProgress, AuthError> {
+        let mut request = BytesMut::new();
+        Authentication::encode_sasl(&mut request, mechanisms);
+        let mut reply = BytesMut::new();
+        client.handle_frame(&request, &mut reply)?;
+        let mut challenge = BytesMut::new();
+        server.handle_initial_response(&reply[5..], &mut challenge)?;
+        let mut reply = BytesMut::new();
+        client.handle_frame(&challenge, &mut reply)?;
+        let mut fin = BytesMut::new();
+        server.handle_response(&reply[5..], &mut fin)?;
+        client.handle_frame(&fin, &mut BytesMut::new())?;
+        client.handle(Authentication::Ok, &mut BytesMut::new())
+    }
+
+    /// The mechanism the client picks from `mechanisms`.
+    fn chosen(client: &mut ClientAuth, mechanisms: &[&[u8]]) -> Result<Vec<u8>, AuthError> {
+        let mut request = BytesMut::new();
+        Authentication::encode_sasl(&mut request, mechanisms);
+        let mut reply = BytesMut::new();
+        client.handle_frame(&request, &mut reply)?;
+        let initial = crate::messages::frontend::SaslInitialResponse::decode_frame(&reply)?;
+        Ok(initial.mechanism.to_vec())
+    }
+
+    const BOTH: &[&[u8]] = &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256];
+
+    #[test]
+    fn the_mechanism_comes_from_the_servers_list() {
+        use ChannelBindingPolicy::{Disable, Prefer, Require};
+        let client = |data, policy| {
+            ClientAuth::new(b"bob", b"pw", [4; 18]).with_channel_binding(data, policy)
+        };
+        let plus = Ok(SCRAM_SHA_256_PLUS.to_vec());
+        let plain = Ok(SCRAM_SHA_256.to_vec());
+        assert_eq!(chosen(&mut client(Some(binding(1)), Prefer), BOTH), plus);
+        // -PLUS offered but no binding data (no TLS, or a certificate without a hash).
+        assert_eq!(chosen(&mut client(None, Prefer), BOTH), plain);
+        assert_eq!(chosen(&mut client(Some(binding(1)), Disable), BOTH), plain);
+        // A server offering only -PLUS.
+        let only_plus: &[&[u8]] = &[SCRAM_SHA_256_PLUS];
+        assert_eq!(
+            chosen(&mut client(Some(binding(1)), Prefer), only_plus),
+            plus
+        );
+        assert_eq!(
+            chosen(&mut client(None, Prefer), only_plus),
+            Err(AuthError::UnsupportedMethod)
+        );
+        assert_eq!(
+            chosen(&mut client(Some(binding(1)), Disable), only_plus),
+            Err(AuthError::UnsupportedMethod)
+        );
+        assert_eq!(
+            chosen(&mut client(None, Require), only_plus),
+            Err(AuthError::ChannelBindingRequired {
+                reason: REQUIRE_WITHOUT_DATA
+            })
+        );
+        assert_eq!(
+            chosen(&mut client(Some(binding(1)), Require), &[SCRAM_SHA_256]),
+            Err(AuthError::ChannelBindingRequired {
+                reason: super::super::scram_client::REQUIRE_NOT_OFFERED
+            })
+        );
+        assert_eq!(
+            chosen(&mut client(None, Prefer), &[b"OAUTHBEARER"]),
+            Err(AuthError::UnsupportedMethod)
+        );
+    }
+
+    #[test]
+    fn bound_login() {
+        let mut server =
+            ScramServer::new(cheap_secret(), [3; 18]).with_channel_binding(Some(binding(1)));
+        let mut client = ClientAuth::new(b"bob", b"pw", [4; 18])
+            .with_channel_binding(Some(binding(1)), ChannelBindingPolicy::Require);
+        assert_eq!(
+            login_offering(&mut client, &mut server, BOTH),
+            Ok(AuthProgress::Authenticated)
+        );
+        assert!(client.is_authenticated() && client.is_channel_bound());
+        assert!(server.is_channel_bound());
+        // Prefer, over a connection where the server cannot bind.
+        let mut server = ScramServer::new(cheap_secret(), [3; 18]);
+        let mut client = ClientAuth::new(b"bob", b"pw", [4; 18])
+            .with_channel_binding(Some(binding(1)), ChannelBindingPolicy::Prefer);
+        login_offering(&mut client, &mut server, &[SCRAM_SHA_256]).unwrap();
+        assert!(client.is_authenticated() && !client.is_channel_bound());
+    }
+
+    #[test]
+    fn require_refuses_everything_that_does_not_bind() {
+        let require = || {
+            ClientAuth::new(b"bob", b"pw", [4; 18])
+                .with_channel_binding(Some(binding(1)), ChannelBindingPolicy::Require)
+        };
+        let not_sasl = Err(AuthError::ChannelBindingRequired {
+            reason: REQUIRE_NOT_SASL,
+        });
+        for request in [
+            Authentication::CleartextPassword,
+            Authentication::Md5Password { salt: [1; 4] },
+            Authentication::Gss,
+            Authentication::Sspi,
+            Authentication::KerberosV5,
+        ] {
+            let mut reply = BytesMut::new();
+            assert_eq!(
+                require().handle(request, &mut reply),
+                not_sasl,
+                "{request:?}"
+            );
+            // The password never leaves.
+            assert!(reply.is_empty());
+        }
+        // Trust: AuthenticationOk with no exchange at all.
+        let err = require().handle(Authentication::Ok, &mut BytesMut::new());
+        assert_eq!(
+            err,
+            Err(AuthError::ChannelBindingRequired {
+                reason: REQUIRE_UNBOUND_OK
+            })
+        );
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "channel binding required, but server authenticated client without channel binding"
+        );
     }
 
     #[test]

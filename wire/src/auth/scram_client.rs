@@ -1,26 +1,78 @@
-//! The client side of SCRAM-SHA-256, used to log in to PostgreSQL.
+//! The client side of SCRAM-SHA-256 and SCRAM-SHA-256-PLUS, used to log in to PostgreSQL.
 //!
-//! Flow: on AuthenticationSASL call [`ScramClient::encode_initial_response`]; on
-//! AuthenticationSASLContinue, [`ScramClient::handle_server_first`] (appends SASLResponse);
-//! on AuthenticationSASLFinal, [`ScramClient::handle_server_final`] (verifies the server).
-//! pgtier connects to servers without TLS channel binding, so the GS2 header is `n,,`.
+//! Flow: on AuthenticationSASL call [`ScramClient::encode_initial_response_with`] saying
+//! whether the server offered `-PLUS`; on AuthenticationSASLContinue,
+//! [`ScramClient::handle_server_first`] (appends SASLResponse); on AuthenticationSASLFinal,
+//! [`ScramClient::handle_server_final`] (verifies the server).
+//!
+//! Channel binding follows libpq (fe-auth.c, fe-auth-scram.c): with binding data (the
+//! server certificate's end-point hash) and a `-PLUS` offer the client binds
+//! (`p=tls-server-end-point`, `c=` carrying the hash); with binding data and no offer it sends
+//! 'y', so a server that did offer `-PLUS` detects that the offer was removed; without binding
+//! data it sends 'n'. [`ChannelBindingPolicy::Require`] turns every case that does not bind
+//! into an error before anything is sent.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::BytesMut;
 use subtle::ConstantTimeEq;
 
+use super::channel_binding::{ChannelBinding, ChannelBindingPolicy, PLUS_GS2_HEADER};
 use super::scram_keys::{
     Key, client_key, hmac, prepare_password, salted_password, server_key, sha256, xor,
 };
 use super::scram_message::{ServerFinal, is_valid_nonce, parse_server_final, parse_server_first};
-use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, os_random};
+use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, os_random};
 use crate::messages::Message;
 use crate::messages::frontend::{SaslInitialResponse, SaslResponse};
 
-const GS2_HEADER: &str = "n,,";
-/// base64("n,,").
-const CHANNEL_BINDING: &str = "biws";
+/// libpq's message when `channel_binding=require` meets a server without `-PLUS`.
+pub(crate) const REQUIRE_NOT_OFFERED: &str = "channel binding is required, but server did not \
+     offer an authentication method that supports channel binding";
+
+/// `channel_binding=require` without binding data. libpq says "channel binding required, but
+/// SSL not in use"; we also get here over TLS when the server certificate has no end-point
+/// hash, so the message names both.
+pub(crate) const REQUIRE_WITHOUT_DATA: &str = "channel binding required, but SSL not in use \
+     or the server certificate has no channel binding hash";
+
+/// How the client-first-message sets up channel binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gs2 {
+    /// 'n': we do not bind.
+    NotSupported,
+    /// 'y': we could bind, but the server did not offer `-PLUS`.
+    SupportedNotUsed,
+    /// 'p=tls-server-end-point' with `SCRAM-SHA-256-PLUS`.
+    Bind(ChannelBinding),
+}
+
+impl Gs2 {
+    fn mechanism(self) -> &'static [u8] {
+        match self {
+            Self::Bind(_) => SCRAM_SHA_256_PLUS,
+            Self::NotSupported | Self::SupportedNotUsed => SCRAM_SHA_256,
+        }
+    }
+
+    fn header(self) -> &'static str {
+        match self {
+            Self::NotSupported => "n,,",
+            Self::SupportedNotUsed => "y,,",
+            Self::Bind(_) => PLUS_GS2_HEADER,
+        }
+    }
+
+    /// The client-final-message's `c=` value: base64 of the header, plus the binding data.
+    fn channel_binding_attribute(self) -> String {
+        match self {
+            // base64("n,,") and base64("y,,").
+            Self::NotSupported => "biws".to_owned(),
+            Self::SupportedNotUsed => "eSws".to_owned(),
+            Self::Bind(binding) => binding.channel_binding_attribute(PLUS_GS2_HEADER),
+        }
+    }
+}
 
 /// Largest iteration count accepted from a server by default; bounds the CPU a hostile or
 /// misconfigured server can make us spend.
@@ -40,9 +92,17 @@ enum Credential {
 #[derive(Debug)]
 enum State {
     Initial,
-    AwaitingServerFirst { client_first_bare: String },
-    AwaitingServerFinal { server_signature: Key },
-    Authenticated,
+    AwaitingServerFirst {
+        client_first_bare: String,
+        gs2: Gs2,
+    },
+    AwaitingServerFinal {
+        server_signature: Key,
+        channel_bound: bool,
+    },
+    Authenticated {
+        channel_bound: bool,
+    },
     Failed,
 }
 
@@ -51,6 +111,9 @@ pub struct ScramClient {
     credential: Credential,
     client_nonce: String,
     max_iterations: u32,
+    /// The server certificate's end-point hash when the connection is TLS and it has one.
+    channel_binding: Option<ChannelBinding>,
+    policy: ChannelBindingPolicy,
     state: State,
 }
 
@@ -83,6 +146,8 @@ impl ScramClient {
             credential,
             client_nonce,
             max_iterations: DEFAULT_MAX_ITERATIONS,
+            channel_binding: None,
+            policy: ChannelBindingPolicy::default(),
             state: State::Initial,
         }
     }
@@ -101,6 +166,8 @@ impl ScramClient {
             },
             client_nonce: STANDARD.encode(nonce_random),
             max_iterations: DEFAULT_MAX_ITERATIONS,
+            channel_binding: None,
+            policy: ChannelBindingPolicy::default(),
             state: State::Initial,
         }
     }
@@ -111,20 +178,67 @@ impl ScramClient {
         self
     }
 
-    /// Appends SASLInitialResponse choosing SCRAM-SHA-256 with the client-first-message.
+    /// Sets the binding data of the connection to the server (`Some` over TLS when the
+    /// server certificate has an end-point hash, see [`ChannelBinding::from_certificate`])
+    /// and libpq's `channel_binding` policy. The default is no data and
+    /// [`ChannelBindingPolicy::Prefer`], which never binds.
+    pub fn with_channel_binding(
+        mut self,
+        binding: Option<ChannelBinding>,
+        policy: ChannelBindingPolicy,
+    ) -> Self {
+        self.channel_binding = binding;
+        self.policy = policy;
+        self
+    }
+
+    /// Appends SASLInitialResponse for a server that offered SCRAM-SHA-256 only.
     pub fn encode_initial_response(&mut self, out: &mut BytesMut) -> Result<(), AuthError> {
+        self.encode_initial_response_with(out, false)
+    }
+
+    /// Appends SASLInitialResponse with the client-first-message; `plus_offered` says
+    /// whether the server's AuthenticationSASL listed `SCRAM-SHA-256-PLUS`. Chooses
+    /// `SCRAM-SHA-256-PLUS` when it can bind, else `SCRAM-SHA-256` (see the module doc);
+    /// under [`ChannelBindingPolicy::Require`] a choice that does not bind is
+    /// [`AuthError::ChannelBindingRequired`] and nothing is appended.
+    pub fn encode_initial_response_with(
+        &mut self,
+        out: &mut BytesMut,
+        plus_offered: bool,
+    ) -> Result<(), AuthError> {
         if !matches!(self.state, State::Initial) {
             return Err(AuthError::UnexpectedMessage);
         }
+        let gs2 = self.choose_gs2(plus_offered).inspect_err(|_| {
+            self.state = State::Failed;
+        })?;
         let client_first_bare = format!("n=,r={}", self.client_nonce);
-        let client_first = format!("{GS2_HEADER}{client_first_bare}");
+        let client_first = format!("{}{client_first_bare}", gs2.header());
         SaslInitialResponse {
-            mechanism: SCRAM_SHA_256,
+            mechanism: gs2.mechanism(),
             data: Some(client_first.as_bytes()),
         }
         .encode(out);
-        self.state = State::AwaitingServerFirst { client_first_bare };
+        self.state = State::AwaitingServerFirst {
+            client_first_bare,
+            gs2,
+        };
         Ok(())
+    }
+
+    /// libpq's choice of mechanism and GS2 flag.
+    fn choose_gs2(&self, plus_offered: bool) -> Result<Gs2, AuthError> {
+        use ChannelBindingPolicy as P;
+        let required = |reason| Err(AuthError::ChannelBindingRequired { reason });
+        match (self.policy, self.channel_binding, plus_offered) {
+            (P::Disable, _, _) => Ok(Gs2::NotSupported),
+            (P::Require, None, _) => required(REQUIRE_WITHOUT_DATA),
+            (P::Require, Some(_), false) => required(REQUIRE_NOT_OFFERED),
+            (P::Prefer | P::Require, Some(binding), true) => Ok(Gs2::Bind(binding)),
+            (P::Prefer, Some(_), false) => Ok(Gs2::SupportedNotUsed),
+            (P::Prefer, None, _) => Ok(Gs2::NotSupported),
+        }
     }
 
     /// Handles AuthenticationSASLContinue's data and appends SASLResponse with the
@@ -135,7 +249,11 @@ impl ScramClient {
         out: &mut BytesMut,
     ) -> Result<(), AuthError> {
         let state = core::mem::replace(&mut self.state, State::Failed);
-        let State::AwaitingServerFirst { client_first_bare } = state else {
+        let State::AwaitingServerFirst {
+            client_first_bare,
+            gs2,
+        } = state
+        else {
             return Err(AuthError::UnexpectedMessage);
         };
         let text = core::str::from_utf8(data).map_err(|_| AuthError::MalformedScram {
@@ -153,7 +271,7 @@ impl ScramClient {
             });
         }
         let (client_key, server_key) = self.keys(first.salt_b64, first.iterations)?;
-        let without_proof = format!("c={CHANNEL_BINDING},r={}", first.nonce);
+        let without_proof = format!("c={},r={}", gs2.channel_binding_attribute(), first.nonce);
         let auth_message = [
             client_first_bare.as_bytes(),
             b",",
@@ -170,6 +288,7 @@ impl ScramClient {
         .encode(out);
         self.state = State::AwaitingServerFinal {
             server_signature: hmac(&server_key, &auth_message),
+            channel_bound: matches!(gs2, Gs2::Bind(_)),
         };
         Ok(())
     }
@@ -177,7 +296,11 @@ impl ScramClient {
     /// Handles AuthenticationSASLFinal's data: the server must prove it knows the secret.
     pub fn handle_server_final(&mut self, data: &[u8]) -> Result<(), AuthError> {
         let state = core::mem::replace(&mut self.state, State::Failed);
-        let State::AwaitingServerFinal { server_signature } = state else {
+        let State::AwaitingServerFinal {
+            server_signature,
+            channel_bound,
+        } = state
+        else {
             return Err(AuthError::UnexpectedMessage);
         };
         let text = core::str::from_utf8(data).map_err(|_| AuthError::MalformedScram {
@@ -195,12 +318,24 @@ impl ScramClient {
         if !bool::from(received[..len].ct_eq(&server_signature)) {
             return Err(AuthError::ServerSignatureMismatch);
         }
-        self.state = State::Authenticated;
+        self.state = State::Authenticated { channel_bound };
         Ok(())
     }
 
     pub fn is_authenticated(&self) -> bool {
-        matches!(self.state, State::Authenticated)
+        matches!(self.state, State::Authenticated { .. })
+    }
+
+    /// Whether the server proved it knows the secret in an exchange bound to the TLS
+    /// channel (`SCRAM-SHA-256-PLUS`): only then is the server authenticated as the holder
+    /// of the certificate we hashed, not merely of the password.
+    pub fn is_channel_bound(&self) -> bool {
+        matches!(
+            self.state,
+            State::Authenticated {
+                channel_bound: true
+            }
+        )
     }
 
     fn keys(&self, salt_b64: &str, iterations: u32) -> Result<(Key, Key), AuthError> {
@@ -313,13 +448,201 @@ mod tests {
         }
     }
 
+    fn binding(seed: u8) -> ChannelBinding {
+        ChannelBinding::from_end_point_hash(&[seed; 48]).unwrap()
+    }
+
+    /// What the client sends first: (mechanism, client-first-message).
+    fn initial(
+        client: &mut ScramClient,
+        plus_offered: bool,
+    ) -> Result<(Vec<u8>, String), AuthError> {
+        let mut out = BytesMut::new();
+        client.encode_initial_response_with(&mut out, plus_offered)?;
+        let initial = SaslInitialResponse::decode_frame(&out).unwrap();
+        let data = String::from_utf8(initial.data.unwrap().to_vec()).unwrap();
+        Ok((initial.mechanism.to_vec(), data))
+    }
+
+    #[test]
+    fn mechanism_and_flag_follow_libpq() {
+        use ChannelBindingPolicy::{Disable, Prefer, Require};
+        let plain = Ok((SCRAM_SHA_256, "n,,"));
+        let supported = Ok((SCRAM_SHA_256, "y,,"));
+        let bound = Ok((SCRAM_SHA_256_PLUS, "p=tls-server-end-point,,"));
+        let required = |reason| Err(AuthError::ChannelBindingRequired { reason });
+        let cases = [
+            (Disable, None, false, plain),
+            (Disable, None, true, plain),
+            (Disable, Some(binding(1)), false, plain),
+            (Disable, Some(binding(1)), true, plain),
+            (Prefer, None, false, plain),
+            (Prefer, None, true, plain),
+            (Prefer, Some(binding(1)), false, supported),
+            (Prefer, Some(binding(1)), true, bound),
+            (Require, None, false, required(REQUIRE_WITHOUT_DATA)),
+            (Require, None, true, required(REQUIRE_WITHOUT_DATA)),
+            (
+                Require,
+                Some(binding(1)),
+                false,
+                required(REQUIRE_NOT_OFFERED),
+            ),
+            (Require, Some(binding(1)), true, bound),
+        ];
+        for (policy, data, plus_offered, expected) in cases {
+            let mut client =
+                ScramClient::with_nonce(b"pw", "abc".into()).with_channel_binding(data, policy);
+            let got = initial(&mut client, plus_offered);
+            let want = expected
+                .map(|(mechanism, header)| (mechanism.to_vec(), format!("{header}n=,r=abc")));
+            assert_eq!(got, want, "{policy:?} {data:?} {plus_offered}");
+        }
+        assert_eq!(
+            AuthError::ChannelBindingRequired {
+                reason: REQUIRE_NOT_OFFERED
+            }
+            .sqlstate(),
+            crate::sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
+        );
+    }
+
+    #[test]
+    fn a_refused_choice_sends_nothing_and_fails_the_exchange() {
+        let mut client = ScramClient::with_nonce(b"pw", "abc".into())
+            .with_channel_binding(None, ChannelBindingPolicy::Require);
+        let mut out = BytesMut::new();
+        assert!(client.encode_initial_response_with(&mut out, true).is_err());
+        assert!(out.is_empty());
+        assert_eq!(
+            client.encode_initial_response_with(&mut out, true),
+            Err(AuthError::UnexpectedMessage)
+        );
+    }
+
+    #[test]
+    fn the_bound_client_final_carries_the_hash() {
+        let mut client = ScramClient::with_nonce(b"pencil", "rOprNGfwEbeRWgbNEkqO".into())
+            .with_channel_binding(Some(binding(7)), ChannelBindingPolicy::Prefer);
+        client
+            .encode_initial_response_with(&mut BytesMut::new(), true)
+            .unwrap();
+        let mut out = BytesMut::new();
+        client
+            .handle_server_first(SERVER_FIRST.as_bytes(), &mut out)
+            .unwrap();
+        let response = SaslResponse::decode_frame(&out).unwrap();
+        let text = core::str::from_utf8(response.data).unwrap();
+        let cbind = STANDARD.encode([b"p=tls-server-end-point,,".as_slice(), &[7; 48]].concat());
+        assert!(text.starts_with(&format!("c={cbind},r=")), "{text}");
+    }
+
+    fn secret() -> crate::auth::ScramSecret {
+        crate::auth::ScramSecret::from_password(b"secret", b"saltsaltsaltsalt", 16).unwrap()
+    }
+
+    fn tls_server(data: Option<ChannelBinding>) -> crate::auth::ScramServer {
+        crate::auth::ScramServer::new(secret(), [7; 18]).with_channel_binding(data)
+    }
+
+    fn prefer(data: Option<ChannelBinding>) -> ScramClient {
+        ScramClient::new(b"secret", [9; 18])
+            .with_channel_binding(data, ChannelBindingPolicy::Prefer)
+    }
+
+    #[test]
+    fn bound_round_trip() {
+        let mut server = tls_server(Some(binding(1)));
+        let mut client = prefer(Some(binding(1)));
+        let verified = run_offered(&mut client, &mut server, true).unwrap();
+        assert!(verified.channel_bound && server.is_channel_bound());
+        assert!(client.is_authenticated() && client.is_channel_bound());
+    }
+
+    #[test]
+    fn unbound_round_trips() {
+        // No TLS on either side.
+        let mut client = prefer(None);
+        let verified = run_offered(&mut client, &mut tls_server(None), false).unwrap();
+        assert!(!verified.channel_bound && !client.is_channel_bound());
+        // We could bind, the server cannot (no TLS, or a certificate without a hash): 'y'.
+        let mut client = prefer(Some(binding(1)));
+        run_offered(&mut client, &mut tls_server(None), false).unwrap();
+        assert!(client.is_authenticated() && !client.is_channel_bound());
+        // The server could bind, we cannot: 'n'.
+        let mut client = prefer(None);
+        run_offered(&mut client, &mut tls_server(Some(binding(1))), true).unwrap();
+        assert!(!client.is_channel_bound());
+        // Binding disabled by policy.
+        let mut client = ScramClient::new(b"secret", [9; 18])
+            .with_channel_binding(Some(binding(1)), ChannelBindingPolicy::Disable);
+        run_offered(&mut client, &mut tls_server(Some(binding(1))), true).unwrap();
+        assert!(!client.is_channel_bound());
+    }
+
+    #[test]
+    fn a_removed_plus_offer_is_detected() {
+        // Both sides can bind, but the offer reached the client without -PLUS.
+        let mut client = prefer(Some(binding(1)));
+        let err = run_offered(&mut client, &mut tls_server(Some(binding(1))), false).unwrap_err();
+        assert_eq!(err, AuthError::ChannelBindingNegotiation);
+    }
+
+    #[test]
+    fn a_different_certificate_fails_the_binding_check() {
+        // A man in the middle terminating TLS with its own certificate.
+        let mut client = prefer(Some(binding(2)));
+        let mut server = tls_server(Some(binding(1)));
+        let err = run_offered(&mut client, &mut server, true).unwrap_err();
+        assert_eq!(err, AuthError::ChannelBindingMismatch);
+        assert!(!server.is_verified() && !client.is_authenticated());
+    }
+
+    #[test]
+    fn both_sides_hash_the_same_certificate() {
+        // The server hashes the certificate it presents, the client the one it received.
+        let presented = include_bytes!("../../tests/fixtures/certs/ecdsa_p384_sha384.der");
+        let server_side = ChannelBinding::from_certificate(presented).unwrap();
+        let client_side = ChannelBinding::from_certificate(presented).unwrap();
+        let mut server = tls_server(Some(server_side));
+        let verified = run_offered(&mut prefer(Some(client_side)), &mut server, true).unwrap();
+        assert!(verified.channel_bound);
+        // A man in the middle presents its own certificate (same hash function, same length).
+        let other = include_bytes!("../../tests/fixtures/certs/rsa_sha384.der");
+        let seen = ChannelBinding::from_certificate(other).unwrap();
+        let err = run_offered(
+            &mut prefer(Some(seen)),
+            &mut tls_server(Some(server_side)),
+            true,
+        );
+        assert_eq!(err.unwrap_err(), AuthError::ChannelBindingMismatch);
+    }
+
+    #[test]
+    fn bound_keys_pass_through() {
+        let mut server = tls_server(Some(binding(1)));
+        let verified = run_offered(&mut prefer(Some(binding(1))), &mut server, true).unwrap();
+        let mut through = ScramClient::from_keys(verified.client_key, secret().server_key, [1; 18])
+            .with_channel_binding(Some(binding(4)), ChannelBindingPolicy::Require);
+        run_offered(&mut through, &mut tls_server(Some(binding(4))), true).unwrap();
+        assert!(through.is_channel_bound());
+    }
+
     fn run(
         client: &mut ScramClient,
         server: &mut crate::auth::ScramServer,
     ) -> Result<crate::auth::ScramVerified, AuthError> {
+        run_offered(client, server, false)
+    }
+
+    fn run_offered(
+        client: &mut ScramClient,
+        server: &mut crate::auth::ScramServer,
+        plus_offered: bool,
+    ) -> Result<crate::auth::ScramVerified, AuthError> {
         use crate::messages::backend::Authentication;
         let mut c2s = BytesMut::new();
-        client.encode_initial_response(&mut c2s)?;
+        client.encode_initial_response_with(&mut c2s, plus_offered)?;
         let mut s2c = BytesMut::new();
         server.handle_initial_response(&c2s[5..], &mut s2c)?;
         let Authentication::SaslContinue { data } = Authentication::decode_frame(&s2c)? else {

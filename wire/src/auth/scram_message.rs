@@ -33,32 +33,48 @@ fn attribute<'a>(
 
 /// The GS2 channel-binding flag of a client-first-message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChannelBindingFlag {
+pub(crate) enum ChannelBindingFlag<'a> {
     /// 'n': the client does not support channel binding.
     NotSupported,
     /// 'y': the client supports it but thinks the server does not.
     SupportedNotUsed,
+    /// 'p=<name>': the client binds to channel-binding type `name`.
+    Used { name: &'a str },
 }
 
 /// `gs2-header client-first-message-bare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientFirst<'a> {
-    pub flag: ChannelBindingFlag,
+    pub flag: ChannelBindingFlag<'a>,
     /// The GS2 header including its final ',', as the client must echo it in `c=`.
     pub gs2_header: &'a str,
     pub bare: &'a str,
     pub nonce: &'a str,
 }
 
-pub(crate) fn parse_client_first(data: &[u8]) -> Result<ClientFirst<'_>, AuthError> {
+/// Parses a client-first-message. `check_flag` judges the channel-binding flag as soon as it
+/// is read, before the rest, so that errors come in PostgreSQL's order (a flag that does not
+/// fit the chosen mechanism is reported even if later attributes are wrong too).
+pub(crate) fn parse_client_first<'a>(
+    data: &'a [u8],
+    check_flag: impl FnOnce(ChannelBindingFlag<'a>) -> Result<(), AuthError>,
+) -> Result<ClientFirst<'a>, AuthError> {
     let text =
         core::str::from_utf8(data).map_err(|_| malformed("client-first-message is not UTF-8"))?;
     let (flag, rest) = match text.as_bytes().first() {
         Some(b'n') => (ChannelBindingFlag::NotSupported, &text[1..]),
         Some(b'y') => (ChannelBindingFlag::SupportedNotUsed, &text[1..]),
-        Some(b'p') => return Err(AuthError::ChannelBindingNotSupported),
+        Some(b'p') => {
+            let after = text[1..]
+                .strip_prefix('=')
+                .ok_or(malformed("expected '=' after channel-binding flag 'p'"))?;
+            let end = after.find(',').unwrap_or(after.len());
+            let name = &after[..end];
+            (ChannelBindingFlag::Used { name }, &after[end..])
+        }
         _ => return Err(malformed("invalid channel-binding flag")),
     };
+    check_flag(flag)?;
     let rest = rest
         .strip_prefix(',')
         .ok_or(malformed("expected ',' after channel-binding flag"))?;
@@ -160,21 +176,32 @@ pub(crate) fn parse_server_final(text: &str) -> Result<ServerFinal<'_>, AuthErro
 mod tests {
     use super::*;
 
+    fn parse(data: &[u8]) -> Result<ClientFirst<'_>, AuthError> {
+        parse_client_first(data, |_| Ok(()))
+    }
+
     #[test]
     fn client_first_flags() {
-        let first = parse_client_first(b"n,,n=user,r=abc").unwrap();
+        let first = parse(b"n,,n=user,r=abc").unwrap();
         assert_eq!(first.gs2_header, "n,,");
         assert_eq!(first.bare, "n=user,r=abc");
         assert_eq!(first.nonce, "abc");
-        let first = parse_client_first(b"y,,n=,r=abc,x=ext").unwrap();
+        let first = parse(b"y,,n=,r=abc,x=ext").unwrap();
         assert_eq!(first.flag, ChannelBindingFlag::SupportedNotUsed);
         assert_eq!(first.gs2_header, "y,,");
+        let first = parse(b"p=tls-server-end-point,,n=,r=abc").unwrap();
         assert_eq!(
-            parse_client_first(b"p=tls-server-end-point,,n=,r=abc"),
-            Err(AuthError::ChannelBindingNotSupported)
+            first.flag,
+            ChannelBindingFlag::Used {
+                name: "tls-server-end-point"
+            }
         );
+        assert_eq!(first.gs2_header, "p=tls-server-end-point,,");
+        assert_eq!(first.bare, "n=,r=abc");
+        let first = parse(b"p=,,n=,r=abc").unwrap();
+        assert_eq!(first.flag, ChannelBindingFlag::Used { name: "" });
         assert_eq!(
-            parse_client_first(b"n,a=bob,n=,r=abc"),
+            parse(b"n,a=bob,n=,r=abc"),
             Err(AuthError::AuthzidNotSupported)
         );
         for bad in [
@@ -187,13 +214,27 @@ mod tests {
             b"n,,n=u,r=",
             b"x,,n=,r=a",
             b"n,,m=x,n=,r=a",
+            b"p",
+            b"p,,n=,r=a",
+            b"p=tls-server-end-point",
+            b"p=tls-server-end-point,",
         ] {
-            assert!(
-                parse_client_first(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn the_flag_is_checked_before_the_rest() {
+        let refuse = |flag: ChannelBindingFlag<'_>| match flag {
+            ChannelBindingFlag::Used { .. } => Err(AuthError::UnsupportedMechanism),
+            _ => Ok(()),
+        };
+        // The authzid and the missing nonce are wrong too, but the flag is reported.
+        assert_eq!(
+            parse_client_first(b"p=tls-server-end-point,a=x,n=", refuse),
+            Err(AuthError::UnsupportedMechanism)
+        );
+        assert!(parse_client_first(b"n,,n=,r=a", refuse).is_ok());
     }
 
     #[test]

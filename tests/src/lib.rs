@@ -15,11 +15,13 @@
 //! last lines of the proxy's log.
 
 pub mod config;
+pub mod differential;
 pub mod fixtures;
 pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod rawwire;
+pub mod shared_server;
 pub mod tempdir;
 pub mod wait;
 

@@ -102,6 +102,82 @@ pub fn execute_message() -> Vec<u8> {
     with_length(Some(b'E'), &[0, 0, 0, 0, 0])
 }
 
+/// Parse of `sql` as statement `name` with explicit parameter type OIDs (0 = unspecified).
+pub fn parse_typed_message(name: &str, sql: &str, parameter_types: &[u32]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(name.len() + sql.len() + 4 + 4 * parameter_types.len());
+    for text in [name, sql] {
+        body.extend_from_slice(text.as_bytes());
+        body.push(0);
+    }
+    let count = u16::try_from(parameter_types.len()).unwrap_or(u16::MAX);
+    body.extend_from_slice(&count.to_be_bytes());
+    for oid in parameter_types {
+        body.extend_from_slice(&oid.to_be_bytes());
+    }
+    with_length(Some(b'P'), &body)
+}
+
+/// Bind of statement `statement` to portal `portal` ("" = unnamed) with text parameters,
+/// `None` being SQL NULL, and text results.
+pub fn bind_portal_message(portal: &str, statement: &str, params: &[Option<&str>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for name in [portal, statement] {
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+    }
+    body.extend_from_slice(&0u16.to_be_bytes());
+    let count = u16::try_from(params.len()).unwrap_or(u16::MAX);
+    body.extend_from_slice(&count.to_be_bytes());
+    for param in params {
+        match param {
+            Some(value) => {
+                let length = i32::try_from(value.len()).unwrap_or(i32::MAX);
+                body.extend_from_slice(&length.to_be_bytes());
+                body.extend_from_slice(value.as_bytes());
+            }
+            None => body.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    body.extend_from_slice(&0u16.to_be_bytes());
+    with_length(Some(b'B'), &body)
+}
+
+/// Describe of prepared statement `name` ("" = unnamed).
+pub fn describe_statement_message(name: &str) -> Vec<u8> {
+    named_target_message(b'D', b'S', name)
+}
+
+/// Describe of portal `name` ("" = unnamed).
+pub fn describe_named_portal_message(name: &str) -> Vec<u8> {
+    named_target_message(b'D', b'P', name)
+}
+
+/// Execute of portal `portal` ("" = unnamed), at most `max_rows` rows (0 = all).
+pub fn execute_portal_message(portal: &str, max_rows: u32) -> Vec<u8> {
+    let mut body = portal.as_bytes().to_vec();
+    body.push(0);
+    body.extend_from_slice(&max_rows.to_be_bytes());
+    with_length(Some(b'E'), &body)
+}
+
+/// Close of prepared statement `name` ("" = unnamed).
+pub fn close_statement_message(name: &str) -> Vec<u8> {
+    named_target_message(b'C', b'S', name)
+}
+
+/// Close of portal `name` ("" = unnamed).
+pub fn close_portal_message(name: &str) -> Vec<u8> {
+    named_target_message(b'C', b'P', name)
+}
+
+/// Describe or Close (`tag`) of a statement (`kind` `S`) or portal (`P`) called `name`.
+fn named_target_message(tag: u8, kind: u8, name: &str) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend_from_slice(name.as_bytes());
+    body.push(0);
+    with_length(Some(tag), &body)
+}
+
 /// Sync.
 pub fn sync_message() -> Vec<u8> {
     with_length(Some(b'S'), &[])
@@ -115,6 +191,11 @@ pub fn flush_message() -> Vec<u8> {
 /// CopyData carrying `data`.
 pub fn copy_data_message(data: &[u8]) -> Vec<u8> {
     with_length(Some(b'd'), data)
+}
+
+/// CopyDone.
+pub fn copy_done_message() -> Vec<u8> {
+    with_length(Some(b'c'), &[])
 }
 
 /// Terminate.

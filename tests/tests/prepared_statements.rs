@@ -14,8 +14,8 @@
 //! one copy of the statement per server), the LRU seen from inside its server
 //! (`max_prepared_statements = 3`), and `pgbench -M prepared`.
 //!
-//! A transaction-mode test marked `#[ignore = "pgtier bug: ..."]` fails today for that
-//! reason; run them with `--ignored`.
+//! A transaction-mode test marked `#[ignore = "known limitation ..."]` shows a difference
+//! docs/compatibility.md lists; run them with `--ignored` to see it.
 
 use std::io::Write;
 use std::sync::{Arc, Barrier};
@@ -51,10 +51,8 @@ fn one_server(script: Script) -> Scenario {
 differential_tests! {
     two_clients_each_with_their_own_s1;
     an_error_mid_pipeline_skips_everything_until_sync;
-    a_pipeline_split_in_odd_chunks
-        => #[ignore = "pgtier bug: messages of a failed segment that reach the server after its ErrorResponse was read desync the ledger (FATAL 08006)"];
-    messages_sent_after_the_error_arrived_are_skipped_too
-        => #[ignore = "pgtier bug: messages of a failed segment that reach the server after its ErrorResponse was read desync the ledger (FATAL 08006)"];
+    a_pipeline_split_in_odd_chunks;
+    messages_sent_after_the_error_arrived_are_skipped_too;
     an_error_before_a_parse_means_the_statement_never_exists;
     an_error_before_a_close_means_the_statement_still_exists;
     a_failed_parse_leaves_no_statement;
@@ -80,25 +78,25 @@ differential_tests! {
     more_statements_than_a_server_keeps;
     sql_deallocate_of_a_protocol_statement;
     sql_deallocate_in_a_pipeline
-        => #[ignore = "pgtier bug: DEALLOCATE/DEALLOCATE ALL/DISCARD ALL in an extended segment forget the client names only at Sync; later messages of the segment still reach the statement"];
+        => #[ignore = "known limitation (docs/compatibility.md): a DEALLOCATE inside an extended segment forgets the client's name only at the segment's Sync"];
     deallocate_all_and_discard_all_in_a_pipeline
-        => #[ignore = "pgtier bug: DEALLOCATE/DEALLOCATE ALL/DISCARD ALL in an extended segment forget the client names only at Sync; later messages of the segment still reach the statement"];
+        => #[ignore = "known limitation (docs/compatibility.md): DEALLOCATE ALL / DISCARD ALL inside an extended segment forget the client's names only at the segment's Sync"];
     sql_deallocate_folds_unquoted_names;
     sql_deallocate_all;
     discard_all;
     deallocate_all_touches_only_its_own_clients_statements;
     sql_prepare_execute_deallocate;
     sql_and_protocol_statements_share_one_namespace
-        => #[ignore = "pgtier bug: SQL PREPARE names and protocol statement names are separate namespaces through pgtier (no 42P05 across them; Close of an SQL statement keeps it)"];
+        => #[ignore = "known limitation (docs/compatibility.md): SQL PREPARE names and protocol statement names are separate namespaces through pgtier"];
     sql_deallocate_all_ends_the_pin;
-    another_clients_server_side_names_are_out_of_reach
-        => #[ignore = "pgtier bug: a client name that is a server-side name (pgtier_N) reaches another client's statement (Bind runs it, Close removes it)"];
-    a_query_naming_a_statement_after_an_unsynced_error_is_skipped
-        => #[ignore = "pgtier bug: the Parse+Sync injected before a simple Query ends the server's skip-to-Sync after an error, so a Query PostgreSQL skips runs"];
+    another_clients_server_side_names_are_out_of_reach;
+    sql_prepare_of_a_server_side_name
+        => #[ignore = "known limitation (docs/compatibility.md): names beginning with pgtier_ are pgtier's on the server; an SQL PREPARE of one may collide"];
+    a_query_naming_a_statement_after_an_unsynced_error_is_skipped;
     a_query_after_an_unsynced_error_is_skipped;
     a_query_right_after_an_unsynced_extended_sequence;
     sql_naming_a_statement_inside_a_longer_text
-        => #[ignore = "pgtier bug: a client statement named in SQL other than a lone DEALLOCATE/EXECUTE (EXPLAIN EXECUTE s1, SELECT 1; DEALLOCATE s1) is 26000"];
+        => #[ignore = "known limitation (docs/compatibility.md): a client statement is renamed in SQL only in a lone DEALLOCATE or EXECUTE"];
     the_clients_own_error_texts_are_left_alone
         => #[ignore = "pgtier bug: any error text with \"pgtier_<id>\" of a client statement is rewritten, including the client's own RAISE messages"];
     the_lru_over_five_statements_with_room_for_three;
@@ -857,8 +855,8 @@ fn sql_deallocate_all_ends_the_pin() -> Scenario {
 
 /// Statement names are per connection: a client that names another client's statement by
 /// its server-side name (`pgtier_1`, the first statement this pgtier interned) reaches
-/// nothing (26000), its Close and `DEALLOCATE` of that name do not remove the other
-/// client's statement, and its SQL `PREPARE` of that name succeeds.
+/// nothing (26000), and its Close and `DEALLOCATE` of that name do not remove the other
+/// client's statement.
 fn another_clients_server_side_names_are_out_of_reach() -> Scenario {
     let script = Script::new(&["a", "b"])
         .exchange("a", f().parse("s1", "SELECT 'a secret'").sync(), 1)
@@ -868,7 +866,15 @@ fn another_clients_server_side_names_are_out_of_reach() -> Scenario {
         .exchange("b", f().close_statement("pgtier_1").sync(), 1)
         .exchange("a", run_statement("s1", &[]), 1)
         .query("b", "DEALLOCATE pgtier_1")
-        .exchange("a", run_statement("s1", &[]), 1)
+        .exchange("a", run_statement("s1", &[]), 1);
+    one_server(script)
+}
+
+/// SQL `PREPARE` of a name in pgtier's namespace: PostgreSQL makes it; through pgtier the
+/// server may already hold a statement of that name (another client's), and says 42P05.
+fn sql_prepare_of_a_server_side_name() -> Scenario {
+    let script = Script::new(&["a", "b"])
+        .exchange("a", f().parse("s1", "SELECT 'a secret'").sync(), 1)
         .query("b", "PREPARE pgtier_1 AS SELECT 'b'")
         .query("b", "EXECUTE pgtier_1");
     one_server(script)

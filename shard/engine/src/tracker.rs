@@ -69,6 +69,15 @@ impl Tracker {
         )
     }
 
+    /// Whether the last ReadyForQuery said the server was inside a transaction block (open
+    /// or failed).
+    pub fn last_ready_in_block(&self) -> bool {
+        !matches!(
+            self.inner.transaction_status(),
+            pgtier_wire::messages::backend::TransactionStatus::Idle
+        )
+    }
+
     /// Nothing running, but inside a transaction block (idle_transaction_timeout applies).
     pub fn idle_in_transaction(&self) -> bool {
         matches!(self.inner.phase(), ServerPhase::InTransaction(_))

@@ -53,9 +53,24 @@ const REASONS: [(Effects, &str); 11] = [
 impl Pins {
     /// A message with these effects was sent: what pins is held from now on, what clears
     /// waits for the server's word.
-    pub fn sent(&mut self, effects: Effects) {
-        self.held = self.held.union(effects.intersection(Effects::PINNING));
-        self.clearing = self.clearing.union(effects.intersection(undoing()));
+    ///
+    /// A clear counts only when it is sent outside a transaction block (`in_block`: the
+    /// server's last ReadyForQuery said otherwise), since whether a block commits or rolls
+    /// back is not known from its ReadyForQuery, and only when the same message creates no
+    /// state, since `RESET ALL; SET x = 1` must leave a pin. Both keep a pin longer, never
+    /// shorter, than the state lives.
+    pub fn sent(&mut self, effects: Effects, in_block: bool) {
+        let pins = effects.intersection(Effects::PINNING);
+        self.held = self.held.union(pins);
+        if !in_block && pins.is_empty() {
+            self.clearing = self.clearing.union(effects.intersection(undoing()));
+        }
+    }
+
+    /// Whether a clear waits for the server's word: the ParameterStatus messages it makes
+    /// the server send (values back to their defaults) are no new state.
+    pub fn is_clearing(&self) -> bool {
+        !self.clearing.is_empty()
     }
 
     /// A ReadyForQuery came with `status`, after `errors` ErrorResponses in the same walk.
@@ -69,7 +84,9 @@ impl Pins {
             return false;
         }
         if status != TxStatus::Idle {
-            // Inside a transaction block: it counts once the block commits.
+            // The text opened a block (`BEGIN; RESET ALL`): whether the clear holds depends
+            // on how the block ends, which is not known; the pin stays.
+            self.clearing = Effects::NONE;
             return false;
         }
         let was_pinned = self.is_pinned();
@@ -145,20 +162,29 @@ mod tests {
     #[test]
     fn a_confirmed_clear_unpins_and_an_unconfirmed_one_does_not() {
         let mut pins = Pins::default();
-        pins.sent(Effects::LISTEN.union(Effects::SET));
+        pins.sent(Effects::LISTEN.union(Effects::SET), false);
         assert!(pins.is_pinned());
         assert_eq!(pins.reasons(), "set,listen");
-        pins.sent(Effects::UNLISTEN_ALL);
+        pins.sent(Effects::UNLISTEN_ALL, false);
         assert!(!pins.on_ready(TxStatus::Idle, 0), "still a SET");
         assert_eq!(pins.reasons(), "set");
-        pins.sent(Effects::RESET_ALL);
+        pins.sent(Effects::RESET_ALL, false);
         assert!(!pins.on_ready(TxStatus::Idle, 1), "the RESET ALL failed");
         assert!(pins.is_pinned());
-        pins.sent(Effects::RESET_ALL);
+        pins.sent(Effects::RESET_ALL, false);
         assert!(
             !pins.on_ready(TxStatus::InTransaction, 0),
-            "not committed yet"
+            "BEGIN; RESET ALL: the block may roll back"
         );
+        assert!(!pins.on_ready(TxStatus::Idle, 0), "that clear is forgotten");
+        pins.sent(Effects::RESET_ALL, true);
+        assert!(!pins.on_ready(TxStatus::Idle, 0), "sent inside a block");
+        pins.sent(Effects::RESET_ALL.union(Effects::SET), false);
+        assert!(
+            !pins.on_ready(TxStatus::Idle, 0),
+            "RESET ALL; SET x: pinned still"
+        );
+        pins.sent(Effects::RESET_ALL, false);
         assert!(pins.on_ready(TxStatus::Idle, 0));
         assert!(!pins.is_pinned() && pins.reasons().is_empty());
     }
@@ -166,14 +192,17 @@ mod tests {
     #[test]
     fn reset_all_leaves_a_role_and_discard_all_takes_everything() {
         let mut pins = Pins::default();
-        pins.sent(Effects::SET_ROLE.union(Effects::SET).union(Effects::TEMP));
-        pins.sent(Effects::RESET_ALL);
+        pins.sent(
+            Effects::SET_ROLE.union(Effects::SET).union(Effects::TEMP),
+            false,
+        );
+        pins.sent(Effects::RESET_ALL, false);
         pins.on_ready(TxStatus::Idle, 0);
         assert_eq!(pins.reasons(), "set_role,temp_table");
-        pins.sent(Effects::DISCARD_TEMP);
+        pins.sent(Effects::DISCARD_TEMP, false);
         pins.on_ready(TxStatus::Idle, 0);
         assert_eq!(pins.reasons(), "set_role");
-        pins.sent(Effects::DISCARD_ALL);
+        pins.sent(Effects::DISCARD_ALL, false);
         assert!(pins.on_ready(TxStatus::Idle, 0));
         assert!(!pins.is_pinned());
     }
@@ -193,11 +222,12 @@ mod tests {
     #[test]
     fn clears_of_one_name_undo_nothing() {
         let mut pins = Pins::default();
-        pins.sent(Effects::LISTEN.union(Effects::PREPARE));
+        pins.sent(Effects::LISTEN.union(Effects::PREPARE), false);
         pins.sent(
             Effects::UNLISTEN
                 .union(Effects::DEALLOCATE)
                 .union(Effects::RESET),
+            false,
         );
         pins.on_ready(TxStatus::Idle, 0);
         assert_eq!(pins.reasons(), "listen,prepare");

@@ -218,18 +218,20 @@ impl Engine {
             return;
         };
         let welcoming = matches!(client.state, ClientState::Welcoming { .. });
-        let mut scan = server.relay.scan_linked(
+        let mut scan = server.relay.scan(
             &server.input,
             &mut server.tracker,
             &mut server.params,
             Some(&mut session.tracked),
-            session.statements.as_deref(),
             max,
         );
         let mut forwarded = Chunks::new();
         scan.take_from(&mut server.input, &mut forwarded);
         apply_fallout(&mut session.statements, server.relay.take_fallout());
         let mut unpinned = false;
+        // The values a confirmed clear sets back (RESET ALL, DISCARD ALL) come as
+        // ParameterStatus: they are no new state.
+        let clearing = session.pins.is_clearing();
         if let Some(status) = scan.last_status {
             unpinned = session.pins.on_ready(status, scan.errors);
         }
@@ -274,13 +276,16 @@ impl Engine {
             return;
         }
         if scan.session_param_changed
+            && !clearing
             && mode == PoolMode::Transaction
             && self.limits.pin_session_state
         {
             self.pin_client(client_id, server_id, Effects::SET);
         }
         if !scan.idle {
-            if scan.last_status.is_some() {
+            // A ReadyForQuery ends a segment the client's next messages waited for; an error
+            // makes the server skip the rest of its segment, which may end the wait too.
+            if scan.last_status.is_some() || scan.errors > 0 {
                 self.forward_held_input(server_id, client_id);
             }
             return;

@@ -528,11 +528,15 @@ impl Engine {
     /// on its server from now on (the server is reset when they part); what clears is
     /// counted once the server confirms it (`Pins::on_ready`).
     pub(super) fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
+        let in_block = self
+            .servers
+            .get(server_id.0)
+            .is_some_and(|server| server.tracker.last_ready_in_block());
         let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
             return;
         };
         let was_pinned = session.pins_server();
-        session.pins.sent(effects);
+        session.pins.sent(effects, in_block);
         if !effects.pins() {
             return;
         }

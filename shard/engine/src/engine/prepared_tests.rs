@@ -3,7 +3,9 @@
 //! demand, answer with the client's names, and pipelines with errors in them behave as on
 //! PostgreSQL; and of pins that end when the state they stand for is gone.
 
-use crate::testing::{Harness, Msg, bind, close, config, describe, execute, parse, query, sync};
+use crate::testing::{
+    self, Harness, Msg, bind, close, config, describe, execute, parse, query, sync,
+};
 
 /// Two servers at most, rewriting on (the default `max_prepared_statements`).
 const TX: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 1";
@@ -386,5 +388,50 @@ fn show_clients_says_why_a_client_is_pinned_and_counts_its_statements() {
             .map(|row| row.prepared_statements)
             .sum::<usize>(),
         1
+    );
+}
+
+/// psycopg's pipeline: unnamed statements, Flush instead of Sync, an error, more sent
+/// after it (skipped by the server), then the Sync.
+#[test]
+fn a_pipeline_aborted_by_an_error_is_restored_by_its_sync() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let flush = testing::frame(b'H', b"");
+    let statement =
+        |sql: &str| pipeline(&[parse("", sql), bind(""), describe(b'P', ""), execute()]);
+    h.client_sends(a, &statement("SELECT 1"));
+    h.client_sends(a, &pipeline(&[statement("FAIL"), flush.clone()]));
+    assert_eq!(h.client_tags(a), "12nCE");
+    h.client_sends(a, &pipeline(&[statement("SELECT 2"), flush]));
+    assert_eq!(h.client_tags(a), "");
+    h.client_sends(a, &sync());
+    assert_eq!(h.client_tags(a), "Z");
+    h.client_sends(a, &pipeline(&[statement("SELECT 3"), sync()]));
+    assert_eq!(h.client_tags(a), "12nCZ");
+}
+
+/// The client's Sync waited behind a Query whose segment fails before it: the server skips
+/// the Query, so the Sync must go once the error is in.
+#[test]
+fn a_sync_held_behind_a_skipped_query_goes_after_the_error() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_lifetime = 0")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_sends(
+        a,
+        &pipeline(&[
+            parse("", "FAIL"),
+            bind(""),
+            execute(),
+            query("EXECUTE s1"),
+            sync(),
+        ]),
+    );
+    assert_eq!(
+        h.client_tags(a),
+        "EZ",
+        "the Query was skipped, the Sync answered"
     );
 }

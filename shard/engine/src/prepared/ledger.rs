@@ -116,11 +116,19 @@ pub struct Ledger {
     barriers: u32,
     /// An error happened since the last ReadyForQuery: `OnSuccess` effects do not apply.
     segment_failed: bool,
+    /// An error in an extended message made the server skip every message up to the next
+    /// Sync, some of which may not have been sent yet when the error was read.
+    skipping: bool,
     /// The server is in COPY FROM STDIN of an extended Execute and the client has not ended
     /// it yet (as far as sent): a Sync sent now is ignored by the server.
     copy_in: bool,
     /// `OnSuccess` of extended messages waiting for the Sync that ends their segment.
     pending: Option<Box<OnSuccess>>,
+    /// Extended messages were sent since the last Sync (or Query): an error now would make
+    /// the server skip to the next Sync.
+    open_segment: bool,
+    /// How the error just read names a statement, when it answers a renamed message.
+    error_rename: Option<Box<Renamed>>,
 }
 
 /// One entry, and whether it ends a segment with changes.
@@ -128,6 +136,17 @@ pub struct Ledger {
 struct Entry {
     owed: Owed,
     barrier: bool,
+    renamed: Option<Box<Renamed>>,
+}
+
+/// A message sent with a statement name other than the client's: an error answering it
+/// names `server` where PostgreSQL would have named `client`.
+#[derive(Debug)]
+pub struct Renamed {
+    pub server: Box<[u8]>,
+    pub client: Box<[u8]>,
+    /// The client statement it stands for (`None`: a name the client never prepared).
+    pub statement: Option<Arc<Statement>>,
 }
 
 impl Ledger {
@@ -158,7 +177,7 @@ impl Ledger {
         Some(entry.owed)
     }
 
-    fn push_entry(&mut self, owed: Owed) {
+    fn push_entry(&mut self, owed: Owed, renamed: Option<Box<Renamed>>) {
         let changes = match &owed {
             Owed::Parse(parse) => {
                 parse.creates.is_some() || parse.registers.is_some() || parse.injected.is_some()
@@ -167,6 +186,11 @@ impl Ledger {
             _ => false,
         };
         self.changes_in_segment |= changes;
+        self.open_segment = match &owed {
+            Owed::Sync { .. } | Owed::Query(_) | Owed::FunctionCall => false,
+            Owed::CopyEnd => self.open_segment,
+            _ => true,
+        };
         let barrier = match &owed {
             Owed::Sync { on_success, .. } | Owed::Query(on_success) => {
                 std::mem::take(&mut self.changes_in_segment) || on_success.is_some()
@@ -174,15 +198,29 @@ impl Ledger {
             _ => false,
         };
         self.barriers += u32::from(barrier);
-        self.owed.push_back(Entry { owed, barrier });
+        self.owed.push_back(Entry {
+            owed,
+            barrier,
+            renamed,
+        });
     }
 
     pub fn len(&self) -> usize {
         self.owed.len()
     }
 
+    /// Whether extended messages were sent since the last Sync or Query.
+    pub fn in_open_segment(&self) -> bool {
+        self.open_segment
+    }
+
     /// A message was sent to the server.
     pub fn push(&mut self, owed: Owed) {
+        self.push_renamed(owed, None);
+    }
+
+    /// A message was sent to the server under a statement name that is not the client's.
+    pub fn push_renamed(&mut self, owed: Owed, renamed: Option<Box<Renamed>>) {
         match owed {
             Owed::Sync { .. } if self.copy_in => {}
             Owed::Sync {
@@ -190,17 +228,25 @@ impl Ledger {
                 on_success: None,
             } if !injected => {
                 let on_success = self.pending.take();
-                self.push_entry(Owed::Sync {
-                    injected,
-                    on_success,
-                });
+                self.push_entry(
+                    Owed::Sync {
+                        injected,
+                        on_success,
+                    },
+                    renamed,
+                );
             }
             Owed::CopyEnd => {
                 self.copy_in = false;
-                self.push_entry(owed);
+                self.push_entry(owed, renamed);
             }
-            owed => self.push_entry(owed),
+            owed => self.push_entry(owed, renamed),
         }
+    }
+
+    /// How the last error read names a statement, if it answered a renamed message.
+    pub fn take_error_rename(&mut self) -> Option<Box<Renamed>> {
+        self.error_rename.take()
     }
 
     /// An extended message whose effect applies if its segment succeeds.
@@ -314,6 +360,7 @@ impl Ledger {
     ) -> Verdict {
         self.segment_failed = true;
         self.copy_in = false;
+        self.error_rename = self.owed.front_mut().and_then(|entry| entry.renamed.take());
         let extended = matches!(
             self.front(),
             Some(
@@ -352,26 +399,8 @@ impl Ledger {
             _ => Verdict::Forward,
         };
         // The server now skips everything up to the next Sync.
-        while let Some(owed) = self.front() {
-            if matches!(owed, Owed::Sync { .. }) {
-                break;
-            }
-            match self.pop() {
-                Some(Owed::Parse(parse)) => {
-                    let parse = *parse;
-                    if let Some(statement) = parse.creates {
-                        // Skipped: whether it existed before (a Close before it was skipped
-                        // too) is not known here.
-                        statements.set_unknown(statement.id());
-                        if let Some(name) = parse.registers {
-                            fallout.push(Fallout::Forget(name, statement));
-                        }
-                    }
-                }
-                Some(Owed::Close(Some(close))) => undo_close(*close, statements, fallout),
-                _ => {}
-            }
-        }
+        self.skipping = true;
+        self.skip_to_sync(statements, fallout);
         verdict
     }
 
@@ -381,6 +410,11 @@ impl Ledger {
         fallout: &mut Vec<Fallout>,
     ) -> Verdict {
         let failed = std::mem::take(&mut self.segment_failed);
+        if std::mem::take(&mut self.skipping) {
+            // Messages of the failed segment sent after its error was read were skipped by
+            // the server as well: nothing answered them.
+            self.skip_to_sync(statements, fallout);
+        }
         let (verdict, on_success) = match self.pop() {
             Some(Owed::Sync {
                 injected,
@@ -408,6 +442,36 @@ impl Ledger {
             }
         }
         verdict
+    }
+}
+
+impl Ledger {
+    /// The server skips every message up to the next Sync (or the Query or FunctionCall a
+    /// pipeline may hold there): a skipped Parse creates nothing, a skipped Close closes
+    /// nothing.
+    fn skip_to_sync(&mut self, statements: &mut ServerStatements, fallout: &mut Vec<Fallout>) {
+        while let Some(owed) = self.front() {
+            // A Query or FunctionCall in the skipped stretch is skipped too (PostgreSQL
+            // discards every message but Sync until a Sync).
+            if matches!(owed, Owed::Sync { .. }) {
+                break;
+            }
+            match self.pop() {
+                Some(Owed::Parse(parse)) => {
+                    let parse = *parse;
+                    if let Some(statement) = parse.creates {
+                        // Skipped: whether it existed before (a Close before it was skipped
+                        // too) is not known here.
+                        statements.set_unknown(statement.id());
+                        if let Some(name) = parse.registers {
+                            fallout.push(Fallout::Forget(name, statement));
+                        }
+                    }
+                }
+                Some(Owed::Close(Some(close))) => undo_close(*close, statements, fallout),
+                _ => {}
+            }
+        }
     }
 }
 

@@ -14,9 +14,12 @@
 //! - **SQL `DEALLOCATE s1` / `EXECUTE s1`** of a client statement: the name in the text is
 //!   swapped (with the statement prepared first, and a Sync after it when a simple Query
 //!   follows). `DEALLOCATE ALL` and `DISCARD ALL` forget the client's names once they succeed.
-//! - Unnamed statements, portals, and names the client never prepared pass as they are: the
-//!   server answers them (`prepared statement "x" does not exist` with the client's own
-//!   name, or an SQL-level statement of the client's, which pins it to its server).
+//! - A name the client never prepared goes to the server as `pgtier_0`, which nothing has,
+//!   so it can never reach another client's statement; the server's 26000 (or
+//!   CloseComplete) comes back with the client's name. In SQL, `EXECUTE`/`DEALLOCATE` of a
+//!   name that is not the client's passes as it is (an SQL-level statement of the client's,
+//!   which pins it to its server), unless it is in pgtier's namespace (`pgtier_...`).
+//! - Unnamed statements and portals pass as they are.
 //!
 //! Every message sent is entered in the server's `Ledger`, which follows the answers.
 
@@ -29,13 +32,36 @@ use pgtier_wire::session_state::Effects;
 use smallvec::SmallVec;
 
 use super::client_statements::ClientStatements;
-use super::ledger::{CloseOwed, Ledger, OnError, OnSuccess, Owed, ParseOwed};
+use super::ledger::{CloseOwed, Ledger, OnError, OnSuccess, Owed, ParseOwed, Renamed};
 use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
-use super::statement::{self, Registry, Statement};
+use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
 
-/// A name no statement ever has (ids start at 1): the Close a client's Close becomes.
+/// A name no statement ever has (ids start at 1): the Close a client's Close becomes, and
+/// what a name the client never prepared becomes, so that it can never reach a statement
+/// of another client's that this server holds.
 const NO_STATEMENT: &[u8] = b"pgtier_0";
+
+fn renamed(
+    server: &[u8],
+    client: &[u8],
+    statement: Option<Arc<Statement>>,
+) -> Option<Box<Renamed>> {
+    Some(Box::new(Renamed {
+        server: server.into(),
+        client: client.into(),
+        statement,
+    }))
+}
+
+/// What a statement name in SQL stands for.
+enum SqlTarget {
+    /// One of the client's statements.
+    Client(Arc<Statement>),
+    /// A name in pgtier's namespace the client never prepared: it must not reach another
+    /// client's statement, so it becomes a name nothing has.
+    Reserved,
+}
 
 /// What goes to the server for one client message.
 pub type Chunks = SmallVec<[Bytes; 4]>;
@@ -171,11 +197,18 @@ impl Rewriter<'_> {
             self.ensure(&existing, OnError::Forward, false, out);
             statement::encode_parse_named(self.scratch, existing.server_name(), definition);
             self.emit(out);
-            self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
-                injected: None,
-                creates: None,
-                registers: None,
-            })));
+            self.server.ledger.push_renamed(
+                Owed::Parse(Box::new(ParseOwed {
+                    injected: None,
+                    creates: None,
+                    registers: None,
+                })),
+                renamed(
+                    existing.server_name(),
+                    parse.statement,
+                    Some(existing.clone()),
+                ),
+            );
             return Rewrite::Replaced;
         }
         let names = self.names.get_or_insert_with(Box::default);
@@ -207,13 +240,23 @@ impl Rewriter<'_> {
         effects: Effects,
         out: &mut Chunks,
     ) -> Rewrite {
-        let Some((statement, found)) = self.named_in_sql(sql) else {
+        let Some((target, found)) = self.named_in_sql(sql) else {
             self.passed(b'P', effects);
             return Rewrite::AsIs;
         };
-        self.ensure(&statement, OnError::Forward, false, out);
+        let statement = match target {
+            SqlTarget::Client(statement) => Some(statement),
+            SqlTarget::Reserved => None,
+        };
+        if let Some(statement) = &statement {
+            self.ensure(statement, OnError::Forward, false, out);
+        }
+        let server_name = statement
+            .as_ref()
+            .map_or(NO_STATEMENT, |st| st.server_name());
         let types = &body[1 + sql.len() + 1..];
-        let sql = swap_name(sql, &found.token, statement.server_name());
+        let sql = swap_name(sql, &found.token, server_name);
+        let rename = renamed(server_name, &found.name, statement.clone());
         let len = 4 + 1 + sql.len() + 1 + types.len();
         self.scratch.reserve(1 + len);
         self.scratch.put_u8(b'P');
@@ -224,16 +267,21 @@ impl Rewriter<'_> {
         self.scratch.put_slice(types);
         self.emit(out);
         let mut on_success = self.reset_effects(effects).map(|b| *b).unwrap_or_default();
-        if found.kind == NamingStatement::Deallocate {
+        if let Some(statement) = statement
+            && found.kind == NamingStatement::Deallocate
+        {
             self.server.statements.set_unknown(statement.id());
             on_success.forgets.push((found.name.into(), statement));
         }
         self.server.ledger.on_segment_success(on_success);
-        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
-            injected: None,
-            creates: None,
-            registers: None,
-        })));
+        self.server.ledger.push_renamed(
+            Owed::Parse(Box::new(ParseOwed {
+                injected: None,
+                creates: None,
+                registers: None,
+            })),
+            rename,
+        );
         Rewrite::Replaced
     }
 
@@ -242,17 +290,21 @@ impl Rewriter<'_> {
     /// statement. `AsIs` means the caller sends `head` unchanged.
     pub fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
         let (portal, name) = bind_names(head.get(5..).unwrap_or_default());
-        let statement = (!name.is_empty()).then(|| self.statement(name)).flatten();
-        let Some(statement) = statement else {
+        if name.is_empty() {
             self.server.ledger.push(Owed::Bind);
             return Rewrite::AsIs;
-        };
-        self.ensure(&statement, OnError::Forward, false, out);
+        }
+        let statement = self.statement(name);
+        if let Some(statement) = &statement {
+            self.ensure(statement, OnError::Forward, false, out);
+        }
         let declared = match head.get(1..5) {
             Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]) as usize,
             _ => 0,
         };
-        let server_name = statement.server_name();
+        let server_name = statement
+            .as_ref()
+            .map_or(NO_STATEMENT, |st| st.server_name());
         let len = declared.saturating_sub(name.len()) + server_name.len();
         self.scratch
             .reserve(5 + portal.len() + server_name.len() + 2);
@@ -263,25 +315,32 @@ impl Rewriter<'_> {
         self.scratch.put_slice(server_name);
         self.scratch.put_u8(0);
         self.emit(out);
-        self.server.ledger.push(Owed::Bind);
+        let rename = renamed(server_name, name, statement.clone());
+        self.server.ledger.push_renamed(Owed::Bind, rename);
         Rewrite::Replaced
     }
 
     fn describe(&mut self, body: &[u8], out: &mut Chunks) -> Rewrite {
         let (kind, name) = target(body);
-        let statement = (kind == b'S' && !name.is_empty())
-            .then(|| self.statement(name))
-            .flatten();
-        let Some(statement) = statement else {
+        if kind != b'S' || name.is_empty() {
             self.server.ledger.push(Owed::Describe {
                 statement: kind == b'S',
             });
             return Rewrite::AsIs;
-        };
-        self.ensure(&statement, OnError::Forward, false, out);
-        put_target(self.scratch, b'D', b'S', statement.server_name());
+        }
+        let statement = self.statement(name);
+        if let Some(statement) = &statement {
+            self.ensure(statement, OnError::Forward, false, out);
+        }
+        let server_name = statement
+            .as_ref()
+            .map_or(NO_STATEMENT, |st| st.server_name());
+        put_target(self.scratch, b'D', b'S', server_name);
         self.emit(out);
-        self.server.ledger.push(Owed::Describe { statement: true });
+        let rename = renamed(server_name, name, statement.clone());
+        self.server
+            .ledger
+            .push_renamed(Owed::Describe { statement: true }, rename);
         Rewrite::Replaced
     }
 
@@ -291,6 +350,13 @@ impl Rewriter<'_> {
             .then(|| self.names.as_mut()?.remove(name))
             .flatten();
         let Some(statement) = statement else {
+            if kind == b'S' && !name.is_empty() {
+                // Not the client's: it must not close another client's statement.
+                put_target(self.scratch, b'C', b'S', NO_STATEMENT);
+                self.emit(out);
+                self.server.ledger.push(Owed::Close(None));
+                return Rewrite::Replaced;
+            }
             self.server.ledger.push(Owed::Close(None));
             return Rewrite::AsIs;
         };
@@ -308,14 +374,30 @@ impl Rewriter<'_> {
     /// A whole simple Query: a `DEALLOCATE`/`EXECUTE` of a client statement is renamed.
     fn query(&mut self, body: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
         let sql = body.strip_suffix(&[0]).unwrap_or(body);
-        let Some((statement, found)) = self.named_in_sql(sql) else {
+        let Some((target, found)) = self.named_in_sql(sql) else {
             self.passed(b'Q', effects);
             return Rewrite::AsIs;
         };
-        // A Parse before a simple Query needs its own Sync: after an error the server would
-        // skip the Query until one came.
-        self.ensure(&statement, OnError::Swallow, true, out);
-        let sql = swap_name(sql, &found.token, statement.server_name());
+        let statement = match target {
+            SqlTarget::Client(statement) => Some(statement),
+            SqlTarget::Reserved => None,
+        };
+        // Outside an extended segment, the Parse before a simple Query gets its own Sync, so
+        // that if it fails the Query still runs and reports its own error. Inside one, a Sync
+        // would end the client's segment (and a skip-to-Sync PostgreSQL is in after an
+        // error), so the Parse joins the segment and its error is the client's.
+        if let Some(statement) = &statement {
+            if self.server.ledger.in_open_segment() {
+                self.ensure(statement, OnError::Forward, false, out);
+            } else {
+                self.ensure(statement, OnError::Swallow, true, out);
+            }
+        }
+        let server_name = statement
+            .as_ref()
+            .map_or(NO_STATEMENT, |st| st.server_name());
+        let sql = swap_name(sql, &found.token, server_name);
+        let rename = renamed(server_name, &found.name, statement.clone());
         let len = 4 + sql.len() + 1;
         self.scratch.reserve(1 + len);
         self.scratch.put_u8(b'Q');
@@ -324,20 +406,30 @@ impl Rewriter<'_> {
         self.scratch.put_u8(0);
         self.emit(out);
         let mut on_success = self.reset_effects(effects).unwrap_or_default();
-        if found.kind == NamingStatement::Deallocate {
+        if let Some(statement) = statement
+            && found.kind == NamingStatement::Deallocate
+        {
             self.server.statements.set_unknown(statement.id());
             on_success.forgets.push((found.name.into(), statement));
         }
-        self.server.ledger.push(Owed::Query(Some(on_success)));
+        self.server
+            .ledger
+            .push_renamed(Owed::Query(Some(on_success)), rename);
         Rewrite::Replaced
     }
 
-    fn named_in_sql(&self, sql: &[u8]) -> Option<(Arc<Statement>, sql_names::NameInSql)> {
+    fn named_in_sql(&self, sql: &[u8]) -> Option<(SqlTarget, sql_names::NameInSql)> {
         if !sql_names::may_name_a_statement(sql) {
             return None;
         }
         let found = sql_names::find(sql)?;
-        Some((self.statement(&found.name)?, found))
+        match self.statement(&found.name) {
+            Some(statement) => Some((SqlTarget::Client(statement), found)),
+            None if found.name.starts_with(SERVER_NAME_PREFIX) => {
+                Some((SqlTarget::Reserved, found))
+            }
+            None => None,
+        }
     }
 
     /// What `DISCARD ALL` / `DEALLOCATE` in a text does: the server's statements may be gone

@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use crate::messages;
 use crate::params::TrackedParams;
-use crate::prepared::{ClientStatements, Fallout, ServerPrepared, Verdict, errors};
+use crate::prepared::{Fallout, ServerPrepared, Verdict, errors};
 use crate::tracker::{Tracker, TxStatus};
 
 /// Largest ReadyForQuery/ParameterStatus/ErrorResponse read whole.
@@ -129,8 +129,6 @@ pub struct Relay {
     pub prepared: Option<Box<ServerPrepared>>,
     /// What the answers decided for the linked client's statement names.
     fallout: Vec<Fallout>,
-    /// Statement ids an error named (scratch).
-    mentioned: Vec<u64>,
 }
 
 impl Relay {
@@ -176,27 +174,7 @@ impl Relay {
         data: &[u8],
         tracker: &mut Tracker,
         server_params: &mut TrackedParams,
-        client: Option<&mut TrackedParams>,
-        max_message_bytes: usize,
-    ) -> Scan {
-        self.scan_linked(
-            data,
-            tracker,
-            server_params,
-            client,
-            None,
-            max_message_bytes,
-        )
-    }
-
-    /// [`Relay::scan`] for a linked client whose statement `names` errors are given back.
-    pub fn scan_linked(
-        &mut self,
-        data: &[u8],
-        tracker: &mut Tracker,
-        server_params: &mut TrackedParams,
         mut client: Option<&mut TrackedParams>,
-        names: Option<&ClientStatements>,
         max_message_bytes: usize,
     ) -> Scan {
         let limits = FrameLimits {
@@ -320,7 +298,7 @@ impl Relay {
                             out.fatal_forwarded = true;
                             out.shutdown_forwarded |= is_shutdown_error(body);
                         }
-                        if let Some(renamed) = self.rename(frame, names) {
+                        if let Some(renamed) = self.rename(frame) {
                             span = Span::Replace(len + 1, renamed);
                         }
                     }
@@ -337,19 +315,18 @@ impl Relay {
         out
     }
 
-    /// An error naming server-side statements, with the client's names in it; the named
-    /// statements may not be what the cache thinks (a 26000 for one it believed prepared,
-    /// after a `DEALLOCATE ALL` inside a function), so they are closed before the next use.
-    fn rename(&mut self, frame: &[u8], names: Option<&ClientStatements>) -> Option<Bytes> {
+    /// The error answering a renamed message, with the client's name in it. A 26000 for a
+    /// statement the cache believed prepared (a `DEALLOCATE ALL` inside a function) makes it
+    /// unknown, so it is prepared again before its next use.
+    fn rename(&mut self, frame: &[u8]) -> Option<Bytes> {
         let prepared = self.prepared.as_mut()?;
-        self.mentioned.clear();
-        let empty = ClientStatements::default();
-        let renamed =
-            errors::restore_client_names(frame, names.unwrap_or(&empty), &mut self.mentioned);
-        for id in self.mentioned.drain(..) {
-            prepared.statements.set_unknown(id);
+        let renamed = prepared.ledger.take_error_rename()?;
+        if let Some(statement) = &renamed.statement
+            && memchr::memmem::find(frame, b"C26000\0").is_some()
+        {
+            prepared.statements.set_unknown(statement.id());
         }
-        renamed
+        errors::restore_client_name(frame, &renamed.server, &renamed.client)
     }
 }
 

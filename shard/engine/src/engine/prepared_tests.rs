@@ -435,3 +435,20 @@ fn a_sync_held_behind_a_skipped_query_goes_after_the_error() {
         "the Query was skipped, the Sync answered"
     );
 }
+
+/// A statement no client holds any more is closed on a server the next time that server
+/// makes room, so its statements are those of live clients (as `pg_prepared_statements`
+/// would show for a server of their own).
+#[test]
+fn the_statements_of_clients_that_left_are_closed() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_leaves(a);
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &pipeline(&[parse("s1", "SELECT 2"), sync()]));
+    assert_eq!(h.client_tags(b), "1Z");
+    let server = h.live_servers()[0];
+    assert_eq!(h.backend(server).statements, ["pgtier_2"]);
+}

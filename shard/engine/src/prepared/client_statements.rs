@@ -25,14 +25,17 @@ impl ClientStatements {
     /// Records `name`; the caller has checked that it is new.
     pub fn insert(&mut self, name: &[u8], statement: Arc<Statement>) {
         self.bytes += name.len() + statement.charge_bytes();
+        statement.client_ref();
         if let Some(old) = self.by_name.insert(name.into(), statement) {
             self.bytes -= name.len() + old.charge_bytes();
+            old.client_unref();
         }
     }
 
     pub fn remove(&mut self, name: &[u8]) -> Option<Arc<Statement>> {
         let old = self.by_name.remove(name)?;
         self.bytes -= name.len() + old.charge_bytes();
+        old.client_unref();
         Some(old)
     }
 
@@ -55,6 +58,9 @@ impl ClientStatements {
     }
 
     pub fn clear(&mut self) {
+        for statement in self.by_name.values() {
+            statement.client_unref();
+        }
         self.by_name.clear();
         self.bytes = 0;
     }
@@ -77,6 +83,13 @@ impl ClientStatements {
             .iter()
             .find(|(_, statement)| statement.id() == id)
             .map(|(name, _)| &name[..])
+    }
+}
+
+impl Drop for ClientStatements {
+    /// A client that leaves lets its statements go.
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 

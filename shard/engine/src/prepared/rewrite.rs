@@ -484,6 +484,10 @@ impl Rewriter<'_> {
 
     /// Evicts least recently used statements until one more fits.
     fn make_room(&mut self, keep: u64, out: &mut Chunks) {
+        let orphans = self.registry.orphans();
+        for orphan in self.server.statements.take_orphans(orphans, keep) {
+            self.inject_close(CloseOwed::Evicts(orphan), out);
+        }
         while self.server.statements.len() >= self.limits.per_server.max(1) {
             let Some(victim) = self.server.statements.evict_lru(keep) else {
                 break;

@@ -33,6 +33,8 @@ struct Entry {
 pub struct ServerStatements {
     entries: HashMap<u64, Entry, RandomState>,
     tick: u64,
+    /// The registry's orphan count when this cache was last swept.
+    swept_at: u64,
 }
 
 impl ServerStatements {
@@ -91,6 +93,24 @@ impl ServerStatements {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The statements no client holds any more, taken out of the cache, if any statement
+    /// lost its last client since the last look (`orphans`: `Registry::orphans`). Closing
+    /// them keeps a server's statements to what live clients can use, as a server of its
+    /// own would (`pg_prepared_statements`).
+    pub fn take_orphans(&mut self, orphans: u64, keep: u64) -> Vec<Arc<Statement>> {
+        if orphans == self.swept_at {
+            return Vec::new();
+        }
+        self.swept_at = orphans;
+        let dead: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(id, entry)| **id != keep && !entry.statement.has_clients())
+            .map(|(id, _)| *id)
+            .collect();
+        dead.into_iter().filter_map(|id| self.remove(id)).collect()
     }
 
     /// The least recently used statement other than `keep`, taken out of the cache.

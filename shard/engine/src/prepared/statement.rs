@@ -3,6 +3,7 @@
 //! so fifty clients preparing the same text share one copy and one server-side statement.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use ahash::RandomState;
@@ -21,9 +22,31 @@ pub struct Statement {
     /// The body of a Parse after the statement name: query text, NUL, parameter count and
     /// types, exactly as a client sent it.
     definition: Bytes,
+    /// How many clients hold it under some name (servers' caches do not count).
+    clients: AtomicU32,
+    /// The registry's count of statements that lost their last client.
+    orphans: Arc<AtomicU64>,
 }
 
 impl Statement {
+    /// A client holds it under a name now.
+    pub fn client_ref(&self) {
+        self.clients.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client let a name of it go; the last one makes it an orphan, which servers close
+    /// the next time they make room (`ServerStatements::take_orphans`).
+    pub fn client_unref(&self) {
+        if self.clients.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.orphans.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether any client holds it.
+    pub fn has_clients(&self) -> bool {
+        self.clients.load(Ordering::Relaxed) > 0
+    }
+
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -92,6 +115,8 @@ pub struct Registry {
     /// Ids are never reused: a server may still hold an old one.
     next_id: u64,
     sweep_at: usize,
+    /// Statements that lost their last client, counted (shared with each statement).
+    orphans: Arc<AtomicU64>,
 }
 
 impl Default for Registry {
@@ -100,6 +125,7 @@ impl Default for Registry {
             live: HashMap::default(),
             next_id: 1,
             sweep_at: MIN_SWEEP_AT,
+            orphans: Arc::default(),
         }
     }
 }
@@ -125,12 +151,20 @@ impl Registry {
             id,
             server_name: server_name_for(id),
             definition: definition.clone(),
+            clients: AtomicU32::new(0),
+            orphans: self.orphans.clone(),
         });
         self.live.insert(definition, Arc::downgrade(&statement));
         statement
     }
 
     /// Definitions someone holds.
+    /// How many times a statement lost its last client so far: a server whose last look at
+    /// its cache was at a smaller count may hold statements nobody can use any more.
+    pub fn orphans(&self) -> u64 {
+        self.orphans.load(Ordering::Relaxed)
+    }
+
     pub fn live_count(&self) -> usize {
         self.live
             .values()

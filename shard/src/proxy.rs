@@ -85,6 +85,7 @@ impl ProxyHandle {
     /// old one stops.
     pub fn reload(&self, config: Config) -> Result<(), String> {
         let users = Arc::new(load_users(&config)?);
+        let tls = load_tls(&config)?;
         let old_map = self.shared.routing.map.load_full();
         let map = old_map
             .reload(&config, default_probe_login)
@@ -104,6 +105,7 @@ impl ProxyHandle {
             let command = Command::Reload {
                 config: config.clone(),
                 users: users.clone(),
+                tls: tls.clone(),
             };
             mailbox
                 .post(command)
@@ -202,6 +204,20 @@ fn unenforced_settings(config: &Config) -> Vec<&'static str> {
     set
 }
 
+/// Reads the TLS files the settings name (at start and on every reload, so renewed
+/// certificates are picked up); a broken file fails the start or the reload as a whole.
+fn load_tls(config: &Config) -> Result<pgtier_engine::tls::TlsSides, String> {
+    let contexts =
+        crate::tls_files::TlsContexts::load(&config.pgtier).map_err(|e| e.to_string())?;
+    for warning in contexts.warnings() {
+        warn!("{warning}");
+    }
+    Ok(pgtier_engine::tls::TlsSides {
+        acceptor: contexts.acceptor().cloned(),
+        connector: contexts.connector().cloned(),
+    })
+}
+
 /// Starts the shards and returns once each has its ring and listener.
 pub fn start(config: Config) -> Result<ProxyHandle, String> {
     for setting in unenforced_settings(&config) {
@@ -218,6 +234,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
         .worker_count()
         .clamp(1, pgtier_engine::cancel::MAX_SHARDS);
     let users = Arc::new(load_users(&config)?);
+    let tls = load_tls(&config)?;
     let (listen_fds, addr) = listeners(&config, workers)?;
     let mailboxes = (0..workers)
         .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
@@ -254,11 +271,12 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);
     for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
-        let (config, users, shared, ready) = (
+        let (config, users, shared, ready, tls) = (
             config.clone(),
             users.clone(),
             shared.clone(),
             ready_tx.clone(),
+            tls.clone(),
         );
         let thread = std::thread::Builder::new()
             .name(format!("pgtier-shard-{index}"))
@@ -287,6 +305,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
                     random: Box::new(OsRandom),
                     now: Instant::now(),
                     wall_now: SystemTime::now(),
+                    tls,
                 });
                 let parts = ShardParts {
                     index,

@@ -47,6 +47,7 @@ fn test_shard() -> Shard<FakeRing> {
         random: Box::new(SeededRandom::new(7)),
         now: Instant::now(),
         wall_now: SystemTime::now(),
+        tls: Default::default(),
     });
     let parts = ShardParts {
         index: 0,

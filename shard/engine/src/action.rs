@@ -58,21 +58,46 @@ pub enum Action {
 /// The engine's queue of actions, in the order they were decided.
 #[derive(Debug, Default)]
 pub struct Outbox {
-    actions: VecDeque<Action>,
+    /// Each action, and for a `Send` whether its bytes are already what goes on the wire
+    /// (TLS records of a handshake) rather than protocol bytes a TLS connection encrypts.
+    actions: VecDeque<(Action, Wire)>,
+}
+
+/// Whether a `Send`'s bytes are protocol messages or already on-the-wire bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Protocol bytes: encrypted first on a TLS connection.
+    Plain,
+    /// Sent as they are (TLS records, or the one-byte answer to an SSLRequest).
+    Raw,
 }
 
 impl Outbox {
     pub fn send(&mut self, conn: Conn, bytes: Bytes) {
         if !bytes.is_empty() {
-            self.actions.push_back(Action::Send { conn, bytes });
+            self.actions
+                .push_back((Action::Send { conn, bytes }, Wire::Plain));
+        }
+    }
+
+    /// Bytes that go on the wire as they are.
+    pub fn send_raw(&mut self, conn: Conn, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.actions
+                .push_back((Action::Send { conn, bytes }, Wire::Raw));
         }
     }
 
     pub fn push(&mut self, action: Action) {
-        self.actions.push_back(action);
+        self.actions.push_back((action, Wire::Plain));
     }
 
-    pub fn pop(&mut self) -> Option<Action> {
+    /// Puts an action back in front (a Close that waits for a TLS close_notify).
+    pub fn push_front(&mut self, action: Action, wire: Wire) {
+        self.actions.push_front((action, wire));
+    }
+
+    pub fn pop(&mut self) -> Option<(Action, Wire)> {
         self.actions.pop_front()
     }
 
@@ -100,8 +125,11 @@ mod tests {
         assert!(outbox.is_empty(), "nothing to send is no action");
         outbox.send(client(), Bytes::from_static(b"a"));
         outbox.push(Action::PauseRecv(client()));
-        assert!(matches!(outbox.pop(), Some(Action::Send { .. })));
-        assert!(matches!(outbox.pop(), Some(Action::PauseRecv(_))));
+        assert!(matches!(
+            outbox.pop(),
+            Some((Action::Send { .. }, Wire::Plain))
+        ));
+        assert!(matches!(outbox.pop(), Some((Action::PauseRecv(_), _))));
         assert!(outbox.pop().is_none());
     }
 }

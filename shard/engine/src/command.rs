@@ -33,6 +33,8 @@ pub enum Command {
     Reload {
         config: Arc<Config>,
         users: Arc<UserList>,
+        /// The TLS configurations built from the files the new settings name.
+        tls: crate::tls::TlsSides,
     },
     Shutdown(ShutdownMode),
     /// Shard `from` has clients waiting for `key` and the pool budget is spent: end a server

@@ -190,7 +190,12 @@ impl FakeBackend {
             if self.input.len() < len {
                 return out;
             }
-            let _ = self.input.split_to(len);
+            let packet = self.input.split_to(len);
+            if packet[..] == [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f] {
+                // An SSLRequest: this backend has no TLS.
+                out.push(b'N');
+                return out;
+            }
             self.logged_in = true;
             out.extend(frame(b'R', &0u32.to_be_bytes()));
             for (name, value) in [
@@ -532,10 +537,24 @@ impl Harness {
         Harness::with_services(config_text, users, Box::new(NoRouting))
     }
 
+    /// A harness whose engine has these TLS configurations.
+    pub fn with_tls(config_text: &str, users: UserList, tls: crate::tls::TlsSides) -> Harness {
+        Harness::build(config_text, users, Box::new(NoRouting), tls)
+    }
+
     fn with_services(
         config_text: &str,
         users: UserList,
         routing: Box<dyn crate::services::Routing>,
+    ) -> Harness {
+        Harness::build(config_text, users, routing, Default::default())
+    }
+
+    fn build(
+        config_text: &str,
+        users: UserList,
+        routing: Box<dyn crate::services::Routing>,
+        tls: crate::tls::TlsSides,
     ) -> Harness {
         let config = match Config::from_str(config_text, "/tmp/pgtier-engine-test.toml") {
             Ok(config) => config,
@@ -553,6 +572,7 @@ impl Harness {
             random: Box::new(SeededRandom::new(42)),
             now,
             wall_now: SystemTime::UNIX_EPOCH,
+            tls,
         });
         Harness {
             engine,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::AuthType;
-use pgtier_wire::auth::{KEY_LEN, Md5Server, ScramSecret, ScramServer};
+use pgtier_wire::auth::{ChannelBinding, KEY_LEN, Md5Server, ScramSecret, ScramServer};
 use pgtier_wire::{FrameLimits, framing};
 
 use crate::credentials;
@@ -113,6 +113,9 @@ pub struct AuthContext<'a> {
     pub users: &'a UserList,
     pub secrets: &'a mut SecretCache,
     pub random: &'a mut dyn Random,
+    /// Over TLS: the `tls-server-end-point` binding of pgtier's certificate, so that
+    /// SCRAM-SHA-256-PLUS is offered and checked.
+    pub channel_binding: Option<ChannelBinding>,
 }
 
 /// Starts authenticating a client: `Ok(None)` for trust, else the exchange and its first
@@ -133,7 +136,7 @@ pub fn start(
             PasswordCheck::Md5(server)
         }
         AuthType::ScramSha256 => {
-            ScramServer::encode_request(&mut out);
+            ScramServer::encode_request_with(&mut out, context.channel_binding.is_some());
             PasswordCheck::ScramStart
         }
     };
@@ -172,6 +175,13 @@ impl PasswordCheck {
                             .remember_client_key(context.user, verified.client_key);
                         verdict(true, Some(out.freeze()), &context)
                     }
+                    // A binding that does not match is PostgreSQL's 28000 with its text; a
+                    // wrong proof is a wrong password.
+                    Err(error)
+                        if error.sqlstate() == sqlstate::INVALID_AUTHORIZATION_SPECIFICATION =>
+                    {
+                        AuthStep::Failed(messages::fatal(error.sqlstate(), &error.to_string()))
+                    }
                     Err(_) => verdict(false, None, &context),
                 }
             }
@@ -191,10 +201,15 @@ fn initial_response(body: &[u8], context: AuthContext<'_>) -> AuthStep {
         Ok(nonce) => nonce,
         Err(error) => return AuthStep::Failed(no_randomness(error)),
     };
-    let mut server = ScramServer::new(secret, nonce);
+    let mut server = ScramServer::new(secret, nonce).with_channel_binding(context.channel_binding);
     let mut out = BytesMut::with_capacity(128);
     match server.handle_initial_response(body, &mut out) {
         Ok(()) => AuthStep::Continue(PasswordCheck::ScramFinal(Box::new(server)), out.freeze()),
+        // PostgreSQL's own texts for negotiation errors (a `y` flag where PLUS was offered,
+        // an unsupported binding type).
+        Err(error) if error.sqlstate() != sqlstate::PROTOCOL_VIOLATION => {
+            AuthStep::Failed(messages::fatal(error.sqlstate(), &error.to_string()))
+        }
         Err(_) => AuthStep::Failed(messages::fatal(
             sqlstate::PROTOCOL_VIOLATION,
             "malformed SCRAM client-first message",
@@ -259,6 +274,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         let (check, request) = start(AuthType::Md5, context).expect("ok").expect("md5");
         let mut input = md5_answer(&request, user, password);
@@ -267,6 +283,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         check.step(&mut input, context)
     }
@@ -293,6 +310,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut NoRandom,
+            channel_binding: None,
         };
         assert!(matches!(start(AuthType::Trust, context), Ok(None)));
     }
@@ -307,6 +325,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         let (check, _) = start(AuthType::ScramSha256, context)
             .expect("ok")
@@ -317,6 +336,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         let AuthStep::Failed(error) = check.step(&mut input, context) else {
             panic!("refused");
@@ -334,6 +354,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         let (check, _) = start(AuthType::Md5, context).expect("ok").expect("md5");
         let mut input = BytesMut::from(&b"p\0\0"[..]);
@@ -342,6 +363,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut random,
+            channel_binding: None,
         };
         assert!(matches!(
             check.step(&mut input, context),
@@ -359,6 +381,7 @@ mod tests {
             users: &users,
             secrets: &mut secrets,
             random: &mut NoRandom,
+            channel_binding: None,
         };
         let Err(error) = start(AuthType::Md5, context) else {
             panic!("refused");

@@ -182,6 +182,15 @@ impl Forwarder {
                 }
                 Some(_) => Plan::Stream,
             };
+            if let Some(rewriter) = rewriter.as_deref_mut()
+                && matches!(code, b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'F')
+                && !tracker.copy_in()
+            {
+                // Statements of clients that left are closed before a new segment starts.
+                flush(input, &mut pos, &mut out.chunks);
+                rewriter.sweep_orphans(&mut out.chunks);
+                tell_tracker(tracker, rewriter);
+            }
             if tracker.on_client_message(code).is_err() {
                 out.end = Some(ForwardEnd::Malformed);
                 break;

@@ -113,6 +113,16 @@ pub struct ClientConn {
     pub(crate) last_active: Instant,
     /// Set once the StartupMessage named user and database.
     pub(crate) session: Option<Box<Session>>,
+    /// Its TLS session, once it asked for TLS (SSLRequest) or opened with a TLS handshake.
+    pub(crate) tls: Option<Box<ClientTls>>,
+}
+
+/// A client's TLS: its session, and whether it began with the handshake itself (PostgreSQL
+/// 17's `sslnegotiation=direct`, which must then negotiate ALPN `postgresql`).
+#[derive(Debug)]
+pub struct ClientTls {
+    pub session: crate::tls::TlsSession,
+    pub direct: bool,
 }
 
 impl ClientConn {
@@ -126,6 +136,7 @@ impl ClientConn {
             connected_at: now,
             last_active: now,
             session: None,
+            tls: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The startup phase of a client: packets without a type byte, read until the
-//! StartupMessage (answering SSLRequest/GSSENCRequest with 'N' on the way) or a
+//! StartupMessage (an SSLRequest on the way is answered by `engine/tls_io.rs`, a
+//! GSSENCRequest with 'N') or a
 //! CancelRequest. Refusals are PostgreSQL's own: a length word out of range closes the
 //! connection without a reply (the postmaster's "invalid length of startup packet"), an old
 //! protocol version gets 0A000, a malformed packet 08P01.
@@ -32,7 +33,9 @@ pub struct LoginRequest {
 pub enum StartupStep {
     /// The packet is not complete yet.
     NeedMore,
-    /// SSLRequest or GSSENCRequest: answer 'N' and read on.
+    /// SSLRequest: answer 'S' and begin TLS when it is configured, else 'N'.
+    SslRequest,
+    /// GSSENCRequest: answer 'N' and read on.
     Decline,
     /// A CancelRequest: route it, close the connection without a reply.
     Cancel(CancelKey),
@@ -57,7 +60,8 @@ pub fn read_startup(input: &mut BytesMut, max_len: u32) -> StartupStep {
         return StartupStep::NeedMore;
     }
     let step = match StartupPacket::decode(&input[..len]) {
-        Ok(StartupPacket::SslRequest | StartupPacket::GssEncRequest) => StartupStep::Decline,
+        Ok(StartupPacket::SslRequest) => StartupStep::SslRequest,
+        Ok(StartupPacket::GssEncRequest) => StartupStep::Decline,
         Ok(StartupPacket::Cancel(cancel)) => match <[u8; 4]>::try_from(cancel.secret_key) {
             Ok(secret) => StartupStep::Cancel(CancelKey {
                 pid: cancel.process_id,
@@ -155,12 +159,15 @@ mod tests {
     }
 
     #[test]
-    fn ssl_and_gssenc_requests_are_declined() {
-        for code in [80_877_103u32, 80_877_104] {
+    fn ssl_requests_go_to_tls_and_gssenc_requests_are_declined() {
+        for (code, step) in [
+            (80_877_103u32, StartupStep::SslRequest),
+            (80_877_104, StartupStep::Decline),
+        ] {
             let mut input = BytesMut::new();
             input.extend_from_slice(&8u32.to_be_bytes());
             input.extend_from_slice(&code.to_be_bytes());
-            assert_eq!(read_startup(&mut input, 10_000), StartupStep::Decline);
+            assert_eq!(read_startup(&mut input, 10_000), step);
             assert!(input.is_empty());
         }
     }

@@ -57,6 +57,17 @@ impl Engine {
             self.server_unreachable(id, error, connect_failure_cause(errno));
             return;
         }
+        if self.negotiate_server_tls(id) {
+            return;
+        }
+        self.start_server_login(id);
+    }
+
+    /// Sends the StartupMessage (over TLS when the server accepted it).
+    pub(super) fn start_server_login(&mut self, id: ServerId) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
         let pool = server.pool;
         let Some(key) = self.pools.key(pool) else {
             return;
@@ -84,6 +95,12 @@ impl Engine {
         let Some(key) = self.pools.key(server.pool) else {
             return;
         };
+        let channel_binding = server
+            .tls
+            .as_deref()
+            .filter(|session| !session.is_handshaking())
+            .and_then(|session| session.peer_certificate_der())
+            .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let password = self
             .config
             .database(&key.database)
@@ -93,6 +110,7 @@ impl Engine {
             user: &key.server_user,
             password: password.as_deref(),
             client_key: self.secrets.client_key(&key.server_user),
+            channel_binding,
         };
         match login.step(&mut server.input, credentials, self.random.as_mut()) {
             LoginStep::Continue { reply } => {
@@ -285,7 +303,7 @@ impl Engine {
         if !scan.idle {
             // A ReadyForQuery ends a segment the client's next messages waited for; an error
             // makes the server skip the rest of its segment, which may end the wait too.
-            if scan.last_status.is_some() || scan.errors > 0 {
+            if scan.ready_seen || scan.errors > 0 {
                 self.forward_held_input(server_id, client_id);
             }
             return;
@@ -469,7 +487,9 @@ impl Engine {
         };
         let pool = server.pool;
         match server.state {
-            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
+            ServerState::Connecting { .. }
+            | ServerState::Negotiating { .. }
+            | ServerState::LoggingIn { .. } => {
                 let error = messages::fatal(sqlstate::CONNECTION_FAILURE, message);
                 match cause {
                     Some(cause) => self.server_unreachable(id, error, cause),

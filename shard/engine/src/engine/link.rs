@@ -745,7 +745,9 @@ impl Engine {
         lease: Option<Lease<ServerId>>,
     ) {
         match previous {
-            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => {
+            ServerState::Connecting { .. }
+            | ServerState::Negotiating { .. }
+            | ServerState::LoggingIn { .. } => {
                 // Counted as opening: an open that did not finish.
                 self.pools.open_failed(pool, self.now, None);
                 self.open_for_waiters(pool);

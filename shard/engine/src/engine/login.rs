@@ -47,6 +47,11 @@ impl Engine {
                 StartupStep::Decline => {
                     self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
                 }
+                StartupStep::SslRequest => {
+                    if !self.on_ssl_request(id) {
+                        return;
+                    }
+                }
                 StartupStep::Cancel(key) => {
                     self.close_client(id, None);
                     self.route_cancel(key);
@@ -65,6 +70,9 @@ impl Engine {
     }
 
     fn on_login(&mut self, id: ClientId, request: LoginRequest) {
+        if self.refuse_plaintext_login(id) {
+            return;
+        }
         if let Some(negotiation) = request.negotiation {
             self.send(Conn::Client(id), negotiation);
         }
@@ -155,11 +163,13 @@ impl Engine {
             return;
         };
         let user = session.user.clone();
+        let channel_binding = self.channel_binding_of(id);
         let context = AuthContext {
             user: &user,
             users: &self.users,
             secrets: &mut self.secrets,
             random: self.random.as_mut(),
+            channel_binding,
         };
         match auth::start(auth_type, context) {
             Ok(None) => self.on_authenticated(id),
@@ -191,11 +201,17 @@ impl Engine {
             .as_ref()
             .map(|session| session.user.clone())
             .unwrap_or_default();
+        let channel_binding = client
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.session.local_certificate_der())
+            .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let context = AuthContext {
             user: &user,
             users: &self.users,
             secrets: &mut self.secrets,
             random: self.random.as_mut(),
+            channel_binding,
         };
         match check.step(&mut client.input, context) {
             AuthStep::NeedMore(check) => client.state = ClientState::Authenticating(check),

@@ -19,6 +19,9 @@ mod login;
 mod prepared_tests;
 #[cfg(test)]
 mod tests;
+mod tls_io;
+#[cfg(test)]
+mod tls_tests;
 mod upkeep;
 
 use std::net::SocketAddr;
@@ -80,6 +83,8 @@ pub struct EngineParts {
     /// admin console's timestamps (derived from the monotonic time ever after).
     pub now: Instant,
     pub wall_now: SystemTime,
+    /// The TLS configurations, as the driver loaded them from the files the settings name.
+    pub tls: crate::tls::TlsSides,
 }
 
 /// One shard's session engine.
@@ -100,6 +105,8 @@ pub struct Engine {
     statements: crate::prepared::Registry,
     /// Where the messages pgtier writes of its own are built.
     scratch: bytes::BytesMut,
+    /// TLS for clients and servers (replaced on reload).
+    tls: crate::tls::TlsSides,
     /// When a full pool was last checked for being held entirely by pinned clients (the
     /// check walks the clients, so it runs at most once a second, and warns once a minute).
     pinned_check: PinnedCheck,
@@ -150,6 +157,7 @@ impl Engine {
             texts: Default::default(),
             statements: Default::default(),
             scratch: bytes::BytesMut::new(),
+            tls: parts.tls,
             pinned_check: PinnedCheck::default(),
             flush_policy: FlushPolicy::from(&config.pgtier),
             limits,
@@ -177,7 +185,13 @@ impl Engine {
 
     /// The next thing the driver must do.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.outbox.pop()
+        loop {
+            let (action, wire) = self.outbox.pop()?;
+            // On a TLS connection protocol bytes leave as TLS records (`tls_io.rs`).
+            if let Some(action) = self.seal(action, wire) {
+                return Some(action);
+            }
+        }
     }
 
     /// When `handle_timeout` must run next.
@@ -241,7 +255,13 @@ impl Engine {
             return;
         }
         client.last_active = now;
-        if client.input.is_empty() {
+        if client.tls.is_some() || data.first() == Some(&0x16) {
+            // TLS, or a TLS handshake as the first bytes (`tls_io.rs`).
+            if !self.client_tls_received(id, &data) {
+                self.release_consumed_client_input(id);
+                return;
+            }
+        } else if client.input.is_empty() {
             client.input = data;
         } else {
             client.input.unsplit(data);
@@ -302,7 +322,11 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        if server.input.is_empty() {
+        if server.tls.is_some() {
+            if !self.server_tls_received(id, &data) {
+                return;
+            }
+        } else if server.input.is_empty() {
             server.input = data;
         } else {
             server.input.unsplit(data);
@@ -545,6 +569,7 @@ impl Engine {
             return;
         };
         match server.state {
+            ServerState::Negotiating { .. } => self.on_negotiation_answer(id),
             ServerState::LoggingIn { .. } => self.on_login_bytes(id),
             ServerState::Busy { client } => self.relay_to_client(id, client),
             ServerState::Releasing { .. } | ServerState::Checking { .. } => self.drain_server(id),

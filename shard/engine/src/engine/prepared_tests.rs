@@ -174,6 +174,9 @@ fn an_error_in_a_pipeline_skips_to_the_sync_and_what_was_skipped_does_not_exist(
 fn a_close_forgets_the_name_and_keeps_the_statement_for_others() {
     let mut h = Harness::new(&config(TX));
     let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &pipeline(&[parse("theirs", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(b), "1Z");
     h.client_sends(
         a,
         &pipeline(&[parse("s1", "SELECT 1"), close(b'S', "s1"), sync()]),
@@ -182,7 +185,11 @@ fn a_close_forgets_the_name_and_keeps_the_statement_for_others() {
     h.client_sends(a, &pipeline(&[bind("s1"), sync()]));
     assert_eq!(errors(&h.client_output(a))[0].0, "26000");
     let server = h.live_servers()[0];
-    assert_eq!(h.backend(server).statements, ["pgtier_1"]);
+    assert_eq!(
+        h.backend(server).statements,
+        ["pgtier_1"],
+        "b still holds the text"
+    );
     h.client_sends(a, &pipeline(&[parse("s1", "SELECT 2"), bind("s1"), sync()]));
     assert_eq!(h.client_tags(a), "12Z", "the name is free again");
 }
@@ -451,4 +458,26 @@ fn the_statements_of_clients_that_left_are_closed() {
     assert_eq!(h.client_tags(b), "1Z");
     let server = h.live_servers()[0];
     assert_eq!(h.backend(server).statements, ["pgtier_2"]);
+}
+
+/// The statements of a client that left are closed before the next segment on its server,
+/// even when nobody prepares anything there again.
+#[test]
+fn orphans_are_closed_before_the_next_segment() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    h.client_leaves(a);
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(
+        h.client_tags(b),
+        "TDCZ",
+        "the Close and its Sync are not seen"
+    );
+    let server = h.live_servers()[0];
+    assert!(h.backend(server).statements.is_empty());
+    h.client_sends(b, &query("SELECT 2"));
+    assert_eq!(h.client_tags(b), "TDCZ");
 }

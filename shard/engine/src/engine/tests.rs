@@ -668,6 +668,7 @@ fn a_reload_changes_the_pool_size_of_existing_pools() {
         crate::command::Command::Reload {
             config: std::sync::Arc::new(bigger),
             users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
         },
     );
     h.pump();

@@ -186,7 +186,9 @@ impl Engine {
         for (slot, server) in self.servers.iter() {
             let id = ServerId(slot);
             match &server.state {
-                ServerState::Connecting { since } | ServerState::LoggingIn { since, .. }
+                ServerState::Connecting { since }
+                | ServerState::Negotiating { since }
+                | ServerState::LoggingIn { since, .. }
                     if connect.is_some_and(|limit| over(*since, limit)) =>
                 {
                     failed.push(id);
@@ -315,6 +317,7 @@ impl Engine {
                 server.state,
                 ServerState::Idle { .. }
                     | ServerState::Connecting { .. }
+                    | ServerState::Negotiating { .. }
                     | ServerState::LoggingIn { .. }
             );
             if unused || mode == ShutdownMode::Immediate || nobody_left {
@@ -377,7 +380,9 @@ impl Engine {
     pub(super) fn on_command(&mut self, command: Command) {
         match command {
             Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
-            Command::Reload { config, users } => {
+            Command::Reload { config, users, tls } => {
+                // New connections use the new TLS configurations; running sessions keep theirs.
+                self.tls = tls;
                 self.limits = Limits::from_config(&config);
                 self.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
                 self.config = config;

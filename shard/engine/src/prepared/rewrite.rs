@@ -125,6 +125,33 @@ impl Rewriter<'_> {
         Some(5 + portal_end + 1 + name_end + 1)
     }
 
+    /// Before the first message of a segment: statements on this server that no client
+    /// holds any more (their clients left) are closed, with a Sync of their own, so that
+    /// the server keeps only what live clients can use (`pg_prepared_statements` then reads
+    /// as it would on a server of the client's own). Costs nothing until a statement loses
+    /// its last client.
+    pub fn sweep_orphans(&mut self, out: &mut Chunks) {
+        if self.server.ledger.in_open_segment() {
+            return;
+        }
+        let orphans = self
+            .server
+            .statements
+            .take_orphans(self.registry.orphans(), 0);
+        if orphans.is_empty() {
+            return;
+        }
+        for orphan in orphans {
+            self.inject_close(CloseOwed::Evicts(orphan), out);
+        }
+        statement::encode_sync(self.scratch);
+        self.inject(b'S', out);
+        self.server.ledger.push(Owed::Sync {
+            injected: true,
+            on_success: None,
+        });
+    }
+
     /// Tells the tracker of pgtier's own messages since last asked, oldest first.
     pub fn take_injected(&mut self) -> SmallVec<[u8; 4]> {
         std::mem::take(&mut self.injected)

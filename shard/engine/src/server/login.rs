@@ -4,7 +4,7 @@
 //! password, a missing database) is kept whole: every client waiting on the pool gets it.
 
 use bytes::{Bytes, BytesMut};
-use pgtier_wire::auth::{ClientAuth, KEY_LEN};
+use pgtier_wire::auth::{ChannelBinding, ChannelBindingPolicy, ClientAuth, KEY_LEN};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::{Authentication, BackendKeyData};
 use pgtier_wire::{FrameLimits, framing};
@@ -26,6 +26,9 @@ pub struct Credentials<'a> {
     pub password: Option<&'a str>,
     /// The ClientKey a client proved for this user (a SCRAM-secret entry needs it).
     pub client_key: Option<[u8; KEY_LEN]>,
+    /// Over TLS: the server certificate's binding, for SCRAM-SHA-256-PLUS when the server
+    /// offers it (libpq's `channel_binding=prefer`).
+    pub channel_binding: Option<ChannelBinding>,
 }
 
 /// What a finished login learned about its backend.
@@ -164,7 +167,11 @@ impl ServerLogin {
                 })?;
                 let login =
                     credentials::server_login(user, password, credentials.client_key, random)
-                        .map_err(|error| error.to_string())?;
+                        .map_err(|error| error.to_string())?
+                        .with_channel_binding(
+                            credentials.channel_binding,
+                            ChannelBindingPolicy::Prefer,
+                        );
                 self.auth.insert(Box::new(login))
             }
         };
@@ -198,6 +205,7 @@ mod tests {
         user: "alice",
         password: None,
         client_key: None,
+        channel_binding: None,
     };
 
     #[test]

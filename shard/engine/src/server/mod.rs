@@ -27,6 +27,8 @@ pub use release::{ReleaseStep, Reset};
 pub enum ServerState {
     /// Connect asked of the driver at `since` (server_connect_timeout).
     Connecting { since: Instant },
+    /// Connected; SSLRequest sent, its one-byte answer awaited.
+    Negotiating { since: Instant },
     /// StartupMessage sent; authentication and ParameterStatus messages arriving.
     LoggingIn {
         since: Instant,
@@ -76,6 +78,8 @@ pub struct ServerConn {
     pub(crate) paused: bool,
     /// Its pool lease while it is out of the idle list.
     pub(crate) lease: Option<Lease<ServerId>>,
+    /// Its TLS session, when the server accepted the SSLRequest.
+    pub(crate) tls: Option<Box<crate::tls::TlsSession>>,
 }
 
 impl ServerConn {
@@ -95,6 +99,7 @@ impl ServerConn {
             reset: Reset::None,
             paused: false,
             lease: None,
+            tls: None,
         }
     }
 
@@ -134,7 +139,9 @@ impl ServerConn {
     /// The admin-console name of its state.
     pub fn state_name(&self) -> &'static str {
         match self.state {
-            ServerState::Connecting { .. } | ServerState::LoggingIn { .. } => "login",
+            ServerState::Connecting { .. }
+            | ServerState::Negotiating { .. }
+            | ServerState::LoggingIn { .. } => "login",
             ServerState::Idle { .. } => "idle",
             ServerState::Checking { .. } => "tested",
             ServerState::Busy { .. } => "active",

@@ -48,6 +48,9 @@ pub struct Scan {
     /// ErrorResponse messages forwarded.
     pub errors: u64,
     /// Status of the last ReadyForQuery forwarded.
+    /// A ReadyForQuery was read, forwarded or not (the answer to a Sync of pgtier's own
+    /// may end a wait of the client's).
+    pub ready_seen: bool,
     pub last_status: Option<TxStatus>,
     /// The server owes nothing now (ReadyForQuery 'I', no internal query outstanding).
     pub idle: bool,
@@ -274,6 +277,7 @@ impl Relay {
                         out.malformed = true;
                         break;
                     };
+                    out.ready_seen = true;
                     if internal {
                         self.swallow -= 1;
                     } else if !dropping {

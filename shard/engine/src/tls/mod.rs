@@ -51,3 +51,13 @@ pub use config::{ALPN_POSTGRESQL, AcceptorParams, ConnectorParams, TlsAcceptor, 
 pub use error::{TlsConfigError, TlsError};
 pub use pem::PemFile;
 pub use session::{HANDSHAKE_SEND_LIMIT_BYTES, MAX_PARTIAL_RECORD_BYTES, Received, TlsSession};
+
+/// The TLS configurations an engine works with, as the driver loaded them (both `None`
+/// when TLS is off on both sides). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct TlsSides {
+    /// For clients (`client_tls_sslmode` other than `disable`).
+    pub acceptor: Option<TlsAcceptor>,
+    /// For servers (`server_tls_sslmode` other than `disable`).
+    pub connector: Option<TlsConnector>,
+}

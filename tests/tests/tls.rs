@@ -1,0 +1,143 @@
+//! TLS end to end: psql verifying pgtier's certificate (`sslmode=verify-full`), pgtier
+//! verifying PostgreSQL's (`server_tls_sslmode = verify-full`), a plain-text client refused
+//! where TLS is required, SCRAM-SHA-256-PLUS through pgtier, and a server certificate that
+//! does not verify failing the login with a clear error.
+
+use pgtier_tests::fixtures::start_proxy;
+use pgtier_tests::pki::TestPki;
+use pgtier_tests::process::{pg_tool, run};
+use pgtier_tests::tempdir::TempDir;
+use pgtier_tests::{HbaAuth, LocalPg, PgOptions, Pgtier, ProxyConfig};
+use std::time::Duration;
+
+fn toml_path(path: &std::path::Path) -> String {
+    format!("\"{}\"", path.display())
+}
+
+/// A TLS PostgreSQL, the PKI it and pgtier use, and a pgtier with client TLS in `mode` and
+/// server TLS verifying the server fully.
+fn setup(mode: &str, auth: HbaAuth) -> (TempDir, TestPki, LocalPg, Pgtier) {
+    let dir = TempDir::new("pgtier-tls").expect("temp dir");
+    let pki = TestPki::write(dir.path(), "alice").expect("pki");
+    let pg = LocalPg::start_primary(&PgOptions {
+        auth,
+        tls: Some(pki.pg_tls(&[])),
+        ..PgOptions::default()
+    })
+    .expect("PostgreSQL with TLS");
+    pg.create_user("alice", "s3cret").expect("alice");
+    let config = ProxyConfig::new(pg.port())
+        .pool_mode("transaction")
+        .auth(if auth == HbaAuth::Trust {
+            "trust"
+        } else {
+            "scram-sha-256"
+        })
+        .user("alice", "s3cret")
+        .setting("client_tls_sslmode", &format!("\"{mode}\""))
+        .setting("client_tls_cert_file", &toml_path(&pki.server.cert))
+        .setting("client_tls_key_file", &toml_path(&pki.server.key))
+        .setting("server_tls_sslmode", "\"verify-full\"")
+        .setting("server_tls_ca_file", &toml_path(&pki.ca_cert));
+    let proxy = start_proxy(config);
+    (dir, pki, pg, proxy)
+}
+
+/// psql with `conninfo` through the proxy: (succeeded, stdout, stderr).
+fn psql(proxy: &Pgtier, extra: &str, sql: &str) -> (bool, String, String) {
+    let mut command = pg_tool("psql");
+    command
+        .args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-d"])
+        .arg(format!(
+            "host=localhost port={} dbname=postgres {extra}",
+            proxy.port()
+        ))
+        .args(["-c", sql]);
+    let finished = run(&mut command, Duration::from_secs(30)).expect("psql runs");
+    (
+        finished.status.success(),
+        finished.stdout.trim().to_string(),
+        finished.stderr,
+    )
+}
+
+/// What the backend serving this session says about its own connection's TLS.
+const BACKEND_SSL: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+
+#[test]
+fn psql_verifies_pgtier_and_pgtier_verifies_the_server() {
+    let (_dir, pki, _pg, proxy) = setup("require", HbaAuth::Trust);
+    let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(
+        ok,
+        "psql verify-full through pgtier: {err}\n{}",
+        proxy.log()
+    );
+    assert_eq!(out, "t", "pgtier reached the server over TLS as well");
+    let (ok, out, _) = psql(&proxy, &conninfo, "SHOW ssl");
+    assert!(ok);
+    assert_eq!(out, "on");
+}
+
+#[test]
+fn a_plaintext_client_is_refused_where_tls_is_required() {
+    let (_dir, _pki, _pg, proxy) = setup("require", HbaAuth::Trust);
+    let (ok, _, err) = psql(&proxy, "user=postgres sslmode=disable", "SELECT 1");
+    assert!(!ok);
+    assert!(
+        err.contains("TLS is required (client_tls_sslmode = require)"),
+        "{err}"
+    );
+    // With prefer, the same client is served in plain text, and a TLS client over TLS.
+    let (_dir, pki, _pg, proxy) = setup("prefer", HbaAuth::Trust);
+    let (ok, _, err) = psql(&proxy, "user=postgres sslmode=disable", "SELECT 1");
+    assert!(ok, "{err}");
+    let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+    assert!(psql(&proxy, &conninfo, "SELECT 1").0);
+}
+
+#[test]
+fn scram_with_channel_binding_through_pgtier() {
+    let (_dir, pki, _pg, proxy) = setup("require", HbaAuth::Scram);
+    let conninfo = format!(
+        "user=alice password=s3cret channel_binding=require {}",
+        pki.verify_full_conninfo()
+    );
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(
+        ok,
+        "SCRAM-SHA-256-PLUS to pgtier, and pgtier's own login to the server: {err}\n{}",
+        proxy.log()
+    );
+    assert_eq!(out, "t");
+    let conninfo = format!(
+        "user=alice password=wrong channel_binding=require {}",
+        pki.verify_full_conninfo()
+    );
+    let (ok, _, err) = psql(&proxy, &conninfo, "SELECT 1");
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_certificate_that_does_not_verify_fails_the_login() {
+    let dir = TempDir::new("pgtier-tls-other-ca").expect("temp dir");
+    let pki = TestPki::write(dir.path(), "alice").expect("pki");
+    let other = TempDir::new("pgtier-tls-other").expect("temp dir");
+    let other_pki = TestPki::write(other.path(), "alice").expect("other pki");
+    let pg = LocalPg::start_primary(&PgOptions {
+        tls: Some(pki.pg_tls(&[])),
+        ..PgOptions::default()
+    })
+    .expect("PostgreSQL with TLS");
+    let config = ProxyConfig::new(pg.port())
+        .setting("server_tls_sslmode", "\"verify-full\"")
+        .setting("server_tls_ca_file", &toml_path(&other_pki.ca_cert));
+    let proxy = start_proxy(config);
+    let (ok, _, err) = psql(&proxy, "user=postgres sslmode=disable", "SELECT 1");
+    assert!(!ok);
+    assert!(err.contains("TLS with server failed"), "{err}");
+}

@@ -16,6 +16,11 @@
 #   PROFILE=0 (1: one more extended/64-client run through pgtier under `perf record -g`;
 #              the hottest symbols go to bench/out/pgtier-perf-<time>.txt)
 #   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
+#   TLS=0 (1: clients reach both proxies over TLS, client_tls_sslmode = require with a
+#          throw-away self-signed certificate, pgbench with sslmode=require; the proxies
+#          reach PostgreSQL in plain text, and direct runs stay plain)
+#   PROTOCOLS may include "prepared": PgBouncer before 1.21 cannot run it in transaction
+#   mode, so its cells stay empty; compare with its extended row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -97,6 +102,24 @@ log "pgbench -i -s $SCALE"
 
 # ---- proxies -----------------------------------------------------------------------------
 printf '"postgres" ""\n' >"$work/userlist.txt"
+TLS="${TLS:-0}"
+pgtier_tls=""
+bouncer_tls=""
+if [ "$TLS" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$work/proxy.key" -out "$work/proxy.crt" >/dev/null 2>&1
+  chmod 600 "$work/proxy.key"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$work/proxy.key" "$work/proxy.crt"
+  pgtier_tls="client_tls_sslmode = \"require\"
+client_tls_key_file = \"$work/proxy.key\"
+client_tls_cert_file = \"$work/proxy.crt\"
+server_tls_sslmode = \"disable\""
+  bouncer_tls="client_tls_sslmode = require
+client_tls_key_file = $work/proxy.key
+client_tls_cert_file = $work/proxy.crt
+server_tls_sslmode = disable"
+fi
 cat >"$work/pgtier.toml" <<CONF
 [pgtier]
 listen_addr = "127.0.0.1"
@@ -108,6 +131,7 @@ pool_mode = "transaction"
 default_pool_size = $POOL_SIZE
 max_client_conn = $((IDLE_CLIENTS + 1000))
 log_level = "warn"
+$pgtier_tls
 
 [databases.postgres]
 host = "127.0.0.1"
@@ -131,6 +155,7 @@ logfile = $work/pgbouncer.log
 pidfile = $work/pgbouncer.pid
 log_connections = 0
 log_disconnections = 0
+$bouncer_tls
 CONF
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
 
@@ -172,7 +197,9 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 # run_pgbench PORT PROTOCOL CLIENTS -> prints "tps transactions"
 run_pgbench() {
   local out
-  out="$("$bindir/pgbench" -S -n -M "$2" -c "$3" -j 2 -T "$DURATION" \
+  local sslmode=disable
+  [ "$TLS" = 1 ] && [ "$1" != "$pg_port" ] && sslmode=require
+  out="$(PGSSLMODE=$sslmode "$bindir/pgbench" -S -n -M "$2" -c "$3" -j 2 -T "$DURATION" \
         -h 127.0.0.1 -p "$1" -U postgres postgres 2>&1)" || { log "pgbench failed: $out"; echo "0 0"; return; }
   local tps tx
   tps="$(sed -n 's/^tps = \([0-9.]*\) .*without initial.*/\1/p' <<<"$out" | head -1)"
@@ -216,6 +243,7 @@ measure_cell() {
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(uname -r), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}'),"
   echo "$(pgbouncer --version | head -1), pgtier $("$PGTIER_BIN" --version | awk '{print $2}') (1 worker)."
   echo "Scale $SCALE, -T $DURATION s per run, median of $REPEAT run(s) per cell, transaction pooling, pool size $POOL_SIZE, -j 2."
+  [ "$TLS" = 1 ] && echo "Clients reach both proxies over TLS (sslmode=require, ECDSA P-256 certificate); direct runs are plain text."
   echo
   echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"

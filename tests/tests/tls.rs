@@ -141,3 +141,43 @@ fn a_server_certificate_that_does_not_verify_fails_the_login() {
     assert!(!ok);
     assert!(err.contains("TLS with server failed"), "{err}");
 }
+
+#[test]
+fn verify_ca_asks_for_a_client_certificate_and_checks_it() {
+    let (_dir, pki, pg, _proxy) = setup("require", HbaAuth::Trust);
+    let other = TempDir::new("pgtier-tls-stranger").expect("temp dir");
+    let stranger = TestPki::write(other.path(), "alice").expect("other pki");
+    let config = ProxyConfig::new(pg.port())
+        .setting("admin_users", "[\"postgres\"]")
+        .setting("client_tls_sslmode", "\"verify-ca\"")
+        .setting("client_tls_cert_file", &toml_path(&pki.server.cert))
+        .setting("client_tls_key_file", &toml_path(&pki.server.key))
+        .setting("client_tls_ca_file", &toml_path(&pki.ca_cert))
+        .setting("server_tls_sslmode", "\"disable\"");
+    let proxy = start_proxy(config);
+    let good = format!(
+        "user=postgres {} {}",
+        pki.verify_full_conninfo(),
+        TestPki::client_cert_conninfo(&pki.client)
+    );
+    let (ok, _, err) = psql(&proxy, &good, "SELECT 1");
+    assert!(ok, "a certificate from the configured CA: {err}");
+    let (ok, out, err) = psql(&proxy, &format!("{good} dbname=pgtier"), "SHOW CLIENTS");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("TLSv1.3/"),
+        "SHOW CLIENTS names the TLS: {out}"
+    );
+    let none = format!("user=postgres {}", pki.verify_full_conninfo());
+    let (ok, _, err) = psql(&proxy, &none, "SELECT 1");
+    assert!(!ok, "no certificate: refused in the handshake ({err})");
+    let foreign = format!(
+        "user=postgres {} {}",
+        pki.verify_full_conninfo(),
+        TestPki::client_cert_conninfo(&stranger.client)
+    );
+    let (ok, _, err) = psql(&proxy, &foreign, "SELECT 1");
+    assert!(!ok, "a certificate from another CA: refused ({err})");
+    let (ok, _, err) = psql(&proxy, &good, "SELECT 1");
+    assert!(ok, "the failures touched no one else: {err}");
+}

@@ -31,6 +31,9 @@ pub struct ClientRow {
     pub pinned: String,
     /// Named statements the client has prepared (kept by pgtier in transaction mode).
     pub prepared_statements: usize,
+    /// Its TLS connection as PgBouncer prints it (`TLSv1.3/TLS_AES_256_GCM_SHA384/...`),
+    /// `None` in plain text.
+    pub tls: Option<String>,
 }
 
 /// One pool slice (exact pool key) on one shard.

@@ -30,6 +30,7 @@ pub fn clients(listing: Option<&Listing>) -> ResultSet {
                 row.backend_pid.map(|pid| pid.to_string()),
                 (!row.pinned.is_empty()).then(|| row.pinned.clone()),
                 text(row.prepared_statements),
+                row.tls.clone(),
             ]
         })
         .collect();
@@ -47,6 +48,7 @@ pub fn clients(listing: Option<&Listing>) -> ResultSet {
             "backend_pid",
             "pinned",
             "prepared_statements",
+            "tls",
         ],
         rows,
     }

@@ -316,6 +316,7 @@ fn two_shard_listing(missing_shards: Vec<usize>) -> Listing {
         backend_pid: pid,
         pinned: String::new(),
         prepared_statements: 0,
+        tls: None,
     };
     let pool = PoolRow {
         database: "analytics".to_string(),
@@ -371,6 +372,7 @@ fn show_clients_lists_every_shard_with_class_replica_and_pid() {
             text("4242"),
             None,
             text("0"),
+            None,
         ]
     );
     assert_eq!(rows[1][0], text("1"));

@@ -645,6 +645,10 @@ impl Engine {
                     prepared_statements: session
                         .and_then(|s| s.statements.as_ref())
                         .map_or(0, |statements| statements.len()),
+                    tls: client
+                        .tls
+                        .as_ref()
+                        .and_then(|tls| tls.session.description()),
                 }
             })
             .collect();

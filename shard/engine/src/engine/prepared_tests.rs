@@ -481,3 +481,35 @@ fn orphans_are_closed_before_the_next_segment() {
     h.client_sends(b, &query("SELECT 2"));
     assert_eq!(h.client_tags(b), "TDCZ");
 }
+
+/// psycopg deallocates an evicted statement with SQL `DEALLOCATE name`: the client's other
+/// statements stay prepared on the server (no Close and Parse again on their next use).
+#[test]
+fn deallocating_one_statement_leaves_the_others_prepared() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(
+        a,
+        &pipeline(&[parse("s1", "SELECT 1"), parse("s2", "SELECT 2"), sync()]),
+    );
+    assert_eq!(h.client_tags(a), "11Z");
+    h.client_sends(a, &query("DEALLOCATE s1"));
+    assert_eq!(h.client_tags(a), "CZ");
+    let server = h.live_servers()[0];
+    let parses_before = h.backend(server).seen.len();
+    h.client_sends(a, &pipeline(&[bind("s2"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    assert_eq!(
+        h.backend(server).seen.len(),
+        parses_before,
+        "s2 was not prepared again"
+    );
+    h.client_sends(a, &query("DEALLOCATE sql_level_name"));
+    h.client_sends(a, &pipeline(&[bind("s2"), execute(), sync()]));
+    assert!(h.client_tags(a).ends_with("2CZ"));
+    assert_eq!(
+        h.backend(server).seen.len(),
+        parses_before + 1,
+        "only the Query"
+    );
+}

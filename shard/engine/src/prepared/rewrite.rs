@@ -268,6 +268,7 @@ impl Rewriter<'_> {
         out: &mut Chunks,
     ) -> Rewrite {
         let Some((target, found)) = self.named_in_sql(sql) else {
+            let effects = without_a_foreign_deallocate(sql, effects);
             self.passed(b'P', effects);
             return Rewrite::AsIs;
         };
@@ -293,7 +294,10 @@ impl Rewriter<'_> {
         self.scratch.put_u8(0);
         self.scratch.put_slice(types);
         self.emit(out);
-        let mut on_success = self.reset_effects(effects).map(|b| *b).unwrap_or_default();
+        let mut on_success = self
+            .reset_effects(effects.difference(Effects::DEALLOCATE))
+            .map(|b| *b)
+            .unwrap_or_default();
         if let Some(statement) = statement
             && found.kind == NamingStatement::Deallocate
         {
@@ -402,6 +406,7 @@ impl Rewriter<'_> {
     fn query(&mut self, body: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
         let sql = body.strip_suffix(&[0]).unwrap_or(body);
         let Some((target, found)) = self.named_in_sql(sql) else {
+            let effects = without_a_foreign_deallocate(sql, effects);
             self.passed(b'Q', effects);
             return Rewrite::AsIs;
         };
@@ -432,7 +437,10 @@ impl Rewriter<'_> {
         self.scratch.put_slice(&sql);
         self.scratch.put_u8(0);
         self.emit(out);
-        let mut on_success = self.reset_effects(effects).unwrap_or_default();
+        // The name is resolved: only that statement is affected, not the whole cache.
+        let mut on_success = self
+            .reset_effects(effects.difference(Effects::DEALLOCATE))
+            .unwrap_or_default();
         if let Some(statement) = statement
             && found.kind == NamingStatement::Deallocate
         {
@@ -541,6 +549,19 @@ impl Rewriter<'_> {
 
     fn emit(&mut self, out: &mut Chunks) {
         out.push(self.scratch.split().freeze());
+    }
+}
+
+/// A lone `DEALLOCATE name` of a name that is neither the client's nor in pgtier's namespace
+/// (an SQL-level statement of the client's) cannot touch pgtier's statements: it need not
+/// make the server's cache unknown. Any other text with a `DEALLOCATE` keeps the effect.
+fn without_a_foreign_deallocate(sql: &[u8], effects: Effects) -> Effects {
+    let lone = sql_names::may_name_a_statement(sql)
+        && sql_names::find(sql).is_some_and(|found| found.kind == NamingStatement::Deallocate);
+    if lone {
+        effects.difference(Effects::DEALLOCATE)
+    } else {
+        effects
     }
 }
 

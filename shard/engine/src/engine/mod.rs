@@ -255,8 +255,18 @@ impl Engine {
             return;
         }
         client.last_active = now;
-        if client.tls.is_some() || data.first() == Some(&0x16) {
-            // TLS, or a TLS handshake as the first bytes (`tls_io.rs`).
+        let direct_tls = client.tls.is_none()
+            && matches!(client.state, ClientState::Startup)
+            && client.input.is_empty()
+            && data.first() == Some(&tls_io::TLS_HANDSHAKE_RECORD);
+        if direct_tls && !self.begin_direct_tls(id) {
+            return;
+        }
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if client.tls.is_some() {
+            // Ciphertext: its plaintext joins the input (`tls_io.rs`).
             if !self.client_tls_received(id, &data) {
                 self.release_consumed_client_input(id);
                 return;

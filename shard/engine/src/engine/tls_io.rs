@@ -23,7 +23,7 @@ use tracing::debug;
 
 use super::Engine;
 use crate::action::{Action, CloseHow, Conn, Wire};
-use crate::client::{ClientState, ClientTls};
+use crate::client::ClientTls;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
@@ -31,7 +31,7 @@ use crate::tls::TlsSession;
 
 /// The first byte of a TLS handshake record (a ClientHello). No startup packet starts with
 /// it: its length would be over 350 MB.
-const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+pub(super) const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// SSLRequest: length 8, code 80877103.
 const SSL_REQUEST: &[u8] = &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
@@ -112,39 +112,39 @@ impl Engine {
 
     // ---- clients ----
 
-    /// Bytes from a client that has or begins TLS. Returns whether plaintext may be waiting
-    /// in its input for the protocol to read.
+    /// A client whose first bytes are a TLS handshake (direct TLS): its session begins, or
+    /// it is closed without a reply when TLS is not configured. Returns whether it goes on.
+    pub(super) fn begin_direct_tls(&mut self, id: ClientId) -> bool {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return false;
+        };
+        let Some(acceptor) = self.tls.acceptor.as_ref() else {
+            debug!(?id, "direct TLS attempted but TLS is not configured");
+            self.close_client(id, None);
+            return false;
+        };
+        match TlsSession::accept(acceptor) {
+            Ok(session) => {
+                client.tls = Some(Box::new(ClientTls {
+                    session,
+                    direct: true,
+                }));
+                true
+            }
+            Err(error) => {
+                debug!(?id, %error, "TLS session refused");
+                self.close_client(id, None);
+                false
+            }
+        }
+    }
+
+    /// Ciphertext from a client on TLS. Returns whether plaintext may be waiting in its
+    /// input for the protocol to read.
     pub(super) fn client_tls_received(&mut self, id: ClientId, data: &[u8]) -> bool {
         let Some(client) = self.clients.get_mut(id.0) else {
             return false;
         };
-        if client.tls.is_none() {
-            if !matches!(client.state, ClientState::Startup)
-                || !client.input.is_empty()
-                || data.first() != Some(&TLS_HANDSHAKE_RECORD)
-            {
-                return true;
-            }
-            // Direct TLS: the handshake is the connection's first bytes.
-            let Some(acceptor) = self.tls.acceptor.as_ref() else {
-                debug!(?id, "direct TLS attempted but TLS is not configured");
-                self.close_client(id, None);
-                return false;
-            };
-            match TlsSession::accept(acceptor) {
-                Ok(session) => {
-                    client.tls = Some(Box::new(ClientTls {
-                        session,
-                        direct: true,
-                    }));
-                }
-                Err(error) => {
-                    debug!(?id, %error, "TLS session refused");
-                    self.close_client(id, None);
-                    return false;
-                }
-            }
-        }
         let Some(tls) = client.tls.as_mut() else {
             return false;
         };

@@ -287,3 +287,19 @@ fn a_server_answering_n_is_used_in_plain_text_with_prefer() {
         "{out:?}"
     );
 }
+
+/// A plain client's message whose second piece starts with the byte a TLS handshake starts
+/// with is just data: it reaches the server whole.
+#[test]
+fn a_plain_chunk_starting_like_a_handshake_is_data() {
+    let (mut h, _) = harness(SslMode::Prefer, "");
+    let (a, _) = h.login("alice", "db");
+    let mut sql = "SELECT '".to_string();
+    sql.push('\u{16}');
+    sql.push_str("x'");
+    let message = query(&sql);
+    let cut = message.iter().position(|&b| b == 0x16).expect("the byte");
+    h.client_sends(a, &message[..cut]);
+    h.client_sends(a, &message[cut..]);
+    assert_eq!(h.client_tags(a), "TDCZ");
+}

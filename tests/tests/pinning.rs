@@ -435,3 +435,44 @@ fn a_pinned_clients_state_is_gone_when_it_leaves() -> Scenario {
         );
     pool(1, script)
 }
+
+/// A pool held entirely by a pinned client: the waiting client gets its timeout, the log
+/// says why, and `SHOW CLIENTS` names the pin.
+#[test]
+fn a_pool_exhausted_by_pinned_clients_is_logged() {
+    let pg = shared_server();
+    let config = pgtier_tests::ProxyConfig::new(pg.port())
+        .pool_mode("transaction")
+        .pool_size(1)
+        .setting("admin_users", "[\"postgres\"]")
+        .setting("query_wait_timeout", "2");
+    let proxy = pgtier_tests::fixtures::start_proxy(config);
+    let mut listener = proxy.connect("postgres", "postgres").expect("a connects");
+    listener
+        .batch_execute(&format!("LISTEN pinned_out_{}", unique()))
+        .expect("LISTEN");
+    let mut waiter = proxy.connect("postgres", "postgres").expect("b connects");
+    let error = waiter
+        .simple_query("SELECT 1")
+        .expect_err("no server is free");
+    assert_eq!(
+        pgtier_tests::fixtures::sqlstate(&error).as_deref(),
+        Some("08P01"),
+        "{error}"
+    );
+    let mut console = proxy.connect("pgtier", "postgres").expect("console");
+    let rows = console.simple_query("SHOW CLIENTS").expect("SHOW CLIENTS");
+    let pinned: Vec<String> = rows
+        .iter()
+        .filter_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get("pinned").map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pinned, ["listen"], "SHOW CLIENTS says who and why");
+    assert!(
+        proxy.log().contains("pool exhausted by pinned clients"),
+        "{}",
+        proxy.log()
+    );
+}

@@ -77,10 +77,8 @@ differential_tests! {
     named_portals_and_row_limits;
     more_statements_than_a_server_keeps;
     sql_deallocate_of_a_protocol_statement;
-    sql_deallocate_in_a_pipeline
-        => #[ignore = "known limitation (docs/compatibility.md): a DEALLOCATE inside an extended segment forgets the client's name only at the segment's Sync"];
-    deallocate_all_and_discard_all_in_a_pipeline
-        => #[ignore = "known limitation (docs/compatibility.md): DEALLOCATE ALL / DISCARD ALL inside an extended segment forget the client's names only at the segment's Sync"];
+    sql_deallocate_in_a_pipeline;
+    deallocate_all_and_discard_all_in_a_pipeline;
     sql_deallocate_folds_unquoted_names;
     sql_deallocate_all;
     discard_all;

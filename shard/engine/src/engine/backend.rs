@@ -554,6 +554,11 @@ fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout
             Fallout::Forget(name, statement) => names.forget(&name, &statement),
             Fallout::Restore(name, statement) => names.restore(&name, statement),
             Fallout::Clear => names.clear(),
+            Fallout::RestoreAll(taken) => {
+                for (name, statement) in taken {
+                    names.restore(&name, statement);
+                }
+            }
         }
     }
 }

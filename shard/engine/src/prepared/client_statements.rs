@@ -65,6 +65,16 @@ impl ClientStatements {
         self.bytes = 0;
     }
 
+    /// Every name, taken out (a `DISCARD ALL` sent; `restore` puts them back if it fails).
+    pub fn take_all(&mut self) -> Vec<(Box<[u8]>, Arc<Statement>)> {
+        self.bytes = 0;
+        let taken: Vec<_> = self.by_name.drain().collect();
+        for (_, statement) in &taken {
+            statement.client_unref();
+        }
+        taken
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }

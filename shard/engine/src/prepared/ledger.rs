@@ -102,6 +102,17 @@ pub enum Fallout {
     Forget(Box<[u8]>, Arc<Statement>),
     Restore(Box<[u8]>, Arc<Statement>),
     Clear,
+    /// The names a `DEALLOCATE ALL` / `DISCARD ALL` that failed had taken away.
+    RestoreAll(Vec<(Box<[u8]>, Arc<Statement>)>),
+}
+
+/// What an Execute sent next does to the client's names (see `Ledger::pending`).
+#[derive(Debug)]
+pub enum PendingAtExecute {
+    /// `DEALLOCATE name` of a client statement.
+    Forget(Box<[u8]>, Arc<Statement>),
+    /// `DEALLOCATE ALL` or `DISCARD ALL`.
+    ForgetAll,
 }
 
 /// One server's ledger; see the module doc.
@@ -129,6 +140,11 @@ pub struct Ledger {
     open_segment: bool,
     /// How the error just read names a statement, when it answers a renamed message.
     error_rename: Option<Box<Renamed>>,
+    /// An unnamed Parse of `DEALLOCATE name` of a client statement (or `DEALLOCATE ALL`,
+    /// `DISCARD ALL`) was sent: the client's names go when its Execute is sent (from then
+    /// on, later messages of the segment must not find them, as on PostgreSQL), and come
+    /// back if that Execute fails or is skipped.
+    at_execute: Option<PendingAtExecute>,
 }
 
 /// One entry, and whether it ends a segment with changes.
@@ -137,6 +153,9 @@ struct Entry {
     owed: Owed,
     barrier: bool,
     renamed: Option<Box<Renamed>>,
+    /// What to put back if this message fails or is skipped (the client name an
+    /// Execute of `DEALLOCATE name` took away when it was sent).
+    undo: Option<Box<Fallout>>,
 }
 
 /// A message sent with a statement name other than the client's: an error answering it
@@ -177,6 +196,33 @@ impl Ledger {
         Some(entry.owed)
     }
 
+    /// Pops the front entry, which failed or was skipped: its undo goes to `fallout`.
+    fn pop_failed(&mut self, fallout: &mut Vec<Fallout>) -> Option<Owed> {
+        if let Some(undo) = self.owed.front_mut().and_then(|entry| entry.undo.take()) {
+            fallout.push(*undo);
+        }
+        self.pop()
+    }
+
+    /// An unnamed Parse of `DEALLOCATE name`, `DEALLOCATE ALL` or `DISCARD ALL` is being
+    /// sent: it acts at the next Execute.
+    pub fn pending_at_execute(&mut self, pending: PendingAtExecute) {
+        self.at_execute = Some(pending);
+    }
+
+    /// An Execute is being sent: what it does to the client's names, if anything.
+    pub fn take_pending(&mut self) -> Option<PendingAtExecute> {
+        self.at_execute.take()
+    }
+
+    /// An Execute that took names away when sent: `undo` puts them back if it fails.
+    pub fn push_execute_undoing(&mut self, undo: Fallout) {
+        self.push_entry(Owed::Execute, None);
+        if let Some(entry) = self.owed.back_mut() {
+            entry.undo = Some(Box::new(undo));
+        }
+    }
+
     fn push_entry(&mut self, owed: Owed, renamed: Option<Box<Renamed>>) {
         let changes = match &owed {
             Owed::Parse(parse) => {
@@ -198,10 +244,15 @@ impl Ledger {
             _ => false,
         };
         self.barriers += u32::from(barrier);
+        if matches!(owed, Owed::Sync { .. } | Owed::Query(_)) {
+            // A DEALLOCATE whose Execute never came never ran.
+            self.at_execute = None;
+        }
         self.owed.push_back(Entry {
             owed,
             barrier,
             renamed,
+            undo: None,
         });
     }
 
@@ -375,7 +426,7 @@ impl Ledger {
             // An error inside a Query, a FunctionCall or at a Sync: its ReadyForQuery follows.
             return Verdict::Forward;
         }
-        let verdict = match self.pop() {
+        let verdict = match self.pop_failed(fallout) {
             Some(Owed::Parse(parse)) => {
                 let verdict = match parse.injected {
                     Some(OnError::Swallow) => Verdict::Swallow,
@@ -456,7 +507,7 @@ impl Ledger {
             if matches!(owed, Owed::Sync { .. }) {
                 break;
             }
-            match self.pop() {
+            match self.pop_failed(fallout) {
                 Some(Owed::Parse(parse)) => {
                     let parse = *parse;
                     if let Some(statement) = parse.creates {
@@ -611,6 +662,7 @@ mod tests {
                 Fallout::Forget(name, _) => format!("forget {}", String::from_utf8_lossy(name)),
                 Fallout::Restore(name, _) => format!("restore {}", String::from_utf8_lossy(name)),
                 Fallout::Clear => "clear".into(),
+                Fallout::RestoreAll(taken) => format!("restore {}", taken.len()),
             })
             .collect();
         assert_eq!(kinds, ["forget s1", "forget s1", "restore old"]);

@@ -32,7 +32,9 @@ use pgtier_wire::session_state::Effects;
 use smallvec::SmallVec;
 
 use super::client_statements::ClientStatements;
-use super::ledger::{CloseOwed, Ledger, OnError, OnSuccess, Owed, ParseOwed, Renamed};
+use super::ledger::{
+    CloseOwed, Fallout, Ledger, OnError, OnSuccess, Owed, ParseOwed, PendingAtExecute, Renamed,
+};
 use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
 use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
@@ -162,8 +164,14 @@ impl Rewriter<'_> {
         let owed = match code {
             b'Q' => Owed::Query(self.reset_effects(effects)),
             b'P' => {
-                if let Some(on_success) = self.reset_effects(effects) {
-                    self.server.ledger.on_segment_success(*on_success);
+                if self
+                    .reset_effects(effects)
+                    .is_some_and(|on_success| on_success.clears)
+                {
+                    // It runs at this portal's Execute.
+                    self.server
+                        .ledger
+                        .pending_at_execute(PendingAtExecute::ForgetAll);
                 }
                 Owed::Parse(Box::new(ParseOwed {
                     injected: None,
@@ -172,7 +180,28 @@ impl Rewriter<'_> {
                 }))
             }
             b'B' => Owed::Bind,
-            b'E' => Owed::Execute,
+            b'E' => match self.server.ledger.take_pending() {
+                Some(PendingAtExecute::Forget(name, statement)) => {
+                    if let Some(names) = self.names.as_mut() {
+                        names.forget(&name, &statement);
+                    }
+                    let undo = Fallout::Restore(name, statement);
+                    self.server.ledger.push_execute_undoing(undo);
+                    return;
+                }
+                Some(PendingAtExecute::ForgetAll) => {
+                    let taken = self
+                        .names
+                        .as_mut()
+                        .map(|names| names.take_all())
+                        .unwrap_or_default();
+                    self.server
+                        .ledger
+                        .push_execute_undoing(Fallout::RestoreAll(taken));
+                    return;
+                }
+                None => Owed::Execute,
+            },
             b'C' => Owed::Close(None),
             b'S' => Owed::Sync {
                 injected: false,
@@ -294,15 +323,18 @@ impl Rewriter<'_> {
         self.scratch.put_u8(0);
         self.scratch.put_slice(types);
         self.emit(out);
-        let mut on_success = self
+        let on_success = self
             .reset_effects(effects.difference(Effects::DEALLOCATE))
             .map(|b| *b)
             .unwrap_or_default();
         if let Some(statement) = statement
             && found.kind == NamingStatement::Deallocate
         {
+            // It runs at this portal's Execute: the name goes when that is sent.
             self.server.statements.set_unknown(statement.id());
-            on_success.forgets.push((found.name.into(), statement));
+            self.server
+                .ledger
+                .pending_at_execute(PendingAtExecute::Forget(found.name.into(), statement));
         }
         self.server.ledger.on_segment_success(on_success);
         self.server.ledger.push_renamed(

@@ -11,11 +11,15 @@ use std::time::{Duration, Instant};
 use common::raw::RawClient;
 use common::*;
 
-/// Client backends PostgreSQL sees that match `filter` (besides the counting one).
+/// Client backends PostgreSQL sees that match `filter`, besides the counting ones: each
+/// count is a new psql, and the backend of the previous one may still be exiting when the
+/// next looks, so they all carry an application_name that the count leaves out.
 fn backends(pg: &LocalPg, filter: &str) -> u32 {
     let sql = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
-         AND pid <> pg_backend_pid() AND {filter}"
+        "SET application_name = 'pgtier-test-counter'; \
+         SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+         AND pid <> pg_backend_pid() AND application_name <> 'pgtier-test-counter' \
+         AND {filter}"
     );
     let out = pg.psql("postgres", &sql).expect("psql");
     out.trim().parse().unwrap_or(u32::MAX)

@@ -16,17 +16,23 @@ use libfuzzer_sys::fuzz_target;
 use pgtier_engine::testing::{self, Harness};
 use pgtier_engine::{ClientId, ServerId};
 
-const MODES: [&str; 3] = [
+const MODES: [&str; 4] = [
     "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
     "pool_mode = \"session\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
     // A tiny statement LRU, so evictions and re-preparing happen all the time.
     "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2\n\
      max_prepared_statements = 2",
+    // Client TLS offered (prefer): SSLRequests, direct-TLS openings and garbage records.
+    "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2\n\
+     client_tls_sslmode = \"prefer\"\nclient_tls_key_file = \"/k\"\nclient_tls_cert_file = \"/c\"",
 ];
+
+/// SSLRequest.
+const SSL_REQUEST: &[u8] = &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 
 /// Canned client messages the fuzzer can pick, so sessions get deep quickly.
 fn canned(pick: u8) -> Vec<u8> {
-    match pick % 22 {
+    match pick % 24 {
         0 => testing::startup(&[("user", "alice"), ("database", "db")]),
         1 => testing::query("SELECT 1"),
         2 => testing::query("BEGIN"),
@@ -63,7 +69,11 @@ fn canned(pick: u8) -> Vec<u8> {
             testing::sync(),
         ]
         .concat(),
-        _ => [testing::bind("s2"), testing::execute(), testing::sync()].concat(),
+        21 => [testing::bind("s2"), testing::execute(), testing::sync()].concat(),
+        22 => SSL_REQUEST.to_vec(),
+        // The start of a TLS record: a direct-TLS opening whose handshake the fuzzer's raw
+        // bytes continue.
+        _ => vec![0x16, 0x03, 0x01, 0x00, 0x40, 0x01],
     }
 }
 
@@ -90,7 +100,15 @@ impl Input<'_> {
 fuzz_target!(|data: &[u8]| {
     let mut input = Input { data };
     let mode = MODES[usize::from(input.byte().unwrap_or(0)) % MODES.len()];
-    let mut h = Harness::new(&testing::config(mode));
+    let mut h = if mode.contains("client_tls_sslmode") {
+        Harness::with_tls(
+            &testing::config(mode),
+            pgtier_engine::userlist::UserList::new(),
+            testing::client_tls(pgtier_core::config::SslMode::Prefer),
+        )
+    } else {
+        Harness::new(&testing::config(mode))
+    };
     let mut clients: Vec<ClientId> = Vec::new();
     while let Some(op) = input.byte() {
         let pick = input.byte().unwrap_or(0);

@@ -96,15 +96,18 @@ fn start_long_query(session: &mut RawSession) {
 /// Logs a client in, leaves every kind of state on its server, and checks it is there.
 fn dirty_client(proxy: &Pgtier) -> RawSession {
     let mut session = rawwire::login(proxy.port(), "postgres", "postgres", TIMEOUT).expect("login");
-    let mut bytes = rawwire::parse_message("leaked_statement", "SELECT 2");
-    bytes.extend(rawwire::sync_message());
-    send(&mut session, &bytes);
-    session.read_until_ready().expect("named Parse");
     let messages = session.simple_query(DIRTY).expect("dirty state");
     assert!(
         messages.iter().all(|m| m.tag != b'E'),
         "setting up state failed: {messages:?}"
     );
+    // After the state above, which pins the client in transaction mode: a named statement
+    // is prepared on the server the client holds. (Before a pin it would be prepared on
+    // each server only when used, as `pg_prepared_statements` would then show.)
+    let mut bytes = rawwire::parse_message("leaked_statement", "SELECT 2");
+    bytes.extend(rawwire::sync_message());
+    send(&mut session, &bytes);
+    session.read_until_ready().expect("named Parse");
     let messages = session.simple_query(LEFTOVER_STATE).expect("state check");
     assert_eq!(
         RawSession::first_value(&messages).as_deref(),

@@ -827,3 +827,25 @@ impl Harness {
         }
     }
 }
+
+/// TLS for clients (`prefer`-style acceptor over the shared test PKI), no server TLS: what
+/// the engine gets when `client_tls_sslmode` is on.
+pub fn client_tls(mode: pgtier_core::config::SslMode) -> crate::tls::TlsSides {
+    use crate::tls::{AcceptorParams, PemFile, TlsAcceptor};
+    use pgtier_core::config::{TlsCiphers, TlsProtocols};
+    let pki = crate::tls::test_pki::TestPki::shared();
+    let ciphers = TlsCiphers::parse("default").expect("default ciphers parse");
+    let acceptor = TlsAcceptor::new(&AcceptorParams {
+        mode,
+        protocols: TlsProtocols::parse("secure").expect("secure parses"),
+        ciphers: &ciphers,
+        cert_chain: PemFile::new("server.crt", pki.server_cert_pem.as_bytes()),
+        key: PemFile::new("server.key", pki.server_key_pem.as_bytes()),
+        ca: None,
+    })
+    .expect("the test PKI builds an acceptor");
+    crate::tls::TlsSides {
+        acceptor: Some(acceptor),
+        connector: None,
+    }
+}

@@ -317,6 +317,10 @@ impl Engine {
         if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
         {
             self.release_server(server_id);
+        } else if scan.ready_seen {
+            // The server stays with its client (pinned, or session mode): input that waited
+            // for this ReadyForQuery goes now.
+            self.forward_held_input(server_id, client_id);
         }
     }
 

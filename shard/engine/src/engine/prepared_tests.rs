@@ -513,3 +513,40 @@ fn deallocating_one_statement_leaves_the_others_prepared() {
         "only the Query"
     );
 }
+
+/// A pinned client whose messages waited behind pgtier's own segment (closing statements of
+/// clients that left) gets them sent once that segment is answered, though its server then
+/// sits idle and stays with it.
+#[test]
+fn a_pinned_clients_held_messages_go_after_an_idle_ready() {
+    let mut h = Harness::new(&config(TX));
+    let (gone, _) = h.login("alice", "db");
+    h.client_sends(gone, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(gone), "1Z");
+    h.client_leaves(gone);
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SET work_mem = '1MB'"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(
+        a,
+        &pipeline(&[parse("s2", "SELECT 2"), describe(b'S', "s2"), sync()]),
+    );
+    assert_eq!(h.client_tags(a), "1tnZ");
+    // A segment that prepares, then one that uses it, in one write: the second waits for
+    // the first's ReadyForQuery, after which the pinned server is idle.
+    h.client_sends(
+        a,
+        &pipeline(&[
+            parse("s3", "SELECT 3"),
+            sync(),
+            bind("s3"),
+            execute(),
+            sync(),
+        ]),
+    );
+    assert_eq!(
+        h.client_tags(a),
+        "1Z2CZ",
+        "the held segment went and was answered"
+    );
+}

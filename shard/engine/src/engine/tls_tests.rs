@@ -7,27 +7,12 @@ use bytes::BytesMut;
 use pgtier_core::config::{SslMode, TlsCiphers, TlsProtocols};
 
 use crate::ids::ClientId;
-use crate::testing::{Harness, config, query, split_messages, startup};
+use crate::testing::{Harness, client_tls, config, query, split_messages, startup};
 use crate::tls::test_pki::TestPki;
-use crate::tls::{
-    AcceptorParams, ConnectorParams, PemFile, TlsAcceptor, TlsConnector, TlsSession, TlsSides,
-};
+use crate::tls::{ConnectorParams, PemFile, TlsConnector, TlsSession, TlsSides};
 use crate::userlist::UserList;
 
 const SSL_REQUEST: &[u8] = &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-
-fn acceptor(pki: &TestPki, mode: SslMode) -> TlsAcceptor {
-    let ciphers = TlsCiphers::parse("default").expect("ciphers");
-    TlsAcceptor::new(&AcceptorParams {
-        mode,
-        protocols: TlsProtocols::parse("secure").expect("protocols"),
-        ciphers: &ciphers,
-        cert_chain: PemFile::new("server.crt", pki.server_cert_pem.as_bytes()),
-        key: PemFile::new("server.key", pki.server_key_pem.as_bytes()),
-        ca: None,
-    })
-    .expect("acceptor")
-}
 
 /// A client that verifies pgtier's certificate against the test CA (libpq's verify-full).
 fn client_connector(pki: &TestPki) -> TlsConnector {
@@ -48,11 +33,10 @@ fn harness(mode: SslMode, extra: &str) -> (Harness, &'static TestPki) {
         "client_tls_sslmode = \"{}\"\nclient_tls_key_file = \"/k\"\nclient_tls_cert_file = \"/c\"\n{extra}",
         mode.as_str()
     ));
-    let tls = TlsSides {
-        acceptor: Some(acceptor(pki, mode)),
-        connector: None,
-    };
-    (Harness::with_tls(&text, UserList::new(), tls), pki)
+    (
+        Harness::with_tls(&text, UserList::new(), client_tls(mode)),
+        pki,
+    )
 }
 
 /// A rustls client talking to one harness client slot.
@@ -221,11 +205,7 @@ fn scram_over_tls_offers_the_plus_mechanism() {
         "auth_type = \"trust\"",
         "auth_type = \"scram-sha-256\"\nauth_file = \"/dev/null\"",
     );
-    let tls = TlsSides {
-        acceptor: Some(acceptor(pki, SslMode::Require)),
-        connector: None,
-    };
-    let mut h = Harness::with_tls(&text, users, tls);
+    let mut h = Harness::with_tls(&text, users, client_tls(SslMode::Require));
     let id = h.accept();
     h.client_sends(id, SSL_REQUEST);
     assert_eq!(h.client_bytes(id), b"S");

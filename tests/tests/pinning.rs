@@ -452,12 +452,14 @@ fn a_pool_exhausted_by_pinned_clients_is_logged() {
         .batch_execute(&format!("LISTEN pinned_out_{}", unique()))
         .expect("LISTEN");
     let mut waiter = proxy.connect("postgres", "postgres").expect("b connects");
+    // query_wait_timeout: a FATAL 08P01 and a close (rust-postgres may report only the
+    // close, depending on which it reads first).
     let error = waiter
         .simple_query("SELECT 1")
         .expect_err("no server is free");
-    assert_eq!(
-        pgtier_tests::fixtures::sqlstate(&error).as_deref(),
-        Some("08P01"),
+    let code = pgtier_tests::fixtures::sqlstate(&error);
+    assert!(
+        code.is_none() || code.as_deref() == Some("08P01"),
         "{error}"
     );
     let mut console = proxy.connect("pgtier", "postgres").expect("console");

@@ -378,7 +378,7 @@ pub fn check(scenario: &Scenario, mode: PoolMode) -> Transcript {
 /// ```ignore
 /// differential_tests! {
 ///     two_clients_each_with_their_own_s1;
-///     an_error_after_a_flush => #[ignore = "pgtier bug: <one line>"];
+///     an_error_after_a_flush => #[ignore = "known limitation: <one line>"];
 ///     an_error_mid_pipeline_skips_to_sync;
 /// }
 /// ```

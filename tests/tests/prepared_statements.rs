@@ -95,8 +95,7 @@ differential_tests! {
     a_query_right_after_an_unsynced_extended_sequence;
     sql_naming_a_statement_inside_a_longer_text
         => #[ignore = "known limitation (docs/compatibility.md): a client statement is renamed in SQL only in a lone DEALLOCATE or EXECUTE"];
-    the_clients_own_error_texts_are_left_alone
-        => #[ignore = "pgtier bug: any error text with \"pgtier_<id>\" of a client statement is rewritten, including the client's own RAISE messages"];
+    the_clients_own_error_texts_are_left_alone;
     the_lru_over_five_statements_with_room_for_three;
     the_lru_shared_by_two_clients;
     a_pipeline_queued_behind_another_clients_transaction;

@@ -10,7 +10,7 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13
     scratch=$(mktemp -d)
     cargo fuzz build
     for target in frame_decode startup_packet scram_server client_auth session_state engine; do
-        mkdir -p "$scratch/$target"
+        mkdir -p "$scratch/$target" "corpus/$target"
         echo "fuzz: $target for ${PGTIER_FUZZ_SECONDS:-30} s"
         if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" -- \
             -max_total_time="${PGTIER_FUZZ_SECONDS:-30}" -print_final_stats=1 >"$scratch/$target.log" 2>&1; then

@@ -107,3 +107,18 @@ session_state = {
 }
 for name, data in session_state.items():
     write("session_state", name, data)
+
+# read_only: a selector byte (a space: standard_conforming_strings on), then a text.
+read_only = {
+    "pgbench": b" SELECT abalance FROM pgbench_accounts WHERE aid = $1;",
+    "functions": b" SELECT count(*), lower(b), x::numeric(10,2), CAST(a AS varchar(3)) FROM t WHERE a IN (SELECT 1) AND nextval('s') > 0",
+    "with": b" WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r), x AS NOT MATERIALIZED (SELECT 1) SELECT * FROM r, x FOR UPDATE",
+    "window": b" SELECT row_number() OVER (ORDER BY a), count(*) FILTER (WHERE a > 0) FROM unnest(ARRAY[1]) u(a) GROUP BY ROLLUP (a)",
+    "transaction": b" BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION READ ONLY; SAVEPOINT a; SELECT 1; COMMIT AND CHAIN; ROLLBACK",
+    "utility": b" SHOW work_mem; EXPLAIN (COSTS OFF) TABLE t; COPY (VALUES (1)) TO STDOUT WITH (FORMAT csv)",
+    "lexing": b" SELECT E'\\'', $tag$ ; INSERT $tag$, $$a$$, $1, \"a\"\"b\", B'01', U&'x' /* /* */ UPDATE */ -- DELETE\n;",
+    "scs-off": b"\x80SELECT 'a\\'; INSERT INTO t VALUES (1); --'",
+}
+os.makedirs(os.path.join(here, "corpus", "read_only"), exist_ok=True)
+for name, data in read_only.items():
+    write("read_only", name, data)

@@ -9,11 +9,11 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13
     export RUSTC_BOOTSTRAP=1
     scratch=$(mktemp -d)
     cargo fuzz build
-    for target in frame_decode startup_packet scram_server client_auth session_state engine; do
+    for target in frame_decode startup_packet scram_server client_auth session_state engine read_only normalize; do
         mkdir -p "$scratch/$target" "corpus/$target"
-        echo "fuzz: $target for ${PGTIER_FUZZ_SECONDS:-30} s"
+        echo "fuzz: $target for ${PGTIER_FUZZ_SECONDS:-25} s"
         if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" -- \
-            -max_total_time="${PGTIER_FUZZ_SECONDS:-30}" -print_final_stats=1 >"$scratch/$target.log" 2>&1; then
+            -max_total_time="${PGTIER_FUZZ_SECONDS:-25}" -print_final_stats=1 >"$scratch/$target.log" 2>&1; then
             tail -n 60 "$scratch/$target.log"
             echo "fuzz: $target FAILED; the input is saved under fuzz/artifacts/$target/" >&2
             exit 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tests and the demo need on a fresh Debian machine: PostgreSQL server
-# binaries (initdb, pg_ctl, postgres), psql and pgbench. Idempotent; quiet when all is there.
+# binaries (initdb, pg_ctl, postgres), psql and pgbench; PgBouncer, its Prometheus exporter and
+# the Python drivers the admin-console tests use. Idempotent; quiet when all is there.
 set -euo pipefail
 need=0
 bindir="$(pg_config --bindir 2>/dev/null || true)"
@@ -16,4 +17,22 @@ if [ "$need" = 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+fi
+# The admin-console tests run PgBouncer's own tools against pgtier: Debian's
+# prometheus-pgbouncer-exporter, PgBouncer itself (its console is compared with pgtier's), and
+# both Python drivers (psycopg2 speaks the simple protocol, psycopg 3 the extended one).
+extra=()
+[ -x /usr/bin/prometheus-pgbouncer-exporter ] || extra+=(prometheus-pgbouncer-exporter)
+[ -x /usr/sbin/pgbouncer ] || extra+=(pgbouncer)
+/usr/bin/python3 -c 'import psycopg2' 2>/dev/null || extra+=(python3-psycopg2)
+/usr/bin/python3 -c 'import psycopg' 2>/dev/null || extra+=(python3-psycopg)
+if [ "${#extra[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${extra[@]}" >/dev/null ||
+      echo "install-deps: could not install ${extra[*]}; the tests that need them say so" >&2
+  else
+    echo "install-deps: missing ${extra[*]}: 'sudo apt-get install ${extra[*]}' (Debian/Ubuntu)" >&2
+  fi
 fi

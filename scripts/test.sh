@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): installs what the tests need, then runs
-# formatting, lints, the whole workspace's tests against real PostgreSQL servers,
-# and short fuzz runs. Run as root (servers are started as the `postgres` user) or as
-# a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke runs.
+# formatting, lints, the whole workspace's tests against real PostgreSQL servers, short
+# fuzz runs and the instruction budgets. Run as root (servers are started as the `postgres`
+# user) or as a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke
+# runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +24,9 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_
 if [ "${PGTIER_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== fuzz smoke runs"
   bash scripts/fuzz-smoke.sh
+fi
+if [ "${PGTIER_SKIP_BUDGETS:-0}" != "1" ]; then
+  # After the fuzz smoke, which has built the benchmarks' dependencies in the bench profile.
+  bash bench/iai-budgets.sh
 fi
 echo "all tests passed"

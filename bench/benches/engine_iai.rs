@@ -3,7 +3,8 @@
 //! server from the pool, forwards the query (classifying it for session state), relays the
 //! server's answer, and puts the server back at ReadyForQuery. The driver's part is played
 //! by draining actions. Setup (login, the first server) is excluded; per-transaction cost =
-//! (transactions_100 - transactions_1) / 99.
+//! (transactions_100 - transactions_1) / 99. The `digests_off_*` cases run the same with
+//! `query_digests = false` (the default is on), for the digests' overhead.
 
 use std::hint::black_box;
 
@@ -36,7 +37,12 @@ struct Ready {
 }
 
 fn ready(transactions: usize) -> Ready {
-    let mut harness = Harness::new(&testing::config("pool_mode = \"transaction\""));
+    ready_with(transactions, true)
+}
+
+fn ready_with(transactions: usize, digests: bool) -> Ready {
+    let config = format!("pool_mode = \"transaction\"\nquery_digests = {digests}");
+    let mut harness = Harness::new(&testing::config(&config));
     let (client, _) = harness.login("alice", "db");
     let server = harness.live_servers()[0];
     harness.auto_backend = false;
@@ -72,6 +78,8 @@ fn drain(harness: &mut Harness, client: ClientId) -> usize {
 #[library_benchmark]
 #[bench::transactions_1(ready(1))]
 #[bench::transactions_100(ready(100))]
+#[bench::digests_off_1(ready_with(1, false))]
+#[bench::digests_off_100(ready_with(100, false))]
 fn simple_query_transactions(mut ready: Ready) -> usize {
     let mut moved = 0;
     let now = ready.harness.now;

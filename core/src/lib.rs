@@ -6,5 +6,6 @@
 pub mod auth_file;
 pub mod class;
 pub mod config;
+pub mod hba;
 pub mod localpg;
 pub mod metrics;

@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use pgtier_engine::testing::{self, Harness};
 use pgtier_engine::{ClientId, ServerId};
 
-const MODES: [&str; 4] = [
+const MODES: [&str; 5] = [
     "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
     "pool_mode = \"session\"\ndefault_pool_size = 2\nquery_wait_timeout = 2",
     // A tiny statement LRU, so evictions and re-preparing happen all the time.
@@ -25,6 +25,8 @@ const MODES: [&str; 4] = [
     // Client TLS offered (prefer): SSLRequests, direct-TLS openings and garbage records.
     "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2\n\
      client_tls_sslmode = \"prefer\"\nclient_tls_key_file = \"/k\"\nclient_tls_cert_file = \"/c\"",
+    // A reader entry (primary plus replicas): reads go to replicas, wait, or fall back.
+    "pool_mode = \"transaction\"\ndefault_pool_size = 2\nquery_wait_timeout = 2\nreader",
 ];
 
 /// SSLRequest.
@@ -100,7 +102,11 @@ impl Input<'_> {
 fuzz_target!(|data: &[u8]| {
     let mut input = Input { data };
     let mode = MODES[usize::from(input.byte().unwrap_or(0)) % MODES.len()];
-    let mut h = if mode.contains("client_tls_sslmode") {
+    let reads = testing::CyclingReads::default();
+    let in_flight = std::sync::Arc::clone(&reads.in_flight);
+    let mut h = if let Some(settings) = mode.strip_suffix("\nreader") {
+        Harness::with_routing(&testing::reader_config(settings), Box::new(reads))
+    } else if mode.contains("client_tls_sslmode") {
         Harness::with_tls(
             &testing::config(mode),
             pgtier_engine::userlist::UserList::new(),
@@ -175,4 +181,10 @@ fuzz_target!(|data: &[u8]| {
     if let Err(broken) = h.engine.check_budgets_released() {
         panic!("{broken}");
     }
+    assert_eq!(
+        in_flight.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "a read's replica ticket was not given back"
+    );
 });
+

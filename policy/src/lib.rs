@@ -93,6 +93,10 @@
 //! Invariants over random sequences of admissions (fresh and stale snapshots), releases, Down
 //! and Rejoin are property tests in `tests/properties.rs`.
 //!
+//! Reads of a reader entry (seed 003): [`choose_read`] places one read transaction —
+//! weighted power of two choices on in-flight reads, a smooth weighted [`Alternation`] for
+//! two replicas, LSN-ready replicas first (tests in `reader.rs`).
+//!
 //! Baselines: [`round_robin`] (KRR), [`Dedicated`] (rRR+fRR), [`P2c`], [`least_sessions`];
 //! selected by name through [`StrategyName`] / [`Strategy`] (tests in `tests/baselines.rs`).
 //!
@@ -131,6 +135,7 @@ mod bounded;
 mod load_view;
 mod params;
 mod plb;
+mod reader;
 mod repair;
 mod replica;
 mod returns;
@@ -147,6 +152,7 @@ pub use baseline::{Dedicated, P2c, least_sessions, round_robin};
 pub use bounded::BoundedList;
 pub use params::{ParamError, PlbParams};
 pub use plb::Plb;
+pub use reader::{Alternation, ReadCandidate, ReadChoice, ReadStanding, choose_read};
 pub use repair::FailureError;
 pub use replica::{LoadError, MAX_REPLICAS, ReplicaId, ReplicaLoad, ReplicaSet, ServiceClass};
 pub use rng::SplitMix64;

@@ -4,9 +4,11 @@
 //! shared, non-pure piece of the crate: the alternative, a control shard granting slots by
 //! message, would add a round trip to every server open.
 //!
-//! A budget also carries release requests: a worker whose clients wait while it holds no server
-//! of the pool asks the others to close an idle one, so idle servers parked on one worker
-//! cannot starve another worker for the whole `query_wait_timeout`.
+//! A shared cap's budget also carries release requests: a worker whose clients wait under a
+//! full `max_db_connections` or `max_user_connections` while it holds no server of their pool
+//! asks the others to close an idle one (of any pool under the cap), so idle servers parked on
+//! one worker cannot starve another worker for the whole `query_wait_timeout`. (For a full
+//! pool budget the engine asks by message for a server of that very key, which moves whole.)
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -17,15 +17,25 @@
 //!    nobody used by the end of that call. A worker without the pool gives the slot back with
 //!    [`give_back_slot`].
 //!
+//!
+//! A clean server usually moves whole instead (the engine detaches its socket and posts it
+//! to `to` with its state): step 3 then ends with [`PoolSlice::moved`] rather than
+//! [`PoolSlice::left`] (the slot travels with the server, the budgets keep counting it), and
+//! worker `to` counts it in with [`PoolSlice::adopt_server`], which places it as any
+//! returning server (to the oldest waiter, else idle). A move that fails before the socket
+//! left (the server spoke, or its connection broke) ends as a closed leaving server:
+//! [`PoolSlice::left`] grants the slot as in step 3.
+//!
 //! Every slot is therefore counted exactly once at all times: by a server of one slice
 //! (idle, active, opening or leaving), as granted in one slice, or by the one message that
-//! carries it ([`SlotGrant`]). If that message cannot be delivered, the sender gives the slot
-//! back with [`give_back_slot`] (the limits built for the grant's key).
+//! carries it ([`SlotGrant`], or a moving server). If that message cannot be delivered, the
+//! sender gives the slot back with [`give_back_slot`] (the limits built for the grant's key),
+//! or adopts its own moving server back.
 
 use crate::key::PoolKey;
 use crate::lease::Lease;
 use crate::pool::PoolLimits;
-use crate::slice::{PoolId, PoolSlice};
+use crate::slice::{Checkin, PoolId, PoolSlice};
 use std::time::Instant;
 
 /// A slot that left this slice for another worker ([`PoolSlice::left`]): tell worker `to`
@@ -131,6 +141,70 @@ impl<S, W: Copy> PoolSlice<S, W> {
         };
         self.forget_if_unused(id);
         grant
+    }
+
+    /// A leaving server for worker `to` left this slice whole (its connection moved to `to`,
+    /// see the module doc): it stops counting here, and its slot is not given back: it is
+    /// counted by the server in transit until `to` runs [`PoolSlice::adopt_server`].
+    pub fn moved(&mut self, id: PoolId, to: usize) {
+        let Some(pool) = self.pool_mut(id) else {
+            return;
+        };
+        debug_assert!(pool.leaving > 0, "moved without a leaving server");
+        if pool.leaving == 0 {
+            return;
+        }
+        pool.leaving -= 1;
+        // The request it served. Slots of one pool are interchangeable, so any entry for
+        // `to` is the right one to strike.
+        if let Some(position) = pool.hand_to.iter().position(|&worker| worker == to) {
+            pool.hand_to.remove(position);
+        }
+        self.forget_if_unused(id);
+    }
+
+    /// A server of this pool arrived whole from another worker ([`PoolSlice::moved`] there);
+    /// its slot is counted in the budgets already. It is placed as a returning server: to a
+    /// worker that asked, to the oldest waiter, else idle (keeping its lease's times), or
+    /// closed (draining pool, past its lifetime, a budget over its limit or asking for one
+    /// back; the slot is then given back).
+    pub fn adopt_server(&mut self, id: PoolId, lease: Lease<S>, now: Instant) -> Checkin<S, W> {
+        let Some(pool) = self.pool_mut(id) else {
+            return Checkin::Close {
+                lease,
+                reason: crate::lease::CloseReason::Draining,
+                open_replacement: false,
+            };
+        };
+        pool.last_used = now;
+        let reason = if pool.draining {
+            Some(crate::lease::CloseReason::Draining)
+        } else if now >= lease.opened_at + pool.limits.server_lifetime {
+            Some(crate::lease::CloseReason::Lifetime)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            pool.limits.release_slot();
+            self.forget_if_unused(id);
+            return Checkin::Close {
+                lease,
+                reason,
+                open_replacement: false,
+            };
+        }
+        self.place(id, lease)
+    }
+
+    /// A server of this pool arrived whole and must run something before it is placed
+    /// (statements of the worker it left to drop): it counts as checked out from now; end it
+    /// with [`PoolSlice::checkin`] or [`PoolSlice::closed`]. False: no such pool.
+    pub fn adopt_checked_out(&mut self, id: PoolId) -> bool {
+        let Some(pool) = self.pool_mut(id) else {
+            return false;
+        };
+        pool.active += 1;
+        true
     }
 
     /// Another worker handed this one a slot of `key` (the budgets still count it): the next

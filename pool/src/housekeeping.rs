@@ -2,7 +2,8 @@
 //! (`server_lifetime`, `server_idle_timeout` above `min_pool_size`, budgets over a lowered
 //! limit, release requests from other workers, draining pools), which login failures have
 //! served their `server_login_retry`, and which servers to open (warmup to `min_pool_size`,
-//! and retries for clients that wait while this worker has no server of their pool). Outputs
+//! split across workers for pools kept warm on all of them, and retries for clients that wait
+//! while this worker has no server of their pool). Outputs
 //! go into caller-owned vectors so a tick allocates nothing once they have grown.
 
 use crate::budget::PoolBudget;
@@ -63,10 +64,16 @@ fn opens_wanted<S>(pool: &Pool<S>) -> u32 {
     }
     let counts = pool.counts();
     let starving = counts.waiting > 0 && counts.idle == 0 && counts.opening == 0;
-    let warmup = pool
+    let deficit = pool
         .limits
         .min_pool_size
         .saturating_sub(pool.limits.pool_budget.in_use());
+    // A pool kept warm on every worker opens only this worker's part, so the workers
+    // together open `min_pool_size`, not `workers` times it (their checks race).
+    let warmup = match pool.warm_share {
+        Some(share) => deficit.min(share.saturating_sub(counts.servers())),
+        None => deficit,
+    };
     warmup.max(u32::from(starving))
 }
 

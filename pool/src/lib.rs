@@ -1,7 +1,8 @@
 //! pgtier's server pool, one slice per worker: exact-match keys ([`PoolKey`]), one owner per
-//! server connection ([`Lease`]), most-recently-used reuse, FIFO waiters with deadlines, the
-//! decisions of when to open and close servers, the movement of budget slots between workers,
-//! and what a pool remembers of its logins (the welcome cache, a login failure).
+//! server connection ([`Lease`]), most-recently-used reuse, waiters with deadlines served by
+//! class ([`WaitOrder`]), the decisions of when to open and close servers, the movement of
+//! budget slots between workers, and what a pool remembers of its logins (the welcome cache,
+//! a login failure).
 //!
 //! Contract: no I/O, no clocks, no threads — every method that depends on time takes `now`,
 //! and outputs are returned or pushed into caller-owned vectors. The only state shared
@@ -14,8 +15,9 @@
 //!    [`PoolError::TooManyPools`], [`PoolSlice::evict_for_room`] and register again); keep
 //!    the [`PoolId`]. Fail the client with [`PoolSlice::login_failure`] if there is one;
 //!    welcome it from [`PoolSlice::welcome`] and [`PoolSlice::spellings`] once learned.
-//! 2. Per transaction (or session): [`PoolSlice::checkout`]; on a miss, [`PoolSlice::park`]
-//!    the client and [`PoolSlice::try_open`]. A [`Refusal`] says why no slot was taken.
+//! 2. Per transaction (or session): [`PoolSlice::checkout`]; on a miss,
+//!    [`PoolSlice::park_as`] the client with its [`WaitClass`] and [`PoolSlice::try_open`]. A
+//!    [`Refusal`] says why no slot was taken.
 //! 3. On release: [`PoolSlice::checkin`] and act on the [`Checkin`] (hand off, keep, close,
 //!    hand over to another worker).
 //! 4. On the timer: [`PoolSlice::poll_expired`], [`PoolSlice::collect_closable`],
@@ -42,6 +44,7 @@ mod key;
 mod lease;
 mod pool;
 mod slice;
+mod wait_order;
 mod waiters;
 mod welcome;
 
@@ -51,6 +54,7 @@ pub use key::{PoolKey, ServerTarget, StartupProfile};
 pub use lease::{CloseReason, Lease};
 pub use pool::PoolLimits;
 pub use slice::{Checkin, Closing, Expired, PoolCounts, PoolError, PoolId, PoolSlice, Refusal};
+pub use wait_order::{WaitClass, WaitOrder};
 pub use waiters::WaitTicket;
 pub use welcome::{
     MAX_SPELLINGS_PER_POOL, Spellings, TRACKED_PARAMETERS, TrackedParams, Welcome,

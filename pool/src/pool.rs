@@ -19,7 +19,8 @@ use crate::budget::PoolBudget;
 use crate::key::PoolKey;
 use crate::lease::Lease;
 use crate::slice::PoolCounts;
-use crate::waiters::List;
+use crate::wait_order::WaitOrder;
+use crate::waiters::Queue;
 use crate::welcome::{MAX_SPELLINGS_PER_POOL, Spellings, Welcome};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -52,6 +53,8 @@ pub struct PoolLimits {
     /// Least time between two asks to other workers for a server of this pool
     /// ([`PoolSlice::should_ask_others`](crate::PoolSlice::should_ask_others)).
     pub ask_interval: Duration,
+    /// Which waiter a server goes to (`waiter_policy`, `waiter_aging`).
+    pub wait_order: WaitOrder,
 }
 
 impl PoolLimits {
@@ -66,6 +69,7 @@ impl PoolLimits {
             server_lifetime: Duration::from_secs(3600),
             max_spellings: MAX_SPELLINGS_PER_POOL,
             ask_interval: Duration::from_millis(250),
+            wait_order: WaitOrder::DEFAULT,
         }
     }
 
@@ -129,12 +133,16 @@ pub(crate) struct Pool<S> {
     /// The last registration, checkin or close (for choosing a pool to evict).
     pub(crate) last_used: Instant,
     pub(crate) registrations: u32,
-    pub(crate) waiters: List,
+    pub(crate) waiters: Queue,
     /// No new opens before its `retry_at`; kept (and the pool with it) until then.
     pub(crate) failure: Option<LoginFailure>,
     pub(crate) draining: bool,
     pub(crate) welcome: Option<Welcome>,
     pub(crate) spellings: Spellings,
+    /// Kept warm on every worker ([`PoolSlice::keep_warm`](crate::PoolSlice::keep_warm)):
+    /// this worker's part of `min_pool_size`. None: the whole deficit (a pool only this
+    /// worker's clients use).
+    pub(crate) warm_share: Option<u32>,
 }
 
 impl<S> Pool<S> {
@@ -153,11 +161,12 @@ impl<S> Pool<S> {
             last_ask: None,
             last_used: now,
             registrations: 1,
-            waiters: List::EMPTY,
+            waiters: Queue::EMPTY,
             failure: None,
             draining: false,
             welcome: None,
             spellings,
+            warm_share: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! One worker's slice of the server pool: pools by exact key, idle servers reused most recently
-//! used first (so the coldest age out under `server_idle_timeout`), counts per state, the FIFO
-//! of clients waiting for a server, and per pool what its logins taught (the welcome cache, a
-//! login failure to report). Pure: time is an argument, the only shared state is the
+//! used first (so the coldest age out under `server_idle_timeout`), counts per state, the
+//! clients waiting for a server (a FIFO per class, served in the pool's
+//! [`WaitOrder`](crate::WaitOrder)), and per pool what its logins taught (the welcome cache,
+//! a login failure to report). Pure: time is an argument, the only shared state is the
 //! [`PoolBudget`]s the caller hands in.
 //!
 //! Sessions look their key up once with [`PoolSlice::register`] (the only hashing and the only
@@ -20,6 +21,7 @@ use crate::budget::PoolBudget;
 use crate::key::PoolKey;
 use crate::lease::{CloseReason, Lease};
 use crate::pool::{LoginFailure, Pool, PoolLimits};
+use crate::wait_order::WaitClass;
 use crate::waiters::{WaitTicket, Waiters};
 use crate::welcome::{Spellings, Welcome};
 use bytes::Bytes;
@@ -59,7 +61,8 @@ impl PoolCounts {
 /// What to do with a server that came back (or was just opened).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Checkin<S, W> {
-    /// Give it to this waiter, the longest-waiting client of the pool.
+    /// Give it to this waiter, the first of the pool's waiters in its
+    /// [`WaitOrder`](crate::WaitOrder) (the longest-waiting one under FIFO).
     Handoff { waiter: W, lease: Lease<S> },
     /// It is idle in the pool now.
     Pooled,
@@ -70,9 +73,10 @@ pub enum Checkin<S, W> {
         reason: CloseReason,
         open_replacement: bool,
     },
-    /// Worker `to` asked for a server of this pool ([`PoolSlice::release_for`]): end this one
-    /// (Terminate, then wait for the connection to close) and report [`PoolSlice::left`],
-    /// which hands its slot to `to`. The server counts as leaving until then.
+    /// Worker `to` asked for a server of this pool ([`PoolSlice::release_for`]): move it to
+    /// `to` whole and report [`PoolSlice::moved`], or end it (Terminate, then wait for the
+    /// connection to close) and report [`PoolSlice::left`], which hands its slot to `to`. The
+    /// server counts as leaving until then.
     HandOver { lease: Lease<S>, to: usize },
 }
 
@@ -269,7 +273,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         Some(lease)
     }
 
-    /// Returns a checked-out server: to the oldest waiter, to the idle list, to another
+    /// Returns a checked-out server: to the first waiter, to the idle list, to another
     /// worker that asked for it, or to be closed (`server_lifetime` passed, pool draining, a
     /// budget over its limit or asking for it back).
     pub fn checkin(&mut self, id: PoolId, mut lease: Lease<S>, now: Instant) -> Checkin<S, W> {
@@ -299,8 +303,8 @@ impl<S, W: Copy> PoolSlice<S, W> {
     /// [`PoolSlice::opened`] or [`PoolSlice::open_failed`]. A slot handed over by another
     /// worker ([`PoolSlice::adopt_slot`]) is used first, without touching the budgets (it is
     /// counted already). A waiter older than `reserve_pool_timeout` may use the reserve.
-    /// When a budget refuses and this worker holds no server of the pool while clients wait,
-    /// other workers are asked (through that budget) to release an idle one.
+    /// When a shared cap refuses and this worker holds no server of the pool while clients
+    /// wait, other workers are asked (through that budget) to release an idle one.
     pub fn try_open(&mut self, id: PoolId, now: Instant) -> Result<(), Refusal> {
         let Some(pool) = self.pool(id) else {
             return Err(Refusal::NotNow);
@@ -316,14 +320,21 @@ impl<S, W: Copy> PoolSlice<S, W> {
         if !granted {
             let use_reserve = match (
                 pool.limits.reserve_pool_timeout,
-                self.waiters.front_parked_at(&pool.waiters),
+                self.waiters.oldest_parked_at(&pool.waiters),
             ) {
                 (Some(timeout), Some(parked_at)) => parked_at + timeout <= now,
                 _ => false,
             };
             if let Err(refusal) = acquire_all(&pool.limits, use_reserve) {
+                // Under a full shared cap, an idle server of another pool must close. A full
+                // pool budget is not asked through the budget: the engine asks the other
+                // workers by message for a server of this very key, which moves whole rather
+                // than closing ([`PoolSlice::release_for`]).
                 let starving = pool.counts().servers() == 0 && pool.waiters.len() > 0;
-                if let Some(budget) = refusing_budget(&pool.limits, refusal).filter(|_| starving) {
+                let shared_cap = matches!(refusal, Refusal::SharedFull { .. });
+                if let Some(budget) =
+                    refusing_budget(&pool.limits, refusal).filter(|_| starving && shared_cap)
+                {
                     budget.request_release();
                 }
                 return Err(refusal);
@@ -340,7 +351,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
     }
 
     /// A server opened by [`PoolSlice::try_open`] is ready (its login succeeded, which ends
-    /// any login failure memo): it goes to a worker that asked for it, to the oldest waiter,
+    /// any login failure memo): it goes to a worker that asked for it, to the first waiter,
     /// or into the idle list.
     pub fn opened(&mut self, id: PoolId, server: S, now: Instant) -> Checkin<S, W> {
         let lease = Lease {
@@ -439,7 +450,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         self.pool(id).is_some_and(|pool| pool.draining)
     }
 
-    /// Parks a client until a server comes back or `deadline` passes (`None` = no deadline).
+    /// Parks a client of the freemium class (see [`PoolSlice::park_as`]).
     pub fn park(
         &mut self,
         id: PoolId,
@@ -447,10 +458,23 @@ impl<S, W: Copy> PoolSlice<S, W> {
         now: Instant,
         deadline: Option<Instant>,
     ) -> Option<WaitTicket> {
+        self.park_as(id, waiter, WaitClass::Freemium, now, deadline)
+    }
+
+    /// Parks a client of `class` until a server comes back (it is served in the pool's
+    /// [`WaitOrder`](crate::WaitOrder)) or `deadline` passes (`None` = no deadline).
+    pub fn park_as(
+        &mut self,
+        id: PoolId,
+        waiter: W,
+        class: WaitClass,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<WaitTicket> {
         let pool = pool_in(&mut self.slots, id)?;
         Some(
             self.waiters
-                .park(&mut pool.waiters, id.index, waiter, now, deadline),
+                .park(&mut pool.waiters, id.index, waiter, class, now, deadline),
         )
     }
 
@@ -463,25 +487,45 @@ impl<S, W: Copy> PoolSlice<S, W> {
         waiter
     }
 
-    /// Removes and returns the longest-waiting client of a pool (to fail it or route it
-    /// elsewhere).
+    /// Removes and returns the first waiter of a pool in its [`WaitOrder`](crate::WaitOrder)
+    /// (to fail it or route it elsewhere).
     pub fn next_waiter(&mut self, id: PoolId) -> Option<W> {
         let pool = pool_in(&mut self.slots, id)?;
-        let unparked = self.waiters.pop_front(&mut pool.waiters);
+        let order = pool.limits.wait_order;
+        let unparked = self.waiters.pop_next(&mut pool.waiters, order);
         self.forget_if_unused(id);
         unparked.map(|unparked| unparked.waiter)
     }
 
-    /// Moves every client parked on a pool into `out`, longest-waiting first (a drained
-    /// replica's waiters, to route elsewhere; or all of them, to fail them).
+    /// Moves every client parked on a pool into `out`, in its [`WaitOrder`](crate::WaitOrder)
+    /// (a drained replica's waiters, to route elsewhere; or all of them, to fail them).
     pub fn take_waiters(&mut self, id: PoolId, out: &mut Vec<W>) {
         let Some(pool) = pool_in(&mut self.slots, id) else {
             return;
         };
-        while let Some(unparked) = self.waiters.pop_front(&mut pool.waiters) {
+        let order = pool.limits.wait_order;
+        while let Some(unparked) = self.waiters.pop_next(&mut pool.waiters, order) {
             out.push(unparked.waiter);
         }
         self.forget_if_unused(id);
+    }
+
+    /// The pool is kept warm on every worker (a configured pool whose key is known before
+    /// any client: a forced `user`, no startup parameters): this worker opens at most
+    /// `share` of its `min_pool_size` servers, the others the rest. Split the minimum so the
+    /// shares add up to it.
+    pub fn keep_warm(&mut self, id: PoolId, share: u32) {
+        if let Some(pool) = self.pool_mut(id) {
+            pool.warm_share = Some(share);
+        }
+    }
+
+    /// Worker `worker`'s part of `min_pool_size` among `workers`: an even split, the first
+    /// `min_pool_size % workers` workers opening one more.
+    pub fn warm_share(min_pool_size: u32, worker: usize, workers: usize) -> u32 {
+        let workers = u32::try_from(workers).unwrap_or(u32::MAX).max(1);
+        let worker = u32::try_from(worker).unwrap_or(u32::MAX);
+        min_pool_size / workers + u32::from(worker < min_pool_size % workers)
     }
 
     /// Servers still to open for `min_pool_size`, counted across all workers.
@@ -546,9 +590,10 @@ impl<S, W: Copy> PoolSlice<S, W> {
     }
 
     /// A returned or new server, counted nowhere on entry: to a worker that asked for it
-    /// (when this one can spare it), to the oldest waiter, else closed when a budget is over
-    /// its limit or asks for it back, else idle.
-    fn place(&mut self, id: PoolId, lease: Lease<S>) -> Checkin<S, W> {
+    /// (when this one can spare it), to the first waiter in the pool's
+    /// [`WaitOrder`](crate::WaitOrder), else closed when a budget is over its limit or asks
+    /// for it back, else idle.
+    pub(crate) fn place(&mut self, id: PoolId, lease: Lease<S>) -> Checkin<S, W> {
         let workers = self.workers;
         let Some(pool) = pool_in(&mut self.slots, id) else {
             return Checkin::Close {
@@ -561,7 +606,8 @@ impl<S, W: Copy> PoolSlice<S, W> {
             pool.leave(Some(to));
             return Checkin::HandOver { lease, to };
         }
-        if let Some(unparked) = self.waiters.pop_front(&mut pool.waiters) {
+        let order = pool.limits.wait_order;
+        if let Some(unparked) = self.waiters.pop_next(&mut pool.waiters, order) {
             pool.active += 1;
             return Checkin::Handoff {
                 waiter: unparked.waiter,

@@ -1,7 +1,8 @@
 //! Scenario tests of a slice (and of several slices sharing budgets). The submodules test the
-//! handover between workers, eviction, logins and draining one behaviour at a time, and
-//! `model` drives random operations on three slices against a model: a server is never in two
-//! places, counts and budgets always agree, waiters are served first come first served.
+//! handover between workers, eviction, logins, draining and waiting by class one behaviour at
+//! a time, and `model` drives random operations on three slices against a model: a server is
+//! never in two places, counts and budgets always agree, waiters are served in their pool's
+//! order.
 
 use crate::*;
 use bytes::Bytes;
@@ -416,7 +417,7 @@ fn shared_database_budget_caps_pools_of_different_users() {
 }
 
 #[test]
-fn starving_slice_gets_an_idle_server_released_by_another() {
+fn a_starving_slice_asks_by_message_not_through_its_pool_budget() {
     let t0 = Instant::now();
     let shared = limits(1);
     let mut holder = Slice::new(10, 2);
@@ -432,45 +433,19 @@ fn starving_slice_gets_an_idle_server_released_by_another() {
         .park(wanted, 100, t0, Some(t0 + secs(120)))
         .expect("parked");
     assert_eq!(starving.try_open(wanted, t0), Err(Refusal::PoolFull));
-    assert_eq!(shared.pool_budget.release_requests(), 1);
+    assert_eq!(
+        shared.pool_budget.release_requests(),
+        0,
+        "the holder is asked for this key's server, which moves whole"
+    );
+    assert!(starving.should_ask_others(wanted, t0));
     let mut closing = Vec::new();
     holder.collect_closable(t0 + secs(1), &mut closing);
-    assert_eq!(closing.len(), 1);
-    assert_eq!(closing[0].reason, CloseReason::ReleaseRequested);
-    let mut opens = Vec::new();
-    starving.collect_opens(t0 + secs(1), &mut opens);
-    assert_eq!(opens, [wanted]);
+    assert!(closing.is_empty(), "the idle server is not closed for it");
     assert!(matches!(
-        starving.opened(wanted, 2, t0 + secs(1)),
-        Checkin::Handoff { waiter: 100, .. }
+        holder.release_for(&key("alice"), 1),
+        Release::Now(Lease { server: 1, .. })
     ));
-}
-
-#[test]
-fn release_request_is_served_at_checkin_too() {
-    let t0 = Instant::now();
-    let shared = limits(1);
-    let mut holder = Slice::new(10, 2);
-    let mut starving = Slice::new(10, 2);
-    let held = holder
-        .register(&key("alice"), &shared, t0)
-        .expect("register");
-    let wanted = starving
-        .register(&key("alice"), &shared, t0)
-        .expect("register");
-    open_idle(&mut holder, held, 1, t0);
-    let lease = holder.checkout(held).expect("server");
-    starving.park(wanted, 100, t0, None).expect("parked");
-    assert_eq!(starving.try_open(wanted, t0), Err(Refusal::PoolFull));
-    let outcome = holder.checkin(held, lease, t0);
-    assert!(matches!(
-        outcome,
-        Checkin::Close {
-            reason: CloseReason::ReleaseRequested,
-            ..
-        }
-    ));
-    assert_eq!(starving.try_open(wanted, t0), Ok(()));
 }
 
 #[test]
@@ -492,6 +467,54 @@ fn warmup_opens_to_min_pool_size_counted_across_slices() {
         assert_eq!(first.opened(a, server, t0), Checkin::Pooled);
     }
     assert_eq!(second.counts(b).servers(), 0);
+}
+
+#[test]
+fn a_pool_kept_warm_everywhere_splits_min_pool_size_between_workers() {
+    let t0 = Instant::now();
+    let mut warm = limits(10);
+    warm.min_pool_size = 3;
+    let mut slices = [Slice::new(10, 2), Slice::new(10, 2)];
+    let mut ids = Vec::new();
+    for (worker, slice) in slices.iter_mut().enumerate() {
+        let id = slice.register(&key("alice"), &warm, t0).expect("register");
+        slice.keep_warm(id, Slice::warm_share(3, worker, 2));
+        ids.push(id);
+    }
+    let mut opens = Vec::new();
+    slices[0].collect_opens(t0, &mut opens);
+    assert_eq!(opens.len(), 2, "worker 0 opens its share of 3, rounded up");
+    opens.clear();
+    slices[1].collect_opens(t0, &mut opens);
+    assert_eq!(opens.len(), 1, "worker 1 the rest");
+    assert_eq!(warm.pool_budget.in_use(), 3, "3 in all, not 6");
+    opens.clear();
+    slices[1].collect_opens(t0, &mut opens);
+    assert!(opens.is_empty());
+    // Its servers left for the other worker (moved there): the minimum is still met.
+    assert_eq!(slices[1].opened(ids[1], 9, t0), Checkin::Pooled);
+    let Release::Now(_) = slices[1].release_for(&key("alice"), 0) else {
+        panic!("idle server leaves");
+    };
+    slices[1].moved(ids[1], 0);
+    opens.clear();
+    slices[1].collect_opens(t0, &mut opens);
+    assert!(
+        opens.is_empty(),
+        "the total is what counts once the share is met or moved"
+    );
+}
+
+#[test]
+fn warm_shares_add_up_to_the_minimum() {
+    for workers in 1..6 {
+        for min in 0..12 {
+            let total: u32 = (0..workers)
+                .map(|w| Slice::warm_share(min, w, workers))
+                .sum();
+            assert_eq!(total, min, "{min} over {workers}");
+        }
+    }
 }
 
 #[test]
@@ -701,6 +724,7 @@ mod eviction;
 mod handover;
 mod logins;
 mod model;
+mod waiting;
 
 #[test]
 fn budget_never_exceeded_by_slices_on_threads() {

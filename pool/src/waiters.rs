@@ -1,12 +1,14 @@
-//! Parked clients: a FIFO per pool and, threaded through the same nodes, one list of every
-//! waiter with a deadline in parking order. Nodes live in a slab with an intrusive free list,
-//! so park, pop, cancel and expiry are O(1) and allocate nothing once the slab has grown to the
-//! peak number of waiters.
+//! Parked clients: per pool a [`Queue`] of two FIFO lanes (premium, freemium; the pool's
+//! [`WaitOrder`] picks between their heads) and, threaded through the same nodes, one list of
+//! every waiter with a deadline in parking order. Nodes live in a slab with an intrusive free
+//! list, so park, pop, cancel and expiry are O(1) and allocate nothing once the slab has grown
+//! to the peak number of waiters.
 //!
 //! Expiry reads the head of the deadline list. That is exact while every waiter gets
 //! `now + query_wait_timeout` with one timeout; after a reload shortens the timeout, a newer
 //! waiter can expire later than its deadline by at most the old timeout.
 
+use crate::wait_order::{Head, WaitClass, WaitOrder};
 use std::time::Instant;
 
 const NIL: u32 = u32::MAX;
@@ -49,13 +51,33 @@ impl List {
     }
 }
 
+/// One pool's waiters: a FIFO lane per [`WaitClass`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Queue {
+    lanes: [List; 2],
+}
+
+impl Queue {
+    pub(crate) const EMPTY: Queue = Queue {
+        lanes: [List::EMPTY; 2],
+    };
+
+    /// Waiters of both lanes.
+    pub(crate) fn len(&self) -> u32 {
+        self.lanes.iter().map(List::len).sum()
+    }
+}
+
 #[derive(Debug)]
 struct Parked<W> {
     waiter: W,
     pool: u32,
+    class: WaitClass,
     parked_at: Instant,
+    /// Parking order across the slice, for [`WaitOrder::Fifo`].
+    sequence: u64,
     deadline: Option<Instant>,
-    /// Neighbours in the pool's FIFO.
+    /// Neighbours in its lane of the pool's queue.
     prev: u32,
     next: u32,
     /// Neighbours in the deadline list (NIL when there is no deadline).
@@ -76,6 +98,8 @@ pub(crate) struct Waiters<W> {
     nodes: Vec<Node<W>>,
     free_head: u32,
     by_deadline: List,
+    /// The sequence number of the next park.
+    next_sequence: u64,
 }
 
 impl<W: Copy> Waiters<W> {
@@ -84,23 +108,30 @@ impl<W: Copy> Waiters<W> {
             nodes: Vec::new(),
             free_head: NIL,
             by_deadline: List::EMPTY,
+            next_sequence: 0,
         }
     }
 
-    /// Appends a waiter to `fifo` (the list of pool `pool`).
+    /// Appends a waiter to its class's lane of `queue` (the queue of pool `pool`).
     pub(crate) fn park(
         &mut self,
-        fifo: &mut List,
+        queue: &mut Queue,
         pool: u32,
         waiter: W,
+        class: WaitClass,
         parked_at: Instant,
         deadline: Option<Instant>,
     ) -> WaitTicket {
         let slot = self.allocate();
+        let fifo = &mut queue.lanes[class.lane()];
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
         let parked = Parked {
             waiter,
             pool,
+            class,
             parked_at,
+            sequence,
             deadline,
             prev: fifo.tail,
             next: NIL,
@@ -118,15 +149,24 @@ impl<W: Copy> Waiters<W> {
         }
     }
 
-    /// Removes and returns the oldest waiter of `fifo`.
-    pub(crate) fn pop_front(&mut self, fifo: &mut List) -> Option<Unparked<W>> {
-        let slot = fifo.head;
-        (slot != NIL).then(|| self.unlink(fifo, slot))
+    /// Removes and returns the waiter of `queue` that `order` serves first.
+    pub(crate) fn pop_next(&mut self, queue: &mut Queue, order: WaitOrder) -> Option<Unparked<W>> {
+        let class = order.first(
+            self.head(&queue.lanes[WaitClass::Premium.lane()]),
+            self.head(&queue.lanes[WaitClass::Freemium.lane()]),
+        )?;
+        let slot = queue.lanes[class.lane()].head;
+        Some(self.unlink(queue, slot))
     }
 
-    /// When the oldest waiter of `fifo` was parked.
-    pub(crate) fn front_parked_at(&self, fifo: &List) -> Option<Instant> {
-        self.parked(fifo.head).map(|parked| parked.parked_at)
+    /// When the longest-waiting client of `queue`, of either class, was parked.
+    pub(crate) fn oldest_parked_at(&self, queue: &Queue) -> Option<Instant> {
+        queue
+            .lanes
+            .iter()
+            .filter_map(|lane| self.head(lane))
+            .map(|head| head.parked_at)
+            .min()
     }
 
     /// The pool of the waiter behind `ticket`, if it is still parked.
@@ -138,10 +178,10 @@ impl<W: Copy> Waiters<W> {
         node.parked.as_ref().map(|parked| parked.pool)
     }
 
-    /// Removes the waiter behind `ticket` from `fifo` (its pool's list).
-    pub(crate) fn cancel(&mut self, fifo: &mut List, ticket: WaitTicket) -> Option<W> {
+    /// Removes the waiter behind `ticket` from `queue` (its pool's queue).
+    pub(crate) fn cancel(&mut self, queue: &mut Queue, ticket: WaitTicket) -> Option<W> {
         self.pool_of(ticket)?;
-        Some(self.unlink(fifo, ticket.slot).waiter)
+        Some(self.unlink(queue, ticket.slot).waiter)
     }
 
     /// The earliest deadline and the pool of its waiter.
@@ -151,11 +191,19 @@ impl<W: Copy> Waiters<W> {
     }
 
     /// Removes the waiter with the earliest deadline if it is due at `now`. The caller passes
-    /// the FIFO of the pool named by [`Waiters::earliest_deadline`].
-    pub(crate) fn pop_expired(&mut self, fifo: &mut List, now: Instant) -> Option<Unparked<W>> {
+    /// the queue of the pool named by [`Waiters::earliest_deadline`].
+    pub(crate) fn pop_expired(&mut self, queue: &mut Queue, now: Instant) -> Option<Unparked<W>> {
         let slot = self.by_deadline.head;
         let deadline = self.parked(slot)?.deadline?;
-        (deadline <= now).then(|| self.unlink(fifo, slot))
+        (deadline <= now).then(|| self.unlink(queue, slot))
+    }
+
+    /// The oldest waiter of a lane.
+    fn head(&self, lane: &List) -> Option<Head> {
+        self.parked(lane.head).map(|parked| Head {
+            parked_at: parked.parked_at,
+            sequence: parked.sequence,
+        })
     }
 
     fn parked(&self, slot: u32) -> Option<&Parked<W>> {
@@ -203,8 +251,8 @@ impl<W: Copy> Waiters<W> {
         self.by_deadline.len += 1;
     }
 
-    /// Takes `slot` out of both lists and frees it.
-    fn unlink(&mut self, fifo: &mut List, slot: u32) -> Unparked<W> {
+    /// Takes `slot` out of its lane of `queue` and of the deadline list, and frees it.
+    fn unlink(&mut self, queue: &mut Queue, slot: u32) -> Unparked<W> {
         let node = &mut self.nodes[slot as usize];
         let Some(parked) = node.parked.take() else {
             unreachable!("unlink of a free waiter slot");
@@ -213,7 +261,7 @@ impl<W: Copy> Waiters<W> {
         node.next_free = self.free_head;
         self.free_head = slot;
         self.relink(
-            fifo,
+            &mut queue.lanes[parked.class.lane()],
             parked.prev,
             parked.next,
             |p| &mut p.next,
@@ -255,5 +303,33 @@ impl<W: Copy> Waiters<W> {
             None => list.tail = prev,
         }
         list.len -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_slab_stops_growing_at_the_peak_number_of_waiters() {
+        let t0 = Instant::now();
+        let mut waiters: Waiters<u32> = Waiters::new();
+        let mut queue = Queue::EMPTY;
+        let classes = [WaitClass::Premium, WaitClass::Freemium];
+        for round in 0..100u32 {
+            let now = t0 + Duration::from_millis(u64::from(round));
+            for waiter in 0..4 {
+                let class = classes[(waiter + round) as usize % 2];
+                waiters.park(&mut queue, 0, waiter, class, now, Some(now));
+            }
+            assert_eq!(queue.len(), 4);
+            waiters.pop_next(&mut queue, WaitOrder::DEFAULT);
+            waiters.pop_expired(&mut queue, now);
+            while waiters.pop_next(&mut queue, WaitOrder::Fifo).is_some() {}
+            assert_eq!(queue.len(), 0);
+            assert_eq!(waiters.by_deadline.len(), 0);
+        }
+        assert_eq!(waiters.nodes.len(), 4, "freed nodes are reused");
     }
 }

@@ -4,11 +4,10 @@
 //! `Action::SendCancel` and hears back with `handle_cancel_done`; until then it does not
 //! give the server to anyone else, so a late cancel can never hit another client's query.
 
-use std::net::SocketAddr;
 use std::os::fd::IntoRawFd;
 
-use pgtier_engine::ServerId;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use pgtier_engine::{ServerAddr, ServerId};
+use socket2::SockAddr;
 
 use crate::io::op_key::OpKind;
 use crate::io::ring::Op;
@@ -39,19 +38,15 @@ impl CancelConn {
     /// A socket for a cancel to `addr`, not yet connected.
     pub fn open(
         server: ServerId,
-        addr: SocketAddr,
+        addr: &ServerAddr,
         request: [u8; 16],
     ) -> std::io::Result<CancelConn> {
-        let socket = Socket::new(
-            Domain::for_address(addr),
-            Type::STREAM.nonblocking().cloexec(),
-            Some(Protocol::TCP),
-        )?;
+        let (socket, target) = crate::driver::server_socket(addr)?;
         Ok(CancelConn {
             fd: socket.into_raw_fd(),
             stage: CancelStage::Connecting,
             server,
-            addr: Box::new(SockAddr::from(addr)),
+            addr: Box::new(target),
             packet: Box::new(request),
             scratch: Box::new([0; 64]),
         })
@@ -114,7 +109,12 @@ mod tests {
             index: 0,
             generation: 0,
         });
-        CancelConn::open(server, "127.0.0.1:1".parse().expect("addr"), [0; 16]).expect("socket")
+        CancelConn::open(
+            server,
+            &ServerAddr::Tcp("127.0.0.1:1".parse().expect("addr")),
+            [0; 16],
+        )
+        .expect("socket")
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub enum Stage {
     /// Closing: in-flight operations are being cancelled; the socket is closed and the slot
     /// freed once the kernel owns none of its buffers.
     Closing,
+    /// Moving to another shard (`Action::Detach`): its receive is cancelled and no new one
+    /// is armed, what is queued is still sent, and once the kernel owns none of its buffers
+    /// the socket leaves the table without being closed.
+    Detaching,
 }
 
 /// One connection's I/O state.
@@ -43,11 +47,21 @@ pub struct IoConn {
 }
 
 impl IoConn {
+    /// A server connection: it receives into a buffer of its own.
     pub fn new(fd: RawFd, generation: u32, recv_chunk_bytes: usize) -> IoConn {
+        IoConn::with_recv(fd, generation, RecvBuf::new(recv_chunk_bytes))
+    }
+
+    /// A client connection: it receives into the ring's provided buffers.
+    pub fn client(fd: RawFd, generation: u32) -> IoConn {
+        IoConn::with_recv(fd, generation, RecvBuf::provided())
+    }
+
+    fn with_recv(fd: RawFd, generation: u32, recv: RecvBuf) -> IoConn {
         IoConn {
             fd,
             generation,
-            recv: RecvBuf::new(recv_chunk_bytes),
+            recv,
             send: SendQueue::new(),
             addr: None,
             connecting: false,
@@ -69,10 +83,16 @@ impl IoConn {
     /// Its close may proceed: flushing and everything sent, or closing outright.
     pub fn ready_to_close(&self) -> bool {
         match self.stage {
-            Stage::Open => false,
+            Stage::Open | Stage::Detaching => false,
             Stage::Flushing => self.send.is_empty() && !self.send.in_flight(),
             Stage::Closing => true,
         }
+    }
+
+    /// Its socket may leave the table for another shard: detaching, everything sent, and no
+    /// operation of it owned by the kernel.
+    pub fn ready_to_detach(&self) -> bool {
+        self.stage == Stage::Detaching && self.quiescent() && self.send.is_empty()
     }
 }
 
@@ -161,6 +181,17 @@ mod tests {
     }
 
     #[test]
+    fn a_detaching_connection_leaves_once_its_queue_is_sent_and_nothing_is_in_flight() {
+        let mut conn = IoConn::new(-1, 0, 64);
+        conn.send.push(bytes::Bytes::from_static(b"X..."));
+        conn.stage = Stage::Detaching;
+        assert!(!conn.wants_recv(), "no receives while detaching");
+        assert!(!conn.ready_to_close() && !conn.ready_to_detach());
+        conn.send.clear();
+        assert!(conn.ready_to_detach());
+    }
+
+    #[test]
     fn a_flushing_connection_closes_once_its_queue_is_sent() {
         let mut conn = IoConn::new(-1, 0, 64);
         assert!(conn.wants_recv() && !conn.ready_to_close());
@@ -170,5 +201,25 @@ mod tests {
         assert!(!conn.ready_to_close());
         conn.send.clear();
         assert!(conn.ready_to_close());
+    }
+}
+/// What an idle client costs is mostly these structs (its receive and send sides hold no
+/// buffer, `recv_buf` and `send_queue`); a field that grows them shows here first.
+#[cfg(all(test, target_pointer_width = "64"))]
+mod idle_client_size {
+    #[test]
+    fn per_client_structs_stay_small() {
+        use std::mem::size_of;
+        assert!(
+            size_of::<super::IoConn>() <= 128,
+            "{}",
+            size_of::<super::IoConn>()
+        );
+        let conn = size_of::<pgtier_engine::client::ClientConn>();
+        assert!(conn <= 216, "ClientConn is {conn} bytes");
+        let state = size_of::<pgtier_engine::client::ClientState>();
+        assert!(state <= 56, "ClientState is {state} bytes");
+        let session = size_of::<pgtier_engine::client::Session>();
+        assert!(session <= 296, "Session is {session} bytes");
     }
 }

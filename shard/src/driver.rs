@@ -1,4 +1,4 @@
-//! One shard: a pinned thread's ring, its listener, and the loop that turns completions into
+//! One shard: a pinned thread's ring, its listeners, and the loop that turns completions into
 //! engine events and engine actions into ring operations. It decides nothing about the
 //! protocol: who gets which server, what a client is told, when a server is reset or closed
 //! are all the engine's (`pgtier_engine`). What is here is how a ring is used well:
@@ -12,7 +12,9 @@
 //!   generation); a completion for a slot freed and reused since is stale and dropped.
 //! - **Buffers belong to the kernel while an op is in flight.** Each connection has one
 //!   receive and one send slot with in-flight flags (`conn_io`); nothing moves or frees
-//!   their memory until the completion is reaped.
+//!   their memory until the completion is reaped. Clients receive through one multishot
+//!   recv into the ring's shared provided buffers, copied out and given back at once, so
+//!   an idle client holds no receive memory and a busy one re-arms nothing.
 //! - **Teardown in steps.** A closing connection stops receiving, has its in-flight ops
 //!   cancelled, and its socket is closed and its slot freed (engine told with
 //!   `handle_closed`) only once the kernel owns none of its buffers. Dropping a shard
@@ -23,7 +25,11 @@ use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgtier_engine::{Action, ClientId, CloseHow, Command, Conn, Engine, ServerId};
+use bytes::BytesMut;
+use pgtier_engine::{
+    Action, ClientAddr, ClientId, CloseHow, Command, Conn, DetachedSocket, Engine, ServerAddr,
+    ServerId,
+};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tracing::{debug, error, info};
 
@@ -31,14 +37,12 @@ use crate::cancel_conn::CancelConn;
 use crate::conn_io::{IoConn, IoTable, KEEP_RECV_BYTES, Stage, client_key, server_key};
 use crate::io::errno::{ErrnoAction, classify};
 use crate::io::op_key::{OpKey, OpKind};
+use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
 use crate::io::slab::{CancelConnId, Slab};
+use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
 
-/// Bytes a client receive buffer grows by: small, because 10,000 idle clients each keep one.
-pub const CLIENT_RECV_CHUNK_BYTES: usize = 2048;
-/// Free room asked for before each client receive.
-const CLIENT_RECV_MIN_FREE_BYTES: usize = 512;
 /// Most cancel connections in flight on one shard.
 const MAX_CANCEL_CONNS: usize = 1024;
 /// How long a dropped shard waits for the kernel to give its buffers back.
@@ -58,7 +62,7 @@ impl IoLimits {
         IoLimits {
             send_batch_max_chunks: (s.send_batch_max_chunks as usize).clamp(1, 1024),
             send_budget_bytes: (s.send_budget_bytes as usize).max(1),
-            server_recv_chunk_bytes: (s.recv_buffer_bytes as usize).max(4096),
+            server_recv_chunk_bytes: (s.server_recv_buffer_bytes as usize).max(4096),
         }
     }
 }
@@ -70,8 +74,9 @@ pub struct ShardParts<R: Ring> {
     pub engine: Engine,
     /// Every shard's mailbox (this one's included), for posts between shards.
     pub mailboxes: Vec<Arc<Mailbox>>,
-    /// The listener; `None` in tests without one.
-    pub listener: Option<RawFd>,
+    /// The listening sockets this shard accepts on (owned: closed at shutdown); none in
+    /// tests without a listener.
+    pub listeners: Vec<ShardListener>,
     /// Test-only: panic after this many accepts (see `proxy::panic_hook_from_env`).
     pub panic_after_accepts: Option<u64>,
 }
@@ -83,9 +88,8 @@ pub struct Shard<R: Ring> {
     clients: IoTable,
     servers: IoTable,
     cancels: Slab<CancelConn>,
-    listener: Option<RawFd>,
-    /// True from submitting the multishot accept until a completion without MORE.
-    accept_armed: bool,
+    /// The listeners, by the index their accept's key carries.
+    listeners: Vec<ListenerSlot>,
     mailboxes: Vec<Arc<Mailbox>>,
     /// The mailbox eventfd read target; owned by the kernel while `mailbox_armed`.
     mailbox_buf: Box<u64>,
@@ -109,8 +113,15 @@ impl<R: Ring> Shard<R> {
             clients: IoTable::default(),
             servers: IoTable::default(),
             cancels: Slab::with_capacity(MAX_CANCEL_CONNS),
-            listener: parts.listener,
-            accept_armed: false,
+            listeners: parts
+                .listeners
+                .into_iter()
+                .map(|listener| ListenerSlot {
+                    listener: Some(listener),
+                    accept_armed: false,
+                    accept_cancelled: false,
+                })
+                .collect(),
             mailboxes: parts.mailboxes,
             mailbox_buf: Box::new(0),
             mailbox_armed: false,
@@ -135,7 +146,7 @@ impl<R: Ring> Shard<R> {
 
     /// Arms the listener and the mailbox.
     pub fn start(&mut self) {
-        self.arm_accept();
+        self.arm_accepts();
         self.arm_mailbox();
     }
 
@@ -153,6 +164,12 @@ impl<R: Ring> Shard<R> {
             self.engine.handle_timeout(now);
         }
         self.act(now);
+        if self.engine.is_shutting_down()
+            && self.listeners.iter().any(|slot| slot.listener.is_some())
+        {
+            // SHUTDOWN on the admin console (a signal's shutdown closed them already).
+            self.close_listeners(now);
+        }
         let timeout = self
             .engine
             .poll_timeout()
@@ -168,7 +185,7 @@ impl<R: Ring> Shard<R> {
             && self.clients.is_empty()
             && self.servers.is_empty()
             && self.cancels.is_empty()
-            && !self.accept_armed
+            && self.listeners.iter().all(|slot| !slot.accept_armed)
     }
 
     #[cfg(test)]
@@ -226,26 +243,104 @@ impl<R: Ring> Shard<R> {
         }
     }
 
-    fn arm_accept(&mut self) {
-        let Some(fd) = self.listener else { return };
-        if self.accept_armed || self.engine.is_shutting_down() {
-            return;
-        }
-        // SAFETY: a multishot accept carries no pointer.
-        if unsafe { self.submit(OpKey::new(OpKind::Accept, 0, 0), Op::AcceptMulti { fd }) } {
-            self.accept_armed = true;
+    fn arm_accepts(&mut self) {
+        for index in 0..self.listeners.len() {
+            self.arm_accept(index);
         }
     }
 
-    fn close_listener(&mut self) {
-        if let Some(fd) = self.listener.take() {
-            if self.accept_armed {
-                self.cancel_op(OpKey::new(OpKind::Accept, 0, 0));
-            }
-            // SAFETY: the listener fd is this shard's; a pending multishot accept ends with
-            // an error completion once it is closed and cancelled.
-            unsafe { libc::close(fd) };
+    fn arm_accept(&mut self, index: usize) {
+        let Some(slot) = self.listeners.get(index) else {
+            return;
+        };
+        let Some(listener) = slot.listener else {
+            return;
+        };
+        if slot.accept_armed || self.engine.is_shutting_down() {
+            return;
         }
+        let key = accept_key(index);
+        // SAFETY: a multishot accept carries no pointer.
+        if unsafe { self.submit(key, Op::AcceptMulti { fd: listener.fd }) }
+            && let Some(slot) = self.listeners.get_mut(index)
+        {
+            slot.accept_armed = true;
+        }
+    }
+
+    fn close_listeners(&mut self, now: Instant) {
+        for index in 0..self.listeners.len() {
+            self.close_listener(now, index);
+        }
+    }
+
+    /// Stops listening on listener `index` without dropping a connection the kernel already
+    /// took for us.
+    ///
+    /// Linux resets the connections still in a listener's accept queue when it closes
+    /// (unless `net.ipv4.tcp_migrate_req = 1` moves them to another listener of the
+    /// SO_REUSEPORT group). So the listener first shrinks its backlog to nothing, which makes
+    /// the kernel drop (not reset) new SYNs hashed to it — the client retries them, and by
+    /// then the retry lands on a listener that is still open (the new process of a rolling
+    /// restart) — then every connection already queued is accepted here and served, and only
+    /// then is the socket closed. What is left is a window of a few system calls between the
+    /// last accept and the close (see docs/operations.md, "Rolling restart").
+    ///
+    /// The multishot accept is cancelled first and the rest waits for its last completion:
+    /// until then the ring holds a reference to the socket, so closing the fd would not
+    /// close the listener, and it would go on taking connections nobody drains.
+    fn close_listener(&mut self, now: Instant, index: usize) {
+        let Some(slot) = self.listeners.get_mut(index) else {
+            return;
+        };
+        if slot.listener.is_none() {
+            return;
+        }
+        if slot.accept_armed {
+            if !slot.accept_cancelled {
+                slot.accept_cancelled = true;
+                self.cancel_op(accept_key(index));
+            }
+            return;
+        }
+        let Some(listener) = slot.listener.take() else {
+            return;
+        };
+        let fd = listener.fd;
+        // SAFETY: `fd` is this shard's listener; fcntl and listen only change its flags and
+        // backlog.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+            libc::listen(fd, 0);
+        }
+        let mut drained = 0usize;
+        loop {
+            // SAFETY: non-blocking accept on our listener; null address pointers are allowed.
+            let conn = unsafe {
+                libc::accept4(
+                    fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if conn < 0 {
+                break;
+            }
+            drained += 1;
+            self.accept_one(now, listener.kind, conn);
+        }
+        if drained > 0 {
+            info!(
+                shard = self.index,
+                drained, "accepted the queued connections before closing the listener"
+            );
+        }
+        // SAFETY: the listener fd is this shard's and no operation uses it any more.
+        unsafe { libc::close(fd) };
     }
 
     fn arm_mailbox(&mut self) {
@@ -303,17 +398,16 @@ impl<R: Ring> Shard<R> {
 
     /// Arms a receive unless one is in flight, the engine paused it, or it is closing.
     fn arm_recv(&mut self, conn: Conn) {
-        let min_free = match conn {
-            Conn::Client(_) => CLIENT_RECV_MIN_FREE_BYTES,
-            Conn::Server(_) => self.limits.server_recv_chunk_bytes / 4,
-        };
+        // Only own buffers (servers) use it; clients' multishot needs no room of their own.
+        let min_free = self.limits.server_recv_chunk_bytes / 4;
         let Some(io) = self.io(conn) else { return };
         if !io.wants_recv() {
             return;
         }
         let op = io.recv.prepare(io.fd, min_free);
         // SAFETY: the receive buffer's spare capacity is the kernel's until `on_recv`
-        // (`RecvBuf::prepare` marked it in flight; nothing grows or frees it meanwhile).
+        // (`RecvBuf::prepare` marked it in flight; nothing grows or frees it meanwhile); a
+        // multishot into provided buffers points at no memory of the connection.
         if !unsafe { self.submit(Self::op_key(Self::recv_kind(conn), conn), op) }
             && let Some(io) = self.io(conn)
         {
@@ -370,8 +464,13 @@ impl<R: Ring> Shard<R> {
                 }
             }
             Action::PauseRecv(conn) => {
-                if let Some(io) = self.io(conn) {
-                    io.paused = true;
+                let Some(io) = self.io(conn) else { return };
+                io.paused = true;
+                // A one-shot receive simply is not re-armed; a multishot would go on
+                // delivering, so it is cancelled (what it posts before the cancel lands
+                // still reaches the engine, which holds it).
+                if io.recv.kind() == RecvKind::Provided && io.recv.in_flight() {
+                    self.cancel_op(Self::op_key(Self::recv_kind(conn), conn));
                 }
             }
             Action::ResumeRecv(conn) => {
@@ -388,42 +487,104 @@ impl<R: Ring> Shard<R> {
                 request,
             } => self.send_cancel(now, server, addr, request),
             Action::Post { shard, command } => {
-                let delivered = self
-                    .mailboxes
-                    .get(shard)
-                    .is_some_and(|mailbox| mailbox.post(command).is_ok());
-                if !delivered {
-                    debug!(
+                let undelivered = match self.mailboxes.get(shard) {
+                    Some(mailbox) => mailbox.post(command).err(),
+                    None => Some(command),
+                };
+                match undelivered {
+                    None => {}
+                    // A server on its way cannot be dropped (its socket and its slot would
+                    // leak): it stays here, adopted back by this shard's engine.
+                    Some(command @ Command::ServerMoved { .. }) => {
+                        debug!(shard, "a moving server stays: the mailbox is full");
+                        self.engine.handle_command(now, command);
+                    }
+                    Some(_) => debug!(
                         shard,
                         "a command to another shard was dropped: its mailbox is full"
-                    );
+                    ),
                 }
             }
+            Action::Detach(server) => self.detach(now, server),
+            Action::Adopt { server, socket } => self.adopt(server, socket),
+            Action::CloseSocket(socket) => self.close_fd(socket.into_raw()),
         }
     }
 
-    fn connect(&mut self, now: Instant, id: ServerId, addr: SocketAddr) {
-        let socket = Socket::new(
-            Domain::for_address(addr),
-            Type::STREAM.nonblocking().cloexec(),
-            Some(Protocol::TCP),
+    /// Starts moving a server's socket to another shard: no receive from now on (the one
+    /// in flight is cancelled), the queue still goes out, and the socket leaves once the
+    /// kernel owns none of its buffers (`try_detach`).
+    fn detach(&mut self, now: Instant, id: ServerId) {
+        let conn = Conn::Server(id);
+        let Some(io) = self.io(conn) else { return };
+        if io.stage != Stage::Open {
+            return;
+        }
+        io.stage = Stage::Detaching;
+        let (recv, queued) = (io.recv.in_flight(), !io.send.is_empty());
+        if recv {
+            self.cancel_op(Self::op_key(OpKind::ServerRecv, conn));
+        }
+        if queued {
+            self.dirty.push(conn);
+        }
+        self.try_detach(now, id);
+    }
+
+    /// Takes a detaching server's socket out of the table, unclosed, and gives it to the
+    /// engine, once nothing of it is in flight. The engine gives it back when the server
+    /// does not move after all; it is closed then.
+    fn try_detach(&mut self, now: Instant, id: ServerId) {
+        let (index, generation) = server_key(id);
+        if !self
+            .servers
+            .get_mut(index, generation)
+            .is_some_and(|io| io.ready_to_detach())
+        {
+            return;
+        }
+        let Some(io) = self.servers.remove(index, generation) else {
+            return;
+        };
+        // The kernel owns none of its buffers (`ready_to_detach`), so they may go; the
+        // descriptor goes on, owned by whoever the engine hands it to.
+        let socket = DetachedSocket::from_raw(io.fd);
+        drop(io);
+        if let Some(socket) = self.engine.handle_detached(now, id, socket) {
+            self.close_fd(socket.into_raw());
+        }
+    }
+
+    /// Registers a server socket another shard detached as this slot's connection.
+    fn adopt(&mut self, id: ServerId, socket: DetachedSocket) {
+        let (index, generation) = server_key(id);
+        // The descriptor is process-wide and was detached from the other shard's ring with
+        // nothing in flight: from here it is this shard's alone.
+        let fd = socket.into_raw();
+        self.servers.insert(
+            index,
+            IoConn::new(fd, generation, self.limits.server_recv_chunk_bytes),
         );
-        let socket = match socket {
-            Ok(socket) => socket,
+        self.arm_recv(Conn::Server(id));
+    }
+
+    fn connect(&mut self, now: Instant, id: ServerId, addr: ServerAddr) {
+        let opened = server_socket(&addr);
+        let (socket, target) = match opened {
+            Ok(opened) => opened,
             Err(error) => {
                 let errno = error.raw_os_error().unwrap_or(libc::EMFILE);
                 self.engine.handle_server_connected(now, id, Err(errno));
                 return;
             }
         };
-        let _ = socket.set_tcp_nodelay(true);
         let (index, generation) = server_key(id);
         let mut io = IoConn::new(
             socket.into_raw_fd(),
             generation,
             self.limits.server_recv_chunk_bytes,
         );
-        let target = Box::new(SockAddr::from(addr));
+        let target = Box::new(target);
         let op = Op::Connect {
             fd: io.fd,
             addr: target.as_ptr().cast(),
@@ -448,7 +609,8 @@ impl<R: Ring> Shard<R> {
             (_, Stage::Closing) => return,
             (CloseHow::Flush, Stage::Flushing) => return,
             (CloseHow::Flush, Stage::Open) => io.stage = Stage::Flushing,
-            (CloseHow::Now, _) => io.stage = Stage::Closing,
+            // The engine gave up moving it: it closes instead.
+            (_, Stage::Detaching) | (CloseHow::Now, _) => io.stage = Stage::Closing,
         }
         let (recv, send, connecting) = (io.recv.in_flight(), io.send.in_flight(), io.connecting);
         let closing = io.stage == Stage::Closing;
@@ -490,8 +652,8 @@ impl<R: Ring> Shard<R> {
         }
     }
 
-    fn send_cancel(&mut self, now: Instant, server: ServerId, addr: SocketAddr, request: [u8; 16]) {
-        let Ok(conn) = CancelConn::open(server, addr, request) else {
+    fn send_cancel(&mut self, now: Instant, server: ServerId, addr: ServerAddr, request: [u8; 16]) {
+        let Ok(conn) = CancelConn::open(server, &addr, request) else {
             self.engine.handle_cancel_done(now, server);
             return;
         };
@@ -521,7 +683,8 @@ impl<R: Ring> Shard<R> {
             );
             return;
         };
-        if !(key.kind == OpKind::Accept && completion.more()) {
+        // A multishot op (accept, client receive) stays in flight while MORE is set.
+        if !completion.more() {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
         let result = completion.result;
@@ -538,9 +701,9 @@ impl<R: Ring> Shard<R> {
             }))
         };
         match key.kind {
-            OpKind::Accept => self.on_accept(now, result, completion.more()),
-            OpKind::ClientRecv => self.on_recv(now, client(), result),
-            OpKind::ServerRecv => self.on_recv(now, server(), result),
+            OpKind::Accept => self.on_accept(now, key.index as usize, result, completion.more()),
+            OpKind::ClientRecv => self.on_recv(now, client(), completion),
+            OpKind::ServerRecv => self.on_recv(now, server(), completion),
             OpKind::ClientSend => self.on_send(now, client(), result),
             OpKind::ServerSend => self.on_send(now, server(), result),
             OpKind::ServerConnect => self.on_connect(now, server(), result),
@@ -556,12 +719,37 @@ impl<R: Ring> Shard<R> {
         }
     }
 
-    fn on_accept(&mut self, now: Instant, result: i32, more: bool) {
+    fn on_accept(&mut self, now: Instant, listener: usize, result: i32, more: bool) {
+        let Some(slot) = self.listeners.get_mut(listener) else {
+            error!(listener, "bug: an accept completion for no listener");
+            return;
+        };
+        let kind = slot.listener.map(|listener| listener.kind);
         if !more {
             // A multishot accept that ends must be re-armed, or the shard stops accepting.
-            self.accept_armed = false;
-            self.arm_accept();
+            slot.accept_armed = false;
+            let cancelled = slot.accept_cancelled;
+            self.arm_accept(listener);
+            if cancelled {
+                if let Some(kind) = kind {
+                    self.accept_one(now, kind, result);
+                }
+                // The cancelled accept is over: drain and close the listener now.
+                self.close_listener(now, listener);
+                return;
+            }
         }
+        let Some(kind) = kind else {
+            if result >= 0 {
+                // SAFETY: a connection accepted for a listener already closed; ours alone.
+                unsafe { libc::close(result) };
+            }
+            return;
+        };
+        self.accept_one(now, kind, result);
+    }
+
+    fn accept_one(&mut self, now: Instant, kind: ListenerKind, result: i32) {
         if result < 0 {
             log_errno("accept", result);
             return;
@@ -574,31 +762,65 @@ impl<R: Ring> Shard<R> {
                 self.index, self.accepts
             );
         }
-        set_nodelay(fd);
-        let peer = peer_addr(fd);
+        let peer = match kind {
+            ListenerKind::Unix { port } => Some(ClientAddr::Unix { port }),
+            ListenerKind::Tcp => {
+                set_nodelay(fd);
+                peer_addr(fd).map(ClientAddr::Tcp)
+            }
+        };
         let Some(id) = self.engine.handle_accept(now, peer) else {
             // SAFETY: the fd is ours alone; the engine has no room to track it.
             unsafe { libc::close(fd) };
             return;
         };
+        self.engine
+            .handle_local_addr(Conn::Client(id), local_addr(fd));
         let (index, generation) = client_key(id);
-        self.clients
-            .insert(index, IoConn::new(fd, generation, CLIENT_RECV_CHUNK_BYTES));
+        self.clients.insert(index, IoConn::client(fd, generation));
         self.arm_recv(Conn::Client(id));
     }
 
-    fn on_recv(&mut self, now: Instant, conn: Conn, result: i32) {
+    fn on_recv(&mut self, now: Instant, conn: Conn, completion: Completion) {
+        let result = completion.result;
+        // A provided buffer goes back to the kernel first, whatever becomes of its bytes
+        // (a stale or closing connection's included).
+        let provided = completion.buffer().map(|bid| {
+            let len = usize::try_from(result).unwrap_or(0);
+            let bytes = BytesMut::from(self.ring.provided(bid, len));
+            self.ring.recycle(bid);
+            bytes
+        });
         let Some(io) = self.io(conn) else {
             debug!(?conn, "stale receive completion");
             return;
         };
-        io.recv.on_failed_or_received(result);
+        io.recv.on_completion(result, completion.more());
+        if io.stage == Stage::Detaching {
+            let nothing_read = result == -libc::ECANCELED
+                || (result < 0 && classify(result) == ErrnoAction::Retry);
+            if nothing_read {
+                if let Conn::Server(id) = conn {
+                    self.try_detach(now, id);
+                }
+                return;
+            }
+            // Bytes, an end of file or an error came before the cancel: the engine hears of
+            // it as usual and closes the server rather than move it.
+            io.stage = Stage::Open;
+        }
         if io.stage != Stage::Open {
             io.recv.data.clear();
             self.try_finish(conn);
             return;
         }
-        if result < 0 && classify(result) == ErrnoAction::Retry {
+        if result < 0
+            && matches!(
+                classify(result),
+                ErrnoAction::Retry | ErrnoAction::Cancelled
+            )
+        {
+            // A retry, or a multishot cancelled by a pause: armed again unless still paused.
             self.arm_recv(conn);
             return;
         }
@@ -610,8 +832,14 @@ impl<R: Ring> Shard<R> {
             }
             return;
         }
-        let data = io.recv.data.split();
-        io.recv.shrink_if_idle(KEEP_RECV_BYTES);
+        let data = match provided {
+            Some(bytes) => bytes,
+            None => {
+                let data = io.recv.data.split();
+                io.recv.shrink_if_idle(KEEP_RECV_BYTES);
+                data
+            }
+        };
         match conn {
             Conn::Client(id) => self.engine.handle_client_data(now, id, data),
             Conn::Server(id) => self.engine.handle_server_data(now, id, data),
@@ -629,6 +857,10 @@ impl<R: Ring> Shard<R> {
             if classify(result) == ErrnoAction::Retry && io.stage != Stage::Closing {
                 self.dirty.push(conn);
                 return;
+            }
+            if io.stage == Stage::Detaching {
+                // It cannot move with a broken socket; the engine closes it.
+                io.stage = Stage::Open;
             }
             if io.stage != Stage::Open {
                 io.send.clear();
@@ -651,6 +883,13 @@ impl<R: Ring> Shard<R> {
         }
         match stage {
             Stage::Open | Stage::Flushing => self.dirty.push(conn),
+            Stage::Detaching => {
+                self.dirty.push(conn);
+                if let Conn::Server(id) = conn {
+                    self.try_detach(now, id);
+                }
+                return;
+            }
             Stage::Closing => {}
         }
         self.try_finish(conn);
@@ -664,7 +903,11 @@ impl<R: Ring> Shard<R> {
             self.try_finish(conn);
             return;
         }
+        let fd = io.fd;
         let outcome = if result < 0 { Err(-result) } else { Ok(()) };
+        if outcome.is_ok() {
+            self.engine.handle_local_addr(conn, local_addr(fd));
+        }
         self.engine.handle_server_connected(now, id, outcome);
         self.dirty.push(conn);
         self.arm_recv(conn);
@@ -695,7 +938,7 @@ impl<R: Ring> Shard<R> {
             }
             Command::Shutdown(_) => {
                 self.engine.handle_command(now, command);
-                self.close_listener();
+                self.close_listeners(now);
                 return;
             }
             _ => {}
@@ -746,7 +989,7 @@ impl<R: Ring> Drop for Shard<R> {
             targets.push(OpKey::new(OpKind::ServerSend, index, generation));
             targets.push(OpKey::new(OpKind::ServerConnect, index, generation));
         }
-        targets.push(OpKey::new(OpKind::Accept, 0, 0));
+        targets.extend((0..self.listeners.len()).map(accept_key));
         targets.push(OpKey::new(OpKind::MailboxRead, 0, 0));
         for target in targets {
             self.cancel_op(target);
@@ -764,10 +1007,10 @@ impl<R: Ring> Drop for Shard<R> {
             completions.clear();
             self.ring.reap(&mut completions);
             for completion in &completions {
-                let multishot = OpKey::decode(completion.user_data)
-                    .is_some_and(|key| key.kind == OpKind::Accept)
-                    && completion.more();
-                if !multishot {
+                if let Some(bid) = completion.buffer() {
+                    self.ring.recycle(bid);
+                }
+                if !completion.more() {
                     self.in_flight = self.in_flight.saturating_sub(1);
                 }
             }
@@ -784,6 +1027,22 @@ impl<R: Ring> Drop for Shard<R> {
             std::mem::forget(std::mem::replace(&mut self.mailbox_buf, Box::new(0)));
         }
     }
+}
+
+/// A listener's slot: the socket until it is closed, and whether its accept is armed.
+struct ListenerSlot {
+    /// `None` once closed at shutdown.
+    listener: Option<ShardListener>,
+    /// True from submitting the multishot accept until a completion without MORE.
+    accept_armed: bool,
+    /// The listener is closing: the multishot accept was cancelled, and the listener is
+    /// drained and closed once its last completion arrives (`close_listener`).
+    accept_cancelled: bool,
+}
+
+/// The key of listener `index`'s multishot accept.
+fn accept_key(index: usize) -> OpKey {
+    OpKey::new(OpKind::Accept, u32::try_from(index).unwrap_or(u32::MAX), 0)
 }
 
 fn cancel_key(kind: OpKind, id: CancelConnId) -> OpKey {
@@ -821,7 +1080,36 @@ fn set_nodelay(fd: i32) {
     };
 }
 
+/// A non-blocking socket for a server at `addr` and the address to connect it to: TCP with
+/// `TCP_NODELAY`, or a Unix-domain socket.
+pub fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
+    match addr {
+        ServerAddr::Tcp(addr) => {
+            let socket = Socket::new(
+                Domain::for_address(*addr),
+                Type::STREAM.nonblocking().cloexec(),
+                Some(Protocol::TCP),
+            )?;
+            let _ = socket.set_tcp_nodelay(true);
+            Ok((socket, SockAddr::from(*addr)))
+        }
+        ServerAddr::Unix { path, .. } => {
+            let target = SockAddr::unix(path)?;
+            let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
+            Ok((socket, target))
+        }
+    }
+}
+
 /// The peer address of a fresh client socket, for the admin console's listings.
+/// The local end of a connected socket, for the console's listings.
+fn local_addr(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: `fd` is open (accepted or connected just now) for the duration of this call;
+    // the borrow does not outlive it.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&fd).local_addr().ok()?.as_socket()
+}
+
 fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
     // SAFETY: `fd` was just accepted and is open for the duration of this call; the borrow
     // does not outlive it.

@@ -1,12 +1,11 @@
-//! Starting and stopping the proxy: listeners, one pinned thread per shard with its own
-//! ring, and the signal loop (SIGHUP reload, SIGTERM/SIGINT graceful, a second signal
-//! immediate).
+//! Starting and stopping the proxy: one pinned thread per shard with its own ring and its
+//! listeners (bound by `listen.rs`), and the signal loop (SIGHUP reload, SIGTERM/SIGINT
+//! graceful, a second signal immediate).
 
 use std::net::SocketAddr;
-use std::os::fd::{IntoRawFd, RawFd};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,14 +14,16 @@ use pgtier_core::config::Config;
 use pgtier_engine::shared::StatsSnapshot;
 use pgtier_engine::userlist::UserList;
 use pgtier_engine::{Engine, EngineParts};
-use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{error, info, warn};
 
 use crate::console::ShardConsole;
 use crate::control::{ControlOptions, ControlPlane, ReplyMailbox, RouterMap, default_probe_login};
 use crate::driver::{Shard, ShardParts};
-use crate::io::uring::UringRing;
+use crate::io::uring::{RecvBuffers, RingTuning, UringRing};
+use crate::listen::{Listeners, UnixSocketFile};
 use crate::mailbox::{Command, Mailbox, ShutdownMode};
+use crate::metrics::MetricsEndpoint;
+use crate::metrics::exposition::Sources;
 use crate::os_random::OsRandom;
 use crate::resolve::SystemResolver;
 use crate::routing::{ShardRouting, SharedRouting};
@@ -45,6 +46,8 @@ pub struct Shared {
     pub routing: Arc<SharedRouting>,
     /// Shards whose loop has returned.
     pub finished_shards: AtomicUsize,
+    /// The admin console's RELOAD asks the main thread (`run`) to reread the files.
+    pub reload_requested: Arc<AtomicBool>,
 }
 
 /// Commands a shard's mailbox holds before posts fail.
@@ -52,17 +55,36 @@ const MAILBOX_CAPACITY: usize = 4096;
 
 /// A running proxy.
 pub struct ProxyHandle {
+    /// The first TCP address (or the unspecified address with `listen_port` without one).
     addr: SocketAddr,
+    tcp_addrs: Vec<SocketAddr>,
+    /// The Unix socket; its file is removed when the handle is dropped.
+    unix: Option<UnixSocketFile>,
+    /// The settings the process started with (those a reload cannot change are named).
+    started: pgtier_core::config::Settings,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<Result<(), String>>>,
     /// The control shard of the current routers; replaced on reload, stopped at join.
     control: Mutex<Option<ControlPlane>>,
+    /// The metrics endpoint with its address, when `metrics_port` is set; restarted when a
+    /// reload changes the address, stopped at join.
+    metrics: Mutex<MetricsEndpoint>,
 }
 
 impl ProxyHandle {
     /// The address clients connect to (the real port when the config said 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Every TCP address listened on, in `listen_addr` order.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.tcp_addrs
+    }
+
+    /// The Unix socket file, when `unix_socket_dir` names a directory.
+    pub fn unix_socket_path(&self) -> Option<&Path> {
+        self.unix.as_ref().and_then(UnixSocketFile::path)
     }
 
     /// Totals over all shards (folded in batches, so slightly behind).
@@ -75,6 +97,28 @@ impl ProxyHandle {
         self.shared.engine.clients.load(Ordering::Acquire)
     }
 
+    /// Where the metrics endpoint listens, when it is on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        let metrics = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+        metrics.local_addr()
+    }
+
+    /// Starts, moves or stops the metrics endpoint when `metrics_addr`/`metrics_port`
+    /// changed. A new address that cannot be bound leaves the endpoint off (logged).
+    fn reload_metrics(&self, config: &Config) {
+        let mut metrics = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(message) = metrics.apply(&config.pgtier, || self.metrics_sources()) {
+            warn!(%message, "metrics endpoint not restarted");
+        }
+    }
+
+    fn metrics_sources(&self) -> Sources {
+        Sources {
+            engine: self.shared.engine.clone(),
+            routing: self.shared.routing.clone(),
+        }
+    }
+
     /// The replica routers of the current configuration (what `SHOW REPLICAS` shows).
     pub fn routers(&self) -> Arc<RouterMap> {
         self.shared.routing.map.load_full()
@@ -84,15 +128,24 @@ impl ProxyHandle {
     /// keep their router (sessions, roles, health); a new control plane takes over and the
     /// old one stops.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        for setting in crate::listen::startup_only_changes(&self.started, &config.pgtier) {
+            warn!(
+                setting,
+                "changed in the configuration; it is read at start only and applies at the next start"
+            );
+        }
         let users = Arc::new(load_users(&config)?);
         let tls = load_tls(&config)?;
         let old_map = self.shared.routing.map.load_full();
         let map = old_map
             .reload(&config, default_probe_login)
             .map_err(|error| format!("replica routing: {error}"))?;
-        let plane =
+        let mut plane =
             ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
                 .map_err(|error| format!("cannot start the control shard: {error}"))?;
+        plane
+            .start_lsn_pollers(map.readers())
+            .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
         self.shared.routing.map.store(Arc::new(map));
         let old_plane = self
             .control
@@ -100,6 +153,7 @@ impl ProxyHandle {
             .unwrap_or_else(PoisonError::into_inner)
             .replace(plane);
         drop(old_plane);
+        self.reload_metrics(&config);
         let config = Arc::new(config);
         for mailbox in &self.shared.mailboxes {
             let command = Command::Reload {
@@ -123,13 +177,18 @@ impl ProxyHandle {
         }
     }
 
+    /// Whether the admin console asked for a RELOAD since the last call.
+    pub fn take_reload_request(&self) -> bool {
+        self.shared.reload_requested.swap(false, Ordering::AcqRel)
+    }
+
     /// Every shard has returned.
     pub fn is_finished(&self) -> bool {
         self.shared.finished_shards.load(Ordering::Acquire) == self.threads.len()
     }
 
     /// Waits for every shard, then stops the control shard; the first shard error is
-    /// returned.
+    /// returned. The Unix socket file is removed.
     pub fn join(self) -> Result<(), String> {
         let plane = self
             .control
@@ -148,60 +207,17 @@ impl ProxyHandle {
         if let Some(plane) = plane {
             plane.shutdown();
         }
+        self.metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop();
         result
     }
 }
 
+/// The auth file and, with `auth_type = hba`, the HBA rules (read again on reload).
 fn load_users(config: &Config) -> Result<UserList, String> {
-    match &config.pgtier.auth_file {
-        Some(path) => UserList::load(path),
-        None => Ok(UserList::new()),
-    }
-}
-
-/// One SO_REUSEPORT listener per shard on the configured address; the first binds the port
-/// (which may be 0) and the rest join it.
-fn listeners(config: &Config, count: usize) -> Result<(Vec<RawFd>, SocketAddr), String> {
-    let mut addr = SocketAddr::new(config.pgtier.listen_addr, config.pgtier.listen_port);
-    let mut fds = Vec::with_capacity(count);
-    for _ in 0..count {
-        let socket = Socket::new(
-            Domain::for_address(addr),
-            Type::STREAM.cloexec(),
-            Some(Protocol::TCP),
-        )
-        .map_err(|e| format!("cannot create the listening socket: {e}"))?;
-        socket
-            .set_reuse_address(true)
-            .map_err(|e| format!("SO_REUSEADDR: {e}"))?;
-        socket
-            .set_reuse_port(true)
-            .map_err(|e| format!("SO_REUSEPORT: {e}"))?;
-        socket
-            .bind(&addr.into())
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        socket
-            .listen(1024)
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        if addr.port() == 0 {
-            if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
-                addr = bound;
-            }
-        }
-        fds.push(socket.into_raw_fd());
-    }
-    Ok((fds, addr))
-}
-
-/// Settings pgtier parses (so a PgBouncer file translates) but does not act on yet, with
-/// whether the loaded value differs from the default.
-fn unenforced_settings(config: &Config) -> Vec<&'static str> {
-    let defaults = pgtier_core::config::Settings::default();
-    let mut set = Vec::new();
-    if config.pgtier.recv_buffer_count != defaults.recv_buffer_count {
-        set.push("recv_buffer_count");
-    }
-    set
+    UserList::load_for(&config.pgtier)
 }
 
 /// Reads the TLS files the settings name (at start and on every reload, so renewed
@@ -218,24 +234,52 @@ fn load_tls(config: &Config) -> Result<pgtier_engine::tls::TlsSides, String> {
     })
 }
 
-/// Starts the shards and returns once each has its ring and listener.
+/// The number of shards `config` asks for.
+pub fn worker_count(config: &Config) -> usize {
+    config
+        .pgtier
+        .worker_count()
+        .clamp(1, pgtier_engine::cancel::MAX_SHARDS)
+}
+
+/// Binds the listeners, starts the shards and returns once each has its ring and listener.
 pub fn start(config: Config) -> Result<ProxyHandle, String> {
-    for setting in unenforced_settings(&config) {
+    let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
+    start_bound(config, listeners)
+}
+
+/// Starts the shards on listeners bound already (by `Listeners::bind` with
+/// `worker_count(&config)` shards), so a process can bind and then give up root first.
+pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, String> {
+    if !config.unhonoured.is_empty() {
         warn!(
-            setting,
-            "this setting is parsed but not enforced yet: its value has no effect"
+            "PgBouncer settings pgtier reads but does not honour (their values have no effect): {}",
+            config.unhonoured.join(", ")
         );
     }
     // SAFETY: ignoring SIGPIPE process-wide is what every network server does; sends also
     // pass MSG_NOSIGNAL.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let workers = config
-        .pgtier
-        .worker_count()
-        .clamp(1, pgtier_engine::cancel::MAX_SHARDS);
+    let workers = worker_count(&config);
+    if listeners.per_shard.len() != workers {
+        return Err(format!(
+            "bug: listeners bound for {} shards, {workers} configured",
+            listeners.per_shard.len()
+        ));
+    }
     let users = Arc::new(load_users(&config)?);
     let tls = load_tls(&config)?;
-    let (listen_fds, addr) = listeners(&config, workers)?;
+    let Listeners {
+        per_shard: listen_fds,
+        tcp_addrs,
+        unix,
+    } = listeners;
+    let addr = tcp_addrs.first().copied().unwrap_or_else(|| {
+        SocketAddr::new(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            config.pgtier.listen_port,
+        )
+    });
     let mailboxes = (0..workers)
         .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
         .collect::<Result<Vec<Arc<Mailbox>>, _>>()?;
@@ -248,13 +292,18 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
         .collect();
     let map = RouterMap::from_config(&config, default_probe_login)
         .map_err(|error| format!("replica routing: {error}"))?;
-    let plane = ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
-        .map_err(|error| format!("cannot start the control shard: {error}"))?;
+    let mut plane =
+        ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
+            .map_err(|error| format!("cannot start the control shard: {error}"))?;
+    plane
+        .start_lsn_pollers(map.readers())
+        .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
     let shared = Arc::new(Shared {
         mailboxes,
         engine: Arc::new(pgtier_engine::Shared::new(workers)),
         routing: Arc::new(SharedRouting::new(map)),
         finished_shards: AtomicUsize::new(0),
+        reload_requested: Arc::new(AtomicBool::new(false)),
     });
     let config = Arc::new(config);
     let panic_after_accepts = std::env::var(PANIC_HOOK_VARIABLE)
@@ -282,7 +331,12 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
             .name(format!("pgtier-shard-{index}"))
             .spawn(move || {
                 pin_to_core(index % cores);
-                let ring = match UringRing::new(config.pgtier.ring_entries) {
+                let recv = RecvBuffers {
+                    count: u16::try_from(config.pgtier.recv_buffer_count).unwrap_or(1 << 15),
+                    size: config.pgtier.recv_buffer_bytes,
+                };
+                let tuning = RingTuning::from_env();
+                let ring = match UringRing::with_tuning(config.pgtier.ring_entries, recv, tuning) {
                     Ok(ring) => ring,
                     Err(message) => {
                         let _ = ready.send(Err(message.clone()));
@@ -297,10 +351,10 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
                     users,
                     shared: shared.engine.clone(),
                     routing: Box::new(ShardRouting::new(shared.routing.clone(), replies)),
-                    console: Box::new(ShardConsole::new(
-                        shared.routing.clone(),
-                        shared.engine.clone(),
-                    )),
+                    console: Box::new(
+                        ShardConsole::new(shared.routing.clone(), shared.engine.clone())
+                            .with_reload(shared.reload_requested.clone()),
+                    ),
                     resolver: Box::new(SystemResolver),
                     random: Box::new(OsRandom),
                     now: Instant::now(),
@@ -312,7 +366,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
                     ring,
                     engine,
                     mailboxes: shared.mailboxes.clone(),
-                    listener: Some(listener),
+                    listeners: listener,
                     panic_after_accepts,
                 };
                 let mut shard = Shard::new(parts, &config);
@@ -344,10 +398,24 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
     }
     let handle = ProxyHandle {
         addr,
+        tcp_addrs,
+        unix,
+        started: config.pgtier.clone(),
         shared,
         threads,
         control: Mutex::new(Some(plane)),
+        metrics: Mutex::new(MetricsEndpoint::default()),
     };
+    let started = handle
+        .metrics
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .apply(&config.pgtier, || handle.metrics_sources());
+    if let Err(message) = started {
+        handle.shutdown(ShutdownMode::Immediate);
+        let _ = handle.join();
+        return Err(message);
+    }
     for _ in 0..workers {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -359,7 +427,9 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
             Err(_) => return Err("a shard thread exited during startup".to_string()),
         }
     }
-    info!(%addr, workers, "pgtier listening");
+    let tcp: Vec<String> = handle.tcp_addrs.iter().map(SocketAddr::to_string).collect();
+    let unix = handle.unix.as_ref().map(|unix| unix.shown().to_string());
+    info!(tcp = %tcp.join(","), unix = unix.as_deref().unwrap_or(""), workers, "pgtier listening");
     Ok(handle)
 }
 
@@ -400,38 +470,87 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     (signal > 0).then_some(signal)
 }
 
-/// Runs the proxy from a config file until a shutdown completes. SIGHUP reloads the file (an
-/// invalid file is logged and ignored), SIGTERM waits for clients to leave, SIGINT waits for
-/// running transactions, and a second SIGTERM/SIGINT closes everything at once.
+/// What the process around the proxy does at its steps (the command line's daemon,
+/// pidfile, privileges and log files); every hook may be a no-op.
+pub struct RunHooks<'a> {
+    /// The listeners are bound and no thread runs yet (drop privileges here).
+    pub bound: &'a mut dyn FnMut(&Listeners) -> Result<(), String>,
+    /// Every shard is serving (write the pidfile, tell a waiting parent).
+    pub serving: &'a mut dyn FnMut(&ProxyHandle) -> Result<(), String>,
+    /// SIGHUP arrived, before the reload (reopen log files).
+    pub sighup: &'a mut dyn FnMut(),
+}
+
+/// How often the main thread looks for a RELOAD asked on the admin console.
+const RELOAD_POLL: Duration = Duration::from_millis(50);
+
+/// Runs the proxy from a config file until a shutdown completes, with PgBouncer 1.23's
+/// signals: SIGHUP (or RELOAD on the console) rereads the file (an invalid file is logged and
+/// ignored); SIGINT is the safe shutdown (`SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, each
+/// client closes when its transaction ends, exit once no server is in use); SIGTERM is the
+/// super safe one (`SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, exit once every client has
+/// left, which is what a rolling restart needs); a second SIGINT/SIGTERM closes everything
+/// at once.
 pub fn run(config_path: &Path) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|error| error.to_string())?;
     init_logging(&config.pgtier.log_level);
+    run_with(
+        config_path,
+        config,
+        RunHooks {
+            bound: &mut |_| Ok(()),
+            serving: &mut |_| Ok(()),
+            sighup: &mut || {},
+        },
+    )
+}
+
+/// Runs the proxy with `config` (loaded from `config_path`) until a shutdown completes, with
+/// the signals of [`run`] and the process steps of `hooks`.
+pub fn run_with(config_path: &Path, config: Config, hooks: RunHooks<'_>) -> Result<(), String> {
     let signals = block_signals();
-    let handle = start(config)?;
+    let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
+    (hooks.bound)(&listeners)?;
+    let handle = start_bound(config, listeners)?;
+    if let Err(message) = (hooks.serving)(&handle) {
+        handle.shutdown(ShutdownMode::Immediate);
+        let _ = handle.join();
+        return Err(message);
+    }
     let mut shutting_down = false;
     while !handle.is_finished() {
-        let Some(signal) = wait_signal(&signals, Duration::from_millis(200)) else {
+        if handle.take_reload_request() {
+            info!("RELOAD from the admin console");
+            // As SIGHUP: log files first.
+            (hooks.sighup)();
+            reload_from(&handle, config_path);
+        }
+        let Some(signal) = wait_signal(&signals, RELOAD_POLL) else {
             continue;
         };
+        if signal == libc::SIGHUP {
+            // Log files first, so the reload's own lines land in the fresh file.
+            (hooks.sighup)();
+        }
         match signal {
-            libc::SIGHUP => match Config::load(config_path) {
-                Ok(config) => match handle.reload(config) {
-                    Ok(()) => info!("reloaded {}", config_path.display()),
-                    Err(message) => warn!(%message, "reload failed"),
-                },
-                Err(error) => warn!(%error, "reload skipped: invalid configuration"),
-            },
+            libc::SIGHUP => reload_from(&handle, config_path),
             libc::SIGTERM | libc::SIGINT if shutting_down => {
                 info!("second signal: closing everything now");
                 handle.shutdown(ShutdownMode::Immediate);
             }
             libc::SIGTERM => {
-                info!("SIGTERM: waiting for clients to disconnect");
+                info!(
+                    "SIGTERM: super safe shutdown (WAIT_FOR_CLIENTS): no new connections, \
+                     exiting once every client has left"
+                );
                 shutting_down = true;
                 handle.shutdown(ShutdownMode::WaitForClients);
             }
             libc::SIGINT => {
-                info!("SIGINT: waiting for running transactions");
+                info!(
+                    "SIGINT: safe shutdown (WAIT_FOR_SERVERS): no new connections, each \
+                     client closes at the end of its transaction"
+                );
                 shutting_down = true;
                 handle.shutdown(ShutdownMode::WaitForTransactions);
             }
@@ -441,6 +560,17 @@ pub fn run(config_path: &Path) -> Result<(), String> {
     handle.join()
 }
 
+/// Rereads the configuration file and hands it to every shard (SIGHUP, RELOAD).
+fn reload_from(handle: &ProxyHandle, config_path: &Path) {
+    match Config::load(config_path) {
+        Ok(config) => match handle.reload(config) {
+            Ok(()) => info!("reloaded {}", config_path.display()),
+            Err(message) => warn!(%message, "reload failed"),
+        },
+        Err(error) => warn!(%error, "reload skipped: invalid configuration"),
+    }
+}
+
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
@@ -448,23 +578,4 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_target(false)
         .try_init();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_changed_unenforced_setting_is_named_at_startup() {
-        let path = std::env::temp_dir().join("pgtier-unenforced.toml");
-        let load = |extra: &str| {
-            let text = format!("[pgtier]\nauth_type = \"trust\"\n{extra}");
-            Config::from_str(&text, path.clone()).expect("valid config")
-        };
-        assert!(unenforced_settings(&load("")).is_empty());
-        assert_eq!(
-            unenforced_settings(&load("recv_buffer_count = 2048\n")),
-            vec!["recv_buffer_count"]
-        );
-    }
 }

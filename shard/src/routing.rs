@@ -2,44 +2,75 @@
 //! replica-set entry is admitted on the calling shard from the routers' snapshot (or by the
 //! control shard, whose answer arrives in this shard's reply mailbox), re-pinned when its
 //! replica goes Down, and every connection failure to a replica is reported to its router.
+//! A read transaction of a reader entry is placed by the entry's [`ReadRouter`] with this
+//! shard's own random source and alternation state.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
+use ahash::AHashMap;
 use arc_swap::ArcSwap;
 use pgtier_engine::services::{
-    Admission, AdmissionReply, FailureCause, Refusal, ReplicaLease, Routing,
+    Admission, AdmissionReply, FailureCause, ReadRequest, ReadRoute, Refusal, ReplicaLease, Routing,
 };
 use pgtier_policy::ServiceClass;
 use pgtier_wire::SqlState;
 
 use crate::control::{
-    self, AdmissionError, ReplyMailbox, RouterMap, ServerFailureCause, SessionLease,
+    self, AdmissionError, ReadAsk, ReadLocal, ReadPlacement, ReplyMailbox, RouterMap,
+    ServerFailureCause, SessionLease,
 };
 
 /// Routing state every shard shares: the routers of the current configuration, replaced on
-/// reload before the shards get the new configuration.
+/// reload before the shards get the new configuration, and the latest write of each user
+/// (read-your-writes with `read_your_writes_scope = "user"`).
 pub struct SharedRouting {
     pub map: ArcSwap<RouterMap>,
+    /// database → user → end of that user's latest write transaction. Touched only by
+    /// entries with the user scope; bounded by the users that can log in.
+    user_writes: Mutex<AHashMap<String, AHashMap<String, Instant>>>,
 }
 
 impl SharedRouting {
     pub fn new(map: RouterMap) -> SharedRouting {
         SharedRouting {
             map: ArcSwap::from_pointee(map),
+            user_writes: Mutex::new(AHashMap::new()),
         }
+    }
+
+    fn user_writes(
+        &self,
+    ) -> std::sync::MutexGuard<'_, AHashMap<String, AHashMap<String, Instant>>> {
+        self.user_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// One shard's view: the shared routers and its own reply mailbox.
+/// One shard's view: the shared routers, its own reply mailbox, and its own read-placement
+/// state (the engine calls in from the shard's thread only, so a `RefCell` suffices).
 pub struct ShardRouting {
     shared: Arc<SharedRouting>,
     replies: Arc<ReplyMailbox>,
+    reads: RefCell<ReadLocal>,
 }
 
 impl ShardRouting {
     pub fn new(shared: Arc<SharedRouting>, replies: Arc<ReplyMailbox>) -> ShardRouting {
-        ShardRouting { shared, replies }
+        let mut seed = [0u8; 8];
+        // Without OS randomness the shards still spread reads, only less independently.
+        let seed = match pgtier_wire::auth::os_random(&mut seed) {
+            Ok(()) => u64::from_le_bytes(seed),
+            Err(_) => Arc::as_ptr(&replies) as u64,
+        };
+        ShardRouting {
+            shared,
+            replies,
+            reads: RefCell::new(ReadLocal::new(seed)),
+        }
     }
 }
 
@@ -159,5 +190,45 @@ impl Routing for ShardRouting {
         map.router(database)
             .and_then(|router| Some(router.is_down(router.replica_id(replica)?)))
             .unwrap_or(false)
+    }
+
+    fn route_read(&self, request: &ReadRequest<'_>) -> ReadRoute {
+        let map = self.shared.map.load();
+        let Some(reader) = map.reader(request.database) else {
+            return ReadRoute::Primary;
+        };
+        let ask = ReadAsk {
+            class: request.class,
+            leased: request.leased,
+            after: request.after,
+        };
+        // Only this shard's thread calls in, and never re-entrantly; a busy cell would be a
+        // bug, answered safely with the primary.
+        let Ok(mut local) = self.reads.try_borrow_mut() else {
+            return ReadRoute::Primary;
+        };
+        match reader.route(&ask, &mut local) {
+            ReadPlacement::Replica(ticket) => ReadRoute::Replica(Box::new(ticket)),
+            ReadPlacement::Primary => ReadRoute::Primary,
+            ReadPlacement::NotYet => ReadRoute::NotYet,
+        }
+    }
+
+    fn note_user_write(&self, database: &str, user: &str, at: Instant) {
+        let mut writes = self.shared.user_writes();
+        let users = match writes.get_mut(database) {
+            Some(users) => users,
+            None => writes.entry(database.to_string()).or_default(),
+        };
+        match users.get_mut(user) {
+            Some(latest) => *latest = (*latest).max(at),
+            None => {
+                users.insert(user.to_string(), at);
+            }
+        }
+    }
+
+    fn user_write(&self, database: &str, user: &str) -> Option<Instant> {
+        self.shared.user_writes().get(database)?.get(user).copied()
     }
 }

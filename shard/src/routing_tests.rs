@@ -104,7 +104,8 @@ fn a_refused_connect_to_a_replica_is_reported_to_its_router() {
         id,
         &pgtier_engine::testing::startup(&[("user", "alice"), ("database", "analytics")]),
     );
-    let (server, addr) = h.connecting[0];
+    let (server, addr) = h.connecting[0].clone();
+    let addr = addr.tcp().expect("a replica is a TCP address");
     h.engine
         .handle_server_connected(h.now, server, Err(111 /* ECONNREFUSED */));
     h.pump();

@@ -54,7 +54,10 @@ fn test_shard() -> Shard<FakeRing> {
         ring: FakeRing::new(),
         engine,
         mailboxes: vec![Arc::new(Mailbox::new(16).expect("eventfd"))],
-        listener: Some(socket_fd()),
+        listeners: vec![crate::listen::ShardListener {
+            fd: socket_fd(),
+            kind: crate::listen::ListenerKind::Tcp,
+        }],
         panic_after_accepts: None,
     };
     let mut shard = Shard::new(parts, &config);
@@ -464,7 +467,9 @@ fn random_peer_behaviour_never_panics_the_shard() {
 
 #[test]
 fn a_send_to_a_closed_peer_is_epipe_not_sigpipe() {
-    let Ok(mut ring) = crate::io::uring::UringRing::new(8) else {
+    let Ok(mut ring) =
+        crate::io::uring::UringRing::new(8, crate::io::uring::RecvBuffers { count: 4, size: 64 })
+    else {
         return; // io_uring unavailable here: covered by the startup error test instead.
     };
     let mut fds = [0; 2];
@@ -495,4 +500,240 @@ fn a_send_to_a_closed_peer_is_epipe_not_sigpipe() {
     assert_eq!(out[0].result, -libc::EPIPE);
     // SAFETY: closing our own fd.
     unsafe { libc::close(fds[0]) };
+}
+
+/// Two shards over fake rings sharing budgets and mailboxes, one server at most per pool.
+fn two_shards() -> (Shard<FakeRing>, Shard<FakeRing>) {
+    let text = CONFIG.replace("default_pool_size = 2", "default_pool_size = 1");
+    let config = Arc::new(Config::from_str(&text, "/tmp/trap.toml").expect("config"));
+    let shared = Arc::new(pgtier_engine::Shared::new(2));
+    let mailboxes = vec![
+        Arc::new(Mailbox::new(16).expect("eventfd")),
+        Arc::new(Mailbox::new(16).expect("eventfd")),
+    ];
+    let shard = |index: usize| {
+        let engine = Engine::new(EngineParts {
+            shard: index,
+            config: config.clone(),
+            users: Arc::new(UserList::new()),
+            shared: shared.clone(),
+            routing: Box::new(NoRouting),
+            console: Box::new(NoConsole),
+            resolver: Box::new(IpOnly),
+            random: Box::new(SeededRandom::new(7 + index as u64)),
+            now: Instant::now(),
+            wall_now: SystemTime::now(),
+            tls: Default::default(),
+        });
+        let parts = ShardParts {
+            index,
+            ring: FakeRing::new(),
+            engine,
+            mailboxes: mailboxes.clone(),
+            listeners: vec![crate::listen::ShardListener {
+                fd: socket_fd(),
+                kind: crate::listen::ListenerKind::Tcp,
+            }],
+            panic_after_accepts: None,
+        };
+        let mut shard = Shard::new(parts, &config);
+        shard.start();
+        shard
+    };
+    (shard(0), shard(1))
+}
+
+/// A client of shard `shard` sends its startup; with the pool's one server on the other
+/// shard it waits, and its shard asks the other for the server.
+fn waiting_client(shard: &mut Shard<FakeRing>) {
+    accept(shard);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv armed");
+    shard
+        .ring()
+        .deliver(recv, &startup(&[("user", "alice"), ("database", "db")]));
+    turn(shard);
+}
+
+/// The shard reads its mailbox (the eventfd read completes) and acts on what it holds.
+fn read_mailbox(shard: &mut Shard<FakeRing>) {
+    let read = shard
+        .ring()
+        .take(is_kind(OpKind::MailboxRead))
+        .expect("mailbox read armed");
+    shard.ring().complete(read, 8, false);
+    turn(shard);
+}
+
+/// The descriptor the shard's one server receives on.
+fn server_fd(shard: &mut Shard<FakeRing>) -> Option<i32> {
+    shard
+        .ring()
+        .pending
+        .iter()
+        .find(|p| p.key.kind == OpKind::ServerRecv)
+        .and_then(|p| match p.op {
+            Op::Recv { fd, .. } => Some(fd),
+            _ => None,
+        })
+}
+
+#[test]
+fn an_idle_server_socket_moves_to_the_shard_whose_client_waits_unclosed() {
+    let (mut giver, mut taker) = two_shards();
+    logged_in_client(&mut giver, usize::MAX);
+    let fd = server_fd(&mut giver).expect("the idle server receives");
+    waiting_client(&mut taker);
+    assert!(
+        !taker.ring().has(is_kind(OpKind::ServerConnect)),
+        "the pool is full: no new server"
+    );
+    // The giver hears the ask, cancels the server's receive, and detaches it once the
+    // cancelled receive is reaped.
+    read_mailbox(&mut giver);
+    assert_eq!(giver.engine().server_count(), 1, "detaching: not gone yet");
+    turn(&mut giver);
+    assert_eq!(giver.engine().server_count(), 0, "it left the giver");
+    assert!(
+        !giver.ring().closed.contains(&fd),
+        "its socket was not closed"
+    );
+    read_mailbox(&mut taker);
+    assert_eq!(taker.engine().server_count(), 1);
+    assert_eq!(
+        server_fd(&mut taker),
+        Some(fd),
+        "the taker receives on the same socket"
+    );
+    assert!(
+        !taker.ring().has(is_kind(OpKind::ServerConnect)),
+        "PostgreSQL sees no new connection"
+    );
+    // The waiting client is welcomed through it.
+    let mut welcome = Vec::new();
+    while let Some(send) = taker.ring().take(is_kind(OpKind::ClientSend)) {
+        welcome.extend(taker.ring().accept_send(send, usize::MAX));
+        turn(&mut taker);
+    }
+    assert_eq!(welcome.first(), Some(&b'R'));
+    assert_eq!(welcome.last(), Some(&b'I'), "ends with ReadyForQuery");
+}
+
+#[test]
+fn a_server_that_speaks_before_its_receive_is_cancelled_closes_instead_of_moving() {
+    let (mut giver, mut taker) = two_shards();
+    logged_in_client(&mut giver, usize::MAX);
+    let fd = server_fd(&mut giver).expect("the idle server receives");
+    waiting_client(&mut taker);
+    // The receive completes (with a notice) before the cancel reaches it.
+    let recv = giver
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    read_mailbox(&mut giver);
+    let notice = pgtier_engine::testing::frame(b'N', b"SNOTICE\0Mhi\0\0");
+    giver.ring().deliver(recv, &notice);
+    turn(&mut giver);
+    turn(&mut giver);
+    assert_eq!(giver.engine().server_count(), 0);
+    assert!(giver.ring().closed.contains(&fd), "closed, not moved");
+    // Its slot goes to the taker, which opens a server of its own with it.
+    read_mailbox(&mut taker);
+    assert!(taker.ring().has(is_kind(OpKind::ServerConnect)));
+}
+
+/// Clients receive into the ring's provided buffers through one multishot receive: every
+/// buffer a completion names goes back to the ring, over a session and for bytes that
+/// arrive after their client began to close.
+#[test]
+fn every_provided_buffer_comes_back() {
+    let mut shard = test_shard();
+    logged_in_client(&mut shard, usize::MAX);
+    assert!(shard.ring().lent.is_empty(), "after login");
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("recv armed while idle");
+    assert!(matches!(recv.op, Op::RecvMulti { .. }), "{recv:?}");
+    shard.ring().deliver(recv, &query("SELECT 1"));
+    turn(&mut shard);
+    assert!(shard.ring().lent.is_empty(), "after a query");
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("the multishot stays armed");
+    // Terminate, and more bytes behind it in a second buffer before the shard looks.
+    shard.ring().deliver(recv, b"X\0\0\0\x04");
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("still armed");
+    shard.ring().deliver(recv, &query("SELECT 2"));
+    turn(&mut shard);
+    turn(&mut shard);
+    assert!(shard.ring().lent.is_empty(), "{:?}", shard.ring().lent);
+    assert_eq!(shard.engine().client_count(), 0, "the client left");
+}
+
+/// A multishot receive would go on delivering after a pause, so a pause cancels it, and
+/// the client is armed again once its held input has gone to its server.
+#[test]
+fn a_paused_client_has_its_multishot_cancelled_and_rearmed_on_resume() {
+    let mut shard = test_shard();
+    accept(&mut shard);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv armed");
+    shard
+        .ring()
+        .deliver(recv, &startup(&[("user", "alice"), ("database", "db")]));
+    turn(&mut shard);
+    // The server's connect stays pending: the client waits, holding what it sends.
+    let chunk = query(&format!("SELECT '{}'", "x".repeat(3900)));
+    let mut delivered = 0;
+    while let Some(recv) = shard.ring().take(is_kind(OpKind::ClientRecv)) {
+        shard.ring().deliver(recv, &chunk);
+        delivered += chunk.len();
+        turn(&mut shard);
+        assert!(delivered < 1 << 20, "never paused");
+    }
+    turn(&mut shard);
+    assert!(
+        !shard.ring().has(is_kind(OpKind::ClientRecv)),
+        "not re-armed while paused"
+    );
+    assert!(shard.ring().lent.is_empty());
+    assert_eq!(shard.engine().client_count(), 1, "the client stays");
+    let connect = shard
+        .ring()
+        .take(is_kind(OpKind::ServerConnect))
+        .expect("connect");
+    shard.ring().complete(connect, 0, false);
+    turn(&mut shard);
+    let startup = shard
+        .ring()
+        .take(is_kind(OpKind::ServerSend))
+        .expect("startup sent");
+    shard.ring().accept_send(startup, usize::MAX);
+    let server_recv = shard
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    shard.ring().deliver(server_recv, &server_login_bytes());
+    turn(&mut shard);
+    while let Some(send) = shard.ring().take(is_kind(OpKind::ServerSend)) {
+        shard.ring().accept_send(send, usize::MAX);
+        turn(&mut shard);
+    }
+    while let Some(send) = shard.ring().take(is_kind(OpKind::ClientSend)) {
+        shard.ring().accept_send(send, usize::MAX);
+        turn(&mut shard);
+    }
+    assert!(
+        shard.ring().has(is_kind(OpKind::ClientRecv)),
+        "receiving again once the held input went on"
+    );
 }

@@ -1,7 +1,7 @@
-//! `SHOW CLIENTS` and `SHOW POOLS` through the real proxy (two shards) over a primary and
-//! five streaming replicas: premium and freemium sessions on a replica-set entry are listed
-//! with their class and the replica they are pinned to, whichever shard holds them, and each
-//! replica they use shows up as a pool.
+//! `SHOW CLIENTS`, `SHOW SERVERS` and `SHOW POOLS` through the real proxy (two shards) over
+//! a primary and five streaming replicas: premium and freemium sessions on a replica-set entry
+//! are listed with their class and the replica they are pinned to, whichever shard holds
+//! them, each replica they use has servers, and each (database, user) is one pool row.
 
 mod common;
 
@@ -9,13 +9,22 @@ use std::collections::BTreeSet;
 
 use common::replicas::{self, Cluster, Session, admin, open};
 
-/// `SHOW CLIENTS` columns.
-const SHARD: usize = 0;
+/// `SHOW CLIENTS` columns: PgBouncer's first, then pgtier's.
+const USER: usize = 1;
 const DATABASE: usize = 2;
-const USER: usize = 3;
-const STATE: usize = 4;
-const CLASS: usize = 5;
-const REPLICA: usize = 6;
+const STATE: usize = 3;
+const SHARD: usize = 18;
+const PGTIER_STATE: usize = 19;
+const CLASS: usize = 20;
+const REPLICA: usize = 21;
+const BACKEND_PID: usize = 22;
+
+/// `SHOW POOLS` columns.
+const POOL_USER: usize = 1;
+const CL_ACTIVE: usize = 2;
+const SV_ACTIVE: usize = 6;
+const SV_IDLE: usize = 9;
+const POOL_MODE: usize = 15;
 
 fn replica_addr(cluster: &Cluster, session: &Session) -> String {
     format!("127.0.0.1:{}", cluster.replicas[session.replica].port())
@@ -69,7 +78,14 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
         assert_eq!(listed, expected, "{user}'s replicas");
         for row in rows {
             assert_eq!(row[CLASS], class, "{user}'s class");
-            assert_eq!(row[STATE], "idle", "transaction mode, between queries");
+            assert_eq!(
+                row[STATE], "active",
+                "PgBouncer's word for a logged-in client"
+            );
+            assert_eq!(
+                row[PGTIER_STATE], "idle",
+                "transaction mode, between queries"
+            );
         }
     }
     let admin_row = clients
@@ -83,25 +99,38 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
     let shards: BTreeSet<&str> = clients.iter().map(|row| row[SHARD].as_str()).collect();
     println!("clients on shards {shards:?}");
 
-    let pools = split(&admin(&proxy, "POOLS"));
-    println!("SHOW POOLS:\n{pools:?}");
+    let servers = split(&admin(&proxy, "SERVERS"));
+    println!("SHOW SERVERS:\n{servers:?}");
     for session in premium.iter().chain(&freemium) {
         let addr = replica_addr(&cluster, session);
-        let row = pools
-            .iter()
-            .find(|row| row[1] == "analytics" && row[3] == addr)
-            .unwrap_or_else(|| panic!("a pool on {addr}"));
-        assert_eq!(row[4], "transaction");
+        assert!(
+            servers
+                .iter()
+                .any(|row| row[DATABASE] == "analytics" && format!("{}:{}", row[4], row[5]) == addr),
+            "a server on {addr}"
+        );
     }
-    let clients_active: u32 = pools
+    let pools = split(&admin(&proxy, "POOLS"));
+    println!("SHOW POOLS:\n{pools:?}");
+    let analytics: Vec<&Vec<String>> = pools.iter().filter(|row| row[0] == "analytics").collect();
+    let users: Vec<&str> = analytics
         .iter()
-        .filter(|row| row[1] == "analytics")
-        .map(|row| row[5].parse::<u32>().expect("cl_active"))
+        .map(|row| row[POOL_USER].as_str())
+        .collect();
+    // The entry logs in to its servers as one user, so alice and bob share its pool, as
+    // PgBouncer's pools with a forced user do: one row across shards and replicas.
+    assert_eq!(users, ["postgres"], "one row per (database, server user)");
+    for row in &analytics {
+        assert_eq!(row[POOL_MODE], "transaction");
+    }
+    let clients_active: u32 = analytics
+        .iter()
+        .map(|row| row[CL_ACTIVE].parse::<u32>().expect("cl_active"))
         .sum();
     assert_eq!(clients_active, 4, "idle logged-in clients count as active");
     let servers_idle: u32 = pools
         .iter()
-        .map(|row| row[8].parse::<u32>().expect("sv_idle"))
+        .map(|row| row[SV_IDLE].parse::<u32>().expect("sv_idle"))
         .sum();
     assert!(servers_idle >= 1, "servers back in their pools");
 
@@ -121,17 +150,25 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
         .find(|row| row[DATABASE] == "analytics")
         .expect("the session");
     assert_eq!(
-        (row[STATE].as_str(), row[CLASS].as_str(), row[9].as_str()),
+        (
+            row[PGTIER_STATE].as_str(),
+            row[CLASS].as_str(),
+            row[BACKEND_PID].as_str()
+        ),
         ("active", "premium", pid.as_str())
     );
     assert_eq!(row[REPLICA], replica_addr(&cluster, &linked));
     let pools = split(&admin(&session_proxy, "POOLS"));
     let row = pools
         .iter()
-        .find(|row| row[3] == replica_addr(&cluster, &linked))
+        .find(|row| row[0] == "analytics" && row[POOL_USER] == "postgres")
         .expect("its pool");
     assert_eq!(
-        (row[4].as_str(), row[5].as_str(), row[7].as_str()),
+        (
+            row[POOL_MODE].as_str(),
+            row[CL_ACTIVE].as_str(),
+            row[SV_ACTIVE].as_str()
+        ),
         ("session", "1", "1")
     );
 }

@@ -58,9 +58,9 @@ fn stop_load(load: Load) -> Session {
     session
 }
 
-/// (interval_queries, p50_ms, p95_ms) of premium and freemium from `SHOW STATS`.
+/// (interval_queries, p50_ms, p95_ms) of premium and freemium from `SHOW CLASS_STATS`.
 fn per_class_interval(proxy: &ProxyHandle) -> Vec<(u64, f64, f64)> {
-    replicas::admin(proxy, "STATS")
+    replicas::admin(proxy, "CLASS_STATS")
         .iter()
         .map(|line| {
             let cols: Vec<&str> = line.split('|').collect();
@@ -242,7 +242,7 @@ fn killed_replica_gets_no_new_sessions_and_idle_sessions_continue() {
         },
     );
     let interval = per_class_interval(&proxy);
-    println!("SHOW STATS interval (queries, p50_ms, p95_ms) premium, freemium: {interval:?}");
+    println!("SHOW CLASS_STATS interval (queries, p50_ms, p95_ms) premium, freemium: {interval:?}");
     for (_, p50, p95) in &interval {
         assert!(p50 <= p95 && *p95 > 0.0, "{interval:?}");
     }

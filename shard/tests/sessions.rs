@@ -532,12 +532,23 @@ fn admin_console_answers_show_commands() {
     assert!(out.contains("pgtier"), "{out}");
     let (ok, _, err) = psql(port, "postgres", "postgres", "SELECT 1", None);
     assert!(ok, "{err}");
-    let (ok, out, err) = psql(port, "postgres", "pgtier", "SHOW STATS", None);
+    let (ok, out, err) = psql(port, "postgres", "pgtier", "SHOW CLASS_STATS", None);
     assert!(ok, "{err}");
     assert!(!out.is_empty());
+    let (ok, out, err) = psql(port, "postgres", "pgtier", "SHOW STATS", None);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines().any(|line| line.starts_with("postgres|")),
+        "{out}"
+    );
     let (ok, _, err) = psql(port, "nobody", "pgtier", "SHOW VERSION", None);
     assert!(!ok);
-    assert!(err.contains("admin console"), "{err}");
+    assert!(err.contains("not allowed"), "PgBouncer's refusal: {err}");
+    let (ok, out, err) = psql(port, "postgres", "pgbouncer", "SHOW VERSION", None);
+    assert!(
+        ok && out.contains("pgtier"),
+        "pgbouncer is the console: {err}"
+    );
     proxy.shutdown(ShutdownMode::Immediate);
     proxy.join().expect("exit");
 }

@@ -14,6 +14,8 @@ pub struct DatabaseEntry {
     pub dbname: String,
     /// Further `key = value` lines, values already in TOML syntax (`pool_size = 1`).
     pub extra: Vec<(String, String)>,
+    /// A reader entry: `port` is the primary and these are its replicas' ports.
+    pub replicas: Option<Vec<u16>>,
 }
 
 /// The whole configuration of one proxy under test.
@@ -32,6 +34,8 @@ pub struct ProxyConfig {
     /// Further `[pgtier]` lines, values in TOML syntax (`query_wait_timeout = 2`).
     pub extra: Vec<(String, String)>,
     pub databases: Vec<DatabaseEntry>,
+    /// `[users.NAME]` lines as (user, key, value in TOML syntax).
+    pub user_settings: Vec<(String, String, String)>,
     /// Environment variables for the proxy process.
     pub env: Vec<(String, String)>,
 }
@@ -50,6 +54,7 @@ impl ProxyConfig {
             users: vec![("postgres".to_string(), String::new())],
             extra: Vec::new(),
             databases: Vec::new(),
+            user_settings: Vec::new(),
             env: Vec::new(),
         }
         .database("postgres", server_port, "postgres")
@@ -62,6 +67,25 @@ impl ProxyConfig {
             port,
             dbname: dbname.to_string(),
             extra: Vec::new(),
+            replicas: None,
+        });
+        self
+    }
+
+    /// Adds a reader entry: the primary on `primary_port`, replicas on `replica_ports`.
+    pub fn reader_database(
+        mut self,
+        name: &str,
+        primary_port: u16,
+        replica_ports: &[u16],
+        dbname: &str,
+    ) -> ProxyConfig {
+        self.databases.push(DatabaseEntry {
+            name: name.to_string(),
+            port: primary_port,
+            dbname: dbname.to_string(),
+            extra: Vec::new(),
+            replicas: Some(replica_ports.to_vec()),
         });
         self
     }
@@ -100,6 +124,13 @@ impl ProxyConfig {
         self
     }
 
+    /// Adds a `key = value` line to the `[users.NAME]` table of `user` (`class`, `"premium"`).
+    pub fn user_setting(mut self, user: &str, key: &str, value: &str) -> ProxyConfig {
+        self.user_settings
+            .push((user.to_string(), key.to_string(), value.to_string()));
+        self
+    }
+
     /// The pgtier.toml text, with the userlist at `userlist_path`.
     pub fn to_toml(&self, userlist_path: &std::path::Path) -> String {
         let mut text = String::new();
@@ -121,10 +152,36 @@ impl ProxyConfig {
         }
         for entry in &self.databases {
             let _ = writeln!(text, "\n[databases.{}]", entry.name);
-            let _ = writeln!(text, "host = \"127.0.0.1\"");
-            let _ = writeln!(text, "port = {}", entry.port);
+            match &entry.replicas {
+                // A replica set named in `extra` lists its servers itself.
+                None if entry.extra.iter().any(|(key, _)| key == "replicas") => {}
+                None => {
+                    let _ = writeln!(text, "host = \"127.0.0.1\"");
+                    let _ = writeln!(text, "port = {}", entry.port);
+                }
+                Some(replicas) => {
+                    let _ = writeln!(text, "primary = \"127.0.0.1:{}\"", entry.port);
+                    let list: Vec<String> = replicas
+                        .iter()
+                        .map(|port| format!("\"127.0.0.1:{port}\""))
+                        .collect();
+                    let _ = writeln!(text, "replicas = [{}]", list.join(", "));
+                }
+            }
             let _ = writeln!(text, "dbname = {}", toml_string(&entry.dbname));
             for (key, value) in &entry.extra {
+                let _ = writeln!(text, "{key} = {value}");
+            }
+        }
+        let mut users: Vec<&str> = Vec::new();
+        for (user, _, _) in &self.user_settings {
+            if !users.contains(&user.as_str()) {
+                users.push(user);
+            }
+        }
+        for user in users {
+            let _ = writeln!(text, "\n[users.{}]", toml_string(user));
+            for (_, key, value) in self.user_settings.iter().filter(|(u, _, _)| u == user) {
                 let _ = writeln!(text, "{key} = {value}");
             }
         }

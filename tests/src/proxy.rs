@@ -31,6 +31,8 @@ pub struct Pgtier {
     child: Child,
     port: u16,
     config: ProxyConfig,
+    /// The file pgtier was started with.
+    config_file: PathBuf,
     dir: TempDir,
     watchdog: Arc<Watchdog>,
     exit_status: Option<ExitStatus>,
@@ -54,10 +56,36 @@ impl Pgtier {
         }
         let dir = TempDir::new("pgtier")?;
         write_config_files(dir.path(), &config)?;
+        let config_file = dir.path().join("pgtier.toml");
+        let args = ["--config".into(), config_file.clone().into_os_string()];
+        Pgtier::spawn(dir, config_file, &args, config, lifetime)
+    }
+
+    /// Starts pgtier from a raw configuration file, PgBouncer style (`pgtier FILE`): `write`
+    /// gets a fresh directory, writes the file (and what it refers to) there and returns its
+    /// path. `listen_port` is the port the file makes pgtier listen on, over TCP on 127.0.0.1.
+    pub fn start_file(
+        listen_port: u16,
+        write: impl FnOnce(&Path) -> io::Result<PathBuf>,
+    ) -> io::Result<Pgtier> {
+        let dir = TempDir::new("pgtier")?;
+        let config_file = write(dir.path())?;
+        let mut config = ProxyConfig::new(0);
+        config.listen_port = listen_port;
+        let args = [config_file.clone().into_os_string()];
+        Pgtier::spawn(dir, config_file, &args, config, DEFAULT_WATCHDOG)
+    }
+
+    fn spawn(
+        dir: TempDir,
+        config_file: PathBuf,
+        args: &[std::ffi::OsString],
+        config: ProxyConfig,
+        lifetime: Duration,
+    ) -> io::Result<Pgtier> {
         let log = std::fs::File::create(dir.path().join("pgtier.log"))?;
         let child = Command::new(proxy_binary()?)
-            .arg("--config")
-            .arg(dir.path().join("pgtier.toml"))
+            .args(args)
             .env(
                 "PGTIER_LOG",
                 std::env::var("PGTIER_LOG").unwrap_or_else(|_| "info".into()),
@@ -72,6 +100,7 @@ impl Pgtier {
             port: config.listen_port,
             child,
             config,
+            config_file,
             dir,
             watchdog,
             exit_status: None,
@@ -93,7 +122,12 @@ impl Pgtier {
     }
 
     pub fn config_path(&self) -> PathBuf {
-        self.dir.path().join("pgtier.toml")
+        self.config_file.clone()
+    }
+
+    /// The directory holding the proxy's files (its config, userlist and log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Everything the proxy logged so far.

@@ -1,10 +1,14 @@
-//! Client authentication against a PgBouncer-style userlist (SCRAM and md5), server login with
-//! the configured password, and the SQLSTATEs PostgreSQL uses for failures.
+//! Client authentication against a PgBouncer-style userlist (SCRAM, md5, plain), an HBA
+//! file, TLS client certificates and `auth_query`; server login with the configured or
+//! looked-up password, and the SQLSTATEs PostgreSQL uses for failures.
 
 use std::time::{Duration, Instant};
 
+use pgtier_tests::config::toml_string;
 use pgtier_tests::fixtures::{admin, sqlstate, start_proxy};
-use pgtier_tests::{HbaAuth, LocalPg, PgOptions, Pgtier, ProxyConfig};
+use pgtier_tests::pki::TestPki;
+use pgtier_tests::process::{pg_tool, run};
+use pgtier_tests::{HbaAuth, LocalPg, PgOptions, Pgtier, ProxyConfig, TempDir, wait};
 
 fn server(auth: HbaAuth, password_encryption: &'static str) -> LocalPg {
     let pg = LocalPg::start_primary(&PgOptions {
@@ -144,4 +148,156 @@ fn a_database_entry_can_force_the_server_user_and_password() {
         .query_typed_one("SELECT current_user::text", &[])
         .expect("query");
     assert_eq!(row.get::<_, String>(0), "alice");
+}
+
+/// The error of a login that must fail: (SQLSTATE, message).
+fn refusal(proxy: &Pgtier, user: &str, password: &str) -> (String, String) {
+    let error = connect(proxy, user, password)
+        .err()
+        .expect("login should fail");
+    let message = error
+        .as_db_error()
+        .map(|db| db.message().to_string())
+        .unwrap_or_else(|| error.to_string());
+    (sqlstate(&error).unwrap_or_default(), message)
+}
+
+#[test]
+fn plain_auth_checks_the_cleartext_password_against_a_hashed_entry() {
+    let pg = server(HbaAuth::Md5, "md5");
+    let hash = admin(
+        &pg,
+        "SELECT rolpassword FROM pg_authid WHERE rolname = 'alice'",
+    );
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .auth("plain")
+            .user("alice", &hash),
+    );
+    assert_logged_in_as(connect(&proxy, "alice", "s3cret pass"), "alice");
+    assert_password_rejected(&proxy, "alice", "wrong");
+    // The stored hash is not a password.
+    assert_password_rejected(&proxy, "alice", &hash);
+}
+
+#[test]
+fn an_hba_file_chooses_the_method_per_user_and_reloads() {
+    let pg = server(HbaAuth::Trust, "scram-sha-256");
+    for user in ["bob", "carol", "dave"] {
+        pg.create_user(user, "pw").expect("create user");
+    }
+    let dir = TempDir::new("pgtier-hba").expect("temp dir");
+    let hba = dir.path().join("pg_hba.conf");
+    let lines = "# pgtier test\n\
+                 host all alice 127.0.0.1/32 trust\n\
+                 host all bob   127.0.0.1/32 md5\n\
+                 host all carol 127.0.0.1/32 reject\n";
+    std::fs::write(&hba, lines).expect("hba file");
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .auth("hba")
+            .setting("auth_hba_file", &toml_string(&hba.display().to_string()))
+            .user("bob", "pw"),
+    );
+    assert_logged_in_as(connect(&proxy, "alice", "anything"), "alice");
+    assert_logged_in_as(connect(&proxy, "bob", "pw"), "bob");
+    assert_password_rejected(&proxy, "bob", "wrong");
+    assert_eq!(
+        refusal(&proxy, "carol", "pw"),
+        (
+            "28000".to_string(),
+            "pg_hba.conf rejects connection for host \"127.0.0.1\", user \"carol\", database \"postgres\", no encryption".to_string()
+        )
+    );
+    assert_eq!(
+        refusal(&proxy, "dave", "pw"),
+        (
+            "28000".to_string(),
+            "no pg_hba.conf entry for host \"127.0.0.1\", user \"dave\", database \"postgres\", no encryption".to_string()
+        )
+    );
+    // A reload reads the file again.
+    std::fs::write(&hba, format!("{lines}host all dave 127.0.0.1/32 trust\n")).expect("hba");
+    proxy.reload().expect("SIGHUP");
+    let reached = wait::until(Duration::from_secs(10), Duration::from_millis(100), || {
+        connect(&proxy, "dave", "").ok()
+    });
+    assert!(reached.is_some(), "dave was let in after the reload");
+}
+
+/// psql through the proxy with `conninfo`: (succeeded, stderr).
+fn psql(proxy: &Pgtier, conninfo: &str) -> (bool, String) {
+    let mut command = pg_tool("psql");
+    command
+        .args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-d"])
+        .arg(format!(
+            "host=localhost port={} dbname=postgres {conninfo}",
+            proxy.port()
+        ))
+        .args(["-c", "SELECT current_user"]);
+    let finished = run(&mut command, Duration::from_secs(30)).expect("psql runs");
+    (finished.status.success(), finished.stderr)
+}
+
+#[test]
+fn cert_auth_needs_a_certificate_naming_the_user() {
+    let dir = TempDir::new("pgtier-cert-auth").expect("temp dir");
+    let pki = TestPki::write(dir.path(), "alice").expect("pki");
+    let pg = server(HbaAuth::Trust, "scram-sha-256");
+    pg.create_user("bob", "pw").expect("bob");
+    let path = |path: &std::path::Path| toml_string(&path.display().to_string());
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .auth("cert")
+            .setting("client_tls_sslmode", "\"verify-ca\"")
+            .setting("client_tls_cert_file", &path(&pki.server.cert))
+            .setting("client_tls_key_file", &path(&pki.server.key))
+            .setting("client_tls_ca_file", &path(&pki.ca_cert)),
+    );
+    let tls = format!(
+        "{} {}",
+        pki.verify_full_conninfo(),
+        TestPki::client_cert_conninfo(&pki.client)
+    );
+    let (ok, err) = psql(&proxy, &format!("user=alice {tls}"));
+    assert!(ok, "alice's certificate logs alice in: {err}");
+    let (ok, err) = psql(&proxy, &format!("user=bob {tls}"));
+    assert!(!ok, "alice's certificate does not log bob in");
+    assert!(err.contains("TLS certificate name mismatch"), "{err}");
+}
+
+#[test]
+fn auth_query_logs_in_users_only_postgresql_knows() {
+    // One md5 server: PostgreSQL's md5 method runs SCRAM for a SCRAM-hashed role, so it
+    // holds both kinds of secrets.
+    let pg = server(HbaAuth::Md5, "scram-sha-256");
+    admin(
+        &pg,
+        "CREATE ROLE pgtier_auth LOGIN SUPERUSER PASSWORD 'authpw'",
+    );
+    admin(
+        &pg,
+        "SET password_encryption = 'md5'; CREATE ROLE md5_user LOGIN PASSWORD 'pw one'",
+    );
+    admin(&pg, "CREATE ROLE scram_user LOGIN PASSWORD 'pw two'");
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .auth("md5")
+            .setting("auth_user", "\"pgtier_auth\"")
+            .user("pgtier_auth", "authpw"),
+    );
+    assert_logged_in_as(connect(&proxy, "md5_user", "pw one"), "md5_user");
+    // SCRAM from the client to pgtier, and from pgtier to the server with the ClientKey the
+    // client proved.
+    assert_logged_in_as(connect(&proxy, "scram_user", "pw two"), "scram_user");
+    assert_password_rejected(&proxy, "md5_user", "wrong");
+    assert_password_rejected(&proxy, "scram_user", "wrong");
+    assert_password_rejected(&proxy, "nobody", "pw one");
+    // The users logged in to the server as themselves.
+    let sessions = admin(
+        &pg,
+        "SELECT string_agg(DISTINCT usename, ',' ORDER BY usename) FROM pg_stat_activity \
+         WHERE usename IN ('md5_user', 'scram_user')",
+    );
+    assert_eq!(sessions, "md5_user,scram_user");
 }

@@ -143,7 +143,11 @@ fn a_terminated_idle_server_is_invisible_in_transaction_mode() {
     client.batch_execute("SELECT 1").expect("first");
     admin(
         &pg,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+        // The timeout makes the call wait until the backend has exited: its FATAL and the
+        // end of the connection are then in pgtier's socket before the client's next query.
+        // Without it the backend may still be idle when that query reaches it, and then
+        // the client meets the FATAL, through pgtier as through PgBouncer.
+        "SELECT pg_terminate_backend(pid, 20000) FROM pg_stat_activity \
          WHERE datname = 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
     );
     let row = client.query_one("SELECT 2", &[]).expect("next transaction");

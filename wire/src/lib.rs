@@ -67,6 +67,18 @@
 //! (`SET_TRACKED`) does not; `RESET ALL`, `DISCARD ALL`, `DEALLOCATE ALL`... are reported for
 //! unpinning. Fixed-size state, no allocation, the same answer for every split.
 //!
+//! # Read-only transactions ([`read_only`])
+//! [`read_only::classify`] says whether a transaction's first Query or Parse text is known to
+//! be read-only and runnable on a hot standby ([`read_only::Access::ReadOnly`]), for reader
+//! entries; anything it does not fully understand is [`read_only::Access::Write`]. Whole
+//! texts, no allocation, bounded work.
+//!
+//! # Query digests ([`normalize`])
+//! [`normalize::normalize`] turns a query text into its digest text (constants become `$n`,
+//! comments go, whitespace collapses, `IN` lists of constants shrink to one placeholder) and
+//! a stable 64-bit query id; [`normalize::fingerprint`] computes the id alone, writing
+//! nothing. Bounded by the caller's `max_bytes`; normalizing twice changes nothing.
+//!
 //! # Startup parameters ([`startup_options`])
 //! [`messages::frontend::StartupMessage`] keeps the parameters in order (`params.iter()`,
 //! `user()`, `database()`, `options()`, `replication()`); [`startup_options::parse_options`]
@@ -79,6 +91,8 @@ pub mod error_fields;
 pub mod framing;
 pub mod messages;
 pub mod negotiate;
+pub mod normalize;
+pub mod read_only;
 pub mod session_state;
 pub mod sqlstate;
 pub mod startup_options;

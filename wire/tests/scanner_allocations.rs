@@ -1,6 +1,6 @@
 //! Proves the hot path allocates nothing: splitting DataRows off a receive buffer, decoding
-//! them, measuring runs, encoding Query/DataRow into a buffer with room, and classifying the
-//! session-state effects of Query/Parse bodies, counted by a global allocator that tallies
+//! them, measuring runs, encoding Query/DataRow into a buffer with room, classifying the
+//! session-state effects of Query/Parse bodies and whether a text is read-only, counted by a global allocator that tallies
 //! every allocation on this thread.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -13,6 +13,7 @@ use pgtier_wire::framing::{scan_run, split_message, split_run};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::DataRow;
 use pgtier_wire::messages::frontend::Query;
+use pgtier_wire::read_only::{self, Access};
 use pgtier_wire::session_state::{Effects, StateScanner, classify_parse};
 use pgtier_wire::{CodeSet, FrameLimits};
 
@@ -128,5 +129,22 @@ fn session_state_scanning_allocates_nothing() {
         parse_effects,
         Effects::NAMED_STATEMENT | Effects::ADVISORY_LOCK
     );
+    assert_eq!(after - before, 0);
+}
+
+#[test]
+fn read_only_classification_allocates_nothing() {
+    let mut sql =
+        b"WITH x AS (SELECT lower(b), $tag$ x $tag$, E'\\'' FROM t /* /* */ */) ".to_vec();
+    sql.extend_from_slice(
+        &b"SELECT count(*) FROM x WHERE a IN (SELECT a::numeric(10,2) FROM t); ".repeat(50),
+    );
+    sql.extend_from_slice(b"SHOW work_mem\0");
+    let before = allocations();
+    let read = read_only::classify(&sql);
+    let write =
+        read_only::classify(b"SELECT abalance FROM pgbench_accounts WHERE aid = nextval('s')\0");
+    let after = allocations();
+    assert_eq!((read, write), (Access::ReadOnly, Access::Write));
     assert_eq!(after - before, 0);
 }

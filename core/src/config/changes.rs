@@ -49,6 +49,16 @@ impl Config {
             .filter(|name| !self.databases.contains_key(*name))
             .cloned()
             .collect();
+        // The `*` fallback counts as the entry named `*`.
+        let star = super::FALLBACK_DATABASE.to_string();
+        match (&old.fallback, &self.fallback) {
+            (None, Some(_)) => changes.added_databases.push(star),
+            (Some(_), None) => changes.removed_databases.push(star),
+            (Some(previous), Some(current)) if previous != current => {
+                changes.changed_databases.push(star);
+            }
+            _ => {}
+        }
         changes
     }
 }
@@ -71,6 +81,17 @@ mod tests {
         assert_eq!(changes.removed_databases, ["c"]);
         assert_eq!(changes.changed_databases, ["b"]);
         assert!(!changes.settings_changed && !changes.users_changed);
+    }
+
+    #[test]
+    fn the_fallback_is_the_entry_named_star() {
+        let old = config("[databases.a]\n");
+        let new = config("[databases.a]\n[databases.\"*\"]\nport = 5433\n");
+        assert_eq!(new.changes_from(&old).added_databases, ["*"]);
+        assert_eq!(old.changes_from(&new).removed_databases, ["*"]);
+        let moved = config("[databases.a]\n[databases.\"*\"]\nport = 5434\n");
+        assert_eq!(moved.changes_from(&new).changed_databases, ["*"]);
+        assert!(new.fallback.is_some() && !new.databases.contains_key("*"));
     }
 
     #[test]

@@ -39,6 +39,22 @@ pub struct DatabaseConfig {
     pub max_db_connections: u32,
     /// Class of sessions on this entry unless their user has one.
     pub class: ClassSetting,
+    /// User whose `auth_query` looks up the secrets of clients the auth file does not list
+    /// (the entry's, else the global `auth_user`).
+    pub auth_user: Option<String>,
+    /// Startup parameters sent to the server on every new connection of this entry
+    /// (pgbouncer.ini's `client_encoding`, `datestyle`, `timezone`), as (name, value).
+    pub connect_params: Vec<(String, String)>,
+}
+
+impl DatabaseConfig {
+    /// The database to ask the server for when a client asked for `requested`: the entry's
+    /// `dbname`, except for the `*` fallback without one, which passes the client's name on.
+    pub fn server_dbname<'a>(&'a self, requested: &'a str) -> &'a str {
+        let inherits = self.name == super::FALLBACK_DATABASE
+            && (self.dbname == super::FALLBACK_DATABASE || self.dbname.is_empty());
+        if inherits { requested } else { &self.dbname }
+    }
 }
 
 /// The servers behind an entry.
@@ -50,11 +66,21 @@ pub enum ServerSet {
     Replicas(ReplicaSet),
 }
 
-/// A server named by host (name or address) and port.
+/// A server named by host (name or address) and port. A host that starts with `/` is the
+/// directory of a Unix-domain socket `.s.PGSQL.<port>`, as in libpq.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HostPort {
     pub host: String,
     pub port: u16,
+}
+
+impl HostPort {
+    /// The Unix socket path when `host` is a directory.
+    pub fn unix_socket(&self) -> Option<std::path::PathBuf> {
+        self.host
+            .starts_with('/')
+            .then(|| std::path::Path::new(&self.host).join(format!(".s.PGSQL.{}", self.port)))
+    }
 }
 
 impl fmt::Display for HostPort {
@@ -74,9 +100,71 @@ pub struct ReplicaSet {
     pub replicas: Vec<SocketAddr>,
     /// Routing policy with its parameters.
     pub routing: Routing,
+    /// The primary of a reader entry (`primary = "host:port"`): writes, session mode and
+    /// pinned sessions go there; transaction-mode reads go to a replica chosen per
+    /// transaction. `None`: a read-only replica set whose sessions are pinned to one replica.
+    pub primary: Option<SocketAddr>,
+    /// How reads are routed when there is a primary.
+    pub reads: ReadSettings,
+}
+
+/// Who shares a read-your-writes target: a session's own reads, or every session of the same
+/// user on this pgtier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RywScope {
+    #[default]
+    Session,
+    User,
+}
+
+impl RywScope {
+    /// Spelling used in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RywScope::Session => "session",
+            RywScope::User => "user",
+        }
+    }
+}
+
+/// Read routing of an entry with a primary and replicas (seed 003).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadSettings {
+    /// After a write, the session's reads go only to replicas that replayed it.
+    pub read_your_writes: bool,
+    /// How long a read waits for a replica to catch up before it runs on the primary.
+    pub read_your_writes_timeout: std::time::Duration,
+    pub read_your_writes_scope: RywScope,
+    /// A replica whose replay is this many WAL bytes behind the primary gets no new reads
+    /// (0 = no byte cap).
+    pub max_replica_lag_bytes: u64,
+    /// The same cap in seconds of replay delay (zero = no time cap).
+    pub max_replica_lag: std::time::Duration,
+    /// With `routing = "plb"`: pick a replica per transaction inside the session's class pool
+    /// instead of keeping the session's admitted replica.
+    pub plb_per_transaction: bool,
+}
+
+impl Default for ReadSettings {
+    fn default() -> ReadSettings {
+        ReadSettings {
+            read_your_writes: true,
+            read_your_writes_timeout: std::time::Duration::from_millis(1000),
+            read_your_writes_scope: RywScope::Session,
+            max_replica_lag_bytes: 0,
+            max_replica_lag: std::time::Duration::ZERO,
+            plb_per_transaction: false,
+        }
+    }
 }
 
 impl ReplicaSet {
+    /// Whether this entry has a primary (reads are routed per transaction).
+    pub fn is_reader_entry(&self) -> bool {
+        self.primary.is_some()
+    }
+
     /// Index of `addr` in `replicas`.
     pub fn index_of(&self, addr: SocketAddr) -> Option<ReplicaIndex> {
         self.replicas.iter().position(|replica| *replica == addr)

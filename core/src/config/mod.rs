@@ -1,4 +1,5 @@
-//! `pgtier.toml`: parsing (serde + toml, unknown keys rejected), PgBouncer's setting names and
+//! `pgtier.toml` or a `pgbouncer.ini`: parsing (serde + toml, unknown keys rejected; the ini
+//! through `ini`, which renders it as the same TOML tables), PgBouncer's setting names and
 //! defaults, and validation whose errors name the file, the key path and the reason.
 //!
 //! The shard reads a [`Config`] once at start and again on SIGHUP; nothing here is global.
@@ -7,23 +8,27 @@ mod changes;
 mod database;
 mod display;
 mod error;
+mod ini;
 mod locate;
 mod raw;
 mod seconds;
 mod settings;
+pub mod show;
 mod tls;
 mod validate;
 
 pub use changes::ConfigChanges;
 pub use database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReplicaIndex,
-    ReplicaSet, Routing, RoutingKind, ServerSet, UserConfig,
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReadSettings,
+    ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, UserConfig,
 };
 pub use error::ConfigError;
+pub use ini::pgbouncer_keys;
+
 pub use seconds::Seconds;
-pub use settings::{AuthType, PoolMode, Settings};
+pub use settings::{AuthType, ListenAddrs, PoolMode, Settings, WaiterPolicy};
 pub use tls::{CipherSuite, SslMode, TlsCiphers, TlsProtocols};
-pub use validate::ADMIN_DATABASE;
+pub use validate::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS};
 
 use crate::class::ClassSetting;
 use std::collections::BTreeMap;
@@ -41,23 +46,79 @@ pub struct Config {
     pub databases: BTreeMap<String, DatabaseConfig>,
     /// User entries by name.
     pub users: BTreeMap<String, UserConfig>,
+    /// The `*` entry of a pgbouncer.ini: the template for databases no entry names (its
+    /// `dbname` is replaced by the name the client asked for; see [`Config::database_or_fallback`]).
+    pub fallback: Option<DatabaseConfig>,
+    /// Keys that were read and are valid PgBouncer settings, but that pgtier does not act on:
+    /// listed once at startup as a warning, and by `pgtier check-config`.
+    pub unhonoured: Vec<String>,
 }
 
 impl Config {
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`: a pgbouncer.ini when its name ends in `.ini` or
+    /// its first section is `[databases]`, `[pgbouncer]` or `[users]`, else pgtier's TOML.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
             .map_err(|error| ConfigError::file(path, format!("cannot read the file: {error}")))?;
-        Config::from_str(&text, path)
+        if ini::is_ini(path, &text) {
+            Config::from_ini_str(&text, path)
+        } else {
+            Config::from_str(&text, path)
+        }
     }
 
-    /// Parses and validates `text`; `origin` names the file in errors and anchors relative
-    /// paths such as `auth_file`.
+    /// Parses and validates `text` as a pgbouncer.ini; `origin` names the file in errors and
+    /// anchors `%include`s and relative paths.
+    pub fn from_ini_str(text: &str, origin: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let origin = origin.as_ref();
+        let loaded = ini::load_text(text, origin)?;
+        Config::from_document(&loaded.document, loaded.unhonoured, origin, true)
+    }
+
+    /// Parses and validates `text` as TOML; `origin` names the file in errors and anchors
+    /// relative paths such as `auth_file`. With `[pgtier] pgbouncer_ini = "FILE"`, that ini is
+    /// read first and this file's keys override and extend it.
     pub fn from_str(text: &str, origin: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let origin = origin.as_ref();
         let root =
             toml::de::DeTable::parse(text).map_err(|error| toml_error(origin, text, "", &error))?;
+        if let Some(ini_path) = pgbouncer_ini(root.get_ref(), origin)? {
+            let mut loaded = ini::load_file(&ini_path)?;
+            ini::apply_overlay(
+                &mut loaded.document,
+                text,
+                origin,
+                root.get_ref(),
+                &ini_path,
+            )?;
+            return Config::from_document(&loaded.document, loaded.unhonoured, origin, false);
+        }
+        Config::from_toml(text, origin, root)
+    }
+
+    /// Loads tables read from an ini (and perhaps a TOML overlay), pointing errors back at the
+    /// line each value came from.
+    fn from_document(
+        document: &ini::Document,
+        unhonoured: Vec<String>,
+        origin: &Path,
+        ini_only: bool,
+    ) -> Result<Config, ConfigError> {
+        let rendered = document.render();
+        let parsed = toml::de::DeTable::parse(&rendered.text)
+            .map_err(|error| toml_error(origin, &rendered.text, "", &error))
+            .and_then(|root| Config::from_toml(&rendered.text, origin, root));
+        let mut config = parsed.map_err(|error| rendered.locate(error, origin, ini_only))?;
+        config.unhonoured = unhonoured;
+        Ok(config)
+    }
+
+    fn from_toml(
+        text: &str,
+        origin: &Path,
+        root: toml::Spanned<toml::de::DeTable<'_>>,
+    ) -> Result<Config, ConfigError> {
         let raw = deserialize(text, origin, root.clone())?;
         Config::validated(raw, origin).map_err(|mut error| {
             error.line = locate::line_of(root.get_ref(), text, &error.key);
@@ -70,23 +131,55 @@ impl Config {
         let mut pgtier = raw.pgtier;
         validate::settings(origin, &pgtier)?;
         pgtier.auth_file = pgtier.auth_file.map(|path| resolve_relative(origin, path));
+        pgtier.auth_hba_file = pgtier
+            .auth_hba_file
+            .map(|path| resolve_relative(origin, path));
         pgtier.resolve_tls_files(|path| resolve_relative(origin, path));
         let mut databases = BTreeMap::new();
+        let mut fallback = None;
         for (name, database) in raw.databases {
             let database = validate::database(origin, &name, database, &pgtier)?;
-            databases.insert(name, database);
+            if name == FALLBACK_DATABASE {
+                validate::fallback(origin, &database)?;
+                fallback = Some(database);
+            } else {
+                databases.insert(name, database);
+            }
         }
         Ok(Config {
             file: origin.to_path_buf(),
             pgtier,
             databases,
             users: raw.users,
+            fallback,
+            unhonoured: Vec::new(),
         })
     }
 
-    /// The entry clients name with `database=`.
+    /// The entry clients name with `database=`, else the `*` fallback itself (whose `name` is
+    /// `*`): what the engine needs for pool limits and modes. The database to ask the server
+    /// for is [`DatabaseConfig::server_dbname`]; [`Config::database_or_fallback`] gives the
+    /// instantiated entry.
     pub fn database(&self, name: &str) -> Option<&DatabaseConfig> {
-        self.databases.get(name)
+        match self.databases.get(name) {
+            Some(entry) => Some(entry),
+            // The admin console's names never reach a server through the fallback.
+            None if name == ADMIN_DATABASE || name == PGBOUNCER_ADMIN_ALIAS => None,
+            None => self.fallback.as_ref(),
+        }
+    }
+
+    /// The entry for `name`, else the `*` fallback instantiated for it (`name` and, unless the
+    /// fallback sets one, `dbname` become the requested name).
+    pub fn database_or_fallback(&self, name: &str) -> Option<std::borrow::Cow<'_, DatabaseConfig>> {
+        if let Some(entry) = self.databases.get(name) {
+            return Some(std::borrow::Cow::Borrowed(entry));
+        }
+        let template = self.database(name)?;
+        let mut entry = template.clone();
+        entry.dbname = template.server_dbname(name).to_string();
+        entry.name = name.to_string();
+        Some(std::borrow::Cow::Owned(entry))
     }
 
     /// The `[users.NAME]` entry, if any.
@@ -115,6 +208,72 @@ impl Config {
             Some(entry) if entry.max_user_connections > 0 => entry.max_user_connections,
             _ => self.pgtier.max_user_connections,
         }
+    }
+}
+
+/// Which keys of a pgbouncer.ini pgtier acts on (for `pgtier check-config`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IniKeyReport {
+    /// The ini file the keys were read from.
+    pub file: PathBuf,
+    /// Keys the file sets that pgtier acts on.
+    pub honoured: Vec<String>,
+    /// Valid PgBouncer keys the file sets that pgtier does not act on.
+    pub unhonoured: Vec<String>,
+}
+
+/// For a pgbouncer.ini, or a TOML file that starts from one, which of the ini's keys are
+/// honoured; `None` for a TOML file on its own.
+pub fn ini_key_report(path: &Path) -> Result<Option<IniKeyReport>, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::file(path, format!("cannot read the file: {error}")))?;
+    let ini_path = if ini::is_ini(path, &text) {
+        path.to_path_buf()
+    } else {
+        let root =
+            toml::de::DeTable::parse(&text).map_err(|error| toml_error(path, &text, "", &error))?;
+        match pgbouncer_ini(root.get_ref(), path)? {
+            Some(ini_path) => ini_path,
+            None => return Ok(None),
+        }
+    };
+    let loaded = ini::load_file(&ini_path)?;
+    Ok(Some(IniKeyReport {
+        file: ini_path,
+        honoured: loaded.honoured,
+        unhonoured: loaded.unhonoured,
+    }))
+}
+
+/// PgBouncer's name for its admin console, which the `*` fallback never serves.
+const PGBOUNCER_ADMIN_ALIAS: &str = "pgbouncer";
+
+/// The `*` entry name: the template for databases no entry names.
+pub const FALLBACK_DATABASE: &str = "*";
+
+/// `[pgtier] pgbouncer_ini`, resolved against the TOML file's directory.
+fn pgbouncer_ini(
+    root: &toml::de::DeTable<'_>,
+    origin: &Path,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(pgtier) = root.get("pgtier") else {
+        return Ok(None);
+    };
+    let toml::de::DeValue::Table(pgtier) = pgtier.get_ref() else {
+        return Ok(None);
+    };
+    let Some(value) = pgtier.get("pgbouncer_ini") else {
+        return Ok(None);
+    };
+    match value.get_ref() {
+        toml::de::DeValue::String(name) if !name.is_empty() => {
+            Ok(Some(resolve_relative(origin, PathBuf::from(name.as_ref()))))
+        }
+        _ => Err(ConfigError::at(
+            origin,
+            "pgtier.pgbouncer_ini",
+            "expected the path of a pgbouncer.ini, as a string",
+        )),
     }
 }
 

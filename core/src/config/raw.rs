@@ -2,7 +2,8 @@
 //! inherit a global value or need checks against other fields are `Option`s or strings here;
 //! `validate` turns them into the typed structs of `database`.
 
-use super::database::{RoutingKind, UserConfig};
+use super::database::{RoutingKind, RywScope, UserConfig};
+use super::seconds::Seconds;
 use super::settings::{PoolMode, Settings};
 use crate::class::ClassSetting;
 use serde::Deserialize;
@@ -31,12 +32,24 @@ pub(super) struct DatabaseRaw {
     pub reserve_pool_size: Option<u32>,
     pub pool_mode: Option<PoolMode>,
     pub max_db_connections: Option<u32>,
+    pub auth_user: Option<String>,
+    pub client_encoding: Option<String>,
+    pub datestyle: Option<String>,
+    pub timezone: Option<String>,
+    pub application_name: Option<String>,
     pub replicas: Option<Vec<String>>,
     pub routing: Option<RoutingKind>,
     pub class: Option<ClassSetting>,
     pub weights: Option<Vec<u32>>,
     pub plb: Option<PlbRaw>,
     pub dedicated: Option<DedicatedRaw>,
+    pub primary: Option<String>,
+    pub read_your_writes: Option<bool>,
+    pub read_your_writes_timeout: Option<Seconds>,
+    pub read_your_writes_scope: Option<RywScope>,
+    pub max_replica_lag_bytes: Option<u64>,
+    pub max_replica_lag_seconds: Option<Seconds>,
+    pub plb_per_transaction: Option<bool>,
 }
 
 /// `[databases.NAME.plb]`.

@@ -39,6 +39,33 @@ impl fmt::Display for PoolMode {
     }
 }
 
+/// Which parked client of a pool gets the next server (`waiter_policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaiterPolicy {
+    /// Premium clients first; a freemium client goes first once it has waited
+    /// `waiter_aging` longer than the premium one (the default).
+    Class,
+    /// Parking order, whatever the class (PgBouncer's behaviour).
+    Fifo,
+}
+
+impl WaiterPolicy {
+    /// Spelling used in the file and in admin output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WaiterPolicy::Class => "class",
+            WaiterPolicy::Fifo => "fifo",
+        }
+    }
+}
+
+impl fmt::Display for WaiterPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How clients prove who they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 pub enum AuthType {
@@ -51,6 +78,18 @@ pub enum AuthType {
     /// SCRAM-SHA-256.
     #[serde(rename = "scram-sha-256")]
     ScramSha256,
+    /// Cleartext password, checked against the auth file (any stored form).
+    #[serde(rename = "plain")]
+    Plain,
+    /// A TLS client certificate whose common name is the user name (needs client TLS with a CA).
+    #[serde(rename = "cert")]
+    Cert,
+    /// The method is chosen per connection by `auth_hba_file` (pg_hba.conf syntax).
+    #[serde(rename = "hba")]
+    Hba,
+    /// Like trust, and the user name the client sends is not checked either (PgBouncer's `any`).
+    #[serde(rename = "any")]
+    Any,
 }
 
 impl AuthType {
@@ -60,12 +99,19 @@ impl AuthType {
             AuthType::Trust => "trust",
             AuthType::Md5 => "md5",
             AuthType::ScramSha256 => "scram-sha-256",
+            AuthType::Plain => "plain",
+            AuthType::Cert => "cert",
+            AuthType::Hba => "hba",
+            AuthType::Any => "any",
         }
     }
 
-    /// Whether this method reads passwords from the auth file.
+    /// Whether this method reads passwords from the auth file (or `auth_query`).
     pub const fn needs_auth_file(self) -> bool {
-        !matches!(self, AuthType::Trust)
+        matches!(
+            self,
+            AuthType::Md5 | AuthType::ScramSha256 | AuthType::Plain
+        )
     }
 }
 
@@ -80,14 +126,47 @@ impl fmt::Display for AuthType {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Address the listeners bind. PgBouncer has no TCP default; pgtier binds loopback.
-    pub listen_addr: IpAddr,
+    /// A pgbouncer.ini this TOML file starts from (TOML only): the ini is read first, then
+    /// this file's keys replace and extend it. Relative to this file's directory.
+    pub pgbouncer_ini: Option<PathBuf>,
+    /// Addresses the TCP listeners bind: a comma-separated list, `*` for every IPv4 and IPv6
+    /// address, empty for no TCP listener. PgBouncer has no TCP default; pgtier binds loopback.
+    pub listen_addr: ListenAddrs,
     /// TCP port (6432).
     pub listen_port: u16,
     /// Worker (shard) threads; absent = one per available core. Read with [`Settings::worker_count`].
     pub workers: Option<usize>,
+    /// Directory of the Unix-domain socket `.s.PGSQL.<listen_port>` (none: no Unix socket;
+    /// a pgbouncer.ini without the key gets PgBouncer's `/tmp`).
+    pub unix_socket_dir: Option<PathBuf>,
+    /// Permissions of the Unix socket (0o777).
+    pub unix_socket_mode: u32,
+    /// Group owning the Unix socket (none: the process's group).
+    pub unix_socket_group: Option<String>,
+    /// Also let other processes bind the same port (SO_REUSEPORT), for rolling restarts
+    /// (false, as PgBouncer). pgtier's own workers always share the port.
+    pub so_reuseport: bool,
+    /// Log to this file as well as standard error (none: standard error only).
+    pub logfile: Option<PathBuf>,
+    /// Write the process id here at start; removed at exit.
+    pub pidfile: Option<PathBuf>,
+    /// Switch to this Unix user after binding the sockets (root only).
+    pub user: Option<String>,
+    /// Also log to syslog (false).
+    pub syslog: bool,
+    /// Program name in syslog lines ("pgtier").
+    pub syslog_ident: String,
+    /// Syslog facility ("daemon").
+    pub syslog_facility: String,
     /// Client authentication method (md5).
     pub auth_type: AuthType,
+    /// pg_hba.conf-style rules choosing the method per connection when `auth_type = hba`.
+    pub auth_hba_file: Option<PathBuf>,
+    /// Query run as `auth_user` on the server to find the secret of a user the auth file does
+    /// not list (PgBouncer's default reads pg_shadow).
+    pub auth_query: String,
+    /// User that runs `auth_query` (none: unknown users are refused).
+    pub auth_user: Option<String>,
     /// PgBouncer userlist.txt; relative paths are resolved against the config file's directory
     /// when the file is loaded, so this is the path to open.
     pub auth_file: Option<PathBuf>,
@@ -117,6 +196,12 @@ pub struct Settings {
     pub server_lifetime: Seconds,
     /// Fail a client that waited this long for a server (120 s; 0 = wait forever).
     pub query_wait_timeout: Seconds,
+    /// Which waiting client gets a server that comes back ("class").
+    pub waiter_policy: WaiterPolicy,
+    /// Under `waiter_policy = "class"`, the head start a premium waiter has over a freemium
+    /// one (0.02 s): a freemium client is served before premium clients parked more than this
+    /// after it.
+    pub waiter_aging: Seconds,
     /// Close clients idle longer than this (0 = disabled).
     pub client_idle_timeout: Seconds,
     /// Close clients idle inside a transaction longer than this (0 = disabled).
@@ -199,10 +284,14 @@ pub struct Settings {
     /// Bytes queued for a client before the proxy stops reading from its server (4 MiB): a
     /// slow client pauses its server instead of making pgtier buffer the whole result.
     pub client_buffer_limit_bytes: u32,
-    /// Size of one receive buffer in a worker's provided-buffer ring (16 KiB).
+    /// Size of one receive buffer in a worker's provided-buffer ring, which every client of
+    /// the worker receives into (4 KiB).
     pub recv_buffer_bytes: u32,
-    /// Receive buffers per worker (1024; a power of two, at most 32768).
+    /// Receive buffers in that ring (64; a power of two, at most 32768).
     pub recv_buffer_count: u32,
+    /// Size a server connection's own receive buffer grows by (64 KiB): servers are few and
+    /// carry the large results.
+    pub server_recv_buffer_bytes: u32,
     /// Submission queue entries of each worker's io_uring (4096; a power of two from 8 to
     /// 32768); the completion queue gets twice as many. Raise it when the log says the
     /// submission or completion queue filled up.
@@ -227,20 +316,110 @@ pub struct Settings {
     pub health_check_failures: u32,
     /// Consecutive good probes that let a Down replica rejoin (3).
     pub health_check_successes: u32,
+    /// Role the health probes and the WAL-position poller log in as on entries without a
+    /// forced `user` ("" = none: probes then only check that the postmaster answers).
+    pub health_check_user: String,
+    /// Its password ("" = none, the server trusts it or takes its certificate).
+    pub health_check_password: String,
+    /// How often the control shard reads the WAL positions of an entry with a primary: the
+    /// primary's insert LSN and each replica's replay LSN (0.01 s). Read-your-writes waits and
+    /// the lag cap see replication this fresh.
+    pub lsn_poll_interval: Seconds,
     /// Move transaction-mode sessions that sit between transactions off a replica that went
     /// Down, instead of failing them (true).
     pub repin_idle_sessions: bool,
     /// Role and health events kept for `SHOW ROLE_EVENTS` / `SHOW EVENTS` (1024).
     pub role_events_capacity: u32,
+    /// Address of the Prometheus metrics endpoint (127.0.0.1).
+    pub metrics_addr: IpAddr,
+    /// Port of the metrics endpoint (0 = no endpoint).
+    pub metrics_port: u16,
+    /// Count every query under its normalized text for `SHOW QUERIES` and the metrics
+    /// endpoint (true).
+    pub query_digests: bool,
+    /// Longest query text normalized for a digest (4096 bytes); a longer one is cut there
+    /// and marked `…`.
+    pub digest_max_text_bytes: u32,
+    /// Distinct digests one worker counts before it folds them into the shared store and
+    /// starts over (1000); it also folds every housekeeping period (250 ms).
+    pub digest_map_capacity: u32,
+    /// Digests the shared store keeps (5000); past it the least-called tenth is evicted.
+    pub digest_store_capacity: u32,
+    /// Digests the metrics endpoint exports, by total time (50; 0 = none).
+    pub digest_metrics_top: u32,
+}
+
+/// The addresses of `listen_addr`: written as one string, `"127.0.0.1"`, `"10.0.0.1, ::1"`,
+/// `"*"` (every IPv4 and IPv6 address) or `""` (no TCP listener).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenAddrs(pub Vec<IpAddr>);
+
+impl ListenAddrs {
+    /// Parses the PgBouncer spelling. Host names are not resolved: an address is expected.
+    pub fn parse(text: &str) -> Result<ListenAddrs, String> {
+        let mut addrs = Vec::new();
+        for item in text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            if item == "*" {
+                addrs.push(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+                addrs.push(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
+            } else if item.eq_ignore_ascii_case("localhost") {
+                addrs.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+            } else {
+                let addr = item
+                    .parse::<IpAddr>()
+                    .map_err(|_| format!("invalid IP address syntax: {item:?}"))?;
+                addrs.push(addr);
+            }
+        }
+        addrs.dedup();
+        Ok(ListenAddrs(addrs))
+    }
+
+    /// The addresses, in the order written.
+    pub fn addrs(&self) -> &[IpAddr] {
+        &self.0
+    }
+}
+
+impl fmt::Display for ListenAddrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text: Vec<String> = self.0.iter().map(IpAddr::to_string).collect();
+        f.write_str(&text.join(","))
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddrs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ListenAddrs::parse(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
-            listen_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            pgbouncer_ini: None,
+            listen_addr: ListenAddrs(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]),
             listen_port: 6432,
             workers: None,
+            unix_socket_dir: None,
+            unix_socket_mode: 0o777,
+            unix_socket_group: None,
+            so_reuseport: false,
+            logfile: None,
+            pidfile: None,
+            user: None,
+            syslog: false,
+            syslog_ident: "pgtier".to_string(),
+            syslog_facility: "daemon".to_string(),
             auth_type: AuthType::Md5,
+            auth_hba_file: None,
+            auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".to_string(),
+            auth_user: None,
             auth_file: None,
             pool_mode: PoolMode::Session,
             max_client_conn: 100,
@@ -255,6 +434,8 @@ impl Default for Settings {
             server_idle_timeout: Seconds::from_secs(600),
             server_lifetime: Seconds::from_secs(3600),
             query_wait_timeout: Seconds::from_secs(120),
+            waiter_policy: WaiterPolicy::Class,
+            waiter_aging: Seconds::from_millis(20),
             client_idle_timeout: Seconds::ZERO,
             idle_transaction_timeout: Seconds::ZERO,
             query_timeout: Seconds::ZERO,
@@ -288,8 +469,9 @@ impl Default for Settings {
             send_batch_max_chunks: 64,
             send_budget_bytes: 256 * KIB,
             client_buffer_limit_bytes: 4 * MIB,
-            recv_buffer_bytes: 16 * KIB,
-            recv_buffer_count: 1024,
+            recv_buffer_bytes: 4 * KIB,
+            recv_buffer_count: 64,
+            server_recv_buffer_bytes: 64 * KIB,
             cancel_on_client_disconnect: true,
             max_pools_per_worker: 1000,
             max_spellings_per_pool: 256,
@@ -300,8 +482,18 @@ impl Default for Settings {
             health_check_timeout: Seconds::from_millis(500),
             health_check_failures: 2,
             health_check_successes: 3,
+            health_check_user: String::new(),
+            health_check_password: String::new(),
+            lsn_poll_interval: Seconds::from_millis(10),
             repin_idle_sessions: true,
             role_events_capacity: 1024,
+            metrics_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            metrics_port: 0,
+            query_digests: true,
+            digest_max_text_bytes: 4096,
+            digest_map_capacity: 1000,
+            digest_store_capacity: 5000,
+            digest_metrics_top: 50,
         }
     }
 }

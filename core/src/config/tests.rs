@@ -171,8 +171,9 @@ fn pgtier_limits_have_documented_defaults() {
     assert_eq!(settings.send_batch_max_chunks, 64);
     assert_eq!(settings.send_budget_bytes, 256 << 10);
     assert_eq!(settings.client_buffer_limit_bytes, 4 << 20);
-    assert_eq!(settings.recv_buffer_bytes, 16 << 10);
-    assert_eq!(settings.recv_buffer_count, 1024);
+    assert_eq!(settings.recv_buffer_bytes, 4 << 10);
+    assert_eq!(settings.server_recv_buffer_bytes, 64 << 10);
+    assert_eq!(settings.recv_buffer_count, 64);
     assert_eq!(settings.max_spellings_per_pool, 256);
     assert_eq!(settings.ring_entries, 4096);
     assert_eq!(settings.counter_flush_queries, 64);
@@ -358,7 +359,7 @@ fn wrong_types_and_enum_values_name_the_key() {
 fn bad_listen_addr_names_the_key() {
     assert_eq!(
         error("[pgtier]\nlisten_addr = \"localhost:6432\"\n"),
-        "/etc/pgtier/pgtier.toml:2: pgtier.listen_addr: invalid IP address syntax"
+        "/etc/pgtier/pgtier.toml:2: pgtier.listen_addr: invalid IP address syntax: \"localhost:6432\""
     );
 }
 
@@ -433,7 +434,7 @@ fn invalid_databases_are_rejected() {
         ),
         (
             replicas_with("host = \"10.0.0.1\"\n"),
-            ":5: databases.analytics.host: host cannot be used together with replicas: list every server in replicas",
+            ":5: databases.analytics.host: host cannot be used together with replicas: name the primary with primary = \"IP:port\" and list the standbys in replicas",
         ),
         (
             "[databases.a]\nreplicas = []\n".to_string(),
@@ -480,6 +481,18 @@ fn invalid_databases_are_rejected() {
                 "routing = \"dedicated\"\n[databases.analytics.dedicated]\npremium = [\"127.0.0.1:15431\"]\nfreemium = [\"127.0.0.1:15432\"]\n",
             ),
             ":6: databases.analytics.dedicated: replica 127.0.0.1:15433 is in neither premium nor freemium",
+        ),
+        (
+            replicas_with("primary = \"127.0.0.1:15431\"\n"),
+            ":5: databases.analytics.primary: 127.0.0.1:15431 is also listed in replicas",
+        ),
+        (
+            replicas_with("read_your_writes = false\n"),
+            ":5: databases.analytics.read_your_writes: read_your_writes needs a primary: reads are routed per transaction only when the entry also names primary = \"IP:port\"",
+        ),
+        (
+            replicas_with("primary = \"127.0.0.1:5432\"\nplb_per_transaction = true\n"),
+            ":6: databases.analytics.plb_per_transaction: plb_per_transaction needs routing = \"plb\"",
         ),
     ];
     for (text, expected) in cases {
@@ -827,4 +840,32 @@ mod robustness {
             }
         }
     }
+}
+
+#[test]
+fn a_reader_entry_has_its_primary_and_read_settings() {
+    let text = "[pgtier]\nauth_type = \"trust\"\n[databases.app]\nprimary = \"127.0.0.1:5432\"\n\
+                replicas = [\"127.0.0.1:5433\", \"127.0.0.1:5434\"]\nread_your_writes_timeout = 0.25\n\
+                read_your_writes_scope = \"user\"\nmax_replica_lag_bytes = 1048576\n\
+                max_replica_lag_seconds = 5\n";
+    let config = match Config::from_str(text, "/etc/pgtier/pgtier.toml") {
+        Ok(config) => config,
+        Err(error) => panic!("{error}"),
+    };
+    let Some(db) = config.database("app") else {
+        panic!("no entry");
+    };
+    let ServerSet::Replicas(set) = &db.servers else {
+        panic!("not a replica set");
+    };
+    assert!(set.is_reader_entry());
+    assert_eq!(set.primary, "127.0.0.1:5432".parse().ok());
+    assert!(set.reads.read_your_writes, "on by default");
+    assert_eq!(
+        set.reads.read_your_writes_timeout,
+        std::time::Duration::from_millis(250)
+    );
+    assert_eq!(set.reads.read_your_writes_scope, RywScope::User);
+    assert_eq!(set.reads.max_replica_lag_bytes, 1 << 20);
+    assert_eq!(set.reads.max_replica_lag, std::time::Duration::from_secs(5));
 }

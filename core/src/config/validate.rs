@@ -4,11 +4,12 @@
 //! message alone.
 
 use super::database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReplicaIndex,
-    ReplicaSet, Routing, RoutingKind, ServerSet,
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReadSettings,
+    ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet,
 };
 use super::error::ConfigError;
 use super::raw::{DatabaseRaw, DedicatedRaw, PlbRaw};
+use super::seconds::Seconds;
 use super::settings::Settings;
 use crate::class::ClassSetting;
 use std::net::SocketAddr;
@@ -16,6 +17,9 @@ use std::path::Path;
 
 /// Name of the virtual admin database; no entry may take it.
 pub const ADMIN_DATABASE: &str = "pgtier";
+
+/// PgBouncer's name for its admin database: an alias of [`ADMIN_DATABASE`], reserved too.
+pub const ADMIN_DATABASE_ALIAS: &str = "pgbouncer";
 
 /// Kernel limit on iovecs per `sendmsg` (IOV_MAX on Linux).
 const IOV_MAX: u32 = 1024;
@@ -198,6 +202,9 @@ fn limits(check: &Checker<'_>, settings: &Settings) -> Check {
     let recv_bytes = settings.recv_buffer_bytes.into();
     check.at_least(&key("recv_buffer_bytes"), recv_bytes, 512)?;
     check.at_most(&key("recv_buffer_bytes"), recv_bytes, 16 << 20)?;
+    let server_bytes = settings.server_recv_buffer_bytes.into();
+    check.at_least(&key("server_recv_buffer_bytes"), server_bytes, 4096)?;
+    check.at_most(&key("server_recv_buffer_bytes"), server_bytes, 16 << 20)?;
     let count = settings.recv_buffer_count;
     check.at_most(
         &key("recv_buffer_count"),
@@ -229,6 +236,9 @@ fn limits(check: &Checker<'_>, settings: &Settings) -> Check {
         ("health_check_failures", settings.health_check_failures),
         ("health_check_successes", settings.health_check_successes),
         ("role_events_capacity", settings.role_events_capacity),
+        ("digest_max_text_bytes", settings.digest_max_text_bytes),
+        ("digest_map_capacity", settings.digest_map_capacity),
+        ("digest_store_capacity", settings.digest_store_capacity),
     ] {
         check.at_least(&key(name), value.into(), 1)?;
     }
@@ -250,10 +260,10 @@ pub(super) fn database(
     if name.is_empty() {
         return check.fail(base, "a database entry needs a non-empty name");
     }
-    if name == ADMIN_DATABASE {
+    if name == ADMIN_DATABASE || name == ADMIN_DATABASE_ALIAS {
         return check.fail(
             base,
-            "the name \"pgtier\" is reserved for the admin console",
+            format!("the name \"{name}\" is reserved for the admin console"),
         );
     }
     let servers = servers(&check, &base, &raw)?;
@@ -266,6 +276,7 @@ pub(super) fn database(
             format!("{min_pool_size} is larger than the pool size ({pool_size})"),
         );
     }
+    let connect_params = connect_params(&raw);
     Ok(DatabaseConfig {
         name: name.to_string(),
         dbname: raw.dbname.unwrap_or_else(|| name.to_string()),
@@ -280,7 +291,33 @@ pub(super) fn database(
             .max_db_connections
             .unwrap_or(settings.max_db_connections),
         class: raw.class.unwrap_or(ClassSetting::Freemium),
+        auth_user: raw.auth_user.or_else(|| settings.auth_user.clone()),
+        connect_params,
     })
+}
+
+/// The startup parameters an entry sends to its servers, with PostgreSQL's spelling.
+fn connect_params(raw: &DatabaseRaw) -> Vec<(String, String)> {
+    [
+        ("client_encoding", &raw.client_encoding),
+        ("DateStyle", &raw.datestyle),
+        ("TimeZone", &raw.timezone),
+        ("application_name", &raw.application_name),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name.to_string(), value.clone()?)))
+    .collect()
+}
+
+/// The `*` entry serves databases by name, so it needs one server it can ask for any of them.
+pub(super) fn fallback(file: &Path, entry: &DatabaseConfig) -> Check {
+    if matches!(entry.servers, ServerSet::Replicas(_)) {
+        return Checker { file }.fail(
+            "databases.*",
+            "the * fallback takes one host: a replica set needs its own named entry",
+        );
+    }
+    Ok(())
 }
 
 /// One host, or a replica set with its routing.
@@ -300,14 +337,89 @@ fn servers(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Result<ServerS
             return check.fail(
                 format!("{base}.{key}"),
                 format!(
-                    "{key} cannot be used together with replicas: list every server in replicas"
+                    "{key} cannot be used together with replicas: name the primary with \
+                     primary = \"IP:port\" and list the standbys in replicas"
                 ),
             );
         }
     }
     let replicas = replica_list(check, &format!("{base}.replicas"), replicas)?;
     let routing = routing(check, base, raw, &replicas)?;
-    Ok(ServerSet::Replicas(ReplicaSet { replicas, routing }))
+    let primary = match &raw.primary {
+        None => None,
+        Some(text) => {
+            let key = format!("{base}.primary");
+            let addr = parse_addr(check, &key, text)?;
+            if replicas.contains(&addr) {
+                return check.fail(key, format!("{addr} is also listed in replicas"));
+            }
+            Some(addr)
+        }
+    };
+    let reads = read_settings(check, base, raw, primary.is_some())?;
+    Ok(ServerSet::Replicas(ReplicaSet {
+        replicas,
+        routing,
+        primary,
+        reads,
+    }))
+}
+
+/// The read-routing keys, which only an entry with a primary takes.
+fn read_settings(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &DatabaseRaw,
+    has_primary: bool,
+) -> Result<ReadSettings, ConfigError> {
+    let keys = [
+        (raw.read_your_writes.is_some(), "read_your_writes"),
+        (
+            raw.read_your_writes_timeout.is_some(),
+            "read_your_writes_timeout",
+        ),
+        (
+            raw.read_your_writes_scope.is_some(),
+            "read_your_writes_scope",
+        ),
+        (raw.max_replica_lag_bytes.is_some(), "max_replica_lag_bytes"),
+        (
+            raw.max_replica_lag_seconds.is_some(),
+            "max_replica_lag_seconds",
+        ),
+        (raw.plb_per_transaction.is_some(), "plb_per_transaction"),
+    ];
+    if !has_primary {
+        if let Some((_, key)) = keys.iter().find(|(present, _)| *present) {
+            return check.fail(
+                format!("{base}.{key}"),
+                format!("{key} needs a primary: reads are routed per transaction only when the entry also names primary = \"IP:port\""),
+            );
+        }
+    }
+    if raw.plb_per_transaction.is_some() && raw.routing != Some(RoutingKind::Plb) {
+        return check.fail(
+            format!("{base}.plb_per_transaction"),
+            "plb_per_transaction needs routing = \"plb\"",
+        );
+    }
+    let defaults = ReadSettings::default();
+    Ok(ReadSettings {
+        read_your_writes: raw.read_your_writes.unwrap_or(defaults.read_your_writes),
+        read_your_writes_timeout: raw
+            .read_your_writes_timeout
+            .map(Seconds::duration)
+            .unwrap_or(defaults.read_your_writes_timeout),
+        read_your_writes_scope: raw
+            .read_your_writes_scope
+            .unwrap_or(defaults.read_your_writes_scope),
+        max_replica_lag_bytes: raw.max_replica_lag_bytes.unwrap_or(0),
+        max_replica_lag: raw
+            .max_replica_lag_seconds
+            .map(Seconds::duration)
+            .unwrap_or_default(),
+        plb_per_transaction: raw.plb_per_transaction.unwrap_or(false),
+    })
 }
 
 /// Rejects replica-set keys on an entry without `replicas`.

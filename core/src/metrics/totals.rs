@@ -3,6 +3,7 @@
 //! `counter_flush_queries` queries or `counter_flush_bytes` bytes, and at housekeeping and
 //! before an admin read, so totals lag by at most one batch per worker.
 
+use super::databases::{TIME_BUCKETS, TimeBuckets};
 use super::padded::CachePadded;
 use crate::class::{CLASS_COUNT, ClassSetting};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +53,11 @@ pub struct TotalsSnapshot {
     pub transaction_time_us: u64,
     /// Time clients waited for a server, microseconds.
     pub wait_time_us: u64,
+    /// Query durations per class, in the metrics endpoint's coarse buckets (cumulative since
+    /// start, unlike the per-interval histograms of `SHOW CLASS_STATS`).
+    pub query_times: [TimeBuckets; CLASS_COUNT],
+    /// Time spent in queries per class, microseconds (the sum of `query_times`).
+    pub class_query_time_us: [u64; CLASS_COUNT],
 }
 
 impl TotalsSnapshot {
@@ -80,6 +86,8 @@ impl ShardCounters {
     pub fn record_query(&mut self, class: ClassSetting, duration_us: u64) {
         self.counts.queries[class.index()] += 1;
         self.counts.query_time_us += duration_us;
+        self.counts.query_times[class.index()].record(duration_us);
+        self.counts.class_query_time_us[class.index()] += duration_us;
         self.queries_since_flush += 1;
     }
 
@@ -141,6 +149,8 @@ pub struct SharedTotals {
     query_time_us: CachePadded<AtomicU64>,
     transaction_time_us: CachePadded<AtomicU64>,
     wait_time_us: CachePadded<AtomicU64>,
+    query_times: [CachePadded<[AtomicU64; TIME_BUCKETS]>; CLASS_COUNT],
+    class_query_time_us: [CachePadded<AtomicU64>; CLASS_COUNT],
 }
 
 impl SharedTotals {
@@ -158,6 +168,16 @@ impl SharedTotals {
         for class in 0..CLASS_COUNT {
             add(&self.queries[class], counts.queries[class]);
             add(&self.transactions[class], counts.transactions[class]);
+            add(
+                &self.class_query_time_us[class],
+                counts.class_query_time_us[class],
+            );
+            for (shared, local) in self.query_times[class]
+                .iter()
+                .zip(counts.query_times[class].counts)
+            {
+                add(shared, local);
+            }
         }
         add(&self.received_bytes, counts.received_bytes);
         add(&self.sent_bytes, counts.sent_bytes);
@@ -178,6 +198,12 @@ impl SharedTotals {
             query_time_us: read(&self.query_time_us),
             transaction_time_us: read(&self.transaction_time_us),
             wait_time_us: read(&self.wait_time_us),
+            class_query_time_us: std::array::from_fn(|class| {
+                read(&self.class_query_time_us[class])
+            }),
+            query_times: std::array::from_fn(|class| TimeBuckets {
+                counts: std::array::from_fn(|bucket| read(&self.query_times[class][bucket])),
+            }),
         }
     }
 }
@@ -247,6 +273,12 @@ mod tests {
         assert_eq!(snapshot.query_time_us, total);
         assert_eq!(snapshot.transaction_time_us, 2 * total);
         assert_eq!(snapshot.wait_time_us, 5 * total);
+        assert_eq!(snapshot.query_times[0].total(), total / 2);
+        assert_eq!(
+            snapshot.query_times[1].counts[0],
+            total / 2,
+            "1 µs <= 100 µs"
+        );
     }
 
     #[test]

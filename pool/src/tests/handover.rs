@@ -388,3 +388,88 @@ fn a_leaving_server_of_a_cap_eviction_is_released_while_a_handover_is_pending() 
     );
     assert_eq!(shared.pool_budget.in_use(), 1);
 }
+
+#[test]
+fn a_server_moved_whole_keeps_its_slot_and_goes_to_the_waiter_there() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let ([mut giver, mut taker], [from, to]) = two_workers(&shared, t0);
+    open_idle(&mut giver, from, 1, t0);
+    taker.park(to, 100, t0, None).expect("parked");
+    let Release::Now(lease) = giver.release_for(&key("alice"), 1) else {
+        panic!("an idle server leaves now");
+    };
+    giver.moved(from, 1);
+    assert_eq!(giver.counts(from), PoolCounts::default());
+    assert_eq!(shared.pool_budget.in_use(), 1, "the slot travels with it");
+    let arrived = Lease {
+        server: 7,
+        opened_at: lease.opened_at,
+        idle_since: lease.idle_since,
+    };
+    assert_eq!(
+        taker.adopt_server(to, arrived, t0 + millis(1)),
+        Checkin::Handoff {
+            waiter: 100,
+            lease: Lease {
+                server: 7,
+                opened_at: t0,
+                idle_since: t0,
+            },
+        }
+    );
+    assert_eq!(taker.counts(to).active, 1);
+    assert_eq!(shared.pool_budget.in_use(), 1);
+    // The grant it would have paid is gone: a later close gives the slot back.
+    assert!(!taker.closed(to, t0 + millis(2)));
+    assert_eq!(shared.pool_budget.in_use(), 0);
+}
+
+#[test]
+fn a_server_that_arrives_after_its_waiter_left_is_kept_idle() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let ([mut giver, mut taker], [from, to]) = two_workers(&shared, t0);
+    open_idle(&mut giver, from, 1, t0);
+    let Release::Now(lease) = giver.release_for(&key("alice"), 1) else {
+        panic!("an idle server leaves now");
+    };
+    giver.moved(from, 1);
+    assert_eq!(taker.adopt_server(to, lease, t0), Checkin::Pooled);
+    assert_eq!(taker.counts(to).idle, 1);
+    assert_eq!(shared.pool_budget.in_use(), 1);
+}
+
+#[test]
+fn a_server_past_its_lifetime_that_arrives_is_closed_and_its_slot_given_back() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let ([mut giver, mut taker], [from, to]) = two_workers(&shared, t0);
+    open_idle(&mut giver, from, 1, t0);
+    let Release::Now(lease) = giver.release_for(&key("alice"), 1) else {
+        panic!("an idle server leaves now");
+    };
+    giver.moved(from, 1);
+    let late = t0 + shared.server_lifetime;
+    assert!(matches!(
+        taker.adopt_server(to, lease, late),
+        Checkin::Close {
+            reason: CloseReason::Lifetime,
+            ..
+        }
+    ));
+    assert_eq!(shared.pool_budget.in_use(), 0);
+}
+
+#[test]
+fn a_move_that_fails_before_the_socket_left_grants_the_slot_as_a_close_would() {
+    let t0 = Instant::now();
+    let shared = limits(1);
+    let ([mut giver, _], [from, _]) = two_workers(&shared, t0);
+    open_idle(&mut giver, from, 1, t0);
+    let Release::Now(_lease) = giver.release_for(&key("alice"), 1) else {
+        panic!("an idle server leaves now");
+    };
+    assert_eq!(giver.left(from), Some(grant_to(1)));
+    assert_eq!(shared.pool_budget.in_use(), 1);
+}

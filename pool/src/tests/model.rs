@@ -2,8 +2,10 @@
 //! database cap, with the messages between workers carried by the test, checked against a
 //! model after every operation: every server is in exactly one place, counts match, every
 //! budget equals the slots held by all slices together (leaving servers, granted slots and
-//! slots in transit included) and stays within its limit, waiters are served first come first
-//! served, and pools with nothing are forgotten.
+//! slots in transit included) and stays within its limit, waiters are served in their pool's
+//! order (see [`Waiting::first`]: premium and freemium clients under the class order with two
+//! agings, parking order under FIFO) within the overtaking bound of the class order, and pools
+//! with nothing are forgotten.
 
 use super::*;
 use proptest::prelude::*;
@@ -52,6 +54,7 @@ enum Op {
         slice: usize,
         key: usize,
         timeout_secs: Option<u64>,
+        class: WaitClass,
     },
     FinishOpen {
         slice: usize,
@@ -71,6 +74,7 @@ enum Op {
         slice: usize,
         key: usize,
         timeout_secs: Option<u64>,
+        class: WaitClass,
     },
     Cancel {
         slice: usize,
@@ -102,15 +106,17 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(OpenOutcome::Unreachable),
     ];
     let timeout = proptest::option::of(1..30u64);
+    let class = prop_oneof![Just(WaitClass::Premium), Just(WaitClass::Freemium)];
     prop_oneof![
         2 => (slice.clone(), key.clone()).prop_map(|(slice, key)| Op::Register { slice, key }),
         2 => (slice.clone(), any::<usize>())
             .prop_map(|(slice, pick)| Op::Unregister { slice, pick }),
-        4 => (slice.clone(), key.clone(), timeout.clone()).prop_map(
-            |(slice, key, timeout_secs)| Op::Want {
+        4 => (slice.clone(), key.clone(), timeout.clone(), class.clone()).prop_map(
+            |(slice, key, timeout_secs, class)| Op::Want {
                 slice,
                 key,
                 timeout_secs,
+                class,
             }
         ),
         1 => (slice.clone(), key.clone()).prop_map(|(slice, key)| Op::Checkout { slice, key }),
@@ -132,13 +138,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (slice.clone(), any::<usize>())
             .prop_map(|(slice, pick)| Op::CloseActive { slice, pick }),
         1 => (slice.clone(), any::<usize>()).prop_map(|(slice, pick)| Op::IdleBroke { slice, pick }),
-        1 => (slice.clone(), key.clone(), timeout).prop_map(|(slice, key, timeout_secs)| {
-            Op::Park {
+        1 => (slice.clone(), key.clone(), timeout, class).prop_map(
+            |(slice, key, timeout_secs, class)| Op::Park {
                 slice,
                 key,
                 timeout_secs,
+                class,
             }
-        }),
+        ),
         1 => (slice.clone(), any::<usize>()).prop_map(|(slice, pick)| Op::Cancel { slice, pick }),
         4 => any::<usize>().prop_map(|pick| Op::Deliver { pick }),
         3 => any::<usize>().prop_map(|pick| Op::Left { pick }),
@@ -159,8 +166,60 @@ struct Outside {
     held: Vec<Lease<u32>>,
     /// Opens started and not finished.
     opening: u32,
-    /// Parked waiters in FIFO order with their tickets.
-    parked: VecDeque<(u32, WaitTicket)>,
+    /// Parked waiters in parking order.
+    parked: VecDeque<Waiting>,
+}
+
+/// A parked client as the engine knows it.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    waiter: u32,
+    ticket: WaitTicket,
+    class: WaitClass,
+    parked_at: Instant,
+}
+
+impl Waiting {
+    /// The specification of [`WaitOrder`]: the position in `parked` (parking order) of the
+    /// waiter to serve first. Under the class order, the earliest virtual arrival (parking
+    /// time, plus `aging` for freemium), premium on a tie, then parking order.
+    fn first(parked: &VecDeque<Waiting>, order: WaitOrder) -> Option<usize> {
+        let arrival = |waiting: &Waiting| match (order, waiting.class) {
+            (WaitOrder::Class { aging }, WaitClass::Freemium) => waiting.parked_at + aging,
+            _ => waiting.parked_at,
+        };
+        let premium_last = |waiting: &Waiting| waiting.class == WaitClass::Freemium;
+        let positions = 0..parked.len();
+        match order {
+            WaitOrder::Fifo => positions.min(),
+            WaitOrder::Class { .. } => {
+                positions.min_by_key(|&at| (arrival(&parked[at]), premium_last(&parked[at]), at))
+            }
+        }
+    }
+
+    /// The bound of the class order, checked at every hand-off: `served` may go before a
+    /// waiter parked earlier only under the class order, only a premium one before a freemium
+    /// one, and only when it was parked at most `aging` after it. So while a freemium client
+    /// waits, the servers of its pool go to clients parked before it and to premium clients
+    /// parked within `aging` after it, nobody else.
+    fn check_overtaking(parked: &VecDeque<Waiting>, served: &Waiting, order: WaitOrder) {
+        // Waiter numbers grow with parking order.
+        for earlier in parked.iter().filter(|w| w.waiter < served.waiter) {
+            let WaitOrder::Class { aging } = order else {
+                panic!("FIFO served {} before {}", served.waiter, earlier.waiter);
+            };
+            assert_eq!(
+                (earlier.class, served.class),
+                (WaitClass::Freemium, WaitClass::Premium),
+                "only premium overtakes, and only freemium"
+            );
+            assert!(
+                served.parked_at <= earlier.parked_at + aging,
+                "a premium waiter parked more than aging after a freemium one went first"
+            );
+        }
+    }
 }
 
 impl Outside {
@@ -209,9 +268,13 @@ enum Event {
     PoolFull,
     SharedFull,
     Drained,
+    /// A premium waiter was served before a freemium one parked earlier.
+    Overtook,
+    /// A freemium waiter was served while a premium one waited.
+    AgedFirst,
 }
 
-const EVENTS: [Event; 16] = [
+const EVENTS: [Event; 18] = [
     Event::HandOver,
     Event::ReleasedNow,
     Event::ReleasedLater,
@@ -228,6 +291,8 @@ const EVENTS: [Event; 16] = [
     Event::PoolFull,
     Event::SharedFull,
     Event::Drained,
+    Event::Overtook,
+    Event::AgedFirst,
 ];
 
 struct World {
@@ -255,11 +320,19 @@ fn key_index(key: &PoolKey) -> usize {
 impl World {
     fn new() -> World {
         let database = Arc::new(PoolBudget::new(DATABASE_CAP, 0));
+        // alice ages freemium waiters by 3 s (the ops move time by seconds), bob is FIFO,
+        // carol ages by zero (premium goes first only among waiters parked at one instant).
+        let orders = [
+            WaitOrder::Class { aging: secs(3) },
+            WaitOrder::Fifo,
+            WaitOrder::Class { aging: secs(0) },
+        ];
         let limits = [0, 1, 2].map(|index| PoolLimits {
             shared_budgets: vec![Arc::clone(&database)],
             min_pool_size: u32::from(index == 0),
             server_idle_timeout: Some(secs(600)),
             server_lifetime: secs(900),
+            wait_order: orders[index],
             ..super::limits(POOL_SIZE)
         });
         World {
@@ -323,10 +396,24 @@ impl World {
         match outcome {
             Checkin::Pooled => {}
             Checkin::Handoff { waiter, lease } => {
+                let order = self.order(slice, id);
                 let outside = self.outside(slice, id);
-                let (oldest, _) = outside.parked.pop_front().expect("someone waited");
-                assert_eq!(waiter, oldest, "handoff out of FIFO order");
+                let first = Waiting::first(&outside.parked, order).expect("someone waited");
+                let served = outside.parked[first];
+                assert_eq!(waiter, served.waiter, "handoff out of the pool's order");
+                Waiting::check_overtaking(&outside.parked, &served, order);
+                let overtook = first > 0;
+                let aged = outside.parked.iter().any(|waiting| {
+                    waiting.class == WaitClass::Premium && served.class == WaitClass::Freemium
+                });
+                outside.parked.remove(first);
                 outside.held.push(lease);
+                if overtook {
+                    self.saw(Event::Overtook);
+                }
+                if aged {
+                    self.saw(Event::AgedFirst);
+                }
             }
             Checkin::Close {
                 lease,
@@ -437,24 +524,29 @@ impl World {
                 slice,
                 key,
                 timeout_secs,
+                class,
             } => {
                 if let Some(id) = self.slices[slice].find(&self.key(key)) {
-                    self.park(slice, id, timeout_secs);
+                    self.park(slice, id, timeout_secs, class);
                 }
             }
             Op::Want {
                 slice,
                 key,
                 timeout_secs,
-            } => self.want(slice, key, timeout_secs),
+                class,
+            } => self.want(slice, key, timeout_secs, class),
             Op::Cancel { slice, pick } => {
                 let Some(id) = self.pick_pool(slice, pick, |outside| !outside.parked.is_empty())
                 else {
                     return;
                 };
                 let parked = &mut self.outside(slice, id).parked;
-                let (waiter, ticket) = parked.remove(pick % parked.len()).expect("in range");
-                assert_eq!(self.slices[slice].cancel_wait(ticket), Some(waiter));
+                let waiting = parked.remove(pick % parked.len()).expect("in range");
+                assert_eq!(
+                    self.slices[slice].cancel_wait(waiting.ticket),
+                    Some(waiting.waiter)
+                );
             }
             Op::Deliver { pick } => {
                 if !self.messages.is_empty() {
@@ -484,7 +576,13 @@ impl World {
     }
 
     /// Parks a client of a registered session that is not parked yet. False: none.
-    fn park(&mut self, slice: usize, id: PoolId, timeout_secs: Option<u64>) -> bool {
+    fn park(
+        &mut self,
+        slice: usize,
+        id: PoolId,
+        timeout_secs: Option<u64>,
+        class: WaitClass,
+    ) -> bool {
         let outside = self.outside(slice, id);
         if outside.registrations as usize <= outside.parked.len() {
             return false;
@@ -492,16 +590,21 @@ impl World {
         self.next_waiter += 1;
         let deadline = timeout_secs.map(|timeout| self.now + secs(timeout));
         let ticket = self.slices[slice]
-            .park(id, self.next_waiter, self.now, deadline)
+            .park_as(id, self.next_waiter, class, self.now, deadline)
             .expect("registered pool");
-        let waiter = self.next_waiter;
-        self.outside(slice, id).parked.push_back((waiter, ticket));
+        let waiting = Waiting {
+            waiter: self.next_waiter,
+            ticket,
+            class,
+            parked_at: self.now,
+        };
+        self.outside(slice, id).parked.push_back(waiting);
         true
     }
 
     /// The engine serving a query: log in if no session is free, take an idle server, else
     /// park and try to open one.
-    fn want(&mut self, slice: usize, key: usize, timeout_secs: Option<u64>) {
+    fn want(&mut self, slice: usize, key: usize, timeout_secs: Option<u64>, class: WaitClass) {
         let free_session = |world: &mut World| {
             let id = world.slices[slice].find(&world.key(key))?;
             let outside = world.outside(slice, id);
@@ -521,7 +624,7 @@ impl World {
             self.outside(slice, id).held.push(lease);
             return;
         }
-        if self.park(slice, id, timeout_secs) {
+        if self.park(slice, id, timeout_secs, class) {
             self.open(slice, key);
         }
     }
@@ -647,11 +750,12 @@ impl World {
         if expected.is_some() {
             self.saw(Event::LoginFailure);
             // The engine fails the waiters; they disconnect.
+            let order = self.order(slice, id);
             let mut failed = Vec::new();
             self.slices[slice].take_waiters(id, &mut failed);
-            let outside = self.outside(slice, id);
-            let parked: Vec<u32> = outside.parked.drain(..).map(|(waiter, _)| waiter).collect();
+            let parked = self.drain_in_order(slice, id, order);
             assert_eq!(failed, parked, "waiters taken out of order");
+            let outside = self.outside(slice, id);
             outside.registrations -= u32::try_from(failed.len()).expect("small");
             for _ in &failed {
                 self.slices[slice].unregister(id);
@@ -661,15 +765,29 @@ impl World {
 
     /// Drained pools' waiters are routed elsewhere (they stay registered until they leave).
     fn reroute_waiters(&mut self, slice: usize, id: PoolId) {
+        let order = self.order(slice, id);
         let mut rerouted = Vec::new();
         self.slices[slice].take_waiters(id, &mut rerouted);
-        let parked: Vec<u32> = self
-            .outside(slice, id)
-            .parked
-            .drain(..)
-            .map(|(waiter, _)| waiter)
-            .collect();
+        let parked = self.drain_in_order(slice, id, order);
         assert_eq!(rerouted, parked, "waiters taken out of order");
+    }
+
+    /// The order of a live pool.
+    fn order(&self, slice: usize, id: PoolId) -> WaitOrder {
+        self.slices[slice]
+            .limits(id)
+            .expect("a pool with waiters")
+            .wait_order
+    }
+
+    /// Takes a pool's parked waiters out of the model in the order the pool serves them.
+    fn drain_in_order(&mut self, slice: usize, id: PoolId, order: WaitOrder) -> Vec<u32> {
+        let parked = &mut self.outside(slice, id).parked;
+        let mut taken = Vec::with_capacity(parked.len());
+        while let Some(first) = Waiting::first(parked, order) {
+            taken.extend(parked.remove(first).map(|waiting| waiting.waiter));
+        }
+        taken
     }
 
     fn deliver(&mut self, message: Message) {
@@ -800,7 +918,7 @@ impl World {
             let parked = &mut self.outside(slice, expired.pool).parked;
             let position = parked
                 .iter()
-                .position(|(waiter, _)| *waiter == expired.waiter)
+                .position(|waiting| waiting.waiter == expired.waiter)
                 .expect("expired waiter was parked");
             parked.remove(position);
         }

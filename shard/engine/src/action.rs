@@ -2,13 +2,14 @@
 //! `handle_*` call (`Engine::poll_action`) and turns each into ring operations; it never
 //! decides anything itself.
 
+use crate::addr::ServerAddr;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 
 use bytes::Bytes;
 
 use crate::command::Command;
 use crate::ids::{ClientId, ServerId};
+use crate::server::moved::DetachedSocket;
 
 /// One connection of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,7 +40,7 @@ pub enum Action {
     ResumeRecv(Conn),
     /// Open a TCP connection to `addr` for this server slot; report the outcome with
     /// `Engine::handle_server_connected`.
-    Connect { server: ServerId, addr: SocketAddr },
+    Connect { server: ServerId, addr: ServerAddr },
     /// Tear the connection down; report with `Engine::handle_closed` once the socket is
     /// closed and nothing of it is in flight. A second `Close` (`Now` after `Flush`) only
     /// hurries the first.
@@ -48,11 +49,26 @@ pub enum Action {
     /// the server to close it; report with `Engine::handle_cancel_done(server)`.
     SendCancel {
         server: ServerId,
-        addr: SocketAddr,
+        addr: ServerAddr,
         request: [u8; 16],
     },
-    /// Deliver `command` to shard `shard`'s mailbox.
+    /// Deliver `command` to shard `shard`'s mailbox. A `Command::ServerMoved` that cannot be
+    /// delivered is given back to this engine (`Engine::handle_command`): the server stays.
     Post { shard: usize, command: Command },
+    /// The server moves to another shard: stop receiving on its socket (cancel the receive
+    /// in flight), send what is queued, and once the kernel owns none of its buffers take
+    /// it out of the connection table without closing it and give the socket to
+    /// `Engine::handle_detached`. If a receive completes with bytes, an end of file or an
+    /// error first, report that as usual instead (the engine then closes the server).
+    Detach(ServerId),
+    /// Register `socket` (a connected server socket another shard detached) as this server
+    /// slot's connection and receive on it.
+    Adopt {
+        server: ServerId,
+        socket: DetachedSocket,
+    },
+    /// Close a socket that no connection of this shard owns.
+    CloseSocket(DetachedSocket),
 }
 
 /// The engine's queue of actions, in the order they were decided.

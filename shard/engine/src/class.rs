@@ -92,6 +92,14 @@ pub fn session_class(
     apply_request(configured, requested)
 }
 
+/// The lane a session of `setting` waits in for a server (`waiter_policy`).
+pub const fn wait_class(setting: ClassSetting) -> pgtier_pool::WaitClass {
+    match setting {
+        ClassSetting::Premium => pgtier_pool::WaitClass::Premium,
+        ClassSetting::Freemium => pgtier_pool::WaitClass::Freemium,
+    }
+}
+
 /// The configured class for a policy class.
 pub const fn class_setting(class: ServiceClass) -> ClassSetting {
     match class {

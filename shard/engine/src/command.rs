@@ -8,16 +8,19 @@ use pgtier_core::config::Config;
 use pgtier_pool::PoolKey;
 
 use crate::listing::ShardListing;
+use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::userlist::UserList;
 
 /// How a shutdown treats clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ShutdownMode {
-    /// SIGTERM: stop accepting, wait until every client has left.
+    /// SIGTERM, `SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, wait until every client has
+    /// left.
     WaitForClients,
-    /// SIGINT: stop accepting, close each client once its transaction is over.
+    /// SIGINT, `SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, close each client once its
+    /// transaction is over, exit once no server is in use.
     WaitForTransactions,
-    /// Second signal: close everything now.
+    /// `SHUTDOWN`, or a second signal: close everything now.
     Immediate,
 }
 
@@ -47,6 +50,13 @@ pub enum Command {
     SlotGranted {
         key: Arc<PoolKey>,
     },
+    /// A clean idle server moved here whole, for clients waiting on its pool (or idle): its
+    /// detached socket and what its backend is (`crate::server::moved`). Its slot is counted
+    /// in the budgets already and comes with it.
+    ServerMoved {
+        server: Box<MovedServer>,
+        socket: DetachedSocket,
+    },
     /// Another shard has clients waiting under the full `max_db_connections` of `database`
     /// or `max_user_connections` of `user`: close one idle server under that cap here if
     /// nobody here waits for its pool.
@@ -63,5 +73,17 @@ pub enum Command {
     Listed {
         request_id: u64,
         part: Box<ShardListing>,
+    },
+    /// An admin session on shard `from` ran a process-controlling command: apply it here
+    /// and answer with `ControlDone` once its condition holds here.
+    Control {
+        from: usize,
+        request_id: u64,
+        op: crate::control::ControlOp,
+    },
+    /// This shard's answer to the control command `request_id` (`error`: refused here).
+    ControlDone {
+        request_id: u64,
+        error: Option<String>,
     },
 }

@@ -6,14 +6,14 @@
 
 use pgtier_wire::auth::{
     ClientAuth, DEFAULT_ITERATIONS, KEY_LEN, Md5Secret, Md5Server, NONCE_RANDOM_LEN, SALT_LEN,
-    ScramSecret,
+    ScramSecret, md5_password_hash,
 };
 
 use crate::random::{self, Random, RandomUnavailable};
 
 const SCRAM_PREFIX: &str = "SCRAM-SHA-256$";
 
-fn is_scram_secret(stored: &str) -> bool {
+pub(crate) fn is_scram_secret(stored: &str) -> bool {
     stored.starts_with(SCRAM_PREFIX)
 }
 
@@ -62,6 +62,37 @@ pub fn md5_server_for(
     Ok(Md5Server::new(secret, random::bytes(random)?))
 }
 
+/// Whether the cleartext `password` a client sent (`auth_type = plain`) is `user`'s stored
+/// entry: compared with a plaintext or md5 entry through its md5 hash, and with a SCRAM
+/// secret by deriving the secret from the password with the same salt and iterations.
+pub fn cleartext_matches(user: &str, password: &[u8], stored: Option<&str>) -> bool {
+    let Some(stored) = stored else {
+        return false;
+    };
+    if is_scram_secret(stored) {
+        let Ok(secret) = ScramSecret::parse(stored) else {
+            return false;
+        };
+        let Ok(derived) = ScramSecret::from_password(password, secret.salt(), secret.iterations)
+        else {
+            return false;
+        };
+        return same_bytes(&derived.stored_key, &secret.stored_key)
+            & same_bytes(&derived.server_key, &secret.server_key);
+    }
+    let expected = Md5Secret::from_stored(user.as_bytes(), stored.as_bytes());
+    same_bytes(
+        &md5_password_hash(user.as_bytes(), password),
+        expected.hash(),
+    )
+}
+
+/// Equality without an early exit, so the time taken does not say how much matched.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let differences = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    a.len() == b.len() && std::hint::black_box(differences) == 0
+}
+
 /// The login state machine for a server connection of `user` with the configured `password`:
 /// an md5 hash logs in with MD5 only; a SCRAM secret with SCRAM only, reusing the ClientKey a
 /// client proved to us (`client_key`); a plaintext with whatever the server asks for.
@@ -94,7 +125,36 @@ mod tests {
     use super::*;
     use crate::random::{NoRandom, SeededRandom};
     use bytes::BytesMut;
-    use pgtier_wire::auth::{AuthProgress, ScramServer, md5_password_hash};
+    use pgtier_wire::auth::{AuthProgress, ScramServer};
+
+    #[test]
+    fn a_cleartext_password_matches_every_stored_form() {
+        let mut random = SeededRandom::new(7);
+        let hash = md5_password_hash(b"alice", b"secret");
+        let hash = std::str::from_utf8(&hash).expect("ascii").to_string();
+        let scram = scram_secret_for("secret", &mut random)
+            .expect("random")
+            .expect("derived")
+            .to_text();
+        for stored in ["secret", hash.as_str(), scram.as_str()] {
+            assert!(
+                cleartext_matches("alice", b"secret", Some(stored)),
+                "{stored}"
+            );
+            assert!(
+                !cleartext_matches("alice", b"wrong", Some(stored)),
+                "{stored}"
+            );
+        }
+        // The hash itself is not the password.
+        assert!(!cleartext_matches("alice", hash.as_bytes(), Some(&hash)));
+        assert!(!cleartext_matches("alice", b"secret", None));
+        assert!(!cleartext_matches(
+            "alice",
+            b"secret",
+            Some("SCRAM-SHA-256$bad")
+        ));
+    }
 
     #[test]
     fn md5_verifier_accepts_plain_and_hashed_entries_only() {

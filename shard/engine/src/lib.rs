@@ -28,16 +28,22 @@
 //! The life of one query, hop by hop, is in the repository's `docs/architecture.md`.
 
 pub mod action;
+pub mod addr;
 pub mod cancel;
 pub mod class;
 pub mod client;
 pub mod command;
+pub mod console_session;
+pub mod control;
 pub mod credentials;
+pub mod digests;
 pub mod engine;
 pub mod ids;
 pub mod listing;
 pub mod messages;
+pub mod names;
 pub mod params;
+pub mod pool_gauges;
 pub mod prepared;
 pub mod random;
 pub mod server;
@@ -54,9 +60,11 @@ mod test_support;
 pub mod testing;
 
 pub use action::{Action, CloseHow, Conn};
+pub use addr::{ClientAddr, ServerAddr};
 pub use command::{Command, ShutdownMode};
 pub use engine::{Engine, EngineParts, IpOnly, Resolver};
 pub use ids::{ClientId, ServerId, SlotRef};
 pub use random::{Random, RandomUnavailable};
-pub use services::{Console, Routing};
+pub use server::moved::{DetachedSocket, MovedServer};
+pub use services::{Console, ConsoleRequest, ConsoleRights, Routing, StatementAnswer};
 pub use shared::Shared;

@@ -1,4 +1,4 @@
-//! The rows of `SHOW CLIENTS` and `SHOW POOLS` one shard reports about itself.
+//! The rows of `SHOW CLIENTS`, `SHOW SERVERS` and `SHOW POOLS` one shard reports about itself.
 //!
 //! Each shard owns its clients and pools, so no shard can read another's. On request the
 //! engine copies its own rows into a [`ShardListing`] (values only, no references into its
@@ -6,13 +6,21 @@
 //! renders. Nothing on the query path is involved.
 
 use std::net::SocketAddr;
+
+use crate::addr::{ClientAddr, ServerAddr};
 use std::time::{Duration, SystemTime};
+
+use crate::ids::{ClientId, ServerId};
 
 /// One client connection as its shard saw it when asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientRow {
+    /// Its id on its shard (`SHOW CLIENTS`' `ptr`, with the shard).
+    pub id: ClientId,
     /// The client's peer address, if the socket still has one.
-    pub addr: Option<SocketAddr>,
+    pub addr: Option<ClientAddr>,
+    /// The local end of its socket (the listener it came through).
+    pub local_addr: Option<SocketAddr>,
     pub database: String,
     pub user: String,
     /// `login`, `idle`, `active`, `waiting`, `waiting_for_replica` or `closing`.
@@ -24,6 +32,12 @@ pub struct ClientRow {
     pub connected_at: SystemTime,
     /// How long it has been connected when listed.
     pub connected_for: Duration,
+    /// When bytes last arrived from it.
+    pub request_at: SystemTime,
+    /// How long it has waited for a server (or a replica), while it waits.
+    pub waiting_for: Option<Duration>,
+    /// The server it is linked to.
+    pub server: Option<ServerId>,
     /// The PostgreSQL backend pid of the server it is linked to.
     pub backend_pid: Option<u32>,
     /// Why a transaction-mode client keeps its server between transactions
@@ -34,6 +48,35 @@ pub struct ClientRow {
     /// Its TLS connection as PgBouncer prints it (`TLSv1.3/TLS_AES_256_GCM_SHA384/...`),
     /// `None` in plain text.
     pub tls: Option<String>,
+    /// Its `application_name`, if it set one.
+    pub application_name: Option<String>,
+}
+
+/// One server connection as its shard saw it when asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerRow {
+    /// Its id on its shard (`SHOW SERVERS`' `ptr`, with the shard).
+    pub id: ServerId,
+    pub database: String,
+    /// The user it logged in as.
+    pub user: String,
+    /// PgBouncer's names: `login`, `idle`, `tested`, `active`, `used`, `closing`.
+    pub state: &'static str,
+    pub addr: ServerAddr,
+    pub local_addr: Option<SocketAddr>,
+    pub connected_at: SystemTime,
+    /// When a client last got it (its connect time if none has).
+    pub request_at: SystemTime,
+    /// The client it serves.
+    pub client: Option<ClientId>,
+    pub backend_pid: Option<u32>,
+    pub tls: Option<String>,
+    /// The backend's `application_name`, as last reported.
+    pub application_name: Option<String>,
+    /// It will be closed instead of reused (it is leaving its pool).
+    pub close_needed: bool,
+    /// Cancel requests sent for it are still running.
+    pub being_canceled: bool,
 }
 
 /// One pool slice (exact pool key) on one shard.
@@ -42,7 +85,7 @@ pub struct PoolRow {
     pub database: String,
     pub user: String,
     /// The server, or the replica on a replica-set entry.
-    pub addr: SocketAddr,
+    pub addr: ServerAddr,
     /// `session` or `transaction`.
     pub mode: &'static str,
     /// Logged-in clients of the pool that are idle or linked to a server.
@@ -55,6 +98,16 @@ pub struct PoolRow {
     pub servers_idle: u32,
     /// Servers connecting, logging in or running the check query.
     pub servers_opening: u32,
+    /// Servers back from a client, being cleaned before they go idle.
+    pub servers_used: u32,
+    /// Servers running `server_check_query`.
+    pub servers_tested: u32,
+    /// Servers connecting or logging in.
+    pub servers_login: u32,
+    /// Servers with a cancel request in flight.
+    pub servers_being_canceled: u32,
+    /// How long its oldest waiting client has waited.
+    pub max_wait: Option<Duration>,
 }
 
 /// What one shard answered.
@@ -62,6 +115,7 @@ pub struct PoolRow {
 pub struct ShardListing {
     pub shard: usize,
     pub clients: Vec<ClientRow>,
+    pub servers: Vec<ServerRow>,
     pub pools: Vec<PoolRow>,
 }
 

@@ -61,6 +61,38 @@ pub enum FailureCause {
     ServerShutdown,
 }
 
+/// One transaction's hold on a replica (a read of a reader entry). It counts as in flight on
+/// that replica, for the weighted power-of-two-choices, until it is dropped.
+pub trait ReadTicket: fmt::Debug + Send {
+    /// The replica's address.
+    fn addr(&self) -> SocketAddr;
+}
+
+/// A read of a reader entry (`primary` plus `replicas`), to be placed on a replica.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadRequest<'a> {
+    pub database: &'a str,
+    pub class: ServiceClass,
+    /// The session's admitted replica under session-level PLB (`plb_per_transaction` off):
+    /// the read may run only there. `None`: any replica the entry's routing allows.
+    pub leased: Option<SocketAddr>,
+    /// Read-your-writes: the read must see every transaction that committed on the primary
+    /// before this instant (`None`: no target).
+    pub after: Option<std::time::Instant>,
+}
+
+/// Where a read runs.
+#[derive(Debug)]
+pub enum ReadRoute {
+    /// On this replica.
+    Replica(Box<dyn ReadTicket>),
+    /// No replica may serve it (all Down or past the lag cap): on the primary.
+    Primary,
+    /// Some replica may serve it once it has replayed the read's target: ask again later
+    /// (the engine falls back to the primary at `read_your_writes_timeout`).
+    NotYet,
+}
+
 /// Replica routing by service class.
 pub trait Routing {
     /// Whether `database` is a replica-set entry (its sessions need an admission).
@@ -75,6 +107,17 @@ pub trait Routing {
     fn report_failure(&self, database: &str, replica: SocketAddr, cause: FailureCause);
     /// Whether `replica` of `database` is Down.
     fn is_down(&self, database: &str, replica: SocketAddr) -> bool;
+    /// Places one read transaction of a reader entry.
+    fn route_read(&self, _request: &ReadRequest<'_>) -> ReadRoute {
+        ReadRoute::Primary
+    }
+    /// A write transaction of `user` on `database` finished on the primary at `at` (for
+    /// `read_your_writes_scope = "user"`, shared by every shard).
+    fn note_user_write(&self, _database: &str, _user: &str, _at: std::time::Instant) {}
+    /// The latest write of `user` on `database` noted by any shard.
+    fn user_write(&self, _database: &str, _user: &str) -> Option<std::time::Instant> {
+        None
+    }
 }
 
 /// No replica sets: every database entry has one server.
@@ -108,12 +151,63 @@ impl Routing for NoRouting {
     }
 }
 
-/// The admin console (database `pgtier`).
+/// What a console session may run: PgBouncer's `admin_users` run everything, its
+/// `stats_users` only the read-only `SHOW` commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleRights {
+    Admin,
+    Stats,
+}
+
+/// One query for the console, with what it may read.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsoleRequest<'a> {
+    /// The query text (a simple-query string, or one extended-protocol statement).
+    pub query: &'a str,
+    pub rights: ConsoleRights,
+    /// Result column formats Bind asked for (PostgreSQL's rules: none = all text, one = all
+    /// columns, else one per column); empty for simple queries.
+    pub formats: &'a [i16],
+    /// Every shard's rows, when [`Console::needs_listing`] asked for them.
+    pub listing: Option<&'a Listing>,
+    /// The configuration the engine runs with.
+    pub config: &'a pgtier_core::config::Config,
+    /// What PAUSE, KILL and DISABLE hold on this shard (every shard holds the same).
+    pub gates: &'a crate::control::Gates,
+}
+
+/// The answer to one extended-protocol statement, split where the protocol splits it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatementAnswer {
+    /// Its RowDescription (`None`: it returns no rows, NoData).
+    pub description: Option<BytesMut>,
+    /// Notices, DataRows and CommandComplete, or an ErrorResponse (or EmptyQueryResponse).
+    pub body: BytesMut,
+    /// The body is an ErrorResponse.
+    pub failed: bool,
+}
+
+/// The admin console (database `pgtier`, alias `pgbouncer`).
 pub trait Console {
     /// Whether some statement of `query` needs every shard's client and pool rows.
     fn needs_listing(&self, query: &str) -> bool;
     /// Answers one simple-query string into `out` (everything but ReadyForQuery).
-    fn answer(&mut self, query: &str, listing: Option<&Listing>, out: &mut BytesMut);
+    fn answer(&mut self, request: &ConsoleRequest<'_>, out: &mut BytesMut);
+    /// Answers one statement of the extended protocol.
+    fn answer_statement(&mut self, request: &ConsoleRequest<'_>) -> StatementAnswer;
+    /// `None` when `query` is not a process-controlling command (PAUSE, KILL, RELOAD, SET,
+    /// SHUTDOWN...); otherwise what the engine must do, or the refusal to answer (wrong
+    /// rights, unknown database, bad syntax). `admin`: the session's user is in
+    /// `admin_users`. RELOAD is requested here (the process rereads its files); SET builds
+    /// the new configuration from `config`.
+    fn control(
+        &mut self,
+        _query: &str,
+        _admin: bool,
+        _config: &pgtier_core::config::Config,
+    ) -> Option<Result<crate::control::ControlRequest, Refusal>> {
+        None
+    }
 }
 
 /// A console that knows no commands, for engines without one.
@@ -125,12 +219,26 @@ impl Console for NoConsole {
         false
     }
 
-    fn answer(&mut self, _query: &str, _listing: Option<&Listing>, out: &mut BytesMut) {
-        pgtier_wire::error_fields::ErrorNotice::new(
-            pgtier_wire::error_fields::Severity::Error,
-            pgtier_wire::sqlstate::FEATURE_NOT_SUPPORTED,
-            "the admin console is not available",
-        )
-        .encode_error(out);
+    fn answer(&mut self, _request: &ConsoleRequest<'_>, out: &mut BytesMut) {
+        no_console(out);
     }
+
+    fn answer_statement(&mut self, _request: &ConsoleRequest<'_>) -> StatementAnswer {
+        let mut body = BytesMut::new();
+        no_console(&mut body);
+        StatementAnswer {
+            description: None,
+            body,
+            failed: true,
+        }
+    }
+}
+
+fn no_console(out: &mut BytesMut) {
+    pgtier_wire::error_fields::ErrorNotice::new(
+        pgtier_wire::error_fields::Severity::Error,
+        pgtier_wire::sqlstate::FEATURE_NOT_SUPPORTED,
+        "the admin console is not available",
+    )
+    .encode_error(out);
 }

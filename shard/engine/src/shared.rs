@@ -1,15 +1,20 @@
 //! What every shard's engine shares with the others, all of it touched off the query path
-//! or in batches: the client count behind `max_client_conn`, folded statistics, the latency
+//! or in batches: the client count behind `max_client_conn`, folded statistics and query
+//! digests, the latency
 //! of the current observation interval, and the registry of cross-shard pool budgets.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
-use pgtier_core::metrics::{IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot};
+use pgtier_core::metrics::{
+    DatabaseRegistry, DigestStore, IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot,
+};
 use pgtier_pool::{PoolBudget, PoolKey};
+
+use crate::pool_gauges::PublishedGauges;
 
 /// Per-class statistics of the last completed observation interval (`stats_period`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +32,15 @@ pub struct IntervalStats {
 pub struct SharedStats {
     pub clients_accepted: AtomicU64,
     pub servers_opened: AtomicU64,
+    /// Server connections that moved whole to another shard (counted where they arrived).
+    pub servers_moved: AtomicU64,
     pub login_failures: AtomicU64,
+    /// Reads of reader entries: run on a replica, run on the primary (no replica could
+    /// serve them, or their wait ran out), waits for a replica to catch up, waits that ran out.
+    pub reads_on_replicas: AtomicU64,
+    pub reads_on_primary: AtomicU64,
+    pub read_waits: AtomicU64,
+    pub read_waits_timed_out: AtomicU64,
 }
 
 /// Totals at one moment (lagging by at most one batch per shard).
@@ -36,7 +49,12 @@ pub struct StatsSnapshot {
     pub traffic: TotalsSnapshot,
     pub clients_accepted: u64,
     pub servers_opened: u64,
+    pub servers_moved: u64,
     pub login_failures: u64,
+    pub reads_on_replicas: u64,
+    pub reads_on_primary: u64,
+    pub read_waits: u64,
+    pub read_waits_timed_out: u64,
 }
 
 /// One shard's connection events not yet folded in.
@@ -44,7 +62,13 @@ pub struct StatsSnapshot {
 pub struct LocalStats {
     pub clients_accepted: u64,
     pub servers_opened: u64,
+    /// Servers that arrived whole from another shard.
+    pub servers_moved_in: u64,
     pub login_failures: u64,
+    pub reads_on_replicas: u64,
+    pub reads_on_primary: u64,
+    pub read_waits: u64,
+    pub read_waits_timed_out: u64,
 }
 
 impl LocalStats {
@@ -58,7 +82,12 @@ impl LocalStats {
         };
         add(&shared.clients_accepted, &mut self.clients_accepted);
         add(&shared.servers_opened, &mut self.servers_opened);
+        add(&shared.servers_moved, &mut self.servers_moved_in);
         add(&shared.login_failures, &mut self.login_failures);
+        add(&shared.reads_on_replicas, &mut self.reads_on_replicas);
+        add(&shared.reads_on_primary, &mut self.reads_on_primary);
+        add(&shared.read_waits, &mut self.read_waits);
+        add(&shared.read_waits_timed_out, &mut self.read_waits_timed_out);
     }
 }
 
@@ -161,6 +190,17 @@ pub struct Shared {
     /// Interval rollovers so far.
     pub intervals: AtomicU64,
     pub budgets: BudgetRegistry,
+    /// Per-database totals (`SHOW STATS`, the metrics endpoint), folded by shards.
+    pub databases: DatabaseRegistry,
+    /// Query digests (`SHOW QUERIES`, the metrics endpoint), folded by shards.
+    pub digests: Arc<DigestStore>,
+    /// Digests the metrics endpoint exports (`digest_metrics_top`, set by the shards).
+    pub digest_metrics_top: AtomicUsize,
+    /// Per-pool gauges each shard publishes at housekeeping while the metrics endpoint is on.
+    pub pool_gauges: PublishedGauges,
+    /// SCRAM keys of server logins, derived once per (password, salt, iterations) for every
+    /// shard: a new server connection costs no PBKDF2 on the shard's loop after the first.
+    pub scram_keys: Arc<pgtier_wire::auth::ScramKeyCache>,
 }
 
 impl Shared {
@@ -174,6 +214,11 @@ impl Shared {
             interval: ArcSwapOption::empty(),
             intervals: AtomicU64::new(0),
             budgets: BudgetRegistry::default(),
+            databases: DatabaseRegistry::default(),
+            digests: Arc::default(),
+            scram_keys: Arc::default(),
+            digest_metrics_top: AtomicUsize::new(50),
+            pool_gauges: PublishedGauges::new(shards),
         }
     }
 
@@ -189,7 +234,12 @@ impl Shared {
             traffic: self.totals.snapshot(),
             clients_accepted: load(&self.stats.clients_accepted),
             servers_opened: load(&self.stats.servers_opened),
+            servers_moved: load(&self.stats.servers_moved),
             login_failures: load(&self.stats.login_failures),
+            reads_on_replicas: load(&self.stats.reads_on_replicas),
+            reads_on_primary: load(&self.stats.reads_on_primary),
+            read_waits: load(&self.stats.read_waits),
+            read_waits_timed_out: load(&self.stats.read_waits_timed_out),
         }
     }
 

@@ -4,6 +4,7 @@
 //! server that logs in, answers simple and extended queries, tracks its transaction status
 //! and session state, and can be told to fail.
 
+use crate::addr::{ClientAddr, ServerAddr};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -165,6 +166,10 @@ pub struct FakeBackend {
     copy_in: bool,
     /// Terminate arrived: PostgreSQL closes the connection after it.
     pub terminated: bool,
+    /// (user, password) rows an `auth_query` over pg_shadow finds.
+    pub shadow: Vec<(String, String)>,
+    /// The first parameter of the last Bind.
+    bound: Option<String>,
 }
 
 impl FakeBackend {
@@ -322,6 +327,7 @@ impl FakeBackend {
                 } else if self.status == b'E' {
                     self.extended_error("25P02", "current transaction is aborted", out);
                 } else {
+                    self.bound = first_parameter(&message.body);
                     out.extend(frame(b'2', &[]));
                 }
             }
@@ -343,6 +349,28 @@ impl FakeBackend {
                     }
                     out.extend(frame(b'n', &[]));
                 }
+            }
+            b'E' if self
+                .seen
+                .last()
+                .is_some_and(|sql| sql.contains("pg_shadow")) =>
+            {
+                let user = self.bound.clone().unwrap_or_default();
+                let rows: Vec<(String, String)> = self
+                    .shadow
+                    .iter()
+                    .filter(|(name, _)| *name == user)
+                    .cloned()
+                    .collect();
+                for (name, password) in &rows {
+                    let mut row = BytesMut::new();
+                    pgtier_wire::messages::backend::DataRow::encode_parts(
+                        &mut row,
+                        &[Some(name.as_bytes()), Some(password.as_bytes())],
+                    );
+                    out.extend_from_slice(&row);
+                }
+                out.extend(frame(b'C', format!("SELECT {}\0", rows.len()).as_bytes()));
             }
             b'E' => out.extend(frame(b'C', b"SELECT 1\0")),
             b'C' => {
@@ -366,6 +394,12 @@ impl FakeBackend {
             b'X' => self.terminated = true,
             _ => {}
         }
+    }
+
+    /// The auth_query rows this backend finds.
+    pub fn with_shadow(mut self, shadow: &[(String, String)]) -> FakeBackend {
+        self.shadow = shadow.to_vec();
+        self
     }
 
     /// An error in an extended sequence: the rest is skipped until Sync.
@@ -471,7 +505,24 @@ impl FakeBackend {
     }
 }
 
-fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
+/// The first parameter value of a Bind body, as text.
+fn first_parameter(body: &[u8]) -> Option<String> {
+    let mut at = body.iter().position(|&b| b == 0)? + 1;
+    at += body[at..].iter().position(|&b| b == 0)? + 1;
+    let formats = u16::from_be_bytes([*body.get(at)?, *body.get(at + 1)?]) as usize;
+    at += 2 + 2 * formats;
+    let count = u16::from_be_bytes([*body.get(at)?, *body.get(at + 1)?]);
+    if count == 0 {
+        return None;
+    }
+    at += 2;
+    let len = i32::from_be_bytes(body.get(at..at + 4)?.try_into().ok()?);
+    let value = body.get(at + 4..at + 4 + usize::try_from(len).ok()?)?;
+    Some(String::from_utf8_lossy(value).into_owned())
+}
+
+/// An ErrorResponse from a server.
+pub fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
     let mut body = Vec::new();
     for (kind, value) in [
         (b'S', severity),
@@ -496,9 +547,9 @@ pub struct Harness {
     /// Connections the engine closed, with how.
     pub closed: Vec<(Conn, CloseHow)>,
     /// Servers whose connect is pending.
-    pub connecting: Vec<(ServerId, SocketAddr)>,
+    pub connecting: Vec<(ServerId, ServerAddr)>,
     /// Every connect asked for, in order.
-    pub connects: Vec<(ServerId, SocketAddr)>,
+    pub connects: Vec<(ServerId, ServerAddr)>,
     /// The fake backend of each connected server.
     pub backends: HashMap<ServerId, FakeBackend>,
     /// Cancel requests sent, for which server.
@@ -511,8 +562,24 @@ pub struct Harness {
     pub clients_read: bool,
     /// When false, the harness does not answer for servers on its own.
     pub auto_backend: bool,
+    /// The pg_shadow rows every new fake backend finds for `auth_query`.
+    pub shadow: Vec<(String, String)>,
+    /// Backends whose socket was detached (by fake descriptor), until a harness adopts them:
+    /// [`Pair::exchange`] carries them to the other shard's harness with the posts.
+    pub in_transit: HashMap<i32, FakeBackend>,
+    /// When true, `Action::Detach` is only recorded in `detaching` (a receive still in
+    /// flight): the test completes it with [`Harness::complete_detaches`], or lets the server
+    /// speak first.
+    pub hold_detaches: bool,
+    pub detaching: Vec<ServerId>,
+    /// Sockets the engine adopted (server, fake descriptor) and closed without a connection.
+    pub adopted: Vec<(ServerId, i32)>,
+    pub closed_sockets: Vec<i32>,
     next_pid: u32,
 }
+
+/// Fake descriptors of detached sockets, unique across the harnesses of a test.
+static NEXT_FAKE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(10_000);
 
 /// A configuration with one database `db` on 127.0.0.1:5432, trust auth, and `extra`
 /// lines in `[pgtier]`.
@@ -550,24 +617,67 @@ impl Harness {
         Harness::build(config_text, users, routing, Default::default())
     }
 
+    /// A harness whose engine answers its admin console with `console`.
+    pub fn with_console(config_text: &str, console: Box<dyn crate::services::Console>) -> Harness {
+        Harness::build_with_console(
+            config_text,
+            UserList::new(),
+            Box::new(NoRouting),
+            Default::default(),
+            console,
+        )
+    }
+
     fn build(
         config_text: &str,
         users: UserList,
         routing: Box<dyn crate::services::Routing>,
         tls: crate::tls::TlsSides,
     ) -> Harness {
+        Harness::build_with_console(config_text, users, routing, tls, Box::new(NoConsole))
+    }
+
+    fn build_with_console(
+        config_text: &str,
+        users: UserList,
+        routing: Box<dyn crate::services::Routing>,
+        tls: crate::tls::TlsSides,
+        console: Box<dyn crate::services::Console>,
+    ) -> Harness {
         let config = match Config::from_str(config_text, "/tmp/pgtier-engine-test.toml") {
             Ok(config) => config,
             Err(error) => panic!("test config: {error}"),
         };
-        let now = Instant::now();
-        let engine = Engine::new(EngineParts {
-            shard: 0,
-            config: Arc::new(config),
-            users: Arc::new(users),
-            shared: Arc::new(Shared::new(1)),
+        Harness::of_shard(
+            0,
+            Arc::new(config),
+            Arc::new(Shared::new(1)),
+            users,
             routing,
-            console: Box::new(NoConsole),
+            tls,
+            console,
+            Instant::now(),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn of_shard(
+        shard: usize,
+        config: Arc<Config>,
+        shared: Arc<Shared>,
+        users: UserList,
+        routing: Box<dyn crate::services::Routing>,
+        tls: crate::tls::TlsSides,
+        console: Box<dyn crate::services::Console>,
+        now: Instant,
+    ) -> Harness {
+        let engine = Engine::new(EngineParts {
+            shard,
+            config,
+            users: Arc::new(users),
+            shared,
+            routing,
+            console,
             resolver: Box::new(IpOnly),
             random: Box::new(SeededRandom::new(42)),
             now,
@@ -587,7 +697,34 @@ impl Harness {
             paused: Vec::new(),
             clients_read: true,
             auto_backend: true,
-            next_pid: 1000,
+            shadow: Vec::new(),
+            in_transit: HashMap::new(),
+            hold_detaches: false,
+            detaching: Vec::new(),
+            adopted: Vec::new(),
+            closed_sockets: Vec::new(),
+            next_pid: 1000 + 1000 * shard as u32,
+        }
+    }
+
+    /// Completes every held detach (`hold_detaches`): each socket goes to the engine.
+    pub fn complete_detaches(&mut self) {
+        for server in std::mem::take(&mut self.detaching) {
+            self.detach(server);
+        }
+        self.pump();
+    }
+
+    fn detach(&mut self, server: ServerId) {
+        let fd = NEXT_FAKE_FD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(backend) = self.backends.remove(&server) {
+            self.in_transit.insert(fd, backend);
+        }
+        let socket = crate::server::moved::DetachedSocket::from_raw(fd);
+        if let Some(socket) = self.engine.handle_detached(self.now, server, socket) {
+            let fd = socket.into_raw();
+            self.in_transit.remove(&fd);
+            self.closed_sockets.push(fd);
         }
     }
 
@@ -619,7 +756,7 @@ impl Harness {
                 }
             }
             Action::Connect { server, addr } => {
-                self.connects.push((server, addr));
+                self.connects.push((server, addr.clone()));
                 self.connecting.push((server, addr));
                 if self.auto_backend {
                     self.complete_connects();
@@ -646,6 +783,25 @@ impl Harness {
                 }
             }
             Action::Post { shard, command } => self.posts.push((shard, command)),
+            Action::Detach(server) => {
+                if self.hold_detaches {
+                    self.detaching.push(server);
+                } else {
+                    self.detach(server);
+                }
+            }
+            Action::Adopt { server, socket } => {
+                let fd = socket.into_raw();
+                if let Some(backend) = self.in_transit.remove(&fd) {
+                    self.backends.insert(server, backend);
+                }
+                self.adopted.push((server, fd));
+            }
+            Action::CloseSocket(socket) => {
+                let fd = socket.into_raw();
+                self.in_transit.remove(&fd);
+                self.closed_sockets.push(fd);
+            }
         }
     }
 
@@ -690,8 +846,8 @@ impl Harness {
         let pending = std::mem::take(&mut self.connecting);
         for (server, _) in pending {
             self.next_pid += 1;
-            self.backends
-                .insert(server, FakeBackend::new(self.next_pid));
+            let backend = FakeBackend::new(self.next_pid).with_shadow(&self.shadow);
+            self.backends.insert(server, backend);
             self.engine
                 .handle_server_connected(self.now, server, Ok(()));
         }
@@ -718,7 +874,27 @@ impl Harness {
     }
 
     pub fn accept(&mut self) -> ClientId {
-        let id = match self.engine.handle_accept(self.now, None) {
+        self.accept_from(None)
+    }
+
+    /// A TCP client from `peer` (`None`: its address could not be read).
+    pub fn accept_from(&mut self, peer: Option<SocketAddr>) -> ClientId {
+        let accepted = self
+            .engine
+            .handle_accept(self.now, peer.map(ClientAddr::Tcp));
+        self.accepted(accepted)
+    }
+
+    /// A client on the Unix-domain socket.
+    pub fn accept_unix(&mut self) -> ClientId {
+        let accepted = self
+            .engine
+            .handle_accept(self.now, Some(ClientAddr::Unix { port: 6432 }));
+        self.accepted(accepted)
+    }
+
+    fn accepted(&mut self, accepted: Option<ClientId>) -> ClientId {
+        let id = match accepted {
             Some(id) => id,
             None => panic!("the engine refused a client slot"),
         };
@@ -828,6 +1004,72 @@ impl Harness {
     }
 }
 
+/// Two shards' engines over one shared state (budgets, shard count 2), each behind its own
+/// kernel-less driver; [`Pair::exchange`] delivers what they posted to each other, with the
+/// backends of the servers that moved.
+pub struct Pair {
+    pub shards: [Harness; 2],
+}
+
+impl Pair {
+    pub fn new(config_text: &str) -> Pair {
+        let config = match Config::from_str(config_text, "/tmp/pgtier-engine-test.toml") {
+            Ok(config) => Arc::new(config),
+            Err(error) => panic!("test config: {error}"),
+        };
+        let shared = Arc::new(Shared::new(2));
+        let now = Instant::now();
+        let shard = |index: usize| {
+            Harness::of_shard(
+                index,
+                config.clone(),
+                shared.clone(),
+                UserList::new(),
+                Box::new(NoRouting),
+                Default::default(),
+                Box::new(NoConsole),
+                now,
+            )
+        };
+        Pair {
+            shards: [shard(0), shard(1)],
+        }
+    }
+
+    /// Delivers every post between the two shards (and what they post in answer) until
+    /// none is left; the backends of detached sockets travel with them.
+    pub fn exchange(&mut self) {
+        for _ in 0..100 {
+            let mut delivered = false;
+            for from in 0..2 {
+                let to = 1 - from;
+                let posts = std::mem::take(&mut self.shards[from].posts);
+                let transit = std::mem::take(&mut self.shards[from].in_transit);
+                self.shards[to].in_transit.extend(transit);
+                for (shard, command) in posts {
+                    assert_eq!(shard, to, "a post to a shard that does not exist");
+                    let now = self.shards[to].now;
+                    self.shards[to].engine.handle_command(now, command);
+                    self.shards[to].pump();
+                    delivered = true;
+                }
+            }
+            if !delivered {
+                return;
+            }
+        }
+        panic!("the shards never stopped posting to each other");
+    }
+
+    /// Moves both shards' time on and runs their timers, then delivers their posts.
+    pub fn advance(&mut self, by: Duration) {
+        for shard in &mut self.shards {
+            shard.advance(by);
+        }
+        self.exchange();
+    }
+}
+
 /// TLS for clients (`prefer`-style acceptor over the shared test PKI), no server TLS: what
 /// the engine gets when `client_tls_sslmode` is on.
 pub fn client_tls(mode: pgtier_core::config::SslMode) -> crate::tls::TlsSides {
@@ -847,5 +1089,96 @@ pub fn client_tls(mode: pgtier_core::config::SslMode) -> crate::tls::TlsSides {
     crate::tls::TlsSides {
         acceptor: Some(acceptor),
         connector: None,
+    }
+}
+
+/// A configuration with one reader entry `db`: a primary on 127.0.0.1:5000 and replicas on
+/// 5001 and 5002, trust auth, and `extra` lines in `[pgtier]`.
+pub fn reader_config(extra: &str) -> String {
+    format!(
+        "[pgtier]\nlisten_port = 6432\nauth_type = \"trust\"\n{extra}\n\
+         [databases.db]\nprimary = \"127.0.0.1:5000\"\n\
+         replicas = [\"127.0.0.1:5001\", \"127.0.0.1:5002\"]\nread_your_writes_timeout = 0.05\n"
+    )
+}
+
+/// Read routing for harness engines: reads cycle through the first replica, the second, a
+/// "not yet" (the read waits) and the primary. It counts the tickets it gave out that were
+/// not dropped yet (`in_flight`), so a test can check each was given back once.
+#[derive(Debug, Default)]
+pub struct CyclingReads {
+    next: std::sync::atomic::AtomicUsize,
+    pub in_flight: Arc<std::sync::atomic::AtomicIsize>,
+}
+
+#[derive(Debug)]
+struct CycleTicket {
+    addr: SocketAddr,
+    in_flight: Arc<std::sync::atomic::AtomicIsize>,
+}
+
+impl crate::services::ReadTicket for CycleTicket {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for CycleTicket {
+    fn drop(&mut self) {
+        self.in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl crate::services::Routing for CyclingReads {
+    fn is_routed(&self, _database: &str) -> bool {
+        false
+    }
+    fn admit(
+        &self,
+        database: &str,
+        class: pgtier_policy::ServiceClass,
+        request_id: u64,
+    ) -> crate::services::Admission {
+        NoRouting.admit(database, class, request_id)
+    }
+    fn repin(
+        &self,
+        lease: Box<dyn crate::services::ReplicaLease>,
+        request_id: u64,
+    ) -> crate::services::Admission {
+        NoRouting.repin(lease, request_id)
+    }
+    fn poll_reply(&self) -> Option<crate::services::AdmissionReply> {
+        None
+    }
+    fn report_failure(
+        &self,
+        _database: &str,
+        _replica: SocketAddr,
+        _cause: crate::services::FailureCause,
+    ) {
+    }
+    fn is_down(&self, _database: &str, _replica: SocketAddr) -> bool {
+        false
+    }
+    fn route_read(
+        &self,
+        _request: &crate::services::ReadRequest<'_>,
+    ) -> crate::services::ReadRoute {
+        use crate::services::ReadRoute;
+        let step = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4;
+        let port = match step {
+            0 => 5001,
+            1 => 5002,
+            2 => return ReadRoute::NotYet,
+            _ => return ReadRoute::Primary,
+        };
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ReadRoute::Replica(Box::new(CycleTicket {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            in_flight: Arc::clone(&self.in_flight),
+        }))
     }
 }

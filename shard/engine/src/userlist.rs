@@ -1,13 +1,20 @@
-//! The auth file (PgBouncer's userlist.txt), read by `pgtier_core::auth_file` — the same parser
-//! `pgtier check-config` uses — and handed to the password exchanges in the text form
-//! PostgreSQL itself stores: plain, `md5<hex>`, or `SCRAM-SHA-256$<iter>:<salt>$<keys>`.
+//! The files a login is checked against, loaded together and replaced together on reload:
+//! the auth file (PgBouncer's userlist.txt), read by `pgtier_core::auth_file` — the same
+//! parser `pgtier check-config` uses — and handed to the password exchanges in the text form
+//! PostgreSQL itself stores (plain, `md5<hex>`, or `SCRAM-SHA-256$<iter>:<salt>$<keys>`),
+//! and with `auth_type = hba` the rules of `auth_hba_file`.
 
 use std::path::Path;
 
 use pgtier_core::auth_file::{AuthFile, StoredPassword};
+use pgtier_core::config::{AuthType, Settings};
+use pgtier_core::hba::HbaFile;
 
 #[derive(Debug, Clone, Default)]
-pub struct UserList(AuthFile);
+pub struct UserList {
+    file: AuthFile,
+    hba: Option<HbaFile>,
+}
 
 impl UserList {
     pub fn new() -> UserList {
@@ -16,18 +23,49 @@ impl UserList {
 
     /// An already parsed auth file.
     pub fn from_file(file: AuthFile) -> UserList {
-        UserList(file)
+        UserList { file, hba: None }
+    }
+
+    /// With these HBA rules.
+    pub fn with_hba(self, hba: HbaFile) -> UserList {
+        UserList {
+            hba: Some(hba),
+            ..self
+        }
     }
 
     pub fn load(path: &Path) -> Result<UserList, String> {
         AuthFile::load(path)
-            .map(UserList)
+            .map(UserList::from_file)
             .map_err(|error| error.to_string())
+    }
+
+    /// Everything `settings` names: its `auth_file` (none: no users) and, with
+    /// `auth_type = hba`, its `auth_hba_file`, which must then be set.
+    pub fn load_for(settings: &Settings) -> Result<UserList, String> {
+        let users = match &settings.auth_file {
+            Some(path) => UserList::load(path)?,
+            None => UserList::new(),
+        };
+        if settings.auth_type != AuthType::Hba {
+            return Ok(users);
+        }
+        let path = settings
+            .auth_hba_file
+            .as_ref()
+            .ok_or("auth_type = \"hba\" needs auth_hba_file")?;
+        let hba = HbaFile::load(path).map_err(|error| error.to_string())?;
+        Ok(users.with_hba(hba))
+    }
+
+    /// The HBA rules, when `auth_type = hba`.
+    pub fn hba(&self) -> Option<&HbaFile> {
+        self.hba.as_ref()
     }
 
     /// The stored password of `user` in PostgreSQL's text form.
     pub fn get(&self, user: &str) -> Option<String> {
-        Some(match self.0.password(user)? {
+        Some(match self.file.password(user)? {
             StoredPassword::Plain(password) => password.clone(),
             StoredPassword::Md5(digest) => {
                 let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -49,7 +87,7 @@ mod tests {
     fn stored_forms_round_trip() {
         let text = "\"alice\" \"secret\"\n\"bob\" \"md50123456789abcdef0123456789abcdef\"\n\
                     \"carol\" \"SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy\"\n";
-        let users = UserList(AuthFile::parse(text, "userlist.txt").expect("valid"));
+        let users = UserList::from_file(AuthFile::parse(text, "userlist.txt").expect("valid"));
         assert_eq!(users.get("alice").as_deref(), Some("secret"));
         assert_eq!(
             users.get("bob").as_deref(),

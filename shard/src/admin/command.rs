@@ -10,16 +10,52 @@ pub enum AdminCommand {
     Replicas,
     /// `SHOW ROUTERS`: strategy, layout generation and admission counters per replica set.
     Routers,
+    /// `SHOW READERS`: per reader entry, the primary's WAL position and read counters.
+    Readers,
     /// `SHOW ROLE_EVENTS`: recent borrows and returns.
     RoleEvents,
     /// `SHOW EVENTS`: Down/Rejoin and the repair steps they caused.
     Events,
-    /// `SHOW STATS`: per-class completed queries and latency percentiles.
+    /// `SHOW CLASS_STATS`: per-class completed queries and latency percentiles.
+    ClassStats,
+    /// `SHOW STATS`: PgBouncer's per-database totals and averages.
     Stats,
-    /// `SHOW CLIENTS`: every client connection on every shard, with class and replica.
+    /// `SHOW STATS_TOTALS`: PgBouncer's per-database totals.
+    StatsTotals,
+    /// `SHOW STATS_AVERAGES`: PgBouncer's per-database averages.
+    StatsAverages,
+    /// `SHOW TOTALS`: PgBouncer's totals and averages over every database.
+    Totals,
+    /// `SHOW QUERIES`: the query digests with the most total time.
+    Queries,
+    /// `SHOW CLIENTS`: PgBouncer's columns, one row per client on every shard.
     Clients,
-    /// `SHOW POOLS`: every pool slice on every shard, with its client and server counts.
+    /// `SHOW SERVERS`: PgBouncer's columns, one row per server on every shard.
+    Servers,
+    /// `SHOW POOLS`: PgBouncer's columns, one row per (database, user) across shards.
     Pools,
+    /// `SHOW DATABASES`: the configured entries.
+    Databases,
+    /// `SHOW USERS`.
+    Users,
+    /// `SHOW LISTS`: counts of databases, users, pools, clients, servers.
+    Lists,
+    /// `SHOW CONFIG`: every setting with its value and default.
+    Config,
+    /// `SHOW MEM`: PgBouncer's memory caches (pgtier has none: no rows).
+    Mem,
+    /// `SHOW FDS`: sockets for PgBouncer's online restart (pgtier has none: no rows).
+    Fds,
+    /// `SHOW SOCKETS`: clients and servers with buffer columns.
+    Sockets,
+    /// `SHOW ACTIVE_SOCKETS`: the active ones of `SHOW SOCKETS`.
+    ActiveSockets,
+    /// `SHOW DNS_HOSTS`.
+    DnsHosts,
+    /// `SHOW DNS_ZONES`.
+    DnsZones,
+    /// `SHOW STATE`: active, paused, suspended.
+    State,
     /// `SHOW VERSION`.
     Version,
     /// `SHOW HELP`.
@@ -28,14 +64,82 @@ pub enum AdminCommand {
 
 impl AdminCommand {
     /// Every command with its one-line description, for `SHOW HELP`.
-    pub const ALL: [(AdminCommand, &'static str); 9] = [
+    pub const ALL: [(AdminCommand, &'static str); 27] = [
+        (
+            AdminCommand::Pools,
+            "one row per (database, user) pool across shards: clients and servers per state",
+        ),
+        (
+            AdminCommand::Clients,
+            "every client connection on every shard",
+        ),
+        (
+            AdminCommand::Servers,
+            "every server connection on every shard",
+        ),
+        (AdminCommand::Databases, "the database entries"),
+        (AdminCommand::Users, "the users pgtier knows"),
+        (
+            AdminCommand::Lists,
+            "counts of databases, users, pools, clients, servers",
+        ),
+        (
+            AdminCommand::Config,
+            "every setting: value, default, changeable by reload",
+        ),
+        (
+            AdminCommand::Sockets,
+            "clients and servers with buffer columns",
+        ),
+        (AdminCommand::ActiveSockets, "the active sockets"),
+        (
+            AdminCommand::Mem,
+            "PgBouncer's memory caches (none in pgtier)",
+        ),
+        (
+            AdminCommand::Fds,
+            "PgBouncer's sockets for online restart (none in pgtier)",
+        ),
+        (
+            AdminCommand::DnsHosts,
+            "the DNS cache (none kept by pgtier)",
+        ),
+        (
+            AdminCommand::DnsZones,
+            "the DNS zones (none kept by pgtier)",
+        ),
+        (AdminCommand::State, "active, paused, suspended"),
+        (
+            AdminCommand::Stats,
+            "per database: totals since start and averages of the last stats_period",
+        ),
+        (
+            AdminCommand::StatsTotals,
+            "per database: totals since start",
+        ),
+        (
+            AdminCommand::StatsAverages,
+            "per database: averages of the last stats_period",
+        ),
+        (
+            AdminCommand::Totals,
+            "totals and averages over every database",
+        ),
+        (
+            AdminCommand::Queries,
+            "per normalized query text: calls, rows, time and errors (the 100 with most time)",
+        ),
         (
             AdminCommand::Replicas,
-            "role, sessions and health of every replica",
+            "role, sessions, health, replay position, lag and reads of every replica",
         ),
         (
             AdminCommand::Routers,
             "strategy, layout generation and admission counters per replica set",
+        ),
+        (
+            AdminCommand::Readers,
+            "per reader entry (primary plus replicas): the primary's WAL position and read counters",
         ),
         (
             AdminCommand::RoleEvents,
@@ -46,16 +150,8 @@ impl AdminCommand {
             "replica Down/Rejoin events and the repair steps they caused",
         ),
         (
-            AdminCommand::Stats,
+            AdminCommand::ClassStats,
             "completed queries and p50/p95 latency per class",
-        ),
-        (
-            AdminCommand::Clients,
-            "every client connection: shard, state, class, replica, backend pid",
-        ),
-        (
-            AdminCommand::Pools,
-            "every pool per shard: mode, clients active/waiting, servers active/idle/opening",
         ),
         (AdminCommand::Version, "the pgtier version"),
         (AdminCommand::Help, "this list"),
@@ -63,7 +159,17 @@ impl AdminCommand {
 
     /// The command reads rows owned by every shard (gathered through the mailboxes first).
     pub const fn needs_listing(self) -> bool {
-        matches!(self, AdminCommand::Clients | AdminCommand::Pools)
+        matches!(
+            self,
+            AdminCommand::Clients
+                | AdminCommand::Servers
+                | AdminCommand::Pools
+                | AdminCommand::Databases
+                | AdminCommand::Users
+                | AdminCommand::Lists
+                | AdminCommand::Sockets
+                | AdminCommand::ActiveSockets
+        )
     }
 
     /// The word after `SHOW`.
@@ -71,16 +177,51 @@ impl AdminCommand {
         match self {
             AdminCommand::Replicas => "REPLICAS",
             AdminCommand::Routers => "ROUTERS",
+            AdminCommand::Readers => "READERS",
             AdminCommand::RoleEvents => "ROLE_EVENTS",
             AdminCommand::Events => "EVENTS",
+            AdminCommand::ClassStats => "CLASS_STATS",
             AdminCommand::Stats => "STATS",
+            AdminCommand::StatsTotals => "STATS_TOTALS",
+            AdminCommand::StatsAverages => "STATS_AVERAGES",
+            AdminCommand::Totals => "TOTALS",
+            AdminCommand::Queries => "QUERIES",
             AdminCommand::Clients => "CLIENTS",
+            AdminCommand::Servers => "SERVERS",
             AdminCommand::Pools => "POOLS",
+            AdminCommand::Databases => "DATABASES",
+            AdminCommand::Users => "USERS",
+            AdminCommand::Lists => "LISTS",
+            AdminCommand::Config => "CONFIG",
+            AdminCommand::Mem => "MEM",
+            AdminCommand::Fds => "FDS",
+            AdminCommand::Sockets => "SOCKETS",
+            AdminCommand::ActiveSockets => "ACTIVE_SOCKETS",
+            AdminCommand::DnsHosts => "DNS_HOSTS",
+            AdminCommand::DnsZones => "DNS_ZONES",
+            AdminCommand::State => "STATE",
             AdminCommand::Version => "VERSION",
             AdminCommand::Help => "HELP",
         }
     }
 }
+
+/// PgBouncer's console verbs other than `SHOW`: only `admin_users` may run them, so a
+/// `stats_users` member who types one is told "admin access needed", as in PgBouncer.
+pub const ADMIN_VERBS: [&str; 12] = [
+    "PAUSE",
+    "RESUME",
+    "RECONNECT",
+    "RELOAD",
+    "KILL",
+    "KILL_CLIENT",
+    "SUSPEND",
+    "SHUTDOWN",
+    "WAIT_CLOSE",
+    "ENABLE",
+    "DISABLE",
+    "SET",
+];
 
 /// Why a statement is not a command we answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,6 +230,8 @@ pub enum CommandError {
     Syntax(String),
     /// A well-formed statement we do not support (SQLSTATE 0A000).
     Unsupported(String),
+    /// A command only `admin_users` may run (SQLSTATE 08P01, PgBouncer's).
+    AdminOnly,
 }
 
 impl fmt::Display for CommandError {
@@ -98,6 +241,7 @@ impl fmt::Display for CommandError {
             CommandError::Unsupported(text) => {
                 write!(f, "unsupported admin command \"{text}\"; try SHOW HELP")
             }
+            CommandError::AdminOnly => f.write_str("admin access needed"),
         }
     }
 }
@@ -164,7 +308,7 @@ mod tests {
             Err(CommandError::Unsupported(_))
         ));
         assert!(matches!(
-            parse("SHOW SERVERS"),
+            parse("SHOW PEERS"),
             Err(CommandError::Unsupported(_))
         ));
     }

@@ -1,5 +1,6 @@
 //! The rows of each `SHOW` command, built from a read-only view of the routers, their health
-//! and event logs, and the traffic statistics.
+//! and event logs, the traffic statistics and the configuration; the commands over every
+//! shard's connection rows are in `listing.rs`.
 
 use std::sync::Arc;
 
@@ -8,34 +9,94 @@ use pgtier_policy::{ReplicaId, Role, ServiceClass, Strategy};
 use crate::admin::command::AdminCommand;
 use crate::admin::format::{millis, utc_timestamp};
 use crate::admin::listing;
-use crate::admin::{AdminView, StatsView};
+use crate::admin::queries;
+use crate::admin::result::{Column, bytea, int4, int8, text as text_column, text_columns};
+use crate::admin::stats;
+use crate::admin::{AdminView, PoolerState, StatsView};
+use crate::control::ReadRouter;
 use crate::control::authority::ReplicaHealth;
 use crate::control::events::{ControlEvent, EventKind};
 use crate::control::health::ProbeOutcome;
 use crate::control::router::ReplicaRouter;
 
-/// Column names and rows of one result set.
+/// Columns and rows of one result set.
 pub struct ResultSet {
-    pub columns: &'static [&'static str],
+    pub columns: Vec<Column>,
     pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl ResultSet {
+    /// Columns with no rows (what pgtier has nothing to show for).
+    fn empty(columns: Vec<Column>) -> ResultSet {
+        ResultSet {
+            columns,
+            rows: Vec::new(),
+        }
+    }
 }
 
 /// The result set of `command` over `view`.
 pub fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {
     match command {
-        AdminCommand::Replicas => replicas(view.routers),
+        AdminCommand::Replicas => replicas(view.routers, view.readers),
         AdminCommand::Routers => routers(view.routers),
+        AdminCommand::Readers => readers(view.readers),
         AdminCommand::RoleEvents => role_events(view.routers),
         AdminCommand::Events => failure_events(view.routers),
-        AdminCommand::Stats => stats(view.stats),
+        AdminCommand::ClassStats => class_stats(view.stats),
+        AdminCommand::Stats => stats::show_stats(view),
+        AdminCommand::StatsTotals => stats::show_stats_totals(view),
+        AdminCommand::StatsAverages => stats::show_stats_averages(view),
+        AdminCommand::Totals => stats::show_totals(view),
+        AdminCommand::Queries => queries::show_queries(view),
         AdminCommand::Clients => listing::clients(view.listing),
+        AdminCommand::Servers => listing::servers(view.listing),
+        AdminCommand::Sockets => listing::sockets(view.listing, false),
+        AdminCommand::ActiveSockets => listing::sockets(view.listing, true),
         AdminCommand::Pools => listing::pools(view.listing),
+        AdminCommand::Databases => listing::databases(view.config, view.listing, view.gates),
+        AdminCommand::Users => listing::users(view.config, view.listing),
+        AdminCommand::Lists => listing::lists(view.config, view.listing),
+        AdminCommand::Config => config(view.config),
+        AdminCommand::Mem => ResultSet::empty(vec![
+            text_column("name"),
+            int4("size"),
+            int4("used"),
+            int4("free"),
+            int4("memtotal"),
+        ]),
+        AdminCommand::Fds => ResultSet::empty(vec![
+            int4("fd"),
+            text_column("task"),
+            text_column("user"),
+            text_column("database"),
+            text_column("addr"),
+            int4("port"),
+            int8("cancel"),
+            int4("link"),
+            text_column("client_encoding"),
+            text_column("std_strings"),
+            text_column("datestyle"),
+            text_column("timezone"),
+            text_column("password"),
+            bytea("scram_client_key"),
+            bytea("scram_server_key"),
+        ]),
+        AdminCommand::DnsHosts => ResultSet::empty(vec![
+            text_column("hostname"),
+            int8("ttl"),
+            text_column("addrs"),
+        ]),
+        AdminCommand::DnsZones => {
+            ResultSet::empty(vec![text_column("zonename"), int8("serial"), int4("count")])
+        }
+        AdminCommand::State => state(view.state),
         AdminCommand::Version => ResultSet {
-            columns: &["version"],
+            columns: text_columns(&["version"]),
             rows: vec![vec![Some(view.version.to_string())]],
         },
         AdminCommand::Help => ResultSet {
-            columns: &["command", "description"],
+            columns: text_columns(&["command", "description"]),
             rows: AdminCommand::ALL
                 .iter()
                 .map(|(command, about)| {
@@ -53,15 +114,18 @@ fn text(value: impl ToString) -> Option<String> {
     Some(value.to_string())
 }
 
-fn replicas(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
+fn replicas(routers: &[Arc<ReplicaRouter>], readers: &[Arc<ReadRouter>]) -> ResultSet {
     let mut rows = Vec::new();
     for router in routers {
         let snapshot = router.snapshot();
         let health = router.replica_health();
+        let reader = readers.iter().find(|r| Arc::ptr_eq(r.router(), router));
+        let view = reader.map(|reader| reader.view());
         for (replica, role) in snapshot.table.iter() {
             let load = router.load(replica);
             let state = health.get(replica.index());
-            rows.push(vec![
+            let lsn = view.as_ref().and_then(|view| view.replica(replica.index()));
+            let mut row = vec![
                 text(router.name()),
                 router.replica_addr(replica).map(|addr| addr.to_string()),
                 text(role_name(router.strategy(), replica, role)),
@@ -74,11 +138,23 @@ fn replicas(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
                     .and_then(|h| h.last_probe.as_ref())
                     .map(|p| utc_timestamp(p.at)),
                 state.and_then(probe_result),
+            ];
+            // Reader entries only; NULL elsewhere (and before the first poll).
+            row.extend([
+                lsn.and_then(|r| r.replay).map(|lsn| lsn.to_string()),
+                lsn.filter(|r| r.replay.is_some())
+                    .map(|r| r.lag_bytes.to_string()),
+                lsn.filter(|r| r.replay.is_some())
+                    .map(|r| format!("{:.3}", r.lag.as_secs_f64())),
+                lsn.map(|r| bool_text(r.excluded)),
+                reader.map(|r| r.counters().in_flight(replica).to_string()),
+                reader.map(|r| r.counters().reads(replica).to_string()),
             ]);
+            rows.push(row);
         }
     }
     ResultSet {
-        columns: &[
+        columns: text_columns(&[
             "database",
             "replica",
             "role",
@@ -89,7 +165,56 @@ fn replicas(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
             "state_since",
             "last_probe",
             "last_probe_result",
-        ],
+            "replay_lsn",
+            "lag_bytes",
+            "lag_seconds",
+            "excluded",
+            "in_flight",
+            "reads",
+        ]),
+        rows,
+    }
+}
+
+fn bool_text(value: bool) -> String {
+    (if value { "t" } else { "f" }).to_string()
+}
+
+fn readers(readers: &[Arc<ReadRouter>]) -> ResultSet {
+    let rows = readers
+        .iter()
+        .map(|reader| {
+            let view = reader.view();
+            let counters = reader.counters();
+            let reads: u64 = (0..reader.replica_count())
+                .filter_map(ReplicaId::from_index)
+                .map(|replica| counters.reads(replica))
+                .sum();
+            vec![
+                text(reader.name()),
+                text(reader.primary()),
+                view.primary_lsn().map(|lsn| lsn.to_string()),
+                text(bool_text(view.primary_stale)),
+                text(reader.replica_count()),
+                text(counters.total_in_flight()),
+                text(reads),
+                text(reader.primary_fallbacks()),
+                text(reader.not_yet()),
+            ]
+        })
+        .collect();
+    ResultSet {
+        columns: text_columns(&[
+            "database",
+            "primary",
+            "primary_lsn",
+            "primary_stale",
+            "replicas",
+            "in_flight",
+            "replica_reads",
+            "primary_fallbacks",
+            "not_yet",
+        ]),
         rows,
     }
 }
@@ -117,7 +242,7 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
         })
         .collect();
     ResultSet {
-        columns: &[
+        columns: text_columns(&[
             "database",
             "routing",
             "replicas",
@@ -130,13 +255,13 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
             "repins",
             "failure_reports",
             "events",
-        ],
+        ]),
         rows,
     }
 }
 
 /// PLB shows its role; the baselines have no roles, so show what the replica serves.
-fn role_name(strategy: &Strategy, replica: ReplicaId, role: Role) -> &'static str {
+pub(crate) fn role_name(strategy: &Strategy, replica: ReplicaId, role: Role) -> &'static str {
     match (strategy, role) {
         (_, Role::Down) => "down",
         (Strategy::Plb(_), role) => role.as_str(),
@@ -203,9 +328,9 @@ fn role_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
         })
         .collect();
     ResultSet {
-        columns: &[
+        columns: text_columns(&[
             "seq", "time", "database", "replica", "from", "to", "class", "reason",
-        ],
+        ]),
         rows,
     }
 }
@@ -247,15 +372,15 @@ fn failure_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
         })
         .collect();
     ResultSet {
-        columns: &[
+        columns: text_columns(&[
             "seq", "time", "database", "replica", "event", "from", "to", "cause",
-        ],
+        ]),
         rows,
     }
 }
 
-fn stats(view: Option<&StatsView>) -> ResultSet {
-    let columns: &'static [&'static str] = &[
+fn class_stats(view: Option<&StatsView>) -> ResultSet {
+    let columns = text_columns(&[
         "class",
         "total_queries",
         "total_transactions",
@@ -265,7 +390,7 @@ fn stats(view: Option<&StatsView>) -> ResultSet {
         "queries_per_s",
         "p50_ms",
         "p95_ms",
-    ];
+    ]);
     let Some(view) = view else {
         return ResultSet {
             columns,
@@ -298,4 +423,36 @@ fn stats(view: Option<&StatsView>) -> ResultSet {
         })
         .collect();
     ResultSet { columns, rows }
+}
+
+/// `SHOW CONFIG`: every setting, rendered by `pgtier_core::config::show`.
+fn config(config: Option<&pgtier_core::config::Config>) -> ResultSet {
+    let columns = text_columns(&["key", "value", "default", "changeable"]);
+    let rows = config
+        .map(|config| pgtier_core::config::show::config_rows(&config.pgtier))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|row| {
+            vec![
+                text(row.key),
+                text(row.value),
+                text(row.default),
+                text(pgtier_core::config::show::yes_no(row.changeable)),
+            ]
+        })
+        .collect();
+    ResultSet { columns, rows }
+}
+
+/// `SHOW STATE` (PgBouncer 1.19's): whether the pooler is active, paused, suspended.
+fn state(state: PoolerState) -> ResultSet {
+    let yes_no = |on: bool| text(if on { "yes" } else { "no" });
+    ResultSet {
+        columns: text_columns(&["key", "value"]),
+        rows: vec![
+            vec![text("active"), yes_no(!state.paused && !state.suspended)],
+            vec![text("paused"), yes_no(state.paused)],
+            vec![text("suspended"), yes_no(state.suspended)],
+        ],
+    }
 }

@@ -7,8 +7,11 @@ use std::path::PathBuf;
 /// What the user asked `pgtier` to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// `pgtier --config FILE` or `pgtier FILE`: run the proxy until shutdown.
-    Run { config_path: PathBuf },
+    /// `pgtier [OPTIONS] FILE` or `pgtier --config FILE`: run the proxy until shutdown.
+    Run {
+        config_path: PathBuf,
+        options: RunOptions,
+    },
     /// `pgtier check-config FILE`: load and validate a config, then exit.
     CheckConfig { config_path: PathBuf },
     /// `pgtier demo`: local primary + replicas with pgbench data, pgtier in front.
@@ -17,6 +20,21 @@ pub enum Command {
     Version,
     /// `pgtier --help`.
     Help,
+}
+
+/// PgBouncer's switches for running the proxy (`pgbouncer -d -q -v -u USER FILE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// `-d`: go to the background once serving (needs `pidfile`, and `logfile` or `syslog`).
+    pub daemon: bool,
+    /// `-R`: PgBouncer's online restart; not supported, pgtier warns and starts normally.
+    pub reboot: bool,
+    /// `-q`: nothing is logged to standard error.
+    pub quiet: bool,
+    /// `-v`, repeatable: each raises the log level one step (info, debug, trace).
+    pub verbose: u8,
+    /// `-u USER`: switch to this user after binding (overrides the `user` setting).
+    pub user: Option<String>,
 }
 
 /// Knobs of `pgtier demo`; the defaults are what the README shows.
@@ -45,11 +63,18 @@ pub const USAGE: &str = "\
 pgtier: a thread-per-core io_uring PostgreSQL proxy
 
 Usage:
-  pgtier --config FILE         run the proxy with FILE (TOML)
-  pgtier FILE                  same, PgBouncer style
+  pgtier [OPTIONS] FILE        run the proxy with FILE (pgtier TOML or a pgbouncer.ini)
+  pgtier [OPTIONS] --config FILE
   pgtier check-config FILE     validate FILE, print OK or the error, exit 0/1
-  pgtier demo [OPTIONS]        local primary + read-only replicas with pgbench data, pgtier in front
-  pgtier --version | --help
+  pgtier demo [DEMO OPTIONS]   local primary + read-only replicas with pgbench data, pgtier in front
+  pgtier -V | --version | -h | --help
+
+Options (PgBouncer's):
+  -d, --daemon                 run in the background (needs pidfile, and logfile or syslog)
+  -R, --reboot                 online restart: not supported, warns and starts normally
+  -q, --quiet                  do not log to stderr
+  -v, --verbose                raise the log level (repeatable: -v debug, -vv trace)
+  -u, --user=USER              switch to USER after binding the sockets (root only)
 
 Demo options:
   --port PORT                  port pgtier listens on (default 6432)
@@ -61,38 +86,101 @@ Logging: PGTIER_LOG (or RUST_LOG) takes a tracing filter, e.g. PGTIER_LOG=debug;
 
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String> {
-    let mut args = args
+    let args = args
         .into_iter()
         .map(into_string)
         .collect::<Result<Vec<_>, _>>()?;
-    if args.is_empty() {
+    let Some(first) = args.first() else {
         return Err("missing config file".to_string());
-    }
-    let first = args.remove(0);
+    };
     match first.as_str() {
-        "-h" | "--help" | "help" => no_more(&args, Command::Help),
-        "-V" | "--version" | "version" => no_more(&args, Command::Version),
-        "-c" | "--config" => {
-            let config_path = one_path(&first, &args)?;
-            Ok(Command::Run { config_path })
-        }
+        "help" => no_more(&args[1..], Command::Help),
+        "version" => no_more(&args[1..], Command::Version),
         "check-config" => {
-            let config_path = one_path(&first, &args)?;
+            let config_path = one_path(first, &args[1..])?;
             Ok(Command::CheckConfig { config_path })
         }
-        "demo" => parse_demo(&args).map(Command::Demo),
-        flag if flag.starts_with("--config=") => {
-            let config_path = PathBuf::from(&flag["--config=".len()..]);
-            no_more(&args, Command::Run { config_path })
-        }
-        flag if flag.starts_with('-') => Err(format!("unknown option {flag}")),
-        path => no_more(
-            &args,
-            Command::Run {
-                config_path: PathBuf::from(path),
-            },
-        ),
+        "demo" => parse_demo(&args[1..]).map(Command::Demo),
+        _ => parse_run(&args),
     }
+}
+
+/// `pgtier [OPTIONS] FILE`, getopt style: short switches may be grouped (`-dq`), `-u` takes
+/// the rest of its word or the next one, `--` ends the options.
+fn parse_run(args: &[String]) -> Result<Command, String> {
+    let mut options = RunOptions::default();
+    let mut config_path: Option<PathBuf> = None;
+    let mut rest = args.iter();
+    let set_path = |path: &str, config_path: &mut Option<PathBuf>| match config_path {
+        Some(_) => Err(format!("unexpected argument {path}")),
+        None => {
+            *config_path = Some(PathBuf::from(path));
+            Ok(())
+        }
+    };
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--" => {
+                for path in rest.by_ref() {
+                    set_path(path, &mut config_path)?;
+                }
+            }
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "-c" | "--config" => {
+                let path = rest.next().ok_or_else(|| format!("{arg} needs a FILE"))?;
+                set_path(path, &mut config_path)?;
+            }
+            "--daemon" => options.daemon = true,
+            "--reboot" => options.reboot = true,
+            "--quiet" => options.quiet = true,
+            "--verbose" => options.verbose = options.verbose.saturating_add(1),
+            "--user" => {
+                let user = rest.next().ok_or("--user needs a USER")?;
+                options.user = Some(user.clone());
+            }
+            long if long.starts_with("--user=") => {
+                options.user = Some(long["--user=".len()..].to_string());
+            }
+            long if long.starts_with("--config=") => {
+                set_path(&long["--config=".len()..], &mut config_path)?;
+            }
+            long if long.starts_with("--") => return Err(format!("unknown option {long}")),
+            short if short.starts_with('-') && short.len() > 1 => {
+                let grouped = &short[1..];
+                for (at, flag) in grouped.char_indices() {
+                    match flag {
+                        'd' => options.daemon = true,
+                        'R' => options.reboot = true,
+                        'q' => options.quiet = true,
+                        'v' => options.verbose = options.verbose.saturating_add(1),
+                        'h' => return Ok(Command::Help),
+                        'V' => return Ok(Command::Version),
+                        'u' => {
+                            let attached = &grouped[at + 1..];
+                            let user = if attached.is_empty() {
+                                rest.next().ok_or("-u needs a USER")?.clone()
+                            } else {
+                                attached.to_string()
+                            };
+                            options.user = Some(user);
+                            break;
+                        }
+                        _ => return Err(format!("unknown option -{flag}")),
+                    }
+                }
+            }
+            path => set_path(path, &mut config_path)?,
+        }
+    }
+    if options.user.as_deref() == Some("") {
+        return Err("-u needs a USER".to_string());
+    }
+    let config_path = config_path.ok_or("missing config file")?;
+    Ok(Command::Run {
+        config_path,
+        options,
+    })
 }
 
 fn into_string(arg: OsString) -> Result<String, String> {
@@ -151,9 +239,72 @@ mod tests {
     }
 
     fn run(path: &str) -> Command {
+        run_with(path, RunOptions::default())
+    }
+
+    fn run_with(path: &str, options: RunOptions) -> Command {
         Command::Run {
             config_path: PathBuf::from(path),
+            options,
         }
+    }
+
+    #[test]
+    fn pgbouncer_switches_parse_alone_grouped_and_long() {
+        let all = RunOptions {
+            daemon: true,
+            reboot: true,
+            quiet: true,
+            verbose: 2,
+            user: Some("postgres".to_string()),
+        };
+        for args in [
+            &["-d", "-R", "-q", "-v", "-v", "-u", "postgres", "p.ini"][..],
+            &["-dRqvv", "-upostgres", "p.ini"][..],
+            &["-dRqvvu", "postgres", "p.ini"][..],
+            &[
+                "--daemon",
+                "--reboot",
+                "--quiet",
+                "--verbose",
+                "--verbose",
+                "--user=postgres",
+                "p.ini",
+            ][..],
+            &["p.ini", "-d", "-R", "-q", "-vv", "--user", "postgres"][..],
+        ] {
+            assert_eq!(
+                parse_strs(args),
+                Ok(run_with("p.ini", all.clone())),
+                "{args:?}"
+            );
+        }
+        let quiet = RunOptions {
+            quiet: true,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            parse_strs(&["-q", "--config", "a.toml"]),
+            Ok(run_with("a.toml", quiet))
+        );
+        assert_eq!(parse_strs(&["--", "-odd.ini"]), Ok(run("-odd.ini")));
+        assert_eq!(parse_strs(&["-V"]), Ok(Command::Version));
+        assert_eq!(parse_strs(&["-q", "-h"]), Ok(Command::Help));
+    }
+
+    #[test]
+    fn pgbouncer_switch_errors_are_reported() {
+        assert!(parse_strs(&["-u"]).is_err(), "-u without a user");
+        assert!(parse_strs(&["p.ini", "-u"]).is_err());
+        assert!(parse_strs(&["--user=", "p.ini"]).is_err());
+        assert!(
+            parse_strs(&["-x", "p.ini"]).is_err(),
+            "unknown short switch"
+        );
+        assert!(parse_strs(&["-dx", "p.ini"]).is_err(), "unknown in a group");
+        assert!(parse_strs(&["--bogus", "p.ini"]).is_err());
+        assert!(parse_strs(&["-d", "-q"]).is_err(), "no file");
+        assert!(parse_strs(&["-c"]).is_err());
     }
 
     #[test]

@@ -1,14 +1,20 @@
-//! Command line: `pgtier --config FILE`, `pgtier check-config FILE`, `pgtier demo`.
-//! Parses arguments, sets up logging and hands over to the proxy; owns no proxy state.
+//! Command line: `pgtier [-d] [-R] [-q] [-v] [-u USER] FILE` (PgBouncer's), `pgtier --config
+//! FILE`, `pgtier check-config FILE`, `pgtier demo`. Parses arguments and runs the proxy as a
+//! Unix process (`run.rs`: daemon, pidfile, privileges, log outputs); owns no proxy state.
 
 mod args;
 mod check_config;
+mod daemon;
 mod demo;
 mod logging;
+mod pidfile;
+mod privileges;
+mod run;
 
 use std::process::ExitCode;
 
-pub use args::{Command, DemoOptions};
+pub use args::{Command, DemoOptions, RunOptions};
+pub use logging::reopen_log_file;
 
 /// Exit code for a command line that could not be parsed (as most Unix tools do).
 const EXIT_USAGE: u8 = 2;
@@ -37,16 +43,16 @@ pub fn execute(command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig { config_path } => check_config::run(&config_path),
-        Command::Run { config_path } => {
-            logging::init();
-            match crate::run(&config_path) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(message) => {
-                    eprintln!("pgtier: {message}");
-                    ExitCode::FAILURE
-                }
+        Command::Run {
+            config_path,
+            options,
+        } => match run::run(&config_path, &options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("pgtier: {message}");
+                ExitCode::FAILURE
             }
-        }
+        },
         Command::Demo(options) => {
             logging::init();
             match demo::run(&options) {

@@ -98,6 +98,8 @@ fn is_failure_step(change: &RoleChange) -> bool {
 struct Ring {
     events: VecDeque<ControlEvent>,
     next_seq: u64,
+    /// Borrows and returns ever recorded (the metrics endpoint's role-event counter).
+    role_events: u64,
 }
 
 /// Bounded, numbered event log of one database.
@@ -118,6 +120,7 @@ impl EventLog {
             ring: Mutex::new(Ring {
                 events: VecDeque::with_capacity(capacity),
                 next_seq: 1,
+                role_events: 0,
             }),
         }
     }
@@ -134,6 +137,7 @@ impl EventLog {
             kind,
         };
         trace_event(&event);
+        ring.role_events += u64::from(event.is_borrow_or_return());
         if ring.events.len() == self.capacity {
             ring.events.pop_front();
         }
@@ -151,6 +155,12 @@ impl EventLog {
     pub fn recorded(&self) -> u64 {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         ring.next_seq - 1
+    }
+
+    /// Borrows and returns ever recorded (kept or dropped by the ring).
+    pub fn role_events_recorded(&self) -> u64 {
+        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        ring.role_events
     }
 
     /// Most events kept.
@@ -212,6 +222,11 @@ mod tests {
         let kept: Vec<u64> = log.events().iter().map(|e| e.seq).collect();
         assert_eq!(kept, vec![2, 3]);
         assert_eq!(log.recorded(), 3);
+        assert_eq!(
+            log.role_events_recorded(),
+            3,
+            "dropped events still counted"
+        );
     }
 
     #[test]
@@ -229,5 +244,10 @@ mod tests {
         let events = log.events();
         assert!(events[0].is_borrow_or_return() && !events[0].is_failure_handling());
         assert!(!events[1].is_borrow_or_return() && events[1].is_failure_handling());
+        assert_eq!(
+            log.role_events_recorded(),
+            1,
+            "a health event is no role event"
+        );
     }
 }

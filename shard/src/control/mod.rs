@@ -5,7 +5,11 @@
 //!   decisions that change a role go to the control shard.
 //! - [`authority`]: the control shard's side of a router, the one place role changes and
 //!   health transitions are applied, logged and published.
-//! - [`health`], [`probe`]: replica health state machine and probes.
+//! - [`health`], [`probe`], [`pg_link`]: replica health state machine, probes, and the
+//!   blocking connection they (and the LSN poller) use.
+//! - [`read_router`], [`read_ticket`], [`lsn`], [`lsn_poll`]: the read side of a reader entry
+//!   (`primary` plus replicas): per-transaction replica choice, in-flight reads, the WAL
+//!   positions that decide read-your-writes and the lag cap, and the thread that polls them.
 //! - [`plane`]: the control thread, the prober threads, routers built from the config.
 //! - `pgtier_engine::class`: the class of a session at login.
 //! - [`events`], [`counters`], [`snapshot`], [`lease`], [`mailbox`]: the vocabulary.
@@ -13,7 +17,8 @@
 //! How the proxy uses it:
 //! - At start (and on reload): `RouterMap::from_config(&config, default_probe_login)` (or
 //!   `old_map.reload(..)`), then `ControlPlane::start(map.routers(),
-//!   ControlOptions::from_settings(&config.pgtier))`; keep the plane alive, drop it at exit.
+//!   ControlOptions::from_settings(&config.pgtier))`, then
+//!   `plane.start_lsn_pollers(map.readers())`; keep the plane alive, drop it at exit.
 //! - Per shard: one `ReplyMailbox::new(wake)` whose `wake` rings the shard (eventfd write);
 //!   after each wake, drain it with `poll_reply()` and hand each reply to the session whose
 //!   `request_id` it carries (drop it if that client is gone: the lease releases its count).
@@ -33,14 +38,21 @@ pub mod counters;
 pub mod events;
 pub mod health;
 pub mod lease;
+pub mod lsn;
+pub mod lsn_poll;
 pub mod mailbox;
+pub mod pg_link;
 pub mod plane;
 pub mod probe;
+pub mod read_router;
+pub mod read_ticket;
 pub mod router;
 pub mod router_config;
 pub mod router_stats;
 pub mod snapshot;
 
+#[cfg(test)]
+mod read_tests;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
@@ -55,6 +67,8 @@ pub use mailbox::{AdmissionReply, ReplyMailbox, ServerFailureCause};
 pub use pgtier_engine::class::{ClassRequestError, session_class};
 pub use plane::{ControlOptions, ControlPlane, RouterMap, default_probe_login};
 pub use probe::ProbeLogin;
+pub use read_router::{ReadAsk, ReadLocal, ReadPlacement, ReadRouter};
+pub use read_ticket::InFlightRead;
 pub use router::{Admission, ReplicaRouter};
 pub use router_config::{RouterConfig, RouterError};
 pub use router_stats::RouterStats;

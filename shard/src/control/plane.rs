@@ -17,7 +17,9 @@ use pgtier_core::config::{Config, DatabaseConfig, ReplicaSet as ConfiguredReplic
 use pgtier_policy::ReplicaId;
 
 use crate::control::health::{HealthConfig, ProbeOutcome};
+use crate::control::lsn_poll;
 use crate::control::probe::{ProbeLogin, ProbeReport, Prober};
+use crate::control::read_router::ReadRouter;
 use crate::control::router::ReplicaRouter;
 use crate::control::router_config::{RouterConfig, RouterError};
 
@@ -33,6 +35,8 @@ pub struct ControlOptions {
     pub return_tick: Duration,
     /// Start prober threads (off in tests that drive health only through reports).
     pub probes: bool,
+    /// Period of the LSN pollers of reader entries (`lsn_poll_interval`).
+    pub lsn_poll_interval: Duration,
 }
 
 impl ControlOptions {
@@ -40,6 +44,7 @@ impl ControlOptions {
     pub fn from_settings(settings: &pgtier_core::config::Settings) -> ControlOptions {
         ControlOptions {
             health: HealthConfig::from_settings(settings),
+            lsn_poll_interval: settings.lsn_poll_interval.duration(),
             ..ControlOptions::default()
         }
     }
@@ -51,16 +56,20 @@ impl Default for ControlOptions {
             health: HealthConfig::default(),
             return_tick: DEFAULT_RETURN_TICK,
             probes: true,
+            lsn_poll_interval: Duration::from_millis(10),
         }
     }
 }
 
 /// Routers of a configuration: one per distinct replica set, shared by the entries that name
-/// the same replicas and routing (e.g. `analytics` and its alias `analytics_premium`).
+/// the same replicas and routing (e.g. `analytics` and its alias `analytics_premium`), and
+/// for a reader entry (one with a `primary`) the read side next to its router.
 #[derive(Debug, Default)]
 pub struct RouterMap {
     by_entry: BTreeMap<String, Arc<ReplicaRouter>>,
     routers: Vec<Arc<ReplicaRouter>>,
+    readers_by_entry: BTreeMap<String, Arc<ReadRouter>>,
+    readers: Vec<Arc<ReadRouter>>,
 }
 
 impl RouterMap {
@@ -70,29 +79,46 @@ impl RouterMap {
         config: &Config,
         probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
     ) -> Result<RouterMap, RouterError> {
-        RouterMap::build(config, probe_login, |_| None)
+        RouterMap::build(config, probe_login, |_| None, |_, _, _| None)
     }
 
     /// The routers of a reloaded `config`: a replica set whose replicas, routing and probe
     /// login did not change keeps its router (sessions, roles, health and events carry over);
-    /// the others get new routers. Its label stays the one it was created with.
+    /// the others get new routers. Its label stays the one it was created with. A reader
+    /// entry whose router was kept and whose read settings did not change keeps its read side
+    /// (counters and LSN view).
     pub fn reload(
         &self,
         config: &Config,
         probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
     ) -> Result<RouterMap, RouterError> {
-        RouterMap::build(config, probe_login, |wanted| {
-            self.routers
-                .iter()
-                .find(|router| router.same_setup(wanted))
-                .cloned()
-        })
+        RouterMap::build(
+            config,
+            probe_login,
+            |wanted| {
+                self.routers
+                    .iter()
+                    .find(|router| router.same_setup(wanted))
+                    .cloned()
+            },
+            |router, replicas, login| {
+                self.readers
+                    .iter()
+                    .find(|reader| reader.same_setup(router, replicas, login))
+                    .cloned()
+            },
+        )
     }
 
     fn build(
         config: &Config,
         probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
         reuse: impl Fn(&RouterConfig) -> Option<Arc<ReplicaRouter>>,
+        reuse_reader: impl Fn(
+            &Arc<ReplicaRouter>,
+            &ConfiguredReplicas,
+            &Option<ProbeLogin>,
+        ) -> Option<Arc<ReadRouter>>,
     ) -> Result<RouterMap, RouterError> {
         let mut groups: Vec<(&ConfiguredReplicas, Vec<&str>, Option<ProbeLogin>)> = Vec::new();
         for (name, database) in &config.databases {
@@ -101,19 +127,35 @@ impl RouterMap {
             };
             match groups.iter_mut().find(|(set, _, _)| *set == replicas) {
                 Some((_, names, _)) => names.push(name),
-                None => groups.push((replicas, vec![name], probe_login(database))),
+                None => groups.push((
+                    replicas,
+                    vec![name],
+                    probe_login(database).or_else(|| health_check_login(config, database)),
+                )),
             }
         }
         let mut map = RouterMap::default();
         for (replicas, names, login) in groups {
             let label = names.join(",");
-            let wanted = RouterConfig::from_replicas(&label, replicas, &config.pgtier, login);
+            let wanted =
+                RouterConfig::from_replicas(&label, replicas, &config.pgtier, login.clone());
             let router = match reuse(&wanted) {
                 Some(router) => router,
                 None => ReplicaRouter::new(wanted)?,
             };
-            for name in names {
+            let reader = match reuse_reader(&router, replicas, &login) {
+                Some(reader) => Some(reader),
+                None => ReadRouter::new(Arc::clone(&router), replicas, login),
+            };
+            for name in &names {
                 map.by_entry.insert(name.to_string(), Arc::clone(&router));
+            }
+            if let Some(reader) = reader {
+                for name in &names {
+                    map.readers_by_entry
+                        .insert(name.to_string(), Arc::clone(&reader));
+                }
+                map.readers.push(reader);
             }
             map.routers.push(router);
         }
@@ -141,10 +183,40 @@ impl RouterMap {
     pub fn routers(&self) -> &[Arc<ReplicaRouter>] {
         &self.routers
     }
+
+    /// The read side of reader entry `name` (an entry with a `primary`).
+    pub fn reader(&self, entry: &str) -> Option<&Arc<ReadRouter>> {
+        self.readers_by_entry.get(entry)
+    }
+
+    /// Every reader entry's read side once.
+    pub fn readers(&self) -> &[Arc<ReadRouter>] {
+        &self.readers
+    }
+
+    /// The read side built over `router`, if its entry has a primary.
+    pub fn reader_of(&self, router: &Arc<ReplicaRouter>) -> Option<&Arc<ReadRouter>> {
+        self.readers
+            .iter()
+            .find(|reader| Arc::ptr_eq(reader.router(), router))
+    }
 }
 
 /// Probes log in as the entry's forced server user when it has one; otherwise probes are
 /// handshake-only.
+/// The probe login of an entry without a forced `user`: `health_check_user` (with
+/// `health_check_password`), when set. Probes without a login only see that the postmaster
+/// answers; a reader entry's WAL positions need one.
+fn health_check_login(config: &Config, database: &DatabaseConfig) -> Option<ProbeLogin> {
+    let settings = &config.pgtier;
+    (!settings.health_check_user.is_empty()).then(|| ProbeLogin {
+        user: settings.health_check_user.clone(),
+        password: (!settings.health_check_password.is_empty())
+            .then(|| settings.health_check_password.clone()),
+        dbname: database.dbname.clone(),
+    })
+}
+
 pub fn default_probe_login(database: &DatabaseConfig) -> Option<ProbeLogin> {
     database.user.as_ref().map(|user| ProbeLogin {
         user: user.clone(),
@@ -161,6 +233,7 @@ pub struct ControlPlane {
     control: Option<JoinHandle<()>>,
     control_thread: Thread,
     probers: Vec<JoinHandle<()>>,
+    options: ControlOptions,
 }
 
 impl ControlPlane {
@@ -191,11 +264,28 @@ impl ControlPlane {
             control: Some(control),
             control_thread,
             probers: Vec::new(),
+            options,
         };
         if options.probes {
             plane.start_probers(options.health)?;
         }
         Ok(plane)
+    }
+
+    /// Starts one LSN poller thread per reader entry (`RouterMap::readers`). They stop with
+    /// the plane; on a reload the new plane's pollers take over kept readers (both publish
+    /// valid views for a moment).
+    pub fn start_lsn_pollers(&mut self, readers: &[Arc<ReadRouter>]) -> io::Result<()> {
+        for reader in readers {
+            let reader = Arc::clone(reader);
+            let stop = Arc::clone(&self.stop);
+            let (interval, health) = (self.options.lsn_poll_interval, self.options.health);
+            let handle = std::thread::Builder::new()
+                .name("pgtier-lsn".to_string())
+                .spawn(move || lsn_poll::poll_loop(&reader, &stop, interval, health))?;
+            self.probers.push(handle);
+        }
+        Ok(())
     }
 
     /// The routers this plane controls.

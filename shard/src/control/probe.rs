@@ -17,20 +17,14 @@
 //! that the postmaster answers an SSLRequest, which proves it accepts connections but cannot
 //! see a promotion.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::BytesMut;
 use pgtier_policy::ReplicaId;
-use pgtier_wire::FrameLimits;
-use pgtier_wire::auth::{ClientAuth, NONCE_RANDOM_LEN, os_random};
-use pgtier_wire::framing::split_message;
-use pgtier_wire::messages::backend::ErrorResponse;
-use pgtier_wire::messages::frontend::{ProtocolVersion, Query, StartupMessage};
-use pgtier_wire::messages::{BackendMessage, Message};
 
 use crate::control::health::ProbeOutcome;
+use crate::control::pg_link::{PgLink, connect, io_cause, set_deadline};
 
 /// Probe query: `SELECT 1` proves the backend executes, the second column detects promotion.
 pub const PROBE_SQL: &str = "SELECT 1, pg_is_in_recovery()";
@@ -39,9 +33,6 @@ pub const PROBE_SQL: &str = "SELECT 1, pg_is_in_recovery()";
 /// a SCRAM exchange) costs far more than the probe query and happens once per connection;
 /// dead servers are still caught within one timeout, by the refused or timed-out connect.
 pub const LOGIN_BUDGET_FACTOR: u32 = 4;
-
-/// Largest server message a probe accepts; answers to the probe query are tiny.
-const PROBE_MAX_MESSAGE_BYTES: u32 = 64 * 1024;
 
 /// How probes log in to a replica.
 #[derive(Clone, PartialEq, Eq)]
@@ -81,8 +72,7 @@ pub struct Prober {
     addr: SocketAddr,
     login: Option<ProbeLogin>,
     timeout: Duration,
-    connection: Option<TcpStream>,
-    buffer: BytesMut,
+    connection: Option<PgLink>,
 }
 
 impl Prober {
@@ -93,7 +83,6 @@ impl Prober {
             login,
             timeout,
             connection: None,
-            buffer: BytesMut::with_capacity(1024),
         }
     }
 
@@ -107,7 +96,6 @@ impl Prober {
             },
             Err(cause) => {
                 self.connection = None;
-                self.buffer.clear();
                 ProbeOutcome::Failed { cause }
             }
         }
@@ -118,33 +106,13 @@ impl Prober {
     /// server sends unprompted (e.g. a FATAL before closing) are kept for the next probe to
     /// read. Returns false when there is no connection or nothing happened.
     pub fn wait_for_close(&mut self, until: Instant) -> bool {
-        loop {
-            let Some(stream) = self.connection.as_mut() else {
-                return false;
-            };
-            let Ok(budget) = remaining(until) else {
-                return false;
-            };
-            if stream.set_read_timeout(Some(budget)).is_err() {
-                return false;
-            }
-            let mut chunk = [0u8; 1024];
-            match stream.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(read) => self.buffer.extend_from_slice(&chunk[..read]),
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return false;
-                }
-                Err(_) => break,
-            }
+        let Some(link) = self.connection.as_mut() else {
+            return false;
+        };
+        if !link.closed_before(until) {
+            return false;
         }
         self.connection = None;
-        self.buffer.clear();
         true
     }
 
@@ -153,11 +121,10 @@ impl Prober {
             return self.handshake_only(deadline);
         };
         if self.connection.is_none() {
-            let stream = connect(self.addr, deadline)?;
-            self.connection = Some(stream);
-            self.buffer.clear();
+            let mut link = PgLink::connect(self.addr, deadline)?;
             let login_deadline = Instant::now() + self.timeout * LOGIN_BUDGET_FACTOR;
-            self.log_in(&login, login_deadline)?;
+            link.log_in(&login, "pgtier-health", login_deadline)?;
+            self.connection = Some(link);
             return self.query(Instant::now() + self.timeout);
         }
         self.query(deadline)
@@ -181,148 +148,25 @@ impl Prober {
         }
     }
 
-    fn log_in(&mut self, login: &ProbeLogin, deadline: Instant) -> Result<(), String> {
-        let mut out = BytesMut::with_capacity(256);
-        StartupMessage::encode_parts(
-            &mut out,
-            ProtocolVersion::V3_0,
-            &[
-                ("user", &login.user),
-                ("database", &login.dbname),
-                ("application_name", "pgtier-health"),
-            ],
-        );
-        self.send(&out, deadline)?;
-        let mut nonce = [0u8; NONCE_RANDOM_LEN];
-        os_random(&mut nonce).map_err(|e| format!("authentication: {e}"))?;
-        let password = login.password.as_deref().unwrap_or("");
-        let mut auth = ClientAuth::new(login.user.as_bytes(), password.as_bytes(), nonce);
-        loop {
-            let frame = self.receive(deadline)?;
-            out.clear();
-            match BackendMessage::decode(&frame).map_err(|e| e.to_string())? {
-                BackendMessage::Authentication(request) => {
-                    auth.handle(request, &mut out)
-                        .map_err(|e| format!("authentication: {e}"))?;
-                    if !out.is_empty() {
-                        self.send(&out, deadline)?;
-                    }
-                }
-                BackendMessage::ErrorResponse(error) => return Err(server_error(&error)),
-                BackendMessage::ReadyForQuery(_) => return Ok(()),
-                _ => {}
-            }
-        }
-    }
-
     fn query(&mut self, deadline: Instant) -> Result<(), String> {
-        let mut out = BytesMut::with_capacity(64);
-        Query {
-            sql: PROBE_SQL.as_bytes(),
-        }
-        .encode(&mut out);
-        self.send(&out, deadline)?;
-        let mut in_recovery = None;
-        loop {
-            let frame = self.receive(deadline)?;
-            match BackendMessage::decode(&frame).map_err(|e| e.to_string())? {
-                BackendMessage::DataRow(row) => {
-                    in_recovery = row.values.iter().nth(1).flatten().map(|v| v == b"t");
-                }
-                BackendMessage::ErrorResponse(error) => return Err(server_error(&error)),
-                BackendMessage::ReadyForQuery(_) => break,
-                _ => {}
-            }
-        }
+        let link = self.connection.as_mut().ok_or("not connected")?;
+        let row = link.query_row(PROBE_SQL, deadline)?;
+        let in_recovery = row
+            .as_ref()
+            .and_then(|row| row.get(1).cloned().flatten())
+            .map(|v| v == b"t");
         match in_recovery {
             Some(true) => Ok(()),
             Some(false) => Err("promoted: pg_is_in_recovery() is false".to_string()),
             None => Err("probe query returned no row".to_string()),
         }
     }
-
-    fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), String> {
-        let stream = self.connection.as_mut().ok_or("not connected")?;
-        set_deadline(stream, deadline)?;
-        stream.write_all(bytes).map_err(|e| io_cause("send", &e))
-    }
-
-    /// The next complete server message, as bytes.
-    fn receive(&mut self, deadline: Instant) -> Result<bytes::Bytes, String> {
-        let limits = FrameLimits {
-            max_message_len: PROBE_MAX_MESSAGE_BYTES,
-            ..FrameLimits::default()
-        };
-        loop {
-            if let Some(frame) =
-                split_message(&mut self.buffer, &limits).map_err(|e| e.to_string())?
-            {
-                return Ok(frame.bytes);
-            }
-            let stream = self.connection.as_mut().ok_or("not connected")?;
-            set_deadline(stream, deadline)?;
-            let mut chunk = [0u8; 1024];
-            let read = stream
-                .read(&mut chunk)
-                .map_err(|e| io_cause("receive", &e))?;
-            if read == 0 {
-                return Err("server closed the connection".to_string());
-            }
-            self.buffer.extend_from_slice(&chunk[..read]);
-        }
-    }
-}
-
-fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String> {
-    let budget = remaining(deadline)?;
-    let stream = TcpStream::connect_timeout(&addr, budget).map_err(|e| io_cause("connect", &e))?;
-    // Probes are tiny request/response exchanges: do not let Nagle delay them.
-    stream
-        .set_nodelay(true)
-        .map_err(|e| io_cause("set TCP_NODELAY", &e))?;
-    Ok(stream)
-}
-
-fn set_deadline(stream: &TcpStream, deadline: Instant) -> Result<(), String> {
-    let budget = remaining(deadline)?;
-    stream
-        .set_read_timeout(Some(budget))
-        .and_then(|()| stream.set_write_timeout(Some(budget)))
-        .map_err(|e| io_cause("set timeout", &e))
-}
-
-fn remaining(deadline: Instant) -> Result<Duration, String> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        Err("timed out".to_string())
-    } else {
-        Ok(left)
-    }
-}
-
-fn io_cause(step: &str, error: &io::Error) -> String {
-    match error.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!("{step}: timed out"),
-        _ => format!("{step}: {error}"),
-    }
-}
-
-fn server_error(error: &ErrorResponse<'_>) -> String {
-    let code = error
-        .fields
-        .code()
-        .map_or_else(String::new, |c| format!("{c} "));
-    let message = error
-        .fields
-        .message()
-        .map_or_else(String::new, |m| String::from_utf8_lossy(m).into_owned());
-    format!("server error: {code}{message}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     #[test]
     fn refused_connection_fails_fast() {
@@ -352,7 +196,9 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut prober = Prober::new(addr, None, Duration::from_millis(500));
-        prober.connection = Some(TcpStream::connect(addr).expect("connect"));
+        prober.connection = Some(PgLink::from_stream(
+            TcpStream::connect(addr).expect("connect"),
+        ));
         let (server_side, _) = listener.accept().expect("accept");
         let quiet_until = Instant::now() + Duration::from_millis(20);
         assert!(

@@ -292,6 +292,11 @@ impl ReplicaRouter {
         self.snapshot.load_full()
     }
 
+    /// The newest published snapshot without touching its reference count (per-read paths).
+    pub fn snapshot_guard(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
+        self.snapshot.load()
+    }
+
     /// Active sessions of each class on `replica`.
     pub fn load(&self, replica: ReplicaId) -> ReplicaLoad {
         self.counters.load(replica)
@@ -310,6 +315,11 @@ impl ReplicaRouter {
     /// Number of events ever recorded.
     pub fn events_recorded(&self) -> u64 {
         self.events.recorded()
+    }
+
+    /// Borrows and returns ever recorded.
+    pub fn role_events_recorded(&self) -> u64 {
+        self.events.role_events_recorded()
     }
 
     /// How admissions were decided so far.

@@ -7,7 +7,11 @@ use std::io;
 use std::time::Duration;
 
 use crate::io::op_key::OpKey;
-use crate::io::ring::{CQE_F_MORE, Completion, Op, Ring};
+use crate::io::ring::{CQE_BUFFER_SHIFT, CQE_F_BUFFER, CQE_F_MORE, Completion, Op, Ring};
+
+/// Provided buffers the fake lends, and their size.
+const FAKE_BUFFERS: usize = 8;
+const FAKE_BUFFER_BYTES: usize = 4096;
 
 /// One submitted, not yet completed operation.
 #[derive(Debug, Clone, Copy)]
@@ -26,11 +30,20 @@ pub struct FakeRing {
     pub sent: Vec<(i32, Vec<u8>)>,
     /// How many times the shard asked to submit.
     pub submits: usize,
+    /// Descriptors the shard closed through the ring, in order.
+    pub closed: Vec<i32>,
+    /// The provided buffers, and which of them a completion lent out and the shard has not
+    /// given back yet.
+    buffers: Vec<Vec<u8>>,
+    pub lent: Vec<u16>,
 }
 
 impl FakeRing {
     pub fn new() -> FakeRing {
-        FakeRing::default()
+        FakeRing {
+            buffers: vec![vec![0; FAKE_BUFFER_BYTES]; FAKE_BUFFERS],
+            ..FakeRing::default()
+        }
     }
 
     /// Removes and returns the first pending op matching `pred`.
@@ -62,8 +75,24 @@ impl FakeRing {
         });
     }
 
-    /// Completes a Recv by copying `data` into the submitted buffer, as the kernel would.
+    /// Completes a Recv by copying `data` into the submitted buffer, as the kernel would; a
+    /// multishot RecvMulti gets it in a provided buffer and stays armed.
     pub fn deliver(&mut self, pending: Pending, data: &[u8]) {
+        if let Op::RecvMulti { .. } = pending.op {
+            let bid = (0..FAKE_BUFFERS as u16)
+                .find(|bid| !self.lent.contains(bid))
+                .expect("a free provided buffer");
+            let n = data.len().min(FAKE_BUFFER_BYTES);
+            self.buffers[usize::from(bid)][..n].copy_from_slice(&data[..n]);
+            self.lent.push(bid);
+            self.ready.push_back(Completion {
+                user_data: pending.key.encode(),
+                result: n as i32,
+                flags: CQE_F_BUFFER | CQE_F_MORE | (u32::from(bid) << CQE_BUFFER_SHIFT),
+            });
+            self.pending.push(pending);
+            return;
+        }
         let Op::Recv { buf, len, .. } = pending.op else {
             panic!("deliver on a non-recv op {pending:?}");
         };
@@ -138,7 +167,8 @@ impl Ring for FakeRing {
             }
             return Ok(());
         }
-        if let Op::Close { .. } = op {
+        if let Op::Close { fd } = op {
+            self.closed.push(fd);
             self.ready.push_back(Completion {
                 user_data: key.encode(),
                 result: 0,
@@ -157,5 +187,18 @@ impl Ring for FakeRing {
 
     fn reap(&mut self, out: &mut Vec<Completion>) {
         out.extend(self.ready.drain(..));
+    }
+
+    fn provided(&self, bid: u16, len: usize) -> &[u8] {
+        &self.buffers[usize::from(bid)][..len.min(FAKE_BUFFER_BYTES)]
+    }
+
+    fn recycle(&mut self, bid: u16) {
+        let at = self
+            .lent
+            .iter()
+            .position(|lent| *lent == bid)
+            .expect("a buffer given back twice, or never lent");
+        self.lent.remove(at);
     }
 }

@@ -1,6 +1,8 @@
 //! The io layer under the shard loop: the ring abstraction (the real io_uring, and a scripted
 //! one for tests), typed op keys, the slab of cancel connections, send and receive buffers
-//! with kernel ownership tracking, and the errno policy.
+//! with kernel ownership tracking, the provided-buffer ring clients receive into, and the
+//! errno policy.
+pub mod buf_ring;
 pub mod errno;
 #[cfg(test)]
 pub mod fake;

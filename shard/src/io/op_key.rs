@@ -8,7 +8,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum OpKind {
-    /// Multishot accept on the shard's listener (index unused).
+    /// Multishot accept on one of the shard's listeners (index: which one).
     Accept = 1,
     /// Receive on a client socket.
     ClientRecv = 2,

@@ -18,6 +18,9 @@ pub enum Op {
     AcceptMulti { fd: RawFd },
     /// recv(2) into `len` bytes at `buf`.
     Recv { fd: RawFd, buf: *mut u8, len: u32 },
+    /// Multishot recv(2) into the ring's provided buffers: one completion per arrival,
+    /// each naming the buffer it filled (`Completion::buffer`), until one without MORE.
+    RecvMulti { fd: RawFd },
     /// send(2) with MSG_NOSIGNAL of `len` bytes at `buf`.
     Send { fd: RawFd, buf: *const u8, len: u32 },
     /// sendmsg(2) with MSG_NOSIGNAL; `msg` and its iovecs stay valid until completion.
@@ -44,12 +47,21 @@ pub struct Completion {
     pub flags: u32,
 }
 
+/// Bit in `Completion::flags`: the completion names a provided buffer (upper 16 bits).
+pub const CQE_F_BUFFER: u32 = 1;
 /// Bit in `Completion::flags`: a multishot operation stays armed and will post again.
 pub const CQE_F_MORE: u32 = 1 << 1;
+/// Where a provided buffer's id sits in `Completion::flags`.
+pub const CQE_BUFFER_SHIFT: u32 = 16;
 
 impl Completion {
     pub fn more(&self) -> bool {
         self.flags & CQE_F_MORE != 0
+    }
+
+    /// The provided buffer this completion filled, which must go back to the ring.
+    pub fn buffer(&self) -> Option<u16> {
+        (self.flags & CQE_F_BUFFER != 0).then_some((self.flags >> CQE_BUFFER_SHIFT) as u16)
     }
 }
 
@@ -70,4 +82,11 @@ pub trait Ring {
 
     /// Moves every available completion into `out`.
     fn reap(&mut self, out: &mut Vec<Completion>);
+
+    /// The first `len` bytes of provided buffer `bid`, as the kernel filled them.
+    fn provided(&self, bid: u16, len: usize) -> &[u8];
+
+    /// Gives provided buffer `bid` back to the kernel; every buffer a completion names must
+    /// come back, whatever became of the completion.
+    fn recycle(&mut self, bid: u16);
 }

@@ -4,6 +4,9 @@
 //! Chunks are usually slices of another connection's receive buffer (ownership moves, no
 //! copy). While a send is in flight the chunks it covers, the iovec array and the msghdr
 //! belong to the kernel: nothing here pops, advances or rewrites them until `on_sent`.
+//!
+//! A queue that empties gives its memory back (the chunk ring and the sendmsg arguments):
+//! most connections are idle most of the time, and an idle one should cost nothing here.
 
 use std::collections::VecDeque;
 
@@ -20,7 +23,7 @@ struct Batch {
 pub struct SendQueue {
     chunks: VecDeque<Bytes>,
     queued_bytes: usize,
-    /// Allocated on the first multi-chunk send and kept.
+    /// Allocated for a multi-chunk send, kept until the queue empties.
     batch: Option<Box<Batch>>,
     /// True from `prepare` (the op was handed to the ring) until `on_sent` (its completion
     /// was reaped). While true the front chunks and `batch` belong to the kernel.
@@ -83,7 +86,7 @@ impl SendQueue {
             Box::new(Batch {
                 // SAFETY: msghdr is plain old data; all-zero is its documented empty value.
                 msg: unsafe { std::mem::zeroed() },
-                iovecs: Vec::with_capacity(max_iovecs),
+                iovecs: Vec::with_capacity(self.chunks.len().min(max_iovecs)),
             })
         });
         batch.iovecs.clear();
@@ -124,6 +127,15 @@ impl SendQueue {
                 left = 0;
             }
         }
+        if self.chunks.is_empty() {
+            self.release();
+        }
+    }
+
+    /// Gives back the chunk ring's and the batch's memory (nothing is in flight).
+    fn release(&mut self) {
+        self.chunks = VecDeque::new();
+        self.batch = None;
     }
 
     /// The send failed: the kernel is done with the buffers, nothing was consumed.
@@ -138,8 +150,8 @@ impl SendQueue {
             !self.in_flight,
             "clearing a send queue the kernel still reads"
         );
-        self.chunks.clear();
         self.queued_bytes = 0;
+        self.release();
     }
 }
 
@@ -170,6 +182,23 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_emptied_queue_holds_no_memory() {
+        let mut queue = SendQueue::new();
+        queue.push(Bytes::from_static(b"abc"));
+        queue.push(Bytes::from_static(b"defg"));
+        let op = queue.prepare(3, 8, 1 << 20).expect("op");
+        assert!(matches!(op, Op::SendMsg { .. }));
+        assert!(queue.batch.is_some() && queue.chunks.capacity() > 0);
+        queue.on_sent(5);
+        assert!(queue.batch.is_some(), "kept while bytes remain");
+        assert!(queue.prepare(3, 8, 1 << 20).is_some());
+        queue.on_sent(2);
+        assert!(queue.is_empty());
+        assert!(queue.batch.is_none());
+        assert_eq!(queue.chunks.capacity(), 0);
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub struct ClientAuth {
     channel_binding: Option<ChannelBinding>,
     policy: ChannelBindingPolicy,
     state: State,
+    key_cache: Option<std::sync::Arc<super::ScramKeyCache>>,
 }
 
 impl core::fmt::Debug for ClientAuth {
@@ -103,6 +104,7 @@ impl ClientAuth {
             channel_binding: None,
             policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
+            key_cache: None,
         }
     }
 
@@ -127,6 +129,7 @@ impl ClientAuth {
             channel_binding: None,
             policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
+            key_cache: None,
         }
     }
 
@@ -142,6 +145,7 @@ impl ClientAuth {
             channel_binding: None,
             policy: ChannelBindingPolicy::default(),
             state: State::AwaitingRequest,
+            key_cache: None,
         }
     }
 
@@ -155,6 +159,13 @@ impl ClientAuth {
     ) -> Self {
         self.channel_binding = binding;
         self.policy = policy;
+        self
+    }
+
+    /// Shares SCRAM key derivations with every login that uses `cache` (see
+    /// [`super::ScramKeyCache`]).
+    pub fn with_key_cache(mut self, cache: Option<std::sync::Arc<super::ScramKeyCache>>) -> Self {
+        self.key_cache = cache;
         self
     }
 
@@ -268,7 +279,8 @@ impl ClientAuth {
                     return Err(AuthError::UnsupportedMethod);
                 }
                 let scram = match &self.credential {
-                    Credential::Password(password) => ScramClient::new(password, self.nonce_random),
+                    Credential::Password(password) => ScramClient::new(password, self.nonce_random)
+                        .with_key_cache(self.key_cache.clone()),
                     Credential::ScramKeys {
                         client_key,
                         server_key,

@@ -16,6 +16,7 @@
 mod channel_binding;
 mod client_auth;
 mod error;
+mod key_cache;
 mod md5;
 mod scram_client;
 mod scram_keys;
@@ -28,6 +29,7 @@ pub use channel_binding::{
 };
 pub use client_auth::{AuthProgress, ClientAuth};
 pub use error::{AuthError, PeerText};
+pub use key_cache::{MAX_CACHED_KEYS, ScramKeyCache};
 pub use md5::{Md5Secret, Md5Server, md5_password_hash, md5_salted_response};
 pub use scram_client::{DEFAULT_MAX_ITERATIONS, ScramClient};
 pub use scram_keys::{KEY_LEN, salted_password};

@@ -115,6 +115,8 @@ pub struct ScramClient {
     channel_binding: Option<ChannelBinding>,
     policy: ChannelBindingPolicy,
     state: State,
+    /// Where derived keys of earlier logins are kept (see [`super::ScramKeyCache`]).
+    key_cache: Option<std::sync::Arc<super::ScramKeyCache>>,
 }
 
 impl core::fmt::Debug for ScramClient {
@@ -149,6 +151,7 @@ impl ScramClient {
             channel_binding: None,
             policy: ChannelBindingPolicy::default(),
             state: State::Initial,
+            key_cache: None,
         }
     }
 
@@ -169,7 +172,15 @@ impl ScramClient {
             channel_binding: None,
             policy: ChannelBindingPolicy::default(),
             state: State::Initial,
+            key_cache: None,
         }
+    }
+
+    /// Derives a password's keys once per (password, salt, iterations) across every login
+    /// that shares `cache`.
+    pub fn with_key_cache(mut self, cache: Option<std::sync::Arc<super::ScramKeyCache>>) -> Self {
+        self.key_cache = cache;
+        self
     }
 
     /// Sets the largest iteration count accepted from the server.
@@ -351,8 +362,20 @@ impl ScramClient {
                         reason: "invalid salt",
                     }
                 })?;
-                let salted = salted_password(password, &salt[..len], iterations);
-                Ok((client_key(&salted), server_key(&salted)))
+                let salt = &salt[..len];
+                if let Some(keys) = self
+                    .key_cache
+                    .as_ref()
+                    .and_then(|cache| cache.get(password, salt, iterations))
+                {
+                    return Ok(keys);
+                }
+                let salted = salted_password(password, salt, iterations);
+                let keys = (client_key(&salted), server_key(&salted));
+                if let Some(cache) = &self.key_cache {
+                    cache.put(password, salt, iterations, keys);
+                }
+                Ok(keys)
             }
         }
     }
@@ -389,6 +412,43 @@ mod tests {
             client.handle_server_final(SERVER_FINAL.as_bytes()),
             Err(AuthError::ServerSignatureMismatch)
         );
+    }
+
+    /// The client-final-message a login with `cache` sends for the RFC's server-first.
+    fn client_final_with(cache: &std::sync::Arc<crate::auth::ScramKeyCache>) -> String {
+        let mut client = ScramClient::with_nonce(b"pencil", "rOprNGfwEbeRWgbNEkqO".into())
+            .with_key_cache(Some(std::sync::Arc::clone(cache)));
+        let mut out = BytesMut::new();
+        client.encode_initial_response(&mut out).unwrap();
+        let mut out = BytesMut::new();
+        client
+            .handle_server_first(SERVER_FIRST.as_bytes(), &mut out)
+            .unwrap();
+        let response = SaslResponse::decode_frame(&out).unwrap();
+        String::from_utf8(response.data.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_shared_key_cache_derives_each_password_once_and_proves_the_same() {
+        let cache = std::sync::Arc::new(crate::auth::ScramKeyCache::default());
+        let first = client_final_with(&cache);
+        assert_eq!(cache.len(), 1, "the first login derived and kept the keys");
+        let again = client_final_with(&cache);
+        assert_eq!(first, again, "the cached keys give the same proof");
+        let mut uncached = ScramClient::with_nonce(b"pencil", "rOprNGfwEbeRWgbNEkqO".into());
+        let mut out = BytesMut::new();
+        uncached.encode_initial_response(&mut out).unwrap();
+        let mut out = BytesMut::new();
+        uncached
+            .handle_server_first(SERVER_FIRST.as_bytes(), &mut out)
+            .unwrap();
+        let response = SaslResponse::decode_frame(&out).unwrap();
+        assert_eq!(
+            response.data,
+            first.as_bytes(),
+            "and the same as without a cache"
+        );
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]

@@ -1,15 +1,15 @@
-//! A client's password exchange against the auth file: MD5 or SCRAM-SHA-256 (trust needs
-//! none), and the shard's cache of SCRAM verifiers. A wrong password gets 28P01 as from
+//! A client's password exchange against the auth file: MD5, SCRAM-SHA-256 or a cleartext
+//! password (trust needs none), and the shard's cache of SCRAM verifiers. A wrong password gets 28P01 as from
 //! PostgreSQL; an unknown user fails the same way, at the proof, so the exchange does not
 //! reveal which users exist.
 
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
-use pgtier_core::config::AuthType;
 use pgtier_wire::auth::{ChannelBinding, KEY_LEN, Md5Server, ScramSecret, ScramServer};
 use pgtier_wire::{FrameLimits, framing};
 
+use crate::client::auth_method::Method;
 use crate::credentials;
 use crate::messages::{self, sqlstate};
 use crate::random::{self, Random, RandomUnavailable};
@@ -88,6 +88,8 @@ impl SecretCache {
 pub enum PasswordCheck {
     /// AuthenticationMD5Password was sent with this verifier's salt.
     Md5(Md5Server),
+    /// AuthenticationCleartextPassword was sent.
+    Plain,
     /// AuthenticationSASL was sent; the SASLInitialResponse is awaited.
     ScramStart,
     /// SASLContinue was sent; the client-final message is awaited.
@@ -101,8 +103,12 @@ pub enum AuthStep {
     NeedMore(PasswordCheck),
     /// Send this and wait for the client's next message.
     Continue(PasswordCheck, Bytes),
-    /// The password is right; send `final_message` (SASLFinal) first, if any.
-    Passed { final_message: Option<Bytes> },
+    /// The password is right; send `final_message` (SASLFinal) first, if any. `client_key`:
+    /// the SCRAM ClientKey the client proved.
+    Passed {
+        final_message: Option<Bytes>,
+        client_key: Option<[u8; KEY_LEN]>,
+    },
     /// Close the client after this error.
     Failed(Bytes),
 }
@@ -111,6 +117,8 @@ pub enum AuthStep {
 pub struct AuthContext<'a> {
     pub user: &'a str,
     pub users: &'a UserList,
+    /// The secret `auth_query` found, for a user the auth file does not list.
+    pub looked_up: Option<&'a str>,
     pub secrets: &'a mut SecretCache,
     pub random: &'a mut dyn Random,
     /// Over TLS: the `tls-server-end-point` binding of pgtier's certificate, so that
@@ -118,24 +126,45 @@ pub struct AuthContext<'a> {
     pub channel_binding: Option<ChannelBinding>,
 }
 
+/// AuthenticationCleartextPassword.
+const CLEARTEXT_REQUEST: &[u8] = &[b'R', 0, 0, 0, 8, 0, 0, 0, 3];
+
 /// Starts authenticating a client: `Ok(None)` for trust, else the exchange and its first
-/// request to send.
+/// request to send. `Method::Cert` has no exchange: the caller checks the certificate
+/// (`auth_method::check_certificate`) and passes `Method::Trust` when it names the user.
 pub fn start(
-    auth_type: AuthType,
+    method: Method,
     context: AuthContext<'_>,
 ) -> Result<Option<(PasswordCheck, Bytes)>, Bytes> {
     let mut out = BytesMut::with_capacity(64);
-    let check = match auth_type {
-        AuthType::Trust => return Ok(None),
-        AuthType::Md5 => {
-            let stored = context.users.get(context.user);
+    let stored = context.stored();
+    // PgBouncer's md5 runs SCRAM for a user whose secret is a SCRAM verifier: MD5 could
+    // never match it.
+    let scram_secret = stored.as_deref().is_some_and(credentials::is_scram_secret);
+    let method = match method {
+        Method::Md5 if scram_secret => Method::ScramSha256,
+        method => method,
+    };
+    let check = match method {
+        Method::Trust => return Ok(None),
+        Method::Cert => {
+            return Err(messages::fatal(
+                sqlstate::INTERNAL_ERROR,
+                "certificate authentication was not checked",
+            ));
+        }
+        Method::Plain => {
+            out.extend_from_slice(CLEARTEXT_REQUEST);
+            PasswordCheck::Plain
+        }
+        Method::Md5 => {
             let server =
                 credentials::md5_server_for(context.user, stored.as_deref(), context.random)
                     .map_err(no_randomness)?;
             server.encode_request(&mut out);
             PasswordCheck::Md5(server)
         }
-        AuthType::ScramSha256 => {
+        Method::ScramSha256 => {
             ScramServer::encode_request_with(&mut out, context.channel_binding.is_some());
             PasswordCheck::ScramStart
         }
@@ -162,8 +191,12 @@ impl PasswordCheck {
         };
         let body = &frame[5..];
         match self {
-            PasswordCheck::Md5(server) => {
-                verdict(server.handle_password(body).is_ok(), None, &context)
+            PasswordCheck::Md5(server) => verdict(server.handle_password(body).is_ok(), &context),
+            PasswordCheck::Plain => {
+                let password = body.strip_suffix(&[0]).unwrap_or(body);
+                let stored = context.stored();
+                let ok = credentials::cleartext_matches(context.user, password, stored.as_deref());
+                verdict(ok, &context)
             }
             PasswordCheck::ScramStart => initial_response(body, context),
             PasswordCheck::ScramFinal(mut server) => {
@@ -173,7 +206,10 @@ impl PasswordCheck {
                         context
                             .secrets
                             .remember_client_key(context.user, verified.client_key);
-                        verdict(true, Some(out.freeze()), &context)
+                        AuthStep::Passed {
+                            final_message: Some(out.freeze()),
+                            client_key: Some(verified.client_key),
+                        }
                     }
                     // A binding that does not match is PostgreSQL's 28000 with its text; a
                     // wrong proof is a wrong password.
@@ -182,18 +218,36 @@ impl PasswordCheck {
                     {
                         AuthStep::Failed(messages::fatal(error.sqlstate(), &error.to_string()))
                     }
-                    Err(_) => verdict(false, None, &context),
+                    Err(_) => verdict(false, &context),
                 }
             }
         }
     }
 }
 
-fn initial_response(body: &[u8], context: AuthContext<'_>) -> AuthStep {
-    let secret = match context
-        .secrets
-        .secret(context.user, context.users, context.random)
-    {
+impl AuthContext<'_> {
+    /// The user's stored secret: the auth file's entry, else what `auth_query` found.
+    fn stored(&self) -> Option<String> {
+        self.users
+            .get(self.user)
+            .or_else(|| self.looked_up.map(str::to_string))
+    }
+
+    /// The SCRAM verifier the client is checked against.
+    fn scram_secret(&mut self) -> Result<ScramSecret, RandomUnavailable> {
+        let looked_up = match self.looked_up {
+            Some(secret) if self.users.get(self.user).is_none() => secret,
+            _ => return self.secrets.secret(self.user, self.users, self.random),
+        };
+        match credentials::scram_secret_for(looked_up, self.random)? {
+            Some(secret) => Ok(secret),
+            None => credentials::decoy_scram_secret(self.random),
+        }
+    }
+}
+
+fn initial_response(body: &[u8], mut context: AuthContext<'_>) -> AuthStep {
+    let secret = match context.scram_secret() {
         Ok(secret) => secret,
         Err(error) => return AuthStep::Failed(no_randomness(error)),
     };
@@ -217,9 +271,12 @@ fn initial_response(body: &[u8], context: AuthContext<'_>) -> AuthStep {
     }
 }
 
-fn verdict(ok: bool, final_message: Option<Bytes>, context: &AuthContext<'_>) -> AuthStep {
+fn verdict(ok: bool, context: &AuthContext<'_>) -> AuthStep {
     if ok {
-        return AuthStep::Passed { final_message };
+        return AuthStep::Passed {
+            final_message: None,
+            client_key: None,
+        };
     }
     let message = format!(
         "password authentication failed for user \"{}\"",
@@ -272,15 +329,17 @@ mod tests {
         let context = AuthContext {
             user,
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
         };
-        let (check, request) = start(AuthType::Md5, context).expect("ok").expect("md5");
+        let (check, request) = start(Method::Md5, context).expect("ok").expect("md5");
         let mut input = md5_answer(&request, user, password);
         let context = AuthContext {
             user,
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
@@ -308,11 +367,12 @@ mod tests {
         let context = AuthContext {
             user: "anyone",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut NoRandom,
             channel_binding: None,
         };
-        assert!(matches!(start(AuthType::Trust, context), Ok(None)));
+        assert!(matches!(start(Method::Trust, context), Ok(None)));
     }
 
     #[test]
@@ -323,17 +383,19 @@ mod tests {
         let context = AuthContext {
             user: "alice",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
         };
-        let (check, _) = start(AuthType::ScramSha256, context)
+        let (check, _) = start(Method::ScramSha256, context)
             .expect("ok")
             .expect("scram");
         let mut input = BytesMut::from(&b"Q\0\0\0\x05x"[..]);
         let context = AuthContext {
             user: "alice",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
@@ -352,15 +414,17 @@ mod tests {
         let context = AuthContext {
             user: "alice",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
         };
-        let (check, _) = start(AuthType::Md5, context).expect("ok").expect("md5");
+        let (check, _) = start(Method::Md5, context).expect("ok").expect("md5");
         let mut input = BytesMut::from(&b"p\0\0"[..]);
         let context = AuthContext {
             user: "alice",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut random,
             channel_binding: None,
@@ -379,11 +443,12 @@ mod tests {
         let context = AuthContext {
             user: "alice",
             users: &users,
+            looked_up: None,
             secrets: &mut secrets,
             random: &mut NoRandom,
             channel_binding: None,
         };
-        let Err(error) = start(AuthType::Md5, context) else {
+        let Err(error) = start(Method::Md5, context) else {
             panic!("refused");
         };
         assert!(error.windows(6).any(|w| w == b"CXX000"));

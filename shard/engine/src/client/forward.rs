@@ -6,14 +6,17 @@
 //! server. With named statements rewritten (`crate::prepared`), a Parse, Describe or Close
 //! (and a Query that may name a statement) is taken whole, a Bind up to its statement name,
 //! and the rewriter decides what the server gets; every message goes in the server's
-//! ledger. A Terminate ends the client; a type byte no frontend sends, or a bad length, is
-//! a protocol violation and never reaches the server.
+//! ledger. With query digests on, the session's call log hears of every Query, Parse, Bind,
+//! Execute, Sync and FunctionCall (`crate::client::calls`). A Terminate ends the client; a
+//! type byte no frontend sends, or a bad length, is a protocol violation and never reaches
+//! the server.
 
 use bytes::BytesMut;
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
 use pgtier_wire::{FrameLimits, codes};
 
+use crate::client::calls::CallNotes;
 use crate::client::texts::TextCache;
 use crate::prepared::{Chunks, Rewrite, Rewriter};
 use crate::tracker::Tracker;
@@ -67,6 +70,25 @@ pub struct Watch {
     pub conforming_strings: bool,
 }
 
+/// What forwarding does with the texts it sees: session-state effects (when watched), and
+/// the session's calls (when query digests are on).
+#[derive(Debug)]
+pub struct Texts<'a> {
+    /// The shard's cache of classified texts.
+    pub effects: &'a mut TextCache,
+    pub calls: Option<CallNotes<'a>>,
+}
+
+impl<'a> Texts<'a> {
+    /// Texts classified only, no calls logged.
+    pub fn classified(effects: &'a mut TextCache) -> Texts<'a> {
+        Texts {
+            effects,
+            calls: None,
+        }
+    }
+}
+
 /// The sizes forwarding works within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForwardLimits {
@@ -106,7 +128,7 @@ impl Forwarder {
         tracker: &mut Tracker,
         sizes: ForwardLimits,
         watch: Option<Watch>,
-        texts: &mut TextCache,
+        mut texts: Texts<'_>,
         mut rewriter: Option<&mut Rewriter<'_>>,
     ) -> Forwarded {
         let limits = FrameLimits {
@@ -196,6 +218,11 @@ impl Forwarder {
                 break;
             }
             out.started |= matches!(code, b'Q' | b'S' | b'F');
+            if let Some(calls) = texts.calls.as_mut() {
+                let end = (pos + total).min(input.len());
+                let body = input.get(pos + HEADER_LEN..end).unwrap_or_default();
+                calls.on_message(code, body, end == pos + total);
+            }
             let parse = code == codes::frontend::PARSE;
             let mut effects = Effects::NONE;
             let mut streamed_scan = None;
@@ -203,7 +230,11 @@ impl Forwarder {
                 match input.get(pos + HEADER_LEN..pos + total) {
                     // The usual case: the whole text is here, classified (or found in the
                     // cache) with no state kept.
-                    Some(body) => effects = texts.classify(body, parse, watch.conforming_strings),
+                    Some(body) => {
+                        effects = texts
+                            .effects
+                            .classify(body, parse, watch.conforming_strings);
+                    }
                     // A text arriving in pieces: classified as they stream through.
                     None => {
                         let scanner = if parse {
@@ -322,7 +353,7 @@ mod tests {
             &mut tracker,
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert_eq!(out.chunks.iter().map(|c| c.len()).sum::<usize>(), 2 * 14);
@@ -346,7 +377,7 @@ mod tests {
                 &mut tracker,
                 ForwardLimits::messages(1 << 20),
                 WATCH,
-                &mut TextCache::default(),
+                Texts::classified(&mut TextCache::default()),
                 None,
             );
             for chunk in &out.chunks {
@@ -367,7 +398,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert!(out.effects.is_empty());
@@ -381,7 +412,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert_eq!(out.end, Some(ForwardEnd::Terminate));
@@ -397,7 +428,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert_eq!(out.end, Some(ForwardEnd::InvalidType(b'@')));
@@ -408,7 +439,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert_eq!(out.end, Some(ForwardEnd::Malformed));
@@ -418,7 +449,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1024),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert_eq!(
@@ -436,7 +467,7 @@ mod tests {
             &mut Tracker::default(),
             ForwardLimits::messages(1 << 20),
             None,
-            &mut TextCache::default(),
+            Texts::classified(&mut TextCache::default()),
             None,
         );
         assert!(out.chunks.is_empty() && out.end.is_none());

@@ -3,12 +3,16 @@
 //! modules beside this one.
 
 pub mod auth;
+pub mod auth_method;
+pub mod calls;
 pub mod forward;
+pub mod lookup;
 pub mod pins;
+pub mod reads;
 pub mod startup;
 pub mod texts;
 
-use std::net::SocketAddr;
+use crate::addr::ClientAddr;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -22,7 +26,9 @@ use crate::params::TrackedParams;
 use crate::prepared::ClientStatements;
 use crate::services::ReplicaLease;
 use auth::PasswordCheck;
+use auth_method::Method;
 use forward::Forwarder;
+use lookup::AnswerReader;
 use pins::Pins;
 
 /// Where a client is in its life. The fields each variant holds are valid only there.
@@ -32,6 +38,18 @@ pub enum ClientState {
     Startup,
     /// Its password exchange is under way.
     Authenticating(PasswordCheck),
+    /// Not in the auth file: its secret is being read with `auth_query` since `since`, on a
+    /// server of the `auth_user` pool (`session.pool` until the answer). Parked (`ticket`)
+    /// until a server is free, then running on `server`, whose answer `answer` reads;
+    /// `method` then checks the secret found.
+    LookingUp {
+        since: Instant,
+        ticket: Option<WaitTicket>,
+        server: Option<ServerId>,
+        // Boxed: the largest variant would otherwise set the size of every client's state.
+        answer: Box<AnswerReader>,
+        method: Method,
+    },
     /// Its replica admission went to the control shard at `since` (at login, or to move off
     /// a replica that went Down); the answer carries `request_id`.
     Routing { since: Instant, request_id: u64 },
@@ -53,7 +71,10 @@ pub enum ClientState {
     /// Linked to `server`; bytes flow both ways.
     Linked { server: ServerId },
     /// On the admin console; `listing` while its query waits for every shard's rows.
-    Console { listing: Option<u64> },
+    Console {
+        listing: Option<u64>,
+        session: Box<crate::console_session::ConsoleSession>,
+    },
     /// Teardown asked of the driver; nothing more happens until `handle_closed`. With
     /// `linger_until`, its queued bytes (a final error) are being sent until then.
     Closing { linger_until: Option<Instant> },
@@ -62,8 +83,9 @@ pub enum ClientState {
 /// What a logged-in client is.
 #[derive(Debug)]
 pub struct Session {
-    pub user: String,
-    pub database: String,
+    /// Shared with every session of the same name (`crate::names`).
+    pub user: std::sync::Arc<str>,
+    pub database: std::sync::Arc<str>,
     pub mode: PoolMode,
     /// The class its traffic counts under.
     pub class: ClassSetting,
@@ -88,6 +110,13 @@ pub struct Session {
     /// In a transaction since it last got a server at the start of one (latency of
     /// transactions).
     pub transaction_started: Option<Instant>,
+    /// Its database's slot in the shard's per-database tally (resolved once, at startup).
+    pub stats: pgtier_core::metrics::DatabaseSlot,
+    /// On an entry with a primary and replicas: its pools there and where its transaction
+    /// runs (set when its pool on the primary is registered).
+    pub reads: Option<Box<reads::ReaderSession>>,
+    /// Its calls in flight, for query digests (`None` with `query_digests` off).
+    pub calls: Option<Box<calls::CallLog>>,
 }
 
 impl Session {
@@ -107,7 +136,9 @@ pub struct ClientConn {
     pub(crate) queued_bytes: usize,
     /// Its receive is paused (too much input held while it waits).
     pub(crate) paused: bool,
-    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) peer: Option<ClientAddr>,
+    /// The local end of its socket (the listener it came through), for listings.
+    pub(crate) local_addr: Option<std::net::SocketAddr>,
     pub(crate) connected_at: Instant,
     /// The last time bytes arrived (idle timeouts).
     pub(crate) last_active: Instant,
@@ -126,13 +157,14 @@ pub struct ClientTls {
 }
 
 impl ClientConn {
-    pub fn new(peer: Option<SocketAddr>, now: Instant) -> ClientConn {
+    pub fn new(peer: Option<ClientAddr>, now: Instant) -> ClientConn {
         ClientConn {
             state: ClientState::Startup,
             input: BytesMut::new(),
             queued_bytes: 0,
             paused: false,
             peer,
+            local_addr: None,
             connected_at: now,
             last_active: now,
             session: None,
@@ -144,6 +176,7 @@ impl ClientConn {
     pub fn server(&self) -> Option<ServerId> {
         match self.state {
             ClientState::Linked { server } | ClientState::Welcoming { server } => Some(server),
+            ClientState::LookingUp { server, .. } => server,
             _ => None,
         }
     }
@@ -155,7 +188,9 @@ impl ClientConn {
     /// The admin-console name of its state.
     pub fn state_name(&self) -> &'static str {
         match self.state {
-            ClientState::Startup | ClientState::Authenticating(_) => "login",
+            ClientState::Startup
+            | ClientState::Authenticating(_)
+            | ClientState::LookingUp { .. } => "login",
             ClientState::Routing { .. } => "waiting_for_replica",
             ClientState::Joining { .. } | ClientState::Queued { .. } => "waiting",
             ClientState::Welcoming { .. } | ClientState::Linked { .. } => "active",

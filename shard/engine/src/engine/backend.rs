@@ -3,8 +3,6 @@
 //! failures — a connection that breaks, a server's own FATAL, a protocol violation — each
 //! reported to the replica router when the server is a replica.
 
-use std::net::SocketAddr;
-
 use bytes::Bytes;
 use pgtier_pool::ServerTarget;
 use tracing::{debug, info, warn};
@@ -20,6 +18,7 @@ use crate::server::login::{Credentials, LoginStep, ServerLogin};
 use crate::server::relay::is_shutdown_error;
 use crate::services::FailureCause;
 use crate::settings::MAX_IDLE_MESSAGE_BYTES;
+use crate::tracker::TxStatus;
 use pgtier_core::config::PoolMode;
 use pgtier_wire::session_state::Effects;
 
@@ -72,12 +71,21 @@ impl Engine {
         let Some(key) = self.pools.key(pool) else {
             return;
         };
-        let dbname = self
-            .config
-            .database(&key.database)
-            .map_or_else(|| key.database.to_string(), |db| db.dbname.clone());
-        let params: Vec<(&str, &str)> = key.profile.parameters().collect();
-        let startup = ServerLogin::startup_message(&key.server_user, &dbname, &params);
+        let entry = self.config.database(&key.database);
+        let dbname = entry.map_or(&*key.database, |db| db.server_dbname(&key.database));
+        let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
+        // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
+        // timezone) open every server of the entry. These are tracked parameters, so a client
+        // that sent its own value gets it with SET when linked; a duplicate is never sent.
+        for (name, value) in entry.map_or(&[][..], |db| db.connect_params.as_slice()) {
+            if !params
+                .iter()
+                .any(|(given, _)| given.eq_ignore_ascii_case(name))
+            {
+                params.push((name, value));
+            }
+        }
+        let startup = ServerLogin::startup_message(&key.server_user, dbname, &params);
         server.state = ServerState::LoggingIn {
             since: self.now,
             login: Box::default(),
@@ -105,12 +113,22 @@ impl Engine {
             .config
             .database(&key.database)
             .and_then(|db| db.password.clone())
-            .or_else(|| self.users.get(&key.server_user));
+            .or_else(|| self.users.get(&key.server_user))
+            .or_else(|| {
+                self.lookups
+                    .secret(&key.database, &key.server_user)
+                    .map(str::to_string)
+            });
+        let client_key = self
+            .secrets
+            .client_key(&key.server_user)
+            .or_else(|| self.lookups.client_key(&key.database, &key.server_user));
         let credentials = Credentials {
             user: &key.server_user,
             password: password.as_deref(),
-            client_key: self.secrets.client_key(&key.server_user),
+            client_key,
             channel_binding,
+            key_cache: Some(&self.shared.scram_keys),
         };
         match login.step(&mut server.input, credentials, self.random.as_mut()) {
             LoginStep::Continue { reply } => {
@@ -219,6 +237,10 @@ impl Engine {
     /// Moves server output to the linked client; releases the server at the end of a
     /// transaction in transaction mode.
     pub(super) fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
+        if self.is_looking_up(client_id) {
+            self.on_lookup_answer(server_id, client_id);
+            return;
+        }
         let max = self.limits.max_server_message_bytes;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
@@ -252,6 +274,13 @@ impl Engine {
         let clearing = session.pins.is_clearing();
         if let Some(status) = scan.last_status {
             unpinned = session.pins.on_ready(status, scan.errors);
+            if status != TxStatus::Idle
+                && let Some(reads) = session.reads.as_mut()
+            {
+                // On a replica only a read-only prefix went, so a block open now was opened
+                // READ ONLY: PostgreSQL refuses its writes as the primary would.
+                reads.in_block();
+            }
         }
         let elapsed_us = session.query_started.map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
@@ -259,14 +288,43 @@ impl Engine {
         if scan.completed > 0 && !server.tracker.has_outstanding() {
             session.query_started = None;
         }
+        // A transaction lasts from its server's link (transaction mode) or its first query
+        // (session mode) to its idle ReadyForQuery.
+        let transaction_us = match session.transaction_started {
+            Some(started) if scan.transactions > 0 => {
+                session.transaction_started = None;
+                self.now.saturating_duration_since(started).as_micros() as u64
+            }
+            _ => elapsed_us,
+        };
+        if let Some(calls) = session.calls.as_deref_mut() {
+            calls.answered(
+                &scan.answered,
+                elapsed_us,
+                &session.database,
+                &mut self.digests,
+            );
+            // A log that remembers nothing is given back, so an idle client holds none.
+            if calls.is_empty() {
+                session.calls = None;
+            }
+        }
         let (class, mode, pinned) = (session.class, session.mode, session.pins_server());
+        let database = session.stats;
         let pool = server.pool;
         for _ in 0..scan.completed {
             self.counters.record_query(class, elapsed_us);
             self.latency.record(class, elapsed_us);
+            self.databases.record_query(database, elapsed_us);
         }
         for _ in 0..scan.transactions {
-            self.counters.record_transaction(class, elapsed_us);
+            self.counters.record_transaction(class, transaction_us);
+            self.databases.record_transaction(database, transaction_us);
+        }
+        if scan.completed > 0 {
+            // A full batch goes to the shared totals now, so they lag by one batch at most.
+            self.counters
+                .maybe_flush(self.flush_policy, &self.shared.totals);
         }
         for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
@@ -465,7 +523,7 @@ impl Engine {
         match server.state {
             ServerState::Closing => {}
             // Terminated on purpose: its backend is gone, its slot moves on.
-            ServerState::Leaving { .. } => self.close_server(id),
+            ServerState::Leaving { .. } | ServerState::Moving { .. } => self.close_server(id),
             ServerState::Connecting { .. } => {
                 self.on_server_connected(id, Err(errno.unwrap_or(libc_like::ECONNRESET)));
             }
@@ -531,7 +589,7 @@ impl Engine {
             return;
         };
         server.cancels_pending += 1;
-        let addr: SocketAddr = server.addr;
+        let addr = server.addr.clone();
         self.outbox.push(Action::SendCancel {
             server: id,
             addr,

@@ -13,10 +13,12 @@ use pgtier_wire::session_state::Effects;
 use tracing::{debug, warn};
 
 use crate::action::{Action, Conn};
+use crate::addr::ServerAddr;
 use crate::client::ClientState;
-use crate::client::forward::{ForwardEnd, ForwardLimits, Watch};
+use crate::client::calls::CallNotes;
+use crate::client::forward::{ForwardEnd, ForwardLimits, Texts, Watch};
 use crate::command::{Command, ShutdownMode};
-use crate::engine::Engine;
+use crate::engine::{Engine, reads};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::prepared::{Rewriter, StatementLimits};
@@ -30,6 +32,7 @@ const TERMINATE: &[u8] = b"X\0\0\0\x04";
 impl Engine {
     /// A welcomed client between transactions sent bytes: it needs a server (or it left).
     pub(super) fn on_idle_client_bytes(&mut self, id: ClientId) {
+        let whole_unit_missing = self.needs_whole_unit(id);
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -40,6 +43,8 @@ impl Engine {
             Some(code) if !Tracker::is_client_message(code) => {
                 self.protocol_error(id, &format!("invalid frontend message type {code}"));
             }
+            // A reader session's transaction is routed by its first whole unit.
+            Some(_) if whole_unit_missing => {}
             Some(_) => {
                 client.state = ClientState::Queued {
                     since: self.now,
@@ -65,7 +70,19 @@ impl Engine {
             self.repin(id);
             return;
         }
-        let Some(pool) = session.pool else {
+        let class = crate::class::wait_class(session.class);
+        if self.held_by_pause(id) {
+            return;
+        }
+        if let reads::TxnRoute::Wait = self.route_transaction(id) {
+            return;
+        }
+        let Some(pool) = self
+            .clients
+            .get(id.0)
+            .and_then(|c| c.session.as_ref())
+            .and_then(|s| s.pool)
+        else {
             return;
         };
         while let Some(lease) = self.pools.checkout(pool) {
@@ -77,11 +94,12 @@ impl Engine {
         }
         let deadline = Engine::enabled(self.config.pgtier.query_wait_timeout)
             .map(|timeout| self.now + timeout);
-        let ticket = self.pools.park(pool, id, self.now, deadline);
+        let ticket = self.pools.park_as(pool, id, class, self.now, deadline);
         if let Some(client) = self.clients.get_mut(id.0) {
             match &mut client.state {
                 ClientState::Joining { ticket: slot, .. }
-                | ClientState::Queued { ticket: slot, .. } => {
+                | ClientState::Queued { ticket: slot, .. }
+                | ClientState::LookingUp { ticket: slot, .. } => {
                     *slot = ticket;
                 }
                 _ => {}
@@ -177,7 +195,9 @@ impl Engine {
     fn clear_ticket(&mut self, id: ClientId) {
         if let Some(client) = self.clients.get_mut(id.0) {
             match &mut client.state {
-                ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                ClientState::Joining { ticket, .. }
+                | ClientState::Queued { ticket, .. }
+                | ClientState::LookingUp { ticket, .. } => {
                     *ticket = None;
                 }
                 _ => {}
@@ -242,7 +262,7 @@ impl Engine {
             return;
         };
         let addr = match key.target {
-            ServerTarget::Replica(addr) => Ok(addr),
+            ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
             ServerTarget::Primary => self.primary_addr(&key.database),
         };
         let mode = self.pool_mode_of(&key.database, &key.server_user);
@@ -256,7 +276,7 @@ impl Engine {
                 return;
             }
         };
-        let mut server = ServerConn::new(pool, addr, mode, self.now);
+        let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
         if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
             server.relay.prepared = Some(Box::default());
         }
@@ -277,23 +297,23 @@ impl Engine {
     }
 
     /// The address of a database entry's single server.
-    fn primary_addr(&self, database: &str) -> Result<std::net::SocketAddr, String> {
+    fn primary_addr(&self, database: &str) -> Result<ServerAddr, String> {
         let Some(db) = self.config.database(database) else {
             return Err(format!("database \"{database}\" does not exist"));
         };
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                self.resolver.resolve(&host_port.host, host_port.port)
+                ServerAddr::of_host(host_port, |host, port| self.resolver.resolve(host, port))
             }
             pgtier_core::config::ServerSet::Replicas(set) => set
-                .replicas
-                .first()
-                .copied()
+                .primary
+                .or_else(|| set.replicas.first().copied())
+                .map(ServerAddr::Tcp)
                 .ok_or_else(|| "replica set is empty".to_string()),
         }
     }
 
-    fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
+    pub(super) fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
         self.config
             .database(database)
             .map_or(self.config.pgtier.pool_mode, |db| {
@@ -363,6 +383,10 @@ impl Engine {
         let (since, joining) = match client.state {
             ClientState::Joining { since, .. } => (since, true),
             ClientState::Queued { since, .. } => (since, false),
+            ClientState::LookingUp { .. } => {
+                self.run_lookup(id, lease);
+                return;
+            }
             _ => {
                 // It is not waiting any more (it left in between): the server goes on.
                 self.give_back(lease);
@@ -374,6 +398,7 @@ impl Engine {
         let Some(session) = client.session.as_mut() else {
             return;
         };
+        self.databases.record_wait(session.stats, wait_us);
         let reset = match session.mode {
             PoolMode::Session => Reset::Configured,
             PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
@@ -387,6 +412,7 @@ impl Engine {
             return;
         };
         server.state = ServerState::Busy { client: id };
+        server.last_linked = Some(self.now);
         server.lease = Some(lease);
         server.reset = server.reset.max(reset);
         if joining {
@@ -486,17 +512,47 @@ impl Engine {
             max_message_bytes: max,
             whole_message_bytes: whole_limit,
         };
+        if session.calls.is_none() && self.digests.enabled() {
+            session.calls = Some(Box::default());
+        }
+        let calls = CallNotes::of(
+            session.calls.as_deref_mut(),
+            &mut self.digests,
+            session.stats,
+            &session.database,
+        );
+        // A read on a replica gets only the read-only prefix it was routed with; the rest
+        // waits for the replica's release and is routed on its own.
+        let budget = session
+            .reads
+            .as_ref()
+            .and_then(|reads| reads.forward_budget());
+        let held = match budget {
+            Some(budget) if budget < client.input.len() => Some(client.input.split_off(budget)),
+            _ => None,
+        };
+        let before = client.input.len();
         let out = session.forwarder.forward(
             &mut client.input,
             &mut server.tracker,
             sizes,
             watch,
-            &mut self.texts,
+            Texts {
+                effects: &mut self.texts,
+                calls,
+            },
             rewriter.as_mut(),
         );
         drop(rewriter);
+        if let Some(reads) = session.reads.as_mut() {
+            reads.spent(before - client.input.len());
+        }
+        if let Some(held) = held {
+            client.input.unsplit(held);
+        }
         if out.started {
             session.query_started.get_or_insert(self.now);
+            session.transaction_started.get_or_insert(self.now);
         }
         for chunk in out.chunks {
             self.send(Conn::Server(server_id), chunk);
@@ -572,6 +628,7 @@ impl Engine {
                 session.query_started = None;
                 session.transaction_started = None;
             }
+            self.end_reader_transaction(client_id);
         }
         self.advance_release(server_id);
         let Some(client_id) = client_id else {
@@ -642,11 +699,21 @@ impl Engine {
         let Some(lease) = server.lease.take() else {
             return;
         };
-        if self.shutdown.is_some() && self.pools.waiting(pool) == 0 {
+        // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
+        if self.shutdown > Some(ShutdownMode::WaitForClients) && self.pools.waiting(pool) == 0 {
             server.lease = Some(lease);
             self.close_server(id);
             return;
         }
+        server.lease = Some(lease);
+        if self.closes_on_release(id) {
+            // PAUSE, KILL or RECONNECT: the server goes once released.
+            self.close_server(id);
+            return;
+        }
+        let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.lease.take()) else {
+            return;
+        };
         let checkin = self.pools.checkin(pool, lease, self.now);
         self.act_on_checkin(id, pool, checkin);
     }
@@ -687,7 +754,7 @@ impl Engine {
                 if let Some(server) = self.servers.get_mut(id.0) {
                     server.lease = Some(lease);
                 }
-                self.leave_for(id, Some(to));
+                self.hand_on(id, to);
             }
         }
     }
@@ -757,7 +824,7 @@ impl Engine {
                     self.open_server(pool);
                 }
             }
-            ServerState::Leaving { .. } => {
+            ServerState::Leaving { .. } | ServerState::Moving { .. } => {
                 if let Some(grant) = self.pools.left(pool) {
                     let command = Command::SlotGranted {
                         key: Arc::new(grant.key),
@@ -828,15 +895,16 @@ impl Engine {
         }
     }
 
-    /// Another shard waits for a server of `key`: end one of ours for it, an idle one now if
-    /// nobody waits here, else the next one to come back.
+    /// Another shard waits for a server of `key`: give it one of ours, an idle one now if
+    /// nobody waits here, else the next one to come back (moved whole when clean, else ended
+    /// for its slot: `hand_on`).
     pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
         if let Release::Now(lease) = self.pools.release_for(key, from) {
             let id = lease.server;
             if let Some(server) = self.servers.get_mut(id.0) {
                 server.lease = Some(lease);
             }
-            self.leave_for(id, Some(from));
+            self.hand_on(id, from);
         }
     }
 

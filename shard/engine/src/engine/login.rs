@@ -3,20 +3,23 @@
 //! cached parameters, or from the server whose login values it waited for).
 
 use bytes::BytesMut;
-use pgtier_core::config::{ADMIN_DATABASE, PoolMode};
-use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile};
+use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode, WaiterPolicy};
+use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
+use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile, WaitOrder};
 
 use crate::action::Conn;
 use crate::class::{self, session_class};
 use crate::client::auth::{self, AuthContext, AuthStep};
+use crate::client::auth_method::{self, Method};
 use crate::client::forward::Forwarder;
 use crate::client::startup::{self, LoginRequest, StartupStep};
 use crate::client::{ClientState, Session};
+use crate::console_session::ConsoleSession;
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
-use crate::services::{Admission, AdmissionReply, Refusal};
+use crate::services::{Admission, AdmissionReply, ConsoleRights, Refusal};
 use crate::settings::MAX_STARTUP_BYTES;
 
 /// The request id of a client's admission: its slot, so a reply finds the client (or finds
@@ -111,11 +114,18 @@ impl Engine {
         let database = database
             .filter(|database| !database.is_empty())
             .unwrap_or_else(|| user.clone());
+        // PgBouncer's console is the database `pgbouncer`: the same console.
+        let database = if database == ADMIN_DATABASE_ALIAS {
+            ADMIN_DATABASE.to_string()
+        } else {
+            database
+        };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
-        if admin && !self.config.pgtier.is_stats_user(&user) {
-            let message = format!("user \"{user}\" may not use the admin console");
-            let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
+        if self.controls.gates.is_disabled(&database) {
+            // DISABLE db, with PgBouncer's words.
+            let message = format!("database does not allow connections: {database}");
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message);
             self.close_client(id, Some(error));
             return;
         }
@@ -135,9 +145,11 @@ impl Engine {
             .map_or(pgtier_core::class::ClassSetting::Premium, |db| {
                 self.config.class(db, &user)
             });
+        let stats = self.databases.slot(&database, &self.shared.databases);
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
+        let (user, database) = (self.names.intern(&user), self.names.intern(&database));
         client.session = Some(Box::new(Session {
             user,
             database,
@@ -153,25 +165,45 @@ impl Engine {
             forwarder: Forwarder::default(),
             query_started: None,
             transaction_started: None,
+            stats,
+            reads: None,
+            // Made at its first call (`link`): an idle client holds no call log.
+            calls: None,
         }));
         self.start_authentication(id);
     }
 
     fn start_authentication(&mut self, id: ClientId) {
-        let auth_type = self.config.pgtier.auth_type;
+        let method = match self.auth_method(id) {
+            Ok(method) => method,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        match self.lookup_user_for(id, method) {
+            Some(auth_user) => self.start_lookup(id, method, &auth_user),
+            None => self.begin_exchange(id, method),
+        }
+    }
+
+    /// The password exchange of `method` (none for trust), against the auth file's entry
+    /// or the secret `auth_query` found.
+    pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
             return;
         };
-        let user = session.user.clone();
+        let (user, database) = (session.user.clone(), session.database.clone());
         let channel_binding = self.channel_binding_of(id);
         let context = AuthContext {
             user: &user,
             users: &self.users,
+            looked_up: self.lookups.secret(&database, &user),
             secrets: &mut self.secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
-        match auth::start(auth_type, context) {
+        match auth::start(method, context) {
             Ok(None) => self.on_authenticated(id),
             Ok(Some((check, request))) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
@@ -181,6 +213,68 @@ impl Engine {
                 self.on_auth_bytes(id);
             }
             Err(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
+    /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
+    /// the client with.
+    fn auth_method(&self, id: ClientId) -> Result<Method, bytes::Bytes> {
+        let auth_type = self.config.pgtier.auth_type;
+        let Some(client) = self.clients.get(id.0) else {
+            return Ok(Method::Trust);
+        };
+        let Some(session) = client.session.as_ref() else {
+            return Ok(Method::Trust);
+        };
+        if auth_type == AuthType::Any && &*session.database != ADMIN_DATABASE {
+            // PgBouncer's `any` ignores the user name, so each database must name the
+            // user its servers log in as.
+            let forced = self
+                .config
+                .database(&session.database)
+                .is_some_and(|db| db.user.is_some());
+            if !forced {
+                let message = format!(
+                    "auth_type = any needs the database \"{}\" to set the user its servers log in as",
+                    session.database
+                );
+                return Err(messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    &message,
+                ));
+            }
+        }
+        let tls = client.tls.is_some();
+        let addr = match client.peer {
+            Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
+            Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
+            // A TCP client whose address could not be read matches no line rather than
+            // being taken for a local one.
+            None if auth_type == AuthType::Hba => {
+                return Err(messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "the client's address is unknown, so no pg_hba.conf line can match it",
+                ));
+            }
+            None => HbaAddr::Unix,
+        };
+        let request = HbaRequest {
+            addr,
+            tls,
+            database: &session.database,
+            user: &session.user,
+        };
+        match auth_method::choose(auth_type, self.users.hba(), &request)? {
+            Method::Cert => {
+                let name = client
+                    .tls
+                    .as_ref()
+                    .and_then(|tls| tls.session.peer_common_name());
+                auth_method::check_certificate(&session.user, tls, name.as_deref())?;
+                Ok(Method::Trust)
+            }
+            method => Ok(method),
         }
     }
 
@@ -196,10 +290,10 @@ impl Engine {
         else {
             return;
         };
-        let user = client
+        let (user, database) = client
             .session
             .as_ref()
-            .map(|session| session.user.clone())
+            .map(|session| (session.user.clone(), session.database.clone()))
             .unwrap_or_default();
         let channel_binding = client
             .tls
@@ -209,6 +303,7 @@ impl Engine {
         let context = AuthContext {
             user: &user,
             users: &self.users,
+            looked_up: self.lookups.secret(&database, &user),
             secrets: &mut self.secrets,
             random: self.random.as_mut(),
             channel_binding,
@@ -219,7 +314,14 @@ impl Engine {
                 client.state = ClientState::Authenticating(check);
                 self.send(Conn::Client(id), reply);
             }
-            AuthStep::Passed { final_message } => {
+            AuthStep::Passed {
+                final_message,
+                client_key,
+            } => {
+                if let Some(key) = client_key {
+                    // A looked-up SCRAM secret logs the client's servers in with it.
+                    self.lookups.remember_client_key(&database, &user, key);
+                }
                 if let Some(final_message) = final_message {
                     self.send(Conn::Client(id), final_message);
                 }
@@ -234,7 +336,7 @@ impl Engine {
         let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
             return;
         };
-        if session.database == ADMIN_DATABASE {
+        if &*session.database == ADMIN_DATABASE {
             self.welcome_console(id);
             return;
         }
@@ -288,8 +390,39 @@ impl Engine {
                     };
                 }
             }
-            Admission::Refused(refusal) => self.close_client(id, Some(refusal_error(&refusal))),
+            Admission::Refused(refusal) => self.refused(id, &refusal),
         }
+    }
+
+    /// No replica for the session: a reader entry's session goes on without one (its
+    /// primary serves every transaction); any other session is refused.
+    fn refused(&mut self, id: ClientId, refusal: &crate::services::Refusal) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        let reader_entry = self.config.database(&session.database).is_some_and(|db| {
+            matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
+        });
+        if !reader_entry {
+            self.close_client(id, Some(refusal_error(refusal)));
+            return;
+        }
+        tracing::debug!(
+            database = %session.database,
+            reason = %refusal.message,
+            "no replica admitted the session: its reads run on the primary"
+        );
+        if session.pool.is_none() {
+            self.join_pool(id);
+            return;
+        }
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.state = ClientState::Queued {
+                since: self.now,
+                ticket: None,
+            };
+        }
+        self.need_server(id);
     }
 
     /// The client holds a replica now: a first login continues to its welcome; a client
@@ -308,6 +441,17 @@ impl Engine {
         session.lease = Some(lease);
         // Welcomed once its cancel key was issued.
         let welcomed = session.key.is_some();
+        if session.reads.is_some() {
+            // A reader session keeps its pools: its next read is routed with the new lease.
+            if let Some(client) = self.clients.get_mut(id.0) {
+                client.state = ClientState::Queued {
+                    since: self.now,
+                    ticket: None,
+                };
+            }
+            self.need_server(id);
+            return;
+        }
         match session.pool.take() {
             None => self.join_pool(id),
             Some(old) => {
@@ -344,7 +488,7 @@ impl Engine {
         }
         match reply.result {
             Ok(lease) => self.admitted(id, lease),
-            Err(refusal) => self.close_client(id, Some(refusal_error(&refusal))),
+            Err(refusal) => self.refused(id, &refusal),
         }
     }
 
@@ -360,11 +504,16 @@ impl Engine {
             );
             return None;
         };
+        let reader_entry = matches!(
+            &db.servers,
+            pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry()
+        );
+        // A reader entry's session starts on its primary; each read picks its replica.
         let target = match &session.lease {
-            Some(lease) => ServerTarget::Replica(lease.addr()),
-            None => ServerTarget::Primary,
+            Some(lease) if !reader_entry => ServerTarget::Replica(lease.addr()),
+            _ => ServerTarget::Primary,
         };
-        let server_user = db.user.clone().unwrap_or_else(|| session.user.clone());
+        let server_user = db.user.clone().unwrap_or_else(|| session.user.to_string());
         let profile = StartupProfile::from_parameters(
             session
                 .startup_params
@@ -372,7 +521,7 @@ impl Engine {
                 .map(|(name, value)| (name.as_str(), value.as_str())),
         );
         let key = PoolKey::new(
-            session.database.as_str().into(),
+            (*session.database).into(),
             server_user.as_str().into(),
             target,
             profile,
@@ -389,6 +538,9 @@ impl Engine {
             Ok(pool) => {
                 if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
                     session.pool = Some(pool);
+                }
+                if reader_entry {
+                    self.start_reader_session(id, pool);
                 }
                 Some(pool)
             }
@@ -460,6 +612,12 @@ impl Engine {
             server_lifetime: settings.server_lifetime.duration(),
             max_spellings: self.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
+            wait_order: match settings.waiter_policy {
+                WaiterPolicy::Fifo => WaitOrder::Fifo,
+                WaiterPolicy::Class => WaitOrder::Class {
+                    aging: settings.waiter_aging.duration(),
+                },
+            },
         }
     }
 
@@ -551,15 +709,44 @@ impl Engine {
         }
     }
 
-    /// The admin console's welcome: pgtier's own parameters.
+    /// What a console user may run: `None` for a user neither in `admin_users` nor in
+    /// `stats_users` (with `auth_type = any` everyone is an admin, as in PgBouncer).
+    fn console_rights(&self, user: &str) -> Option<ConsoleRights> {
+        let settings = &self.config.pgtier;
+        if settings.auth_type == AuthType::Any || settings.is_admin(user) {
+            Some(ConsoleRights::Admin)
+        } else if settings.is_stats_user(user) {
+            Some(ConsoleRights::Stats)
+        } else {
+            None
+        }
+    }
+
+    /// The admin console's welcome, once the password is right: pgtier's own parameters,
+    /// the ones drivers read at connect (psycopg2, JDBC, libpq). A user without console
+    /// rights gets PgBouncer's refusal.
     fn welcome_console(&mut self, id: ClientId) {
+        let user = self
+            .clients
+            .get(id.0)
+            .and_then(|c| c.session.as_ref())
+            .map(|s| s.user.clone())
+            .unwrap_or_default();
+        let Some(rights) = self.console_rights(&user) else {
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed");
+            self.close_client(id, Some(error));
+            return;
+        };
         let params: Vec<(String, String)> = [
             ("server_version", "15.0 (pgtier)"),
             ("server_encoding", "UTF8"),
             ("client_encoding", "UTF8"),
             ("DateStyle", "ISO, MDY"),
+            ("IntervalStyle", "postgres"),
+            ("TimeZone", "UTC"),
             ("integer_datetimes", "on"),
             ("standard_conforming_strings", "on"),
+            ("is_superuser", "off"),
         ]
         .iter()
         .map(|(name, value)| (name.to_string(), value.to_string()))
@@ -568,7 +755,12 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Console { listing: None };
+            let max_named =
+                usize::try_from(self.config.pgtier.max_prepared_statements).unwrap_or(usize::MAX);
+            client.state = ClientState::Console {
+                listing: None,
+                session: Box::new(ConsoleSession::new(rights, max_named)),
+            };
         }
         self.on_console_bytes(id);
     }
@@ -587,7 +779,10 @@ impl Engine {
         let Some(lease) = session.lease.take() else {
             return;
         };
-        if welcomed && (!allowed || session.mode == PoolMode::Session) {
+        // A reader session holds no state on its replica between transactions (session
+        // mode and pinned sessions run on the primary): it always moves.
+        let reader = session.reads.is_some();
+        if welcomed && !reader && (!allowed || session.mode == PoolMode::Session) {
             drop(lease);
             let error = messages::fatal(
                 sqlstate::CONNECTION_FAILURE,

@@ -12,17 +12,39 @@
 //! client and server state machines (`crate::client`, `crate::server`), the pool
 //! (`pgtier_pool`), the cancel keys, the routing and console services.
 
+#[cfg(test)]
+mod auth_tests;
 mod backend;
+mod console;
+mod control;
+#[cfg(test)]
+mod control_tests;
+#[cfg(test)]
+mod digest_tests;
+mod gauges;
 mod link;
+mod listing;
 mod login;
+mod lookup;
+mod moving;
+#[cfg(test)]
+mod moving_tests;
 #[cfg(test)]
 mod prepared_tests;
+mod reads;
+#[cfg(test)]
+mod reads_tests;
 #[cfg(test)]
 mod tests;
 mod tls_io;
 #[cfg(test)]
 mod tls_tests;
 mod upkeep;
+#[cfg(test)]
+mod waiting_tests;
+mod warmup;
+#[cfg(test)]
+mod warmup_tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,11 +53,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
-use pgtier_core::metrics::{ClassLatency, FlushPolicy, ShardCounters};
+use pgtier_core::metrics::{ClassLatency, DatabaseTally, FlushPolicy, ShardCounters};
 use pgtier_pool::PoolSlice;
 use tracing::debug;
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
+use crate::addr::ClientAddr;
 use crate::cancel::CancelKeys;
 use crate::client::auth::SecretCache;
 use crate::client::pins::PinnedCheck;
@@ -99,6 +122,8 @@ pub struct Engine {
     pools: PoolSlice<ServerId, ClientId>,
     keys: CancelKeys,
     secrets: SecretCache,
+    /// Secrets found with `auth_query`.
+    lookups: crate::client::lookup::LookupCache,
     /// Session-state effects of recently classified texts.
     texts: crate::client::texts::TextCache,
     /// Named statements of this shard's transaction-mode clients, interned.
@@ -116,15 +141,29 @@ pub struct Engine {
     random: Box<dyn Random>,
     outbox: Outbox,
     listings: Listings,
+    /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`control.rs`).
+    controls: control::Controls,
     counters: ShardCounters,
+    /// Per-database counts not yet folded (`SHOW STATS`, the metrics endpoint).
+    databases: DatabaseTally,
+    /// Query digests not yet folded (`SHOW QUERIES`, the metrics endpoint).
+    digests: crate::digests::ShardDigests,
     flush_policy: FlushPolicy,
     stats: LocalStats,
+    /// Reader sessions whose read waits for a replica to catch up, and when they are next
+    /// routed again (`engine/reads.rs`).
+    read_waits: Vec<ClientId>,
+    /// Sessions' user and database names, shared.
+    names: crate::names::Names,
+    next_read_recheck: Option<Instant>,
     latency: ClassLatency,
     /// Start of the current observation interval (shard 0 closes intervals).
     interval_started: Instant,
     next_housekeeping: Instant,
     started: (Instant, SystemTime),
     shutdown: Option<ShutdownMode>,
+    /// Pools registered before any client, for `min_pool_size` (`warmup.rs`).
+    warm: Vec<warmup::WarmPool>,
     /// The time of the event being handled.
     now: Instant,
 }
@@ -147,13 +186,19 @@ impl Engine {
     pub fn new(parts: EngineParts) -> Engine {
         let config = parts.config;
         let limits = Limits::from_config(&config);
-        Engine {
+        let warm = warmup::warm_pools(&config);
+        let digests = crate::digests::ShardDigests::new(
+            parts.shared.digests.clone(),
+            crate::digests::DigestLimits::from_settings(&config.pgtier),
+        );
+        let mut engine = Engine {
             shard: parts.shard,
             clients: Slab::with_capacity(config.pgtier.max_client_conn as usize + 64),
             servers: Slab::with_capacity(max_servers(&config)),
             pools: PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
             keys: CancelKeys::new(parts.shard),
             secrets: SecretCache::default(),
+            lookups: Default::default(),
             texts: Default::default(),
             statements: Default::default(),
             scratch: bytes::BytesMut::new(),
@@ -170,15 +215,25 @@ impl Engine {
             random: parts.random,
             outbox: Outbox::default(),
             listings: Listings::default(),
+            controls: control::Controls::default(),
             counters: ShardCounters::default(),
+            databases: DatabaseTally::default(),
+            digests,
             stats: LocalStats::default(),
+            read_waits: Vec::new(),
+            names: Default::default(),
+            next_read_recheck: None,
             latency: ClassLatency::default(),
             interval_started: parts.now,
             next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
+            warm,
             started: (parts.now, parts.wall_now),
             shutdown: None,
             now: parts.now,
-        }
+        };
+        let config = engine.config.clone();
+        engine.configure_digests(&config.pgtier);
+        engine
     }
 
     // ---- outputs ----
@@ -196,7 +251,10 @@ impl Engine {
 
     /// When `handle_timeout` must run next.
     pub fn poll_timeout(&self) -> Instant {
-        self.next_housekeeping
+        match self.read_recheck_at() {
+            Some(at) => at.min(self.next_housekeeping),
+            None => self.next_housekeeping,
+        }
     }
 
     /// Shutdown was asked for and nothing is left.
@@ -221,12 +279,13 @@ impl Engine {
 
     /// A client connected (`peer` is its address, for listings). `None`: refused at once,
     /// the driver closes the socket itself (this shard has no room for another).
-    pub fn handle_accept(&mut self, now: Instant, peer: Option<SocketAddr>) -> Option<ClientId> {
+    pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
         self.stats.clients_accepted += 1;
         let max = self.config.pgtier.max_client_conn;
         let over = self.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
-        let Some(slot) = self.clients.insert(ClientConn::new(peer, now)) else {
+        let client = ClientConn::new(peer, now);
+        let Some(slot) = self.clients.insert(client) else {
             self.shared.clients.fetch_sub(1, Ordering::AcqRel);
             return None;
         };
@@ -237,7 +296,9 @@ impl Engine {
                 "no more connections allowed (max_client_conn)",
             );
             self.close_client(id, Some(error));
-        } else if self.shutdown.is_some() {
+        } else if self.shutdown > Some(ShutdownMode::WaitForClients) {
+            // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
+            // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
             self.close_client(id, Some(error));
         }
@@ -251,6 +312,10 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
+        if let Some(session) = &client.session {
+            self.databases
+                .record_bytes(session.stats, data.len() as u64, 0);
+        }
         if client.is_closing() {
             return;
         }
@@ -280,9 +345,9 @@ impl Engine {
         self.release_consumed_client_input(id);
     }
 
-    /// An input consumed to the end is dropped: even empty, a view of the driver's receive
-    /// buffer would keep that buffer shared, so the driver could not reuse it in place and
-    /// would allocate a new one for every few receives.
+    /// An input consumed to the end is dropped: even empty, it would keep its allocation (and
+    /// the chunks split off it, until they are sent, shared), and an idle client should hold
+    /// no input memory.
     fn release_consumed_client_input(&mut self, id: ClientId) {
         if let Some(client) = self.clients.get_mut(id.0)
             && client.input.is_empty()
@@ -306,12 +371,31 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
+        if let Some(session) = &client.session {
+            self.databases.record_bytes(session.stats, 0, bytes as u64);
+        }
         client.queued_bytes = client.queued_bytes.saturating_sub(bytes);
         let queued = client.queued_bytes;
         if let Some(server) = client.server()
             && queued <= resume
         {
             self.resume_server(server);
+        }
+    }
+
+    /// The driver learned the local address of a connection's socket (for listings).
+    pub fn handle_local_addr(&mut self, conn: Conn, addr: Option<SocketAddr>) {
+        match conn {
+            Conn::Client(id) => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    client.local_addr = addr;
+                }
+            }
+            Conn::Server(id) => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.local_addr = addr;
+                }
+            }
         }
     }
 
@@ -351,6 +435,20 @@ impl Engine {
         }
     }
 
+    /// The driver detached the socket of a server that moves to another shard
+    /// (`Action::Detach`) and took it out of its table. Returns the socket when the server
+    /// does not move after all (it was closed meanwhile): the driver closes it, and the
+    /// server's slot is free, as after `handle_closed`.
+    pub fn handle_detached(
+        &mut self,
+        now: Instant,
+        id: ServerId,
+        socket: crate::server::moved::DetachedSocket,
+    ) -> Option<crate::server::moved::DetachedSocket> {
+        self.now = now;
+        self.on_detached(id, socket)
+    }
+
     /// The server's connection ended or failed (`errno` when the socket reported one).
     pub fn handle_server_gone(&mut self, now: Instant, id: ServerId, errno: Option<i32>) {
         self.now = now;
@@ -376,6 +474,8 @@ impl Engine {
             }
             Conn::Server(id) => {
                 self.servers.remove(id.0);
+                // A PAUSE or WAIT_CLOSE may have waited for this one.
+                self.progress_controls();
             }
         }
     }
@@ -383,6 +483,9 @@ impl Engine {
     /// Housekeeping: timeouts, warmup, expiring waiters and listings, counter folds.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
+        if self.read_recheck_at().is_some_and(|at| now >= at) {
+            self.recheck_read_waits();
+        }
         if now < self.next_housekeeping {
             return;
         }
@@ -408,8 +511,24 @@ impl Engine {
     /// answers).
     pub fn fold_counters(&mut self) {
         self.counters.flush_into(&self.shared.totals);
+        self.databases.fold();
+        self.digests.fold();
         self.stats.fold_into(&self.shared.stats);
         self.fold_latency();
+    }
+
+    /// The digest settings of a (re)load: sessions that log in from now on follow
+    /// `query_digests`.
+    fn configure_digests(&mut self, settings: &pgtier_core::config::Settings) {
+        self.digests
+            .configure(crate::digests::DigestLimits::from_settings(settings));
+        self.shared
+            .digests
+            .set_capacity(settings.digest_store_capacity as usize);
+        self.shared.digest_metrics_top.store(
+            settings.digest_metrics_top as usize,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     // ---- shared helpers of the flows ----
@@ -467,16 +586,36 @@ impl Engine {
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
                 self.client_left_server(id, server);
             }
+            ClientState::LookingUp { ticket, server, .. } => {
+                if let Some(ticket) = ticket {
+                    self.pools.cancel_wait(ticket);
+                }
+                // Its lookup's answer may still be on the way: the server cannot be reused.
+                if let Some(server) = server {
+                    self.close_server(server);
+                }
+            }
             _ => {}
         }
         if let Some(session) = session {
             if let Some(key) = session.key {
                 self.keys.forget(key);
             }
-            if let Some(pool) = session.pool {
-                self.pools.unregister(pool);
+            match &session.reads {
+                // A reader session registered its pool on the primary and each replica pool
+                // it read from (`session.pool` is one of them).
+                Some(reads) => {
+                    for pool in reads.pools() {
+                        self.pools.unregister(pool);
+                    }
+                }
+                None => {
+                    if let Some(pool) = session.pool {
+                        self.pools.unregister(pool);
+                    }
+                }
             }
-            // Its replica lease drops here, giving the replica's session count back.
+            // Its replica lease (and a read's replica ticket) drops here, giving the replica's session count back.
         }
         if let Some(error) = error {
             self.send(Conn::Client(id), error);
@@ -532,6 +671,7 @@ impl Engine {
             ClientState::Console { .. } => self.on_console_bytes(id),
             ClientState::Routing { .. }
             | ClientState::Joining { .. }
+            | ClientState::LookingUp { .. }
             | ClientState::Welcoming { .. }
             | ClientState::Queued { .. } => self.hold_client_input(id),
             ClientState::Closing { .. } => {}
@@ -593,6 +733,9 @@ impl Engine {
                     server.input.clear();
                 }
             }
+            // It spoke before its socket was detached: it is not clean any more, so it
+            // does not move (it closes, and its slot goes on once it is closed).
+            ServerState::Moving { .. } => self.close_server(id),
             ServerState::Closing => {}
         }
     }

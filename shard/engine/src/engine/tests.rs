@@ -332,7 +332,7 @@ fn a_failed_server_login_fails_the_waiters_and_is_remembered() {
     h.auto_backend = false;
     let id = h.accept();
     h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
-    let (server, _) = h.connecting[0];
+    let server = h.connecting[0].0;
     h.complete_connects_without_backend();
     let mut error = Vec::new();
     for (kind, value) in [
@@ -518,17 +518,64 @@ fn the_console_answers_its_own_queries_without_a_server() {
         "NoConsole refuses, the session goes on"
     );
     assert!(h.live_servers().is_empty());
-    h.client_sends(id, &testing::parse("", "SHOW VERSION"));
-    assert_eq!(errors(&h.client_output(id)), vec!["0A000".to_string()]);
+    let mut extended = testing::parse("", "SHOW VERSION");
+    extended.extend(testing::bind(""));
+    extended.extend(testing::execute());
+    extended.extend(testing::sync());
+    h.client_sends(id, &extended);
+    assert_eq!(h.client_tags(id), "12EZ", "the extended protocol, answered");
+    h.client_sends(id, b"F\0\0\0\x04");
+    assert_eq!(errors(&h.client_output(id)), vec!["08P01".to_string()]);
     assert!(h.is_closed(Conn::Client(id)));
+}
+
+#[test]
+fn the_pgbouncer_database_is_the_console() {
+    let mut h = Harness::new(&config(TX));
+    let (id, messages) = h.login("admin", "pgbouncer");
+    let status: Vec<String> = messages
+        .iter()
+        .filter(|m| m.tag == b'S')
+        .map(|m| {
+            String::from_utf8_lossy(&m.body)
+                .split('\0')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    for name in [
+        "server_version",
+        "client_encoding",
+        "DateStyle",
+        "standard_conforming_strings",
+        "integer_datetimes",
+    ] {
+        assert!(status.iter().any(|s| s == name), "{name} in {status:?}");
+    }
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    assert!(h.live_servers().is_empty());
+    assert!(!h.is_closed(Conn::Client(id)));
 }
 
 #[test]
 fn a_user_not_allowed_on_the_console_is_refused() {
     let mut h = Harness::new(&config(TX));
-    let (id, messages) = h.login("mallory", "pgtier");
-    assert_eq!(errors(&messages), vec!["28000".to_string()]);
+    let (id, messages) = h.login("mallory", "pgbouncer");
+    assert_eq!(
+        errors(&messages),
+        vec!["08P01".to_string()],
+        "PgBouncer's refusal"
+    );
     assert!(h.is_closed(Conn::Client(id)));
+    let mut h = Harness::new(&config(&format!("{TX}\nstats_users = [\"watcher\"]")));
+    let (id, messages) = h.login("watcher", "pgtier");
+    assert_eq!(
+        messages.last().map(|m| m.tag),
+        Some(b'Z'),
+        "a stats user logs in"
+    );
+    assert!(!h.is_closed(Conn::Client(id)));
 }
 
 #[test]
@@ -719,4 +766,86 @@ fn distinct_startup_parameters_cannot_lock_out_new_pools() {
         h.live_servers().len() <= 2,
         "idle servers of evicted pools were closed"
     );
+}
+
+/// The (name, value) pairs of a StartupMessage (length, version, then NUL-terminated pairs).
+fn startup_pairs(packet: &[u8]) -> Vec<(String, String)> {
+    let body = packet.get(8..).unwrap_or_default();
+    let fields: Vec<String> = body
+        .split(|byte| *byte == 0)
+        .map(|field| String::from_utf8_lossy(field).into_owned())
+        .collect();
+    fields
+        .chunks(2)
+        .filter(|pair| pair.len() == 2 && !pair[0].is_empty())
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+#[test]
+fn the_star_entry_serves_unknown_databases_under_their_own_name_with_its_connect_params() {
+    let text = "[pgtier]\nauth_type = \"trust\"\n[databases.\"*\"]\nhost = \"127.0.0.1\"\n\
+                timezone = \"Asia/Tokyo\"\nclient_encoding = \"LATIN1\"\n";
+    let mut h = Harness::new(text);
+    let id = h.accept();
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "reports")]));
+    h.complete_connects_without_backend();
+    let servers = h.live_servers();
+    assert_eq!(
+        servers.len(),
+        1,
+        "a server is opened for the fallback's pool"
+    );
+    let pairs = startup_pairs(&h.output_to(servers[0]));
+    let value = |name: &str| {
+        pairs
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
+    assert_eq!(value("database"), Some("reports"));
+    // The entry's parameters open every server; a client that sends its own value of these
+    // tracked parameters gets it with SET when linked, as any tracked difference.
+    assert_eq!(value("TimeZone"), Some("Asia/Tokyo"));
+    assert_eq!(value("client_encoding"), Some("LATIN1"));
+}
+
+#[test]
+fn per_database_statistics_and_pool_gauges_follow_the_traffic() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    for _ in 0..3 {
+        h.client_sends(a, &query("SELECT 1"));
+        assert_eq!(h.client_tags(a), "TDCZ");
+    }
+    h.engine.fold_counters();
+    let stats = h.engine.shared.databases.stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    let db = &stats[0];
+    assert_eq!(&*db.database, "db");
+    assert_eq!(db.totals.query_count, 3, "one query per ReadyForQuery");
+    assert_eq!(db.totals.xact_count, 3, "each ended idle");
+    assert_eq!(db.totals.query_times.total(), 3);
+    assert_eq!(db.totals.xact_times.total(), 3);
+    assert!(db.totals.received_bytes > 0 && db.totals.sent_bytes > 0);
+    let gauges = h.engine.pool_gauges();
+    assert_eq!(gauges.len(), 1);
+    let pool = &gauges[0];
+    assert_eq!((&*pool.database, &*pool.user), ("db", "alice"));
+    assert_eq!((pool.clients_active, pool.clients_waiting), (1, 0));
+    assert_eq!((pool.servers_idle, pool.servers_active), (1, 0));
+}
+
+/// `counter_flush_queries`: a full batch reaches the shared totals without waiting for
+/// housekeeping or the console.
+#[test]
+fn a_full_counter_batch_is_folded_at_once() {
+    let mut h = Harness::new(&config(&format!("{TX}\ncounter_flush_queries = 2")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    assert_eq!(h.engine.shared.totals.snapshot().total_queries(), 0);
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    assert_eq!(h.engine.shared.totals.snapshot().total_queries(), 2);
 }

@@ -246,6 +246,10 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return false;
         };
+        // As libpq: sslmode does not apply to a Unix-domain socket (the kernel is the channel).
+        if server.addr.unix_path().is_some() {
+            return false;
+        }
         server.state = ServerState::Negotiating { since: self.now };
         self.outbox
             .send_raw(Conn::Server(id), Bytes::from_static(SSL_REQUEST));
@@ -344,7 +348,7 @@ impl Engine {
                 pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
                 pgtier_core::config::ServerSet::Replicas(_) => None,
             });
-        configured.unwrap_or_else(|| server.addr.ip().to_string())
+        configured.unwrap_or_else(|| server.addr.host_text())
     }
 
     /// TLS with a server failed before or during its login: the pool's waiters get the

@@ -1,7 +1,7 @@
 //! Table tests of TLS in the engine (`tls_io.rs`), through the kernel-less harness with a
 //! real rustls client on the other side: SSLRequest answered `S` and a login and query over
 //! TLS, direct TLS with ALPN, SCRAM-SHA-256-PLUS offered over TLS, plain text refused where
-//! TLS is required, and a server that answers `N`.
+//! TLS is required, a server that answers `N`, and `auth_type = cert`.
 
 use bytes::BytesMut;
 use pgtier_core::config::{SslMode, TlsCiphers, TlsProtocols};
@@ -48,7 +48,11 @@ struct TlsClient {
 
 impl TlsClient {
     fn new(h: &mut Harness, id: ClientId, pki: &TestPki) -> TlsClient {
-        let session = TlsSession::connect(&client_connector(pki), "localhost").expect("session");
+        TlsClient::with_connector(h, id, &client_connector(pki))
+    }
+
+    fn with_connector(h: &mut Harness, id: ClientId, connector: &TlsConnector) -> TlsClient {
+        let session = TlsSession::connect(connector, "localhost").expect("session");
         TlsClient {
             id,
             session,
@@ -282,4 +286,97 @@ fn a_plain_chunk_starting_like_a_handshake_is_data() {
     h.client_sends(a, &message[..cut]);
     h.client_sends(a, &message[cut..]);
     assert_eq!(h.client_tags(a), "TDCZ");
+}
+
+/// `auth_type = cert`: a verified client certificate logs in the user it names, only.
+#[test]
+fn cert_auth_matches_the_certificate_to_the_user() {
+    use crate::tls::test_pki::CLIENT_COMMON_NAME;
+    use crate::tls::{AcceptorParams, TlsAcceptor};
+    let pki = TestPki::shared();
+    let ciphers = TlsCiphers::parse("default").expect("ciphers");
+    let acceptor = TlsAcceptor::new(&AcceptorParams {
+        mode: SslMode::VerifyCa,
+        protocols: TlsProtocols::parse("secure").expect("protocols"),
+        ciphers: &ciphers,
+        cert_chain: PemFile::new("server.crt", pki.server_cert_pem.as_bytes()),
+        key: PemFile::new("server.key", pki.server_key_pem.as_bytes()),
+        ca: Some(PemFile::new("ca.crt", pki.ca_cert_pem.as_bytes())),
+    })
+    .expect("acceptor");
+    let connector = TlsConnector::new(&ConnectorParams {
+        mode: SslMode::VerifyFull,
+        protocols: TlsProtocols::parse("secure").expect("protocols"),
+        ciphers: &ciphers,
+        ca: Some(PemFile::new("ca.crt", pki.ca_cert_pem.as_bytes())),
+        client_cert: Some((
+            PemFile::new("client.crt", pki.client_cert_pem.as_bytes()),
+            PemFile::new("client.key", pki.client_key_pem.as_bytes()),
+        )),
+    })
+    .expect("connector");
+    let text = config(
+        "client_tls_sslmode = \"verify-ca\"\nclient_tls_key_file = \"/k\"\n\
+         client_tls_cert_file = \"/c\"\nclient_tls_ca_file = \"/ca\"",
+    )
+    .replace("auth_type = \"trust\"", "auth_type = \"cert\"");
+    let tls = TlsSides {
+        acceptor: Some(acceptor),
+        connector: None,
+    };
+    let mut h = Harness::with_tls(&text, UserList::new(), tls);
+    for (user, accepted) in [(CLIENT_COMMON_NAME, true), ("bob", false)] {
+        let id = h.accept();
+        h.client_sends(id, SSL_REQUEST);
+        assert_eq!(h.client_bytes(id), b"S");
+        let mut client = TlsClient::with_connector(&mut h, id, &connector);
+        client.send(&mut h, &startup(&[("user", user), ("database", "db")]));
+        h.complete_connects();
+        client.pump(&mut h);
+        let messages = split_messages(&mut client.plaintext);
+        if accepted {
+            assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'), "{messages:?}");
+        } else {
+            assert_eq!(messages.len(), 1, "{messages:?}");
+            assert_eq!(messages[0].sqlstate().as_deref(), Some("28000"));
+            let text = messages[0].field(b'M').unwrap_or_default();
+            assert!(text.contains("certificate name mismatch"), "{text}");
+        }
+    }
+}
+
+/// libpq's rule: sslmode does not apply to a Unix-domain socket. A server whose `host` is a
+/// directory is reached over its socket file in plain text, even with `require`.
+#[test]
+fn a_server_on_a_unix_socket_gets_no_ssl_request() {
+    let ciphers = TlsCiphers::parse("default").expect("ciphers");
+    let connector = TlsConnector::new(&ConnectorParams {
+        mode: SslMode::Require,
+        protocols: TlsProtocols::parse("secure").expect("protocols"),
+        ciphers: &ciphers,
+        ca: None,
+        client_cert: None,
+    })
+    .expect("connector");
+    let tls = TlsSides {
+        acceptor: None,
+        connector: Some(connector),
+    };
+    let text = "[pgtier]\nlisten_port = 6432\nauth_type = \"trust\"\n\
+                server_tls_sslmode = \"require\"\n\
+                [databases.db]\nhost = \"/run/postgresql\"\nport = 5433\ndbname = \"db\"\n";
+    let mut h = Harness::with_tls(text, UserList::new(), tls);
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let (_, addr) = h.connects[0].clone();
+    assert_eq!(
+        addr.unix_path(),
+        Some(std::path::Path::new("/run/postgresql/.s.PGSQL.5433"))
+    );
+    let server = h.live_servers()[0];
+    assert!(
+        !h.output_to(server).starts_with(SSL_REQUEST),
+        "no SSLRequest on a Unix socket"
+    );
 }

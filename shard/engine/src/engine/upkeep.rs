@@ -1,13 +1,13 @@
 //! The engine's periodic and cross-shard work: PgBouncer's timeouts, waiters past
 //! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
 //! clients of Down replicas re-routed, counters folded; the commands other shards and the
-//! process send (cancel, reload, shutdown, slot handover, listings); and the admin console's
-//! sessions, whose `SHOW CLIENTS`/`SHOW POOLS` gather every shard's rows.
+//! process send (cancel, reload, shutdown, slot handover, listings); and the gathering of
+//! every shard's rows for the admin console's sessions (`console.rs`), as `listing.rs`
+//! copies them out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use pgtier_core::class::ClassSetting;
 use pgtier_core::metrics::LatencyHistogram;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
@@ -20,14 +20,11 @@ use crate::client::ClientState;
 use crate::command::{Command, ShutdownMode};
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId};
-use crate::listing::{ClientRow, Listing, PoolRow, ShardListing};
+use crate::listing::{Listing, ShardListing};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
 use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
 use crate::shared::IntervalStats;
-
-/// Longest admin query accepted.
-const MAX_ADMIN_QUERY_BYTES: u32 = 64 * 1024;
 
 /// PgBouncer's client timeouts, `None` where disabled.
 struct ClientTimeouts {
@@ -36,6 +33,8 @@ struct ClientTimeouts {
     idle: Option<Duration>,
     idle_in_transaction: Option<Duration>,
     query: Option<Duration>,
+    /// An `auth_query` lookup, from parking on the `auth_user` pool to its answer.
+    lookup: Option<Duration>,
 }
 
 impl ClientTimeouts {
@@ -51,10 +50,15 @@ impl ClientTimeouts {
         };
         let query_started = client.session.as_ref().and_then(|s| s.query_started);
         match client.state {
-            ClientState::Startup | ClientState::Authenticating(_)
+            ClientState::Startup
+            | ClientState::Authenticating(_)
+            | ClientState::LookingUp { .. }
                 if over(client.connected_at, self.login) =>
             {
                 Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
+            }
+            ClientState::LookingUp { since, .. } if over(since, self.lookup) => {
+                Some((sqlstate::CONNECTION_FAILURE, "server_connect_timeout"))
             }
             ClientState::Routing { since, .. } if over(since, self.wait) => {
                 Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
@@ -102,7 +106,7 @@ pub struct Listings {
 }
 
 impl Listings {
-    fn take_ready(&mut self, client: ClientId) -> Option<Listing> {
+    pub(super) fn take_ready(&mut self, client: ClientId) -> Option<Listing> {
         let index = self
             .pending
             .iter()
@@ -110,7 +114,7 @@ impl Listings {
         self.pending.swap_remove(index).ready
     }
 
-    fn is_gathering(&self, client: ClientId) -> bool {
+    pub(super) fn is_gathering(&self, client: ClientId) -> bool {
         self.pending.iter().any(|p| p.client == client)
     }
 }
@@ -121,13 +125,19 @@ impl Engine {
         self.check_server_timeouts();
         self.expire_waiters();
         self.close_idle_servers();
+        self.keep_pools_warm();
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
         self.expire_listings();
+        self.close_idle_servers_of_paused();
+        self.progress_controls();
         if self.shutdown.is_some() {
             self.progress_shutdown();
         }
         self.fold_counters();
+        if self.config.pgtier.metrics_port != 0 {
+            self.publish_pool_gauges();
+        }
     }
 
     fn check_client_timeouts(&mut self) {
@@ -138,6 +148,7 @@ impl Engine {
             idle: Engine::enabled(s.client_idle_timeout),
             idle_in_transaction: Engine::enabled(s.idle_transaction_timeout),
             query: Engine::enabled(s.query_timeout),
+            lookup: Engine::enabled(s.server_connect_timeout),
         };
         let mut expired: Vec<(ClientId, SqlState, &'static str)> = Vec::new();
         let mut linger_over = Vec::new();
@@ -196,6 +207,7 @@ impl Engine {
                 ServerState::Releasing { since, .. }
                 | ServerState::Checking { since }
                 | ServerState::Leaving { since, .. }
+                | ServerState::Moving { since, .. }
                     if over(*since, drain_limit) =>
                 {
                     retire.push(id);
@@ -221,7 +233,9 @@ impl Engine {
             let id = expired.waiter;
             if let Some(client) = self.clients.get_mut(id.0) {
                 match &mut client.state {
-                    ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                    ClientState::Joining { ticket, .. }
+                    | ClientState::Queued { ticket, .. }
+                    | ClientState::LookingUp { ticket, .. } => {
                         *ticket = None;
                     }
                     _ => continue,
@@ -249,8 +263,25 @@ impl Engine {
         }
         let mut opens: Vec<PoolId> = Vec::new();
         self.pools.collect_opens(self.now, &mut opens);
+        // No warmup for a paused database: PAUSE waits for its servers to be gone.
+        opens.retain(|pool| {
+            self.pools
+                .key(*pool)
+                .is_none_or(|key| !self.controls.gates.is_paused(&key.database))
+        });
         for pool in opens {
             self.open_server(pool);
+        }
+        // Clients that still wait with nothing opening for them: their pool is full, and
+        // the servers may sit on other shards, which are asked again (once per period).
+        let starving: Vec<PoolId> = self
+            .pools
+            .pools()
+            .filter(|(_, _, counts)| counts.waiting > 0 && counts.opening == 0)
+            .map(|(pool, _, _)| pool)
+            .collect();
+        for pool in starving {
+            self.open_for_waiters(pool);
         }
     }
 
@@ -266,22 +297,30 @@ impl Engine {
             })
             .map(|(pool, _, _)| pool)
             .collect();
-        for pool in down {
+        for id in self.unpark_waiters(down) {
+            self.reroute(id);
+        }
+    }
+
+    /// Takes every client parked on `pools` off them (their tickets are void): the clients
+    /// the caller must now place elsewhere (re-route, hold for a RESUME).
+    pub(super) fn unpark_waiters(&mut self, pools: Vec<PoolId>) -> Vec<ClientId> {
+        let mut unparked = Vec::new();
+        for pool in pools {
             let mut waiters = Vec::new();
             self.pools.take_waiters(pool, &mut waiters);
             for id in waiters {
                 if let Some(client) = self.clients.get_mut(id.0) {
                     match &mut client.state {
                         ClientState::Joining { ticket, .. }
-                        | ClientState::Queued { ticket, .. } => {
-                            *ticket = None;
-                        }
+                        | ClientState::Queued { ticket, .. } => *ticket = None,
                         _ => continue,
                     }
                 }
-                self.repin(id);
+                unparked.push(id);
             }
         }
+        unparked
     }
 
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client
@@ -320,7 +359,9 @@ impl Engine {
                     | ServerState::Negotiating { .. }
                     | ServerState::LoggingIn { .. }
             );
-            if unused || mode == ShutdownMode::Immediate || nobody_left {
+            // Under WAIT_FOR_CLIENTS the clients that stay keep their pool.
+            let pool_in_use = mode == ShutdownMode::WaitForClients && !nobody_left;
+            if (unused && !pool_in_use) || mode == ShutdownMode::Immediate || nobody_left {
                 self.close_server(id);
             }
         }
@@ -369,6 +410,7 @@ impl Engine {
             latency,
         };
         self.shared.interval.store(Some(Arc::new(stats)));
+        self.shared.databases.close_interval(length);
         self.shared
             .intervals
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -385,9 +427,11 @@ impl Engine {
                 self.tls = tls;
                 self.limits = Limits::from_config(&config);
                 self.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
+                self.configure_digests(&config.pgtier);
                 self.config = config;
                 self.users = users;
                 self.secrets.clear();
+                self.lookups.clear();
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .pools
                     .pools()
@@ -397,6 +441,7 @@ impl Engine {
                     let limits = self.pool_limits(&key);
                     self.pools.set_limits(pool, limits);
                 }
+                self.reset_warm_pools();
                 info!(shard = self.shard, "configuration reloaded");
             }
             Command::Shutdown(mode) => {
@@ -405,6 +450,7 @@ impl Engine {
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
             Command::SlotGranted { key } => self.adopt_granted_slot(&key),
+            Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {
                 let budget = match (database, user) {
                     (Some(database), _) => self.shared.budgets.database(&database),
@@ -428,6 +474,14 @@ impl Engine {
                 if let Some(client) = self.add_listing_part(request_id, *part) {
                     self.on_console_bytes(client);
                 }
+            }
+            Command::Control {
+                from,
+                request_id,
+                op,
+            } => self.apply_control(from, request_id, op),
+            Command::ControlDone { request_id, error } => {
+                self.on_control_done(request_id, error);
             }
         }
     }
@@ -468,88 +522,9 @@ impl Engine {
         }
     }
 
-    // ---- the console ----
-
-    /// Answers every complete simple query of a console session, in order; a query that
-    /// needs every shard's rows waits for them, and the queries after it wait behind it.
-    pub(super) fn on_console_bytes(&mut self, id: ClientId) {
-        self.fold_counters();
-        let limits = pgtier_wire::FrameLimits {
-            max_message_len: MAX_ADMIN_QUERY_BYTES,
-            ..pgtier_wire::FrameLimits::default()
-        };
-        let mut listing = self.listings.take_ready(id);
-        let mut out = BytesMut::new();
-        loop {
-            let Some(client) = self.clients.get_mut(id.0) else {
-                return;
-            };
-            if !matches!(client.state, ClientState::Console { .. }) {
-                return;
-            }
-            let header = match pgtier_wire::framing::peek_header(&client.input, &limits) {
-                Ok(Some(header)) => header,
-                Ok(None) => break,
-                Err(_) => {
-                    self.console_refuses(id, out);
-                    return;
-                }
-            };
-            if header.code == b'X' {
-                self.send_console(id, out);
-                self.close_client(id, None);
-                return;
-            }
-            if header.code != b'Q' {
-                self.console_refuses(id, out);
-                return;
-            }
-            if client.input.len() < header.frame_len() {
-                break;
-            }
-            let query = messages::query_text(&client.input[5..header.frame_len()])
-                .unwrap_or("")
-                .to_string();
-            if self.console.needs_listing(&query) && listing.is_none() {
-                if !self.listings.is_gathering(id) {
-                    self.start_listing(id);
-                    listing = self.listings.take_ready(id);
-                }
-                if listing.is_none() {
-                    break;
-                }
-                continue;
-            }
-            if let Some(client) = self.clients.get_mut(id.0) {
-                let _ = client.input.split_to(header.frame_len());
-            }
-            self.console.answer(&query, listing.as_ref(), &mut out);
-            messages::ready_for_query(&mut out, b'I');
-            if self.console.needs_listing(&query) {
-                listing = None;
-            }
-        }
-        self.send_console(id, out);
-    }
-
-    fn send_console(&mut self, id: ClientId, out: BytesMut) {
-        if !out.is_empty() {
-            self.send(Conn::Client(id), out.freeze());
-        }
-    }
-
-    fn console_refuses(&mut self, id: ClientId, out: BytesMut) {
-        self.send_console(id, out);
-        let error = messages::fatal(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            "the admin console accepts only simple queries",
-        );
-        self.close_client(id, Some(error));
-    }
-
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
-    fn start_listing(&mut self, id: ClientId) {
+    pub(super) fn start_listing(&mut self, id: ClientId) {
         self.listings.next_request_id += 1;
         let request_id = self.listings.next_request_id;
         self.listings.pending.push(PendingListing {
@@ -611,114 +586,5 @@ impl Engine {
                 self.listings.pending.retain(|p| p.client != client);
             }
         }
-    }
-
-    /// This shard's client and pool rows.
-    pub(crate) fn list_sessions(&self) -> ShardListing {
-        let wall_now = self.wall_time();
-        let clients = self
-            .clients
-            .iter()
-            .map(|(_, client)| {
-                let connected_for = self.now.saturating_duration_since(client.connected_at);
-                let session = client.session.as_ref();
-                let lease = session.and_then(|s| s.lease.as_ref());
-                let class = match (lease, &client.state) {
-                    (Some(lease), _) => Some(lease.class().as_str()),
-                    (None, ClientState::Routing { .. }) => session.map(|s| s.class.as_str()),
-                    (None, _) => None,
-                };
-                ClientRow {
-                    addr: client.peer,
-                    database: session.map(|s| s.database.clone()).unwrap_or_default(),
-                    user: session.map(|s| s.user.clone()).unwrap_or_default(),
-                    state: client.state_name(),
-                    class,
-                    replica: lease.map(|lease| lease.addr()),
-                    connected_at: wall_now.checked_sub(connected_for).unwrap_or(wall_now),
-                    connected_for,
-                    backend_pid: client
-                        .server()
-                        .and_then(|server| self.servers.get(server.0))
-                        .and_then(|server| server.backend_pid()),
-                    pinned: session.map(|s| s.pins.reasons()).unwrap_or_default(),
-                    prepared_statements: session
-                        .and_then(|s| s.statements.as_ref())
-                        .map_or(0, |statements| statements.len()),
-                    tls: client
-                        .tls
-                        .as_ref()
-                        .and_then(|tls| tls.session.description()),
-                }
-            })
-            .collect();
-        let pools = self
-            .pools
-            .pools()
-            .map(|(pool, key, counts)| PoolRow {
-                database: key.database.to_string(),
-                user: key.server_user.to_string(),
-                addr: match key.target {
-                    ServerTarget::Replica(addr) => addr,
-                    ServerTarget::Primary => self
-                        .primary_addr_for_listing(&key.database)
-                        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
-                },
-                mode: self.mode_of_pool(pool).as_str(),
-                clients_active: self.clients_of(pool, false),
-                clients_waiting: counts.waiting,
-                servers_active: counts.active,
-                servers_idle: counts.idle,
-                servers_opening: counts.opening,
-            })
-            .collect();
-        ShardListing {
-            shard: self.shard,
-            clients,
-            pools,
-        }
-    }
-
-    fn primary_addr_for_listing(&self, database: &str) -> Option<std::net::SocketAddr> {
-        let db = self.config.database(database)?;
-        match &db.servers {
-            pgtier_core::config::ServerSet::Single(host_port) => {
-                self.resolver.resolve(&host_port.host, host_port.port).ok()
-            }
-            pgtier_core::config::ServerSet::Replicas(set) => set.replicas.first().copied(),
-        }
-    }
-
-    fn mode_of_pool(&self, pool: PoolId) -> pgtier_core::config::PoolMode {
-        self.pools
-            .key(pool)
-            .and_then(|key| {
-                let db = self.config.database(&key.database)?;
-                Some(self.config.pool_mode(db, &key.server_user))
-            })
-            .unwrap_or(self.config.pgtier.pool_mode)
-    }
-
-    /// Logged-in clients of `pool` that are idle or linked (`waiting`: queued instead).
-    fn clients_of(&self, pool: PoolId, waiting: bool) -> u32 {
-        let count = self
-            .clients
-            .iter()
-            .filter(|(_, client)| client.session.as_ref().and_then(|s| s.pool) == Some(pool))
-            .filter(|(_, client)| {
-                let queued = matches!(
-                    client.state,
-                    ClientState::Queued { .. } | ClientState::Joining { .. }
-                );
-                let active = matches!(
-                    client.state,
-                    ClientState::Idle { .. }
-                        | ClientState::Linked { .. }
-                        | ClientState::Welcoming { .. }
-                );
-                if waiting { queued } else { active }
-            })
-            .count();
-        u32::try_from(count).unwrap_or(u32::MAX)
     }
 }

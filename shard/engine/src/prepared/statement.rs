@@ -3,7 +3,7 @@
 //! so fifty clients preparing the same text share one copy and one server-side statement.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use ahash::RandomState;
@@ -26,6 +26,9 @@ pub struct Statement {
     clients: AtomicU32,
     /// The registry's count of statements that lost their last client.
     orphans: Arc<AtomicU64>,
+    /// Whether its text may run on a replica, once classified (0: not yet; see
+    /// [`Statement::access`]).
+    access: AtomicU8,
 }
 
 impl Statement {
@@ -53,6 +56,28 @@ impl Statement {
 
     pub fn server_name(&self) -> &[u8] {
         &self.server_name
+    }
+
+    /// Its query text (the definition up to its NUL).
+    pub fn query_text(&self) -> &[u8] {
+        let end = memchr::memchr(0, &self.definition).unwrap_or(self.definition.len());
+        &self.definition[..end]
+    }
+
+    /// Whether its text may run on a replica (classified once, on first use by a reader
+    /// entry's session; every client of the definition shares the answer).
+    pub fn access(&self) -> pgtier_wire::read_only::Access {
+        use pgtier_wire::read_only::{Access, classify};
+        match self.access.load(Ordering::Relaxed) {
+            1 => Access::ReadOnly,
+            2 => Access::Write,
+            _ => {
+                let access = classify(self.query_text());
+                let code = if access == Access::ReadOnly { 1 } else { 2 };
+                self.access.store(code, Ordering::Relaxed);
+                access
+            }
+        }
     }
 
     /// Bytes a client is charged for holding it (`max_client_prepared_bytes`).
@@ -153,6 +178,7 @@ impl Registry {
             definition: definition.clone(),
             clients: AtomicU32::new(0),
             orphans: self.orphans.clone(),
+            access: AtomicU8::new(0),
         });
         self.live.insert(definition, Arc::downgrade(&statement));
         statement

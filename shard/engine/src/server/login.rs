@@ -29,6 +29,8 @@ pub struct Credentials<'a> {
     /// Over TLS: the server certificate's binding, for SCRAM-SHA-256-PLUS when the server
     /// offers it (libpq's `channel_binding=prefer`).
     pub channel_binding: Option<ChannelBinding>,
+    /// SCRAM keys derived by earlier logins of this process (PBKDF2 once per password).
+    pub key_cache: Option<&'a std::sync::Arc<pgtier_wire::auth::ScramKeyCache>>,
 }
 
 /// What a finished login learned about its backend.
@@ -171,7 +173,8 @@ impl ServerLogin {
                         .with_channel_binding(
                             credentials.channel_binding,
                             ChannelBindingPolicy::Prefer,
-                        );
+                        )
+                        .with_key_cache(credentials.key_cache.cloned());
                 self.auth.insert(Box::new(login))
             }
         };
@@ -206,6 +209,7 @@ mod tests {
         password: None,
         client_key: None,
         channel_binding: None,
+        key_cache: None,
     };
 
     #[test]

@@ -3,10 +3,11 @@
 //! are the modules beside this one.
 
 pub mod login;
+pub mod moved;
 pub mod relay;
 pub mod release;
 
-use std::net::SocketAddr;
+use crate::addr::ServerAddr;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -49,6 +50,11 @@ pub enum ServerState {
     /// to the budgets, to make room under a database or user cap); the slot moves once the
     /// server closes the connection, that is once its backend is gone.
     Leaving { since: Instant, to: Option<usize> },
+    /// Since `since`, its socket is being detached so that it moves whole to shard `to`
+    /// (`server::moved`); its pool counts it as leaving for `to`. `Engine::handle_detached`
+    /// ends it here. If it speaks or breaks first, it closes as a `Leaving` server does,
+    /// and its slot goes to `to` once the connection is closed.
+    Moving { since: Instant, to: usize },
     /// The driver is tearing it down; nothing more happens until `handle_closed`.
     Closing,
 }
@@ -58,7 +64,7 @@ pub enum ServerState {
 pub struct ServerConn {
     pub(crate) state: ServerState,
     pub(crate) pool: PoolId,
-    pub(crate) addr: SocketAddr,
+    pub(crate) addr: ServerAddr,
     pub(crate) mode: PoolMode,
     /// Received bytes not consumed yet (the rest of a message whose start was forwarded
     /// streams through; whole messages wait here only while being read).
@@ -80,11 +86,18 @@ pub struct ServerConn {
     pub(crate) lease: Option<Lease<ServerId>>,
     /// Its TLS session, when the server accepted the SSLRequest.
     pub(crate) tls: Option<Box<crate::tls::TlsSession>>,
+    /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
+    pub(crate) close_needed: bool,
+    /// When the connect was asked for, and when a client last got it (listings).
+    pub(crate) connected_at: Instant,
+    pub(crate) last_linked: Option<Instant>,
+    /// The local end of its socket, once connected (listings).
+    pub(crate) local_addr: Option<std::net::SocketAddr>,
 }
 
 impl ServerConn {
     /// A server about to connect for `pool`.
-    pub fn new(pool: PoolId, addr: SocketAddr, mode: PoolMode, now: Instant) -> ServerConn {
+    pub fn new(pool: PoolId, addr: ServerAddr, mode: PoolMode, now: Instant) -> ServerConn {
         ServerConn {
             state: ServerState::Connecting { since: now },
             pool,
@@ -100,6 +113,10 @@ impl ServerConn {
             paused: false,
             lease: None,
             tls: None,
+            close_needed: false,
+            connected_at: now,
+            last_linked: None,
+            local_addr: None,
         }
     }
 
@@ -142,7 +159,7 @@ impl ServerConn {
             ServerState::Connecting { .. }
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => "login",
-            ServerState::Idle { .. } => "idle",
+            ServerState::Idle { .. } | ServerState::Moving { .. } => "idle",
             ServerState::Checking { .. } => "tested",
             ServerState::Busy { .. } => "active",
             ServerState::Releasing { .. } => "used",
@@ -159,7 +176,7 @@ mod tests {
     fn an_internal_query_is_owed_an_answer_that_is_swallowed() {
         let mut server = ServerConn::new(
             crate::test_support::pool_id(),
-            "127.0.0.1:5432".parse().expect("addr"),
+            ServerAddr::Tcp("127.0.0.1:5432".parse().expect("addr")),
             PoolMode::Transaction,
             Instant::now(),
         );

@@ -2,8 +2,9 @@
 //! the engine's own queries, or everything while the server drains without a client), and
 //! what the messages mean for the server's state.
 //!
-//! Only ReadyForQuery, ParameterStatus and ErrorResponse are read whole; every other message
-//! streams through as it arrives, so a 50 MB row never has to sit in memory in one piece.
+//! Only ReadyForQuery, ParameterStatus, ErrorResponse and CommandComplete (for its row
+//! count, which query digests add up per call) are read whole; every other message streams
+//! through as it arrives, so a 50 MB row never has to sit in memory in one piece.
 //! The tracker learns each message type that changes what the server owes. In transaction
 //! mode with named statements (`crate::prepared`), the server's ledger is told every message
 //! too: answers to pgtier's own Parse/Close/Sync are taken out of the stream, and errors that
@@ -13,7 +14,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use pgtier_wire::error_fields::Severity;
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::messages::Message;
-use pgtier_wire::messages::backend::ErrorResponse;
+use pgtier_wire::messages::backend::{CommandComplete, ErrorResponse};
 use pgtier_wire::{FrameLimits, ProtocolError};
 use smallvec::SmallVec;
 
@@ -36,6 +37,15 @@ pub enum Span {
     Replace(usize, Bytes),
 }
 
+/// What the answer to one of the client's calls held, up to its ReadyForQuery.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    /// Rows the CommandComplete tags reported.
+    pub rows: u64,
+    /// ErrorResponses.
+    pub errors: u32,
+}
+
 /// What one walk found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Scan {
@@ -43,6 +53,8 @@ pub struct Scan {
     pub spans: SmallVec<[Span; 4]>,
     /// ReadyForQuery messages forwarded (queries or Syncs completed).
     pub completed: u64,
+    /// What each of those ReadyForQuery ended, in order.
+    pub answered: SmallVec<[Answered; 2]>,
     /// ReadyForQuery 'I' messages forwarded (transactions completed).
     pub transactions: u64,
     /// ErrorResponse messages forwarded.
@@ -130,6 +142,8 @@ pub struct Relay {
     swallowed_error: Option<Bytes>,
     /// Named-statement rewriting on this server (transaction mode), if on.
     pub prepared: Option<Box<ServerPrepared>>,
+    /// What the linked client's current call was answered so far.
+    answering: Answered,
     /// What the answers decided for the linked client's statement names.
     fallout: Vec<Fallout>,
 }
@@ -187,6 +201,10 @@ impl Relay {
         let mut out = Scan::default();
         let mut pos = 0usize;
         let drain_all = client.is_none();
+        if drain_all {
+            // Its client is gone: what its call was answered is nobody's.
+            self.answering = Answered::default();
+        }
         while pos < data.len() {
             if self.skip_bytes > 0 {
                 let take = self.skip_bytes.min(data.len() - pos);
@@ -212,8 +230,8 @@ impl Relay {
                 }
             };
             let (code, len) = (header.code, header.len as usize);
-            let inspect =
-                matches!(code, b'Z' | b'S') || (code == b'E' && len <= MAX_INSPECTED_MESSAGE_BYTES);
+            let inspect = matches!(code, b'Z' | b'S')
+                || (matches!(code, b'E' | b'C') && len <= MAX_INSPECTED_MESSAGE_BYTES);
             if inspect && len > MAX_INSPECTED_MESSAGE_BYTES {
                 out.malformed = true;
                 break;
@@ -282,8 +300,15 @@ impl Relay {
                         self.swallow -= 1;
                     } else if !dropping {
                         out.completed += 1;
+                        out.answered.push(std::mem::take(&mut self.answering));
                         out.transactions += u64::from(status == TxStatus::Idle);
                         out.last_status = Some(status);
+                    }
+                }
+                b'C' => {
+                    if !dropping {
+                        let tag = body.strip_suffix(&[0]).unwrap_or(body);
+                        self.answering.rows += CommandComplete { tag }.rows().unwrap_or(0);
                     }
                 }
                 _ => {
@@ -298,6 +323,7 @@ impl Relay {
                         }
                     } else if !dropping {
                         out.errors += 1;
+                        self.answering.errors += 1;
                         if is_fatal(body) {
                             out.fatal_forwarded = true;
                             out.shutdown_forwarded |= is_shutdown_error(body);

@@ -128,12 +128,13 @@ impl ServerConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::addr::ServerAddr;
     use std::time::Instant;
 
     fn server(mode: PoolMode) -> ServerConn {
         ServerConn::new(
             crate::test_support::pool_id(),
-            "127.0.0.1:5432".parse().expect("addr"),
+            ServerAddr::Tcp("127.0.0.1:5432".parse().expect("addr")),
             mode,
             Instant::now(),
         )

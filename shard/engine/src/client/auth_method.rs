@@ -1,0 +1,169 @@
+//! Which method authenticates a client: `auth_type`, or with `auth_type = hba` the first
+//! matching line of `auth_hba_file`, and the certificate check of the `cert` method (the
+//! verified client certificate's common name must be the user name, as PgBouncer requires).
+//! Refusals carry PostgreSQL's and PgBouncer's SQLSTATEs and texts.
+
+use bytes::Bytes;
+use pgtier_core::config::AuthType;
+use pgtier_core::hba::{HbaFile, HbaMethod, HbaRequest};
+
+use crate::messages::{self, sqlstate};
+
+/// The method a login runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// No password (`trust`, `any`).
+    Trust,
+    /// MD5, or SCRAM for a user whose stored secret is a SCRAM verifier (as PgBouncer).
+    Md5,
+    ScramSha256,
+    /// A cleartext password.
+    Plain,
+    /// A verified TLS client certificate naming the user.
+    Cert,
+}
+
+/// The method for a client described by `request`; `Err` is the FATAL to close it with.
+pub fn choose(
+    auth_type: AuthType,
+    hba: Option<&HbaFile>,
+    request: &HbaRequest<'_>,
+) -> Result<Method, Bytes> {
+    Ok(match auth_type {
+        AuthType::Trust | AuthType::Any => Method::Trust,
+        AuthType::Md5 => Method::Md5,
+        AuthType::ScramSha256 => Method::ScramSha256,
+        AuthType::Plain => Method::Plain,
+        AuthType::Cert => Method::Cert,
+        AuthType::Hba => return from_hba(hba, request),
+    })
+}
+
+fn from_hba(hba: Option<&HbaFile>, request: &HbaRequest<'_>) -> Result<Method, Bytes> {
+    let refused =
+        |text: String| messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &text);
+    // The loader refuses `auth_type = hba` without a file; an engine built without one
+    // (a test) has no line to match.
+    let Some(rule) = hba.and_then(|hba| hba.rule_for(request)) else {
+        return Err(refused(request.no_entry_message()));
+    };
+    Ok(match rule.method {
+        HbaMethod::Trust => Method::Trust,
+        HbaMethod::Md5 => Method::Md5,
+        HbaMethod::ScramSha256 => Method::ScramSha256,
+        HbaMethod::Password => Method::Plain,
+        HbaMethod::Cert => Method::Cert,
+        HbaMethod::Reject => return Err(refused(request.rejected_message())),
+        HbaMethod::Peer => {
+            return Err(messages::fatal(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                &format!(
+                    "peer authentication (pg_hba line {}) is not supported by pgtier",
+                    rule.line
+                ),
+            ));
+        }
+    })
+}
+
+/// The `cert` method: `common_name` is that of the certificate the TLS handshake verified
+/// against `client_tls_ca_file` (`None`: the client presented none). `Err` is the FATAL.
+pub fn check_certificate(user: &str, tls: bool, common_name: Option<&str>) -> Result<(), Bytes> {
+    let refused = |text: &str| messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, text);
+    if !tls {
+        return Err(refused(
+            "TLS connection required for certificate authentication",
+        ));
+    }
+    match common_name {
+        None => Err(refused(
+            "a TLS client certificate is required for certificate authentication",
+        )),
+        Some(name) if name == user => Ok(()),
+        Some(_) => Err(refused(&format!(
+            "TLS certificate name mismatch: the certificate's common name is not user \"{user}\""
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::split_messages;
+    use bytes::BytesMut;
+    use pgtier_core::hba::ClientAddr;
+    use std::path::Path;
+
+    fn error_of(bytes: Bytes) -> (String, String) {
+        let messages = split_messages(&mut BytesMut::from(&bytes[..]));
+        let error = &messages[0];
+        (
+            error.sqlstate().unwrap_or_default(),
+            error.field(b'M').unwrap_or_default(),
+        )
+    }
+
+    fn request(user: &'static str) -> HbaRequest<'static> {
+        HbaRequest {
+            addr: ClientAddr::Ip("127.0.0.1".parse().expect("ip")),
+            tls: false,
+            database: "app",
+            user,
+        }
+    }
+
+    #[test]
+    fn hba_lines_choose_the_method() {
+        let text = "host all alice all trust\nhost all bob all md5\nhost all carol all reject\n\
+                    host all dave all password\nhost all erin all scram-sha-256\n\
+                    host all frank all cert\nlocal all all peer\n";
+        let hba = HbaFile::parse(text, Path::new("hba.conf"), &mut |_| Err(String::new()))
+            .expect("valid");
+        let method = |user| choose(AuthType::Hba, Some(&hba), &request(user));
+        assert_eq!(method("alice"), Ok(Method::Trust));
+        assert_eq!(method("bob"), Ok(Method::Md5));
+        assert_eq!(method("dave"), Ok(Method::Plain));
+        assert_eq!(method("erin"), Ok(Method::ScramSha256));
+        assert_eq!(method("frank"), Ok(Method::Cert));
+        let (code, text) = error_of(method("carol").expect_err("rejected"));
+        assert_eq!(code, "28000");
+        assert_eq!(
+            text,
+            "pg_hba.conf rejects connection for host \"127.0.0.1\", user \"carol\", database \"app\", no encryption"
+        );
+        let (code, text) = error_of(method("zoe").expect_err("no line"));
+        assert_eq!(code, "28000");
+        assert!(text.starts_with("no pg_hba.conf entry for host"), "{text}");
+        let unix = HbaRequest {
+            addr: ClientAddr::Unix,
+            ..request("alice")
+        };
+        let (code, _) = error_of(choose(AuthType::Hba, Some(&hba), &unix).expect_err("peer"));
+        assert_eq!(code, "0A000");
+        assert!(choose(AuthType::Hba, None, &request("alice")).is_err());
+    }
+
+    #[test]
+    fn global_types_ignore_the_hba_file() {
+        for (auth_type, method) in [
+            (AuthType::Trust, Method::Trust),
+            (AuthType::Any, Method::Trust),
+            (AuthType::Md5, Method::Md5),
+            (AuthType::ScramSha256, Method::ScramSha256),
+            (AuthType::Plain, Method::Plain),
+            (AuthType::Cert, Method::Cert),
+        ] {
+            assert_eq!(choose(auth_type, None, &request("x")), Ok(method));
+        }
+    }
+
+    #[test]
+    fn a_certificate_must_name_the_user() {
+        assert_eq!(check_certificate("alice", true, Some("alice")), Ok(()));
+        for (tls, name) in [(false, Some("alice")), (true, None), (true, Some("bob"))] {
+            let (code, text) =
+                error_of(check_certificate("alice", tls, name).expect_err("refused"));
+            assert_eq!(code, "28000", "{text}");
+        }
+    }
+}

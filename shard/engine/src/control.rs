@@ -1,0 +1,253 @@
+//! PgBouncer's process-controlling admin commands as the engine runs them (PAUSE, RESUME,
+//! RECONNECT, KILL, KILL_CLIENT, ENABLE, DISABLE, WAIT_CLOSE, SHUTDOWN, RELOAD, SET), and
+//! the per-database gates they leave behind on each shard (paused, disabled).
+//!
+//! The admin console parses a statement into a [`ControlOp`] (`shard/src/admin/control.rs`);
+//! the console session's shard posts it to every shard (`Command::Control`), each shard
+//! applies it and answers (`Command::ControlDone`) once the op's condition holds there (for
+//! PAUSE: none of the database's servers is left; for WAIT_CLOSE: none is marked to close),
+//! and the console session is answered when every shard did.
+
+use std::collections::HashSet;
+
+use crate::command::ShutdownMode;
+
+/// Which databases an op covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Database(String),
+}
+
+impl Scope {
+    /// From an optional database argument.
+    pub fn of(database: Option<&str>) -> Scope {
+        match database {
+            Some(database) => Scope::Database(database.to_string()),
+            None => Scope::All,
+        }
+    }
+
+    pub fn covers(&self, database: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Database(name) => name == database,
+        }
+    }
+}
+
+/// One process-controlling command, already checked against the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlOp {
+    /// New transactions of the scope wait; servers close once released. Answered when none
+    /// of the scope's servers is left.
+    Pause(Scope),
+    /// Lifts a PAUSE or KILL.
+    Resume(Scope),
+    /// Every server of the scope closes when it is next released (idle ones at once).
+    Reconnect(Scope),
+    /// Waits until no server of the scope is marked to close (after RECONNECT or RELOAD).
+    WaitClose(Scope),
+    /// Closes every client and server of a database now and pauses it.
+    Kill(String),
+    /// Closes one client, named by the `ptr` of SHOW CLIENTS.
+    KillClient { shard: usize, key: u64 },
+    /// New clients of a database are refused.
+    Disable(String),
+    /// New clients of a database are accepted again.
+    Enable(String),
+    /// The process stops in this mode.
+    Shutdown(ShutdownMode),
+}
+
+impl ControlOp {
+    /// The CommandComplete tag PgBouncer answers it with.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            ControlOp::Pause(_) => "PAUSE",
+            ControlOp::Resume(_) => "RESUME",
+            ControlOp::Reconnect(_) => "RECONNECT",
+            ControlOp::WaitClose(_) => "WAIT_CLOSE",
+            ControlOp::Kill(_) => "KILL",
+            ControlOp::KillClient { .. } => "KILL_CLIENT",
+            ControlOp::Disable(_) => "DISABLE",
+            ControlOp::Enable(_) => "ENABLE",
+            ControlOp::Shutdown(_) => "SHUTDOWN",
+        }
+    }
+}
+
+/// What the console made of a statement that is not a SHOW.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlRequest {
+    /// Run on every shard.
+    Op(ControlOp),
+    /// RELOAD: the process rereads its files (the console asked the main thread).
+    Reloaded,
+    /// SET: a new configuration for every shard.
+    Set {
+        config: std::sync::Arc<pgtier_core::config::Config>,
+        key: String,
+    },
+}
+
+/// Per-database gates of one shard. Every shard holds the same gates: each applies every
+/// op it is posted.
+#[derive(Debug, Default)]
+pub struct Gates {
+    paused_all: bool,
+    paused: HashSet<String>,
+    disabled: HashSet<String>,
+}
+
+impl Gates {
+    /// New transactions of `database` wait.
+    /// (Asked at every transaction start: nothing is hashed while nothing is paused.)
+    pub fn is_paused(&self, database: &str) -> bool {
+        self.paused_all || (!self.paused.is_empty() && self.paused.contains(database))
+    }
+
+    /// New clients of `database` are refused.
+    pub fn is_disabled(&self, database: &str) -> bool {
+        !self.disabled.is_empty() && self.disabled.contains(database)
+    }
+
+    /// Whether a PAUSE of every database holds (SHOW STATE's `paused`).
+    pub fn is_paused_all(&self) -> bool {
+        self.paused_all
+    }
+
+    /// Whether `database` itself was paused or killed by name (SHOW DATABASES' `paused`).
+    pub fn is_paused_by_name(&self, database: &str) -> bool {
+        !self.paused.is_empty() && self.paused.contains(database)
+    }
+
+    /// Whether anything is paused (PgBouncer refuses a second PAUSE then).
+    pub fn any_paused(&self) -> bool {
+        self.paused_all || !self.paused.is_empty()
+    }
+
+    pub fn pause(&mut self, scope: &Scope) {
+        match scope {
+            Scope::All => self.paused_all = true,
+            Scope::Database(name) => {
+                self.paused.insert(name.clone());
+            }
+        }
+    }
+
+    /// RESUME without a database lifts the global pause only; a database paused by name (or
+    /// killed) needs its own RESUME, as in PgBouncer.
+    pub fn resume(&mut self, scope: &Scope) {
+        match scope {
+            Scope::All => self.paused_all = false,
+            Scope::Database(name) => {
+                self.paused.remove(name);
+            }
+        }
+    }
+
+    pub fn set_disabled(&mut self, database: &str, disabled: bool) {
+        if disabled {
+            self.disabled.insert(database.to_string());
+        } else {
+            self.disabled.remove(database);
+        }
+    }
+
+    /// Refusal of `op` given the current gates, with PgBouncer's text.
+    pub fn refusal(&self, op: &ControlOp, shutting_down: bool) -> Option<String> {
+        match op {
+            ControlOp::Pause(Scope::All) if self.paused_all => {
+                Some("already suspended/paused".to_string())
+            }
+            ControlOp::Pause(Scope::Database(_)) if self.paused_all => {
+                Some("already suspended/paused".to_string())
+            }
+            ControlOp::Resume(_) if shutting_down => Some("pooler is shutting down".to_string()),
+            ControlOp::Resume(Scope::All) if !self.paused_all => {
+                Some("pooler is not paused/suspended".to_string())
+            }
+            ControlOp::Resume(Scope::Database(name)) if !self.is_paused(name) => {
+                Some(format!("database {name} is not paused"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A client's key on its shard as KILL_CLIENT names it: the low 15 bits of its slot
+/// generation, then its 32-bit slot index — the part of SHOW CLIENTS' `ptr` below the shard
+/// and kind bits (`shard/src/admin/format.rs`).
+pub fn client_key(id: crate::ClientId) -> u64 {
+    (u64::from(id.generation() & 0x7FFF) << 32) | u64::from(id.index())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_and_resume_by_database_and_all() {
+        let mut gates = Gates::default();
+        gates.pause(&Scope::of(Some("app")));
+        assert!(gates.is_paused("app") && !gates.is_paused("other"));
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Resume(Scope::All), false)
+                .as_deref(),
+            Some("pooler is not paused/suspended"),
+            "as PgBouncer: the global pause and a database's are apart"
+        );
+        assert_eq!(gates.refusal(&ControlOp::Pause(Scope::All), false), None);
+        gates.resume(&Scope::of(Some("app")));
+        assert!(!gates.any_paused());
+        gates.pause(&Scope::All);
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Pause(Scope::All), false)
+                .as_deref(),
+            Some("already suspended/paused")
+        );
+        assert!(gates.is_paused("anything"));
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Resume(Scope::of(Some("x"))), false)
+                .as_deref(),
+            None,
+            "every database is paused"
+        );
+    }
+
+    #[test]
+    fn resume_of_what_is_not_paused_is_refused() {
+        let gates = Gates::default();
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Resume(Scope::All), false)
+                .as_deref(),
+            Some("pooler is not paused/suspended")
+        );
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Resume(Scope::of(Some("app"))), false)
+                .as_deref(),
+            Some("database app is not paused")
+        );
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Resume(Scope::All), true)
+                .as_deref(),
+            Some("pooler is shutting down")
+        );
+    }
+
+    #[test]
+    fn disable_and_enable() {
+        let mut gates = Gates::default();
+        gates.set_disabled("app", true);
+        assert!(gates.is_disabled("app"));
+        gates.set_disabled("app", false);
+        assert!(!gates.is_disabled("app"));
+    }
+}

@@ -1,0 +1,542 @@
+//! The process-controlling admin commands on this shard (`crate::control`): the console
+//! session that ran one waits here until every shard answered; each shard applies the ops it
+//! is posted, keeps the per-database gates, holds the clients a PAUSE makes wait, and answers
+//! a waiting op once its condition holds on this shard.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+use pgtier_wire::messages::Message;
+use pgtier_wire::messages::backend::CommandComplete;
+use tracing::info;
+
+use crate::action::{Action, Conn};
+use crate::client::ClientState;
+use crate::command::Command;
+use crate::control::{ControlOp, ControlRequest, Gates, Scope, client_key};
+use crate::engine::Engine;
+use crate::ids::{ClientId, ServerId};
+use crate::messages::{self, sqlstate};
+use crate::server::ServerState;
+
+/// A console session waiting for every shard's answer to its op.
+#[derive(Debug)]
+struct Asked {
+    request_id: u64,
+    client: ClientId,
+    tag: &'static str,
+    /// Shards that have not answered yet.
+    missing: usize,
+    /// The first refusal a shard answered with.
+    error: Option<String>,
+}
+
+/// An op applied here whose condition does not hold yet; answered to shard `from`.
+#[derive(Debug)]
+struct Waiting {
+    from: usize,
+    request_id: u64,
+    op: ControlOp,
+}
+
+/// This shard's part of the control commands.
+#[derive(Debug, Default)]
+pub struct Controls {
+    pub(super) gates: Gates,
+    next_request_id: u64,
+    asked: Vec<Asked>,
+    waiting: Vec<Waiting>,
+    /// Clients whose next transaction (or welcome) waits for a RESUME, since when.
+    paused_clients: Vec<(ClientId, Instant)>,
+}
+
+impl Controls {
+    /// Whether console session `client` waits for an op's answer.
+    pub(super) fn is_asking(&self, client: ClientId) -> bool {
+        self.asked.iter().any(|asked| asked.client == client)
+    }
+
+    /// Clients held by a pause (for the listings).
+    pub(super) fn is_paused_client(&self, client: ClientId) -> bool {
+        self.paused_clients.iter().any(|(id, _)| *id == client)
+    }
+}
+
+impl Engine {
+    /// A console statement the console recognized as a control command; `out` gets the
+    /// answer when it is immediate. Returns true when the op went to the shards: its answer
+    /// (and ReadyForQuery) is sent by `answer_console`, which goes on with the session's
+    /// next queries, so what `out` held is sent first (for SHUTDOWN, which answers at once,
+    /// nothing more of the session is read).
+    pub(super) fn run_control(
+        &mut self,
+        id: ClientId,
+        request: ControlRequest,
+        out: &mut BytesMut,
+    ) -> bool {
+        match request {
+            ControlRequest::Reloaded => {
+                complete(out, "RELOAD");
+                false
+            }
+            ControlRequest::Set { config, key } => {
+                info!(shard = self.shard, setting = %key, "SET from the admin console");
+                for shard in 0..self.shared.shards() {
+                    let command = Command::Reload {
+                        config: config.clone(),
+                        users: self.users.clone(),
+                        tls: self.tls.clone(),
+                    };
+                    if shard == self.shard {
+                        self.on_command(command);
+                    } else {
+                        self.outbox.push(Action::Post { shard, command });
+                    }
+                }
+                complete(out, "SET");
+                false
+            }
+            ControlRequest::Op(ControlOp::Shutdown(mode)) => {
+                // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
+                // (holding no server) is among the clients closed at once.
+                info!(shard = self.shard, ?mode, "SHUTDOWN from the admin console");
+                complete(out, "SHUTDOWN");
+                messages::ready_for_query(out, b'I');
+                let answer = std::mem::take(out);
+                self.send(Conn::Client(id), answer.freeze());
+                for shard in 0..self.shared.shards() {
+                    if shard == self.shard {
+                        self.on_command(Command::Shutdown(mode));
+                    } else {
+                        self.outbox.push(Action::Post {
+                            shard,
+                            command: Command::Shutdown(mode),
+                        });
+                    }
+                }
+                true
+            }
+            ControlRequest::Op(op) => {
+                if let Some(refusal) = self.controls.gates.refusal(&op, self.shutdown.is_some()) {
+                    console_error(out, &refusal);
+                    return false;
+                }
+                info!(shard = self.shard, ?op, "admin command");
+                let earlier = std::mem::take(out);
+                if !earlier.is_empty() {
+                    self.send(Conn::Client(id), earlier.freeze());
+                }
+                self.ask_shards(id, op);
+                true
+            }
+        }
+    }
+
+    /// Posts `op` to every shard it concerns (this one included, applied at once).
+    fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
+        self.controls.next_request_id += 1;
+        let request_id = self.controls.next_request_id;
+        let shards: Vec<usize> = match &op {
+            ControlOp::KillClient { shard, .. } => vec![*shard],
+            _ => (0..self.shared.shards()).collect(),
+        };
+        if shards.iter().any(|shard| *shard >= self.shared.shards()) {
+            self.answer_console(id, op.tag(), Some("client not found".to_string()));
+            return;
+        }
+        self.controls.asked.push(Asked {
+            request_id,
+            client: id,
+            tag: op.tag(),
+            missing: shards.len(),
+            error: None,
+        });
+        for shard in shards {
+            if shard == self.shard {
+                self.apply_control(self.shard, request_id, op.clone());
+            } else {
+                self.outbox.push(Action::Post {
+                    shard,
+                    command: Command::Control {
+                        from: self.shard,
+                        request_id,
+                        op: op.clone(),
+                    },
+                });
+            }
+        }
+    }
+
+    /// Applies an op posted by shard `from` (maybe this one); answers now or once its
+    /// condition holds.
+    pub(super) fn apply_control(&mut self, from: usize, request_id: u64, op: ControlOp) {
+        let result = match &op {
+            ControlOp::Pause(scope) => {
+                self.controls.gates.pause(scope);
+                self.hold_waiters_of(scope);
+                self.close_idle_servers_of(scope);
+                Ok(())
+            }
+            ControlOp::Resume(scope) => {
+                self.controls.gates.resume(scope);
+                self.release_paused_clients();
+                Ok(())
+            }
+            ControlOp::Reconnect(scope) => {
+                self.mark_servers_to_close(scope);
+                Ok(())
+            }
+            ControlOp::WaitClose(_) => Ok(()),
+            ControlOp::Kill(database) => {
+                let scope = Scope::Database(database.clone());
+                self.controls.gates.pause(&scope);
+                self.kill_database(&scope);
+                Ok(())
+            }
+            ControlOp::KillClient { key, .. } => self.kill_client(*key),
+            ControlOp::Disable(database) => {
+                self.controls.gates.set_disabled(database, true);
+                Ok(())
+            }
+            ControlOp::Enable(database) => {
+                self.controls.gates.set_disabled(database, false);
+                Ok(())
+            }
+            ControlOp::Shutdown(mode) => {
+                self.on_command(Command::Shutdown(*mode));
+                Ok(())
+            }
+        };
+        match result {
+            Err(error) => self.control_answered(from, request_id, Some(error)),
+            Ok(()) if self.control_condition_holds(&op) => {
+                self.control_answered(from, request_id, None);
+            }
+            Ok(()) => self.controls.waiting.push(Waiting {
+                from,
+                request_id,
+                op,
+            }),
+        }
+    }
+
+    /// Sends shard `from` this shard's answer to `request_id`.
+    fn control_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
+        if from == self.shard {
+            self.on_control_done(request_id, error);
+        } else {
+            self.outbox.push(Action::Post {
+                shard: from,
+                command: Command::ControlDone { request_id, error },
+            });
+        }
+    }
+
+    /// One shard answered; the console session is answered once all did.
+    pub(super) fn on_control_done(&mut self, request_id: u64, error: Option<String>) {
+        let Some(index) = self
+            .controls
+            .asked
+            .iter()
+            .position(|asked| asked.request_id == request_id)
+        else {
+            return;
+        };
+        let asked = &mut self.controls.asked[index];
+        asked.missing = asked.missing.saturating_sub(1);
+        if asked.error.is_none() {
+            asked.error = error;
+        }
+        if asked.missing > 0 {
+            return;
+        }
+        let asked = self.controls.asked.swap_remove(index);
+        self.answer_console(asked.client, asked.tag, asked.error);
+    }
+
+    /// Answers a console session's op and goes on with its pipelined queries.
+    fn answer_console(&mut self, id: ClientId, tag: &str, error: Option<String>) {
+        if self
+            .clients
+            .get(id.0)
+            .is_none_or(|client| client.is_closing())
+        {
+            return;
+        }
+        let mut out = BytesMut::new();
+        match error {
+            Some(error) => console_error(&mut out, &error),
+            None => complete(&mut out, tag),
+        }
+        messages::ready_for_query(&mut out, b'I');
+        self.send(Conn::Client(id), out.freeze());
+        self.on_console_bytes(id);
+    }
+
+    /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
+    /// times out clients a pause held past `query_wait_timeout`.
+    pub(super) fn progress_controls(&mut self) {
+        if !self.controls.waiting.is_empty() {
+            let waiting = std::mem::take(&mut self.controls.waiting);
+            for entry in waiting {
+                if self.control_condition_holds(&entry.op) {
+                    self.control_answered(entry.from, entry.request_id, None);
+                } else {
+                    self.controls.waiting.push(entry);
+                }
+            }
+        }
+        self.expire_paused_clients();
+    }
+
+    /// Whether an op's condition holds on this shard.
+    fn control_condition_holds(&self, op: &ControlOp) -> bool {
+        match op {
+            ControlOp::Pause(scope) => !self.servers.iter().any(|(slot, server)| {
+                !server.is_closing() && self.server_in(ServerId(slot), scope)
+            }),
+            ControlOp::WaitClose(scope) => !self.servers.iter().any(|(slot, server)| {
+                server.close_needed && !server.is_closing() && self.server_in(ServerId(slot), scope)
+            }),
+            _ => true,
+        }
+    }
+
+    fn server_in(&self, id: ServerId, scope: &Scope) -> bool {
+        self.servers
+            .get(id.0)
+            .and_then(|server| self.pools.key(server.pool))
+            .is_some_and(|key| scope.covers(&key.database))
+    }
+
+    fn client_in(&self, id: ClientId, scope: &Scope) -> bool {
+        self.clients
+            .get(id.0)
+            .and_then(|client| client.session.as_ref())
+            .is_some_and(|session| scope.covers(&session.database))
+    }
+
+    /// A client about to take a server: true (and it is held) when its database is paused.
+    pub(super) fn held_by_pause(&mut self, id: ClientId) -> bool {
+        if !self.controls.gates.any_paused() {
+            return false;
+        }
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+            return false;
+        };
+        if !self.controls.gates.is_paused(&session.database) {
+            return false;
+        }
+        if !self.controls.is_paused_client(id) {
+            self.controls.paused_clients.push((id, self.now));
+        }
+        true
+    }
+
+    /// Whether a released server of `pool` must close instead of going back: its database
+    /// is paused, or it was marked by RECONNECT.
+    pub(super) fn closes_on_release(&self, id: ServerId) -> bool {
+        let Some(server) = self.servers.get(id.0) else {
+            return false;
+        };
+        server.close_needed
+            || (self.controls.gates.any_paused()
+                && self
+                    .pools
+                    .key(server.pool)
+                    .is_some_and(|key| self.controls.gates.is_paused(&key.database)))
+    }
+
+    /// Clients already parked in the pools of `scope` wait for the RESUME instead.
+    fn hold_waiters_of(&mut self, scope: &Scope) {
+        let pools: Vec<pgtier_pool::PoolId> = self
+            .pools
+            .pools()
+            .filter(|(_, key, counts)| counts.waiting > 0 && scope.covers(&key.database))
+            .map(|(pool, _, _)| pool)
+            .collect();
+        for id in self.unpark_waiters(pools) {
+            self.held_by_pause(id);
+        }
+    }
+
+    /// RESUME: every held client whose database is no longer paused asks for its server.
+    fn release_paused_clients(&mut self) {
+        let held = std::mem::take(&mut self.controls.paused_clients);
+        for (id, since) in held {
+            let still_waiting = self.clients.get(id.0).is_some_and(|client| {
+                matches!(
+                    client.state,
+                    ClientState::Joining { ticket: None, .. }
+                        | ClientState::Queued { ticket: None, .. }
+                )
+            });
+            if !still_waiting {
+                continue;
+            }
+            if self.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
+                self.need_server(id);
+            } else {
+                self.controls.paused_clients.push((id, since));
+            }
+        }
+    }
+
+    fn held_by_pause_check(&self, id: ClientId) -> bool {
+        self.clients
+            .get(id.0)
+            .and_then(|client| client.session.as_ref())
+            .is_some_and(|session| self.controls.gates.is_paused(&session.database))
+    }
+
+    /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
+    /// clients that left are forgotten.
+    fn expire_paused_clients(&mut self) {
+        if self.controls.paused_clients.is_empty() {
+            return;
+        }
+        let timeout = Engine::enabled(self.config.pgtier.query_wait_timeout);
+        let now = self.now;
+        let mut expired = Vec::new();
+        let clients = &self.clients;
+        self.controls.paused_clients.retain(|(id, since)| {
+            let waiting = clients.get(id.0).is_some_and(|client| {
+                matches!(
+                    client.state,
+                    ClientState::Joining { ticket: None, .. }
+                        | ClientState::Queued { ticket: None, .. }
+                )
+            });
+            if !waiting {
+                return false;
+            }
+            if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
+                expired.push(*id);
+                return false;
+            }
+            true
+        });
+        for id in expired {
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
+            self.close_client(id, Some(error));
+        }
+    }
+
+    /// Idle servers of a paused scope close at once (PAUSE disconnects every server).
+    pub(super) fn close_idle_servers_of(&mut self, scope: &Scope) {
+        let idle: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| matches!(server.state, ServerState::Idle { .. }))
+            .map(|(slot, _)| ServerId(slot))
+            .filter(|id| self.server_in(*id, scope))
+            .collect();
+        for id in idle {
+            self.close_idle_server(id);
+        }
+    }
+
+    /// Idle servers of paused databases (one that finished its login during the pause).
+    pub(super) fn close_idle_servers_of_paused(&mut self) {
+        if !self.controls.gates.any_paused() {
+            return;
+        }
+        let idle: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| matches!(server.state, ServerState::Idle { .. }))
+            .map(|(slot, _)| ServerId(slot))
+            .filter(|id| self.closes_on_release(*id))
+            .collect();
+        for id in idle {
+            self.close_idle_server(id);
+        }
+    }
+
+    /// Closes an idle server (`close_server` takes it out of the idle list and settles its
+    /// slot).
+    fn close_idle_server(&mut self, id: ServerId) {
+        self.close_server(id);
+    }
+
+    /// RECONNECT: every server of `scope` closes at its next release; idle ones now.
+    fn mark_servers_to_close(&mut self, scope: &Scope) {
+        let marked: Vec<ServerId> = self
+            .servers
+            .iter()
+            .map(|(slot, _)| ServerId(slot))
+            .filter(|id| self.server_in(*id, scope))
+            .collect();
+        for id in &marked {
+            if let Some(server) = self.servers.get_mut(id.0) {
+                server.close_needed = true;
+            }
+        }
+        for id in marked {
+            if self
+                .servers
+                .get(id.0)
+                .is_some_and(|server| matches!(server.state, ServerState::Idle { .. }))
+            {
+                self.close_idle_server(id);
+            }
+        }
+    }
+
+    /// KILL: every client of the database gets PgBouncer's error and goes, every server
+    /// closes now.
+    fn kill_database(&mut self, scope: &Scope) {
+        let clients: Vec<ClientId> = self
+            .clients
+            .iter()
+            .map(|(slot, _)| ClientId(slot))
+            .filter(|id| self.client_in(*id, scope))
+            .collect();
+        for id in clients {
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "database removed");
+            self.close_client(id, Some(error));
+        }
+        let servers: Vec<ServerId> = self
+            .servers
+            .iter()
+            .map(|(slot, _)| ServerId(slot))
+            .filter(|id| self.server_in(*id, scope))
+            .collect();
+        for id in servers {
+            self.close_server(id);
+        }
+    }
+
+    /// KILL_CLIENT: the client whose key (see `client_key`) is `key`, if it is here.
+    fn kill_client(&mut self, key: u64) -> Result<(), String> {
+        let found = self
+            .clients
+            .iter()
+            .map(|(slot, _)| ClientId(slot))
+            .find(|id| client_key(*id) == key)
+            .filter(|id| self.clients.get(id.0).is_some_and(|c| !c.is_closing()));
+        let Some(id) = found else {
+            return Err("client not found".to_string());
+        };
+        let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect");
+        self.close_client(id, Some(error));
+        Ok(())
+    }
+}
+
+fn complete(out: &mut BytesMut, tag: &str) {
+    CommandComplete {
+        tag: tag.as_bytes(),
+    }
+    .encode(out);
+}
+
+/// An admin command error as PgBouncer sends it (SQLSTATE 08P01).
+fn console_error(out: &mut BytesMut, message: &str) {
+    pgtier_wire::error_fields::ErrorNotice::new(
+        pgtier_wire::error_fields::Severity::Error,
+        sqlstate::PROTOCOL_VIOLATION,
+        message,
+    )
+    .encode_error(out);
+}

@@ -1,0 +1,278 @@
+//! The admin commands through the engine alone (one shard, a scripted PostgreSQL): what
+//! PAUSE waits for and what it holds, RESUME, KILL, DISABLE, RECONNECT, WAIT_CLOSE, and
+//! the rights check. The console here maps a few words to ops; its parser is tested in
+//! `shard/src/admin/control.rs`.
+
+use bytes::BytesMut;
+
+use crate::ShutdownMode;
+use crate::action::Conn;
+use crate::control::{ControlOp, ControlRequest, Scope};
+use crate::services::{Console, ConsoleRequest, Refusal, StatementAnswer};
+use crate::testing::{Harness, config, query};
+
+const TX: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 1";
+
+/// Maps `VERB [db]` to its op; only admins may run them.
+struct WordConsole;
+
+impl Console for WordConsole {
+    fn needs_listing(&self, _query: &str) -> bool {
+        false
+    }
+
+    fn answer(&mut self, _request: &ConsoleRequest<'_>, _out: &mut BytesMut) {}
+
+    fn answer_statement(&mut self, _request: &ConsoleRequest<'_>) -> StatementAnswer {
+        StatementAnswer {
+            description: None,
+            body: BytesMut::new(),
+            failed: false,
+        }
+    }
+
+    fn control(
+        &mut self,
+        query: &str,
+        admin: bool,
+        _config: &pgtier_core::config::Config,
+    ) -> Option<Result<ControlRequest, Refusal>> {
+        let mut words = query.split_whitespace();
+        let verb = words.next()?;
+        let db = words.next().map(str::to_string);
+        let scope = Scope::of(db.as_deref());
+        let op = match verb {
+            "PAUSE" => ControlOp::Pause(scope),
+            "RESUME" => ControlOp::Resume(scope),
+            "RECONNECT" => ControlOp::Reconnect(scope),
+            "WAIT_CLOSE" => ControlOp::WaitClose(scope),
+            "KILL" => ControlOp::Kill(db?),
+            "DISABLE" => ControlOp::Disable(db?),
+            "ENABLE" => ControlOp::Enable(db?),
+            "SHUTDOWN" => ControlOp::Shutdown(ShutdownMode::WaitForClients),
+            _ => return None,
+        };
+        if !admin {
+            return Some(Err(Refusal {
+                code: crate::messages::sqlstate::PROTOCOL_VIOLATION,
+                message: "admin access needed".to_string(),
+            }));
+        }
+        Some(Ok(ControlRequest::Op(op)))
+    }
+}
+
+fn harness() -> Harness {
+    Harness::with_console(&config(TX), Box::new(WordConsole))
+}
+
+/// The command tags and errors a console session got.
+fn answers(h: &mut Harness, id: crate::ClientId) -> Vec<String> {
+    h.client_output(id)
+        .iter()
+        .filter_map(|message| match message.tag {
+            b'C' => Some(String::from_utf8_lossy(&message.body[..message.body.len() - 1]).into()),
+            b'E' => message.field(b'M'),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn pause_waits_for_the_transaction_then_holds_the_next_until_resume() {
+    let mut h = harness();
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(client, &query("BEGIN"));
+    assert_eq!(h.client_tags(client), "CZ");
+    h.client_sends(admin, &query("PAUSE"));
+    assert!(
+        answers(&mut h, admin).is_empty(),
+        "waits for the transaction"
+    );
+    h.client_sends(client, &query("COMMIT"));
+    assert_eq!(h.client_tags(client), "CZ", "the transaction finishes");
+    assert!(h.live_servers().is_empty(), "released, then closed");
+    assert_eq!(answers(&mut h, admin), vec!["PAUSE".to_string()]);
+    let connects = h.connects.len();
+    h.client_sends(client, &query("SELECT 1"));
+    assert_eq!(h.client_tags(client), "", "the next transaction waits");
+    assert_eq!(h.connects.len(), connects, "no server is opened for it");
+    assert_eq!(h.engine.list_sessions().clients[0].state, "waiting");
+    h.client_sends(admin, &query("PAUSE"));
+    assert_eq!(
+        answers(&mut h, admin),
+        vec!["already suspended/paused".to_string()]
+    );
+    h.client_sends(admin, &query("RESUME"));
+    assert_eq!(answers(&mut h, admin), vec!["RESUME".to_string()]);
+    assert_eq!(h.client_tags(client), "TDCZ", "it runs after RESUME");
+}
+
+#[test]
+fn a_paused_client_is_still_bounded_by_query_wait_timeout() {
+    let mut h = Harness::with_console(
+        &config(&format!("{TX}\nquery_wait_timeout = 2")),
+        Box::new(WordConsole),
+    );
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("PAUSE db"));
+    assert_eq!(answers(&mut h, admin), vec!["PAUSE".to_string()]);
+    h.client_sends(client, &query("SELECT 1"));
+    h.advance(std::time::Duration::from_secs(3));
+    assert!(h.is_closed(Conn::Client(client)));
+}
+
+#[test]
+fn kill_closes_the_clients_and_servers_of_the_database_and_pauses_it() {
+    let mut h = harness();
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(client, &query("BEGIN"));
+    h.client_tags(client);
+    h.client_sends(admin, &query("KILL db"));
+    assert_eq!(answers(&mut h, admin), vec!["KILL".to_string()]);
+    let messages = h.client_output(client);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.field(b'M').as_deref() == Some("database removed")),
+        "{messages:?}"
+    );
+    assert!(h.is_closed(Conn::Client(client)));
+    assert!(h.live_servers().is_empty());
+    // Its pool went with its clients, so a new client's welcome needs a server: the login
+    // itself waits for RESUME, as PgBouncer's new clients of a killed database do.
+    let (late, messages) = h.login("alice", "db");
+    assert!(messages.iter().all(|m| m.tag != b'Z'), "paused after KILL");
+    h.client_sends(late, &query("SELECT 1"));
+    h.client_sends(admin, &query("RESUME db"));
+    h.complete_connects();
+    let tags = h.client_tags(late);
+    assert!(tags.starts_with('R') && tags.ends_with("ZTDCZ"), "{tags}");
+}
+
+#[test]
+fn disable_refuses_logins_until_enable_and_only_admins_may() {
+    let mut h = harness();
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("DISABLE db"));
+    assert_eq!(answers(&mut h, admin), vec!["DISABLE".to_string()]);
+    let (refused, messages) = h.login("alice", "db");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.sqlstate().as_deref() == Some("08P01")
+                && m.field(b'M').as_deref() == Some("database does not allow connections: db")),
+        "{messages:?}"
+    );
+    assert!(h.is_closed(Conn::Client(refused)));
+    h.client_sends(admin, &query("ENABLE db"));
+    assert_eq!(answers(&mut h, admin), vec!["ENABLE".to_string()]);
+    let (_, messages) = h.login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+}
+
+#[test]
+fn reconnect_closes_each_server_at_release_and_wait_close_waits_for_it() {
+    let mut h = harness();
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(client, &query("BEGIN"));
+    h.client_tags(client);
+    let server = h.live_servers()[0];
+    h.client_sends(admin, &query("RECONNECT"));
+    assert_eq!(answers(&mut h, admin), vec!["RECONNECT".to_string()]);
+    h.client_sends(admin, &query("WAIT_CLOSE"));
+    assert!(
+        answers(&mut h, admin).is_empty(),
+        "the marked server is in use"
+    );
+    assert_eq!(h.live_servers(), vec![server], "not closed mid-transaction");
+    h.client_sends(client, &query("COMMIT"));
+    h.client_tags(client);
+    assert!(h.live_servers().is_empty(), "closed once released");
+    assert_eq!(answers(&mut h, admin), vec!["WAIT_CLOSE".to_string()]);
+    h.client_sends(client, &query("SELECT 1"));
+    h.complete_connects();
+    assert_eq!(h.client_tags(client), "TDCZ", "a new server serves it");
+}
+
+#[test]
+fn commands_are_for_admins_and_queries_after_a_waiting_command_wait_behind_it() {
+    let mut h = Harness::with_console(
+        &config(&format!("{TX}\nstats_users = [\"watcher\"]")),
+        Box::new(WordConsole),
+    );
+    let (watcher, _) = h.login("watcher", "pgtier");
+    h.client_sends(watcher, &query("PAUSE"));
+    assert_eq!(
+        answers(&mut h, watcher),
+        vec!["admin access needed".to_string()]
+    );
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(client, &query("BEGIN"));
+    h.client_tags(client);
+    let mut pipelined = query("PAUSE");
+    pipelined.extend(query("RESUME"));
+    h.client_sends(admin, &pipelined);
+    assert!(answers(&mut h, admin).is_empty());
+    h.client_sends(client, &query("COMMIT"));
+    assert_eq!(
+        answers(&mut h, admin),
+        vec!["PAUSE".to_string(), "RESUME".to_string()],
+        "in order, each once"
+    );
+}
+
+#[test]
+fn a_client_that_arrives_during_wait_for_clients_is_served() {
+    let mut h = harness();
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("SHUTDOWN"));
+    assert_eq!(answers(&mut h, admin), vec!["SHUTDOWN".to_string()]);
+    // One that was in the listener's queue when it closed.
+    let (late, messages) = h.login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    h.client_sends(late, &query("SELECT 1"));
+    assert_eq!(h.client_tags(late), "TDCZ");
+}
+
+#[test]
+fn shutdown_wait_for_servers_answers_before_it_closes_the_session() {
+    struct Servers;
+    impl Console for Servers {
+        fn needs_listing(&self, _query: &str) -> bool {
+            false
+        }
+        fn answer(&mut self, _request: &ConsoleRequest<'_>, _out: &mut BytesMut) {}
+
+        fn answer_statement(&mut self, _request: &ConsoleRequest<'_>) -> StatementAnswer {
+            StatementAnswer {
+                description: None,
+                body: BytesMut::new(),
+                failed: false,
+            }
+        }
+        fn control(
+            &mut self,
+            _query: &str,
+            _admin: bool,
+            _config: &pgtier_core::config::Config,
+        ) -> Option<Result<ControlRequest, Refusal>> {
+            Some(Ok(ControlRequest::Op(ControlOp::Shutdown(
+                ShutdownMode::WaitForTransactions,
+            ))))
+        }
+    }
+    let mut h = Harness::with_console(&config(TX), Box::new(Servers));
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("SHUTDOWN WAIT_FOR_SERVERS"));
+    let messages = h.client_output(admin);
+    let tags: String = messages.iter().map(|m| m.tag as char).collect();
+    assert_eq!(tags, "CZE", "SHUTDOWN, then the shutdown's 57P01");
+    assert!(h.is_closed(Conn::Client(admin)));
+    assert!(h.engine.is_shutting_down());
+}

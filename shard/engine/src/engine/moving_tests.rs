@@ -1,0 +1,210 @@
+//! Table tests of servers moving whole between shards (`engine/moving.rs`), through two
+//! kernel-less drivers sharing one set of budgets (`testing::Pair`): a clean server moves with
+//! its backend and its state to the shard whose client waits, and no server is opened for it;
+//! a server released while the other shard waits goes there directly; a server that arrives
+//! after its waiter left stays idle; a server that holds prepared statements moves and drops
+//! them before it serves on its new shard; a server that speaks while its socket is detached
+//! is ended for its slot instead.
+
+use std::time::Duration;
+
+use crate::action::Conn;
+use crate::testing::{Pair, config, parse, query, sync};
+
+const TX_ONE: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 1";
+const PERIOD: Duration = Duration::from_millis(300);
+
+/// Both shards with one client of alice's pool each; the only server has moved to shard 1,
+/// where the second client's welcome needed it. Returns the two clients and the server's pid.
+fn two_clients_one_server(pair: &mut Pair) -> (crate::ClientId, crate::ClientId, u32) {
+    let (a, messages) = pair.shards[0].login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    let server = pair.shards[0].live_servers()[0];
+    let pid = pair.shards[0].backend(server).pid;
+    let (b, messages) = pair.shards[1].login("alice", "db");
+    assert!(messages.is_empty(), "b waits for a server to welcome it");
+    pair.exchange();
+    (a, b, pid)
+}
+
+/// Servers counted in the budgets: each holds a slot of its pool's budget and of its
+/// database's and user's caps.
+fn budget_in_use(pair: &Pair) -> u32 {
+    pair.shards[0].engine.shared.budgets.in_use() / 3
+}
+
+#[test]
+fn a_clean_idle_server_moves_whole_to_the_shard_whose_client_waits() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (_a, b, pid) = two_clients_one_server(&mut pair);
+    let tags = pair.shards[1].client_tags(b);
+    assert!(tags.starts_with('R') && tags.ends_with("KZ"), "{tags}");
+    assert!(pair.shards[0].live_servers().is_empty(), "it left shard 0");
+    let moved = pair.shards[1].live_servers();
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        pair.shards[1].backend(moved[0]).pid,
+        pid,
+        "the same backend"
+    );
+    assert!(pair.shards[1].connects.is_empty(), "no server was opened");
+    assert_eq!(pair.shards[0].connects.len(), 1);
+    assert_eq!(budget_in_use(&pair), 1, "its one slot moved with it");
+    assert!(!pair.shards[0].is_closed(Conn::Server(moved[0])));
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    for shard in &pair.shards {
+        shard.engine.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn a_server_released_while_the_other_shard_waits_is_handed_there_directly() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (a, b, pid) = two_clients_one_server(&mut pair);
+    let _ = pair.shards[1].client_tags(b);
+    pair.advance(PERIOD);
+    // a's transaction takes the server back to shard 0 (it was idle on shard 1).
+    pair.shards[0].client_sends(a, &query("BEGIN"));
+    pair.exchange();
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    pair.advance(PERIOD);
+    // b waits on shard 1 while a's transaction holds the one server.
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "", "b waits for a's COMMIT");
+    pair.shards[0].client_sends(a, &query("COMMIT"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    pair.exchange();
+    assert_eq!(
+        pair.shards[1].client_tags(b),
+        "TDCZ",
+        "b ran on the moved server"
+    );
+    let server = pair.shards[1].live_servers()[0];
+    let backend = pair.shards[1].backend(server);
+    assert_eq!(backend.pid, pid);
+    assert!(
+        backend.seen.iter().any(|q| q == "BEGIN") && backend.seen.iter().any(|q| q == "SELECT 1"),
+        "one backend served both shards: {:?}",
+        backend.seen
+    );
+    let opened = pair.shards[0].connects.len() + pair.shards[1].connects.len();
+    assert_eq!(opened, 1, "PostgreSQL saw one connection");
+    assert_eq!(budget_in_use(&pair), 1);
+}
+
+#[test]
+fn a_server_that_arrives_after_its_waiter_left_is_kept_idle() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (_a, _) = pair.shards[0].login("alice", "db");
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_leaves(b);
+    pair.exchange();
+    let arrived = pair.shards[1].live_servers();
+    assert_eq!(arrived.len(), 1, "it arrived and stays");
+    assert!(!pair.shards[1].is_closed(Conn::Server(arrived[0])));
+    assert!(pair.shards[0].live_servers().is_empty());
+    assert_eq!(budget_in_use(&pair), 1, "counted once");
+    // The pool learned its welcome from the server's shard: the next client needs no server.
+    let (c, messages) = pair.shards[1].login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
+    pair.shards[1].client_sends(c, &query("SELECT 1"));
+    assert_eq!(pair.shards[1].client_tags(c), "TDCZ");
+    assert!(pair.shards[1].connects.is_empty());
+    pair.shards[1]
+        .engine
+        .check_invariants()
+        .expect("invariants");
+}
+
+#[test]
+fn a_server_that_speaks_while_its_socket_is_detached_is_ended_and_its_slot_moves() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (_a, _) = pair.shards[0].login("alice", "db");
+    let server = pair.shards[0].live_servers()[0];
+    pair.shards[0].hold_detaches = true;
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.exchange();
+    assert_eq!(pair.shards[0].detaching, vec![server]);
+    // A notice arrives before the receive is cancelled: the driver hands it over instead.
+    pair.shards[0].detaching.clear();
+    let notice = crate::testing::frame(b'N', b"SNOTICE\0Mhello\0\0");
+    pair.shards[0].server_sends(server, &notice);
+    assert!(pair.shards[0].is_closed(Conn::Server(server)));
+    pair.exchange();
+    assert_eq!(
+        pair.shards[1].connects.len(),
+        1,
+        "shard 1 opened with the slot"
+    );
+    let tags = pair.shards[1].client_tags(b);
+    assert!(tags.ends_with("KZ"), "{tags}");
+    assert_eq!(budget_in_use(&pair), 1);
+}
+
+#[test]
+fn a_server_with_prepared_statements_moves_and_drops_them_before_it_serves_there() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    pair.shards[0].client_sends(a, &[parse("s1", "SELECT 1"), sync()].concat());
+    assert_eq!(pair.shards[0].client_tags(a), "1Z");
+    let pid = pair.shards[0].backend(pair.shards[0].live_servers()[0]).pid;
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.exchange();
+    assert!(pair.shards[1].connects.is_empty(), "it moved");
+    let server = pair.shards[1].live_servers()[0];
+    let backend = pair.shards[1].backend(server);
+    assert_eq!(backend.pid, pid);
+    assert!(
+        backend.seen.iter().any(|q| q == "DEALLOCATE ALL"),
+        "shard 0's pgtier_<n> names are dropped first: {:?}",
+        backend.seen
+    );
+    assert!(backend.statements.is_empty());
+    let tags = pair.shards[1].client_tags(b);
+    assert!(tags.ends_with("KZ"), "{tags}");
+    // b's own statement s1 is prepared under shard 1's name, without a clash.
+    pair.shards[1].client_sends(b, &[parse("s1", "SELECT 2"), sync()].concat());
+    assert_eq!(pair.shards[1].client_tags(b), "1Z");
+    assert_eq!(budget_in_use(&pair), 1);
+    pair.shards[1]
+        .engine
+        .check_invariants()
+        .expect("invariants");
+}
+
+#[test]
+fn a_moving_server_whose_post_is_not_delivered_is_adopted_back_where_it_was() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    let pid = pair.shards[0].backend(pair.shards[0].live_servers()[0]).pid;
+    let (_b, _) = pair.shards[1].login("alice", "db");
+    // Deliver the ask, but keep what shard 0 posts in answer from reaching shard 1: the
+    // driver gives an undeliverable ServerMoved back to its own engine.
+    for (_, command) in std::mem::take(&mut pair.shards[1].posts) {
+        let now = pair.shards[0].now;
+        pair.shards[0].engine.handle_command(now, command);
+        pair.shards[0].pump();
+    }
+    let posts = std::mem::take(&mut pair.shards[0].posts);
+    assert!(matches!(
+        posts.as_slice(),
+        [(1, crate::command::Command::ServerMoved { .. })]
+    ));
+    for (_, command) in posts {
+        let now = pair.shards[0].now;
+        pair.shards[0].engine.handle_command(now, command);
+        pair.shards[0].pump();
+    }
+    let servers = pair.shards[0].live_servers();
+    assert_eq!(servers.len(), 1, "back on shard 0");
+    assert_eq!(pair.shards[0].backend(servers[0]).pid, pid);
+    pair.shards[0].client_sends(a, &query("SELECT 1"));
+    assert_eq!(pair.shards[0].client_tags(a), "TDCZ");
+    assert_eq!(budget_in_use(&pair), 1, "counted once");
+    pair.shards[0]
+        .engine
+        .check_invariants()
+        .expect("invariants");
+}

@@ -1,0 +1,300 @@
+//! Reader entries (`primary` plus `replicas`): where each transaction of a session runs.
+//! In transaction mode a transaction whose first unit is read-only (`client::reads::scan_unit`
+//! over `pgtier_wire::read_only`) goes to the replica the routing service picks for it,
+//! with the session's read-your-writes target; everything else — writes, session mode,
+//! sessions pinned by session state — goes to the primary. A read whose target no replica
+//! has replayed waits (`read_your_writes_timeout`), then runs on the primary.
+
+use std::time::{Duration, Instant};
+
+use pgtier_core::config::{
+    Config, PoolMode, ReadSettings, ReplicaSet, Routing, RywScope, ServerSet,
+};
+use pgtier_pool::{PoolId, PoolKey, ServerTarget};
+
+use crate::client::reads::{ReadTxn, ReaderSession, Unit, scan_unit};
+use crate::engine::Engine;
+use crate::ids::ClientId;
+use crate::services::{ReadRequest, ReadRoute};
+
+/// How often reads that wait for a replica to catch up ask again (the control shard reads
+/// WAL positions every `lsn_poll_interval`, 10 ms by default).
+pub(super) const READ_RECHECK: Duration = Duration::from_millis(2);
+
+/// The read settings of `database` when it is an entry with a primary.
+fn reader_settings<'c>(config: &'c Config, database: &str) -> Option<&'c ReadSettings> {
+    reader_set(config, database).map(|set| &set.reads)
+}
+
+/// The replica set of `database` when it is an entry with a primary.
+fn reader_set<'c>(config: &'c Config, database: &str) -> Option<&'c ReplicaSet> {
+    match &config.database(database)?.servers {
+        ServerSet::Replicas(set) if set.is_reader_entry() => Some(set),
+        _ => None,
+    }
+}
+
+/// Where one transaction goes.
+pub(super) enum TxnRoute {
+    /// Its pool is set: take a server of it.
+    Go,
+    /// It waits for a replica to replay its target; the recheck timer is armed.
+    Wait,
+}
+
+impl Engine {
+    /// A reader entry's session registered its pool on the primary.
+    pub(super) fn start_reader_session(&mut self, id: ClientId, primary: PoolId) {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        if session.reads.is_none() {
+            session.reads = Some(Box::new(ReaderSession::new(primary)));
+        }
+    }
+
+    /// Whether a reader session's next transaction must wait for more of its first unit
+    /// before it can be routed.
+    pub(super) fn needs_whole_unit(&mut self, id: ClientId) -> bool {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return false;
+        };
+        let Some(session) = client.session.as_mut() else {
+            return false;
+        };
+        if session.mode != PoolMode::Transaction || session.pins_server() {
+            return false;
+        }
+        let Some(reads) = session.reads.as_mut() else {
+            return false;
+        };
+        let statements = session.statements.as_deref();
+        let unit = scan_unit(&client.input, pgtier_wire::read_only::classify, |name| {
+            statements?.get(name).map(|statement| statement.access())
+        });
+        reads.scanned = Some((client.input.len(), unit));
+        unit == Unit::Incomplete
+    }
+
+    /// Sets the pool client `id`'s next transaction runs on (reader sessions only; others
+    /// keep theirs).
+    pub(super) fn route_transaction(&mut self, id: ClientId) -> TxnRoute {
+        let now = self.now;
+        let scanned = self.reads_mut(id).and_then(|reads| reads.scanned.take());
+        let Some(client) = self.clients.get(id.0) else {
+            return TxnRoute::Go;
+        };
+        let Some(session) = client.session.as_ref() else {
+            return TxnRoute::Go;
+        };
+        let Some(reads) = session.reads.as_ref() else {
+            return TxnRoute::Go;
+        };
+        let primary = reads.primary;
+        let waiting_since = match reads.txn {
+            ReadTxn::AwaitingReplica { since } => Some(since),
+            _ => None,
+        };
+        let unit = if session.mode != PoolMode::Transaction || session.pins_server() {
+            Unit::Primary
+        } else {
+            match scanned {
+                // The bytes `needs_whole_unit` just read, unchanged.
+                Some((len, unit)) if len == client.input.len() => unit,
+                _ => {
+                    let statements = session.statements.as_deref();
+                    scan_unit(&client.input, pgtier_wire::read_only::classify, |name| {
+                        statements?.get(name).map(|statement| statement.access())
+                    })
+                }
+            }
+        };
+        let bytes = match unit {
+            Unit::Read { bytes } => bytes,
+            Unit::Primary => {
+                self.run_on_primary(id, primary, true);
+                return TxnRoute::Go;
+            }
+            // Nothing sent yet: a login waiting for its welcome (a client between
+            // transactions waits for its whole unit before it gets here).
+            Unit::Incomplete => {
+                self.run_on_primary(id, primary, false);
+                return TxnRoute::Go;
+            }
+        };
+        let Some(set) = reader_set(&self.config, &session.database) else {
+            self.run_on_primary(id, primary, true);
+            return TxnRoute::Go;
+        };
+        let settings = set.reads.clone();
+        // Session-level PLB (the papers'): the session's admitted replica serves its reads.
+        let session_level_plb =
+            matches!(set.routing, Routing::Plb(_)) && !settings.plb_per_transaction;
+        let after = if settings.read_your_writes {
+            let user_write = match settings.read_your_writes_scope {
+                RywScope::User => self.routing.user_write(&session.database, &session.user),
+                RywScope::Session => None,
+            };
+            reads.last_write.max(user_write)
+        } else {
+            None
+        };
+        let leased = match &session.lease {
+            Some(lease) if session_level_plb => Some(lease.addr()),
+            _ => None,
+        };
+        let request = ReadRequest {
+            database: &session.database,
+            class: crate::class::service_class(session.class),
+            leased,
+            after,
+        };
+        match self.routing.route_read(&request) {
+            ReadRoute::Replica(ticket) => {
+                let addr = ticket.addr();
+                let Some(pool) = self.replica_pool(id, addr) else {
+                    self.run_on_primary(id, primary, false);
+                    return TxnRoute::Go;
+                };
+                if let Some(reads) = self.reads_mut(id) {
+                    reads.txn = ReadTxn::OnReplica {
+                        ticket,
+                        budget: Some(bytes),
+                    };
+                }
+                self.set_pool(id, pool);
+                self.stats.reads_on_replicas += 1;
+                TxnRoute::Go
+            }
+            ReadRoute::Primary => {
+                self.stats.reads_on_primary += 1;
+                self.run_on_primary(id, primary, false);
+                TxnRoute::Go
+            }
+            ReadRoute::NotYet => {
+                let since = waiting_since.unwrap_or(now);
+                if now.saturating_duration_since(since) >= settings.read_your_writes_timeout {
+                    self.stats.reads_on_primary += 1;
+                    self.stats.read_waits_timed_out += 1;
+                    self.run_on_primary(id, primary, false);
+                    return TxnRoute::Go;
+                }
+                if let Some(reads) = self.reads_mut(id) {
+                    reads.txn = ReadTxn::AwaitingReplica { since };
+                }
+                if waiting_since.is_none() {
+                    self.stats.read_waits += 1;
+                }
+                self.read_waits.push(id);
+                self.next_read_recheck
+                    .get_or_insert(now + READ_RECHECK.min(settings.read_your_writes_timeout));
+                TxnRoute::Wait
+            }
+        }
+    }
+
+    fn reads_mut(&mut self, id: ClientId) -> Option<&mut ReaderSession> {
+        self.clients
+            .get_mut(id.0)?
+            .session
+            .as_mut()?
+            .reads
+            .as_deref_mut()
+    }
+
+    fn set_pool(&mut self, id: ClientId, pool: PoolId) {
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
+            session.pool = Some(pool);
+        }
+    }
+
+    fn run_on_primary(&mut self, id: ClientId, primary: PoolId, write: bool) {
+        if let Some(reads) = self.reads_mut(id) {
+            reads.txn = ReadTxn::OnPrimary { write };
+        }
+        self.set_pool(id, primary);
+    }
+
+    /// The session's pool on replica `addr`, registered on first use (same key as its
+    /// primary pool but for the server).
+    fn replica_pool(&mut self, id: ClientId, addr: std::net::SocketAddr) -> Option<PoolId> {
+        let session = self.clients.get(id.0)?.session.as_ref()?;
+        let reads = session.reads.as_ref()?;
+        if let Some(pool) = reads.replica_pool(addr) {
+            return Some(pool);
+        }
+        let primary_key = self.pools.key(reads.primary)?.clone();
+        let key = PoolKey::new(
+            primary_key.database.clone(),
+            primary_key.server_user.clone(),
+            ServerTarget::Replica(addr),
+            primary_key.profile.clone(),
+        );
+        let limits = self.pool_limits(&key);
+        let registered = match self.pools.register(&key, &limits, self.now) {
+            Err(pgtier_pool::PoolError::TooManyPools { .. }) => {
+                self.evict_a_pool();
+                self.pools.register(&key, &limits, self.now)
+            }
+            registered => registered,
+        };
+        let pool = registered.ok()?;
+        self.reads_mut(id)?.replicas.push((addr, pool));
+        Some(pool)
+    }
+
+    /// The timer: reads waiting for a replica to catch up are routed again.
+    pub(super) fn recheck_read_waits(&mut self) {
+        self.next_read_recheck = None;
+        let waiting = std::mem::take(&mut self.read_waits);
+        for id in waiting {
+            let waits = self
+                .clients
+                .get(id.0)
+                .and_then(|c| c.session.as_ref())
+                .and_then(|s| s.reads.as_ref())
+                .is_some_and(|reads| matches!(reads.txn, ReadTxn::AwaitingReplica { .. }));
+            if waits {
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// Clients taken off the pool of a replica that went Down: a reader session's read is
+    /// routed again (elsewhere); other sessions move with their lease.
+    pub(super) fn reroute(&mut self, id: ClientId) {
+        match self.reads_mut(id) {
+            Some(reads) => {
+                reads.txn = ReadTxn::Between;
+                self.need_server(id);
+            }
+            None => self.repin(id),
+        }
+    }
+
+    /// The next time waiting reads are routed again.
+    pub(super) fn read_recheck_at(&self) -> Option<Instant> {
+        self.next_read_recheck
+    }
+
+    /// The client's transaction ended (its server is being released): its replica ticket is
+    /// given back, and a write on the primary becomes the target of its next reads.
+    pub(super) fn end_reader_transaction(&mut self, id: ClientId) {
+        let now = self.now;
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            return;
+        };
+        let Some(reads) = session.reads.as_mut() else {
+            return;
+        };
+        if !reads.end_transaction(now) {
+            return;
+        }
+        let scope_user = reader_settings(&self.config, &session.database)
+            .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
+        if scope_user {
+            self.routing
+                .note_user_write(&session.database, &session.user, now);
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! A server connection on its way to another shard. A socket is process-wide, so a clean
+//! idle server need not be ended for another shard's clients: its shard's driver detaches
+//! the socket from its ring (`Action::Detach`), the engine packs what it knows of the backend
+//! ([`MovedServer`]) and posts both (`Command::ServerMoved`), and the other shard adopts them
+//! as an idle server of the same pool (`Action::Adopt`). PostgreSQL sees no new connection.
+//!
+//! Only what stays true on another shard moves: the pool key, the backend's ParameterStatus
+//! values, its real cancel key, the times that age it, and the pool's welcome (the other
+//! shard's pool may never have had a server to learn it from). Prepared statements do not:
+//! their server-side names `pgtier_<n>` are numbered by this shard's registry and mean other
+//! texts on another shard, so a server that may hold some gets `DEALLOCATE ALL` on arrival
+//! (answer swallowed) before it serves anyone there. A TLS session cannot move (its record
+//! state belongs to this shard's rustls objects): such a server is ended for its slot
+//! instead, as before.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use pgtier_pool::PoolKey;
+
+use crate::addr::ServerAddr;
+use crate::cancel::CancelKey;
+use crate::params::TrackedParams;
+use crate::server::{Reset, ServerConn, ServerState};
+
+/// A connected socket that no shard's ring uses: detached by one shard's driver, carried by
+/// the engines, adopted (or closed) by a driver. The engine never reads, writes or closes
+/// it; it only hands it on. It is not closed when dropped: every path ends in a driver
+/// (`Action::Adopt`, `Action::CloseSocket`, or the value `Engine::handle_detached` returns).
+#[derive(Debug, PartialEq, Eq)]
+pub struct DetachedSocket {
+    fd: i32,
+}
+
+impl DetachedSocket {
+    /// Wraps a socket the caller stops using.
+    pub fn from_raw(fd: i32) -> DetachedSocket {
+        DetachedSocket { fd }
+    }
+
+    /// The socket, for the driver that now owns it.
+    pub fn into_raw(self) -> i32 {
+        self.fd
+    }
+}
+
+/// What a moving server's new shard needs to serve its backend as its own.
+#[derive(Debug)]
+pub struct MovedServer {
+    pub(crate) key: PoolKey,
+    pub(crate) addr: ServerAddr,
+    /// The backend's current values of the tracked parameters.
+    pub(crate) params: TrackedParams,
+    /// The backend's own cancel key (a running query on the new shard is cancelled with it).
+    pub(crate) backend_key: Option<CancelKey>,
+    /// The ParameterStatus set of its pool's first login, for a pool that has none yet.
+    pub(crate) welcome: Option<Vec<(String, String)>>,
+    /// It may hold prepared statements named by the shard it left.
+    pub(crate) statements: bool,
+    pub(crate) opened_at: Instant,
+    pub(crate) idle_since: Instant,
+    pub(crate) connected_at: Instant,
+    pub(crate) last_linked: Option<Instant>,
+    pub(crate) local_addr: Option<SocketAddr>,
+}
+
+impl ServerConn {
+    /// Whether this server may move to another shard whole: idle and clean (nothing owed,
+    /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
+    /// marked by RECONNECT, no statement answer owed) and without TLS (see the module doc).
+    pub fn is_movable(&self) -> bool {
+        let clean = self.input.is_empty()
+            && self.tracker.is_idle()
+            && !self.tracker.last_ready_in_block()
+            && !self.relay.owes_internal()
+            && self.cancels_pending == 0
+            && self.reset == Reset::None
+            && !self.paused
+            && !self.close_needed;
+        let portable = self.tls.is_none()
+            && self
+                .relay
+                .prepared
+                .as_ref()
+                .is_none_or(|prepared| prepared.ledger.is_empty());
+        let settled = !matches!(
+            self.state,
+            ServerState::Connecting { .. }
+                | ServerState::Negotiating { .. }
+                | ServerState::LoggingIn { .. }
+                | ServerState::Closing
+        );
+        clean && portable && settled
+    }
+
+    /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
+    /// numbering).
+    pub fn holds_statements(&self) -> bool {
+        self.relay
+            .prepared
+            .as_ref()
+            .is_some_and(|prepared| !prepared.statements.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pgtier_core::config::PoolMode;
+
+    fn server() -> ServerConn {
+        let mut server = ServerConn::new(
+            crate::test_support::pool_id(),
+            ServerAddr::Tcp("127.0.0.1:5432".parse().expect("addr")),
+            PoolMode::Transaction,
+            Instant::now(),
+        );
+        server.state = ServerState::Idle {
+            since: Instant::now(),
+        };
+        server
+    }
+
+    #[test]
+    fn only_a_clean_server_without_tls_or_statements_moves() {
+        assert!(server().is_movable());
+        let mut owed = server();
+        let _ = owed.internal_query("ROLLBACK");
+        assert!(!owed.is_movable(), "an internal answer is owed");
+        let mut unread = server();
+        unread.input.extend_from_slice(b"N");
+        assert!(!unread.is_movable(), "bytes not read yet");
+        let mut cancelled = server();
+        cancelled.cancels_pending = 1;
+        assert!(!cancelled.is_movable(), "a cancel is on its way");
+        let mut marked = server();
+        marked.close_needed = true;
+        assert!(!marked.is_movable(), "RECONNECT closes it instead");
+        let mut logging_in = server();
+        logging_in.state = ServerState::Connecting {
+            since: Instant::now(),
+        };
+        assert!(!logging_in.is_movable());
+        let mut empty_cache = server();
+        empty_cache.relay.prepared = Some(Box::default());
+        assert!(
+            empty_cache.is_movable(),
+            "a statement cache moves (emptied on arrival)"
+        );
+        assert!(!empty_cache.holds_statements());
+    }
+
+    #[test]
+    fn a_detached_socket_gives_back_the_descriptor_it_wraps() {
+        assert_eq!(DetachedSocket::from_raw(17).into_raw(), 17);
+    }
+}

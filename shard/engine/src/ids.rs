@@ -149,6 +149,13 @@ impl<T> Slab<T> {
             })
     }
 
+    /// Every live value, to change in place.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.entries
+            .iter_mut()
+            .filter_map(|entry| entry.value.as_mut())
+    }
+
     /// The slots of every live value (a copy, so the caller may mutate while walking it).
     pub fn slots(&self) -> Vec<SlotRef> {
         self.iter().map(|(slot, _)| slot).collect()

@@ -304,10 +304,6 @@ impl Engine {
                 &session.database,
                 &mut self.digests,
             );
-            // A log that remembers nothing is given back, so an idle client holds none.
-            if calls.is_empty() {
-                session.calls = None;
-            }
         }
         let (class, mode, pinned) = (session.class, session.mode, session.pins_server());
         let database = session.stats;

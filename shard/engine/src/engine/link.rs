@@ -689,8 +689,24 @@ impl Engine {
     }
 
     /// Puts a clean server back: to the pool's oldest waiter, into its idle list, closed
-    /// (lifetime, a shrunk pool, a shutdown), or handed to another shard.
+    /// (lifetime, a shrunk pool, a shutdown), or handed to another shard. Iterative: a server
+    /// released while another is being put back waits for it, so the chain of hand-offs a
+    /// burst of logins makes stays one call deep.
     pub(super) fn return_to_pool(&mut self, id: ServerId) {
+        if let Some(queued) = self.returning.as_mut() {
+            queued.push(id);
+            return;
+        }
+        self.returning = Some(Vec::new());
+        let mut next = Some(id);
+        while let Some(id) = next {
+            self.return_one(id);
+            next = self.returning.as_mut().and_then(|queued| queued.pop());
+        }
+        self.returning = None;
+    }
+
+    fn return_one(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };

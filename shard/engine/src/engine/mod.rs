@@ -140,6 +140,10 @@ pub struct Engine {
     resolver: Box<dyn Resolver>,
     random: Box<dyn Random>,
     outbox: Outbox,
+    /// While a server is being put back: the servers released meanwhile, put back after it
+    /// (`link::return_to_pool`). A hand-off can release at once (a waiter welcomed without a
+    /// query), and a thousand such waiters would otherwise nest a thousand calls deep.
+    returning: Option<Vec<ServerId>>,
     listings: Listings,
     /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`control.rs`).
     controls: control::Controls,
@@ -214,6 +218,7 @@ impl Engine {
             resolver: parts.resolver,
             random: parts.random,
             outbox: Outbox::default(),
+            returning: None,
             listings: Listings::default(),
             controls: control::Controls::default(),
             counters: ShardCounters::default(),

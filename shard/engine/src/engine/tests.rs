@@ -849,3 +849,38 @@ fn a_full_counter_batch_is_folded_at_once() {
     assert_eq!(h.client_tags(a), "TDCZ");
     assert_eq!(h.engine.shared.totals.snapshot().total_queries(), 2);
 }
+
+/// A burst of logins that all wait for the pool's first server: each is welcomed and the
+/// server handed to the next at once. That chain runs in a loop, not nested calls (a
+/// thousand waiters once overflowed a shard's stack); the small stack here makes a nesting
+/// regression fail.
+#[test]
+fn a_burst_of_logins_waiting_for_the_first_server_is_welcomed_without_nesting() {
+    let outcome = std::thread::Builder::new()
+        .stack_size(512 * 1024)
+        .spawn(|| {
+            let mut h = Harness::new(&config(
+                "pool_mode = \"transaction\"\ndefault_pool_size = 1\nmax_client_conn = 5000",
+            ));
+            h.auto_backend = false;
+            let clients: Vec<_> = (0..3000)
+                .map(|_| {
+                    let id = h.accept();
+                    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+                    id
+                })
+                .collect();
+            h.auto_backend = true;
+            h.complete_connects();
+            h.pump();
+            let welcomed = clients
+                .iter()
+                .filter(|id| h.client_output(**id).last().map(|m| m.tag) == Some(b'Z'))
+                .count();
+            (welcomed, h.live_servers().len())
+        })
+        .expect("spawn")
+        .join()
+        .expect("the burst ran");
+    assert_eq!(outcome, (3000, 1), "every client welcomed by one server");
+}

@@ -135,8 +135,26 @@ impl Engine {
             self.progress_shutdown();
         }
         self.fold_counters();
+        self.drop_empty_call_logs();
         if self.config.pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
+        }
+    }
+
+    /// Gives back the call logs that remember nothing, so an idle client holds none. Done
+    /// here rather than at each answer: a busy session keeps its log from one transaction to
+    /// the next instead of allocating one per transaction.
+    fn drop_empty_call_logs(&mut self) {
+        for client in self.clients.values_mut() {
+            if let Some(session) = client.session.as_deref_mut() {
+                if session
+                    .calls
+                    .as_deref()
+                    .is_some_and(|calls| calls.is_empty())
+                {
+                    session.calls = None;
+                }
+            }
         }
     }
 

@@ -316,7 +316,9 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
             "test hook armed: a shard panics after this many accepts ({PANIC_HOOK_VARIABLE})"
         );
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The CPUs this process may run on (a taskset or cpuset mask included): shard i is
+    // pinned to the i-th of them, so a mask is honoured and shards spread over it.
+    let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);
     for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
@@ -327,10 +329,13 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
             ready_tx.clone(),
             tls.clone(),
         );
+        let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
         let thread = std::thread::Builder::new()
             .name(format!("pgtier-shard-{index}"))
             .spawn(move || {
-                pin_to_core(index % cores);
+                if let Some(cpu) = cpu {
+                    pin_to_core(cpu);
+                }
                 let recv = RecvBuffers {
                     count: u16::try_from(config.pgtier.recv_buffer_count).unwrap_or(1 << 15),
                     size: config.pgtier.recv_buffer_bytes,
@@ -431,6 +436,21 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
     let unix = handle.unix.as_ref().map(|unix| unix.shown().to_string());
     info!(tcp = %tcp.join(","), unix = unix.as_deref().unwrap_or(""), workers, "pgtier listening");
     Ok(handle)
+}
+
+/// The CPUs in this thread's affinity mask, in order (empty if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size, and CPU_ISSET
+    // reads within its bounds for every index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|cpu| libc::CPU_ISSET(*cpu, &set))
+            .collect()
+    }
 }
 
 fn pin_to_core(core: usize) {

@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use crate::console::ShardConsole;
 use crate::control::{ControlOptions, ControlPlane, ReplyMailbox, RouterMap, default_probe_login};
 use crate::driver::{Shard, ShardParts};
-use crate::io::uring::{RecvBuffers, RingTuning, UringRing};
+use crate::io::uring::{RecvBuffers, UringRing};
 use crate::listen::{Listeners, UnixSocketFile};
 use crate::mailbox::{Command, Mailbox, ShutdownMode};
 use crate::metrics::MetricsEndpoint;
@@ -340,8 +340,7 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
                     count: u16::try_from(config.pgtier.recv_buffer_count).unwrap_or(1 << 15),
                     size: config.pgtier.recv_buffer_bytes,
                 };
-                let tuning = RingTuning::from_env();
-                let ring = match UringRing::with_tuning(config.pgtier.ring_entries, recv, tuning) {
+                let ring = match UringRing::new(config.pgtier.ring_entries, recv) {
                     Ok(ring) => ring,
                     Err(message) => {
                         let _ = ready.send(Err(message.clone()));

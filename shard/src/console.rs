@@ -67,7 +67,7 @@ fn view<'a>(
         config: Some(request.config),
         state: PoolerState {
             paused: request.gates.is_paused_all(),
-            suspended: false,
+            suspended: request.gates.is_suspended(),
         },
         gates: Some(request.gates),
     }

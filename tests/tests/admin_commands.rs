@@ -306,9 +306,61 @@ fn disable_refuses_new_clients_until_enable() {
         command(&mut watcher, "DISABLE app"),
         Err(("08P01".to_string(), "admin access needed".to_string()))
     );
+}
+
+/// SUSPEND stops the traffic of every client but the console's, SHOW STATE says so, and
+/// RESUME lets the held queries (of clients connected before and during it) finish.
+#[test]
+fn suspend_holds_every_client_until_resume() {
+    let proxy = proxy(|config| config);
+    let mut existing = proxy.connect("app", "postgres").expect("app client");
+    existing.simple_query("SELECT 1").expect("before SUSPEND");
+    let mut admin = console(&proxy);
+    assert_eq!(psql_tag(&proxy, "SUSPEND"), "SUSPEND", "PgBouncer's tag");
+    let state = show(&mut admin, "SHOW STATE");
+    let suspended = state.iter().find(|row| column(row, "key") == "suspended");
     assert_eq!(
-        command(&mut admin, "SUSPEND").map_err(|(code, _)| code),
-        Err("0A000".to_string())
+        suspended.map(|row| column(row, "value")),
+        Some("yes"),
+        "{state:?}"
+    );
+    assert_eq!(
+        command(&mut admin, "SUSPEND").map_err(|(_, message)| message),
+        Err("already suspended/paused".to_string())
+    );
+    let held = std::thread::spawn(move || {
+        let rows = existing.simple_query("SELECT 40 + 2").map(|messages| {
+            messages
+                .iter()
+                .filter_map(|message| match message {
+                    postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        });
+        rows.map_err(|error| error.to_string())
+    });
+    let mut late = proxy
+        .connect("app", "postgres")
+        .expect("a client connecting meanwhile");
+    let late_query = std::thread::spawn(move || {
+        late.simple_query("SELECT 1")
+            .map(|_| ())
+            .map_err(|error| error.to_string())
+    });
+    ok(&mut admin, "RESUME");
+    assert_eq!(
+        held.join().expect("held client"),
+        Ok(vec!["42".to_string()]),
+        "the held query runs after RESUME"
+    );
+    assert_eq!(late_query.join().expect("late client"), Ok(()));
+    let state = show(&mut admin, "SHOW STATE");
+    let active = state.iter().find(|row| column(row, "key") == "active");
+    assert_eq!(
+        active.map(|row| column(row, "value")),
+        Some("yes"),
+        "{state:?}"
     );
 }
 

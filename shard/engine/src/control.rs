@@ -1,6 +1,6 @@
 //! PgBouncer's process-controlling admin commands as the engine runs them (PAUSE, RESUME,
-//! RECONNECT, KILL, KILL_CLIENT, ENABLE, DISABLE, WAIT_CLOSE, SHUTDOWN, RELOAD, SET), and
-//! the per-database gates they leave behind on each shard (paused, disabled).
+//! RECONNECT, KILL, KILL_CLIENT, ENABLE, DISABLE, WAIT_CLOSE, SUSPEND, SHUTDOWN, RELOAD,
+//! SET), and the gates they leave behind on each shard (paused, disabled, suspended).
 //!
 //! The admin console parses a statement into a [`ControlOp`] (`shard/src/admin/control.rs`);
 //! the console session's shard posts it to every shard (`Command::Control`), each shard
@@ -56,6 +56,10 @@ pub enum ControlOp {
     Disable(String),
     /// New clients of a database are accepted again.
     Enable(String),
+    /// Every client and server stops being read (console sessions excepted) and new
+    /// clients wait unread. Answered once every client's queued bytes are sent; RESUME
+    /// lifts it.
+    Suspend,
     /// The process stops in this mode.
     Shutdown(ShutdownMode),
 }
@@ -72,6 +76,7 @@ impl ControlOp {
             ControlOp::KillClient { .. } => "KILL_CLIENT",
             ControlOp::Disable(_) => "DISABLE",
             ControlOp::Enable(_) => "ENABLE",
+            ControlOp::Suspend => "SUSPEND",
             ControlOp::Shutdown(_) => "SHUTDOWN",
         }
     }
@@ -96,6 +101,7 @@ pub enum ControlRequest {
 #[derive(Debug, Default)]
 pub struct Gates {
     paused_all: bool,
+    suspended: bool,
     paused: HashSet<String>,
     disabled: HashSet<String>,
 }
@@ -122,6 +128,15 @@ impl Gates {
         !self.paused.is_empty() && self.paused.contains(database)
     }
 
+    /// Whether SUSPEND holds (SHOW STATE's `suspended`).
+    pub fn is_suspended(&self) -> bool {
+        self.suspended
+    }
+
+    pub fn suspend(&mut self) {
+        self.suspended = true;
+    }
+
     /// Whether anything is paused (PgBouncer refuses a second PAUSE then).
     pub fn any_paused(&self) -> bool {
         self.paused_all || !self.paused.is_empty()
@@ -140,7 +155,10 @@ impl Gates {
     /// killed) needs its own RESUME, as in PgBouncer.
     pub fn resume(&mut self, scope: &Scope) {
         match scope {
-            Scope::All => self.paused_all = false,
+            Scope::All => {
+                self.paused_all = false;
+                self.suspended = false;
+            }
             Scope::Database(name) => {
                 self.paused.remove(name);
             }
@@ -158,14 +176,11 @@ impl Gates {
     /// Refusal of `op` given the current gates, with PgBouncer's text.
     pub fn refusal(&self, op: &ControlOp, shutting_down: bool) -> Option<String> {
         match op {
-            ControlOp::Pause(Scope::All) if self.paused_all => {
-                Some("already suspended/paused".to_string())
-            }
-            ControlOp::Pause(Scope::Database(_)) if self.paused_all => {
+            ControlOp::Pause(_) | ControlOp::Suspend if self.paused_all || self.suspended => {
                 Some("already suspended/paused".to_string())
             }
             ControlOp::Resume(_) if shutting_down => Some("pooler is shutting down".to_string()),
-            ControlOp::Resume(Scope::All) if !self.paused_all => {
+            ControlOp::Resume(Scope::All) if !self.paused_all && !self.suspended => {
                 Some("pooler is not paused/suspended".to_string())
             }
             ControlOp::Resume(Scope::Database(name)) if !self.is_paused(name) => {
@@ -240,6 +255,25 @@ mod tests {
                 .as_deref(),
             Some("pooler is shutting down")
         );
+    }
+
+    #[test]
+    fn suspend_is_lifted_by_resume_and_refuses_a_pause() {
+        let mut gates = Gates::default();
+        gates.suspend();
+        assert_eq!(
+            gates.refusal(&ControlOp::Suspend, false).as_deref(),
+            Some("already suspended/paused")
+        );
+        assert_eq!(
+            gates
+                .refusal(&ControlOp::Pause(Scope::All), false)
+                .as_deref(),
+            Some("already suspended/paused")
+        );
+        assert_eq!(gates.refusal(&ControlOp::Resume(Scope::All), false), None);
+        gates.resume(&Scope::All);
+        assert!(!gates.is_suspended());
     }
 
     #[test]

@@ -42,14 +42,7 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
     let parsed = match verb.as_str() {
         "SET" => parse_set(arg).ok_or_else(invalid),
         "RELOAD" if arg.is_empty() => Ok(Parsed::Reload),
-        "SUSPEND" if arg.is_empty() => {
-            return Some(Err(Refusal {
-                code: sqlstate::FEATURE_NOT_SUPPORTED,
-                message: "SUSPEND is not supported: pgtier restarts online by SO_REUSEPORT \
-                          (start the new process, then SIGTERM the old one)"
-                    .to_string(),
-            }));
-        }
+        "SUSPEND" if arg.is_empty() => Ok(Parsed::Op(ControlOp::Suspend)),
         "SHUTDOWN" => match arg.to_ascii_uppercase().as_str() {
             "" => Ok(ShutdownMode::Immediate),
             "WAIT_FOR_SERVERS" => Ok(ShutdownMode::WaitForTransactions),
@@ -340,11 +333,9 @@ mod tests {
     }
 
     #[test]
-    fn suspend_is_refused_with_0a000() {
-        let Some(Err(refusal)) = run("SUSPEND") else {
-            panic!("refused")
-        };
-        assert_eq!(refusal.code, sqlstate::FEATURE_NOT_SUPPORTED);
+    fn suspend_parses_and_takes_no_argument() {
+        assert_eq!(run("SUSPEND"), Some(Ok(Parsed::Op(ControlOp::Suspend))));
+        assert!(refused("SUSPEND now").starts_with("invalid command"));
     }
 
     #[test]

@@ -185,6 +185,11 @@ impl ClientConn {
         matches!(self.state, ClientState::Closing { .. })
     }
 
+    /// A session of the admin console.
+    pub fn is_console(&self) -> bool {
+        matches!(self.state, ClientState::Console { .. })
+    }
+
     /// The admin-console name of its state.
     pub fn state_name(&self) -> &'static str {
         match self.state {

@@ -178,7 +178,11 @@ impl Engine {
                 Ok(())
             }
             ControlOp::Resume(scope) => {
+                let was_suspended = self.controls.gates.is_suspended();
                 self.controls.gates.resume(scope);
+                if was_suspended && !self.controls.gates.is_suspended() {
+                    self.resume_reading();
+                }
                 self.release_paused_clients();
                 Ok(())
             }
@@ -200,6 +204,11 @@ impl Engine {
             }
             ControlOp::Enable(database) => {
                 self.controls.gates.set_disabled(database, false);
+                Ok(())
+            }
+            ControlOp::Suspend => {
+                self.controls.gates.suspend();
+                self.suspend_reading();
                 Ok(())
             }
             ControlOp::Shutdown(mode) => {
@@ -298,7 +307,57 @@ impl Engine {
             ControlOp::WaitClose(scope) => !self.servers.iter().any(|(slot, server)| {
                 server.close_needed && !server.is_closing() && self.server_in(ServerId(slot), scope)
             }),
+            ControlOp::Suspend => !self.clients.iter().any(|(_, client)| {
+                client.queued_bytes > 0 && !client.is_closing() && !client.is_console()
+            }),
             _ => true,
+        }
+    }
+
+    /// SUSPEND: no connection of this shard is read any more but the console sessions (and
+    /// servers still logging in or leaving, whose replies pgtier itself waits for). What a
+    /// receive already in flight brings is still relayed, and the clients' queues drain.
+    fn suspend_reading(&mut self) {
+        let clients: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, client)| !client.is_console() && !client.is_closing())
+            .map(|(slot, _)| ClientId(slot))
+            .collect();
+        for id in clients {
+            self.outbox.push(Action::PauseRecv(Conn::Client(id)));
+        }
+        let servers: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| server.stops_for_suspend())
+            .map(|(slot, _)| ServerId(slot))
+            .collect();
+        for id in servers {
+            self.outbox.push(Action::PauseRecv(Conn::Server(id)));
+        }
+    }
+
+    /// RESUME after SUSPEND: every connection is read again, but those still paused for
+    /// their own reasons (a client over its input limit, a server held by a slow client).
+    fn resume_reading(&mut self) {
+        let clients: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, client)| !client.is_console() && !client.is_closing() && !client.paused)
+            .map(|(slot, _)| ClientId(slot))
+            .collect();
+        for id in clients {
+            self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
+        }
+        let servers: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| server.stops_for_suspend() && !server.paused)
+            .map(|(slot, _)| ServerId(slot))
+            .collect();
+        for id in servers {
+            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }
 
@@ -317,14 +376,17 @@ impl Engine {
     }
 
     /// A client about to take a server: true (and it is held) when its database is paused.
+    /// Under SUSPEND every database's new transactions wait, those of clients that
+    /// connected since included.
     pub(super) fn held_by_pause(&mut self, id: ClientId) -> bool {
-        if !self.controls.gates.any_paused() {
+        let suspended = self.controls.gates.is_suspended();
+        if !suspended && !self.controls.gates.any_paused() {
             return false;
         }
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
             return false;
         };
-        if !self.controls.gates.is_paused(&session.database) {
+        if !suspended && !self.controls.gates.is_paused(&session.database) {
             return false;
         }
         if !self.controls.is_paused_client(id) {
@@ -386,7 +448,10 @@ impl Engine {
         self.clients
             .get(id.0)
             .and_then(|client| client.session.as_ref())
-            .is_some_and(|session| self.controls.gates.is_paused(&session.database))
+            .is_some_and(|session| {
+                self.controls.gates.is_suspended()
+                    || self.controls.gates.is_paused(&session.database)
+            })
     }
 
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;

@@ -1,5 +1,5 @@
 //! The admin commands through the engine alone (one shard, a scripted PostgreSQL): what
-//! PAUSE waits for and what it holds, RESUME, KILL, DISABLE, RECONNECT, WAIT_CLOSE, and
+//! PAUSE waits for and what it holds, RESUME, SUSPEND, KILL, DISABLE, RECONNECT, WAIT_CLOSE, and
 //! the rights check. The console here maps a few words to ops; its parser is tested in
 //! `shard/src/admin/control.rs`.
 
@@ -50,6 +50,7 @@ impl Console for WordConsole {
             "DISABLE" => ControlOp::Disable(db?),
             "ENABLE" => ControlOp::Enable(db?),
             "SHUTDOWN" => ControlOp::Shutdown(ShutdownMode::WaitForClients),
+            "SUSPEND" => ControlOp::Suspend,
             _ => return None,
         };
         if !admin {
@@ -275,4 +276,58 @@ fn shutdown_wait_for_servers_answers_before_it_closes_the_session() {
     assert_eq!(tags, "CZE", "SHUTDOWN, then the shutdown's 57P01");
     assert!(h.is_closed(Conn::Client(admin)));
     assert!(h.engine.is_shutting_down());
+}
+
+#[test]
+fn suspend_stops_reading_waits_for_unsent_bytes_and_resume_reads_again() {
+    let mut h = harness();
+    let (client, _) = h.login("alice", "db");
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(client, &query("SELECT 1"));
+    assert_eq!(h.client_tags(client), "TDCZ");
+    // The client stops reading: its next answer stays queued in the driver.
+    h.clients_read = false;
+    h.client_sends(client, &query("SELECT 1"));
+    h.client_sends(admin, &query("SUSPEND"));
+    assert!(
+        h.paused.contains(&Conn::Client(client)),
+        "a client is no longer read"
+    );
+    assert!(
+        !h.paused.contains(&Conn::Client(admin)),
+        "the console session is"
+    );
+    assert!(
+        h.live_servers()
+            .iter()
+            .all(|server| h.paused.contains(&Conn::Server(*server))),
+        "nor is any pooled server"
+    );
+    assert!(
+        answers(&mut h, admin).is_empty(),
+        "SUSPEND waits for the queued answer"
+    );
+    h.clients_read = true;
+    let queued = h.client_output(client);
+    assert_eq!(queued.len(), 4, "the answer was queued");
+    // The driver reports the queue sent; housekeeping then answers.
+    h.engine.handle_client_sent(h.now, client, 4096);
+    h.advance(std::time::Duration::from_secs(1));
+    assert_eq!(answers(&mut h, admin), vec!["SUSPEND".to_string()]);
+    h.client_sends(admin, &query("SUSPEND"));
+    assert_eq!(
+        answers(&mut h, admin),
+        vec!["already suspended/paused".to_string()]
+    );
+    // A client that connects meanwhile logs in, and its transaction waits.
+    let (late, _) = h.login("alice", "db");
+    h.client_sends(late, &query("SELECT 1"));
+    assert_eq!(h.client_tags(late), "", "held until RESUME");
+    h.client_sends(admin, &query("RESUME"));
+    assert_eq!(answers(&mut h, admin), vec!["RESUME".to_string()]);
+    assert!(
+        !h.paused.contains(&Conn::Client(client)),
+        "read again after RESUME"
+    );
+    assert_eq!(h.client_tags(late), "TDCZ", "it runs after RESUME");
 }

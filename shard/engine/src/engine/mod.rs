@@ -703,7 +703,10 @@ impl Engine {
         };
         if client.paused {
             client.paused = false;
-            self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
+            // Under SUSPEND it stays unread; RESUME reads it again.
+            if !self.controls.gates.is_suspended() {
+                self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
+            }
         }
     }
 
@@ -714,7 +717,9 @@ impl Engine {
         };
         if server.paused {
             server.paused = false;
-            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
+            if !self.controls.gates.is_suspended() {
+                self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
+            }
         }
     }
 

@@ -140,6 +140,16 @@ impl ServerConn {
         matches!(self.state, ServerState::Closing)
     }
 
+    /// Whether SUSPEND stops reading it: a server in the pool or serving a client. One
+    /// logging in, checked, reset or leaving keeps being read, since pgtier itself waits for
+    /// its answer; a moving one belongs to the hand-off.
+    pub fn stops_for_suspend(&self) -> bool {
+        matches!(
+            self.state,
+            ServerState::Idle { .. } | ServerState::Busy { .. }
+        )
+    }
+
     /// A query of the engine's own (answer swallowed): the bytes to send.
     pub fn internal_query(&mut self, sql: &str) -> Bytes {
         let mut out = BytesMut::with_capacity(sql.len() + 8);

@@ -456,6 +456,31 @@ fn sigterm_waits_for_clients_like_shutdown_wait_for_clients() {
     });
 }
 
+/// `net.ipv4.tcp_migrate_req = 1` while it lives (the value before is put back), where this
+/// process may write it (root); elsewhere nothing changes.
+struct MigrateRequests(Option<String>);
+
+const MIGRATE_REQ: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
+
+impl MigrateRequests {
+    fn enable() -> MigrateRequests {
+        let before = std::fs::read_to_string(MIGRATE_REQ).ok();
+        let set = before.is_some() && std::fs::write(MIGRATE_REQ, "1").is_ok();
+        if !set {
+            eprintln!("could not set {MIGRATE_REQ}: the handover may reset a connection");
+        }
+        MigrateRequests(before.filter(|_| set))
+    }
+}
+
+impl Drop for MigrateRequests {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = std::fs::write(MIGRATE_REQ, before.trim());
+        }
+    }
+}
+
 /// Connects, sends an SSLRequest and expects pgtier's `N`, over and over until `stop`:
 /// (answered, failures). A reset or an EOF is a connection a closing listener lost.
 fn connect_until(port: u16, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec<String>) {
@@ -485,6 +510,10 @@ fn connect_until(port: u16, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec
 
 #[test]
 fn rolling_restart_under_pgbench_loses_no_transaction_or_connection() {
+    // The host setting docs/operations.md recommends for rolling restarts: without it a
+    // handshake that completes between the old listener's last accept and its close is reset
+    // by the kernel, which under load (this test's burst) happens now and then.
+    let _migrate = MigrateRequests::enable();
     let _ = pgbench_tables();
     let configure = |config: ProxyConfig| {
         let mut config = config.pool_size(8);

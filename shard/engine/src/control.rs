@@ -56,9 +56,9 @@ pub enum ControlOp {
     Disable(String),
     /// New clients of a database are accepted again.
     Enable(String),
-    /// Every client and server stops being read (console sessions excepted) and new
-    /// clients wait unread. Answered once every client's queued bytes are sent; RESUME
-    /// lifts it.
+    /// Every client and pooled server stops being read (console sessions excepted), and new
+    /// transactions wait, those of clients that log in meanwhile included. Answered once
+    /// every client's queued bytes are sent; RESUME lifts it.
     Suspend,
     /// The process stops in this mode.
     Shutdown(ShutdownMode),

@@ -1,6 +1,6 @@
 //! The admin commands through the engine alone (one shard, a scripted PostgreSQL): what
-//! PAUSE waits for and what it holds, RESUME, SUSPEND, KILL, DISABLE, RECONNECT, WAIT_CLOSE, and
-//! the rights check. The console here maps a few words to ops; its parser is tested in
+//! PAUSE waits for and what it holds, RESUME, SUSPEND, KILL, DISABLE, RECONNECT,
+//! WAIT_CLOSE, and the rights check. The console here maps a few words to ops; its parser is tested in
 //! `shard/src/admin/control.rs`.
 
 use bytes::BytesMut;

@@ -42,21 +42,13 @@ POLICIES="${POLICIES:-fifo class}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/class-waiting-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 # ---- tools -------------------------------------------------------------------------------
-bash scripts/install-deps.sh 2>/dev/null || true
-bindir="$(pg_config --bindir)"
+bench_tools
 pgbench_bin="$(command -v pgbench || echo "$bindir/pgbench")"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-if [ -z "${PGTIER_BIN:-}" ]; then
-  log "building pgtier (release)"
-  cargo build --release -q -p pgtier-shard --bin pgtier
-  PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
-fi
 
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 work="$(mktemp -d /tmp/pgtier-class-waiting.XXXXXX)"
 chmod 755 "$work"
@@ -99,15 +91,6 @@ printf '"postgres" ""\n"premium" ""\n"freemium" ""\n' >"$work/userlist.txt"
 hold_s="$(awk -v ms="$HOLD_MS" 'BEGIN { printf "%.4f", ms / 1000 }')"
 printf 'SELECT pg_sleep(%s);\n' "$hold_s" >"$work/hold.sql"
 
-wait_port() {
-  local port="$1" pid="$2"
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 1
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
 
 # start_pgtier POLICY: a fresh pgtier with waiter_policy = POLICY.
 start_pgtier() {
@@ -140,7 +123,7 @@ class = "premium"
 CONF
   PGTIER_LOG=warn "$PGTIER_BIN" --config "$work/pgtier.toml" >"$work/pgtier-$1.log" 2>&1 &
   pgtier_pid=$!
-  if ! wait_port "$pgtier_port" "$pgtier_pid"; then
+  if ! wait_port "$pgtier_port" pgtier "$pgtier_pid"; then
     log "pgtier did not start; its log:"; cat "$work/pgtier-$1.log" >&2; exit 1
   fi
 }

@@ -53,7 +53,8 @@ PIN="${PIN:-}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/large-results-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 # ---- placement -----------------------------------------------------------------------------
 pin_proxy=""; pin_client=""; pin_pg=""
@@ -69,21 +70,8 @@ done
 on() { local cpus="$1"; shift; if [ -n "$cpus" ]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi; }
 
 # ---- tools -------------------------------------------------------------------------------
-bash scripts/install-deps.sh 2>/dev/null || true
-bindir="$(pg_config --bindir)"
-command -v pgbouncer >/dev/null || {
-  log "installing pgbouncer (Debian package)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
-}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-if [ -z "${PGTIER_BIN:-}" ]; then
-  log "building pgtier (release)"
-  cargo build --release -q -p pgtier-shard --bin pgtier
-  PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
-fi
+bench_tools pgbouncer
 
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 work="$(mktemp -d /tmp/pgtier-large.XXXXXX)"
 chmod 755 "$work"
@@ -180,15 +168,6 @@ log_disconnections = 0
 CONF
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
 
-wait_port() {
-  local port="$1" name="$2" pid="${3:-}"
-  for _ in $(seq 1 100); do
-    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then log "$name exited"; return 1; fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  log "$name did not listen on $port"; return 1
-}
 # affinity PID -> "tid-name:cpus ..." of every thread
 affinity() {
   local task
@@ -226,8 +205,6 @@ if [[ " $PATHS " == *" pgbouncer "* ]]; then
 fi
 
 # ---- measurements ------------------------------------------------------------------------
-ticks_per_s="$(getconf CLK_TCK)"
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # run_client PORT SQL -> prints "wall_s client_cpu_s bytes" (bytes 0 when the client failed)
 run_client() {

@@ -37,30 +37,17 @@ PROFILE="${PROFILE:-0}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/pgbench-compare-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 # ---- tools -------------------------------------------------------------------------------
-bash scripts/install-deps.sh 2>/dev/null || true
-bindir="$(pg_config --bindir)"
-command -v pgbouncer >/dev/null || {
-  log "installing pgbouncer (Debian package)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
-}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-if [ -z "${PGTIER_BIN:-}" ]; then
-  log "building pgtier (release)"
-  cargo build --release -q -p pgtier-shard --bin pgtier
-  PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
-fi
+bench_tools pgbouncer
 if [ "$SKIP_MEMORY" != 1 ]; then
   log "building pg-idle-clients"
   cargo build -q -p pgtier-tests --bin pg-idle-clients
   IDLE_BIN="$CARGO_TARGET_DIR/debug/pg-idle-clients"
 fi
 
-# Servers run as `postgres` when we are root (initdb and pgbouncer refuse root).
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if [ "$(ulimit -n)" -lt $((IDLE_CLIENTS + 1000)) ]; then
   log "open-file limit $(ulimit -n) is below $((IDLE_CLIENTS + 1000)); lowering IDLE_CLIENTS"
@@ -159,15 +146,6 @@ $bouncer_tls
 CONF
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
 
-wait_port() {
-  local port="$1" name="$2" pid="${3:-}"
-  for _ in $(seq 1 100); do
-    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then log "$name exited"; return 1; fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  log "$name did not listen on $port"; return 1
-}
 
 log "starting pgtier ($PGTIER_BIN) on $pgtier_port"
 PGTIER_LOG=warn "$PGTIER_BIN" --config "$work/pgtier.toml" >"$work/pgtier.log" 2>&1 &
@@ -190,8 +168,6 @@ bouncer_pid="$(cat "$work/pgbouncer.pid")"
 log "PgBouncer open-file limit: $(awk '/Max open files/ {print $4}' "/proc/$bouncer_pid/limits")"
 
 # ---- measurements ------------------------------------------------------------------------
-ticks_per_s="$(getconf CLK_TCK)"
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 # run_pgbench PORT PROTOCOL CLIENTS -> prints "tps transactions"

@@ -50,7 +50,8 @@ PROBE="${PROBE:-1}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/scaling-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 ncpu="$(nproc)"
 all_cpus="0-$((ncpu - 1))"
@@ -71,21 +72,8 @@ placement() {
 for name in $PLACEMENTS; do placement "$name" >/dev/null || exit 2; done
 
 # ---- tools -------------------------------------------------------------------------------
-bash scripts/install-deps.sh 2>/dev/null || true
-bindir="$(pg_config --bindir)"
-command -v pgbouncer >/dev/null || {
-  log "installing pgbouncer (Debian package)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
-}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-if [ -z "${PGTIER_BIN:-}" ]; then
-  log "building pgtier (release)"
-  cargo build --release -q -p pgtier-shard --bin pgtier
-  PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
-fi
+bench_tools pgbouncer
 
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 work="$(mktemp -d /tmp/pgtier-scaling.XXXXXX)"
 chmod 755 "$work"
@@ -179,15 +167,6 @@ log_disconnections = 0
 CONF
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
 
-wait_port() {
-  local port="$1" name="$2" pid="${3:-}"
-  for _ in $(seq 1 100); do
-    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then log "$name exited"; return 1; fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  log "$name did not listen on $port"; return 1
-}
 # shard_tids PID -> "index:tid ..." of the pgtier-shard-N threads
 shard_tids() {
   local task comm
@@ -256,8 +235,6 @@ if [ "$PROBE" = 1 ] && [ "$ncpu" -ge 2 ]; then
 fi
 
 # ---- measurements ------------------------------------------------------------------------
-ticks_per_s="$(getconf CLK_TCK)"
-cpu_ticks() { awk '{ print $14 + $15 }' "$1"; }
 moved_total() {
   curl -s --max-time 2 "http://127.0.0.1:$metrics_port/metrics" | awk '$1 == "pgtier_servers_moved_total" { print $2; found = 1 } END { if (!found) print 0 }'
 }
@@ -291,18 +268,18 @@ us_per_tx() { awk -v d="$1" -v hz="$ticks_per_s" -v n="$2" 'BEGIN { if (n > 0) p
 measure() {
   local port="$1" pid="$2" before after entries=() shard_before=() i result tps tx moved_before=""
   if [ -n "$pid" ]; then
-    before="$(cpu_ticks "/proc/$pid/stat")"
+    before="$(stat_ticks "/proc/$pid/stat")"
     read -r -a entries <<<"$(shard_tids "$pid")"
-    for i in "${!entries[@]}"; do shard_before[i]="$(cpu_ticks "/proc/$pid/task/${entries[i]#*:}/stat")"; done
+    for i in "${!entries[@]}"; do shard_before[i]="$(stat_ticks "/proc/$pid/task/${entries[i]#*:}/stat")"; done
     [ "$pid" = "$pgtier_pid" ] && moved_before="$(moved_total)"
   fi
   result="$(run_pgbench "$port" "$3" "$4" "$5")"
   tps="${result% *}"; tx="${result#* }"
   if [ -z "$pid" ]; then echo "$tps - - -"; return; fi
-  after="$(cpu_ticks "/proc/$pid/stat")"
+  after="$(stat_ticks "/proc/$pid/stat")"
   local shard_us=""
   for i in "${!entries[@]}"; do
-    shard_us+="$(us_per_tx $(( $(cpu_ticks "/proc/$pid/task/${entries[i]#*:}/stat") - shard_before[i] )) "$tx")/"
+    shard_us+="$(us_per_tx $(( $(stat_ticks "/proc/$pid/task/${entries[i]#*:}/stat") - shard_before[i] )) "$tx")/"
   done
   shard_us="${shard_us%/}"
   local moved="-"

@@ -326,39 +326,33 @@ impl PgtierCollector {
                 }
             }
         }
-        {
-            let mut metric = family(
-                encoder,
+        type PickTimes = fn(&pgtier_core::metrics::DatabaseCounts) -> (&TimeBuckets, u64);
+        let histograms: [(&str, &str, PickTimes); 2] = [
+            (
                 "pgtier_database_query_duration",
                 "time queries ran on a server, from the first message to their ReadyForQuery",
+                |t| (&t.query_times, t.query_time_us),
+            ),
+            (
+                "pgtier_database_transaction_duration",
+                "time a server was linked inside each transaction",
+                |t| (&t.xact_times, t.xact_time_us),
+            ),
+        ];
+        for (name, help, pick) in &histograms {
+            let mut metric = family(
+                encoder,
+                name,
+                help,
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
             for stats in &databases {
+                let (buckets, sum_us) = pick(&stats.totals);
                 let labels = [("database", &*stats.database)];
                 let mut sample = metric.encode_family(&labels)?;
-                encode_histogram(
-                    &mut sample,
-                    &stats.totals.query_times,
-                    stats.totals.query_time_us,
-                )?;
+                encode_histogram(&mut sample, buckets, sum_us)?;
             }
-        }
-        let mut metric = family(
-            encoder,
-            "pgtier_database_transaction_duration",
-            "time a server was linked inside each transaction",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        for stats in &databases {
-            let labels = [("database", &*stats.database)];
-            let mut sample = metric.encode_family(&labels)?;
-            encode_histogram(
-                &mut sample,
-                &stats.totals.xact_times,
-                stats.totals.xact_time_us,
-            )?;
         }
         Ok(())
     }

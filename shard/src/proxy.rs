@@ -140,12 +140,7 @@ impl ProxyHandle {
         let map = old_map
             .reload(&config, default_probe_login)
             .map_err(|error| format!("replica routing: {error}"))?;
-        let mut plane =
-            ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
-                .map_err(|error| format!("cannot start the control shard: {error}"))?;
-        plane
-            .start_lsn_pollers(map.readers())
-            .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
+        let plane = start_control_plane(&map, &config)?;
         self.shared.routing.map.store(Arc::new(map));
         let old_plane = self
             .control
@@ -292,12 +287,7 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
         .collect();
     let map = RouterMap::from_config(&config, default_probe_login)
         .map_err(|error| format!("replica routing: {error}"))?;
-    let mut plane =
-        ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
-            .map_err(|error| format!("cannot start the control shard: {error}"))?;
-    plane
-        .start_lsn_pollers(map.readers())
-        .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
+    let plane = start_control_plane(&map, &config)?;
     let shared = Arc::new(Shared {
         mailboxes,
         engine: Arc::new(pgtier_engine::Shared::new(workers)),
@@ -435,6 +425,17 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
     let unix = handle.unix.as_ref().map(|unix| unix.shown().to_string());
     info!(tcp = %tcp.join(","), unix = unix.as_deref().unwrap_or(""), workers, "pgtier listening");
     Ok(handle)
+}
+
+/// The control shard over `map`'s routers, with an LSN poller for each reader entry.
+fn start_control_plane(map: &RouterMap, config: &Config) -> Result<ControlPlane, String> {
+    let mut plane =
+        ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
+            .map_err(|error| format!("cannot start the control shard: {error}"))?;
+    plane
+        .start_lsn_pollers(map.readers())
+        .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
+    Ok(plane)
 }
 
 /// The CPUs in this thread's affinity mask, in order (empty if it cannot be read).

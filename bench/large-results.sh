@@ -90,20 +90,9 @@ trap 'exit 130' INT TERM
 # ---- PostgreSQL --------------------------------------------------------------------------
 pg_port="$(free_port)"; pgtier_port="$(free_port)"; bouncer_port="$(free_port)"
 log "initdb + start PostgreSQL on 127.0.0.1:$pg_port${pin_pg:+ (CPUs $pin_pg)}"
-as_pg "$bindir/initdb" -D "$work/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
-cat >>"$work/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $pg_port
-unix_socket_directories = '$work'
-max_connections = 50
-shared_buffers = 256MB
-fsync = off
-synchronous_commit = off
-full_page_writes = off
 # A scan of a large table would otherwise start where a previous one is, and LIMIT would
 # return other rows (of other sizes) from run to run.
-synchronize_seqscans = off
-CONF
+pg_initdb "$work" "$pg_port" 50 "synchronize_seqscans = off"
 # The postmaster's affinity is inherited by every backend it forks.
 as_pg ${pin_pg:+taskset -c "$pin_pg"} "$bindir/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w start >/dev/null
 pg_sql() { "$bindir/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "$1"; }

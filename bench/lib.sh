@@ -42,3 +42,21 @@ bench_tools() {
     PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
   fi
 }
+
+# pg_initdb DIR PORT MAX_CONNECTIONS [MORE_CONF]: a throw-away cluster in DIR/data for
+# loopback benchmarks (no durability), its socket in DIR; the caller starts it.
+pg_initdb() {
+  local dir="$1" port="$2" max="$3" more="${4:-}"
+  as_pg "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+  cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir'
+max_connections = $max
+shared_buffers = 256MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+$more
+CONF
+}

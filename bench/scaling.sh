@@ -100,17 +100,7 @@ trap 'exit 130' INT TERM
 # ---- PostgreSQL --------------------------------------------------------------------------
 pg_port="$(free_port)"; pgtier_port="$(free_port)"; bouncer_port="$(free_port)"; metrics_port="$(free_port)"
 log "initdb + start PostgreSQL on 127.0.0.1:$pg_port"
-as_pg "$bindir/initdb" -D "$work/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
-cat >>"$work/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $pg_port
-unix_socket_directories = '$work'
-max_connections = 300
-shared_buffers = 256MB
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-CONF
+pg_initdb "$work" "$pg_port" 300
 as_pg "$bindir/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w start >/dev/null
 postmaster_pid="$(head -1 "$work/data/postmaster.pid")"
 log "pgbench -i -s $SCALE"

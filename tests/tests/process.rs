@@ -1,7 +1,7 @@
 //! pgtier as a Unix process, started the way PgBouncer's init scripts and service units start
 //! it: `-d` with a pidfile and a logfile, `-q`, `-V`, `-u USER`; several listen addresses and
 //! the Unix socket (psql and pgbench on it, a stale socket file replaced, a live one refused);
-//! a server reached over its Unix socket.
+//! a server reached over its Unix socket; shards pinned within the CPU mask it starts with.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -210,6 +210,76 @@ fn version_and_quiet() {
         !old.contains("reloaded"),
         "after SIGHUP nothing goes to the moved file: {old}"
     );
+}
+
+/// The CPUs a process may run on, from its `Cpus_allowed_list` (`0-1,3` style).
+fn allowed_cpus(status_path: &Path) -> Vec<usize> {
+    let status = std::fs::read_to_string(status_path).unwrap_or_default();
+    let list = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|part| !part.is_empty()) {
+        let (low, high) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(low), Ok(high)) = (low.parse::<usize>(), high.parse::<usize>()) {
+            cpus.extend(low..=high);
+        }
+    }
+    cpus
+}
+
+/// Started under `taskset -c CPU`, every shard stays on that CPU: a shard pins itself within
+/// the mask it was started with, not to an absolute CPU number outside it.
+#[test]
+fn shards_are_pinned_within_the_affinity_mask_pgtier_starts_with() {
+    let mine = allowed_cpus(Path::new("/proc/self/status"));
+    let Some(cpu) = mine.last().copied() else {
+        panic!("no CPU in this process's affinity list");
+    };
+    let dir = TempDir::new("process-affinity").expect("tempdir");
+    let port = free_port().expect("port");
+    let lines = format!("listen_addr = \"127.0.0.1\"\nlisten_port = {port}\n");
+    let config = write_config(dir.path(), &lines, "127.0.0.1", 1);
+    let stderr = std::fs::File::create(dir.path().join("stderr.txt")).expect("stderr file");
+    // taskset execs pgtier: the child's pid is pgtier's.
+    let child = Command::new("taskset")
+        .arg("-c")
+        .arg(cpu.to_string())
+        .arg(proxy_binary().expect("pgtier binary"))
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn taskset");
+    let mut proxy = Running {
+        pid: child.id(),
+        child: Some(child),
+    };
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            proxy.alive() && Instant::now() < deadline,
+            "pgtier under taskset did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut shards = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", proxy.pid)).expect("tasks") {
+        let task = task.expect("task").path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if name.trim().starts_with("pgtier-shard-") {
+            shards.push((name.trim().to_string(), allowed_cpus(&task.join("status"))));
+        }
+    }
+    assert_eq!(shards.len(), 2, "two workers: {shards:?}");
+    for (name, cpus) in &shards {
+        assert_eq!(cpus, &vec![cpu], "{name} left the mask of CPU {cpu}");
+    }
+    assert!(proxy.terminate(), "pgtier did not stop on SIGTERM");
 }
 
 /// PgBouncer's init-script start: `pgtier -d FILE` returns once the daemon serves; the

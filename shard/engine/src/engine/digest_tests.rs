@@ -137,3 +137,24 @@ fn digests_off_count_nothing() {
     h.client_sends(a, &query("SELECT 1"));
     assert!(digests(&mut h).is_empty());
 }
+
+/// A session keeps its call log while it queries; once it is idle with nothing owed,
+/// housekeeping gives the log back, so an idle client holds none.
+#[test]
+fn housekeeping_drops_the_call_log_of_an_idle_client() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let has_log = |h: &Harness| {
+        h.engine
+            .clients
+            .get(a.0)
+            .and_then(|client| client.session.as_ref())
+            .is_some_and(|session| session.calls.is_some())
+    };
+    assert!(!has_log(&h), "none before its first query");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    assert!(has_log(&h), "kept between transactions");
+    h.advance(std::time::Duration::from_secs(1));
+    assert!(!has_log(&h), "dropped once idle");
+}

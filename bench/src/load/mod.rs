@@ -1,0 +1,20 @@
+//! `pgtier-load`: the live version of the PLB paper's experiment — premium and freemium
+//! sessions arrive as Poisson processes, each runs analytical queries with think time for its
+//! lifetime against a real PostgreSQL (through pgtier or not).
+//!
+//! Layers: `schedule` (the whole workload as a pure function of a seed, so every routing
+//! strategy sees the same sessions), `queries` (the queries file), `row` (one recorded query
+//! attempt and its CSV form), `session` (one session's thread), `run` (the driver: arrivals,
+//! the session cap, progress, the CSV), `summary` (pure per-phase statistics), `report`
+//! (Markdown, CSV and PNG of those statistics).
+
+pub mod queries;
+pub mod report;
+pub mod row;
+pub mod run;
+pub mod schedule;
+pub mod session;
+pub mod summary;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,359 @@
+//! The driver of a live run: starts each planned session on its own thread at its arrival
+//! offset, caps how many are live, writes every attempt to the CSV as it arrives, and prints
+//! progress and per-class totals to stderr.
+//!
+//! The driver makes no decisions about queries; it only keeps time. All timing waits happen
+//! in one place: the event channel's receive timeout, set to the next arrival or progress
+//! tick, so rows are written while the driver waits for the next session.
+
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::config::SslMode;
+
+use super::queries::Query;
+use super::row::{CSV_HEADER, Outcome, Row};
+use super::schedule::{Schedule, SessionPlan};
+use super::session::{Event, SessionContext, run_session};
+use crate::sim::stats::quantile;
+use crate::sim::workload::Class;
+
+/// Where to connect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Host name, address, or a Unix socket directory (starting with `/`).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Database name.
+    pub dbname: String,
+    /// User per class, premium first: the proxy tells the classes apart by user.
+    pub users: [String; 2],
+    /// Password for both users, if the server asks for one.
+    pub password: Option<String>,
+}
+
+/// How the driver behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// Most sessions live at once; arrivals beyond it are dropped and counted.
+    pub max_sessions: usize,
+    /// Seconds between progress lines.
+    pub progress_s: f64,
+    /// How long a session keeps retrying its connection before giving up (s).
+    pub reconnect_timeout_s: f64,
+}
+
+/// What happened to one class over a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClassTotals {
+    /// Sessions in the schedule.
+    pub planned: u64,
+    /// Sessions whose thread started.
+    pub started: u64,
+    /// Arrivals turned away by the session cap (or a failed thread spawn).
+    pub dropped: u64,
+    /// Sessions that gave up reconnecting before their lifetime was over.
+    pub abandoned: u64,
+    /// Queries that completed without error.
+    pub ok: u64,
+    /// Queries that failed.
+    pub errors: u64,
+    /// Failed connection attempts.
+    pub connect_errors: u64,
+}
+
+/// What happened over a run, per class (premium first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunTotals {
+    /// Per class.
+    pub class: [ClassTotals; 2],
+    /// Session threads that panicked (a bug; their rows up to the panic are kept).
+    pub panicked: u64,
+}
+
+/// Per class figures of the current progress interval.
+#[derive(Debug, Default)]
+struct Interval {
+    ok_latencies_ms: [Vec<f64>; 2],
+    errors: [u64; 2],
+}
+
+impl Interval {
+    fn add(&mut self, row: &Row) {
+        let class = row.class.index();
+        match row.outcome {
+            Outcome::Ok => self.ok_latencies_ms[class].push(row.latency_ms),
+            Outcome::Error(_) => self.errors[class] += 1,
+        }
+    }
+
+    /// One progress line; resets the interval.
+    fn line(&mut self, elapsed_s: f64, live: usize, dropped: u64) -> String {
+        let mut line = format!("pgtier-load: {elapsed_s:7.1} s, {live} live, {dropped} dropped");
+        for class in Class::ALL {
+            let latencies = &mut self.ok_latencies_ms[class.index()];
+            latencies.sort_by(f64::total_cmp);
+            let p95 = quantile(latencies, 0.95);
+            let p95 = if p95.is_finite() {
+                format!("{p95:.1} ms")
+            } else {
+                "-".into()
+            };
+            line.push_str(&format!(
+                " | {} {} ok {} err p95 {p95}",
+                class.name(),
+                latencies.len(),
+                self.errors[class.index()]
+            ));
+        }
+        *self = Self::default();
+        line
+    }
+}
+
+/// The connection settings of one class.
+fn class_config(target: &Target, class: Class, options: &RunOptions) -> postgres::Config {
+    let mut config = postgres::Config::new();
+    config
+        .host(&target.host)
+        .port(target.port)
+        .dbname(&target.dbname)
+        .user(&target.users[class.index()])
+        .application_name("pgtier-load")
+        .ssl_mode(SslMode::Disable)
+        // One attempt may not outlast the reconnect window, but gets at least a second.
+        .connect_timeout(Duration::from_secs_f64(
+            options.reconnect_timeout_s.clamp(1.0, 30.0),
+        ));
+    if let Some(password) = &target.password {
+        config.password(password);
+    }
+    config
+}
+
+/// The state of a run in progress.
+struct Driver {
+    run_start: Instant,
+    contexts: [SessionContext; 2],
+    options: RunOptions,
+    events: Receiver<Event>,
+    out: BufWriter<File>,
+    out_name: String,
+    live: [usize; 2],
+    threads: Vec<JoinHandle<()>>,
+    totals: RunTotals,
+    interval: Interval,
+}
+
+impl Driver {
+    fn elapsed_s(&self) -> f64 {
+        self.run_start.elapsed().as_secs_f64()
+    }
+
+    fn live_total(&self) -> usize {
+        self.live.iter().sum()
+    }
+
+    fn write_err(&self, e: std::io::Error) -> String {
+        format!("{}: {e}", self.out_name)
+    }
+
+    fn admit(&mut self, plan: &SessionPlan) {
+        let class = plan.class.index();
+        if self.live_total() >= self.options.max_sessions {
+            self.totals.class[class].dropped += 1;
+            return;
+        }
+        let context = self.contexts[class].clone();
+        let plan_for_thread = plan.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-{}", plan.class.name(), plan.index))
+            .spawn(move || run_session(&plan_for_thread, &context));
+        match spawned {
+            Ok(handle) => {
+                self.threads.push(handle);
+                self.live[class] += 1;
+                self.totals.class[class].started += 1;
+            }
+            Err(e) => {
+                // Out of threads or memory: the session is lost like one over the cap.
+                eprintln!("pgtier-load: cannot start a session thread: {e}");
+                self.totals.class[class].dropped += 1;
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) -> Result<(), String> {
+        match event {
+            Event::Row(row) => {
+                let totals = &mut self.totals.class[row.class.index()];
+                match (&row.outcome, row.is_query()) {
+                    (Outcome::Ok, _) => totals.ok += 1,
+                    (Outcome::Error(_), true) => totals.errors += 1,
+                    (Outcome::Error(_), false) => totals.connect_errors += 1,
+                }
+                if row.is_query() {
+                    self.interval.add(&row);
+                }
+                writeln!(self.out, "{}", row.to_csv()).map_err(|e| self.write_err(e))
+            }
+            Event::Ended { class, abandoned } => {
+                let live = &mut self.live[class.index()];
+                *live = live.saturating_sub(1);
+                if abandoned {
+                    self.totals.class[class.index()].abandoned += 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Joins the threads that are done, counting panics.
+    fn reap(&mut self, all: bool) {
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.threads)
+            .into_iter()
+            .partition(|t| all || t.is_finished());
+        self.threads = running;
+        for thread in done {
+            if thread.join().is_err() {
+                self.totals.panicked += 1;
+            }
+        }
+    }
+
+    fn progress(&mut self) -> Result<(), String> {
+        let dropped = self.totals.class.iter().map(|c| c.dropped).sum();
+        let line = self
+            .interval
+            .line(self.elapsed_s(), self.live_total(), dropped);
+        eprintln!("{line}");
+        self.out.flush().map_err(|e| self.write_err(e))?;
+        self.reap(false);
+        Ok(())
+    }
+
+    /// Waits for events until `wake_s` (run time), handling what arrives.
+    fn wait_until(&mut self, wake_s: f64) -> Result<(), String> {
+        let timeout = Duration::try_from_secs_f64((wake_s - self.elapsed_s()).max(0.0))
+            .unwrap_or(Duration::ZERO);
+        match self.events.recv_timeout(timeout) {
+            Ok(event) => self.handle(event),
+            // The driver holds a sender in its contexts, so the channel never disconnects.
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => Ok(()),
+        }
+    }
+
+    fn drive(&mut self, sessions: &[SessionPlan]) -> Result<(), String> {
+        let mut next = 0;
+        let mut next_progress_s = self.options.progress_s;
+        loop {
+            let now_s = self.elapsed_s();
+            while let Some(plan) = sessions.get(next).filter(|p| p.arrival_s <= now_s) {
+                self.admit(plan);
+                next += 1;
+            }
+            if now_s >= next_progress_s {
+                self.progress()?;
+                while next_progress_s <= now_s {
+                    next_progress_s += self.options.progress_s;
+                }
+            }
+            if next == sessions.len() && self.live_total() == 0 {
+                return Ok(());
+            }
+            let next_arrival_s = sessions.get(next).map_or(f64::INFINITY, |p| p.arrival_s);
+            self.wait_until(next_arrival_s.min(next_progress_s))?;
+        }
+    }
+}
+
+fn print_totals(totals: &RunTotals, elapsed_s: f64) {
+    eprintln!("pgtier-load: done in {elapsed_s:.1} s");
+    for class in Class::ALL {
+        let t = &totals.class[class.index()];
+        eprintln!(
+            "  {:<8} sessions: {} planned, {} started, {} dropped by the cap, {} abandoned; \
+             queries: {} ok, {} errors; {} failed connects",
+            class.name(),
+            t.planned,
+            t.started,
+            t.dropped,
+            t.abandoned,
+            t.ok,
+            t.errors,
+            t.connect_errors
+        );
+    }
+    if totals.panicked > 0 {
+        eprintln!("  {} session threads panicked", totals.panicked);
+    }
+}
+
+/// Runs `schedule` against `target`, writing one CSV row per attempt to `out`.
+pub fn run(
+    target: &Target,
+    options: &RunOptions,
+    schedule: &Schedule,
+    queries: Vec<Query>,
+    out: &Path,
+) -> Result<RunTotals, String> {
+    if options.max_sessions == 0 {
+        return Err("the session cap must be at least 1".into());
+    }
+    if !(options.progress_s.is_finite() && options.progress_s > 0.0) {
+        return Err("the progress interval must be positive".into());
+    }
+    if !(options.reconnect_timeout_s.is_finite() && options.reconnect_timeout_s >= 0.0) {
+        return Err("the reconnect timeout must be non-negative".into());
+    }
+    let out_name = out.display().to_string();
+    let file = File::create(out).map_err(|e| format!("{out_name}: {e}"))?;
+    let mut writer = BufWriter::new(file);
+    writeln!(writer, "{CSV_HEADER}").map_err(|e| format!("{out_name}: {e}"))?;
+
+    let (sender, events) = mpsc::channel();
+    let run_start = Instant::now();
+    let queries = Arc::new(queries);
+    let picker = Arc::new(schedule.picker.clone());
+    let context = |class: Class| SessionContext {
+        run_start,
+        config: class_config(target, class, options),
+        reconnect_timeout: Duration::try_from_secs_f64(options.reconnect_timeout_s)
+            .unwrap_or(Duration::ZERO),
+        queries: Arc::clone(&queries),
+        picker: Arc::clone(&picker),
+        events: sender.clone(),
+    };
+    let mut totals = RunTotals::default();
+    for plan in &schedule.sessions {
+        totals.class[plan.class.index()].planned += 1;
+    }
+    let mut driver = Driver {
+        run_start,
+        contexts: [context(Class::Premium), context(Class::Freemium)],
+        options: options.clone(),
+        events,
+        out: writer,
+        out_name,
+        live: [0, 0],
+        threads: Vec::new(),
+        totals,
+        interval: Interval::default(),
+    };
+    driver.drive(&schedule.sessions)?;
+    // Every session has sent Ended after its rows, so nothing is left in the channel;
+    // drain anyway in case a late row raced the final check.
+    while let Ok(event) = driver.events.try_recv() {
+        driver.handle(event)?;
+    }
+    driver.reap(true);
+    driver.out.flush().map_err(|e| driver.write_err(e))?;
+    print_totals(&driver.totals, driver.elapsed_s());
+    Ok(driver.totals)
+}

@@ -1,5 +1,7 @@
 //! `pgtier demo`, the README's first command: it must come up, serve the pgbench data through
-//! the proxy, and remove every server and directory on Ctrl-C (SIGINT).
+//! the proxy to its premium and freemium users, open the admin console, and remove every
+//! server and directory on Ctrl-C (SIGINT). `pgtier demo --load` must drive both classes, fail
+//! and restore a replica, report as it goes, and clean up by itself.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -26,6 +28,43 @@ fn leftovers(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Runs psql against the demo's pgtier and returns what it printed (`-XAt`).
+fn psql_through(port: u16, user: &str, database: &str, sql: &str) -> (bool, String) {
+    let finished = run(
+        pg_tool("psql").args([
+            "-XAt",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            user,
+            "-c",
+            sql,
+            database,
+        ]),
+        Duration::from_secs(30),
+    )
+    .expect("psql");
+    (
+        finished.success(),
+        format!("{}{}", finished.stdout, finished.stderr),
+    )
+}
+
+/// Asserts the demo process left nothing behind: no directories, no listener.
+fn assert_cleaned_up(demo_pid: u32, port: u16) {
+    assert_eq!(
+        leftovers(demo_pid),
+        Vec::<String>::new(),
+        "demo left directories behind"
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "pgtier still listening after the demo stopped"
+    );
 }
 
 #[test]
@@ -61,30 +100,31 @@ fn demo_serves_pgbench_data_and_cleans_up_on_ctrl_c() {
         let _ = demo.wait();
         panic!("demo never became ready; printed: {printed:#?}");
     }
-    let psql_line = format!("psql -h 127.0.0.1 -p {port} -U postgres pgbench");
-    assert!(
-        printed.iter().any(|line| line.trim() == psql_line),
-        "{printed:#?}"
-    );
+    for (user, database) in [
+        ("premium", "pgbench"),
+        ("freemium", "pgbench"),
+        ("postgres", "pgbench_primary"),
+        ("postgres", "pgbouncer"),
+    ] {
+        let psql_line = format!("psql -h 127.0.0.1 -p {port} -U {user} {database}");
+        assert!(
+            printed.iter().any(|line| line.trim() == psql_line),
+            "{psql_line:?} not printed: {printed:#?}"
+        );
+    }
 
-    // The printed command works: the replica behind pgtier has the pgbench data, read-only.
-    let finished = run(
-        pg_tool("psql").args([
-            "-XAt",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-c",
-            "SELECT count(*), pg_is_in_recovery() FROM pgbench_accounts",
-            "pgbench",
-        ]),
-        Duration::from_secs(30),
-    )
-    .expect("psql");
-    let served = finished.stdout.trim().to_string();
+    // The printed commands work: both classes read the pgbench data from a replica, and the
+    // admin console shows the PLB roles of the two replicas.
+    let read = "SELECT count(*), pg_is_in_recovery() FROM pgbench_accounts";
+    let premium = psql_through(port, "premium", "pgbench", read);
+    let freemium = psql_through(port, "freemium", "pgbench", read);
+    let primary = psql_through(
+        port,
+        "postgres",
+        "pgbench_primary",
+        "SELECT pg_is_in_recovery()",
+    );
+    let replicas = psql_through(port, "postgres", "pgbouncer", "SHOW REPLICAS");
 
     send_signal(demo_pid, libc::SIGINT).expect("SIGINT");
     let exited = wait::until(Duration::from_secs(60), Duration::from_millis(50), || {
@@ -94,17 +134,87 @@ fn demo_serves_pgbench_data_and_cleans_up_on_ctrl_c() {
         let _ = demo.kill();
         let _ = demo.wait();
     }
-    assert!(finished.success(), "{finished:?}");
-    assert_eq!(served, "100000|t");
+    assert_eq!(premium, (true, "100000|t\n".to_string()));
+    assert_eq!(freemium, (true, "100000|t\n".to_string()));
+    assert_eq!(primary, (true, "f\n".to_string()));
+    assert!(replicas.0, "{replicas:?}");
+    let roles: Vec<&str> = replicas
+        .1
+        .lines()
+        .filter_map(|row| row.split('|').nth(2))
+        .collect();
+    assert_eq!(roles, ["premium", "freemium"], "{replicas:?}");
     let status = exited.expect("demo did not exit within 60 s of SIGINT");
     assert!(status.success(), "{status}");
-    assert_eq!(
-        leftovers(demo_pid),
-        Vec::<String>::new(),
-        "demo left directories behind"
-    );
+    assert_cleaned_up(demo_pid, port);
+}
+
+#[test]
+fn demo_load_reports_both_classes_a_failure_and_a_rejoin_then_exits() {
+    let port = free_port().expect("port");
+    let mut demo = Command::new(proxy_binary().expect("binary"))
+        .args(["demo", "--port", &port.to_string(), "--replicas", "3"])
+        .args(["--load", "--load-seconds", "12"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start demo");
+    let demo_pid = demo.id();
+    let stdout = demo.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    // Start-up (about 10 s with 3 replicas) plus the 12 s load, with room for a slow machine.
+    let exited = wait::until(Duration::from_secs(150), Duration::from_millis(100), || {
+        demo.try_wait().ok().flatten()
+    });
+    if exited.is_none() {
+        let _ = send_signal(demo_pid, libc::SIGINT);
+        let stopped = wait::until(Duration::from_secs(30), Duration::from_millis(100), || {
+            demo.try_wait().ok().flatten()
+        });
+        if stopped.is_none() {
+            let _ = demo.kill();
+            let _ = demo.wait();
+        }
+    }
+    let printed = reader.join().expect("reader");
+    let status = exited.unwrap_or_else(|| panic!("demo --load did not finish: {printed:#?}"));
+    assert!(status.success(), "{status}: {printed:#?}");
+    let has = |needle: &str| printed.iter().any(|line| line.contains(needle));
+    let class_lines = printed
+        .iter()
+        .filter(|line| {
+            line.starts_with("t=")
+                && line.contains("premium: ")
+                && line.contains("freemium: ")
+                && line.matches(" ms").count() == 2
+        })
+        .count();
+    assert!(class_lines >= 3, "per-class latency lines: {printed:#?}");
+    assert!(has("killed replica 1 (127.0.0.1:"), "{printed:#?}");
+    assert!(has("restarted replica 1 (127.0.0.1:"), "{printed:#?}");
+    assert!(has("SHOW REPLICAS at t="), "{printed:#?}");
+    let table_header = printed.iter().any(|line| {
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        columns.starts_with(&["replica", "role", "borrowed_from", "premium_sessions"])
+    });
+    assert!(table_header, "{printed:#?}");
+    // The killed replica shows as down in a table printed after the kill, and the timeline
+    // at the end has its failure and its rejoin.
     assert!(
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
-        "pgtier still listening after the demo stopped"
+        printed
+            .iter()
+            .any(|line| line.trim_start().starts_with("#1 ") && line.ends_with(" down")),
+        "{printed:#?}"
     );
+    assert!(has("Role and failure events"), "{printed:#?}");
+    assert!(has("premium -> down"), "{printed:#?}");
+    assert!(has("down -> mixed"), "{printed:#?}");
+    assert!(has("Summary over"), "{printed:#?}");
+    assert_cleaned_up(demo_pid, port);
 }

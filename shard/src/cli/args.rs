@@ -46,17 +46,28 @@ pub struct DemoOptions {
     pub replica_count: usize,
     /// pgbench scale factor loaded into the primary.
     pub pgbench_scale: u32,
+    /// `--load`: drive both classes for `load_seconds`, kill and restart a replica midway,
+    /// then stop instead of waiting for Ctrl-C.
+    pub load: bool,
+    /// `--load-seconds N`: length of the `--load` run.
+    pub load_seconds: u32,
 }
 
 impl Default for DemoOptions {
     fn default() -> Self {
         DemoOptions {
             listen_port: 6432,
-            replica_count: 3,
+            replica_count: 5,
             pgbench_scale: 1,
+            load: false,
+            load_seconds: 60,
         }
     }
 }
+
+/// Bounds of `--load-seconds`: long enough for a few load rounds around the kill and the
+/// restart, short enough that a typo does not keep the machine busy for a day.
+const LOAD_SECONDS: std::ops::RangeInclusive<u32> = 6..=3600;
 
 /// Usage text printed by `--help` and after a usage error.
 pub const USAGE: &str = "\
@@ -78,8 +89,16 @@ Options (PgBouncer's):
 
 Demo options:
   --port PORT                  port pgtier listens on (default 6432)
-  --replicas N                 number of streaming replicas, 1..=8 (default 3)
+  --replicas N                 number of streaming replicas, 1..=8 (default 5). The `pgbench`
+                               entry routes with PLB: about half of the replicas start premium,
+                               the rest freemium, one Mixed from 3 replicas on (5: 2/2/1).
+                               With 1 replica it routes round robin (PLB needs two).
   --scale N                    pgbench scale factor (default 1)
+  --load                       drive users premium and freemium through pgtier, kill one
+                               premium replica after 1/3 of the time and restart it after 2/3;
+                               print per-class tps and latency, SHOW REPLICAS, the role and
+                               failure events, then stop (needs --replicas 2 or more)
+  --load-seconds N             length of the --load run, 6..=3600 (default 60; implies --load)
 
 Logging: PGTIER_LOG (or RUST_LOG) takes a tracing filter, e.g. PGTIER_LOG=debug; default info.
 ";
@@ -207,11 +226,19 @@ fn parse_demo(rest: &[String]) -> Result<DemoOptions, String> {
     let mut options = DemoOptions::default();
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
+        if flag == "--load" {
+            options.load = true;
+            continue;
+        }
         let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--port" => options.listen_port = parse_number(flag, value)?,
             "--replicas" => options.replica_count = parse_number(flag, value)?,
             "--scale" => options.pgbench_scale = parse_number(flag, value)?,
+            "--load-seconds" => {
+                options.load_seconds = parse_number(flag, value)?;
+                options.load = true;
+            }
             _ => return Err(format!("unknown demo option {flag}")),
         }
     }
@@ -220,6 +247,16 @@ fn parse_demo(rest: &[String]) -> Result<DemoOptions, String> {
     }
     if options.pgbench_scale == 0 {
         return Err("--scale must be at least 1".to_string());
+    }
+    if !LOAD_SECONDS.contains(&options.load_seconds) {
+        return Err(format!(
+            "--load-seconds must be between {} and {}",
+            LOAD_SECONDS.start(),
+            LOAD_SECONDS.end()
+        ));
+    }
+    if options.load && options.replica_count < 2 {
+        return Err("--load needs at least 2 replicas (one is killed midway)".to_string());
     }
     Ok(options)
 }
@@ -338,13 +375,66 @@ mod tests {
             Ok(Command::Demo(DemoOptions {
                 listen_port: 7000,
                 replica_count: 2,
-                pgbench_scale: 1
+                ..DemoOptions::default()
             }))
         );
         assert!(parse_strs(&["demo", "--replicas", "0"]).is_err());
         assert!(parse_strs(&["demo", "--port"]).is_err());
         assert!(parse_strs(&["demo", "--port", "x"]).is_err());
         assert!(parse_strs(&["demo", "--bogus", "1"]).is_err());
+    }
+
+    #[test]
+    fn demo_defaults_to_five_replicas_without_load() {
+        let defaults = DemoOptions::default();
+        assert_eq!(defaults.replica_count, 5);
+        assert!(!defaults.load);
+        assert_eq!(defaults.load_seconds, 60);
+        assert!(parse_strs(&["demo", "--replicas", "8"]).is_ok());
+        assert!(parse_strs(&["demo", "--replicas", "9"]).is_err());
+        assert!(parse_strs(&["demo", "--replicas", "1"]).is_ok());
+    }
+
+    #[test]
+    fn demo_load_options_parse_and_are_bounded() {
+        let load = |seconds| {
+            Ok(Command::Demo(DemoOptions {
+                load: true,
+                load_seconds: seconds,
+                ..DemoOptions::default()
+            }))
+        };
+        assert_eq!(parse_strs(&["demo", "--load"]), load(60));
+        assert_eq!(
+            parse_strs(&["demo", "--load", "--load-seconds", "12"]),
+            load(12)
+        );
+        assert_eq!(
+            parse_strs(&["demo", "--load-seconds", "45", "--load"]),
+            load(45),
+            "--load-seconds implies --load, in any order"
+        );
+        assert_eq!(
+            parse_strs(&["demo", "--replicas", "3", "--load", "--port", "7001"]),
+            Ok(Command::Demo(DemoOptions {
+                listen_port: 7001,
+                replica_count: 3,
+                load: true,
+                ..DemoOptions::default()
+            }))
+        );
+        assert!(parse_strs(&["demo", "--load-seconds"]).is_err());
+        assert!(parse_strs(&["demo", "--load-seconds", "5"]).is_err());
+        assert!(parse_strs(&["demo", "--load-seconds", "3601"]).is_err());
+        assert!(parse_strs(&["demo", "--load-seconds", "-1"]).is_err());
+        assert!(
+            parse_strs(&["demo", "--load", "--replicas", "1"]).is_err(),
+            "the load kills a replica: one is not enough"
+        );
+        assert!(
+            parse_strs(&["demo", "--load", "1"]).is_err(),
+            "takes no value"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `pgtier demo`: the README's first command. Starts a local primary with pgbench data and
-//! read-only streaming replicas, puts pgtier in front of them, prints how to connect, and
-//! removes everything again on Ctrl-C.
+//! read-only streaming replicas, puts pgtier in front of them (PLB routing, a premium and a
+//! freemium user, the admin console), prints how to connect, and removes everything again on
+//! Ctrl-C. With `--load` it then drives both classes and fails a replica (`demo_load.rs`).
 //!
 //! The proxy runs as a child process (this same binary with `--config`), so that its own
 //! signal handling (SIGINT = graceful shutdown) is exactly what a user gets in production,
@@ -15,9 +16,23 @@ use std::time::{Duration, Instant};
 use pgtier_core::localpg::{self, LocalPg, PgOptions};
 
 use super::DemoOptions;
+use super::demo_load;
 
 /// Name of the database users connect to through pgtier (and of the database on the servers).
-const DEMO_DATABASE: &str = "pgbench";
+pub(super) const DEMO_DATABASE: &str = "pgbench";
+/// The client users of the read entry, one per class. They exist only in pgtier: the entry
+/// logs in to the servers as `postgres`, so the servers need no roles or grants for them.
+pub(super) const PREMIUM_USER: &str = "premium";
+pub(super) const FREEMIUM_USER: &str = "freemium";
+/// Superuser: the primary entry and the admin console.
+pub(super) const ADMIN_USER: &str = "postgres";
+/// PLB's θ_P = θ_F: sessions per replica before a class looks for headroom elsewhere. Small,
+/// so that the few sessions of the demo load already make a class borrow.
+pub(super) const DEMO_THETA: u32 = 2;
+/// Server connections per replica. Small on purpose: a replica then runs only a few queries
+/// at a time, so a class with more sessions than its replicas take queues in pgtier and its
+/// latency shows it, even on a laptop where all servers share the same few cores.
+pub(super) const DEMO_POOL_SIZE: u32 = 2;
 /// How long replicas get to replay the pgbench load.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the proxy gets to open its listener.
@@ -32,11 +47,11 @@ static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
 /// Everything the demo started. Dropping it stops the proxy, then the servers (each
 /// `LocalPg` stops its server and deletes its directory on drop), then the config dir.
-struct DemoCluster {
-    proxy: Option<Child>,
-    replicas: Vec<LocalPg>,
-    primary: Option<LocalPg>,
-    config_dir: PathBuf,
+pub(super) struct DemoCluster {
+    pub(super) proxy: Option<Child>,
+    pub(super) replicas: Vec<LocalPg>,
+    pub(super) primary: Option<LocalPg>,
+    pub(super) config_dir: PathBuf,
 }
 
 impl Drop for DemoCluster {
@@ -51,7 +66,8 @@ impl Drop for DemoCluster {
     }
 }
 
-/// Runs the demo until Ctrl-C (SIGINT) or SIGTERM, then cleans up.
+/// Runs the demo until Ctrl-C (SIGINT) or SIGTERM, or with `--load` until the load is done,
+/// then cleans up.
 pub fn run(options: &DemoOptions) -> Result<(), String> {
     install_stop_handler()?;
     let config_dir = std::env::temp_dir().join(format!("pgtier-demo-{}", std::process::id()));
@@ -69,15 +85,27 @@ pub fn run(options: &DemoOptions) -> Result<(), String> {
         "pgtier demo: starting pgtier on 127.0.0.1:{}",
         options.listen_port
     );
-    cluster.proxy = Some(spawn_proxy(&config_path)?);
+    cluster.proxy = Some(spawn_proxy(&config_path, options.load)?);
     wait_for_listener(&mut cluster, options.listen_port)?;
     print_instructions(&cluster, options);
+    if options.load {
+        return demo_load::run(&mut cluster, options);
+    }
     wait_for_stop(&mut cluster)
 }
 
 fn start_servers(cluster: &mut DemoCluster, options: &DemoOptions) -> Result<(), String> {
     eprintln!("pgtier demo: starting the primary (initdb, pg_ctl as user postgres)");
-    let primary = LocalPg::start_primary(&PgOptions::default())
+    // Replicas stream without slots, and the checkpoints forced below (one per clone) let the
+    // primary recycle WAL an early replica has not streamed yet; keeping more than the
+    // pgbench load writes (about 20 MB per scale unit) spares it a "requested WAL segment
+    // has already been removed" loop.
+    let wal_keep_mb = options.pgbench_scale.saturating_mul(32).max(256);
+    let primary_options = PgOptions {
+        extra_conf: vec![("wal_keep_size".to_string(), format!("'{wal_keep_mb}MB'"))],
+        ..PgOptions::default()
+    };
+    let primary = LocalPg::start_primary(&primary_options)
         .map_err(|e| format!("starting the primary: {e}"))?;
     let primary = cluster.primary.insert(primary);
     check_stop()?;
@@ -133,11 +161,26 @@ fn load_pgbench(primary: &LocalPg, scale: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes userlist.txt and pgtier.toml. The `pgbench` database points at the first replica:
-/// one backend per database entry is what every config format understands.
+/// The initial PLB pools of `replica_count` replicas, as replica indexes: premium first, then
+/// freemium, then one Mixed replica from 3 replicas on (5 replicas: the paper's 2/2/1). `None`
+/// for a single replica, which the demo routes round robin (PLB needs one replica per class).
+pub(super) fn plb_split(replica_count: usize) -> Option<(Vec<usize>, Vec<usize>)> {
+    if replica_count < 2 {
+        return None;
+    }
+    let mixed = usize::from(replica_count >= 3);
+    let premium = (replica_count - mixed).div_ceil(2);
+    let freemium = replica_count - mixed - premium;
+    Some((
+        (0..premium).collect(),
+        (premium..premium + freemium).collect(),
+    ))
+}
+
+/// Writes userlist.txt and pgtier.toml.
 fn write_config(cluster: &DemoCluster, options: &DemoOptions) -> Result<PathBuf, String> {
     let userlist_path = cluster.config_dir.join("userlist.txt");
-    write_file(&userlist_path, "\"postgres\" \"\"\n")?;
+    write_file(&userlist_path, &demo_userlist())?;
     if cluster.replicas.is_empty() {
         return Err("the demo needs at least one replica".to_string());
     }
@@ -154,15 +197,52 @@ fn write_config(cluster: &DemoCluster, options: &DemoOptions) -> Result<PathBuf,
     Ok(config_path)
 }
 
-/// The demo's pgtier.toml: `pgbench` spreads read sessions over the replicas (round robin),
-/// `pgbench_primary` reaches the primary for writes.
+/// userlist.txt: auth_type trust still wants every user listed (PgBouncer's rule).
+fn demo_userlist() -> String {
+    [PREMIUM_USER, FREEMIUM_USER, ADMIN_USER]
+        .iter()
+        .map(|user| format!("\"{user}\" \"\"\n"))
+        .collect()
+}
+
+/// The `routing` line and the `[databases.pgbench.plb]` table of the read entry.
+fn routing_section(addresses: &[String]) -> String {
+    let Some((premium, freemium)) = plb_split(addresses.len()) else {
+        return "routing = \"round_robin\"\n".to_string();
+    };
+    let list = |indexes: &[usize]| {
+        indexes
+            .iter()
+            .filter_map(|&index| addresses.get(index))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "routing = \"plb\"\n\
+         \n\
+         # PLB: each class starts with its own replicas (the rest start Mixed) and borrows\n\
+         # when its sessions exceed theta per replica; a failed replica is repaired around.\n\
+         [databases.{DEMO_DATABASE}.plb]\n\
+         premium = [{premium}]\n\
+         freemium = [{freemium}]\n\
+         theta_premium = {DEMO_THETA}\n\
+         theta_freemium = {DEMO_THETA}\n",
+        premium = list(&premium),
+        freemium = list(&freemium),
+    )
+}
+
+/// The demo's pgtier.toml: `pgbench` spreads read sessions over the replicas with PLB (users
+/// `premium` and `freemium` are its two classes), `pgbench_primary` reaches the primary for
+/// writes, and `postgres` may use the admin console.
 fn demo_config(
     listen_port: u16,
     userlist_path: &Path,
     replica_ports: &[u16],
     primary_port: u16,
 ) -> String {
-    let replicas: Vec<String> = replica_ports
+    let addresses: Vec<String> = replica_ports
         .iter()
         .map(|port| format!("\"127.0.0.1:{port}\""))
         .collect();
@@ -175,20 +255,31 @@ fn demo_config(
          auth_file = \"{userlist}\"\n\
          pool_mode = \"transaction\"\n\
          default_pool_size = 20\n\
+         admin_users = [\"{ADMIN_USER}\"]\n\
          \n\
-         # Read-only sessions: the streaming replicas.\n\
+         # Read-only sessions: the streaming replicas. pgtier logs in to them as postgres, so\n\
+         # premium and freemium are client identities only.\n\
          [databases.{DEMO_DATABASE}]\n\
          replicas = [{replicas}]\n\
-         routing = \"round_robin\"\n\
          dbname = \"{DEMO_DATABASE}\"\n\
+         user = \"{ADMIN_USER}\"\n\
+         pool_size = {DEMO_POOL_SIZE}\n\
+         {routing}\
          \n\
          # Writes: the primary.\n\
          [databases.{DEMO_DATABASE}_primary]\n\
          host = \"127.0.0.1\"\n\
          port = {primary_port}\n\
-         dbname = \"{DEMO_DATABASE}\"\n",
+         dbname = \"{DEMO_DATABASE}\"\n\
+         \n\
+         [users.{PREMIUM_USER}]\n\
+         class = \"premium\"\n\
+         \n\
+         [users.{FREEMIUM_USER}]\n\
+         class = \"freemium\"\n",
         userlist = userlist_path.display(),
-        replicas = replicas.join(", "),
+        replicas = addresses.join(", "),
+        routing = routing_section(&addresses),
     )
 }
 
@@ -196,14 +287,23 @@ fn write_file(path: &Path, contents: &str) -> Result<(), String> {
     std::fs::write(path, contents).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
-fn spawn_proxy(config_path: &Path) -> Result<Child, String> {
+/// Starts the proxy. Under `--load` it logs only warnings unless the user chose a level: its
+/// role-change lines would interleave with the load report, whose event timeline and SHOW
+/// REPLICAS tables say the same.
+fn spawn_proxy(config_path: &Path, quiet: bool) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the pgtier binary: {e}"))?;
-    Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg("--config")
         .arg(config_path)
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting pgtier: {e}"))
+        .stdin(Stdio::null());
+    let level_chosen = ["PGTIER_LOG", "RUST_LOG"]
+        .iter()
+        .any(|variable| std::env::var_os(variable).is_some());
+    if quiet && !level_chosen {
+        command.env("PGTIER_LOG", "warn");
+    }
+    command.spawn().map_err(|e| format!("starting pgtier: {e}"))
 }
 
 fn wait_for_listener(cluster: &mut DemoCluster, port: u16) -> Result<(), String> {
@@ -226,23 +326,48 @@ fn wait_for_listener(cluster: &mut DemoCluster, port: u16) -> Result<(), String>
 
 fn print_instructions(cluster: &DemoCluster, options: &DemoOptions) {
     let port = options.listen_port;
-    let replica_ports: Vec<String> = cluster
-        .replicas
-        .iter()
-        .map(|r| r.port().to_string())
-        .collect();
     let primary_port = cluster.primary.as_ref().map_or(0, LocalPg::port);
+    let split = plb_split(cluster.replicas.len());
     println!();
     println!("pgtier is listening on 127.0.0.1:{port}");
-    println!(
-        "  primary: 127.0.0.1:{primary_port}   read-only replicas: 127.0.0.1:{{{}}}",
-        replica_ports.join(",")
-    );
+    println!("  primary: 127.0.0.1:{primary_port}");
+    for (index, replica) in cluster.replicas.iter().enumerate() {
+        let role = match &split {
+            None => "round robin",
+            Some((premium, _)) if premium.contains(&index) => "premium",
+            Some((_, freemium)) if freemium.contains(&index) => "freemium",
+            Some(_) => "mixed",
+        };
+        println!(
+            "  replica {}: 127.0.0.1:{}  (starts {role})",
+            index + 1,
+            replica.port()
+        );
+    }
+    if split.is_some() {
+        println!(
+            "  routing: PLB, theta {DEMO_THETA} sessions per replica, {DEMO_POOL_SIZE} server \
+             connections per replica"
+        );
+    }
     println!();
-    println!("Connect:");
-    println!("  psql -h 127.0.0.1 -p {port} -U postgres {DEMO_DATABASE}");
+    println!("Read-only, as a premium user:");
+    println!("  psql -h 127.0.0.1 -p {port} -U {PREMIUM_USER} {DEMO_DATABASE}");
+    println!("Read-only, as a freemium user:");
+    println!("  psql -h 127.0.0.1 -p {port} -U {FREEMIUM_USER} {DEMO_DATABASE}");
+    println!("Writes, on the primary:");
+    println!("  psql -h 127.0.0.1 -p {port} -U {ADMIN_USER} {DEMO_DATABASE}_primary");
+    println!("Admin console (then SHOW REPLICAS; SHOW ROLE_EVENTS; SHOW EVENTS;):");
+    println!("  psql -h 127.0.0.1 -p {port} -U {ADMIN_USER} pgbouncer");
+    if options.load {
+        println!();
+        return;
+    }
     println!("Load it:");
-    println!("  pgbench -S -n -c 8 -j 2 -T 10 -h 127.0.0.1 -p {port} -U postgres {DEMO_DATABASE}");
+    println!(
+        "  pgbench -S -n -c 8 -j 2 -T 10 -h 127.0.0.1 -p {port} -U {FREEMIUM_USER} {DEMO_DATABASE}"
+    );
+    println!("  or run `pgtier demo --load` to see borrowing, failure repair and rejoin");
     println!();
     println!("Press Ctrl-C to stop pgtier and remove the servers.");
 }
@@ -258,6 +383,11 @@ fn wait_for_stop(cluster: &mut DemoCluster) -> Result<(), String> {
     }
 }
 
+/// True once Ctrl-C (SIGINT) or SIGTERM arrived.
+pub(super) fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::Relaxed)
+}
+
 fn check_stop() -> Result<(), String> {
     if STOP_REQUESTED.load(Ordering::Relaxed) {
         return Err("interrupted".to_string());
@@ -265,7 +395,7 @@ fn check_stop() -> Result<(), String> {
     Ok(())
 }
 
-fn check_proxy_alive(cluster: &mut DemoCluster) -> Result<(), String> {
+pub(super) fn check_proxy_alive(cluster: &mut DemoCluster) -> Result<(), String> {
     let Some(proxy) = cluster.proxy.as_mut() else {
         return Ok(());
     };
@@ -339,14 +469,51 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pgtier-demo-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let userlist = dir.join("userlist.txt");
-        std::fs::write(&userlist, "\"postgres\" \"\"\n").expect("userlist");
+        std::fs::write(&userlist, demo_userlist()).expect("userlist");
         let path = dir.join("pgtier.toml");
-        let text = demo_config(6432, &userlist, &[5433, 5434, 5435], 5432);
-        std::fs::write(&path, &text).expect("config");
-        let loaded = pgtier_core::config::Config::load(&path);
-        let _ = std::fs::remove_dir_all(&dir);
-        if let Err(error) = loaded {
-            panic!("{error}\n{text}");
+        let mut failures = Vec::new();
+        for count in 1..=8u16 {
+            let ports: Vec<u16> = (0..count).map(|i| 5433 + i).collect();
+            let text = demo_config(6432, &userlist, &ports, 5432);
+            std::fs::write(&path, &text).expect("config");
+            if let Err(error) = pgtier_core::config::Config::load(&path) {
+                failures.push(format!("{count} replicas: {error}\n{text}"));
+            }
         }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn plb_split_gives_each_class_a_replica_and_keeps_one_mixed() {
+        assert_eq!(plb_split(1), None);
+        assert_eq!(plb_split(2), Some((vec![0], vec![1])));
+        assert_eq!(plb_split(3), Some((vec![0], vec![1])));
+        assert_eq!(plb_split(4), Some((vec![0, 1], vec![2])));
+        assert_eq!(plb_split(5), Some((vec![0, 1], vec![2, 3])));
+        assert_eq!(plb_split(8), Some((vec![0, 1, 2, 3], vec![4, 5, 6])));
+    }
+
+    #[test]
+    fn demo_config_routes_five_replicas_with_plb_two_two_one() {
+        let text = demo_config(6432, Path::new("/tmp/u.txt"), &[1, 2, 3, 4, 5], 5432);
+        assert!(text.contains("routing = \"plb\""), "{text}");
+        assert!(
+            text.contains("premium = [\"127.0.0.1:1\", \"127.0.0.1:2\"]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("freemium = [\"127.0.0.1:3\", \"127.0.0.1:4\"]"),
+            "{text}"
+        );
+        assert!(text.contains("admin_users = [\"postgres\"]"), "{text}");
+        assert!(
+            text.contains("[users.premium]\nclass = \"premium\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("[users.freemium]\nclass = \"freemium\""),
+            "{text}"
+        );
     }
 }

@@ -6,6 +6,7 @@ mod args;
 mod check_config;
 mod daemon;
 mod demo;
+mod demo_load;
 mod logging;
 mod pidfile;
 mod privileges;

@@ -17,11 +17,34 @@
 # per-replica CPU from the cgroups and the cluster's utilisation u (mean busy fraction of the
 # quotas) with its CV, and PLB's role timeline (SHOW ROLE_EVENTS + SHOW EVENTS).
 #
+# Failures (001 §V), each at the contention rate, replicas killed with `pg_ctl stop -m
+# immediate` and restarted inside their cgroup, phases of equal length after a ramp-up:
+#   cascade      5RR against PLB: replica 0, then replica 1 (PLB's two premium replicas) go
+#                down, then rejoin in the same order (before, one-down, two-down,
+#                one-rejoined, rejoined).
+#   class-local  3RR+2RR against PLB: replica 0 (premium in both) down, then back (before,
+#                fault, rejoined).
+# Per phase and class: p95 inflation (p95 / the run's own "before" p95) and goodput retention
+# (goodput / "before" goodput), and PLB against the baseline in the same phase.
+#
+# Variants beyond the paper (VARIANTS): the strategies' PLB with each replica's pool held to
+# WAIT_POOL servers so that queries queue inside pgtier, once with `waiter_policy = "fifo"`
+# (PgBouncer's order) and once with "class" (premium first, freemium aged); pgtier restarts
+# between them since a pool's size is fixed at creation. And PLB+inflight: PLB's roles still
+# follow its session counts, but each transaction goes to the less busy (in-flight reads) of
+# two replicas drawn from those serving the session's class (a reader entry with
+# plb_per_transaction; the primary, uncapped, serves only reads no replica may take, counted
+# as primary_fallbacks in <run>-readers.csv). PLB+kp1: PLB with K_P = 1 (premium-side
+# borrowing by freemium allowed down to one premium replica).
+#
 # Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
+# Exit status 3: no cgroup CPU controller that can be written here.
 # Environment (defaults; --quick shortens DURATION and LIGHT_DURATION):
 #   REPLICAS=5 REPLICA_CPU=0.25 SCALE=5 SEED=1 DURATION=60 LIGHT_DURATION=40
 #   LIFETIME=5:15 THINK=0.5 PREMIUM_SHARE=0.25 RATE=2.5 (sessions/s at contention, both
 #   classes) LIGHT_RATE=0.3 STRATEGIES="5RR 3RR+2RR 4RR+1RR PLB" THETA=3 POOL_SIZE=20
+#   FAILURES="cascade class-local" (--quick: cascade) FAIL_DURATION=150 (--quick: 40)
+#   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight" (--quick: none) WAIT_POOL=2
 #   PGTIER_BIN=<release build> OUT=bench/out/plb-live-<time>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +56,8 @@ REPLICAS="${REPLICAS:-5}"
 REPLICA_CPU="${REPLICA_CPU:-0.25}"
 SCALE="${SCALE:-5}"
 SEED="${SEED:-1}"
-DURATION="${DURATION:-$([ "$QUICK" = 1 ] && echo 30 || echo 60)}"
-LIGHT_DURATION="${LIGHT_DURATION:-$([ "$QUICK" = 1 ] && echo 20 || echo 40)}"
+DURATION="${DURATION:-$([ "$QUICK" = 1 ] && echo 22 || echo 60)}"
+LIGHT_DURATION="${LIGHT_DURATION:-$([ "$QUICK" = 1 ] && echo 15 || echo 40)}"
 LIFETIME="${LIFETIME:-5:15}"
 THINK="${THINK:-0.5}"
 PREMIUM_SHARE="${PREMIUM_SHARE:-0.25}"
@@ -43,6 +66,10 @@ LIGHT_RATE="${LIGHT_RATE:-0.3}"
 STRATEGIES="${STRATEGIES:-5RR 3RR+2RR 4RR+1RR PLB}"
 THETA="${THETA:-3}"
 POOL_SIZE="${POOL_SIZE:-20}"
+FAILURES="${FAILURES-$([ "$QUICK" = 1 ] && echo cascade || echo "cascade class-local")}"
+FAIL_DURATION="${FAIL_DURATION:-$([ "$QUICK" = 1 ] && echo 40 || echo 150)}"
+VARIANTS="${VARIANTS-$([ "$QUICK" = 1 ] && echo "" || echo "PLB+wait-fifo PLB+wait-class PLB+inflight")}"
+WAIT_POOL="${WAIT_POOL:-2}"
 OUT="${OUT:-bench/out/plb-live-$(date -u +%Y%m%dT%H%M%SZ)}"
 
 # shellcheck source=bench/lib.sh
@@ -70,7 +97,7 @@ if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgrou
 elif [ -d /sys/fs/cgroup/cpu ] && [ -d /sys/fs/cgroup/cpuacct ]; then
   cg_mode=v1
 else
-  log "no usable cgroup CPU controller (neither cgroup v2 cpu.max nor v1 cpu + cpuacct)"; exit 1
+  log "no usable cgroup CPU controller (neither cgroup v2 cpu.max nor v1 cpu + cpuacct)"; exit 3
 fi
 period_us=100000
 quota_us="$(awk -v c="$REPLICA_CPU" -v p=$period_us 'BEGIN { printf "%d", c * p }')"
@@ -113,6 +140,13 @@ cg_remove() {
     fi
   done
 }
+# A controller that is listed but cannot be written (a read-only cgroupfs in a container):
+# said, with its own exit status (3) so that callers can tell it from a failed run.
+if ! { cg_create probe && cg_usage_us probe >/dev/null; } 2>/dev/null; then
+  rmdir "/sys/fs/cgroup/$cg_name-probe" "/sys/fs/cgroup/cpu/$cg_name-probe" "/sys/fs/cgroup/cpuacct/$cg_name-probe" 2>/dev/null || true
+  log "cgroup $cg_mode is present but a replica cgroup cannot be created and capped here"; exit 3
+fi
+rmdir "/sys/fs/cgroup/$cg_name-probe" "/sys/fs/cgroup/cpu/$cg_name-probe" "/sys/fs/cgroup/cpuacct/$cg_name-probe" 2>/dev/null || true
 log "cgroup $cg_mode: each replica held to $REPLICA_CPU cores ($quota_us µs per $period_us µs)"
 
 # ---- servers -----------------------------------------------------------------------------
@@ -171,8 +205,30 @@ routing_block() {
     5RR) echo 'routing = "round_robin"' ;;
     3RR+2RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2)" "$(r $(seq 3 $((REPLICAS - 1))))" ;;
     4RR+1RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2 3)" "$(r $(seq 4 $((REPLICAS - 1))))" ;;
-    PLB*) printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$THETA" "$THETA" ;;
+    PLB*) printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$THETA" "$THETA"
+      # PLB+kp1: K_P = 1, so freemium may borrow a Premium-empty premium replica while premium
+      # keeps one (the paper's K_P = |R_P| = 2 never lets it).
+      case "$1" in *+kp1) echo 'premium_target = 1' ;; esac ;;
     *) log "unknown strategy $1"; exit 1 ;;
+  esac
+}
+# pool_settings STRATEGY: the pool size and waiting order a strategy runs with (and, as a
+# comment, whether the entry is a reader entry, which a restart sets up).
+pool_settings() {
+  case "$1" in
+    *+inflight) printf 'default_pool_size = %s\n# reader entry\n' "$POOL_SIZE" ;;
+    *+wait-fifo) printf 'default_pool_size = %s\nwaiter_policy = "fifo"\n' "$WAIT_POOL" ;;
+    *+wait-class) printf 'default_pool_size = %s\nwaiter_policy = "class"\n' "$WAIT_POOL" ;;
+    *) printf 'default_pool_size = %s\n' "$POOL_SIZE" ;;
+  esac
+}
+# entry_settings STRATEGY: keys of the database entry itself. PLB+inflight makes it a reader
+# entry (the primary for anything not read-only, which this workload never sends) whose
+# transactions each go to the replica with fewer in-flight reads of two drawn among those
+# PLB's roles currently give the session's class (plb_per_transaction).
+entry_settings() {
+  case "$1" in
+    *+inflight) printf 'primary = "127.0.0.1:%s"\nplb_per_transaction = true\n' "$pg_port" ;;
   esac
 }
 write_config() {
@@ -185,7 +241,7 @@ auth_type = "trust"
 auth_file = "$work/userlist.txt"
 admin_users = ["postgres"]
 pool_mode = "transaction"
-default_pool_size = $POOL_SIZE
+$(pool_settings "$1")
 max_client_conn = 1000
 query_wait_timeout = 120
 log_level = "warn"
@@ -199,18 +255,30 @@ class = "freemium"
 dbname = "postgres"
 user = "postgres"
 replicas = [$all]
+$(entry_settings "$1")
 $(routing_block "$1")
 CONF
 }
+start_pgtier() {
+  PGTIER_LOG=warn "$PGTIER_BIN" --config "$work/pgtier.toml" >>"$work/pgtier.log" 2>&1 &
+  pgtier_pid=$!
+  wait_port "$pgtier_port" pgtier "$pgtier_pid" || { cat "$work/pgtier.log" >&2; exit 1; }
+}
 write_config 5RR
-PGTIER_LOG=warn "$PGTIER_BIN" --config "$work/pgtier.toml" >"$work/pgtier.log" 2>&1 &
-pgtier_pid=$!
-wait_port "$pgtier_port" pgtier "$pgtier_pid" || { cat "$work/pgtier.log" >&2; exit 1; }
+start_pgtier
+current_pools="$(pool_settings 5RR)"
 
 admin() { "$bindir/psql" -X -A -F ',' -P footer=off -h 127.0.0.1 -p "$pgtier_port" -U postgres -c "$1" pgtier; }
+# switch_to STRATEGY: a reload when only the routing changes, a restart when the pools do.
 switch_to() {
-  write_config "$1"; kill -HUP "$pgtier_pid"; sleep 1
-  admin "SHOW ROUTERS" | grep -q "^live," || { log "reload to $1 failed"; cat "$work/pgtier.log" >&2; exit 1; }
+  write_config "$1"
+  if [ "$(pool_settings "$1")" = "$current_pools" ]; then
+    kill -HUP "$pgtier_pid"; sleep 1
+  else
+    kill -INT "$pgtier_pid"; wait "$pgtier_pid" 2>/dev/null || true
+    start_pgtier; current_pools="$(pool_settings "$1")"
+  fi
+  admin "SHOW ROUTERS" | grep -q "^live," || { log "switch to $1 failed"; cat "$work/pgtier.log" >&2; exit 1; }
 }
 
 # ---- queries -----------------------------------------------------------------------------
@@ -226,19 +294,40 @@ point_lookup	4	SELECT * FROM pgbench_accounts WHERE aid = $((accounts / 3))
 Q
 
 # ---- runs --------------------------------------------------------------------------------
-# run_load LABEL RATE SECONDS: one seeded workload through pgtier; per-replica CPU, u, roles.
+# faults PLAN: runs in the background during a load; PLAN is "SECONDS:kill|start:REPLICA ...",
+# offsets from the load's start, in order. Each action is logged to $OUT/<label>-faults.csv.
+faults() {
+  local label="$1" t0="$2" step at what i now; shift 2
+  for step in "$@"; do
+    IFS=: read -r at what i <<<"$step"
+    now="$(awk -v t0="$t0" -v n="$(date +%s.%N)" 'BEGIN { print n - t0 }')"
+    sleep "$(awk -v a="$at" -v n="$now" 'BEGIN { d = a - n; print (d > 0 ? d : 0) }')"
+    if [ "$what" = kill ]; then
+      as_pg "$bindir/pg_ctl" -D "$work/r$i/data" -m immediate -w stop >/dev/null 2>&1 || true
+    else
+      start_replica "$i" || log "restarting replica $i failed"
+    fi
+    echo "$label,$at,$what,$i" >>"$OUT/faults.csv"
+  done
+}
+
+# run_load LABEL RATE SECONDS [FAULT...]: one seeded workload through pgtier, with faults
+# injected on schedule; per-replica CPU, u, roles.
 run_load() {
-  local label="$1" rate="$2" seconds="$3" i before=() after=() start end
+  local label="$1" rate="$2" seconds="$3" i before=() after=() start end fault_pid=""
+  shift 3
   local rp rf
   rp="$(awk -v r="$rate" -v s="$PREMIUM_SHARE" 'BEGIN { printf "%.4f", r * s }')"
   rf="$(awk -v r="$rate" -v s="$PREMIUM_SHARE" 'BEGIN { printf "%.4f", r * (1 - s) }')"
   for i in $(seq 0 $((REPLICAS - 1))); do before[i]="$(cg_usage_us "$i")"; done
   start="$(date +%s.%N)"
-  log "$label: $rp premium + $rf freemium sessions/s for ${seconds}s, lifetime $LIFETIME s, think $THINK s"
+  log "$label: $rp premium + $rf freemium sessions/s for ${seconds}s, lifetime $LIFETIME s, think $THINK s${1:+, faults $*}"
+  [ $# -gt 0 ] && { faults "$label" "$start" "$@" & fault_pid=$!; }
   "$PGTIER_LOAD_BIN" run --host 127.0.0.1 --port "$pgtier_port" --dbname live \
     --user-premium premium --user-freemium freemium --rate-premium "$rp" --rate-freemium "$rf" \
     --duration "$seconds" --lifetime "$LIFETIME" --think "$THINK" --queries "$work/queries.tsv" \
     --seed "$SEED" --out "$OUT/$label.csv" --progress 10 2>"$OUT/$label.log"
+  [ -n "$fault_pid" ] && wait "$fault_pid"
   end="$(date +%s.%N)"
   for i in $(seq 0 $((REPLICAS - 1))); do after[i]="$(cg_usage_us "$i")"; done
   {
@@ -248,21 +337,50 @@ run_load() {
   } | awk -F, -v q="$REPLICA_CPU" '{ u = ($4 - $3) / 1e6 / (($6 - $5) * q); printf "%s,%d,%.2f,%.3f\n", $1, $2, ($4 - $3) / 1e6, u }' >>"$OUT/replica_cpu.csv"
   admin "SHOW ROLE_EVENTS" >"$OUT/$label-role_events.csv" 2>/dev/null || true
   admin "SHOW EVENTS" >"$OUT/$label-events.csv" 2>/dev/null || true
+  admin "SHOW READERS" >"$OUT/$label-readers.csv" 2>/dev/null || true
 }
 
 echo "label,replica,cpu_s,u" >"$OUT/replica_cpu.csv"
 switch_to 5RR
 run_load light-5RR "$LIGHT_RATE" "$LIGHT_DURATION"
-for s in $STRATEGIES; do
+for s in $STRATEGIES $VARIANTS; do
   switch_to "$s"
   run_load "$s" "$RATE" "$DURATION"
+done
+
+# Failure phases: a ramp-up as long as the longest session, then equal phases.
+ramp="${LIFETIME#*:}"
+fail_phase() { awk -v d="$FAIL_DURATION" -v r="$ramp" -v n="$1" -v k="$2" 'BEGIN { printf "%.1f", r + (d - r) / n * k }'; }
+echo "label,at_s,action,replica" >"$OUT/faults.csv"
+for f in $FAILURES; do
+  case "$f" in
+    cascade) against="5RR PLB"
+      plan=("$(fail_phase 5 1):kill:0" "$(fail_phase 5 2):kill:1" "$(fail_phase 5 3):start:0" "$(fail_phase 5 4):start:1")
+      phases="before:$ramp:$(fail_phase 5 1),one-down:$(fail_phase 5 1):$(fail_phase 5 2),two-down:$(fail_phase 5 2):$(fail_phase 5 3),one-rejoined:$(fail_phase 5 3):$(fail_phase 5 4),rejoined:$(fail_phase 5 4):$FAIL_DURATION" ;;
+    class-local) against="3RR+2RR PLB"
+      plan=("$(fail_phase 3 1):kill:0" "$(fail_phase 3 2):start:0")
+      phases="before:$ramp:$(fail_phase 3 1),fault:$(fail_phase 3 1):$(fail_phase 3 2),rejoined:$(fail_phase 3 2):$FAIL_DURATION" ;;
+    *) log "unknown failure scenario $f"; exit 1 ;;
+  esac
+  for s in $against; do
+    switch_to "$s"
+    run_load "$f-$s" "$RATE" "$FAIL_DURATION" "${plan[@]}"
+    # The rejoined replicas must be routable again before the next run.
+    for _ in $(seq 1 60); do
+      admin "SHOW REPLICAS" 2>/dev/null | grep -qi ",down" || break; sleep 1
+    done
+  done
+  base="${against%% *}"
+  "$PGTIER_LOAD_BIN" summarize --in "$base=$OUT/$f-$base.csv" --in "PLB=$OUT/$f-PLB.csv" \
+    --phases "$phases" --baseline "$base" \
+    --md "$OUT/$f.md" --csv "$OUT/$f.csv" --png "$OUT/$f.png" >/dev/null
 done
 
 # ---- report ------------------------------------------------------------------------------
 # The window: after the first 20 % of the arrivals (ramp-up) until arrivals stop.
 from="$(awk -v d="$DURATION" 'BEGIN { printf "%.1f", d * 0.2 }')"
 light_from="$(awk -v d="$LIGHT_DURATION" 'BEGIN { printf "%.1f", d * 0.2 }')"
-ins=(); for s in $STRATEGIES; do ins+=(--in "$s=$OUT/$s.csv"); done
+ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
 "$PGTIER_LOAD_BIN" summarize --in "light-5RR=$OUT/light-5RR.csv" --phases "steady:$light_from:$LIGHT_DURATION" \
   --md "$OUT/light.md" --csv "$OUT/light.csv" >/dev/null
 "$PGTIER_LOAD_BIN" summarize "${ins[@]}" --phases "steady:$from:$DURATION" --baseline 5RR \
@@ -281,6 +399,23 @@ ins=(); for s in $STRATEGIES; do ins+=(--in "$s=$OUT/$s.csv"); done
   echo
   cat "$OUT/contention.md"
   echo
+  if [ -n "$VARIANTS" ]; then
+    echo "Variants: $VARIANTS. +wait-fifo and +wait-class: PLB with each replica's pool held to $WAIT_POOL servers, waiter_policy fifo and class; +inflight: PLB's roles with a per-transaction choice of the less busy of two replicas serving the class; +kp1: PLB with K_P = 1."
+    echo
+  fi
+  for f in $FAILURES; do
+    echo "## Failure: $f (faults at: $(awk -F, -v l="$f-PLB" '$1 == l { printf "%s%s %s@%ss", sep, $3, $4, $2; sep = ", " }' "$OUT/faults.csv"))"
+    echo
+    cat "$OUT/$f.md"
+    echo
+    echo "Per phase against the run's own \"before\": p95 inflation and goodput retention."
+    echo
+    echo "| run | phase | class | p95 inflation | goodput retention |"
+    echo "| --- | --- | --- | ---: | ---: |"
+    awk -F, 'NR > 1 && $3 != "all" { k = $1 SUBSEP $3; if ($2 == "before") { p[k] = $8; g[k] = $10 }
+        else if (p[k] > 0 && g[k] > 0) printf "| %s | %s | %s | %+.1f %% | %.2f |\n", $1, $2, $3, ($8 / p[k] - 1) * 100, $10 / g[k] }' "$OUT/$f.csv"
+    echo
+  done
   echo "## Replica CPU (busy fraction of each quota over the whole run) and cluster u"
   echo
   echo "| run | per replica u | cluster u | CV(u) |"
@@ -291,5 +426,5 @@ ins=(); for s in $STRATEGIES; do ins+=(--in "$s=$OUT/$s.csv"); done
 } >"$OUT/report.md"
 cat "$OUT/report.md"
 echo
-echo "plots: $OUT/contention.png"
+echo "plots: $OUT/contention.png$(for f in $FAILURES; do printf ' %s' "$OUT/$f.png"; done)"
 echo "per-query rows: $OUT/<run>.csv; role timelines: $OUT/<run>-role_events.csv, $OUT/<run>-events.csv"

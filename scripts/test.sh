@@ -3,7 +3,8 @@
 # formatting, lints, the whole workspace's tests against real PostgreSQL servers, short
 # fuzz runs and the instruction budgets. Run as root (servers are started as the `postgres`
 # user) or as a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke
-# runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml).
+# runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml),
+# PGTIER_SKIP_LIVE=1 to skip the PLB live smoke (scripts/plb-live-smoke.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,8 @@ bash scripts/install-deps.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== shell scripts parse (bash -n)"
+for f in scripts/*.sh bench/*.sh .ci/run; do bash -n "$f"; done
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo build (pgtier binary used by the end-to-end tests)"
@@ -20,6 +23,11 @@ echo "== cargo test"
 ulimit -Hn 65536 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_THREADS:-2}"
+
+if [ "${PGTIER_SKIP_LIVE:-0}" != "1" ]; then
+  echo "== PLB live smoke (a shortened bench/plb-live.sh: cgroup-capped replicas, a cascade)"
+  bash scripts/plb-live-smoke.sh
+fi
 
 if [ "${PGTIER_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== fuzz smoke runs"

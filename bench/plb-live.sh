@@ -39,12 +39,13 @@
 #
 # Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
 # Exit status 3: no cgroup CPU controller that can be written here.
-# Environment (defaults; --quick shortens DURATION and LIGHT_DURATION):
+# Environment (defaults; --quick shortens the runs, keeps only the cascade and no variants):
 #   REPLICAS=5 REPLICA_CPU=0.25 SCALE=5 SEED=1 DURATION=60 LIGHT_DURATION=40
 #   LIFETIME=5:15 THINK=0.5 PREMIUM_SHARE=0.25 RATE=2.5 (sessions/s at contention, both
 #   classes) LIGHT_RATE=0.3 STRATEGIES="5RR 3RR+2RR 4RR+1RR PLB" THETA=3 POOL_SIZE=20
 #   FAILURES="cascade class-local" (--quick: cascade) FAIL_DURATION=150 (--quick: 40)
-#   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight" (--quick: none) WAIT_POOL=2
+#   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight" (--quick: none; PLB+kp1 on request)
+#   WAIT_POOL=2
 #   PGTIER_BIN=<release build> OUT=bench/out/plb-live-<time>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -295,7 +296,7 @@ Q
 
 # ---- runs --------------------------------------------------------------------------------
 # faults PLAN: runs in the background during a load; PLAN is "SECONDS:kill|start:REPLICA ...",
-# offsets from the load's start, in order. Each action is logged to $OUT/<label>-faults.csv.
+# offsets from the load's start, in order. Each action is logged to $OUT/faults.csv.
 faults() {
   local label="$1" t0="$2" step at what i now; shift 2
   for step in "$@"; do

@@ -2,7 +2,7 @@
 //! and a Markdown summary.
 //!
 //! ```text
-//! pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--strategies LIST]
+//! pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use pgtier_bench::sim::strategies::Strategy;
 use pgtier_bench::sim::summary::{fault_summary, grid_summary};
 
 const USAGE: &str =
-    "usage: pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--strategies LIST]
+    "usage: pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 
   grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
            PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
@@ -27,6 +27,8 @@ const USAGE: &str =
   --seeds N   repetitions per point
   --out DIR   output directory (default bench/out)
   --quick     a small grid / fewer seeds, for a smoke run
+  --live      grid only: bench/plb-live.sh's calibration (5 quarter-core replicas, its
+              query mix and sessions, theta 3; T = 60 x sessions per second)
   --strategies LIST   comma-separated, e.g. 5PLB,5RR,3RR+2RR,4RR+1RR,p2c,least_sessions
                       (summary tables cover the papers' strategies; CSV and plots all)";
 
@@ -37,6 +39,7 @@ struct Options {
     seeds: Option<u64>,
     out: PathBuf,
     quick: bool,
+    live: bool,
     strategies: Option<Vec<Strategy>>,
 }
 
@@ -68,6 +71,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         seeds: None,
         out: default_out(),
         quick: false,
+        live: false,
         strategies: None,
     };
     while let Some(arg) = it.next() {
@@ -84,6 +88,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--out" => options.out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
             "--quick" => options.quick = true,
+            "--live" => options.live = true,
             "--strategies" => {
                 let list = it.next().ok_or("--strategies needs a list")?;
                 options.strategies = Some(parse_strategies(list)?);
@@ -127,7 +132,9 @@ fn plots(result: Result<Vec<PathBuf>, String>) {
 
 fn run_grid_command(options: &Options) -> Result<(), String> {
     let seeds = options.seeds.unwrap_or(if options.quick { 2 } else { 5 });
-    let mut spec = if options.quick {
+    let mut spec = if options.live {
+        GridSpec::live(seeds)
+    } else if options.quick {
         GridSpec::quick(seeds)
     } else {
         GridSpec::paper(seeds)

@@ -598,6 +598,7 @@ mod tests {
                 replicas: 2,
                 cores_per_replica: 4.0,
                 query_parallelism: 1.0,
+                ..ClusterConfig::default()
             },
             workload,
             faults: Vec::new(),

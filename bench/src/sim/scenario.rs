@@ -48,6 +48,23 @@ impl GridSpec {
         }
     }
 
+    /// The grid at `bench/plb-live.sh`'s calibration (five quarter-core replicas, its query
+    /// mix, sessions and θ): T = 60 × {0.3, 1, 1.5, 2, 2.5, 3} sessions/s, premium shares 0.1,
+    /// 0.25 and 0.5, the papers' strategies; statistics after the first 20 % of arrivals, as
+    /// the harness reads them.
+    pub fn live(seeds: u64) -> Self {
+        Self {
+            cluster: ClusterConfig::live(),
+            workload: WorkloadConfig::live(0.0, 0.0),
+            terminals: [0.3, 1.0, 1.5, 2.0, 2.5, 3.0]
+                .map(|rate| rate * 60.0)
+                .to_vec(),
+            premium_shares: vec![0.1, 0.25, 0.5],
+            warmup_s: 12.0,
+            ..Self::paper(seeds)
+        }
+    }
+
     /// A small grid for smoke runs and tests.
     pub fn quick(seeds: u64) -> Self {
         Self {
@@ -138,7 +155,7 @@ pub fn run_traced(
     config: &RunConfig,
     strategy: Strategy,
 ) -> Result<(Vec<PhaseSummary>, RoleTrace), String> {
-    let mut router = build_router(strategy, config.cluster.replicas)?;
+    let mut router = build_router(strategy, &config.cluster)?;
     let observations = engine::run(config, router.as_mut());
     if observations.placements_on_down_replica > 0 {
         return Err(format!(
@@ -437,8 +454,16 @@ mod tests {
     const SEEDS: u64 = 3;
 
     fn grid_point(strategy: Strategy, terminals: f64, share: f64) -> PhaseSummary {
-        let spec = GridSpec::paper(SEEDS);
-        let runs: Vec<PhaseSummary> = (0..SEEDS)
+        point_of(&GridSpec::paper(SEEDS), strategy, terminals, share)
+    }
+
+    fn live_point(strategy: Strategy, terminals: f64, share: f64) -> PhaseSummary {
+        point_of(&GridSpec::live(SEEDS), strategy, terminals, share)
+    }
+
+    /// One grid point of `spec`, averaged over its seeds.
+    fn point_of(spec: &GridSpec, strategy: Strategy, terminals: f64, share: f64) -> PhaseSummary {
+        let runs: Vec<PhaseSummary> = (0..spec.seeds)
             .map(|seed| {
                 run_one(&spec.run_config(terminals, share, seed), strategy)
                     .expect("run")
@@ -446,6 +471,32 @@ mod tests {
             })
             .collect();
         PhaseSummary::aggregate(&runs, mean_of).expect("seeds")
+    }
+
+    #[test]
+    fn live_calibration_reproduces_the_live_runs_shape() {
+        // docs/plb-live.md: at the live harness's contention point (2.5 sessions/s, P25) PLB
+        // gives premium a lower median and p95 than 5RR, freemium pays, and 4RR+1RR strands
+        // capacity that PLB uses; the parameters are the harness's (θ = 3, quarter cores).
+        let spec = GridSpec::live(1);
+        assert_eq!(spec.cluster.cores_per_replica, 0.25);
+        assert_eq!(spec.cluster.plb.theta_premium, 3);
+        let terminals = 2.5 * 60.0;
+        let plb = live_point(Strategy::Plb, terminals, 0.25);
+        let rr = live_point(RR, terminals, 0.25);
+        let worst = live_point(DEDICATED_4_1, terminals, 0.25);
+        assert!(plb.class[0].median_s < 0.9 * rr.class[0].median_s);
+        assert!(plb.class[0].p95_s < 0.9 * rr.class[0].p95_s);
+        assert!(
+            plb.class[1].median_s > rr.class[1].median_s,
+            "priority has a cost"
+        );
+        assert!(
+            plb.utilisation > worst.utilisation + 0.15,
+            "PLB u {} vs 4RR+1RR u {}",
+            plb.utilisation,
+            worst.utilisation
+        );
     }
 
     const RR: Strategy = Strategy::RoundRobin;

@@ -9,7 +9,7 @@ use pgtier_policy::{
 };
 
 use super::router::{ReplicaIndex, Router};
-use super::workload::Class;
+use super::workload::{Class, ClusterConfig};
 
 /// A routing strategy of the papers' comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,8 +95,15 @@ fn replica_ids(range: std::ops::Range<usize>) -> Result<Vec<ReplicaId>, String> 
 }
 
 /// Builds the router of `strategy` for `replicas` replicas.
-pub fn build_router(strategy: Strategy, replicas: usize) -> Result<Box<dyn Router>, String> {
-    Ok(Box::new(PolicyRouter::new(strategy, replicas)?))
+pub fn build_router(
+    strategy: Strategy,
+    cluster: &ClusterConfig,
+) -> Result<Box<dyn Router>, String> {
+    let router = match strategy {
+        Strategy::Plb => PolicyRouter::plb(cluster.plb, cluster.replicas)?,
+        _ => PolicyRouter::new(strategy, cluster.replicas)?,
+    };
+    Ok(Box::new(router))
 }
 
 /// A `pgtier_policy::Strategy` driven as the proxy drives it: this adapter owns the role

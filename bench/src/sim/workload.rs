@@ -5,6 +5,8 @@
 //! a Poisson process of rate T/D, each lives U[10, 30] s and runs TPC-H queries chosen
 //! uniformly at random, one after another.
 
+use pgtier_policy::PlbParams;
+
 use super::rng::SimRng;
 
 /// A session's service class.
@@ -37,7 +39,8 @@ impl Class {
     }
 }
 
-/// The replica budget: `replicas` identical nodes of `cores_per_replica` cores.
+/// The replica budget: `replicas` identical nodes of `cores_per_replica` cores, and the PLB
+/// configuration chosen for it (000 §IV-B calibrates PLB once per replica budget).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {
     /// K.
@@ -46,6 +49,8 @@ pub struct ClusterConfig {
     pub cores_per_replica: f64,
     /// Most cores one query uses at once (PostgreSQL parallel query: leader plus workers).
     pub query_parallelism: f64,
+    /// PLB's parameters on this budget (the paper's by default).
+    pub plb: PlbParams,
 }
 
 impl Default for ClusterConfig {
@@ -54,6 +59,23 @@ impl Default for ClusterConfig {
             replicas: 5,
             cores_per_replica: 18.0,
             query_parallelism: 1.0,
+            plb: PlbParams::PAPER,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// `bench/plb-live.sh`'s cluster: five replicas held to a quarter core each, PLB with
+    /// θ_P = θ_F = 3 sessions (its `THETA`), the paper's other parameters.
+    pub fn live() -> Self {
+        Self {
+            cores_per_replica: 0.25,
+            plb: PlbParams {
+                theta_premium: 3,
+                theta_freemium: 3,
+                ..PlbParams::PAPER
+            },
+            ..Self::default()
         }
     }
 }
@@ -99,7 +121,36 @@ impl Default for DemandModel {
     }
 }
 
+/// `bench/plb-live.sh`'s query mix as (weight, core-milliseconds): pricing summary, top-N,
+/// join, range aggregate, distinct count, point lookup. Measured as each query's median
+/// latency alone on a quarter-core replica; the four that outlast the CFS quota's 25 ms
+/// burst ran at a quarter core (core time = latency / 4), the two short ones at a full core.
+pub const LIVE_QUERY_COST_MS: [(u32, f64); 6] = [
+    (2, 39.0),
+    (2, 30.0),
+    (2, 28.0),
+    (3, 11.0),
+    (1, 101.0),
+    (4, 0.7),
+];
+
 impl DemandModel {
+    /// The live harness's mix: each template repeated by its weight (templates are drawn
+    /// uniformly), the mixture's mean the weighted mean of the measured costs.
+    pub fn live() -> Self {
+        let sigma: f64 = 0.25;
+        let relative_medians: Vec<f64> = LIVE_QUERY_COST_MS
+            .iter()
+            .flat_map(|&(weight, ms)| std::iter::repeat_n(ms / 1000.0, weight as usize))
+            .collect();
+        let median_mean = relative_medians.iter().sum::<f64>() / relative_medians.len() as f64;
+        Self {
+            relative_medians,
+            sigma,
+            mean_demand_s: median_mean * (sigma * sigma / 2.0).exp(),
+        }
+    }
+
     /// Draws one query's demand in core-seconds.
     pub fn sample(&self, rng: &mut SimRng) -> f64 {
         let template = self.relative_medians[rng.index(self.relative_medians.len())];
@@ -152,6 +203,21 @@ impl WorkloadConfig {
         }
     }
 
+    /// `bench/plb-live.sh`'s clients: arrivals for D = 60 s (so T = 60 × its sessions per
+    /// second), lifetimes of 5–15 s, 0.5 s think time, its query mix.
+    pub fn live(terminals: f64, premium_share: f64) -> Self {
+        Self {
+            terminals,
+            arrival_period_s: 60.0,
+            arrivals_until_s: 60.0,
+            premium_share,
+            lifetime_range_s: (5.0, 15.0),
+            think_mean_s: 0.5,
+            session_end: SessionEnd::AfterRunningQuery,
+            demand: DemandModel::live(),
+        }
+    }
+
     /// Session arrival rate λ = T / D per second.
     pub fn arrival_rate_per_s(&self) -> f64 {
         self.terminals / self.arrival_period_s
@@ -161,6 +227,25 @@ impl WorkloadConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_mix_mean_is_the_weighted_mean_of_its_costs() {
+        let model = DemandModel::live();
+        let weights: u32 = LIVE_QUERY_COST_MS.iter().map(|&(w, _)| w).sum();
+        let weighted_ms: f64 = LIVE_QUERY_COST_MS
+            .iter()
+            .map(|&(w, ms)| f64::from(w) * ms)
+            .sum();
+        assert_eq!(model.relative_medians.len(), weights as usize);
+        let mut rng = SimRng::new(5);
+        let n = 200_000;
+        let mean = (0..n).map(|_| model.sample(&mut rng)).sum::<f64>() / n as f64;
+        let expected = weighted_ms / f64::from(weights) / 1000.0 * (0.25f64 * 0.25 / 2.0).exp();
+        assert!(
+            (mean - expected).abs() < expected * 0.02,
+            "mean {mean}, expected {expected}"
+        );
+    }
 
     #[test]
     fn demand_mixture_mean_matches_configuration() {

@@ -41,6 +41,9 @@
 # Exit status 3: no cgroup CPU controller that can be written here.
 # Environment (defaults; --quick shortens the runs, keeps only the cascade and no variants):
 #   REPLICAS=5 REPLICA_CPU=0.25 SCALE=5 SEED=1 DURATION=60 LIGHT_DURATION=40
+#   QUERIES=pgbench (the TPC-H-shaped mix over pgbench -i -s $SCALE) or tpch (TPC-H data from
+#   tpchgen-cli at TPCH_SCALE=0.1, installed with pip when missing, and the TPC-H queries of
+#   bench/plb-live-tpch.tsv; heavier, so lower RATE)
 #   LIFETIME=5:15 THINK=0.5 PREMIUM_SHARE=0.25 RATE=2.5 (sessions/s at contention, both
 #   classes) LIGHT_RATE=0.3 STRATEGIES="5RR 3RR+2RR 4RR+1RR PLB" THETA=3 POOL_SIZE=20
 #   FAILURES="cascade class-local" (--quick: cascade) FAIL_DURATION=150 (--quick: 40)
@@ -56,6 +59,8 @@ QUICK=0
 REPLICAS="${REPLICAS:-5}"
 REPLICA_CPU="${REPLICA_CPU:-0.25}"
 SCALE="${SCALE:-5}"
+QUERIES="${QUERIES:-pgbench}"
+TPCH_SCALE="${TPCH_SCALE:-0.1}"
 SEED="${SEED:-1}"
 DURATION="${DURATION:-$([ "$QUICK" = 1 ] && echo 22 || echo 60)}"
 LIGHT_DURATION="${LIGHT_DURATION:-$([ "$QUICK" = 1 ] && echo 15 || echo 40)}"
@@ -87,6 +92,13 @@ if [ -z "${PGTIER_LOAD_BIN:-}" ]; then
   PGTIER_LOAD_BIN="$CARGO_TARGET_DIR/release/pgtier-load"
 fi
 mkdir -p "$OUT"
+case "$QUERIES" in
+  pgbench) ;;
+  tpch)
+    command -v tpchgen-cli >/dev/null || { log "installing tpchgen-cli (pip)"; pip install -q tpchgen-cli >/dev/null 2>&1 || true; }
+    command -v tpchgen-cli >/dev/null || { log "QUERIES=tpch needs tpchgen-cli (pip install tpchgen-cli)"; exit 1; } ;;
+  *) log "QUERIES is pgbench or tpch, not $QUERIES"; exit 1 ;;
+esac
 
 # ---- cgroups -----------------------------------------------------------------------------
 # cg_mode: v2 (one hierarchy with the cpu controller) or v1 (cpu + cpuacct hierarchies).
@@ -167,7 +179,8 @@ trap 'exit 130' INT TERM
 
 pg_port="$(free_port)"; pgtier_port="$(free_port)"
 mkdir -p "$work/primary"; chown postgres:postgres "$work/primary"
-log "primary on 127.0.0.1:$pg_port (pgbench -i -s $SCALE)"
+data="$([ "$QUERIES" = tpch ] && echo "TPC-H SF $TPCH_SCALE (tpchgen-cli)" || echo "pgbench scale $SCALE")"
+log "primary on 127.0.0.1:$pg_port ($data)"
 pg_initdb "$work/primary" "$pg_port" 100 "wal_level = replica
 max_wal_senders = 20
 wal_keep_size = 1024
@@ -176,7 +189,19 @@ max_parallel_workers_per_gather = 0
 jit = off"
 echo "host replication all 127.0.0.1/32 trust" >>"$work/primary/data/pg_hba.conf"
 as_pg "$bindir/pg_ctl" -D "$work/primary/data" -l "$work/primary/postgres.log" -w start >/dev/null
-as_pg "$bindir/pgbench" -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
+psql_primary() { as_pg "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@" postgres; }
+if [ "$QUERIES" = tpch ]; then
+  tpchgen-cli -s "$TPCH_SCALE" --output-dir="$work/tpch" >/dev/null
+  psql_primary <"$repo/bench/plb-live-tpch.sql" >/dev/null
+  for t in region nation supplier customer part partsupp orders lineitem; do
+    # tpchgen's .tbl lines end with the delimiter, which COPY would read as one more column.
+    sed 's/|$//' "$work/tpch/$t.tbl" | psql_primary -c "COPY $t FROM STDIN WITH (FORMAT text, DELIMITER '|')"
+  done
+  psql_primary -c "ANALYZE"
+  rm -rf "$work/tpch"
+else
+  as_pg "$bindir/pgbench" -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
+fi
 as_pg "$bindir/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CHECKPOINT" postgres
 
 declare -a rport
@@ -284,6 +309,9 @@ switch_to() {
 
 # ---- queries -----------------------------------------------------------------------------
 accounts=$((SCALE * 100000))
+if [ "$QUERIES" = tpch ]; then
+  cp bench/plb-live-tpch.tsv "$work/queries.tsv"
+else
 cat >"$work/queries.tsv" <<Q
 # name	weight	SQL: TPC-H-like shapes over the pgbench tables
 pricing_summary	2	SELECT bid, count(*), sum(abalance), avg(abalance), min(aid), max(aid) FROM pgbench_accounts GROUP BY bid
@@ -293,6 +321,7 @@ range_revenue	3	SELECT sum(abalance), count(*) FROM pgbench_accounts WHERE aid B
 distinct_filler	1	SELECT count(DISTINCT substr(filler, 1, 4)) FROM pgbench_accounts WHERE aid % 3 = 0
 point_lookup	4	SELECT * FROM pgbench_accounts WHERE aid = $((accounts / 3))
 Q
+fi
 
 # ---- runs --------------------------------------------------------------------------------
 # faults PLAN: runs in the background during a load; PLAN is "SECONDS:kill|start:REPLICA ...",
@@ -389,7 +418,7 @@ ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
 {
   echo "# PLB live, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "$REPLICAS replicas at $REPLICA_CPU cores each (cgroup $cg_mode), pgbench scale $SCALE, seed $SEED;"
+  echo "$REPLICAS replicas at $REPLICA_CPU cores each (cgroup $cg_mode), $data, seed $SEED;"
   echo "premium share $PREMIUM_SHARE, lifetime $LIFETIME s, think $THINK s, θ = $THETA, pool $POOL_SIZE per replica."
   echo
   echo "## Light load (5RR, $LIGHT_RATE sessions/s)"

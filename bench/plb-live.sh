@@ -8,9 +8,9 @@
 # For each strategy the config's `routing` is rewritten and pgtier reloaded (SIGHUP), then
 # `pgtier-load run` plays the same seeded workload (common random numbers): Poisson session
 # arrivals per class, lifetimes in $LIFETIME, exponential think time, and a weighted mix of
-# analytical queries over the pgbench tables (scans, aggregates, a join, a top-N sort: tens to
-# hundreds of milliseconds each on a capped replica; parallel query is off so that a query's
-# cost stays on its replica's quota).
+# analytical queries (QUERIES=pgbench: TPC-H shapes over the pgbench tables; QUERIES=tpch:
+# TPC-H queries over tpchgen-cli data; tens of milliseconds to seconds each on a capped
+# replica; parallel query is off so that a query's cost stays on its replica's quota).
 #
 # Runs: a light-load 5RR run (the reference for "contention"), then every strategy at
 # contention. Per run: per-class median, p95, mean and goodput (pgtier-load summarize),

@@ -94,7 +94,8 @@ fn replica_ids(range: std::ops::Range<usize>) -> Result<Vec<ReplicaId>, String> 
         .collect()
 }
 
-/// Builds the router of `strategy` for `replicas` replicas.
+/// Builds the router of `strategy` for the cluster's replicas (PLB with the cluster's
+/// parameters).
 pub fn build_router(
     strategy: Strategy,
     cluster: &ClusterConfig,

@@ -35,7 +35,12 @@
 # two replicas drawn from those serving the session's class (a reader entry with
 # plb_per_transaction; the primary, uncapped, serves only reads no replica may take, counted
 # as primary_fallbacks in <run>-readers.csv). PLB+kp1: PLB with K_P = 1 (premium-side
-# borrowing by freemium allowed down to one premium replica).
+# borrowing by freemium allowed down to one premium replica). PLB+txsignal: PLB deciding on
+# transactions in flight instead of open sessions (`load_signal = "in_flight"`, θ = THETA_TX
+# transactions per replica); sessions stay pinned as in PLB. FAIL_VARIANTS run in each
+# failure scenario next to its two strategies: PLB+drain is PLB with the recovery-tail drain
+# (`recovery_drain = true`: after a rejoin, sessions leave overloaded survivors between
+# transactions, and the rejoined replica goes to the needier class).
 #
 # Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
 # Exit status 3: no cgroup CPU controller that can be written here.
@@ -45,10 +50,12 @@
 #   tpchgen-cli at TPCH_SCALE=0.1, installed with pip when missing, and the TPC-H queries of
 #   bench/plb-live-tpch.tsv; heavier, so lower RATE)
 #   LIFETIME=5:15 THINK=0.5 PREMIUM_SHARE=0.25 RATE=2.5 (sessions/s at contention, both
-#   classes) LIGHT_RATE=0.3 STRATEGIES="5RR 3RR+2RR 4RR+1RR PLB" THETA=3 POOL_SIZE=20
+#   classes) LIGHT_RATE=0.3 STRATEGIES="5RR 3RR+2RR 4RR+1RR PLB" THETA=3 THETA_TX=2
+#   POOL_SIZE=20
 #   FAILURES="cascade class-local" (--quick: cascade) FAIL_DURATION=150 (--quick: 40)
-#   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight" (--quick: none; PLB+kp1 on request)
-#   WAIT_POOL=2
+#   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight PLB+txsignal" (--quick: none;
+#   PLB+kp1 on request)
+#   WAIT_POOL=2 FAIL_VARIANTS="" (e.g. "PLB+drain")
 #   PGTIER_BIN=<release build> OUT=bench/out/plb-live-<time>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,11 +78,13 @@ RATE="${RATE:-2.5}"
 LIGHT_RATE="${LIGHT_RATE:-0.3}"
 STRATEGIES="${STRATEGIES:-5RR 3RR+2RR 4RR+1RR PLB}"
 THETA="${THETA:-3}"
+THETA_TX="${THETA_TX:-2}"
 POOL_SIZE="${POOL_SIZE:-20}"
 FAILURES="${FAILURES-$([ "$QUICK" = 1 ] && echo cascade || echo "cascade class-local")}"
 FAIL_DURATION="${FAIL_DURATION:-$([ "$QUICK" = 1 ] && echo 40 || echo 150)}"
-VARIANTS="${VARIANTS-$([ "$QUICK" = 1 ] && echo "" || echo "PLB+wait-fifo PLB+wait-class PLB+inflight")}"
+VARIANTS="${VARIANTS-$([ "$QUICK" = 1 ] && echo "" || echo "PLB+wait-fifo PLB+wait-class PLB+inflight PLB+txsignal")}"
 WAIT_POOL="${WAIT_POOL:-2}"
+FAIL_VARIANTS="${FAIL_VARIANTS:-}"
 OUT="${OUT:-bench/out/plb-live-$(date -u +%Y%m%dT%H%M%SZ)}"
 
 # shellcheck source=bench/lib.sh
@@ -231,10 +240,16 @@ routing_block() {
     5RR) echo 'routing = "round_robin"' ;;
     3RR+2RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2)" "$(r $(seq 3 $((REPLICAS - 1))))" ;;
     4RR+1RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2 3)" "$(r $(seq 4 $((REPLICAS - 1))))" ;;
-    PLB*) printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$THETA" "$THETA"
+    PLB*) theta="$THETA"; case "$1" in *+txsignal) theta="$THETA_TX" ;; esac
+      printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$theta" "$theta"
       # PLB+kp1: K_P = 1, so freemium may borrow a Premium-empty premium replica while premium
-      # keeps one (the paper's K_P = |R_P| = 2 never lets it).
-      case "$1" in *+kp1) echo 'premium_target = 1' ;; esac ;;
+      # keeps one (the paper's K_P = |R_P| = 2 never lets it). PLB+txsignal: θ counts
+      # transactions in flight, not open sessions.
+      case "$1" in
+        *+kp1) echo 'premium_target = 1' ;;
+        *+txsignal) echo 'load_signal = "in_flight"' ;;
+        *+drain) echo 'recovery_drain = true' ;;
+      esac ;;
     *) log "unknown strategy $1"; exit 1 ;;
   esac
 }
@@ -368,6 +383,9 @@ run_load() {
   admin "SHOW ROLE_EVENTS" >"$OUT/$label-role_events.csv" 2>/dev/null || true
   admin "SHOW EVENTS" >"$OUT/$label-events.csv" 2>/dev/null || true
   admin "SHOW READERS" >"$OUT/$label-readers.csv" 2>/dev/null || true
+  # Repins and drain_moves (PLB+drain), counted since the router was built (a reload that
+  # changes the routing builds a new one).
+  admin "SHOW ROUTERS" >"$OUT/$label-routers.csv" 2>/dev/null || true
 }
 
 echo "label,replica,cpu_s,u" >"$OUT/replica_cpu.csv"
@@ -392,7 +410,7 @@ for f in $FAILURES; do
       phases="before:$ramp:$(fail_phase 3 1),fault:$(fail_phase 3 1):$(fail_phase 3 2),rejoined:$(fail_phase 3 2):$FAIL_DURATION" ;;
     *) log "unknown failure scenario $f"; exit 1 ;;
   esac
-  for s in $against; do
+  for s in $against $FAIL_VARIANTS; do
     switch_to "$s"
     run_load "$f-$s" "$RATE" "$FAIL_DURATION" "${plan[@]}"
     # The rejoined replicas must be routable again before the next run.
@@ -401,7 +419,8 @@ for f in $FAILURES; do
     done
   done
   base="${against%% *}"
-  "$PGTIER_LOAD_BIN" summarize --in "$base=$OUT/$f-$base.csv" --in "PLB=$OUT/$f-PLB.csv" \
+  extra=(); for v in $FAIL_VARIANTS; do extra+=(--in "$v=$OUT/$f-$v.csv"); done
+  "$PGTIER_LOAD_BIN" summarize --in "$base=$OUT/$f-$base.csv" --in "PLB=$OUT/$f-PLB.csv" "${extra[@]}" \
     --phases "$phases" --baseline "$base" \
     --md "$OUT/$f.md" --csv "$OUT/$f.csv" --png "$OUT/$f.png" >/dev/null
 done
@@ -430,7 +449,7 @@ ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
   cat "$OUT/contention.md"
   echo
   if [ -n "$VARIANTS" ]; then
-    echo "Variants: $VARIANTS. +wait-fifo and +wait-class: PLB with each replica's pool held to $WAIT_POOL servers, waiter_policy fifo and class; +inflight: PLB's roles with a per-transaction choice of the less busy of two replicas serving the class; +kp1: PLB with K_P = 1."
+    echo "Variants: $VARIANTS. +wait-fifo and +wait-class: PLB with each replica's pool held to $WAIT_POOL servers, waiter_policy fifo and class; +inflight: PLB's roles with a per-transaction choice of the less busy of two replicas serving the class; +kp1: PLB with K_P = 1; +txsignal: PLB deciding on transactions in flight, θ = $THETA_TX."
     echo
   fi
   for f in $FAILURES; do

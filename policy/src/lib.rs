@@ -90,8 +90,17 @@
 //! | rejoin enters as Mixed, then repair | [`Plb::handle_rejoin`] | `rejoin_enters_as_mixed_then_repairs`, `cascade_then_recovery_returns_to_the_reference_split` |
 //! | baselines drop the failed replica | [`Strategy::handle_down`] | `baselines_drop_the_failed_replica` |
 //!
-//! Invariants over random sequences of admissions (fresh and stale snapshots), releases, Down
-//! and Rejoin are property tests in `tests/properties.rs`.
+//! Beyond the papers (tests in `tests/load_signal.rs`, `tests/drain.rs`):
+//!
+//! | Option | Function | Tests |
+//! |---|---|---|
+//! | decide on transactions in flight, guard returns and premium-side borrows on pinned sessions | [`LoadSignal`], [`Loads`], [`Plb::admit_loads`], [`Plb::returns_loads`] | `idle_sessions_do_not_use_up_headroom`, `a_return_still_needs_the_replica_free_of_pinned_borrower_sessions`, `freemium_never_borrows_a_replica_with_idle_premium_sessions` |
+//! | recovery-tail drain: which session leaves an overloaded survivor after a rejoin | [`Plb::drain_move`] | `a_session_leaves_a_survivor_past_headroom_for_a_replica_with_room`, `a_mixed_replica_is_a_destination_with_its_total_load`, `a_move_must_leave_the_destination_less_loaded_than_the_source` |
+//! | the rejoined replica goes to the class under more pressure | `Plb::repair_order` | `a_rejoined_replica_goes_to_the_class_under_more_pressure` |
+//!
+//! Invariants over random sequences of admissions (fresh and stale snapshots), releases, Down,
+//! Rejoin and drain moves (with the drain on and off) are property tests in
+//! `tests/properties.rs`.
 //!
 //! Reads of a reader entry (seed 003): [`choose_read`] places one read transaction —
 //! weighted power of two choices on in-flight reads, a smooth weighted [`Alternation`] for
@@ -132,6 +141,7 @@
 mod admission;
 mod baseline;
 mod bounded;
+mod drain;
 mod load_view;
 mod params;
 mod plb;
@@ -141,6 +151,7 @@ mod replica;
 mod returns;
 mod rng;
 mod role;
+mod signal;
 mod strategy;
 mod table;
 
@@ -157,5 +168,6 @@ pub use repair::FailureError;
 pub use replica::{LoadError, MAX_REPLICAS, ReplicaId, ReplicaLoad, ReplicaSet, ServiceClass};
 pub use rng::SplitMix64;
 pub use role::{ChangeReason, Pool, Role, RoleChange};
+pub use signal::{LoadSignal, Loads};
 pub use strategy::{Draw, Strategy, StrategyName, UnknownStrategy};
 pub use table::{Conflict, LayoutError, RoleTable, RoleVector};

@@ -13,6 +13,7 @@ use crate::params::{ParamError, PlbParams};
 use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
 use crate::returns::plan_returns;
 use crate::role::{ChangeReason, Pool, Role, RoleChange};
+use crate::signal::{LoadSignal, Loads};
 use crate::table::{RoleTable, RoleVector};
 
 /// A validated PLB configuration: the parameters and the reference split (the initial layout,
@@ -21,6 +22,8 @@ use crate::table::{RoleTable, RoleVector};
 pub struct Plb {
     params: PlbParams,
     reference: RoleVector,
+    signal: LoadSignal,
+    drain: bool,
 }
 
 /// The replica chosen by one block of Algorithm 1, and the borrow it implies.
@@ -71,7 +74,36 @@ impl Plb {
         Ok(Plb {
             params,
             reference: initial.vector(),
+            signal: LoadSignal::Sessions,
+            drain: false,
         })
+    }
+
+    /// The same policy with the recovery-tail drain on or off (see [`Plb::drain_move`]): after
+    /// a rejoin, sessions leave overloaded survivors between transactions, and repair gives a
+    /// rejoined replica to the needier class first.
+    #[must_use]
+    pub const fn with_recovery_drain(mut self, drain: bool) -> Plb {
+        self.drain = drain;
+        self
+    }
+
+    /// Whether the recovery-tail drain is on.
+    pub const fn recovery_drain(&self) -> bool {
+        self.drain
+    }
+
+    /// The same policy deciding on `signal` (the caller passes the matching counts to
+    /// [`Plb::admit_loads`]).
+    #[must_use]
+    pub const fn with_load_signal(mut self, signal: LoadSignal) -> Plb {
+        self.signal = signal;
+        self
+    }
+
+    /// What this policy decides on.
+    pub const fn load_signal(&self) -> LoadSignal {
+        self.signal
     }
 
     /// The validated parameters.
@@ -84,24 +116,36 @@ impl Plb {
         self.reference
     }
 
-    /// Algorithm 1 `AssignSessionToReplica`, preceded by return evaluation. Pure: `table` is
-    /// not modified; the returned changes must be applied by the table's owner. O(K), no
-    /// allocation.
+    /// Algorithm 1 `AssignSessionToReplica`, preceded by return evaluation, deciding on open
+    /// sessions (000). Pure: `table` is not modified; the returned changes must be applied by
+    /// the table's owner. O(K), no allocation.
     pub fn admit(
         &self,
         table: &RoleTable,
         loads: &[ReplicaLoad],
         class: ServiceClass,
     ) -> Result<Admission, AdmitError> {
-        check_loads(table, loads)?;
+        self.admit_loads(table, Loads::sessions(loads), class)
+    }
+
+    /// [`Plb::admit`] on a chosen signal: `loads.signal` drives headroom, ranking and return
+    /// pressure, `loads.sessions` the pinning guards (see [`crate::LoadSignal`]).
+    pub fn admit_loads(
+        &self,
+        table: &RoleTable,
+        loads: Loads<'_>,
+        class: ServiceClass,
+    ) -> Result<Admission, AdmitError> {
+        loads.check(table.len())?;
         let mut view = table.clone();
         let mut role_changes = empty_admission_changes();
         plan_returns(&mut view, loads, &self.params, &mut role_changes);
+        let signal = loads.signal;
         let choice = match class {
-            ServiceClass::Premium => self.admit_premium(&view, loads),
+            ServiceClass::Premium => self.admit_premium(&view, signal),
             ServiceClass::Freemium => self.admit_freemium(&view, loads),
         }
-        .or_else(|| last_resort(&view, loads))
+        .or_else(|| last_resort(&view, signal))
         .ok_or(AdmitError::NoReplicaUp)?;
         if let Some(borrow) = choice.borrow {
             let overflow = role_changes.push(borrow);
@@ -124,7 +168,16 @@ impl Plb {
         table: &RoleTable,
         loads: &[ReplicaLoad],
     ) -> Result<AdmissionChanges, AdmitError> {
-        check_loads(table, loads)?;
+        self.returns_loads(table, Loads::sessions(loads))
+    }
+
+    /// [`Plb::returns`] on a chosen signal.
+    pub fn returns_loads(
+        &self,
+        table: &RoleTable,
+        loads: Loads<'_>,
+    ) -> Result<AdmissionChanges, AdmitError> {
+        loads.check(table.len())?;
         let mut view = table.clone();
         let mut changes = empty_admission_changes();
         plan_returns(&mut view, loads, &self.params, &mut changes);
@@ -141,12 +194,13 @@ impl Plb {
     }
 
     /// Lines 22–38: freemium admission.
-    fn admit_freemium(&self, view: &RoleTable, loads: &[ReplicaLoad]) -> Option<Choice> {
+    fn admit_freemium(&self, view: &RoleTable, loads: Loads<'_>) -> Option<Choice> {
         let class = ServiceClass::Freemium;
-        headroom_choice(view, loads, class, &self.params)
-            .or_else(|| borrow_mixed_for_freemium(view, loads))
+        let signal = loads.signal;
+        headroom_choice(view, signal, class, &self.params)
+            .or_else(|| borrow_mixed_for_freemium(view, signal))
             .or_else(|| self.borrow_premium_for_freemium(view, loads))
-            .or_else(|| pool_fallback(view, loads, class))
+            .or_else(|| pool_fallback(view, signal, class))
     }
 
     /// Lines 12–19: while `|R_F| − 1 ≥ κ_F`, a Freemium donor whose load (total, as it would
@@ -177,17 +231,17 @@ impl Plb {
     }
 
     /// Lines 32–36: a Premium-empty Premium replica, least loaded, while `|R_P| − 1 ≥ K_P`.
-    fn borrow_premium_for_freemium(
-        &self,
-        view: &RoleTable,
-        loads: &[ReplicaLoad],
-    ) -> Option<Choice> {
+    /// "Premium-empty" counts pinned sessions whatever the signal: an idle premium session
+    /// returns to its replica at its next transaction.
+    fn borrow_premium_for_freemium(&self, view: &RoleTable, loads: Loads<'_>) -> Option<Choice> {
         let premium_pool = view.owned(ServiceClass::Premium);
         if premium_pool < self.params.premium_target as usize + 1 {
             return None;
         }
-        let donor = least_by(view, loads, |role, load| {
-            (role == Role::Premium && load.premium == 0).then_some(load.total())
+        let mut pinned = loads.sessions.iter();
+        let donor = least_by(view, loads.signal, |role, load| {
+            let premium_empty = pinned.next().is_some_and(|s| s.premium == 0);
+            (role == Role::Premium && premium_empty).then_some(load.total())
         })?;
         Some(Choice::borrow(
             donor,
@@ -205,17 +259,6 @@ fn min_class_load(view: &RoleTable, loads: &[ReplicaLoad], class: ServiceClass) 
         .zip(loads)
         .filter_map(|(&role, &load)| class_load(role, load, class))
         .min()
-}
-
-fn check_loads(table: &RoleTable, loads: &[ReplicaLoad]) -> Result<(), AdmitError> {
-    if loads.len() == table.len() {
-        Ok(())
-    } else {
-        Err(AdmitError::LoadCount {
-            replicas: table.len(),
-            loads: loads.len(),
-        })
-    }
 }
 
 /// Lines 3–5 / 23–25: least-loaded replica of the class's routing pool whose class load is

@@ -8,8 +8,9 @@
 use core::fmt;
 
 use crate::admission::{RepairChanges, empty_repair_changes};
+use crate::load_view::class_load;
 use crate::plb::Plb;
-use crate::replica::{ReplicaId, ReplicaLoad};
+use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
 use crate::returns::return_destination;
 use crate::role::{ChangeReason, Pool, Role, RoleChange};
 use crate::table::{RoleTable, RoleVector};
@@ -210,7 +211,8 @@ impl Plb {
     ) {
         for _ in 0..table.len() {
             let current = table.vector();
-            let Some(needy) = [Pool::Premium, Pool::Freemium, Pool::Mixed]
+            let Some(needy) = self
+                .repair_order(table, loads)
                 .into_iter()
                 .find(|&pool| current.of(pool) < target.of(pool))
             else {
@@ -226,6 +228,46 @@ impl Plb {
                 needy.role(),
                 ChangeReason::RepairToTarget,
             );
+        }
+    }
+
+    /// Which deficit repair fills first: Premium, then Freemium, then Mixed (001). With the
+    /// recovery-tail drain, the class under more pressure first, so the least-loaded donor
+    /// (after a rejoin, the rejoined replica) goes to the class that lost the most. Pressure is
+    /// the class's sessions on healthy replicas over the headroom of its routing pool,
+    /// `θ_c · max(1, |pool|)`. Ties keep 001's order.
+    fn repair_order(&self, table: &RoleTable, loads: &[ReplicaLoad]) -> [Pool; 3] {
+        let default = [Pool::Premium, Pool::Freemium, Pool::Mixed];
+        if !self.recovery_drain() {
+            return default;
+        }
+        let pressure = |class: ServiceClass| {
+            let (mut sessions, mut pool) = (0u64, 0u64);
+            for (&role, &load) in table.roles().iter().zip(loads) {
+                if role.is_up() {
+                    sessions += u64::from(load.of(class));
+                }
+                if class_load(role, load, class).is_some() {
+                    pool += 1;
+                }
+            }
+            (
+                sessions,
+                pool.max(1) * u64::from(self.params().theta(class)),
+            )
+        };
+        let (premium, freemium) = (
+            pressure(ServiceClass::Premium),
+            pressure(ServiceClass::Freemium),
+        );
+        // premium.0 / premium.1 < freemium.0 / freemium.1 without division (θ ≥ 1, so both
+        // denominators are positive).
+        let freemium_needier = u128::from(premium.0) * u128::from(freemium.1)
+            < u128::from(freemium.0) * u128::from(premium.1);
+        if freemium_needier {
+            [Pool::Freemium, Pool::Premium, Pool::Mixed]
+        } else {
+            default
         }
     }
 

@@ -12,6 +12,7 @@ use crate::load_view::class_load;
 use crate::params::PlbParams;
 use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
 use crate::role::{ChangeReason, Pool, Role, RoleChange};
+use crate::signal::Loads;
 use crate::table::RoleTable;
 
 /// Where a replica borrowed for `borrower` goes when released: the opposite class's pool while
@@ -89,22 +90,24 @@ impl Pressure {
 }
 
 /// Plans every eligible return in index order, applying each to `view` so later destinations
-/// see the pools as they will be. Appends the changes to `out`. O(K).
+/// see the pools as they will be. Appends the changes to `out`. O(K). Pressure is judged on
+/// the decision signal; "no session of the borrower" on pinned sessions, whatever the signal.
 pub(crate) fn plan_returns(
     view: &mut RoleTable,
-    loads: &[ReplicaLoad],
+    loads: Loads<'_>,
     params: &PlbParams,
     out: &mut AdmissionChanges,
 ) {
+    let (signal, sessions) = (loads.signal, loads.sessions);
     if !view.roles().iter().any(|role| role.is_borrowed()) {
         return;
     }
-    let mut pressure = Pressure::measure(view, loads, params);
+    let mut pressure = Pressure::measure(view, signal, params);
     let mut pool_sizes = [
         view.owned(ServiceClass::Premium),
         view.owned(ServiceClass::Freemium),
     ];
-    for (index, &load) in loads.iter().enumerate().take(view.len()) {
+    for (index, (&load, pinned)) in signal.iter().zip(sessions).enumerate().take(view.len()) {
         let Some(replica) = ReplicaId::from_index(index) else {
             break;
         };
@@ -114,7 +117,7 @@ pub(crate) fn plan_returns(
         let Some(borrower) = role.borrower() else {
             continue;
         };
-        if load.of(borrower) != 0 || !pressure.eased_without(role, load, borrower) {
+        if pinned.of(borrower) != 0 || !pressure.eased_without(role, load, borrower) {
             continue;
         }
         let opposite = slot(borrower.other());

@@ -13,6 +13,7 @@ use crate::plb::Plb;
 use crate::repair::FailureError;
 use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
 use crate::role::{ChangeReason, Role, RoleChange};
+use crate::signal::Loads;
 use crate::table::RoleTable;
 
 /// Configuration names of the strategies.
@@ -122,7 +123,8 @@ impl Strategy {
         }
     }
 
-    /// Routes one session of `class`. Only PLB returns role changes. Pure, O(K).
+    /// Routes one session of `class` on open-session counts. Only PLB returns role changes.
+    /// Pure, O(K).
     pub fn route(
         &self,
         table: &RoleTable,
@@ -130,14 +132,22 @@ impl Strategy {
         class: ServiceClass,
         draw: Draw,
     ) -> Result<Admission, AdmitError> {
-        if loads.len() != table.len() {
-            return Err(AdmitError::LoadCount {
-                replicas: table.len(),
-                loads: loads.len(),
-            });
-        }
+        self.route_loads(table, Loads::sessions(loads), class, draw)
+    }
+
+    /// [`Strategy::route`] with both counts: PLB decides on `loads.signal` (see
+    /// [`crate::LoadSignal`]); the baselines balance open sessions.
+    pub fn route_loads(
+        &self,
+        table: &RoleTable,
+        loads: Loads<'_>,
+        class: ServiceClass,
+        draw: Draw,
+    ) -> Result<Admission, AdmitError> {
+        loads.check(table.len())?;
+        let sessions = loads.sessions;
         let (replica, rule) = match self {
-            Strategy::Plb(plb) => return plb.admit(table, loads, class),
+            Strategy::Plb(plb) => return plb.admit_loads(table, loads, class),
             Strategy::RoundRobin => (round_robin(table, draw.ticket), AdmissionRule::RoundRobin),
             Strategy::Dedicated(dedicated) => {
                 let replica = dedicated.route(table, class, draw.ticket);
@@ -145,10 +155,13 @@ impl Strategy {
                 (Some(replica), AdmissionRule::Dedicated)
             }
             Strategy::P2c(p2c) => (
-                p2c.route(table, loads, draw.random),
+                p2c.route(table, sessions, draw.random),
                 AdmissionRule::PowerOfTwoChoices,
             ),
-            Strategy::LeastSessions => (least_sessions(table, loads), AdmissionRule::LeastSessions),
+            Strategy::LeastSessions => (
+                least_sessions(table, sessions),
+                AdmissionRule::LeastSessions,
+            ),
         };
         Ok(Admission {
             replica: replica.ok_or(AdmitError::NoReplicaUp)?,

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use pgtier_policy::{
-    AdmissionRule, ChangeReason, Plb, PlbParams, ReplicaId, ReplicaLoad, Role, RoleTable,
+    AdmissionRule, ChangeReason, Loads, Plb, PlbParams, ReplicaId, ReplicaLoad, Role, RoleTable,
     ServiceClass,
 };
 use proptest::prelude::*;
@@ -20,6 +20,8 @@ enum Op {
     Rejoin(u8),
     /// Decide on a stale snapshot taken `age` steps ago (as a shard would), then apply.
     StaleOpen(ServiceClass, usize),
+    /// Ask the recovery-tail drain about one session; move it (release, re-admit) if told.
+    Drain(usize),
 }
 
 fn class() -> impl Strategy<Value = ServiceClass> {
@@ -33,6 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..K as u8).prop_map(Op::Down),
         1 => (0..K as u8).prop_map(Op::Rejoin),
         2 => (class(), 1usize..4).prop_map(|(c, age)| Op::StaleOpen(c, age)),
+        2 => any::<usize>().prop_map(Op::Drain),
     ]
 }
 
@@ -72,10 +75,12 @@ struct World {
 }
 
 impl World {
-    fn new(params: PlbParams) -> World {
+    fn new(params: PlbParams, drain: bool) -> World {
         let table = layout(K, &[0, 1], &[2, 3]);
         World {
-            plb: Plb::new(params, &table).expect("generated params are valid"),
+            plb: Plb::new(params, &table)
+                .expect("generated params are valid")
+                .with_recovery_drain(drain),
             loads: vec![ReplicaLoad::default(); K],
             sessions: Vec::new(),
             history: vec![table.clone()],
@@ -92,6 +97,7 @@ impl World {
             Op::Close(pick) => self.close(pick)?,
             Op::Down(index) => self.down(r(index))?,
             Op::Rejoin(index) => self.rejoin(r(index))?,
+            Op::Drain(pick) => self.drain(pick)?,
         }
         self.history.push(self.table.clone());
         self.check_invariants()
@@ -268,6 +274,25 @@ impl World {
         Ok(())
     }
 
+    fn drain(&mut self, pick: usize) -> Result<(), TestCaseError> {
+        if self.sessions.is_empty() {
+            return Ok(());
+        }
+        let index = pick % self.sessions.len();
+        let (replica, class) = self.sessions[index];
+        let moves = self
+            .plb
+            .drain_move(&self.table, Loads::sessions(&self.loads), replica, class);
+        if !self.plb.recovery_drain() {
+            prop_assert!(!moves, "the drain moved a session while off");
+        }
+        if moves {
+            self.close(index)?;
+            self.open(class, 0)?;
+        }
+        Ok(())
+    }
+
     fn down(&mut self, replica: ReplicaId) -> Result<(), TestCaseError> {
         let was_up = self.table.is_up(replica);
         // Sessions on the failed replica die with it.
@@ -339,9 +364,10 @@ proptest! {
     #[test]
     fn random_event_sequences_keep_every_invariant(
         params in params(),
+        drain in any::<bool>(),
         ops in prop::collection::vec(op(), 1..400),
     ) {
-        let mut world = World::new(params);
+        let mut world = World::new(params, drain);
         for op in &ops {
             world.step(op)?;
         }
@@ -352,8 +378,9 @@ proptest! {
         params in params(),
         order in Just((0..K as u8).collect::<Vec<_>>()).prop_shuffle(),
         cut in 1..K,
+        drain in any::<bool>(),
     ) {
-        let mut world = World::new(params);
+        let mut world = World::new(params, drain);
         for _ in 0..30 {
             world.step(&Op::Open(ServiceClass::Premium))?;
             world.step(&Op::Open(ServiceClass::Freemium))?;
@@ -384,7 +411,7 @@ fn random_walks_reach_every_rule_and_reason() {
             freemium_target: (seed / 3 % 3) as u32,
             ..PlbParams::PAPER
         };
-        let mut world = World::new(params);
+        let mut world = World::new(params, seed % 2 == 1);
         for _ in 0..600 {
             let class = if rng.below(2) == 0 {
                 ServiceClass::Premium
@@ -396,6 +423,7 @@ fn random_walks_reach_every_rule_and_reason() {
                 1 => Op::Rejoin(rng.below(K as u64) as u8),
                 2..=3 => Op::StaleOpen(class, 1 + rng.below(3) as usize),
                 4..=11 => Op::Open(class),
+                12 => Op::Drain(rng.next_u64() as usize),
                 _ => Op::Close(rng.next_u64() as usize),
             };
             world.step(&op).expect("invariants hold");

@@ -121,6 +121,18 @@ impl ReplicaLease for EngineLease {
         self.epoch_seen = epoch;
         router.is_down(self.lease.replica())
     }
+
+    fn transaction_started(&mut self) {
+        self.lease.begin_transaction();
+    }
+
+    fn transaction_ended(&mut self) {
+        self.lease.end_transaction();
+    }
+
+    fn should_move(&mut self) -> bool {
+        self.lease.should_move()
+    }
 }
 
 fn admission(admission: control::Admission) -> Admission {

@@ -67,6 +67,8 @@ fn paper_router(cluster: &Cluster) -> Arc<ReplicaRouter> {
             freemium_floor: 1,
             premium_target: 2,
             freemium_target: 2,
+            load_signal: Default::default(),
+            recovery_drain: false,
         }),
         role_events_capacity: 1024,
         control_queue_capacity: 1024,

@@ -32,6 +32,8 @@ fn router() -> Arc<ReplicaRouter> {
             freemium_floor: 1,
             premium_target: 2,
             freemium_target: 2,
+            load_signal: Default::default(),
+            recovery_drain: false,
         }),
         role_events_capacity: 1 << 16,
         control_queue_capacity: 1024,

@@ -32,6 +32,8 @@ fn settings() -> PlbSettings {
         freemium_floor: 1,
         premium_target: 2,
         freemium_target: 2,
+        load_signal: Default::default(),
+        recovery_drain: false,
     }
 }
 

@@ -120,15 +120,5 @@ fn plb_sessions_land_where_algorithm_1_says() {
     }
 
     drop((p2, p4, f1, f2, f3));
-    wait_for("every session released", RETURN_WAIT, || {
-        layout(&proxy, &cluster)
-            .iter()
-            .all(|row| row.1 == 0 && row.2 == 0)
-    });
-    assert_eq!(
-        roles(&proxy, &cluster),
-        ["premium", "premium", "freemium", "freemium", "mixed"]
-    );
-    proxy.shutdown(pgtier_shard::ShutdownMode::Immediate);
-    proxy.join().expect("clean shutdown");
+    replicas::expect_released_and_stop(proxy, &cluster, RETURN_WAIT, replicas::PAPER_ROLES);
 }

@@ -88,6 +88,8 @@ pub struct RunObservations {
     pub events: u64,
     /// The router's role labels after each fault event and at each phase boundary.
     pub role_trace: Vec<(f64, Vec<String>)>,
+    /// Sessions the recovery-tail drain moved to another replica between two queries.
+    pub drain_moves: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +169,8 @@ struct Session {
     /// Per-session stream for demands and think times, so strategies compared under the
     /// same seed see the same work (common random numbers).
     rng: SimRng,
+    /// The router's drain epoch this session last asked about.
+    drain_seen: u64,
 }
 
 /// Random stream identifiers.
@@ -251,6 +255,7 @@ impl<'a> Engine<'a> {
                 placements_on_down_replica: 0,
                 events: 0,
                 role_trace: Vec::new(),
+                drain_moves: 0,
             },
         }
     }
@@ -336,12 +341,14 @@ impl<'a> Engine<'a> {
             self.out.phases[p].admitted[class.index()] += 1;
         }
         let id = self.sessions.len();
+        let drain_seen = self.router.drain_epoch();
         self.sessions.push(Session {
             class,
             replica,
             arrived_s: self.now_s,
             state: SessionState::Thinking,
             rng: SimRng::derive(session_seed, STREAM_SESSIONS),
+            drain_seen,
         });
         self.push(self.now_s + lifetime_s, EventKind::LifetimeEnd(id));
         self.start_query(id);
@@ -356,8 +363,9 @@ impl<'a> Engine<'a> {
             };
             self.config.workload.demand.sample(&mut session.rng)
         };
-        let replica = self.sessions[id].replica;
+        let (replica, class) = (self.sessions[id].replica, self.sessions[id].class);
         self.servers[replica].start(QueryId(id as u32), demand_s, self.now_s);
+        self.router.query_started(replica, class);
         self.schedule_completion(replica);
     }
 
@@ -388,6 +396,7 @@ impl<'a> Engine<'a> {
             return;
         };
         let class = self.sessions[id].class;
+        self.router.query_done(replica, class);
         for p in self.current_phases() {
             self.out.phases[p].latencies_s[class.index()].push(self.now_s - started_s);
         }
@@ -403,7 +412,41 @@ impl<'a> Engine<'a> {
 
     fn on_think_done(&mut self, id: usize) {
         if self.sessions[id].state == SessionState::Thinking {
+            self.drain(id);
+        }
+        if self.sessions[id].state == SessionState::Thinking {
             self.start_query(id);
+        }
+    }
+
+    /// Between two queries, once per drain epoch: the session moves if the router says so
+    /// (as a transaction pool can move a session that holds no server).
+    fn drain(&mut self, id: usize) {
+        let epoch = self.router.drain_epoch();
+        let session = &mut self.sessions[id];
+        if session.drain_seen == epoch {
+            return;
+        }
+        session.drain_seen = epoch;
+        let (replica, class) = (session.replica, session.class);
+        if !self.router.should_move(replica, class) {
+            return;
+        }
+        self.router.release(replica, class);
+        match self.router.admit(class) {
+            Some(new) if self.up.get(new).copied().unwrap_or(false) => {
+                self.sessions[id].replica = new;
+                self.out.drain_moves += 1;
+            }
+            // Released and not placed (cannot happen while its replica is up): it ends here,
+            // without a second release.
+            placed => {
+                if let Some(new) = placed {
+                    self.router.release(new, class);
+                    self.out.placements_on_down_replica += 1;
+                }
+                self.sessions[id].state = SessionState::Closed;
+            }
         }
     }
 
@@ -425,8 +468,9 @@ impl<'a> Engine<'a> {
 
     /// Closes a session whose lifetime ended mid-query, dropping the query unmeasured.
     fn abandon_running_query(&mut self, id: usize) {
-        let replica = self.sessions[id].replica;
+        let (replica, class) = (self.sessions[id].replica, self.sessions[id].class);
         self.servers[replica].remove(QueryId(id as u32), self.now_s);
+        self.router.query_done(replica, class);
         self.schedule_completion(replica);
         self.close(id);
     }

@@ -16,6 +16,25 @@ pub trait Router {
     /// A session of `class` on `replica` ended normally.
     fn release(&mut self, replica: ReplicaIndex, class: Class);
 
+    /// A query of a `class` session started running on `replica` (its transaction is in
+    /// flight until `query_done`). Strategies that count sessions ignore it.
+    fn query_started(&mut self, _replica: ReplicaIndex, _class: Class) {}
+
+    /// The query started by `query_started` finished or was abandoned.
+    fn query_done(&mut self, _replica: ReplicaIndex, _class: Class) {}
+
+    /// Changes whenever sessions should ask [`Router::should_move`] again (the recovery-tail
+    /// drain after a rejoin); constant for strategies without one.
+    fn drain_epoch(&self) -> u64 {
+        0
+    }
+
+    /// Whether a `class` session on `replica`, between two queries, should leave it; the
+    /// engine then releases it and admits it again.
+    fn should_move(&mut self, _replica: ReplicaIndex, _class: Class) -> bool {
+        false
+    }
+
     /// `replica` failed; `lost` lists the classes of the sessions that were on it, which the
     /// engine has already terminated (they are never released through `release`).
     fn replica_down(&mut self, replica: ReplicaIndex, lost: &[Class]);

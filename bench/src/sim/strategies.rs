@@ -4,8 +4,8 @@
 //! proxy's control shard does.
 
 use pgtier_policy::{
-    Admission, Dedicated, Draw, P2c, Plb, PlbParams, ReplicaId, ReplicaLoad, RoleChange, RoleTable,
-    ServiceClass, SplitMix64, Strategy as PolicyStrategy,
+    Admission, Dedicated, Draw, LoadSignal, Loads, P2c, Plb, PlbParams, ReplicaId, ReplicaLoad,
+    RoleChange, RoleTable, ServiceClass, SplitMix64, Strategy as PolicyStrategy,
 };
 
 use super::router::{ReplicaIndex, Router};
@@ -16,6 +16,12 @@ use super::workload::{Class, ClusterConfig};
 pub enum Strategy {
     /// KPLB with the paper's configuration for K = 5.
     Plb,
+    /// KPLB deciding on transactions in flight instead of open sessions (beyond the paper),
+    /// with the cluster's `plb_in_flight` parameters.
+    PlbTxSignal,
+    /// KPLB with the recovery-tail drain (beyond 001): after a rejoin, sessions leave
+    /// overloaded survivors between queries, and repair serves the needier class first.
+    PlbDrain,
     /// KRR: one shared round-robin pool.
     RoundRobin,
     /// rRR+fRR: `premium` replicas dedicated to premium, the next `freemium` to freemium.
@@ -52,6 +58,8 @@ impl Strategy {
     pub fn label(self, replicas: usize) -> String {
         match self {
             Strategy::Plb => format!("{replicas}PLB"),
+            Strategy::PlbTxSignal => format!("{replicas}PLB+txsignal"),
+            Strategy::PlbDrain => format!("{replicas}PLB+drain"),
             Strategy::RoundRobin => format!("{replicas}RR"),
             Strategy::Dedicated { premium, freemium } => format!("{premium}RR+{freemium}RR"),
             Strategy::PowerOfTwoChoices => "p2c".to_string(),
@@ -64,6 +72,12 @@ impl Strategy {
         let text = text.to_ascii_uppercase();
         if text == "PLB" || text == format!("{replicas}PLB") {
             return Some(Strategy::Plb);
+        }
+        if text == "PLB+TXSIGNAL" || text == format!("{replicas}PLB+TXSIGNAL") {
+            return Some(Strategy::PlbTxSignal);
+        }
+        if text == "PLB+DRAIN" || text == format!("{replicas}PLB+DRAIN") {
+            return Some(Strategy::PlbDrain);
         }
         if text == "RR" || text == format!("{replicas}RR") {
             return Some(Strategy::RoundRobin);
@@ -102,6 +116,12 @@ pub fn build_router(
 ) -> Result<Box<dyn Router>, String> {
     let router = match strategy {
         Strategy::Plb => PolicyRouter::plb(cluster.plb, cluster.replicas)?,
+        Strategy::PlbTxSignal => PolicyRouter::plb_on(
+            cluster.plb_in_flight,
+            cluster.replicas,
+            LoadSignal::InFlight,
+        )?,
+        Strategy::PlbDrain => PolicyRouter::plb(cluster.plb, cluster.replicas)?.with_drain(),
         _ => PolicyRouter::new(strategy, cluster.replicas)?,
     };
     Ok(Box::new(router))
@@ -114,6 +134,10 @@ pub struct PolicyRouter {
     strategy: PolicyStrategy,
     table: RoleTable,
     loads: Vec<ReplicaLoad>,
+    /// Queries running per replica and class (PLB's signal under `LoadSignal::InFlight`).
+    in_flight: Vec<ReplicaLoad>,
+    /// Bumped at each rejoin when PLB's recovery-tail drain is on.
+    drain_epoch: u64,
     /// Round-robin positions: one shared (KRR) or one per class (rRR+fRR), as the policy
     /// crate asks.
     tickets: [u64; 2],
@@ -134,6 +158,10 @@ impl PolicyRouter {
     pub fn new(strategy: Strategy, replicas: usize) -> Result<Self, String> {
         let (policy, table, per_class_tickets) = match strategy {
             Strategy::Plb => return Self::plb(PlbParams::PAPER, replicas),
+            Strategy::PlbTxSignal => {
+                return Self::plb_on(PlbParams::PAPER, replicas, LoadSignal::InFlight);
+            }
+            Strategy::PlbDrain => return Ok(Self::plb(PlbParams::PAPER, replicas)?.with_drain()),
             Strategy::RoundRobin => (
                 PolicyStrategy::RoundRobin,
                 RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
@@ -172,11 +200,18 @@ impl PolicyRouter {
 
     /// PLB with other parameters on the paper's layout (for sensitivity studies).
     pub fn plb(params: PlbParams, replicas: usize) -> Result<Self, String> {
+        Self::plb_on(params, replicas, LoadSignal::Sessions)
+    }
+
+    /// PLB deciding on `signal`.
+    pub fn plb_on(params: PlbParams, replicas: usize, signal: LoadSignal) -> Result<Self, String> {
         let pool = (2 * replicas / 5).max(1);
         let premium = replica_ids(0..pool)?;
         let freemium = replica_ids(pool..(2 * pool).min(replicas))?;
         let table = RoleTable::new(replicas, &premium, &freemium).map_err(|e| e.to_string())?;
-        let plb = Plb::new(params, &table).map_err(|e| e.to_string())?;
+        let plb = Plb::new(params, &table)
+            .map_err(|e| e.to_string())?
+            .with_load_signal(signal);
         Ok(Self::with(PolicyStrategy::Plb(plb), table, false))
     }
 
@@ -186,6 +221,8 @@ impl PolicyRouter {
             strategy,
             table,
             loads: vec![ReplicaLoad::default(); replicas],
+            in_flight: vec![ReplicaLoad::default(); replicas],
+            drain_epoch: 0,
             tickets: [0; 2],
             per_class_tickets,
             random: SplitMix64::new(0x9C2),
@@ -220,6 +257,38 @@ impl PolicyRouter {
         }
     }
 
+    /// The counts a decision reads: in-flight queries as the signal when PLB decides on them,
+    /// open sessions always as the pinning guard.
+    fn decision_loads(&self) -> Loads<'_> {
+        match &self.strategy {
+            PolicyStrategy::Plb(plb) if plb.load_signal() == LoadSignal::InFlight => Loads {
+                signal: &self.in_flight,
+                sessions: &self.loads,
+            },
+            _ => Loads::sessions(&self.loads),
+        }
+    }
+
+    /// The same router with PLB's recovery-tail drain on (no effect on the baselines).
+    pub fn with_drain(mut self) -> Self {
+        if let PolicyStrategy::Plb(plb) = self.strategy {
+            self.strategy = PolicyStrategy::Plb(plb.with_recovery_drain(true));
+        }
+        self
+    }
+
+    fn plb_drains(&self) -> Option<&Plb> {
+        match &self.strategy {
+            PolicyStrategy::Plb(plb) if plb.recovery_drain() => Some(plb),
+            _ => None,
+        }
+    }
+
+    /// Queries running per replica as the in-flight signal sees them.
+    pub fn in_flight(&self) -> &[ReplicaLoad] {
+        &self.in_flight
+    }
+
     /// The role table now.
     pub fn table(&self) -> &RoleTable {
         &self.table
@@ -241,7 +310,7 @@ impl Router for PolicyRouter {
             ..
         } = self
             .strategy
-            .route(&self.table, &self.loads, class, draw)
+            .route_loads(&self.table, self.decision_loads(), class, draw)
             .ok()?;
         self.apply(role_changes.as_slice());
         self.loads.get_mut(replica.index())?.admitted(class).ok()?;
@@ -258,6 +327,31 @@ impl Router for PolicyRouter {
         }
     }
 
+    fn drain_epoch(&self) -> u64 {
+        self.drain_epoch
+    }
+
+    fn should_move(&mut self, replica: ReplicaIndex, class: Class) -> bool {
+        let (Some(plb), Some(id)) = (self.plb_drains(), ReplicaId::from_index(replica)) else {
+            return false;
+        };
+        plb.drain_move(&self.table, self.decision_loads(), id, service_class(class))
+    }
+
+    fn query_started(&mut self, replica: ReplicaIndex, class: Class) {
+        if let Some(load) = self.in_flight.get_mut(replica) {
+            let counted = load.admitted(service_class(class));
+            debug_assert!(counted.is_ok(), "in-flight counter overflow");
+        }
+    }
+
+    fn query_done(&mut self, replica: ReplicaIndex, class: Class) {
+        if let Some(load) = self.in_flight.get_mut(replica) {
+            let released = load.released(service_class(class));
+            debug_assert!(released.is_ok(), "a query finished that never started");
+        }
+    }
+
     fn replica_down(&mut self, replica: ReplicaIndex, _lost: &[Class]) {
         let Some(id) = ReplicaId::from_index(replica) else {
             return;
@@ -265,6 +359,9 @@ impl Router for PolicyRouter {
         // The lost sessions are gone: the replica's counters drop to zero with them, before
         // repair looks at the loads.
         if let Some(load) = self.loads.get_mut(replica) {
+            *load = ReplicaLoad::default();
+        }
+        if let Some(load) = self.in_flight.get_mut(replica) {
             *load = ReplicaLoad::default();
         }
         if let Ok(changes) = self.strategy.handle_down(&mut self.table, id, &self.loads) {
@@ -281,6 +378,9 @@ impl Router for PolicyRouter {
             .handle_rejoin(&mut self.table, id, &self.loads)
         {
             self.role_changes += changes.len() as u64;
+        }
+        if self.plb_drains().is_some() {
+            self.drain_epoch += 1;
         }
     }
 
@@ -299,7 +399,12 @@ mod tests {
 
     #[test]
     fn labels_round_trip() {
-        let extra = [Strategy::PowerOfTwoChoices, Strategy::LeastSessions];
+        let extra = [
+            Strategy::PowerOfTwoChoices,
+            Strategy::LeastSessions,
+            Strategy::PlbTxSignal,
+            Strategy::PlbDrain,
+        ];
         for s in Strategy::paper_set().into_iter().chain(extra) {
             assert_eq!(Strategy::parse(&s.label(5), 5), Some(s));
         }
@@ -317,6 +422,46 @@ mod tests {
         assert_eq!(router.loads()[r].premium, 1);
         router.release(r, Class::Premium);
         assert_eq!(router.loads()[r].premium, 0);
+    }
+
+    #[test]
+    fn plb_on_the_in_flight_signal_counts_running_queries_not_sessions() {
+        let mut router =
+            build_router(Strategy::PlbTxSignal, &ClusterConfig::live()).expect("router");
+        // θ = 2 transactions: idle sessions all fit on replica 0.
+        let idle: Vec<_> = (0..4)
+            .filter_map(|_| router.admit(Class::Premium))
+            .collect();
+        assert_eq!(idle, [0, 0, 0, 0]);
+        router.query_started(0, Class::Premium);
+        router.query_started(0, Class::Premium);
+        assert_eq!(
+            router.admit(Class::Premium),
+            Some(1),
+            "replica 0 is full of queries"
+        );
+        router.query_done(0, Class::Premium);
+        router.query_started(1, Class::Premium);
+        router.query_started(1, Class::Premium);
+        assert_eq!(
+            router.admit(Class::Premium),
+            Some(0),
+            "a finished query frees headroom"
+        );
+        router.query_done(1, Class::Premium);
+        router.query_done(1, Class::Premium);
+    }
+
+    #[test]
+    fn a_failure_drops_the_replicas_running_queries_with_its_sessions() {
+        let mut router =
+            PolicyRouter::plb_on(PlbParams::PAPER, 5, LoadSignal::InFlight).expect("router");
+        let r = router.admit(Class::Premium).expect("placed");
+        router.query_started(r, Class::Premium);
+        assert_eq!(router.in_flight()[r].premium, 1);
+        router.replica_down(r, &[Class::Premium]);
+        assert_eq!(router.in_flight()[r], ReplicaLoad::default());
+        assert_eq!(router.loads()[r], ReplicaLoad::default());
     }
 
     #[test]

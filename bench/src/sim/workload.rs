@@ -51,6 +51,9 @@ pub struct ClusterConfig {
     pub query_parallelism: f64,
     /// PLB's parameters on this budget (the paper's by default).
     pub plb: PlbParams,
+    /// PLB's parameters when it decides on transactions in flight (`PLB+txsignal`): θ counts
+    /// running queries there, not open sessions.
+    pub plb_in_flight: PlbParams,
 }
 
 impl Default for ClusterConfig {
@@ -60,19 +63,26 @@ impl Default for ClusterConfig {
             cores_per_replica: 18.0,
             query_parallelism: 1.0,
             plb: PlbParams::PAPER,
+            plb_in_flight: PlbParams::PAPER,
         }
     }
 }
 
 impl ClusterConfig {
     /// `bench/plb-live.sh`'s cluster: five replicas held to a quarter core each, PLB with
-    /// θ_P = θ_F = 3 sessions (its `THETA`), the paper's other parameters.
+    /// θ_P = θ_F = 3 sessions (its `THETA`), the paper's other parameters; on the in-flight
+    /// signal θ = 2 transactions (its `THETA_TX`).
     pub fn live() -> Self {
         Self {
             cores_per_replica: 0.25,
             plb: PlbParams {
                 theta_premium: 3,
                 theta_freemium: 3,
+                ..PlbParams::PAPER
+            },
+            plb_in_flight: PlbParams {
+                theta_premium: 2,
+                theta_freemium: 2,
                 ..PlbParams::PAPER
             },
             ..Self::default()

@@ -250,6 +250,35 @@ pub struct PlbSettings {
     pub premium_target: u32,
     /// Freemium pool target (K_F) (|freemium|).
     pub freemium_target: u32,
+    /// What θ counts: open sessions (the paper) or transactions in flight (`load_signal`).
+    pub load_signal: PlbLoadSignal,
+    /// After a rejoin, move transaction-mode sessions off overloaded survivors between
+    /// transactions, and give the rejoined replica to the needier class (`recovery_drain`,
+    /// off: 001's behaviour).
+    pub recovery_drain: bool,
+}
+
+/// `load_signal` of `[databases.NAME.plb]`: what PLB counts as a replica's load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlbLoadSignal {
+    /// Open sessions pinned to the replica (000; the default).
+    #[default]
+    Sessions,
+    /// Transactions in flight on the replica: a session between transactions counts zero.
+    /// Meant for `pool_mode = "transaction"`; in session mode a session counts from its
+    /// first query to its end.
+    InFlight,
+}
+
+impl PlbLoadSignal {
+    /// Spelling used in the file and in admin output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PlbLoadSignal::Sessions => "sessions",
+            PlbLoadSignal::InFlight => "in_flight",
+        }
+    }
 }
 
 /// The fixed split of `routing = "dedicated"`: every replica serves exactly one class.

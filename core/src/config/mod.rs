@@ -19,8 +19,8 @@ mod validate;
 
 pub use changes::ConfigChanges;
 pub use database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReadSettings,
-    ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, UserConfig,
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings,
+    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, UserConfig,
 };
 pub use error::ConfigError;
 pub use ini::pgbouncer_keys;

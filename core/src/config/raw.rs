@@ -65,6 +65,8 @@ pub(super) struct PlbRaw {
     pub freemium_floor: Option<u32>,
     pub premium_target: Option<u32>,
     pub freemium_target: Option<u32>,
+    pub load_signal: Option<super::database::PlbLoadSignal>,
+    pub recovery_drain: Option<bool>,
 }
 
 /// `[databases.NAME.dedicated]`.

@@ -75,6 +75,36 @@ fn plb_with(lines: &str) -> String {
 }
 
 #[test]
+fn plb_load_signal_and_recovery_drain_default_to_the_paper_and_can_be_set() {
+    let plb_of = |config: &Config| match &config.database("analytics").expect("entry").servers {
+        ServerSet::Replicas(set) => match &set.routing {
+            Routing::Plb(plb) => plb.clone(),
+            other => panic!("plb expected, got {other:?}"),
+        },
+        other => panic!("replicas expected, got {other:?}"),
+    };
+    let paper = plb_of(&load_trusting(&plb_with("")).expect("valid"));
+    assert_eq!(paper.load_signal, PlbLoadSignal::Sessions);
+    assert!(!paper.recovery_drain);
+    let set = plb_of(
+        &load_trusting(&plb_with(
+            "load_signal = \"in_flight\"\nrecovery_drain = true\n",
+        ))
+        .expect("valid"),
+    );
+    assert_eq!(set.load_signal, PlbLoadSignal::InFlight);
+    assert_eq!(set.load_signal.as_str(), "in_flight");
+    assert!(set.recovery_drain);
+    let refused = load_trusting(&plb_with("load_signal = \"queries\"\n"))
+        .expect_err("an unknown signal is refused")
+        .to_string();
+    assert!(
+        refused.contains("databases.analytics.plb.load_signal: unknown variant `queries`"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn issue_example_is_valid() {
     let config = load(ISSUE_EXAMPLE).expect("the issue's example is valid");
     assert_eq!(config.pgtier.worker_count(), 1);

@@ -638,6 +638,8 @@ fn plb_settings(
         freemium_floor: raw.freemium_floor.unwrap_or(1).min(to_u32(freemium.len())),
         premium_target: raw.premium_target.unwrap_or(to_u32(premium.len())),
         freemium_target: raw.freemium_target.unwrap_or(to_u32(freemium.len())),
+        load_signal: raw.load_signal.unwrap_or_default(),
+        recovery_drain: raw.recovery_drain.unwrap_or(false),
         premium,
         freemium,
     };

@@ -24,6 +24,17 @@ pub trait ReplicaLease: fmt::Debug + Send + std::any::Any {
     /// Whether the replica went Down since this lease last asked (cheap: one atomic load
     /// when nothing failed).
     fn replica_failed(&mut self) -> bool;
+    /// The session needs a server for a transaction (PLB's in-flight signal counts it until
+    /// [`ReplicaLease::transaction_ended`] or the lease's drop). Idempotent.
+    fn transaction_started(&mut self) {}
+    /// The session's transaction ended and its server was released. Idempotent.
+    fn transaction_ended(&mut self) {}
+    /// Whether the session should move to another replica before its next transaction,
+    /// though its own is up (PLB's recovery-tail drain after a rejoin). Cheap when nothing
+    /// rejoined.
+    fn should_move(&mut self) -> bool {
+        false
+    }
 }
 
 /// An admission that was refused, with the SQLSTATE to answer.

@@ -147,7 +147,13 @@ fn replicas(routers: &[Arc<ReplicaRouter>], readers: &[Arc<ReadRouter>]) -> Resu
                 lsn.filter(|r| r.replay.is_some())
                     .map(|r| format!("{:.3}", r.lag.as_secs_f64())),
                 lsn.map(|r| bool_text(r.excluded)),
-                reader.map(|r| r.counters().in_flight(replica).to_string()),
+                // Reads in flight on a reader entry; PLB's transactions in flight when it
+                // decides on them (`load_signal = "in_flight"`).
+                match reader {
+                    Some(r) => text(r.counters().in_flight(replica)),
+                    None if router.counts_in_flight() => text(router.in_flight(replica).total()),
+                    None => None,
+                },
                 reader.map(|r| r.counters().reads(replica).to_string()),
             ]);
             rows.push(row);
@@ -238,6 +244,7 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
                 text(stats.repins),
                 text(stats.failure_reports),
                 text(router.events_recorded()),
+                text(stats.drain_moves),
             ]
         })
         .collect();
@@ -255,6 +262,7 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
             "repins",
             "failure_reports",
             "events",
+            "drain_moves",
         ]),
         rows,
     }

@@ -173,15 +173,17 @@ impl ReplicaRouter {
         authority: &mut Authority,
         class: ServiceClass,
     ) -> (Result<SessionLease, AdmissionError>, usize) {
-        let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.counters().read_into(&mut loads);
-        let decision = match self
-            .strategy()
-            .route(&authority.table, view, class, self.draw(class))
-        {
-            Ok(decision) => decision,
-            Err(error) => return (Err(error.into()), 0),
-        };
+        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let view = self.read_loads(&mut sessions, &mut in_flight);
+        let decision =
+            match self
+                .strategy()
+                .route_loads(&authority.table, view, class, self.draw(class))
+            {
+                Ok(decision) => decision,
+                Err(error) => return (Err(error.into()), 0),
+            };
         let applied = self.apply_changes(authority, decision.role_changes.as_slice());
         let counted = self.counters().claim(decision.replica, class);
         let published = usize::from(applied.applied > 0);
@@ -213,9 +215,10 @@ impl ReplicaRouter {
         let Strategy::Plb(plb) = self.strategy() else {
             return 0;
         };
-        let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.counters().read_into(&mut loads);
-        let changes = match plb.returns(&authority.table, view) {
+        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let view = self.read_loads(&mut sessions, &mut in_flight);
+        let changes = match plb.returns_loads(&authority.table, view) {
             Ok(changes) => changes,
             Err(error) => {
                 tracing::error!(router = %self.name(), %error, "return evaluation failed");
@@ -309,6 +312,12 @@ impl ReplicaRouter {
         // After the publish: a session that sees the new epoch must find its replica Down.
         if transition == HealthTransition::Down {
             self.failure_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        // After the publish too: sessions that ask see the rejoined replica's new role.
+        if transition == HealthTransition::Rejoin
+            && matches!(strategy, Strategy::Plb(plb) if plb.recovery_drain())
+        {
+            self.drain_epoch.fetch_add(1, Ordering::AcqRel);
         }
         1
     }

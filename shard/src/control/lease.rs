@@ -17,6 +17,11 @@ pub struct SessionLease {
     router: Arc<ReplicaRouter>,
     replica: ReplicaId,
     class: ServiceClass,
+    /// A transaction of the session is counted in flight on the replica (PLB's
+    /// `load_signal = "in_flight"`); released with the lease if the session ends inside one.
+    in_flight: bool,
+    /// The router's drain epoch this session last asked about (see [`SessionLease::should_move`]).
+    drain_epoch_seen: u64,
 }
 
 impl SessionLease {
@@ -26,10 +31,39 @@ impl SessionLease {
         replica: ReplicaId,
         class: ServiceClass,
     ) -> SessionLease {
+        let drain_epoch_seen = router.drain_epoch();
         SessionLease {
             router,
             replica,
             class,
+            in_flight: false,
+            drain_epoch_seen,
+        }
+    }
+
+    /// The session started a transaction: counted in flight while the router decides on that
+    /// signal. Idempotent, so every path that needs a server may call it.
+    pub fn begin_transaction(&mut self) {
+        if !self.in_flight && self.router.counts_in_flight() {
+            self.in_flight = self.router.transaction_started(self.replica, self.class);
+        }
+    }
+
+    /// Whether the session should leave its replica before its next transaction (the
+    /// recovery-tail drain). Asks the policy once per rejoin; otherwise one atomic load.
+    pub fn should_move(&mut self) -> bool {
+        let epoch = self.router.drain_epoch();
+        if epoch == self.drain_epoch_seen {
+            return false;
+        }
+        self.drain_epoch_seen = epoch;
+        self.router.should_drain(self.replica, self.class)
+    }
+
+    /// The session's transaction ended (its server was released). Idempotent.
+    pub fn end_transaction(&mut self) {
+        if std::mem::take(&mut self.in_flight) {
+            self.router.transaction_ended(self.replica, self.class);
         }
     }
 
@@ -56,6 +90,7 @@ impl SessionLease {
 
 impl Drop for SessionLease {
     fn drop(&mut self) {
+        self.end_transaction();
         self.router.release_count(self.replica, self.class);
     }
 }

@@ -34,8 +34,8 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
 use pgtier_core::config::Routing;
 use pgtier_policy::{
-    Draw, MAX_REPLICAS, PlbParams, ReplicaId, ReplicaLoad, RoleTable, ServiceClass, SplitMix64,
-    Strategy, StrategyName,
+    Draw, LoadSignal, Loads, MAX_REPLICAS, PlbParams, ReplicaId, ReplicaLoad, RoleTable,
+    ServiceClass, SplitMix64, Strategy, StrategyName,
 };
 
 use crate::control::admission_error::AdmissionError;
@@ -81,6 +81,10 @@ pub struct ReplicaRouter {
     /// that raced with the decision.
     published_generation: AtomicU64,
     counters: SessionCounters,
+    /// Transactions in flight per replica and class; kept only when PLB decides on them.
+    in_flight: SessionCounters,
+    /// `load_signal = "in_flight"`: sessions report their transactions.
+    counts_in_flight: bool,
     pub(crate) events: EventLog,
     pub(crate) requests: ArrayQueue<ControlRequest>,
     pub(crate) probe_reports: ArrayQueue<ProbeReport>,
@@ -94,6 +98,9 @@ pub struct ReplicaRouter {
     pub(crate) loads_changed: AtomicBool,
     /// Bumped at every Down, so sessions between transactions can notice with one load.
     pub(crate) failure_epoch: AtomicU64,
+    /// Bumped at every Rejoin under the recovery-tail drain: each session asks once per
+    /// value whether it should leave its replica.
+    pub(crate) drain_epoch: AtomicU64,
     /// Per replica: a failure report is queued and not yet handled.
     pub(crate) failure_reported: Box<[AtomicBool]>,
     /// The control plane has stopped: nothing will answer new requests.
@@ -133,6 +140,11 @@ impl ReplicaRouter {
             published_generation: AtomicU64::new(snapshot.generation),
             snapshot: ArcSwap::from_pointee(snapshot),
             counters: SessionCounters::new(count),
+            in_flight: SessionCounters::new(count),
+            counts_in_flight: matches!(
+                strategy,
+                Strategy::Plb(plb) if plb.load_signal() == LoadSignal::InFlight
+            ),
             requests: ArrayQueue::new(config.control_queue_capacity.max(1)),
             probe_reports: ArrayQueue::new(4 * count.max(1)),
             control_thread: ArcSwapOption::empty(),
@@ -140,6 +152,7 @@ impl ReplicaRouter {
             routing: config.routing.clone(),
             loads_changed: AtomicBool::new(false),
             failure_epoch: AtomicU64::new(0),
+            drain_epoch: AtomicU64::new(0),
             failure_reported: (0..count).map(|_| AtomicBool::new(false)).collect(),
             stopped: AtomicBool::new(false),
             tickets: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -249,6 +262,29 @@ impl ReplicaRouter {
         self.failure_epoch.load(Ordering::Acquire)
     }
 
+    /// Changes at each rejoin while the recovery-tail drain is on; a session compares it with
+    /// the value it saw last and, when it moved, asks [`ReplicaRouter::should_drain`].
+    pub fn drain_epoch(&self) -> u64 {
+        self.drain_epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether a `class` session on `replica`, between transactions, should move (PLB's
+    /// recovery-tail drain on the published roles and the current counts).
+    pub fn should_drain(&self, replica: ReplicaId, class: ServiceClass) -> bool {
+        let Strategy::Plb(plb) = self.strategy else {
+            return false;
+        };
+        let snapshot = self.snapshot.load();
+        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let view = self.read_loads(&mut sessions, &mut in_flight);
+        let moves = plb.drain_move(&snapshot.table, view, replica, class);
+        if moves {
+            self.stats.drain_move();
+        }
+        moves
+    }
+
     /// True when `replica` is Down in the published snapshot.
     pub fn is_down(&self, replica: ReplicaId) -> bool {
         self.snapshot.load().is_down(replica)
@@ -307,6 +343,56 @@ impl ReplicaRouter {
         self.counters.total()
     }
 
+    /// Transactions in flight of each class on `replica` (zero unless PLB decides on them).
+    pub fn in_flight(&self, replica: ReplicaId) -> ReplicaLoad {
+        self.in_flight.load(replica)
+    }
+
+    /// Whether sessions report their transactions (`load_signal = "in_flight"`).
+    pub fn counts_in_flight(&self) -> bool {
+        self.counts_in_flight
+    }
+
+    /// Counts one transaction of `class` in flight on `replica`; false if it could not be
+    /// counted (then it is not released either).
+    pub(crate) fn transaction_started(&self, replica: ReplicaId, class: ServiceClass) -> bool {
+        match self.in_flight.claim(replica, class) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(router = %self.name, replica = replica.0, %error, "in-flight count failed");
+                false
+            }
+        }
+    }
+
+    /// A counted transaction ended. Less load may let a borrowed replica return, as a session
+    /// close may.
+    pub(crate) fn transaction_ended(&self, replica: ReplicaId, class: ServiceClass) {
+        if let Err(error) = self.in_flight.release(replica, class) {
+            tracing::error!(router = %self.name, replica = replica.0, %error, "in-flight release failed");
+            return;
+        }
+        self.note_load_change();
+    }
+
+    /// The counts one decision reads: open sessions, and the in-flight counts as the signal
+    /// when PLB decides on them.
+    pub(crate) fn read_loads<'a>(
+        &self,
+        sessions: &'a mut LoadArray,
+        in_flight: &'a mut LoadArray,
+    ) -> Loads<'a> {
+        let sessions = self.counters.read_into(sessions);
+        if self.counts_in_flight {
+            Loads {
+                signal: self.in_flight.read_into(in_flight),
+                sessions,
+            }
+        } else {
+            Loads::sessions(sessions)
+        }
+    }
+
     /// Kept events, oldest first.
     pub fn events(&self) -> Vec<ControlEvent> {
         self.events.events()
@@ -336,20 +422,25 @@ impl ReplicaRouter {
 
     fn try_place_locally(&self, class: ServiceClass) -> LocalAttempt {
         let snapshot = self.snapshot.load();
-        let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.counters.read_into(&mut loads);
-        let decision = match self
-            .strategy
-            .route(&snapshot.table, view, class, self.draw(class))
-        {
-            Ok(decision) => decision,
-            Err(error) => return LocalAttempt::Refused(error.into()),
-        };
+        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+        let view = self.read_loads(&mut sessions, &mut in_flight);
+        let decision =
+            match self
+                .strategy
+                .route_loads(&snapshot.table, view, class, self.draw(class))
+            {
+                Ok(decision) => decision,
+                Err(error) => return LocalAttempt::Refused(error.into()),
+            };
         if !decision.role_changes.is_empty() {
             return LocalAttempt::NeedsControl;
         }
         let replica = decision.replica;
-        if self.claim_for_decision(replica, class, view).is_err() {
+        if self
+            .claim_for_decision(replica, class, view.sessions)
+            .is_err()
+        {
             return LocalAttempt::Raced;
         }
         if self.published_generation.load(Ordering::SeqCst) != snapshot.generation {
@@ -359,8 +450,9 @@ impl ReplicaRouter {
         LocalAttempt::Placed(replica)
     }
 
-    /// PLB's thresholds depend on the exact count, so its claims are conditional on the value
-    /// the decision read; the baselines do not look at thresholds.
+    /// PLB's thresholds depend on the exact session count, so its claims are conditional on
+    /// the value the decision read; the baselines do not look at thresholds, and an in-flight
+    /// signal moves with every transaction, so a compare-and-swap on it would only spin.
     fn claim_for_decision(
         &self,
         replica: ReplicaId,
@@ -368,7 +460,7 @@ impl ReplicaRouter {
         view: &[ReplicaLoad],
     ) -> Result<(), CounterError> {
         match self.strategy {
-            Strategy::Plb(_) => {
+            Strategy::Plb(_) if !self.counts_in_flight => {
                 let seen = view.get(replica.index()).map_or(0, |load| load.of(class));
                 self.counters.try_claim(replica, class, seen)
             }
@@ -416,6 +508,12 @@ impl ReplicaRouter {
             tracing::error!(router = %self.name, replica = replica.0, %error, "session count release failed");
             return;
         }
+        self.note_load_change();
+    }
+
+    /// Tells the control shard (once until it looks) that loads fell while something is
+    /// borrowed, so returns may be due.
+    fn note_load_change(&self) {
         if self.snapshot.load().has_borrowed
             && !self.loads_changed.load(Ordering::Relaxed)
             && !self.loads_changed.swap(true, Ordering::AcqRel)

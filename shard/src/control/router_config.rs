@@ -5,10 +5,10 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use pgtier_core::config::{ReplicaSet as ConfiguredReplicas, Routing, Settings};
+use pgtier_core::config::{PlbLoadSignal, ReplicaSet as ConfiguredReplicas, Routing, Settings};
 use pgtier_policy::{
-    Dedicated, LayoutError, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId, RoleTable,
-    Strategy,
+    Dedicated, LayoutError, LoadSignal, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId,
+    RoleTable, Strategy,
 };
 
 use crate::control::probe::ProbeLogin;
@@ -110,7 +110,14 @@ pub(crate) fn strategy_and_table(
                 premium_target: settings.premium_target,
                 freemium_target: settings.freemium_target,
             };
-            let plb = Plb::new(params, &table).map_err(RouterError::Params)?;
+            let signal = match settings.load_signal {
+                PlbLoadSignal::Sessions => LoadSignal::Sessions,
+                PlbLoadSignal::InFlight => LoadSignal::InFlight,
+            };
+            let plb = Plb::new(params, &table)
+                .map_err(RouterError::Params)?
+                .with_load_signal(signal)
+                .with_recovery_drain(settings.recovery_drain);
             Ok((Strategy::Plb(plb), table))
         }
         Routing::RoundRobin => Ok((Strategy::RoundRobin, all_mixed()?)),

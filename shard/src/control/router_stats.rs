@@ -13,6 +13,7 @@ pub(crate) struct RouterCounters {
     control_admissions: AtomicU64,
     claim_races: AtomicU64,
     repins: AtomicU64,
+    drain_moves: AtomicU64,
     failure_reports: AtomicU64,
 }
 
@@ -26,8 +27,10 @@ pub struct RouterStats {
     /// Local attempts that lost a race (counter changed or a snapshot was published) and
     /// decided again.
     pub claim_races: u64,
-    /// Sessions moved off their replica with `repin`.
+    /// Sessions moved off their replica with `repin` (failures and drain moves).
     pub repins: u64,
+    /// Sessions the recovery-tail drain told to leave an overloaded survivor.
+    pub drain_moves: u64,
     /// Server failures reported by shards.
     pub failure_reports: u64,
 }
@@ -49,6 +52,10 @@ impl RouterCounters {
         self.repins.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn drain_move(&self) {
+        self.drain_moves.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn failure_report(&self) {
         self.failure_reports.fetch_add(1, Ordering::Relaxed);
     }
@@ -60,6 +67,7 @@ impl RouterCounters {
             control_admissions: load(&self.control_admissions),
             claim_races: load(&self.claim_races),
             repins: load(&self.repins),
+            drain_moves: load(&self.drain_moves),
             failure_reports: load(&self.failure_reports),
         }
     }

@@ -27,6 +27,8 @@ pub fn paper_settings(theta: u32) -> PlbSettings {
         freemium_floor: 1,
         premium_target: 2,
         freemium_target: 2,
+        load_signal: Default::default(),
+        recovery_drain: false,
     }
 }
 

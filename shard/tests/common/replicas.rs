@@ -175,3 +175,26 @@ pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool
     }
     started.elapsed()
 }
+
+/// The paper's layout by replica index.
+pub const PAPER_ROLES: [&str; 5] = ["premium", "premium", "freemium", "freemium", "mixed"];
+
+/// After every session has closed: waits until no replica counts a session and the roles are
+/// `expected` (every borrow returned), then stops the proxy.
+pub fn expect_released_and_stop(
+    proxy: ProxyHandle,
+    cluster: &Cluster,
+    limit: Duration,
+    expected: [&str; 5],
+) {
+    wait_for("every session released", limit, || {
+        layout(&proxy, cluster)
+            .iter()
+            .all(|row| row.1 == 0 && row.2 == 0)
+    });
+    wait_for("every borrow returned", limit, || {
+        roles(&proxy, cluster) == expected
+    });
+    proxy.shutdown(pgtier_shard::ShutdownMode::Immediate);
+    proxy.join().expect("clean shutdown");
+}

@@ -70,6 +70,23 @@ impl Engine {
             self.repin(id);
             return;
         }
+        // The recovery-tail drain moves only sessions that hold nothing on their replica
+        // between transactions: transaction mode, not a reader entry, moves allowed.
+        let movable = session.mode == PoolMode::Transaction
+            && session.reads.is_none()
+            && self.config.pgtier.repin_idle_sessions;
+        if movable
+            && session
+                .lease
+                .as_mut()
+                .is_some_and(|lease| lease.should_move())
+        {
+            self.repin(id);
+            return;
+        }
+        if let Some(lease) = session.lease.as_mut() {
+            lease.transaction_started();
+        }
         let class = crate::class::wait_class(session.class);
         if self.held_by_pause(id) {
             return;
@@ -627,6 +644,9 @@ impl Engine {
             if let Some(session) = client.session.as_mut() {
                 session.query_started = None;
                 session.transaction_started = None;
+                if let Some(lease) = session.lease.as_mut() {
+                    lease.transaction_ended();
+                }
             }
             self.end_reader_transaction(client_id);
         }

@@ -137,6 +137,12 @@
 //! - **Repair order**: deficits are filled Premium first, then Freemium, then Mixed; donors are
 //!   over-target pools, Mixed first, least total load, ties to the lowest index.
 //! - **Duplicate events**: a Down for a Down replica or a Rejoin for an Up one is a no-op.
+//!
+//! # More than two classes
+//!
+//! [`tiers`] is PLB over ranked classes with one pool per rank (000's future work). With two
+//! ranks it decides exactly as [`Plb`] (tested by replaying random sequences through both);
+//! the proxy still routes with the two-class [`Plb`].
 
 mod admission;
 mod baseline;
@@ -154,6 +160,7 @@ mod role;
 mod signal;
 mod strategy;
 mod table;
+pub mod tiers;
 
 pub use admission::{
     ADMISSION_CHANGES, Admission, AdmissionChanges, AdmissionRule, AdmitError, REPAIR_CHANGES,

@@ -30,14 +30,24 @@ pub(crate) fn class_load(role: Role, load: ReplicaLoad, class: ServiceClass) -> 
 pub(crate) fn least_by<K: Ord>(
     table: &RoleTable,
     loads: &[ReplicaLoad],
-    mut key: impl FnMut(Role, ReplicaLoad) -> Option<K>,
+    key: impl FnMut(Role, ReplicaLoad) -> Option<K>,
 ) -> Option<ReplicaId> {
-    let mut best: Option<(K, ReplicaId)> = None;
-    for ((replica, role), &load) in table.iter().zip(loads) {
+    least_of(table.roles(), loads, key)
+}
+
+/// [`least_by`] over any role and load vocabulary (the tiered table's too), one entry per
+/// replica in index order.
+pub(crate) fn least_of<R: Copy, L: Copy, K: Ord>(
+    roles: &[R],
+    loads: &[L],
+    mut key: impl FnMut(R, L) -> Option<K>,
+) -> Option<ReplicaId> {
+    let mut best: Option<(K, usize)> = None;
+    for (index, (&role, &load)) in roles.iter().zip(loads).enumerate() {
         let Some(k) = key(role, load) else { continue };
         if best.as_ref().is_none_or(|(best_key, _)| k < *best_key) {
-            best = Some((k, replica));
+            best = Some((k, index));
         }
     }
-    best.map(|(_, replica)| replica)
+    best.and_then(|(_, index)| ReplicaId::from_index(index))
 }

@@ -9,6 +9,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 
 use common::*;
+use pgtier_policy::tiers::{Tier, TierLoad, TierParams, TierTable, TieredPlb};
 use pgtier_policy::{Draw, P2c, Strategy};
 
 struct Counting;
@@ -58,6 +59,9 @@ fn admission_path_does_not_allocate() {
         Strategy::LeastSessions,
         Strategy::P2c(P2c::uniform()),
     ];
+    let tier_table = TierTable::from_roles(&table);
+    let tiered = TieredPlb::new(TierParams::from_plb(plb.params()), &tier_table).expect("valid");
+    let tier_loads: Vec<TierLoad> = l.iter().map(|&load| TierLoad::from(load)).collect();
     let before = allocations();
     let mut chosen = 0usize;
     for round in 0..100u64 {
@@ -73,6 +77,12 @@ fn admission_path_does_not_allocate() {
         }
         let changes = plb.returns(&table, &l).expect("returns");
         chosen += changes.len();
+        for tier in 0..2 {
+            let a = tiered
+                .admit(&tier_table, &tier_loads, Tier(tier))
+                .expect("routable");
+            chosen += a.replica.index() + a.role_changes.len();
+        }
     }
     let after = allocations();
     assert!(chosen > 0);

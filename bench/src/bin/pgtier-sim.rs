@@ -2,7 +2,7 @@
 //! and a Markdown summary.
 //!
 //! ```text
-//! pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+//! pgtier-sim grid|faults|tiers|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -15,15 +15,19 @@ use pgtier_bench::sim::report::{fault_roles_csv, faults_csv, grid_csv};
 use pgtier_bench::sim::scenario::{FaultSpec, GridSpec, run_faults, run_grid};
 use pgtier_bench::sim::strategies::Strategy;
 use pgtier_bench::sim::summary::{fault_summary, grid_summary};
+use pgtier_bench::sim::tiers::{TierSpec, run_tiers, tiers_csv, tiers_summary};
 
 const USAGE: &str =
-    "usage: pgtier-sim grid|faults|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+    "usage: pgtier-sim grid|faults|tiers|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 
   grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
            PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
   faults   the failure paper's class-local and cascading faults for PLB, 5RR, 3RR+2RR
            (default 10 seeds)
-  all      both
+  tiers    three ranked classes on the paper's five replicas: 5RR, PLB (rank 0 premium),
+           PLB/top2 (ranks 0-1 premium) and tiered PLB, T in {300, 1000, 1500} x three mixes
+           (default 5 seeds; --quick one contention point)
+  all      grid and faults
   --seeds N   repetitions per point
   --out DIR   output directory (default bench/out)
   --quick     a small grid / fewer seeds, for a smoke run
@@ -36,6 +40,7 @@ const USAGE: &str =
 struct Options {
     grid: bool,
     faults: bool,
+    tiers: bool,
     seeds: Option<u64>,
     out: PathBuf,
     quick: bool,
@@ -58,16 +63,18 @@ fn parse_strategies(list: &str) -> Result<Vec<Strategy>, String> {
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut it = args.iter();
     let command = it.next().ok_or("missing command")?;
-    let (grid, faults) = match command.as_str() {
-        "grid" => (true, false),
-        "faults" => (false, true),
-        "all" => (true, true),
+    let (grid, faults, tiers) = match command.as_str() {
+        "grid" => (true, false, false),
+        "faults" => (false, true, false),
+        "tiers" => (false, false, true),
+        "all" => (true, true, false),
         "-h" | "--help" => return Err(String::new()),
         other => return Err(format!("unknown command {other:?}")),
     };
     let mut options = Options {
         grid,
         faults,
+        tiers,
         seeds: None,
         out: default_out(),
         quick: false,
@@ -191,6 +198,36 @@ fn run_faults_command(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn run_tiers_command(options: &Options) -> Result<(), String> {
+    let seeds = options.seeds.unwrap_or(if options.quick { 2 } else { 5 });
+    let mut spec = if options.quick {
+        TierSpec::quick(seeds)
+    } else {
+        TierSpec::paper(seeds)
+    };
+    if let Some(strategies) = &options.strategies {
+        spec.strategies = strategies.clone();
+    }
+    let replicas = spec.cluster.replicas;
+    let bar = progress(spec.run_count(), "tiers");
+    let started = Instant::now();
+    let points = run_tiers(&spec, &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    println!(
+        "tiers: {} runs in {:.1} s",
+        spec.run_count(),
+        started.elapsed().as_secs_f64()
+    );
+    write(
+        &options.out.join("tiers.csv"),
+        &tiers_csv(&points, replicas),
+    )?;
+    let summary = tiers_summary(&points, replicas);
+    write(&options.out.join("tiers_summary.md"), &summary)?;
+    println!("\n{summary}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse(&args) {
@@ -215,6 +252,13 @@ fn main() -> ExitCode {
     .and_then(|()| {
         if options.faults {
             run_faults_command(&options)
+        } else {
+            Ok(())
+        }
+    })
+    .and_then(|()| {
+        if options.tiers {
+            run_tiers_command(&options)
         } else {
             Ok(())
         }

@@ -277,8 +277,8 @@ mod tests {
         let run = |label: &str, premium: &[f64], freemium: &[f64]| LabelledRun {
             label: label.into(),
             rows: [
-                rows(Class::Premium, premium),
-                rows(Class::Freemium, freemium),
+                rows(Class::PREMIUM, premium),
+                rows(Class::FREEMIUM, freemium),
             ]
             .concat(),
         };
@@ -303,9 +303,9 @@ mod tests {
                 .and_then(|r| r.versus_baseline)
                 .unwrap()
         };
-        assert_eq!(ratio("rr", Scope::Class(Class::Premium)).median, 1.0);
-        assert_eq!(ratio("plb", Scope::Class(Class::Premium)).median, 0.5);
-        assert_eq!(ratio("plb", Scope::Class(Class::Freemium)).p95, 2.0);
+        assert_eq!(ratio("rr", Scope::Class(Class::PREMIUM)).median, 1.0);
+        assert_eq!(ratio("plb", Scope::Class(Class::PREMIUM)).median, 0.5);
+        assert_eq!(ratio("plb", Scope::Class(Class::FREEMIUM)).p95, 2.0);
         let md = markdown(&table, Some("rr"));
         assert!(md.contains("p95 / rr"), "{md}");
         assert!(

@@ -142,7 +142,7 @@ mod tests {
     fn rows_round_trip_through_csv() {
         let rows = [
             Row {
-                class: Class::Premium,
+                class: Class::PREMIUM,
                 session: 3,
                 query: "heavy".into(),
                 start_s: 1.25,
@@ -150,7 +150,7 @@ mod tests {
                 outcome: Outcome::Ok,
             },
             Row {
-                class: Class::Freemium,
+                class: Class::FREEMIUM,
                 session: 0,
                 query: CONNECT_QUERY.into(),
                 start_s: 0.5,

@@ -336,7 +336,7 @@ pub fn run(
     }
     let mut driver = Driver {
         run_start,
-        contexts: [context(Class::Premium), context(Class::Freemium)],
+        contexts: [context(Class::PREMIUM), context(Class::FREEMIUM)],
         options: options.clone(),
         events,
         out: writer,

@@ -282,7 +282,7 @@ mod tests {
         let mut p = params();
         p.duration_s = 20_000.0;
         let schedule = plan(11, &p).unwrap();
-        for (class, rate) in [(Class::Premium, 2.0), (Class::Freemium, 4.0)] {
+        for (class, rate) in [(Class::PREMIUM, 2.0), (Class::FREEMIUM, 4.0)] {
             let arrivals: Vec<f64> = schedule
                 .sessions
                 .iter()
@@ -306,7 +306,7 @@ mod tests {
         let b = plan(5, &p).unwrap();
         let premium = |s: &Schedule| {
             let mut f = fingerprint(s, 10);
-            f.retain(|row| row.0 == Class::Premium);
+            f.retain(|row| row.0 == Class::PREMIUM);
             f
         };
         assert_eq!(premium(&a), premium(&b));
@@ -314,7 +314,7 @@ mod tests {
         let freemium = |s: &Schedule, i: u64| {
             let f = fingerprint(s, 10);
             f.into_iter()
-                .find(|row| row.0 == Class::Freemium && row.1 == i)
+                .find(|row| row.0 == Class::FREEMIUM && row.1 == i)
                 .map(|row| (row.3, row.4))
         };
         assert_eq!(freemium(&a, 3), freemium(&b, 3));

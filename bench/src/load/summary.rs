@@ -91,8 +91,8 @@ pub enum Scope {
 impl Scope {
     /// Premium, freemium, all: the row order of tables.
     pub const ALL: [Scope; 3] = [
-        Scope::Class(Class::Premium),
-        Scope::Class(Class::Freemium),
+        Scope::Class(Class::PREMIUM),
+        Scope::Class(Class::FREEMIUM),
         Scope::All,
     ];
 
@@ -191,25 +191,26 @@ mod tests {
 
     #[test]
     fn windows_latencies_and_goodput() {
-        use Class::{Freemium, Premium};
+        const PREMIUM: Class = Class::PREMIUM;
+        const FREEMIUM: Class = Class::FREEMIUM;
         let mut rows = vec![
-            row(Premium, 0.5, 100.0, true),   // before the window
-            row(Premium, 1.0, 10.0, true),    // in
-            row(Premium, 2.0, 20.0, true),    // in
-            row(Premium, 3.0, 30.0, true),    // in
-            row(Premium, 3.9, 400.0, true),   // starts in, completes after
-            row(Premium, 4.0, 1.0, true),     // the window is half-open
-            row(Premium, 2.5, 5.0, false),    // an error
-            row(Freemium, 0.95, 100.0, true), // starts before, completes in
-            row(Freemium, 1.5, 50.0, true),
+            row(PREMIUM, 0.5, 100.0, true),   // before the window
+            row(PREMIUM, 1.0, 10.0, true),    // in
+            row(PREMIUM, 2.0, 20.0, true),    // in
+            row(PREMIUM, 3.0, 30.0, true),    // in
+            row(PREMIUM, 3.9, 400.0, true),   // starts in, completes after
+            row(PREMIUM, 4.0, 1.0, true),     // the window is half-open
+            row(PREMIUM, 2.5, 5.0, false),    // an error
+            row(FREEMIUM, 0.95, 100.0, true), // starts before, completes in
+            row(FREEMIUM, 1.5, 50.0, true),
         ];
         rows.push(Row {
             query: CONNECT_QUERY.into(),
             outcome: Outcome::Error(CONNECTION_CODE.into()),
-            ..row(Freemium, 2.0, 1.0, false)
+            ..row(FREEMIUM, 2.0, 1.0, false)
         });
         let p = phase(1.0, 4.0);
-        let premium = summarize(&rows, &p, Scope::Class(Premium));
+        let premium = summarize(&rows, &p, Scope::Class(PREMIUM));
         assert_eq!(
             (premium.ok, premium.errors, premium.connect_errors),
             (4, 1, 0)
@@ -220,7 +221,7 @@ mod tests {
         // Completed in [1, 4): the three at 1.01, 2.02, 3.03 s; 4.3 s and 4.001 s are out.
         assert!((premium.goodput_per_s - 1.0).abs() < 1e-12);
 
-        let freemium = summarize(&rows, &p, Scope::Class(Freemium));
+        let freemium = summarize(&rows, &p, Scope::Class(FREEMIUM));
         assert_eq!(
             (freemium.ok, freemium.errors, freemium.connect_errors),
             (1, 0, 1)

@@ -51,16 +51,16 @@ fn summary_of_a_played_schedule_matches_the_rows() {
         from_s: 10.0,
         to_s: 50.0,
     };
-    let premium = summarize(&rows, &phase, Scope::Class(Class::Premium));
-    let freemium = summarize(&rows, &phase, Scope::Class(Class::Freemium));
+    let premium = summarize(&rows, &phase, Scope::Class(Class::PREMIUM));
+    let freemium = summarize(&rows, &phase, Scope::Class(Class::FREEMIUM));
     let all = summarize(&rows, &phase, Scope::All);
     let started_in = |class: Class| {
         rows.iter()
             .filter(|r| r.class == class && (10.0..50.0).contains(&r.start_s))
             .count() as u64
     };
-    assert_eq!(premium.ok, started_in(Class::Premium));
-    assert_eq!(freemium.ok, started_in(Class::Freemium));
+    assert_eq!(premium.ok, started_in(Class::PREMIUM));
+    assert_eq!(freemium.ok, started_in(Class::FREEMIUM));
     assert_eq!(all.ok, premium.ok + freemium.ok);
     // Twice the arrival rate, same session shape: roughly twice the queries.
     let ratio = freemium.ok as f64 / premium.ok as f64;

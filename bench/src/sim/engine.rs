@@ -64,17 +64,17 @@ pub struct PhaseObservations {
     /// The interval.
     pub phase: Phase,
     /// Latencies of queries completed in the phase, per class (index `Class::index`).
-    pub latencies_s: [Vec<f64>; 2],
+    pub latencies_s: [Vec<f64>; Class::MAX],
     /// Per replica: busy-core fraction over the phase, None if it was down at some point.
     pub busy_fraction: Vec<Option<f64>>,
     /// Sessions admitted in the phase, per class.
-    pub admitted: [u64; 2],
+    pub admitted: [u64; Class::MAX],
     /// Sessions that could not be placed (no replica up), per class.
-    pub rejected: [u64; 2],
+    pub rejected: [u64; Class::MAX],
     /// Sessions killed by a replica failure in the phase, per class.
-    pub lost: [u64; 2],
+    pub lost: [u64; Class::MAX],
     /// Observed lifetimes (arrival to close) of sessions closing normally in the phase.
-    pub session_lifetimes_s: [Vec<f64>; 2],
+    pub session_lifetimes_s: [Vec<f64>; Class::MAX],
 }
 
 /// Everything one run produced.
@@ -223,12 +223,12 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|phase| PhaseObservations {
                 phase: phase.clone(),
-                latencies_s: [Vec::new(), Vec::new()],
+                latencies_s: std::array::from_fn(|_| Vec::new()),
                 busy_fraction: vec![None; k],
-                admitted: [0; 2],
-                rejected: [0; 2],
-                lost: [0; 2],
-                session_lifetimes_s: [Vec::new(), Vec::new()],
+                admitted: [0; Class::MAX],
+                rejected: [0; Class::MAX],
+                lost: [0; Class::MAX],
+                session_lifetimes_s: std::array::from_fn(|_| Vec::new()),
             })
             .collect();
         Self {
@@ -319,10 +319,14 @@ impl<'a> Engine<'a> {
     fn on_arrival(&mut self) {
         self.schedule_next_arrival();
         let workload = &self.config.workload;
-        let class = if self.arrivals.bernoulli(workload.premium_share) {
-            Class::Premium
+        let class = if workload.class_shares.is_empty() {
+            if self.arrivals.bernoulli(workload.premium_share) {
+                Class::PREMIUM
+            } else {
+                Class::FREEMIUM
+            }
         } else {
-            Class::Freemium
+            workload.draw_class(self.arrivals.uniform(0.0, 1.0))
         };
         let (low, high) = workload.lifetime_range_s;
         let lifetime_s = self.arrivals.uniform(low, high);

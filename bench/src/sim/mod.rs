@@ -3,7 +3,8 @@
 //!
 //! Layers, bottom up: `rng` (deterministic randomness), `server` (processor sharing),
 //! `workload` (what clients do), `router` (the engine's view of a strategy), `engine` (the
-//! event loop), `strategies` (adapters onto `pgtier_policy`), `stats` and `scenario`
+//! event loop), `strategies` (adapters onto `pgtier_policy`), `tiered` (the adapter onto its tiered
+//! policy), `tiers` (the three-class experiment), `stats` and `scenario`
 //! (summaries over seeds, the paper's grid and failure scenarios), `report` (CSV), `plot`
 //! (PNG), `figures` (which plots the CLI draws).
 
@@ -18,4 +19,6 @@ pub mod server;
 pub mod stats;
 pub mod strategies;
 pub mod summary;
+pub mod tiered;
+pub mod tiers;
 pub mod workload;

@@ -176,7 +176,7 @@ pub fn run_traced(
 }
 
 /// A deterministic seed per (T, mix, repetition), identical for every strategy.
-fn point_seed(base: u64, terminals: f64, premium_share: f64, seed_index: u64) -> u64 {
+pub(crate) fn point_seed(base: u64, terminals: f64, premium_share: f64, seed_index: u64) -> u64 {
     let mut h = base ^ 0xCBF2_9CE4_8422_2325;
     for part in [terminals.to_bits(), premium_share.to_bits(), seed_index] {
         h ^= part;

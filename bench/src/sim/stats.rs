@@ -6,6 +6,7 @@
 //! medians and p95 per class, goodput as completed queries per second per class.
 
 use super::engine::PhaseObservations;
+use super::workload::Class;
 
 /// Linear-interpolation quantile of `sorted` (ascending) at `q` in [0, 1]; NaN when empty.
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -65,7 +66,7 @@ pub struct LatencyStats {
 }
 
 impl LatencyStats {
-    fn of(mut latencies: Vec<f64>) -> Self {
+    pub(crate) fn of(mut latencies: Vec<f64>) -> Self {
         latencies.sort_by(f64::total_cmp);
         Self {
             count: latencies.len() as f64,
@@ -103,12 +104,17 @@ pub struct PhaseSummary {
     pub session_lifetime_s: [f64; 2],
 }
 
+/// The papers' two classes of a per-class count array.
+fn pair_of(counts: &[u64; Class::MAX]) -> [f64; 2] {
+    [counts[0] as f64, counts[1] as f64]
+}
+
 impl PhaseSummary {
     /// Summarises one phase of one run.
     pub fn of(obs: &PhaseObservations) -> Self {
         let duration_s = obs.phase.end_s - obs.phase.start_s;
-        let [premium, freemium] = &obs.latencies_s;
-        let all: Vec<f64> = premium.iter().chain(freemium.iter()).copied().collect();
+        let (premium, freemium) = (&obs.latencies_s[0], &obs.latencies_s[1]);
+        let all: Vec<f64> = obs.latencies_s.iter().flatten().copied().collect();
         let survivors: Vec<f64> = obs.busy_fraction.iter().flatten().copied().collect();
         Self {
             name: obs.phase.name.clone(),
@@ -128,9 +134,9 @@ impl PhaseSummary {
                 .iter()
                 .map(|u| u.unwrap_or(f64::NAN))
                 .collect(),
-            admitted: obs.admitted.map(|v| v as f64),
-            lost: obs.lost.map(|v| v as f64),
-            rejected: obs.rejected.map(|v| v as f64),
+            admitted: pair_of(&obs.admitted),
+            lost: pair_of(&obs.lost),
+            rejected: pair_of(&obs.rejected),
             session_lifetime_s: [
                 mean(&obs.session_lifetimes_s[0]),
                 mean(&obs.session_lifetimes_s[1]),

@@ -9,6 +9,7 @@ use pgtier_policy::{
 };
 
 use super::router::{ReplicaIndex, Router};
+use super::tiered::{TierSetup, TieredRouter};
 use super::workload::{Class, ClusterConfig};
 
 /// A routing strategy of the papers' comparisons.
@@ -22,6 +23,21 @@ pub enum Strategy {
     /// KPLB with the recovery-tail drain (beyond 001): after a rejoin, sessions leave
     /// overloaded survivors between queries, and repair serves the needier class first.
     PlbDrain,
+    /// KPLB with the classes of rank below `ranks` as premium and the rest as freemium (a
+    /// tiered workload through the two-class policy; `Plb` is `ranks = 1`).
+    PlbTop {
+        /// How many of the most important ranks count as premium (at least 2).
+        ranks: u8,
+    },
+    /// Tiered PLB (beyond the paper): one pool per class rank plus Mixed, with the cluster's
+    /// `tiers` layout and parameters, and reclaim of Mixed on or off.
+    PlbTiered {
+        /// A more important rank may take back a Mixed replica a less important one holds.
+        reclaim: bool,
+    },
+    /// KPLB through the tiered policy with two ranks and reclaim on (beyond the paper):
+    /// premium may take back a Mixed replica freemium holds once Mixed is empty.
+    PlbReclaim,
     /// KRR: one shared round-robin pool.
     RoundRobin,
     /// rRR+fRR: `premium` replicas dedicated to premium, the next `freemium` to freemium.
@@ -60,6 +76,10 @@ impl Strategy {
             Strategy::Plb => format!("{replicas}PLB"),
             Strategy::PlbTxSignal => format!("{replicas}PLB+txsignal"),
             Strategy::PlbDrain => format!("{replicas}PLB+drain"),
+            Strategy::PlbTop { ranks } => format!("{replicas}PLB/top{ranks}"),
+            Strategy::PlbReclaim => format!("{replicas}PLB+reclaim"),
+            Strategy::PlbTiered { reclaim: true } => format!("{replicas}PLB-tiered"),
+            Strategy::PlbTiered { reclaim: false } => format!("{replicas}PLB-tiered/noreclaim"),
             Strategy::RoundRobin => format!("{replicas}RR"),
             Strategy::Dedicated { premium, freemium } => format!("{premium}RR+{freemium}RR"),
             Strategy::PowerOfTwoChoices => "p2c".to_string(),
@@ -79,6 +99,21 @@ impl Strategy {
         if text == "PLB+DRAIN" || text == format!("{replicas}PLB+DRAIN") {
             return Some(Strategy::PlbDrain);
         }
+        if text == "PLB+RECLAIM" || text == format!("{replicas}PLB+RECLAIM") {
+            return Some(Strategy::PlbReclaim);
+        }
+        if text == "PLB-TIERED" || text == format!("{replicas}PLB-TIERED") {
+            return Some(Strategy::PlbTiered { reclaim: true });
+        }
+        if text == "PLB-TIERED/NORECLAIM" || text == format!("{replicas}PLB-TIERED/NORECLAIM") {
+            return Some(Strategy::PlbTiered { reclaim: false });
+        }
+        let top = text
+            .strip_prefix(&format!("{replicas}PLB/TOP"))
+            .or_else(|| text.strip_prefix("PLB/TOP"));
+        if let Some(ranks) = top.and_then(|n| n.parse::<u8>().ok()) {
+            return (ranks >= 2).then_some(Strategy::PlbTop { ranks });
+        }
         if text == "RR" || text == format!("{replicas}RR") {
             return Some(Strategy::RoundRobin);
         }
@@ -95,10 +130,13 @@ impl Strategy {
     }
 }
 
-fn service_class(class: Class) -> ServiceClass {
-    match class {
-        Class::Premium => ServiceClass::Premium,
-        Class::Freemium => ServiceClass::Freemium,
+/// The papers' class of a session when the ranks below `premium_ranks` are premium (1 for
+/// the papers' two classes: rank 0 premium, rank 1 freemium).
+fn service_class(class: Class, premium_ranks: u8) -> ServiceClass {
+    if class.0 < premium_ranks {
+        ServiceClass::Premium
+    } else {
+        ServiceClass::Freemium
     }
 }
 
@@ -122,6 +160,18 @@ pub fn build_router(
             LoadSignal::InFlight,
         )?,
         Strategy::PlbDrain => PolicyRouter::plb(cluster.plb, cluster.replicas)?.with_drain(),
+        Strategy::PlbTop { ranks } => {
+            PolicyRouter::plb(cluster.plb, cluster.replicas)?.with_premium_ranks(ranks)
+        }
+        Strategy::PlbReclaim => {
+            let setup = TierSetup::two_of(&cluster.plb, cluster.replicas, true);
+            return Ok(Box::new(TieredRouter::new(&setup, cluster.replicas)?));
+        }
+        Strategy::PlbTiered { reclaim } => {
+            let mut setup = cluster.tiers.clone();
+            setup.params.reclaim = reclaim;
+            return Ok(Box::new(TieredRouter::new(&setup, cluster.replicas)?));
+        }
         _ => PolicyRouter::new(strategy, cluster.replicas)?,
     };
     Ok(Box::new(router))
@@ -142,6 +192,8 @@ pub struct PolicyRouter {
     /// crate asks.
     tickets: [u64; 2],
     per_class_tickets: bool,
+    /// Ranks below this are premium (see [`service_class`]).
+    premium_ranks: u8,
     /// Random bits for p2c, seeded per router so runs stay deterministic.
     random: SplitMix64,
     /// Role changes the table refused (must stay 0: decisions and applies are sequential).
@@ -162,6 +214,15 @@ impl PolicyRouter {
                 return Self::plb_on(PlbParams::PAPER, replicas, LoadSignal::InFlight);
             }
             Strategy::PlbDrain => return Ok(Self::plb(PlbParams::PAPER, replicas)?.with_drain()),
+            Strategy::PlbTop { ranks } => {
+                return Ok(Self::plb(PlbParams::PAPER, replicas)?.with_premium_ranks(ranks));
+            }
+            Strategy::PlbTiered { .. } | Strategy::PlbReclaim => {
+                return Err(format!(
+                    "{} is not a two-class policy: build it with build_router",
+                    strategy.label(replicas)
+                ));
+            }
             Strategy::RoundRobin => (
                 PolicyStrategy::RoundRobin,
                 RoleTable::all_mixed(replicas).map_err(|e| e.to_string())?,
@@ -225,6 +286,7 @@ impl PolicyRouter {
             drain_epoch: 0,
             tickets: [0; 2],
             per_class_tickets,
+            premium_ranks: 1,
             random: SplitMix64::new(0x9C2),
             conflicts: 0,
             role_changes: 0,
@@ -269,6 +331,16 @@ impl PolicyRouter {
         }
     }
 
+    /// The same router counting the ranks below `ranks` as premium.
+    pub fn with_premium_ranks(mut self, ranks: u8) -> Self {
+        self.premium_ranks = ranks.max(1);
+        self
+    }
+
+    fn class(&self, class: Class) -> ServiceClass {
+        service_class(class, self.premium_ranks)
+    }
+
     /// The same router with PLB's recovery-tail drain on (no effect on the baselines).
     pub fn with_drain(mut self) -> Self {
         if let PolicyStrategy::Plb(plb) = self.strategy {
@@ -302,7 +374,7 @@ impl PolicyRouter {
 
 impl Router for PolicyRouter {
     fn admit(&mut self, class: Class) -> Option<ReplicaIndex> {
-        let class = service_class(class);
+        let class = self.class(class);
         let draw = self.next_draw(class);
         let Admission {
             replica,
@@ -319,7 +391,7 @@ impl Router for PolicyRouter {
 
     fn release(&mut self, replica: ReplicaIndex, class: Class) {
         if let Some(load) = self.loads.get_mut(replica) {
-            let released = load.released(service_class(class));
+            let released = load.released(service_class(class, self.premium_ranks));
             debug_assert!(
                 released.is_ok(),
                 "released a session the policy never counted"
@@ -335,19 +407,19 @@ impl Router for PolicyRouter {
         let (Some(plb), Some(id)) = (self.plb_drains(), ReplicaId::from_index(replica)) else {
             return false;
         };
-        plb.drain_move(&self.table, self.decision_loads(), id, service_class(class))
+        plb.drain_move(&self.table, self.decision_loads(), id, self.class(class))
     }
 
     fn query_started(&mut self, replica: ReplicaIndex, class: Class) {
         if let Some(load) = self.in_flight.get_mut(replica) {
-            let counted = load.admitted(service_class(class));
+            let counted = load.admitted(service_class(class, self.premium_ranks));
             debug_assert!(counted.is_ok(), "in-flight counter overflow");
         }
     }
 
     fn query_done(&mut self, replica: ReplicaIndex, class: Class) {
         if let Some(load) = self.in_flight.get_mut(replica) {
-            let released = load.released(service_class(class));
+            let released = load.released(service_class(class, self.premium_ranks));
             debug_assert!(released.is_ok(), "a query finished that never started");
         }
     }
@@ -404,6 +476,10 @@ mod tests {
             Strategy::LeastSessions,
             Strategy::PlbTxSignal,
             Strategy::PlbDrain,
+            Strategy::PlbTop { ranks: 2 },
+            Strategy::PlbTiered { reclaim: true },
+            Strategy::PlbTiered { reclaim: false },
+            Strategy::PlbReclaim,
         ];
         for s in Strategy::paper_set().into_iter().chain(extra) {
             assert_eq!(Strategy::parse(&s.label(5), 5), Some(s));
@@ -417,10 +493,10 @@ mod tests {
         assert_eq!(router.table().vector().premium, 2);
         assert_eq!(router.table().vector().freemium, 2);
         assert_eq!(router.table().vector().mixed, 1);
-        let r = router.admit(Class::Premium).expect("placed");
+        let r = router.admit(Class::PREMIUM).expect("placed");
         assert!(r < 2, "premium goes to R_P first");
         assert_eq!(router.loads()[r].premium, 1);
-        router.release(r, Class::Premium);
+        router.release(r, Class::PREMIUM);
         assert_eq!(router.loads()[r].premium, 0);
     }
 
@@ -430,36 +506,36 @@ mod tests {
             build_router(Strategy::PlbTxSignal, &ClusterConfig::live()).expect("router");
         // θ = 2 transactions: idle sessions all fit on replica 0.
         let idle: Vec<_> = (0..4)
-            .filter_map(|_| router.admit(Class::Premium))
+            .filter_map(|_| router.admit(Class::PREMIUM))
             .collect();
         assert_eq!(idle, [0, 0, 0, 0]);
-        router.query_started(0, Class::Premium);
-        router.query_started(0, Class::Premium);
+        router.query_started(0, Class::PREMIUM);
+        router.query_started(0, Class::PREMIUM);
         assert_eq!(
-            router.admit(Class::Premium),
+            router.admit(Class::PREMIUM),
             Some(1),
             "replica 0 is full of queries"
         );
-        router.query_done(0, Class::Premium);
-        router.query_started(1, Class::Premium);
-        router.query_started(1, Class::Premium);
+        router.query_done(0, Class::PREMIUM);
+        router.query_started(1, Class::PREMIUM);
+        router.query_started(1, Class::PREMIUM);
         assert_eq!(
-            router.admit(Class::Premium),
+            router.admit(Class::PREMIUM),
             Some(0),
             "a finished query frees headroom"
         );
-        router.query_done(1, Class::Premium);
-        router.query_done(1, Class::Premium);
+        router.query_done(1, Class::PREMIUM);
+        router.query_done(1, Class::PREMIUM);
     }
 
     #[test]
     fn a_failure_drops_the_replicas_running_queries_with_its_sessions() {
         let mut router =
             PolicyRouter::plb_on(PlbParams::PAPER, 5, LoadSignal::InFlight).expect("router");
-        let r = router.admit(Class::Premium).expect("placed");
-        router.query_started(r, Class::Premium);
+        let r = router.admit(Class::PREMIUM).expect("placed");
+        router.query_started(r, Class::PREMIUM);
         assert_eq!(router.in_flight()[r].premium, 1);
-        router.replica_down(r, &[Class::Premium]);
+        router.replica_down(r, &[Class::PREMIUM]);
         assert_eq!(router.in_flight()[r], ReplicaLoad::default());
         assert_eq!(router.loads()[r], ReplicaLoad::default());
     }
@@ -482,7 +558,7 @@ mod tests {
             }
             router.replica_up(0);
             let placed: Vec<_> = (0..10)
-                .filter_map(|_| router.admit(Class::Premium))
+                .filter_map(|_| router.admit(Class::PREMIUM))
                 .collect();
             assert!(
                 placed.contains(&0),
@@ -502,8 +578,8 @@ mod tests {
         )
         .expect("router");
         for _ in 0..10 {
-            assert!(router.admit(Class::Premium).expect("placed") < 4);
-            assert_eq!(router.admit(Class::Freemium), Some(4));
+            assert!(router.admit(Class::PREMIUM).expect("placed") < 4);
+            assert_eq!(router.admit(Class::FREEMIUM), Some(4));
         }
     }
 }

@@ -8,33 +8,35 @@
 use pgtier_policy::PlbParams;
 
 use super::rng::SimRng;
+use super::tiered::TierSetup;
 
-/// A session's service class.
+/// A session's service class, by rank: 0 is the most important. The papers' two classes are
+/// [`Class::PREMIUM`] and [`Class::FREEMIUM`]; tiered runs use up to [`Class::MAX`] ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Class {
-    /// The protected class.
-    Premium,
-    /// The best-effort class.
-    Freemium,
-}
+pub struct Class(pub u8);
 
 impl Class {
-    /// Both classes, premium first (index order of per-class arrays).
-    pub const ALL: [Class; 2] = [Class::Premium, Class::Freemium];
+    /// The protected class (rank 0).
+    pub const PREMIUM: Class = Class(0);
+    /// The best-effort class of two-class runs (rank 1).
+    pub const FREEMIUM: Class = Class(1);
+    /// Both classes of the papers, premium first (index order of per-class arrays).
+    pub const ALL: [Class; 2] = [Class::PREMIUM, Class::FREEMIUM];
+    /// Most classes a run can have (the tiered policy's limit); sizes per-class arrays.
+    pub const MAX: usize = pgtier_policy::tiers::MAX_TIERS;
 
     /// Index into per-class arrays.
     pub fn index(self) -> usize {
-        match self {
-            Class::Premium => 0,
-            Class::Freemium => 1,
-        }
+        usize::from(self.0)
     }
 
-    /// Lower-case name for CSV and logs.
+    /// Lower-case name for CSV and logs: the papers' names for ranks 0 and 1, `tierN` after.
     pub fn name(self) -> &'static str {
-        match self {
-            Class::Premium => "premium",
-            Class::Freemium => "freemium",
+        match self.0 {
+            0 => "premium",
+            1 => "freemium",
+            2 => "tier2",
+            _ => "tier3",
         }
     }
 }
@@ -54,6 +56,8 @@ pub struct ClusterConfig {
     /// PLB's parameters when it decides on transactions in flight (`PLB+txsignal`): θ counts
     /// running queries there, not open sessions.
     pub plb_in_flight: PlbParams,
+    /// Tiered PLB's layout and parameters (`PLB-tiered`).
+    pub tiers: TierSetup,
 }
 
 impl Default for ClusterConfig {
@@ -64,6 +68,7 @@ impl Default for ClusterConfig {
             query_parallelism: 1.0,
             plb: PlbParams::PAPER,
             plb_in_flight: PlbParams::PAPER,
+            tiers: TierSetup::three_of(&PlbParams::PAPER),
         }
     }
 }
@@ -85,6 +90,10 @@ impl ClusterConfig {
                 theta_freemium: 2,
                 ..PlbParams::PAPER
             },
+            tiers: TierSetup::three_of(&PlbParams {
+                theta_premium: 3,
+                ..PlbParams::PAPER
+            }),
             ..Self::default()
         }
     }
@@ -188,6 +197,9 @@ pub struct WorkloadConfig {
     pub arrivals_until_s: f64,
     /// Probability that a session is premium.
     pub premium_share: f64,
+    /// Tiered runs: the share of each class by rank (they add up to 1); empty for the papers'
+    /// two classes, which draw from `premium_share` instead.
+    pub class_shares: Vec<f64>,
     /// Session lifetime is uniform in this range (seconds).
     pub lifetime_range_s: (f64, f64),
     /// Mean of the exponential think time between a session's queries (0: none).
@@ -206,6 +218,7 @@ impl WorkloadConfig {
             arrival_period_s: 180.0,
             arrivals_until_s: 180.0,
             premium_share,
+            class_shares: Vec::new(),
             lifetime_range_s: (10.0, 30.0),
             think_mean_s: 5.0,
             session_end: SessionEnd::AfterRunningQuery,
@@ -221,11 +234,26 @@ impl WorkloadConfig {
             arrival_period_s: 60.0,
             arrivals_until_s: 60.0,
             premium_share,
+            class_shares: Vec::new(),
             lifetime_range_s: (5.0, 15.0),
             think_mean_s: 0.5,
             session_end: SessionEnd::AfterRunningQuery,
             demand: DemandModel::live(),
         }
+    }
+
+    /// The class of an arrival whose uniform draw in [0, 1) is `u`, by `class_shares`
+    /// (the last class absorbs rounding).
+    pub fn draw_class(&self, u: f64) -> Class {
+        let last = self.class_shares.len().clamp(1, Class::MAX) - 1;
+        let mut cumulative = 0.0;
+        for (rank, share) in self.class_shares.iter().enumerate().take(last) {
+            cumulative += share;
+            if u < cumulative {
+                return Class(rank as u8);
+            }
+        }
+        Class(last as u8)
     }
 
     /// Session arrival rate λ = T / D per second.

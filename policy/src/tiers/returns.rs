@@ -1,0 +1,115 @@
+//! Returns of borrowed replicas in a tiered table, and the destination rule repair shares.
+//!
+//! A replica borrowed by tier c returns when another replica of c's routing pool is below
+//! τ_c and the replica holds no session of c (000 §III-D, `crate::returns`). It goes to the
+//! most important other tier whose pool is below its target K_t, else to Mixed: with two
+//! tiers "the other class's pool while below target", as in the paper.
+
+use super::admit::{TierChanges, tier_load};
+use super::params::TierParams;
+use super::role::{TierChange, TierReason, TierRole};
+use super::table::TierTable;
+use super::tier::{MAX_TIERS, Tier, TierLoad};
+use crate::replica::ReplicaId;
+
+/// Where a replica released by `borrower` goes, given the current pool sizes.
+pub(crate) fn return_destination(
+    borrower: Tier,
+    pools: &[usize; MAX_TIERS],
+    params: &TierParams,
+) -> (TierRole, TierReason) {
+    params
+        .all()
+        .filter(|&t| t != borrower)
+        .find(|&t| pools[t.index()] < params.target(t) as usize)
+        .map_or((TierRole::Mixed, TierReason::ReturnToMixed), |t| {
+            (TierRole::Owned(t), TierReason::ReturnToUnmetTarget)
+        })
+}
+
+/// Per tier, routing-pool replicas below τ_t.
+struct Pressure {
+    below: [usize; MAX_TIERS],
+    watermark: [u64; MAX_TIERS],
+    tiers: u8,
+}
+
+impl Pressure {
+    fn measure(table: &TierTable, loads: &[TierLoad], params: &TierParams) -> Pressure {
+        let mut watermark = [0; MAX_TIERS];
+        for tier in params.all() {
+            watermark[tier.index()] = u64::from(params.return_watermark(tier));
+        }
+        let mut pressure = Pressure {
+            below: [0; MAX_TIERS],
+            watermark,
+            tiers: params.tiers,
+        };
+        for (&role, &load) in table.roles().iter().zip(loads) {
+            for tier in Tier::all(pressure.tiers) {
+                if pressure.is_below(role, load, tier) {
+                    pressure.below[tier.index()] += 1;
+                }
+            }
+        }
+        pressure
+    }
+
+    fn is_below(&self, role: TierRole, load: TierLoad, tier: Tier) -> bool {
+        tier_load(role, load, tier).is_some_and(|l| l < self.watermark[tier.index()])
+    }
+
+    fn eased_without(&self, role: TierRole, load: TierLoad, tier: Tier) -> bool {
+        self.below[tier.index()] > usize::from(self.is_below(role, load, tier))
+    }
+
+    fn replace(&mut self, old: TierRole, new: TierRole, load: TierLoad) {
+        for tier in Tier::all(self.tiers) {
+            let leaving = usize::from(self.is_below(old, load, tier));
+            let entering = usize::from(self.is_below(new, load, tier));
+            let count = &mut self.below[tier.index()];
+            *count = (*count + entering).saturating_sub(leaving);
+        }
+    }
+}
+
+/// Plans every eligible return in index order on `view`, appending to `out`. O(K · tiers).
+pub(crate) fn plan_returns(
+    view: &mut TierTable,
+    loads: &[TierLoad],
+    params: &TierParams,
+    out: &mut TierChanges,
+) {
+    if !view.roles().iter().any(|role| role.is_borrowed()) {
+        return;
+    }
+    let mut pressure = Pressure::measure(view, loads, params);
+    let mut pools = view.vector().owned;
+    for (index, &load) in loads.iter().enumerate().take(view.len()) {
+        let Some(replica) = ReplicaId::from_index(index) else {
+            break;
+        };
+        let Some(role) = view.role(replica) else {
+            break;
+        };
+        let Some(borrower) = role.borrower() else {
+            continue;
+        };
+        if load.of(borrower) != 0 || !pressure.eased_without(role, load, borrower) {
+            continue;
+        }
+        let (to, reason) = return_destination(borrower, &pools, params);
+        if let Some(owner) = to.owner() {
+            pools[owner.index()] += 1;
+        }
+        pressure.replace(role, to, load);
+        view.set(replica, to);
+        let pushed = out.push(TierChange {
+            replica,
+            from: role,
+            to,
+            reason,
+        });
+        debug_assert!(pushed.is_ok(), "at most K returns");
+    }
+}

@@ -14,6 +14,7 @@
 //! | premium borrows Mixed, then Freemium above κ_F, below `m_P` | a tier borrows Mixed, then the pools of the tiers it outranks, least important first, each above its κ_t, below its own best load |
 //! | freemium borrows a Premium-empty Premium replica while `|R_P| − 1 ≥ K_P` | a tier borrows from the pools of tiers that outrank it, nearest first, each within its K_t, only replicas with no session of any outranking tier |
 //! | `select_M→P` / `select_M→F` | fewest outranking sessions, then no own sessions, then least other load |
+//! | (none: Mixed stays with the class that borrowed it) | with `reclaim` (beyond the paper; off for two tiers), once Mixed is empty a tier may take back a Mixed replica held by a tier it outranks |
 //! | return below `τ_c`, to the other pool while below target, else Mixed | to the most important other pool below its target, else Mixed |
 //! | 001 canonicalization | sessions of one tier → that pool; of several → Mixed; none → return rule |
 //! | 001 target for K⁺ = 1, 2, 3 | one Mixed; then one per tier, the rest to the top tier, up to tiers + 1 survivors |

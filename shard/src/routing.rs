@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 use pgtier_engine::services::{
     Admission, AdmissionReply, FailureCause, ReadRequest, ReadRoute, Refusal, ReplicaLease, Routing,
 };
-use pgtier_policy::ServiceClass;
+use pgtier_policy::tiers::Tier;
 use pgtier_wire::SqlState;
 
 use crate::control::{
@@ -108,7 +108,7 @@ impl ReplicaLease for EngineLease {
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
-    fn class(&self) -> ServiceClass {
+    fn class(&self) -> Tier {
         self.lease.class()
     }
 
@@ -148,7 +148,7 @@ impl Routing for ShardRouting {
         self.shared.map.load().router(database).is_some()
     }
 
-    fn admit(&self, database: &str, class: ServiceClass, request_id: u64) -> Admission {
+    fn admit(&self, database: &str, class: Tier, request_id: u64) -> Admission {
         let map = self.shared.map.load();
         let Some(router) = map.router(database) else {
             return Admission::Refused(refusal(&AdmissionError::NoReplicaUp));

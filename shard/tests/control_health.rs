@@ -69,6 +69,7 @@ fn paper_router(cluster: &Cluster) -> Arc<ReplicaRouter> {
             freemium_target: 2,
             load_signal: Default::default(),
             recovery_drain: false,
+            tiers: None,
         }),
         role_events_capacity: 1024,
         control_queue_capacity: 1024,
@@ -168,7 +169,15 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
             })
         },
     );
-    assert_eq!(router.snapshot().table.vector(), vector(2, 1, 2));
+    assert_eq!(
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector(),
+        vector(2, 1, 2)
+    );
     let mut sessions = admit_many(&router, 12);
 
     // Single fault on a premium replica.
@@ -176,7 +185,12 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
     println!("replica 0 killed with pg_ctl stop -m immediate (default settings): {detection}");
     assert!(detection.from_kill < Duration::from_secs(2));
     assert_eq!(
-        router.snapshot().table.vector(),
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector(),
         vector(2, 0, 2),
         "target for K+ = 4"
     );
@@ -193,7 +207,12 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
     println!("replica 1 killed (cascade): {detection}");
     assert!(detection.from_kill < Duration::from_secs(2));
     assert_eq!(
-        router.snapshot().table.vector(),
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector(),
         vector(2, 0, 1),
         "target for K+ = 3"
     );
@@ -213,7 +232,15 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
         "replicas 0 and 1 rejoined {:?} after pg_ctl start returned",
         restarted.elapsed()
     );
-    assert_eq!(router.snapshot().table.vector(), vector(2, 1, 2));
+    assert_eq!(
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector(),
+        vector(2, 1, 2)
+    );
 
     drop(sessions);
     assert_eq!(router.total_sessions(), 0, "no count leaked");

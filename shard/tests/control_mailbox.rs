@@ -34,6 +34,7 @@ fn router() -> Arc<ReplicaRouter> {
             freemium_target: 2,
             load_signal: Default::default(),
             recovery_drain: false,
+            tiers: None,
         }),
         role_events_capacity: 1 << 16,
         control_queue_capacity: 1024,
@@ -60,7 +61,11 @@ fn shard_loop(router: Arc<ReplicaRouter>, shard: u64) -> (u64, u64) {
                 panic!("shard {shard}: unknown or repeated id {}", reply.request_id)
             });
             let lease = reply.result.expect("admitted");
-            assert_eq!(lease.class(), class, "the reply belongs to this request");
+            assert_eq!(
+                lease.class(),
+                class.into(),
+                "the reply belongs to this request"
+            );
             open.push(lease);
             answered_by_control += 1;
         }

@@ -98,7 +98,7 @@ fn write(primary: &LocalPg, sql: &str) -> Instant {
 
 fn ask(after: Option<Instant>) -> ReadAsk {
     ReadAsk {
-        class: ServiceClass::Freemium,
+        class: ServiceClass::Freemium.into(),
         leased: None,
         after,
     }

@@ -34,6 +34,7 @@ fn settings() -> PlbSettings {
         freemium_target: 2,
         load_signal: Default::default(),
         recovery_drain: false,
+        tiers: None,
     }
 }
 
@@ -187,7 +188,7 @@ fn concurrent_admissions_never_lose_or_duplicate_a_role_change() {
                 );
                 if snapshot.generation != last_generation {
                     check_invariants(
-                        &snapshot.table,
+                        snapshot.table.classes().expect("a two-class table"),
                         &format!("generation {}", snapshot.generation),
                     );
                     seen += 1;
@@ -231,10 +232,11 @@ fn concurrent_admissions_never_lose_or_duplicate_a_role_change() {
     for (index, event) in events.iter().enumerate() {
         assert_eq!(event.seq, index as u64 + 1, "sequence numbers are gapless");
     }
-    let final_table = replay(router.initial_table(), &events);
+    let initial = router.initial_table().classes().expect("a two-class table");
+    let final_table = replay(initial, &events);
     assert_eq!(
-        final_table,
-        router.snapshot().table,
+        Some(&final_table),
+        router.snapshot().table.classes(),
         "replaying the log gives the published table"
     );
     assert!(router.is_down(ReplicaId(4)));
@@ -277,6 +279,10 @@ fn concurrent_admissions_never_lose_or_duplicate_a_role_change() {
         stats.control_admissions,
         stats.claim_races,
         events.len(),
-        router.snapshot().table
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
     );
 }

@@ -71,7 +71,12 @@ fn per_class_interval(proxy: &ProxyHandle) -> Vec<(u64, f64, f64)> {
 }
 
 fn vector(proxy: &ProxyHandle) -> RoleVector {
-    proxy.routers().routers()[0].snapshot().table.vector()
+    proxy.routers().routers()[0]
+        .snapshot()
+        .table
+        .classes()
+        .expect("a two-class table")
+        .vector()
 }
 
 fn expect_vector(proxy: &ProxyHandle, premium: usize, mixed: usize, freemium: usize) {

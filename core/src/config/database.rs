@@ -256,6 +256,28 @@ pub struct PlbSettings {
     /// transactions, and give the rejoined replica to the needier class (`recovery_drain`,
     /// off: 001's behaviour).
     pub recovery_drain: bool,
+    /// More than two classes (`tiers = [[...], [...], [...]]`): the ranked pools and their
+    /// parameters. `None` is the paper's two classes, `premium` and `freemium` above.
+    pub tiers: Option<Box<TierSettings>>,
+}
+
+/// Tiered PLB: one pool and one parameter set per rank, rank 0 the most important. Every
+/// list has one entry per rank; replicas in no pool start Mixed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierSettings {
+    /// Initial pool of each rank.
+    pub pools: Vec<Vec<ReplicaIndex>>,
+    /// θ_t per rank (`tier_theta`; default θ_P for rank 0, θ_F below it).
+    pub theta: Vec<u32>,
+    /// α_t per rank (`tier_alpha`; default α_P for rank 0, α_F below it).
+    pub alpha: Vec<f64>,
+    /// κ_t per rank (`tier_floor`; default 1, capped by the pool, and unused for rank 0).
+    pub floor: Vec<u32>,
+    /// K_t per rank (`tier_target`; default the pool's size).
+    pub target: Vec<u32>,
+    /// Once Mixed is empty, a saturated rank may take back a Mixed replica that a rank it
+    /// outranks holds (`reclaim`, default on).
+    pub reclaim: bool,
 }
 
 /// `load_signal` of `[databases.NAME.plb]`: what PLB counts as a replica's load.

@@ -42,7 +42,14 @@ fn write_database(f: &mut fmt::Formatter<'_>, database: &DatabaseConfig) -> fmt:
                 set.replicas.len(),
                 set.routing.kind()
             )?;
-            if let Routing::Plb(plb) = &set.routing {
+            if let Routing::Plb(plb) = &set.routing
+                && let Some(tiers) = &plb.tiers
+            {
+                let sizes: Vec<String> = tiers.pools.iter().map(|p| p.len().to_string()).collect();
+                let pooled: usize = tiers.pools.iter().map(Vec::len).sum();
+                let mixed = set.replicas.len().saturating_sub(pooled);
+                write!(f, " (tiers {}, mixed {mixed})", sizes.join("/"))?;
+            } else if let Routing::Plb(plb) = &set.routing {
                 let mixed = set.replicas.len() - plb.premium.len() - plb.freemium.len();
                 write!(
                     f,

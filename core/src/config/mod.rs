@@ -20,7 +20,8 @@ mod validate;
 pub use changes::ConfigChanges;
 pub use database::{
     DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings,
-    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, UserConfig,
+    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet,
+    TierSettings, UserConfig,
 };
 pub use error::ConfigError;
 pub use ini::pgbouncer_keys;

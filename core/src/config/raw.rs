@@ -56,8 +56,9 @@ pub(super) struct DatabaseRaw {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PlbRaw {
-    pub premium: Vec<String>,
-    pub freemium: Vec<String>,
+    /// Required unless `tiers` lists the pools (checked in validation, which names the key).
+    pub premium: Option<Vec<String>>,
+    pub freemium: Option<Vec<String>>,
     pub theta_premium: Option<u32>,
     pub theta_freemium: Option<u32>,
     pub alpha_premium: Option<f64>,
@@ -67,6 +68,14 @@ pub(super) struct PlbRaw {
     pub freemium_target: Option<u32>,
     pub load_signal: Option<super::database::PlbLoadSignal>,
     pub recovery_drain: Option<bool>,
+    /// More than two classes: one initial pool per rank, most important first.
+    #[serde(default)]
+    pub tiers: Vec<Vec<String>>,
+    pub tier_theta: Option<Vec<u32>>,
+    pub tier_alpha: Option<Vec<f64>>,
+    pub tier_floor: Option<Vec<u32>>,
+    pub tier_target: Option<Vec<u32>>,
+    pub reclaim: Option<bool>,
 }
 
 /// `[databases.NAME.dedicated]`.

@@ -74,6 +74,72 @@ fn plb_with(lines: &str) -> String {
     ))
 }
 
+fn tiers_with(lines: &str) -> String {
+    replicas_with(&format!(
+        "routing = \"plb\"\n[databases.analytics.plb]\ntiers = [[\"127.0.0.1:15431\"], [\"127.0.0.1:15432\"], [\"127.0.0.1:15433\", \"127.0.0.1:15434\"]]\n{lines}"
+    ))
+}
+
+#[test]
+fn plb_tiers_take_ranked_pools_with_two_class_defaults_carried_on() {
+    let config = load_trusting(&tiers_with("theta_premium = 4\n")).expect("valid");
+    let ServerSet::Replicas(set) = &config.database("analytics").expect("entry").servers else {
+        panic!("replicas expected");
+    };
+    let Routing::Plb(plb) = &set.routing else {
+        panic!("plb expected");
+    };
+    let tiers = plb.tiers.as_ref().expect("tiers");
+    assert_eq!(tiers.pools, [vec![0], vec![1], vec![2, 3]]);
+    assert_eq!(tiers.theta, [4, 10, 10]);
+    assert_eq!(tiers.alpha, [0.6, 0.8, 0.8]);
+    assert_eq!(tiers.floor, [0, 1, 1]);
+    assert_eq!(tiers.target, [1, 1, 2]);
+    assert!(tiers.reclaim);
+    let set_lists = load_trusting(&tiers_with(
+        "tier_theta = [2, 3, 4]\ntier_target = [1, 1, 1]\nreclaim = false\n",
+    ))
+    .expect("valid");
+    let ServerSet::Replicas(set) = &set_lists.database("analytics").expect("entry").servers else {
+        panic!("replicas expected");
+    };
+    let Routing::Plb(plb) = &set.routing else {
+        panic!("plb expected");
+    };
+    let tiers = plb.tiers.as_ref().expect("tiers");
+    assert_eq!(
+        (tiers.theta.as_slice(), tiers.target.as_slice()),
+        (&[2, 3, 4][..], &[1, 1, 1][..])
+    );
+    assert!(!tiers.reclaim);
+}
+
+#[test]
+fn plb_tiers_refuse_what_they_cannot_honour_naming_the_key() {
+    let refused = |lines: &str| {
+        load_trusting(&tiers_with(lines))
+            .expect_err(lines)
+            .to_string()
+    };
+    assert!(refused("tier_theta = [1, 2]\n").contains("analytics.plb.tier_theta: 2 entries"));
+    assert!(refused("premium = []\n").contains("analytics.plb.tiers: tiers replaces premium"));
+    assert!(refused("load_signal = \"in_flight\"\n").contains("load_signal is not supported"));
+    assert!(refused("tier_alpha = [0.5, 0.5, 1.5]\n").contains("tier_alpha[2]"));
+    assert!(refused("tier_target = [2, 2, 2]\n").contains("add up to 6"));
+    let two = replicas_with(
+        "routing = \"plb\"\n[databases.analytics.plb]\ntiers = [[\"127.0.0.1:15431\"], [\"127.0.0.1:15432\"]]\n",
+    );
+    let message = load_trusting(&two).expect_err("two ranks").to_string();
+    assert!(message.contains("3 or 4"), "{message}");
+    let overlap = replicas_with(
+        "routing = \"plb\"\n[databases.analytics.plb]\ntiers = [[\"127.0.0.1:15431\"], [\"127.0.0.1:15431\"], [\"127.0.0.1:15433\"]]\n",
+    );
+    let message = load_trusting(&overlap).expect_err("overlap").to_string();
+    assert!(message.contains("plb.tiers[1][0]"), "{message}");
+    let stray = load_trusting(&plb_with("reclaim = true\n")).expect_err("reclaim without tiers");
+    assert!(stray.to_string().contains("reclaim needs tiers"), "{stray}");
+}
+
 #[test]
 fn plb_load_signal_and_recovery_drain_default_to_the_paper_and_can_be_set() {
     let plb_of = |config: &Config| match &config.database("analytics").expect("entry").servers {
@@ -144,8 +210,8 @@ fn issue_example_is_valid() {
         (plb.freemium_floor, plb.premium_target, plb.freemium_target),
         (1, 2, 2)
     );
-    assert_eq!(config.class(analytics, "alice"), ClassSetting::Premium);
-    assert_eq!(config.class(analytics, "bob"), ClassSetting::Freemium);
+    assert_eq!(config.class(analytics, "alice"), ClassSetting::PREMIUM);
+    assert_eq!(config.class(analytics, "bob"), ClassSetting::FREEMIUM);
 }
 
 #[test]
@@ -254,7 +320,7 @@ fn database_defaults_inherit_global_settings() {
     assert_eq!(app.dbname, "app");
     assert_eq!((app.pool_size, app.min_pool_size), (7, 2));
     assert_eq!(app.pool_mode, PoolMode::Transaction);
-    assert_eq!(app.class, ClassSetting::Freemium);
+    assert_eq!(app.class, ClassSetting::FREEMIUM);
     assert_eq!(
         app.servers,
         ServerSet::Single(HostPort {
@@ -281,7 +347,7 @@ fn user_pool_mode_wins_over_database_and_global() {
 fn alias_entry_sets_premium_class() {
     let config = load_trusting(&replicas_with("class = \"premium\"\n")).expect("valid");
     let analytics = config.database("analytics").expect("entry");
-    assert_eq!(config.class(analytics, "anyone"), ClassSetting::Premium);
+    assert_eq!(config.class(analytics, "anyone"), ClassSetting::PREMIUM);
 }
 
 #[test]
@@ -381,7 +447,7 @@ fn wrong_types_and_enum_values_name_the_key() {
     );
     assert_eq!(
         error("[users.alice]\nclass = \"gold\"\n"),
-        "/etc/pgtier/pgtier.toml:2: users.alice.class: unknown variant `gold`, expected `premium` or `freemium`"
+        "/etc/pgtier/pgtier.toml:2: users.alice.class: unknown class \"gold\"; expected premium, freemium, tier2 or tier3"
     );
 }
 

@@ -4,8 +4,8 @@
 //! message alone.
 
 use super::database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbSettings, ReadSettings,
-    ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet,
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings,
+    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet, TierSettings,
 };
 use super::error::ConfigError;
 use super::raw::{DatabaseRaw, DedicatedRaw, PlbRaw};
@@ -290,7 +290,7 @@ pub(super) fn database(
         max_db_connections: raw
             .max_db_connections
             .unwrap_or(settings.max_db_connections),
-        class: raw.class.unwrap_or(ClassSetting::Freemium),
+        class: raw.class.unwrap_or(ClassSetting::FREEMIUM),
         auth_user: raw.auth_user.or_else(|| settings.auth_user.clone()),
         connect_params,
     })
@@ -628,9 +628,24 @@ fn plb_settings(
     replicas: &[SocketAddr],
 ) -> Result<PlbSettings, ConfigError> {
     let key = |name: &str| format!("{base}.plb.{name}");
-    let lists = (raw.premium.as_slice(), raw.freemium.as_slice());
+    let tiers = tier_settings(check, base, raw, replicas)?;
+    if tiers.is_none() {
+        for (name, list) in [("premium", &raw.premium), ("freemium", &raw.freemium)] {
+            if list.is_none() {
+                return check.fail(
+                    format!("{base}.plb"),
+                    format!("missing field `{name}` (or list every rank's pool in tiers)"),
+                );
+            }
+        }
+    }
+    let lists = (
+        raw.premium.as_deref().unwrap_or_default(),
+        raw.freemium.as_deref().unwrap_or_default(),
+    );
     let (premium, freemium) = class_lists(check, base, "plb", lists, replicas)?;
     let plb = PlbSettings {
+        tiers,
         theta_premium: raw.theta_premium.unwrap_or(10),
         theta_freemium: raw.theta_freemium.unwrap_or(10),
         alpha_premium: raw.alpha_premium.unwrap_or(0.6),
@@ -648,6 +663,156 @@ fn plb_settings(
     }
     plb_numbers(check, base, &plb, replicas.len())?;
     Ok(plb)
+}
+
+/// Most ranks `tiers` may list (the policy's table holds four).
+const MAX_TIER_RANKS: usize = 4;
+
+/// `tiers = [[...], ...]` and its per-rank lists; `None` when absent (two classes).
+fn tier_settings(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &PlbRaw,
+    replicas: &[SocketAddr],
+) -> Result<Option<Box<TierSettings>>, ConfigError> {
+    let key = |name: &str| format!("{base}.plb.{name}");
+    if raw.tiers.is_empty() {
+        for (name, set) in [
+            ("tier_theta", raw.tier_theta.is_some()),
+            ("tier_alpha", raw.tier_alpha.is_some()),
+            ("tier_floor", raw.tier_floor.is_some()),
+            ("tier_target", raw.tier_target.is_some()),
+            ("reclaim", raw.reclaim.is_some()),
+        ] {
+            if set {
+                return check.fail(key(name), format!("{name} needs tiers = [[...], ...]"));
+            }
+        }
+        return Ok(None);
+    }
+    let ranks = raw.tiers.len();
+    if !(3..=MAX_TIER_RANKS).contains(&ranks) {
+        return check.fail(
+            key("tiers"),
+            format!("{ranks} ranks; tiers takes 3 or 4 (two classes are premium and freemium)"),
+        );
+    }
+    if raw.premium.is_some() || raw.freemium.is_some() {
+        return check.fail(
+            key("tiers"),
+            "tiers replaces premium and freemium: list rank 0 and rank 1 as its first two pools",
+        );
+    }
+    for (name, unsupported) in [
+        (
+            "load_signal",
+            raw.load_signal
+                .is_some_and(|s| s != PlbLoadSignal::Sessions),
+        ),
+        ("recovery_drain", raw.recovery_drain == Some(true)),
+    ] {
+        if unsupported {
+            return check.fail(key(name), format!("{name} is not supported with tiers"));
+        }
+    }
+    let mut pools: Vec<Vec<ReplicaIndex>> = Vec::with_capacity(ranks);
+    for (rank, texts) in raw.tiers.iter().enumerate() {
+        let list = format!("plb.tiers[{rank}]");
+        let taken: Vec<ReplicaIndex> = pools.iter().flatten().copied().collect();
+        let at = ListKey {
+            base,
+            list: &list,
+            taken: &taken,
+            other_list: "another rank's pool",
+        };
+        pools.push(replica_indices(check, &at, texts, replicas)?);
+    }
+    let per_rank = |name: &str, len: Option<usize>| -> Check {
+        match len {
+            Some(len) if len != ranks => check.fail(
+                key(name),
+                format!("{len} entries; tiers has {ranks} ranks, one entry each"),
+            ),
+            _ => Ok(()),
+        }
+    };
+    per_rank("tier_theta", raw.tier_theta.as_ref().map(Vec::len))?;
+    per_rank("tier_alpha", raw.tier_alpha.as_ref().map(Vec::len))?;
+    per_rank("tier_floor", raw.tier_floor.as_ref().map(Vec::len))?;
+    per_rank("tier_target", raw.tier_target.as_ref().map(Vec::len))?;
+    let theta = raw.tier_theta.clone().unwrap_or_else(|| {
+        by_rank(
+            ranks,
+            raw.theta_premium.unwrap_or(10),
+            raw.theta_freemium.unwrap_or(10),
+        )
+    });
+    let alpha = raw.tier_alpha.clone().unwrap_or_else(|| {
+        by_rank(
+            ranks,
+            raw.alpha_premium.unwrap_or(0.6),
+            raw.alpha_freemium.unwrap_or(0.8),
+        )
+    });
+    let floor = raw.tier_floor.clone().unwrap_or_else(|| {
+        pools
+            .iter()
+            .enumerate()
+            .map(|(rank, pool)| {
+                if rank == 0 {
+                    0
+                } else {
+                    to_u32(pool.len()).min(1)
+                }
+            })
+            .collect()
+    });
+    let target = raw
+        .tier_target
+        .clone()
+        .unwrap_or_else(|| pools.iter().map(|pool| to_u32(pool.len())).collect());
+    for (rank, (&theta, &alpha)) in theta.iter().zip(&alpha).enumerate() {
+        check.at_least(&format!("{}[{rank}]", key("tier_theta")), theta.into(), 1)?;
+        if !(alpha > 0.0 && alpha <= 1.0) {
+            return check.fail(
+                format!("{}[{rank}]", key("tier_alpha")),
+                format!("{alpha} is outside (0, 1]"),
+            );
+        }
+    }
+    for (rank, (&floor, pool)) in floor.iter().zip(&pools).enumerate().skip(1) {
+        check_floor(
+            check,
+            &format!("{}[{rank}]", key("tier_floor")),
+            floor,
+            pool.len(),
+        )?;
+    }
+    let targets: u32 = target.iter().sum();
+    if targets as usize > replicas.len() {
+        return check.fail(
+            key("tier_target"),
+            format!(
+                "the targets add up to {targets}, more than the number of replicas ({})",
+                replicas.len()
+            ),
+        );
+    }
+    Ok(Some(Box::new(TierSettings {
+        pools,
+        theta,
+        alpha,
+        floor,
+        target,
+        reclaim: raw.reclaim.unwrap_or(true),
+    })))
+}
+
+/// `ranks` values: `top` for rank 0 and `rest` below it (the two-class defaults carried on).
+fn by_rank<T: Copy>(ranks: usize, top: T, rest: T) -> Vec<T> {
+    (0..ranks)
+        .map(|rank| if rank == 0 { top } else { rest })
+        .collect()
 }
 
 fn to_u32(count: usize) -> u32 {

@@ -297,13 +297,13 @@ mod tests {
     fn per_class_summaries_are_separate() {
         let mut latency = ClassLatency::default();
         for _ in 0..100 {
-            latency.record(ClassSetting::Premium, 1_000);
-            latency.record(ClassSetting::Freemium, 50_000);
+            latency.record(ClassSetting::PREMIUM, 1_000);
+            latency.record(ClassSetting::FREEMIUM, 50_000);
         }
-        assert_close(latency.summary(ClassSetting::Premium).p95_us, 1_000);
-        assert_close(latency.summary(ClassSetting::Freemium).p50_us, 50_000);
+        assert_close(latency.summary(ClassSetting::PREMIUM).p95_us, 1_000);
+        assert_close(latency.summary(ClassSetting::FREEMIUM).p50_us, 50_000);
         latency.reset();
-        assert_eq!(latency.summary(ClassSetting::Premium).count, 0);
+        assert_eq!(latency.summary(ClassSetting::PREMIUM).count, 0);
     }
 
     #[test]

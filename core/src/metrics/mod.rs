@@ -8,7 +8,6 @@ mod databases;
 mod digests;
 mod histogram;
 mod padded;
-mod replica_load;
 mod totals;
 
 pub use databases::{
@@ -22,5 +21,4 @@ pub use histogram::{
     ClassLatency, HISTOGRAM_BUCKETS, IntervalSummary, LatencyHistogram, SharedHistogram,
 };
 pub use padded::CachePadded;
-pub use replica_load::{ReplicaLoad, ReplicaLoadCounters};
 pub use totals::{FlushPolicy, ShardCounters, SharedTotals, TotalsSnapshot};

@@ -221,13 +221,13 @@ mod tests {
         };
         let totals = SharedTotals::new();
         let mut counters = ShardCounters::default();
-        counters.record_query(ClassSetting::Premium, 10);
-        counters.record_query(ClassSetting::Freemium, 10);
+        counters.record_query(ClassSetting::PREMIUM, 10);
+        counters.record_query(ClassSetting::FREEMIUM, 10);
         assert!(!counters.maybe_flush(policy, &totals));
         assert_eq!(totals.snapshot().total_queries(), 0);
-        counters.record_query(ClassSetting::Premium, 10);
+        counters.record_query(ClassSetting::PREMIUM, 10);
         assert!(counters.maybe_flush(policy, &totals));
-        assert_eq!(totals.snapshot().queries, [2, 1]);
+        assert_eq!(totals.snapshot().queries, [2, 1, 0, 0]);
         assert_eq!(totals.snapshot().query_time_us, 30);
         counters.record_bytes(0, 100);
         assert!(counters.should_flush(policy));
@@ -266,7 +266,7 @@ mod tests {
         }
         let snapshot = totals.snapshot();
         let total = THREADS * QUERIES;
-        assert_eq!(snapshot.queries, [total / 2, total / 2]);
+        assert_eq!(snapshot.queries, [total / 2, total / 2, 0, 0]);
         assert_eq!(snapshot.total_transactions(), total);
         assert_eq!(snapshot.received_bytes, 3 * total);
         assert_eq!(snapshot.sent_bytes, 4 * total);

@@ -131,3 +131,25 @@ impl From<crate::ReplicaLoad> for TierLoad {
         TierLoad { sessions }
     }
 }
+
+impl From<crate::ServiceClass> for Tier {
+    /// The two-class vocabulary as ranks: premium is tier 0, freemium tier 1.
+    fn from(class: crate::ServiceClass) -> Tier {
+        match class {
+            crate::ServiceClass::Premium => Tier(0),
+            crate::ServiceClass::Freemium => Tier(1),
+        }
+    }
+}
+
+impl Tier {
+    /// The two-class class that serves this rank: tier 0 is premium, every rank below it is
+    /// served as freemium (a two-class table has no lower pool to give it).
+    pub const fn two_class(self) -> crate::ServiceClass {
+        if self.0 == 0 {
+            crate::ServiceClass::Premium
+        } else {
+            crate::ServiceClass::Freemium
+        }
+    }
+}

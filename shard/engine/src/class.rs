@@ -2,14 +2,15 @@
 //!
 //! The class comes from trusted configuration (the user's `[users.NAME] class`, else the
 //! database entry's class, which is how an alias such as `analytics_premium` works). A client
-//! may ask for a *lower* class with the startup option `-c pgtier.class=freemium`; asking for
-//! a higher one is refused, so a class can never be raised by something the client sends.
+//! may ask for a *lower* class with the startup option `-c pgtier.class=freemium` (or a rank
+//! below it, `tier2`, `tier3`); asking for a higher one is refused, so a class can never be
+//! raised by something the client sends.
 
 use core::fmt;
 
 use pgtier_core::class::ClassSetting;
 use pgtier_core::config::{Config, DatabaseConfig};
-use pgtier_policy::ServiceClass;
+use pgtier_policy::tiers::Tier;
 use pgtier_wire::startup_options::{StartupOption, parse_options};
 
 /// The setting name clients use in `options` (matched ASCII case-insensitively, as
@@ -19,16 +20,16 @@ pub const CLASS_OPTION: &str = "pgtier.class";
 /// Why a client's class request was refused. The session answers with an ErrorResponse.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClassRequestError {
-    /// The value is neither `premium` nor `freemium` (SQLSTATE 22023).
+    /// The value is no class name (SQLSTATE 22023).
     UnknownClass(String),
     /// `options` itself is malformed (SQLSTATE 08P01, as PostgreSQL reports it).
     MalformedOptions(String),
     /// The client asked for a class above its configured one (SQLSTATE 42501).
     RaiseRefused {
         /// Class from the configuration.
-        configured: ServiceClass,
+        configured: ClassSetting,
         /// Class the client asked for.
-        requested: ServiceClass,
+        requested: ClassSetting,
     },
 }
 
@@ -48,7 +49,7 @@ impl fmt::Display for ClassRequestError {
         match self {
             ClassRequestError::UnknownClass(value) => write!(
                 f,
-                "invalid value for parameter \"{CLASS_OPTION}\": \"{value}\" (expected premium or freemium)"
+                "invalid value for parameter \"{CLASS_OPTION}\": \"{value}\" (expected premium, freemium, tier2 or tier3)"
             ),
             ClassRequestError::MalformedOptions(reason) => {
                 write!(f, "invalid startup option \"options\": {reason}")
@@ -67,12 +68,9 @@ impl fmt::Display for ClassRequestError {
 
 impl std::error::Error for ClassRequestError {}
 
-/// The policy's class for a configured class.
-pub const fn service_class(setting: ClassSetting) -> ServiceClass {
-    match setting {
-        ClassSetting::Premium => ServiceClass::Premium,
-        ClassSetting::Freemium => ServiceClass::Freemium,
-    }
+/// The policy's rank for a configured class.
+pub const fn tier(setting: ClassSetting) -> Tier {
+    Tier(setting.rank())
 }
 
 /// The class of a session of `user` on `database`: configured class, lowered by the
@@ -83,8 +81,8 @@ pub fn session_class(
     database: &DatabaseConfig,
     user: &str,
     startup_options: Option<&str>,
-) -> Result<ServiceClass, ClassRequestError> {
-    let configured = service_class(config.class(database, user));
+) -> Result<ClassSetting, ClassRequestError> {
+    let configured = config.class(database, user);
     let requested = match startup_options {
         Some(options) => requested_class(options)?,
         None => None,
@@ -92,32 +90,24 @@ pub fn session_class(
     apply_request(configured, requested)
 }
 
-/// The lane a session of `setting` waits in for a server (`waiter_policy`).
+/// The lane a session of `setting` waits in for a server (`waiter_policy`). The pool has two
+/// lanes: premium's, and the aged lane every other rank shares.
 pub const fn wait_class(setting: ClassSetting) -> pgtier_pool::WaitClass {
-    match setting {
-        ClassSetting::Premium => pgtier_pool::WaitClass::Premium,
-        ClassSetting::Freemium => pgtier_pool::WaitClass::Freemium,
-    }
-}
-
-/// The configured class for a policy class.
-pub const fn class_setting(class: ServiceClass) -> ClassSetting {
-    match class {
-        ServiceClass::Premium => ClassSetting::Premium,
-        ServiceClass::Freemium => ClassSetting::Freemium,
+    if setting.rank() == 0 {
+        pgtier_pool::WaitClass::Premium
+    } else {
+        pgtier_pool::WaitClass::Freemium
     }
 }
 
 /// Lowers `configured` to `requested` if asked; refuses a raise.
 pub fn apply_request(
-    configured: ServiceClass,
-    requested: Option<ServiceClass>,
-) -> Result<ServiceClass, ClassRequestError> {
+    configured: ClassSetting,
+    requested: Option<ClassSetting>,
+) -> Result<ClassSetting, ClassRequestError> {
     match requested {
         None => Ok(configured),
-        Some(requested) if requested == configured || requested == ServiceClass::Freemium => {
-            Ok(requested)
-        }
+        Some(requested) if configured.may_request(requested) => Ok(requested),
         Some(requested) => Err(ClassRequestError::RaiseRefused {
             configured,
             requested,
@@ -131,7 +121,7 @@ pub const MAX_OPTION_ARGUMENTS: usize = 256;
 
 /// The class requested in a startup `options` string, if any, split as PostgreSQL splits it
 /// (see `pgtier_wire::startup_options`); the last setting wins.
-pub fn requested_class(options: &str) -> Result<Option<ServiceClass>, ClassRequestError> {
+pub fn requested_class(options: &str) -> Result<Option<ClassSetting>, ClassRequestError> {
     let parsed = parse_options(options, MAX_OPTION_ARGUMENTS)
         .map_err(|error| ClassRequestError::MalformedOptions(error.to_string()))?;
     requested_class_in(&parsed)
@@ -140,7 +130,7 @@ pub fn requested_class(options: &str) -> Result<Option<ServiceClass>, ClassReque
 /// [`requested_class`] over options the session already parsed.
 pub fn requested_class_in(
     options: &[StartupOption],
-) -> Result<Option<ServiceClass>, ClassRequestError> {
+) -> Result<Option<ClassSetting>, ClassRequestError> {
     let value = options.iter().rev().find_map(|option| match option {
         StartupOption::Setting { name, value } if name.eq_ignore_ascii_case(CLASS_OPTION) => {
             Some(value)
@@ -149,7 +139,7 @@ pub fn requested_class_in(
     });
     match value {
         None => Ok(None),
-        Some(value) => ServiceClass::parse(value)
+        Some(value) => ClassSetting::parse(&value.to_ascii_lowercase())
             .map(Some)
             .ok_or_else(|| ClassRequestError::UnknownClass(value.clone())),
     }
@@ -197,8 +187,9 @@ fn escape(arg: &str) -> String {
 mod tests {
     use super::*;
 
-    const P: ServiceClass = ServiceClass::Premium;
-    const F: ServiceClass = ServiceClass::Freemium;
+    const P: ClassSetting = ClassSetting::PREMIUM;
+    const F: ClassSetting = ClassSetting::FREEMIUM;
+    const T2: ClassSetting = ClassSetting::ALL[2];
 
     #[test]
     fn the_class_option_is_consumed_and_others_kept() {
@@ -257,6 +248,16 @@ mod tests {
     fn freemium_may_not_raise_to_premium() {
         let error = apply_request(F, Some(P)).expect_err("raise");
         assert_eq!(error.sqlstate(), "42501");
+    }
+
+    #[test]
+    fn a_rank_may_be_lowered_past_freemium_but_not_raised() {
+        assert_eq!(requested_class("-c pgtier.class=tier2"), Ok(Some(T2)));
+        assert_eq!(apply_request(F, Some(T2)), Ok(T2));
+        assert_eq!(apply_request(P, Some(T2)), Ok(T2));
+        let error = apply_request(T2, Some(F)).expect_err("raise");
+        assert_eq!(error.sqlstate(), "42501");
+        assert_eq!(wait_class(T2), pgtier_pool::WaitClass::Freemium);
     }
 
     #[test]

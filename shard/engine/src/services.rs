@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use bytes::BytesMut;
-use pgtier_policy::ServiceClass;
+use pgtier_policy::tiers::Tier;
 use pgtier_wire::SqlState;
 
 use crate::listing::Listing;
@@ -19,8 +19,8 @@ pub trait ReplicaLease: fmt::Debug + Send + std::any::Any {
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
     /// The replica's address.
     fn addr(&self) -> SocketAddr;
-    /// The class the session was admitted in.
-    fn class(&self) -> ServiceClass;
+    /// The class (rank) the session was admitted in, as its router counts it.
+    fn class(&self) -> Tier;
     /// Whether the replica went Down since this lease last asked (cheap: one atomic load
     /// when nothing failed).
     fn replica_failed(&mut self) -> bool;
@@ -83,7 +83,8 @@ pub trait ReadTicket: fmt::Debug + Send {
 #[derive(Clone, Copy, Debug)]
 pub struct ReadRequest<'a> {
     pub database: &'a str,
-    pub class: ServiceClass,
+    /// The session's class as a rank (premium 0).
+    pub class: Tier,
     /// The session's admitted replica under session-level PLB (`plb_per_transaction` off):
     /// the read may run only there. `None`: any replica the entry's routing allows.
     pub leased: Option<SocketAddr>,
@@ -109,7 +110,7 @@ pub trait Routing {
     /// Whether `database` is a replica-set entry (its sessions need an admission).
     fn is_routed(&self, database: &str) -> bool;
     /// Admits a new session of `class` on `database`.
-    fn admit(&self, database: &str, class: ServiceClass, request_id: u64) -> Admission;
+    fn admit(&self, database: &str, class: Tier, request_id: u64) -> Admission;
     /// Moves a session off its replica, which went Down.
     fn repin(&self, lease: Box<dyn ReplicaLease>, request_id: u64) -> Admission;
     /// The next answer of the control shard, if one arrived.
@@ -140,7 +141,7 @@ impl Routing for NoRouting {
         false
     }
 
-    fn admit(&self, _database: &str, _class: ServiceClass, _request_id: u64) -> Admission {
+    fn admit(&self, _database: &str, _class: Tier, _request_id: u64) -> Admission {
         Admission::Refused(Refusal {
             code: pgtier_wire::sqlstate::CANNOT_CONNECT_NOW,
             message: "replica routing is off".to_string(),
@@ -148,7 +149,7 @@ impl Routing for NoRouting {
     }
 
     fn repin(&self, _lease: Box<dyn ReplicaLease>, request_id: u64) -> Admission {
-        self.admit("", ServiceClass::Freemium, request_id)
+        self.admit("", Tier(1), request_id)
     }
 
     fn poll_reply(&self) -> Option<AdmissionReply> {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
+use pgtier_core::class::CLASS_COUNT;
 use pgtier_core::metrics::{
     DatabaseRegistry, DigestStore, IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot,
 };
@@ -24,7 +25,7 @@ pub struct IntervalStats {
     /// Its length.
     pub length: Duration,
     /// Completed queries and latency percentiles, indexed by class (premium = 0).
-    pub latency: [IntervalSummary; 2],
+    pub latency: [IntervalSummary; CLASS_COUNT],
 }
 
 /// Process-wide connection events, summed over shards.
@@ -184,7 +185,7 @@ pub struct Shared {
     pub stats: SharedStats,
     pub totals: SharedTotals,
     /// Query latency of the current interval per class (premium = 0), folded by shards.
-    pub latency: [SharedHistogram; 2],
+    pub latency: [SharedHistogram; CLASS_COUNT],
     /// The last completed interval, published by shard 0.
     pub interval: ArcSwapOption<IntervalStats>,
     /// Interval rollovers so far.
@@ -210,7 +211,7 @@ impl Shared {
             clients: AtomicU32::new(0),
             stats: SharedStats::default(),
             totals: SharedTotals::new(),
-            latency: [SharedHistogram::new(), SharedHistogram::new()],
+            latency: std::array::from_fn(|_| SharedHistogram::new()),
             interval: ArcSwapOption::empty(),
             intervals: AtomicU64::new(0),
             budgets: BudgetRegistry::default(),

@@ -1137,7 +1137,7 @@ impl crate::services::Routing for CyclingReads {
     fn admit(
         &self,
         database: &str,
-        class: pgtier_policy::ServiceClass,
+        class: pgtier_policy::tiers::Tier,
         request_id: u64,
     ) -> crate::services::Admission {
         NoRouting.admit(database, class, request_id)

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use pgtier_policy::{ReplicaId, Role, ServiceClass, Strategy};
+use pgtier_core::class::ClassSetting;
+use pgtier_policy::ReplicaId;
 
 use crate::admin::command::AdminCommand;
 use crate::admin::format::{millis, utc_timestamp};
@@ -18,6 +19,7 @@ use crate::control::authority::ReplicaHealth;
 use crate::control::events::{ControlEvent, EventKind};
 use crate::control::health::ProbeOutcome;
 use crate::control::router::ReplicaRouter;
+use crate::control::router_config::RouterPolicy;
 
 /// Columns and rows of one result set.
 pub struct ResultSet {
@@ -128,8 +130,8 @@ fn replicas(routers: &[Arc<ReplicaRouter>], readers: &[Arc<ReadRouter>]) -> Resu
             let mut row = vec![
                 text(router.name()),
                 router.replica_addr(replica).map(|addr| addr.to_string()),
-                text(role_name(router.strategy(), replica, role)),
-                role.borrowed_from().map(|pool| pool.as_str().to_string()),
+                text(router.role_name(replica, role)),
+                role.borrowed_from().map(str::to_string),
                 text(load.premium),
                 text(load.freemium),
                 state.map(|h| h.state.as_str().to_string()),
@@ -155,6 +157,9 @@ fn replicas(routers: &[Arc<ReplicaRouter>], readers: &[Arc<ReadRouter>]) -> Resu
                     None => None,
                 },
                 reader.map(|r| r.counters().reads(replica).to_string()),
+                // Tiered PLB: the sessions of every rank, premium first ("2/1/4"); the two
+                // columns above count rank 0 and every rank below it.
+                class_sessions(router, replica),
             ]);
             rows.push(row);
         }
@@ -177,9 +182,25 @@ fn replicas(routers: &[Arc<ReplicaRouter>], readers: &[Arc<ReadRouter>]) -> Resu
             "excluded",
             "in_flight",
             "reads",
+            "class_sessions",
         ]),
         rows,
     }
+}
+
+fn class_sessions(router: &ReplicaRouter, replica: ReplicaId) -> Option<String> {
+    let RouterPolicy::Tiers(plb) = router.policy() else {
+        return None;
+    };
+    let load = router.tier_load(replica);
+    let ranks = usize::from(plb.params().tiers);
+    let counts: Vec<String> = load
+        .sessions
+        .iter()
+        .take(ranks)
+        .map(u32::to_string)
+        .collect();
+    Some(counts.join("/"))
 }
 
 fn bool_text(value: bool) -> String {
@@ -233,7 +254,7 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
             let stats = router.stats();
             vec![
                 text(router.name()),
-                text(router.strategy().name().as_str()),
+                text(router.policy().name().as_str()),
                 text(router.replica_count()),
                 text(snapshot.table.up_count()),
                 text(snapshot.generation),
@@ -265,24 +286,6 @@ fn routers(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
             "drain_moves",
         ]),
         rows,
-    }
-}
-
-/// PLB shows its role; the baselines have no roles, so show what the replica serves.
-pub(crate) fn role_name(strategy: &Strategy, replica: ReplicaId, role: Role) -> &'static str {
-    match (strategy, role) {
-        (_, Role::Down) => "down",
-        (Strategy::Plb(_), role) => role.as_str(),
-        (Strategy::Dedicated(split), _) => {
-            if split.subset(ServiceClass::Premium).contains(replica) {
-                "premium"
-            } else if split.subset(ServiceClass::Freemium).contains(replica) {
-                "freemium"
-            } else {
-                "unused"
-            }
-        }
-        _ => "shared",
     }
 }
 
@@ -320,18 +323,16 @@ fn role_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
     let rows = merged_events(routers, ControlEvent::is_borrow_or_return)
         .into_iter()
         .filter_map(|event| {
-            let EventKind::Role { change, class } = &event.kind else {
-                return None;
-            };
+            let change = event.kind.role_parts()?;
             Some(vec![
                 text(event.seq),
                 Some(utc_timestamp(event.at)),
                 text(&event.database),
                 Some(replica_label(routers, &event.database, change.replica)),
-                text(change.from.as_str()),
-                text(change.to.as_str()),
-                class.map(|c| c.as_str().to_string()),
-                text(change.reason.as_str()),
+                text(change.from),
+                text(change.to),
+                change.class.map(str::to_string),
+                text(change.reason),
             ])
         })
         .collect();
@@ -346,28 +347,32 @@ fn role_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
 fn failure_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
     let rows = merged_events(routers, ControlEvent::is_failure_handling)
         .into_iter()
-        .map(|event| {
-            let (replica, name, from, to, detail) = match &event.kind {
-                EventKind::Health {
-                    replica,
-                    transition,
-                    cause,
-                } => (
+        .filter_map(|event| {
+            let (replica, name, from, to, detail) = match (&event.kind, event.kind.role_parts()) {
+                (_, Some(change)) => (
+                    change.replica,
+                    change.reason,
+                    text(change.from),
+                    text(change.to),
+                    None,
+                ),
+                (
+                    EventKind::Health {
+                        replica,
+                        transition,
+                        cause,
+                    },
+                    None,
+                ) => (
                     *replica,
                     transition.as_str(),
                     None,
                     None,
                     Some(cause.clone()),
                 ),
-                EventKind::Role { change, .. } => (
-                    change.replica,
-                    change.reason.as_str(),
-                    text(change.from.as_str()),
-                    text(change.to.as_str()),
-                    None,
-                ),
+                (_, None) => return None,
             };
-            vec![
+            Some(vec![
                 text(event.seq),
                 Some(utc_timestamp(event.at)),
                 text(&event.database),
@@ -376,7 +381,7 @@ fn failure_events(routers: &[Arc<ReplicaRouter>]) -> ResultSet {
                 from,
                 to,
                 detail,
-            ]
+            ])
         })
         .collect();
     ResultSet {
@@ -405,9 +410,14 @@ fn class_stats(view: Option<&StatsView>) -> ResultSet {
             rows: Vec::new(),
         };
     };
-    let rows = ServiceClass::ALL
+    let rows = ClassSetting::ALL
         .iter()
         .enumerate()
+        .filter(|(index, class)| {
+            class.always_reported()
+                || view.totals.queries[*index] > 0
+                || view.totals.transactions[*index] > 0
+        })
         .map(|(index, class)| {
             let interval = view.interval.as_ref();
             let seconds = interval.map(|i| i.length.as_secs_f64());

@@ -248,7 +248,7 @@ fn show_events_lists_down_and_repair_steps_only() {
 #[test]
 fn show_stats_reports_per_class_counts_and_percentiles() {
     let totals = TotalsSnapshot {
-        queries: [1200, 3400],
+        queries: [1200, 3400, 0, 0],
         ..TotalsSnapshot::default()
     };
     let stats = StatsView {
@@ -267,6 +267,8 @@ fn show_stats_reports_per_class_counts_and_percentiles() {
                     p50_us: 2500,
                     p95_us: 19_000,
                 },
+                IntervalSummary::default(),
+                IntervalSummary::default(),
             ],
         }),
     };
@@ -854,7 +856,7 @@ fn show_replicas_ends_with_replay_lag_and_reads_and_show_readers_sums_them() {
     let reader = Arc::clone(map.reader("app").expect("reader"));
     let mut local = crate::control::ReadLocal::new(1);
     let ask = crate::control::ReadAsk {
-        class: ServiceClass::Freemium,
+        class: ServiceClass::Freemium.into(),
         leased: None,
         after: None,
     };
@@ -874,8 +876,9 @@ fn show_replicas_ends_with_replay_lag_and_reads_and_show_readers_sums_them() {
     let Decoded::Header(columns) = &messages[0] else {
         panic!("header first")
     };
+    assert_eq!(columns.last().map(String::as_str), Some("class_sessions"));
     assert_eq!(
-        columns[columns.len() - 6..],
+        columns[columns.len() - 7..columns.len() - 1],
         [
             "replay_lsn",
             "lag_bytes",
@@ -886,7 +889,7 @@ fn show_replicas_ends_with_replay_lag_and_reads_and_show_readers_sums_them() {
         ]
     );
     let rows = rows(&messages);
-    let tail = |row: &Vec<Option<String>>| row[row.len() - 6..].to_vec();
+    let tail = |row: &Vec<Option<String>>| row[row.len() - 7..row.len() - 1].to_vec();
     assert_eq!(
         tail(rows[0]),
         [

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use pgtier_policy::tiers::TierAdmitError;
 use pgtier_policy::{AdmitError, ServiceClass};
 
 use crate::control::counters::CounterError;
@@ -64,6 +65,15 @@ impl From<AdmitError> for AdmissionError {
             AdmitError::NoReplicaUp => AdmissionError::NoReplicaUp,
             AdmitError::NoReplicaForClass(class) => AdmissionError::NoReplicaForClass(class),
             AdmitError::LoadCount { .. } => AdmissionError::Internal(error.to_string()),
+        }
+    }
+}
+
+impl From<TierAdmitError> for AdmissionError {
+    fn from(error: TierAdmitError) -> AdmissionError {
+        match error {
+            TierAdmitError::NoReplicaUp => AdmissionError::NoReplicaUp,
+            other => AdmissionError::Internal(other.to_string()),
         }
     }
 }

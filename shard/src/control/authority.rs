@@ -12,18 +12,19 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::SystemTime;
 
-use pgtier_policy::{
-    MAX_REPLICAS, ReplicaId, ReplicaLoad, RoleChange, RoleTable, ServiceClass, Strategy,
-};
+use pgtier_policy::tiers::{Tier, TierChange, TierLoad, TieredPlb};
+use pgtier_policy::{MAX_REPLICAS, ReplicaId, ReplicaLoad, RoleChange, Strategy};
 
 use crate::control::admission_error::AdmissionError;
-use crate::control::counters::LoadArray;
+use crate::control::counters::{LoadArray, TierLoadArray};
 use crate::control::events::{EventKind, HealthTransition};
 use crate::control::health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
 use crate::control::lease::SessionLease;
 use crate::control::mailbox::{AdmissionReply, ControlRequest};
 use crate::control::probe::ProbeReport;
-use crate::control::router::ReplicaRouter;
+use crate::control::route_table::RouteTable;
+use crate::control::router::{ReplicaRouter, TABLE_MISMATCH};
+use crate::control::router_config::RouterPolicy;
 
 /// Most requests handled per router per control step, so one busy router cannot starve the
 /// others or the probes.
@@ -43,13 +44,13 @@ pub struct ReplicaHealth {
 /// Authoritative state of one router; only the control shard mutates it.
 #[derive(Debug)]
 pub(crate) struct Authority {
-    table: RoleTable,
+    table: RouteTable,
     generation: u64,
     health: Vec<ReplicaHealth>,
 }
 
 impl Authority {
-    pub(crate) fn new(table: RoleTable, replica_count: usize) -> Authority {
+    pub(crate) fn new(table: RouteTable, replica_count: usize) -> Authority {
         let now = SystemTime::now();
         Authority {
             table,
@@ -171,21 +172,44 @@ impl ReplicaRouter {
     fn admit_on_control(
         self: &Arc<Self>,
         authority: &mut Authority,
-        class: ServiceClass,
+        class: Tier,
     ) -> (Result<SessionLease, AdmissionError>, usize) {
-        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.read_loads(&mut sessions, &mut in_flight);
-        let decision =
-            match self
-                .strategy()
-                .route_loads(&authority.table, view, class, self.draw(class))
-            {
-                Ok(decision) => decision,
-                Err(error) => return (Err(error.into()), 0),
-            };
-        let applied = self.apply_changes(authority, decision.role_changes.as_slice());
-        let counted = self.counters().claim(decision.replica, class);
+        let decided = match (*self.policy(), &authority.table) {
+            (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
+                let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let view = self.read_loads(&mut sessions, &mut in_flight);
+                let two_class = class.two_class();
+                strategy
+                    .route_loads(table, view, two_class, self.draw(two_class))
+                    .map_err(AdmissionError::from)
+                    .map(|decision| {
+                        let applied =
+                            self.apply_changes(authority, decision.role_changes.as_slice());
+                        (decision.replica, applied)
+                    })
+            }
+            (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
+                let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
+                let view = self.counters().read_tiers_into(&mut loads);
+                plb.admit(table, view, class)
+                    .map_err(AdmissionError::from)
+                    .map(|decision| {
+                        let applied = self.apply_tier_changes(
+                            authority,
+                            &plb,
+                            decision.role_changes.as_slice(),
+                        );
+                        (decision.replica, applied)
+                    })
+            }
+            _ => Err(AdmissionError::Internal(TABLE_MISMATCH.into())),
+        };
+        let (replica, applied) = match decided {
+            Ok(decided) => decided,
+            Err(error) => return (Err(error), 0),
+        };
+        let counted = self.counters().claim(replica, class);
         let published = usize::from(applied.applied > 0);
         if published > 0 {
             self.publish_authority(authority);
@@ -194,38 +218,42 @@ impl ReplicaRouter {
             (Some(conflict), Ok(())) => {
                 // The session is counted; a refused change is a bug, so refuse the session
                 // rather than route it against a table the policy did not expect.
-                drop(SessionLease::counted(
-                    Arc::clone(self),
-                    decision.replica,
-                    class,
-                ));
+                drop(SessionLease::counted(Arc::clone(self), replica, class));
                 Err(AdmissionError::Internal(conflict))
             }
             (_, Err(error)) => Err(error.into()),
-            (None, Ok(())) => Ok(SessionLease::counted(
-                Arc::clone(self),
-                decision.replica,
-                class,
-            )),
+            (None, Ok(())) => Ok(SessionLease::counted(Arc::clone(self), replica, class)),
         };
         (result, published)
     }
 
     fn evaluate_returns(&self, authority: &mut Authority) -> usize {
-        let Strategy::Plb(plb) = self.strategy() else {
-            return 0;
-        };
-        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.read_loads(&mut sessions, &mut in_flight);
-        let changes = match plb.returns_loads(&authority.table, view) {
-            Ok(changes) => changes,
-            Err(error) => {
-                tracing::error!(router = %self.name(), %error, "return evaluation failed");
-                return 0;
+        let applied = match (*self.policy(), &authority.table) {
+            (RouterPolicy::Classes(Strategy::Plb(plb)), RouteTable::Classes(table)) => {
+                let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let view = self.read_loads(&mut sessions, &mut in_flight);
+                match plb.returns_loads(table, view) {
+                    Ok(changes) => self.apply_changes(authority, changes.as_slice()),
+                    Err(error) => {
+                        tracing::error!(router = %self.name(), %error, "return evaluation failed");
+                        return 0;
+                    }
+                }
             }
+            (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
+                let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
+                let view = self.counters().read_tiers_into(&mut loads);
+                match plb.returns(table, view) {
+                    Ok(changes) => self.apply_tier_changes(authority, &plb, changes.as_slice()),
+                    Err(error) => {
+                        tracing::error!(router = %self.name(), %error, "return evaluation failed");
+                        return 0;
+                    }
+                }
+            }
+            _ => return 0,
         };
-        let applied = self.apply_changes(authority, changes.as_slice());
         if applied.applied == 0 {
             return 0;
         }
@@ -237,13 +265,41 @@ impl ReplicaRouter {
     fn apply_changes(&self, authority: &mut Authority, changes: &[RoleChange]) -> Applied {
         let params = self.plb_params();
         let mut applied = Applied::default();
+        let RouteTable::Classes(table) = &mut authority.table else {
+            applied.conflict = Some(TABLE_MISMATCH.into());
+            return applied;
+        };
         for change in changes {
-            if let Err(conflict) = authority.table.apply(change, &params) {
+            if let Err(conflict) = table.apply(change, &params) {
                 tracing::error!(router = %self.name(), %change, %conflict, "role change refused");
                 applied.conflict = Some(format!("{change}: {conflict}"));
                 break;
             }
             self.record_role_change(change);
+            applied.applied += 1;
+        }
+        applied
+    }
+
+    /// [`ReplicaRouter::apply_changes`] for tiered PLB.
+    fn apply_tier_changes(
+        &self,
+        authority: &mut Authority,
+        plb: &TieredPlb,
+        changes: &[TierChange],
+    ) -> Applied {
+        let mut applied = Applied::default();
+        let RouteTable::Tiers(table) = &mut authority.table else {
+            applied.conflict = Some(TABLE_MISMATCH.into());
+            return applied;
+        };
+        for change in changes {
+            if let Err(conflict) = table.apply(change, plb.params()) {
+                tracing::error!(router = %self.name(), %change, %conflict, "role change refused");
+                applied.conflict = Some(format!("{change}: {conflict}"));
+                break;
+            }
+            self.record_tier_change(change);
             applied.applied += 1;
         }
         applied
@@ -293,20 +349,40 @@ impl ReplicaRouter {
                 cause: cause.to_string(),
             },
         );
-        let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.counters().read_into(&mut loads);
-        let strategy = self.strategy();
-        let repaired = match transition {
-            HealthTransition::Down => strategy.handle_down(&mut authority.table, replica, view),
-            HealthTransition::Rejoin => strategy.handle_rejoin(&mut authority.table, replica, view),
-        };
-        match repaired {
-            Ok(changes) => changes
-                .iter()
-                .for_each(|change| self.record_role_change(change)),
-            Err(error) => {
-                tracing::error!(router = %self.name(), %error, "failure handling refused")
+        let repaired = match (*self.policy(), &mut authority.table) {
+            (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
+                let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let view = self.counters().read_into(&mut loads);
+                let repaired = match transition {
+                    HealthTransition::Down => strategy.handle_down(table, replica, view),
+                    HealthTransition::Rejoin => strategy.handle_rejoin(table, replica, view),
+                };
+                repaired.map(|changes| {
+                    changes
+                        .iter()
+                        .for_each(|change| self.record_role_change(change))
+                })
             }
+            (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
+                let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
+                let view = self.counters().read_tiers_into(&mut loads);
+                let repaired = match transition {
+                    HealthTransition::Down => plb.handle_down(table, replica, view),
+                    HealthTransition::Rejoin => plb.handle_rejoin(table, replica, view),
+                };
+                repaired.map(|changes| {
+                    changes
+                        .iter()
+                        .for_each(|change| self.record_tier_change(change))
+                })
+            }
+            _ => {
+                tracing::error!(router = %self.name(), "{TABLE_MISMATCH}");
+                Ok(())
+            }
+        };
+        if let Err(error) = repaired {
+            tracing::error!(router = %self.name(), %error, "failure handling refused");
         }
         self.publish_authority(authority);
         // After the publish: a session that sees the new epoch must find its replica Down.
@@ -315,7 +391,7 @@ impl ReplicaRouter {
         }
         // After the publish too: sessions that ask see the rejoined replica's new role.
         if transition == HealthTransition::Rejoin
-            && matches!(strategy, Strategy::Plb(plb) if plb.recovery_drain())
+            && matches!(self.policy(), RouterPolicy::Classes(Strategy::Plb(plb)) if plb.recovery_drain())
         {
             self.drain_epoch.fetch_add(1, Ordering::AcqRel);
         }
@@ -331,6 +407,11 @@ impl ReplicaRouter {
                 class,
             },
         );
+    }
+
+    fn record_tier_change(&self, change: &TierChange) {
+        self.events
+            .record(SystemTime::now(), EventKind::TierRole { change: *change });
     }
 
     fn publish_authority(&self, authority: &mut Authority) {

@@ -1,4 +1,5 @@
-//! Active-session counters per replica and per class, shared by every shard of the process.
+//! Active-session counters per replica and per class (rank), shared by every shard of the
+//! process.
 //!
 //! They exist because PLB decides from `load_P(r)` and `load_F(r)` across *all* sessions, while
 //! sessions live on many shards. Each counter sits on its own cache line pair so that shards
@@ -8,7 +9,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pgtier_policy::{MAX_REPLICAS, ReplicaId, ReplicaLoad, ServiceClass};
+use pgtier_policy::tiers::{MAX_TIERS, Tier, TierLoad};
+use pgtier_policy::{MAX_REPLICAS, ReplicaId, ReplicaLoad};
 
 /// One counter alone on 128 bytes: two cache lines, because adjacent-line prefetch would
 /// otherwise make neighbours share traffic.
@@ -16,24 +18,30 @@ use pgtier_policy::{MAX_REPLICAS, ReplicaId, ReplicaLoad, ServiceClass};
 #[derive(Debug, Default)]
 struct PaddedCounter(AtomicU32);
 
-/// The two class counters of one replica.
+/// The class counters of one replica, one per rank (premium is rank 0, freemium rank 1; a
+/// two-class router only ever counts those two).
 #[derive(Debug, Default)]
 struct ReplicaCounters {
-    premium: PaddedCounter,
-    freemium: PaddedCounter,
+    ranks: [PaddedCounter; MAX_TIERS],
 }
 
 impl ReplicaCounters {
-    fn of(&self, class: ServiceClass) -> &AtomicU32 {
-        match class {
-            ServiceClass::Premium => &self.premium.0,
-            ServiceClass::Freemium => &self.freemium.0,
-        }
+    fn of(&self, class: Tier) -> Option<&AtomicU32> {
+        self.ranks.get(class.index()).map(|counter| &counter.0)
+    }
+
+    fn rank(&self, rank: usize) -> u32 {
+        self.ranks
+            .get(rank)
+            .map_or(0, |counter| counter.0.load(Ordering::SeqCst))
     }
 }
 
 /// Loads of all replicas of one database, read into a stack array for one decision.
 pub type LoadArray = [ReplicaLoad; MAX_REPLICAS];
+
+/// Ranked loads of all replicas, for tiered PLB's decisions.
+pub type TierLoadArray = [TierLoad; MAX_REPLICAS];
 
 /// Why a counter could not be changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +57,8 @@ pub enum CounterError {
     },
     /// `u32::MAX` sessions of one class on one replica.
     Overflow,
+    /// A rank past [`MAX_TIERS`].
+    UnknownClass(Tier),
     /// A release for a class with no active session (a double release: a bug in the caller).
     Underflow,
 }
@@ -66,6 +76,7 @@ impl std::fmt::Display for CounterError {
                 )
             }
             CounterError::Overflow => f.write_str("too many sessions on one replica"),
+            CounterError::UnknownClass(class) => write!(f, "no counter for {class}"),
             CounterError::Underflow => f.write_str("a session was released twice"),
         }
     }
@@ -96,15 +107,36 @@ impl SessionCounters {
         self.replicas.is_empty()
     }
 
-    /// Current load of one replica (zero for an unknown replica).
+    /// Current two-class load of one replica (zero for an unknown replica): premium is rank 0
+    /// and freemium every rank below it.
     pub fn load(&self, replica: ReplicaId) -> ReplicaLoad {
         match self.replicas.get(replica.index()) {
             Some(counters) => ReplicaLoad {
-                premium: counters.premium.0.load(Ordering::SeqCst),
-                freemium: counters.freemium.0.load(Ordering::SeqCst),
+                premium: counters.rank(0),
+                freemium: (1..MAX_TIERS).map(|rank| counters.rank(rank)).sum(),
             },
             None => ReplicaLoad::default(),
         }
+    }
+
+    /// Current load of one replica by rank (zero for an unknown replica).
+    pub fn tier_load(&self, replica: ReplicaId) -> TierLoad {
+        let mut load = TierLoad::default();
+        if let Some(counters) = self.replicas.get(replica.index()) {
+            for (rank, slot) in load.sessions.iter_mut().enumerate() {
+                *slot = counters.rank(rank);
+            }
+        }
+        load
+    }
+
+    /// [`SessionCounters::read_into`] by rank.
+    pub fn read_tiers_into<'a>(&self, out: &'a mut TierLoadArray) -> &'a [TierLoad] {
+        for (index, slot) in out.iter_mut().enumerate().take(self.replicas.len()) {
+            *slot =
+                ReplicaId::from_index(index).map_or_else(TierLoad::default, |r| self.tier_load(r));
+        }
+        &out[..self.replicas.len()]
     }
 
     /// Reads every replica's load into `out` and returns the filled prefix. The reads are not
@@ -122,7 +154,7 @@ impl SessionCounters {
     pub fn try_claim(
         &self,
         replica: ReplicaId,
-        class: ServiceClass,
+        class: impl Into<Tier>,
         expected: u32,
     ) -> Result<(), CounterError> {
         let counter = self.counter(replica, class)?;
@@ -135,7 +167,7 @@ impl SessionCounters {
 
     /// Counts one more `class` session on `replica` unconditionally (the control shard, which
     /// decided against the authoritative table, and re-pins use this).
-    pub fn claim(&self, replica: ReplicaId, class: ServiceClass) -> Result<(), CounterError> {
+    pub fn claim(&self, replica: ReplicaId, class: impl Into<Tier>) -> Result<(), CounterError> {
         let counter = self.counter(replica, class)?;
         counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_add(1))
@@ -144,7 +176,7 @@ impl SessionCounters {
     }
 
     /// Counts one `class` session fewer on `replica`; refuses to go below zero.
-    pub fn release(&self, replica: ReplicaId, class: ServiceClass) -> Result<(), CounterError> {
+    pub fn release(&self, replica: ReplicaId, class: impl Into<Tier>) -> Result<(), CounterError> {
         let counter = self.counter(replica, class)?;
         counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -160,17 +192,24 @@ impl SessionCounters {
             .sum()
     }
 
-    fn counter(&self, replica: ReplicaId, class: ServiceClass) -> Result<&AtomicU32, CounterError> {
+    fn counter(
+        &self,
+        replica: ReplicaId,
+        class: impl Into<Tier>,
+    ) -> Result<&AtomicU32, CounterError> {
+        let class = class.into();
         self.replicas
             .get(replica.index())
-            .map(|counters| counters.of(class))
-            .ok_or(CounterError::UnknownReplica(replica))
+            .ok_or(CounterError::UnknownReplica(replica))?
+            .of(class)
+            .ok_or(CounterError::UnknownClass(class))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pgtier_policy::ServiceClass;
 
     const R0: ReplicaId = ReplicaId(0);
     const R1: ReplicaId = ReplicaId(1);
@@ -178,7 +217,28 @@ mod tests {
     #[test]
     fn counters_are_on_separate_cache_lines() {
         assert!(std::mem::align_of::<PaddedCounter>() >= 128);
-        assert!(std::mem::size_of::<ReplicaCounters>() >= 256);
+        assert!(std::mem::size_of::<ReplicaCounters>() >= 128 * MAX_TIERS);
+    }
+
+    #[test]
+    fn lower_ranks_count_as_freemium_in_the_two_class_view() {
+        let counters = SessionCounters::new(1);
+        counters.claim(R0, Tier(0)).expect("claim");
+        counters.claim(R0, Tier(2)).expect("claim");
+        counters.claim(R0, Tier(3)).expect("claim");
+        assert_eq!(
+            counters.load(R0),
+            ReplicaLoad {
+                premium: 1,
+                freemium: 2
+            }
+        );
+        assert_eq!(counters.tier_load(R0).sessions, [1, 0, 1, 1]);
+        assert_eq!(
+            counters.claim(R0, Tier(4)),
+            Err(CounterError::UnknownClass(Tier(4)))
+        );
+        assert_eq!(counters.total(), 3);
     }
 
     #[test]

@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use pgtier_policy::RoleChange;
+use pgtier_policy::tiers::{TierChange, TierReason};
 use pgtier_policy::{ReplicaId, ServiceClass};
+
+use crate::control::route_table::{RouteRole, class_name};
 
 /// A health transition of one replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +44,9 @@ pub enum EventKind {
         change: RoleChange,
         class: Option<ServiceClass>,
     },
+    /// A role change of a tiered table (`tiers = [...]`); the class is the borrower in
+    /// `change.to` or `change.from`.
+    TierRole { change: TierChange },
     /// A health transition with its cause (probe error, shard report, recovery).
     Health {
         replica: ReplicaId,
@@ -67,6 +73,7 @@ impl ControlEvent {
     pub fn is_borrow_or_return(&self) -> bool {
         match &self.kind {
             EventKind::Role { change, .. } => !is_failure_step(change),
+            EventKind::TierRole { change } => !is_tier_failure_step(change),
             EventKind::Health { .. } => false,
         }
     }
@@ -75,6 +82,7 @@ impl ControlEvent {
     pub fn is_failure_handling(&self) -> bool {
         match &self.kind {
             EventKind::Role { change, .. } => is_failure_step(change),
+            EventKind::TierRole { change } => is_tier_failure_step(change),
             EventKind::Health { .. } => true,
         }
     }
@@ -91,6 +99,18 @@ fn is_failure_step(change: &RoleChange) -> bool {
             | R::CanonicalFreemiumOnly
             | R::CanonicalIdleReturn
             | R::RepairToTarget
+    )
+}
+
+fn is_tier_failure_step(change: &TierChange) -> bool {
+    matches!(
+        change.reason,
+        TierReason::Down
+            | TierReason::Rejoin
+            | TierReason::CanonicalMixedSessions
+            | TierReason::CanonicalSingleTier
+            | TierReason::CanonicalIdleReturn
+            | TierReason::RepairToTarget
     )
 }
 
@@ -169,23 +189,69 @@ impl EventLog {
     }
 }
 
+/// A role change as the admin console and the log name it, whichever vocabulary the table
+/// decides in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleEventParts {
+    /// The replica whose role changed.
+    pub replica: ReplicaId,
+    /// Its role before.
+    pub from: &'static str,
+    /// Its role after.
+    pub to: &'static str,
+    /// The class that borrowed or had borrowed; `None` for repair steps.
+    pub class: Option<&'static str>,
+    /// Why.
+    pub reason: &'static str,
+}
+
+impl EventKind {
+    /// The role change this event is, `None` for a health transition.
+    pub fn role_parts(&self) -> Option<RoleEventParts> {
+        match self {
+            EventKind::Role { change, class } => Some(RoleEventParts {
+                replica: change.replica,
+                from: change.from.as_str(),
+                to: change.to.as_str(),
+                class: class.map(ServiceClass::as_str),
+                reason: change.reason.as_str(),
+            }),
+            EventKind::TierRole { change } => Some(RoleEventParts {
+                replica: change.replica,
+                from: RouteRole::Tier(change.from).as_str(),
+                to: RouteRole::Tier(change.to).as_str(),
+                class: change
+                    .to
+                    .borrower()
+                    .or(change.from.borrower())
+                    .map(class_name),
+                reason: change.reason.as_str(),
+            }),
+            EventKind::Health { .. } => None,
+        }
+    }
+}
+
 fn trace_event(event: &ControlEvent) {
-    match &event.kind {
-        EventKind::Role { change, class } => tracing::info!(
+    match (&event.kind, event.kind.role_parts()) {
+        (_, Some(role)) => tracing::info!(
             database = %event.database,
             seq = event.seq,
-            replica = change.replica.0,
-            from = %change.from,
-            to = %change.to,
-            class = class.map_or("-", ServiceClass::as_str),
-            reason = change.reason.as_str(),
+            replica = role.replica.0,
+            from = role.from,
+            to = role.to,
+            class = role.class.unwrap_or("-"),
+            reason = role.reason,
             "role change"
         ),
-        EventKind::Health {
-            replica,
-            transition,
-            cause,
-        } => tracing::info!(
+        (
+            EventKind::Health {
+                replica,
+                transition,
+                cause,
+            },
+            None,
+        ) => tracing::info!(
             database = %event.database,
             seq = event.seq,
             replica = replica.0,
@@ -193,6 +259,7 @@ fn trace_event(event: &ControlEvent) {
             cause = %cause,
             "replica health"
         ),
+        (_, None) => {}
     }
 }
 

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use pgtier_policy::{ReplicaId, ServiceClass};
+use pgtier_policy::ReplicaId;
+use pgtier_policy::tiers::Tier;
 
 use crate::control::router::ReplicaRouter;
 
@@ -16,7 +17,8 @@ use crate::control::router::ReplicaRouter;
 pub struct SessionLease {
     router: Arc<ReplicaRouter>,
     replica: ReplicaId,
-    class: ServiceClass,
+    /// The counted rank (premium 0, freemium 1, ...), already fitted to the router's classes.
+    class: Tier,
     /// A transaction of the session is counted in flight on the replica (PLB's
     /// `load_signal = "in_flight"`); released with the lease if the session ends inside one.
     in_flight: bool,
@@ -29,7 +31,7 @@ impl SessionLease {
     pub(crate) fn counted(
         router: Arc<ReplicaRouter>,
         replica: ReplicaId,
-        class: ServiceClass,
+        class: Tier,
     ) -> SessionLease {
         let drain_epoch_seen = router.drain_epoch();
         SessionLease {
@@ -72,8 +74,8 @@ impl SessionLease {
         self.replica
     }
 
-    /// The session's class.
-    pub fn class(&self) -> ServiceClass {
+    /// The session's class as the router counts it.
+    pub fn class(&self) -> Tier {
         self.class
     }
 

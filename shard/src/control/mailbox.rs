@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use crossbeam_queue::SegQueue;
-use pgtier_policy::{ReplicaId, ServiceClass};
+use pgtier_policy::ReplicaId;
+use pgtier_policy::tiers::Tier;
 
 use crate::control::admission_error::AdmissionError;
 use crate::control::lease::SessionLease;
@@ -101,10 +102,7 @@ impl ServerFailureCause {
 #[derive(Debug)]
 pub(crate) enum ControlRequest {
     /// Admit a session whose decision needs a role change (or lost too many races).
-    Admit {
-        class: ServiceClass,
-        reply_to: ReplyTo,
-    },
+    Admit { class: Tier, reply_to: ReplyTo },
     /// A data shard saw a connection to `replica` fail.
     ServerFailure {
         replica: ReplicaId,

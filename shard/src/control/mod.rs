@@ -12,7 +12,8 @@
 //!   positions that decide read-your-writes and the lag cap, and the thread that polls them.
 //! - [`plane`]: the control thread, the prober threads, routers built from the config.
 //! - `pgtier_engine::class`: the class of a session at login.
-//! - [`events`], [`counters`], [`snapshot`], [`lease`], [`mailbox`]: the vocabulary.
+//! - [`events`], [`counters`], [`snapshot`], [`route_table`], [`lease`], [`mailbox`]: the
+//!   vocabulary.
 //!
 //! How the proxy uses it:
 //! - At start (and on reload): `RouterMap::from_config(&config, default_probe_login)` (or
@@ -46,6 +47,7 @@ pub mod plane;
 pub mod probe;
 pub mod read_router;
 pub mod read_ticket;
+pub mod route_table;
 pub mod router;
 pub mod router_config;
 pub mod router_stats;
@@ -69,6 +71,7 @@ pub use plane::{ControlOptions, ControlPlane, RouterMap, default_probe_login};
 pub use probe::ProbeLogin;
 pub use read_router::{ReadAsk, ReadLocal, ReadPlacement, ReadRouter};
 pub use read_ticket::InFlightRead;
+pub use route_table::{RouteRole, RouteTable};
 pub use router::{Admission, ReplicaRouter};
 pub use router_config::{RouterConfig, RouterError};
 pub use router_stats::RouterStats;

@@ -27,14 +27,16 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use pgtier_core::config::{ReadSettings, ReplicaSet as ConfiguredReplicas, Routing};
+use pgtier_policy::tiers::{Tier, TierRole};
 use pgtier_policy::{
     Alternation, MAX_REPLICAS, ReadCandidate, ReadChoice, ReadStanding, ReplicaId, Role,
-    ServiceClass, SplitMix64, choose_read,
+    SplitMix64, choose_read,
 };
 
 use crate::control::lsn::{LagCap, LsnView};
 use crate::control::probe::ProbeLogin;
 use crate::control::read_ticket::{InFlightRead, ReadCounters};
+use crate::control::route_table::RouteRole;
 use crate::control::router::ReplicaRouter;
 
 /// Where [`ReadRouter::route`] placed a read.
@@ -49,7 +51,7 @@ pub enum ReadPlacement {
 /// One read to place.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadAsk {
-    pub class: ServiceClass,
+    pub class: Tier,
     /// The session's leased replica (session-level PLB).
     pub leased: Option<SocketAddr>,
     /// Read-your-writes: see every commit acknowledged before this instant.
@@ -189,13 +191,15 @@ impl ReadRouter {
         for (replica, role) in snapshot.table.iter().take(self.weights.len()) {
             let allowed = match leased {
                 Some(leased) => leased == Some(replica),
-                None => !self.per_transaction_plb || serves(role, ask.class),
+                None => {
+                    !self.per_transaction_plb || serves(role, self.router.policy().fit(ask.class))
+                }
             };
             if !allowed {
                 continue;
             }
             let index = replica.index();
-            let standing = if role == Role::Down {
+            let standing = if role.is_down() {
                 ReadStanding::Down
             } else if view.is_excluded(index) {
                 ReadStanding::Excluded
@@ -316,6 +320,9 @@ impl ReadRouter {
 
 /// Whether a replica with `role` serves reads of `class` under per-transaction PLB: its own
 /// pool, a replica borrowed for it, or a Mixed one.
-fn serves(role: Role, class: ServiceClass) -> bool {
-    role == Role::Mixed || role.serves() == Some(class)
+fn serves(role: RouteRole, class: Tier) -> bool {
+    matches!(
+        role,
+        RouteRole::Class(Role::Mixed) | RouteRole::Tier(TierRole::Mixed)
+    ) || role.serves() == Some(class)
 }

@@ -43,7 +43,7 @@ fn addr(port: u16) -> SocketAddr {
 
 fn ask(after: Option<Instant>) -> ReadAsk {
     ReadAsk {
-        class: ServiceClass::Freemium,
+        class: ServiceClass::Freemium.into(),
         leased: None,
         after,
     }
@@ -202,7 +202,7 @@ fn a_leased_read_runs_only_on_its_replica() {
     let start = Instant::now();
     publish(&reader, start, 1000, &[1000, 1000, 10], LagCap::default());
     let leased = |port, after| ReadAsk {
-        class: ServiceClass::Premium,
+        class: ServiceClass::Premium.into(),
         leased: Some(addr(port)),
         after,
     };
@@ -238,7 +238,7 @@ fn per_transaction_plb_keeps_reads_in_the_class_pool() {
             ServiceClass::Freemium => ReplicaId(1),
         };
         let ask = ReadAsk {
-            class,
+            class: class.into(),
             leased: None,
             after: None,
         };
@@ -298,7 +298,7 @@ fn the_shard_routing_serves_reads_and_shares_user_writes() {
     let two = ShardRouting::new(Arc::clone(&shared), ReplyMailbox::new(|| {}));
     let request = |database| ReadRequest {
         database,
-        class: ServiceClass::Freemium,
+        class: ServiceClass::Freemium.into(),
         leased: None,
         after: None,
     };

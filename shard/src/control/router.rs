@@ -33,19 +33,21 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
 use pgtier_core::config::Routing;
+use pgtier_policy::tiers::{Tier, TierLoad};
 use pgtier_policy::{
-    Draw, LoadSignal, Loads, MAX_REPLICAS, PlbParams, ReplicaId, ReplicaLoad, RoleTable,
-    ServiceClass, SplitMix64, Strategy, StrategyName,
+    Draw, LoadSignal, Loads, MAX_REPLICAS, PlbParams, ReplicaId, ReplicaLoad, ServiceClass,
+    SplitMix64, Strategy, StrategyName,
 };
 
 use crate::control::admission_error::AdmissionError;
 use crate::control::authority::Authority;
-use crate::control::counters::{CounterError, LoadArray, SessionCounters};
+use crate::control::counters::{CounterError, LoadArray, SessionCounters, TierLoadArray};
 use crate::control::events::{ControlEvent, EventLog};
 use crate::control::lease::SessionLease;
 use crate::control::mailbox::{ControlRequest, ReplyMailbox, ReplyTo, ServerFailureCause};
 use crate::control::probe::{ProbeLogin, ProbeReport};
-use crate::control::router_config::{RouterConfig, RouterError, strategy_and_table};
+use crate::control::route_table::{RouteRole, RouteTable};
+use crate::control::router_config::{RouterConfig, RouterError, RouterPolicy, policy_and_table};
 use crate::control::router_stats::{RouterCounters, RouterStats};
 use crate::control::snapshot::RoutingSnapshot;
 
@@ -62,6 +64,10 @@ pub enum Admission {
     Refused(AdmissionError),
 }
 
+/// The published table is always in the vocabulary of the router's policy; a mismatch is a
+/// bug, refused rather than routed.
+pub(crate) const TABLE_MISMATCH: &str = "the role table does not match the routing policy";
+
 /// Result of one local admission attempt.
 enum LocalAttempt {
     Placed(ReplicaId),
@@ -74,8 +80,8 @@ enum LocalAttempt {
 pub struct ReplicaRouter {
     name: Arc<str>,
     replicas: Box<[SocketAddr]>,
-    strategy: Strategy,
-    initial_table: RoleTable,
+    policy: RouterPolicy,
+    initial_table: RouteTable,
     snapshot: ArcSwap<RoutingSnapshot>,
     /// Generation of the newest published snapshot; read after a claim to detect a publish
     /// that raced with the decision.
@@ -117,7 +123,7 @@ impl fmt::Debug for ReplicaRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicaRouter")
             .field("name", &self.name)
-            .field("strategy", &self.strategy.name())
+            .field("strategy", &self.policy.name())
             .field("table", &self.snapshot.load().table)
             .finish_non_exhaustive()
     }
@@ -127,7 +133,7 @@ impl ReplicaRouter {
     /// Builds the router and publishes its initial snapshot (generation 1).
     pub fn new(config: RouterConfig) -> Result<Arc<ReplicaRouter>, RouterError> {
         let count = config.replicas.len();
-        let (strategy, table) = strategy_and_table(count, &config.routing)?;
+        let (policy, table) = policy_and_table(count, &config.routing)?;
         let name: Arc<str> = Arc::from(config.name.as_str());
         let authority = Authority::new(table.clone(), count);
         let snapshot = RoutingSnapshot::new(authority.generation(), table.clone());
@@ -135,15 +141,15 @@ impl ReplicaRouter {
             events: EventLog::new(Arc::clone(&name), config.role_events_capacity),
             name,
             replicas: config.replicas.into_boxed_slice(),
-            strategy,
+            policy,
             initial_table: table,
             published_generation: AtomicU64::new(snapshot.generation),
             snapshot: ArcSwap::from_pointee(snapshot),
             counters: SessionCounters::new(count),
             in_flight: SessionCounters::new(count),
             counts_in_flight: matches!(
-                strategy,
-                Strategy::Plb(plb) if plb.load_signal() == LoadSignal::InFlight
+                policy,
+                RouterPolicy::Classes(Strategy::Plb(plb)) if plb.load_signal() == LoadSignal::InFlight
             ),
             requests: ArrayQueue::new(config.control_queue_capacity.max(1)),
             probe_reports: ArrayQueue::new(4 * count.max(1)),
@@ -168,13 +174,15 @@ impl ReplicaRouter {
 
     /// Admits a session of `class` at login. `Placed` is the common case (decided here, no
     /// lock, no message). `Pending` means the decision needs a role change: the reply arrives
-    /// in `mailbox` tagged with `request_id`. Never blocks.
+    /// in `mailbox` tagged with `request_id`. Never blocks. A rank below the router's last
+    /// class is served as that class.
     pub fn admit_session(
         self: &Arc<Self>,
-        class: ServiceClass,
+        class: impl Into<Tier>,
         mailbox: &Arc<ReplyMailbox>,
         request_id: u64,
     ) -> Admission {
+        let class = self.policy.fit(class.into());
         for _ in 0..self.claim_attempts {
             match self.try_place_locally(class) {
                 LocalAttempt::Placed(replica) => {
@@ -201,7 +209,7 @@ impl ReplicaRouter {
     /// calling thread (tests, tools). Do not call it on a shard loop.
     pub fn admit_session_blocking(
         self: &Arc<Self>,
-        class: ServiceClass,
+        class: impl Into<Tier>,
         timeout: Duration,
     ) -> Result<SessionLease, AdmissionError> {
         let caller = std::thread::current();
@@ -270,15 +278,18 @@ impl ReplicaRouter {
 
     /// Whether a `class` session on `replica`, between transactions, should move (PLB's
     /// recovery-tail drain on the published roles and the current counts).
-    pub fn should_drain(&self, replica: ReplicaId, class: ServiceClass) -> bool {
-        let Strategy::Plb(plb) = self.strategy else {
+    pub fn should_drain(&self, replica: ReplicaId, class: Tier) -> bool {
+        let RouterPolicy::Classes(Strategy::Plb(plb)) = self.policy else {
             return false;
         };
         let snapshot = self.snapshot.load();
+        let Some(table) = snapshot.table.classes() else {
+            return false;
+        };
         let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
         let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
         let view = self.read_loads(&mut sessions, &mut in_flight);
-        let moves = plb.drain_move(&snapshot.table, view, replica, class);
+        let moves = plb.drain_move(table, view, replica, class.two_class());
         if moves {
             self.stats.drain_move();
         }
@@ -313,13 +324,42 @@ impl ReplicaRouter {
         ReplicaId::from_index(index)
     }
 
-    /// The configured strategy.
-    pub fn strategy(&self) -> &Strategy {
-        &self.strategy
+    /// The configured policy.
+    pub fn policy(&self) -> &RouterPolicy {
+        &self.policy
+    }
+
+    /// The configured two-class strategy; `None` for tiered PLB.
+    pub fn strategy(&self) -> Option<&Strategy> {
+        match &self.policy {
+            RouterPolicy::Classes(strategy) => Some(strategy),
+            RouterPolicy::Tiers(_) => None,
+        }
+    }
+
+    /// The admin name of `replica`'s `role` under this router's policy: PLB's roles, the
+    /// fixed class of a `dedicated` replica, `shared` under the other baselines.
+    pub fn role_name(&self, replica: ReplicaId, role: RouteRole) -> &'static str {
+        match (&self.policy, role) {
+            (_, role) if role.is_down() => "down",
+            (RouterPolicy::Tiers(_) | RouterPolicy::Classes(Strategy::Plb(_)), role) => {
+                role.as_str()
+            }
+            (RouterPolicy::Classes(Strategy::Dedicated(split)), _) => {
+                if split.subset(ServiceClass::Premium).contains(replica) {
+                    "premium"
+                } else if split.subset(ServiceClass::Freemium).contains(replica) {
+                    "freemium"
+                } else {
+                    "unused"
+                }
+            }
+            _ => "shared",
+        }
     }
 
     /// The layout the router started from (what replaying the event log starts from).
-    pub fn initial_table(&self) -> &RoleTable {
+    pub fn initial_table(&self) -> &RouteTable {
         &self.initial_table
     }
 
@@ -333,9 +373,14 @@ impl ReplicaRouter {
         self.snapshot.load()
     }
 
-    /// Active sessions of each class on `replica`.
+    /// Active sessions of each class on `replica` (ranks below freemium counted as freemium).
     pub fn load(&self, replica: ReplicaId) -> ReplicaLoad {
         self.counters.load(replica)
+    }
+
+    /// Active sessions of each rank on `replica`.
+    pub fn tier_load(&self, replica: ReplicaId) -> TierLoad {
+        self.counters.tier_load(replica)
     }
 
     /// Active sessions on all replicas.
@@ -355,7 +400,7 @@ impl ReplicaRouter {
 
     /// Counts one transaction of `class` in flight on `replica`; false if it could not be
     /// counted (then it is not released either).
-    pub(crate) fn transaction_started(&self, replica: ReplicaId, class: ServiceClass) -> bool {
+    pub(crate) fn transaction_started(&self, replica: ReplicaId, class: Tier) -> bool {
         match self.in_flight.claim(replica, class) {
             Ok(()) => true,
             Err(error) => {
@@ -367,7 +412,7 @@ impl ReplicaRouter {
 
     /// A counted transaction ended. Less load may let a borrowed replica return, as a session
     /// close may.
-    pub(crate) fn transaction_ended(&self, replica: ReplicaId, class: ServiceClass) {
+    pub(crate) fn transaction_ended(&self, replica: ReplicaId, class: Tier) {
         if let Err(error) = self.in_flight.release(replica, class) {
             tracing::error!(router = %self.name, replica = replica.0, %error, "in-flight release failed");
             return;
@@ -420,27 +465,46 @@ impl ReplicaRouter {
 
     // ---- internals shared with the control side ----
 
-    fn try_place_locally(&self, class: ServiceClass) -> LocalAttempt {
+    fn try_place_locally(&self, class: Tier) -> LocalAttempt {
         let snapshot = self.snapshot.load();
-        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.read_loads(&mut sessions, &mut in_flight);
-        let decision =
-            match self
-                .strategy
-                .route_loads(&snapshot.table, view, class, self.draw(class))
-            {
-                Ok(decision) => decision,
-                Err(error) => return LocalAttempt::Refused(error.into()),
-            };
-        if !decision.role_changes.is_empty() {
-            return LocalAttempt::NeedsControl;
-        }
-        let replica = decision.replica;
-        if self
-            .claim_for_decision(replica, class, view.sessions)
-            .is_err()
-        {
+        let (replica, claimed) = match (&self.policy, &snapshot.table) {
+            (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
+                let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let view = self.read_loads(&mut sessions, &mut in_flight);
+                let two_class = class.two_class();
+                let decision =
+                    match strategy.route_loads(table, view, two_class, self.draw(two_class)) {
+                        Ok(decision) => decision,
+                        Err(error) => return LocalAttempt::Refused(error.into()),
+                    };
+                if !decision.role_changes.is_empty() {
+                    return LocalAttempt::NeedsControl;
+                }
+                let seen = view.sessions.get(decision.replica.index());
+                let seen = seen.map_or(0, |load| load.of(two_class));
+                let claimed = self.claim_for_decision(decision.replica, class, seen);
+                (decision.replica, claimed)
+            }
+            (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
+                let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
+                let view = self.counters.read_tiers_into(&mut loads);
+                let decision = match plb.admit(table, view, class) {
+                    Ok(decision) => decision,
+                    Err(error) => return LocalAttempt::Refused(error.into()),
+                };
+                if !decision.role_changes.is_empty() {
+                    return LocalAttempt::NeedsControl;
+                }
+                let seen = view
+                    .get(decision.replica.index())
+                    .map_or(0, |l| l.of(class));
+                let claimed = self.counters.try_claim(decision.replica, class, seen);
+                (decision.replica, claimed)
+            }
+            _ => return LocalAttempt::Refused(AdmissionError::Internal(TABLE_MISMATCH.into())),
+        };
+        if claimed.is_err() {
             return LocalAttempt::Raced;
         }
         if self.published_generation.load(Ordering::SeqCst) != snapshot.generation {
@@ -451,34 +515,38 @@ impl ReplicaRouter {
     }
 
     /// PLB's thresholds depend on the exact session count, so its claims are conditional on
-    /// the value the decision read; the baselines do not look at thresholds, and an in-flight
-    /// signal moves with every transaction, so a compare-and-swap on it would only spin.
+    /// the value the decision read (`seen`); the baselines do not look at thresholds, and an
+    /// in-flight signal moves with every transaction, so a compare-and-swap on it would only
+    /// spin.
     fn claim_for_decision(
         &self,
         replica: ReplicaId,
-        class: ServiceClass,
-        view: &[ReplicaLoad],
+        class: Tier,
+        seen: u32,
     ) -> Result<(), CounterError> {
-        match self.strategy {
-            Strategy::Plb(_) if !self.counts_in_flight => {
-                let seen = view.get(replica.index()).map_or(0, |load| load.of(class));
+        match self.policy {
+            RouterPolicy::Classes(Strategy::Plb(_)) if !self.counts_in_flight => {
                 self.counters.try_claim(replica, class, seen)
             }
             _ => self.counters.claim(replica, class),
         }
     }
 
-    fn undo_claim(&self, replica: ReplicaId, class: ServiceClass) {
+    fn undo_claim(&self, replica: ReplicaId, class: Tier) {
         if let Err(error) = self.counters.release(replica, class) {
             tracing::error!(router = %self.name, replica = replica.0, %error, "undo of a claim failed");
         }
     }
 
     pub(crate) fn draw(&self, class: ServiceClass) -> Draw {
-        if matches!(self.strategy, Strategy::Plb(_) | Strategy::LeastSessions) {
+        if matches!(
+            self.policy,
+            RouterPolicy::Tiers(_)
+                | RouterPolicy::Classes(Strategy::Plb(_) | Strategy::LeastSessions)
+        ) {
             return Draw::default();
         }
-        let slot = match (self.strategy.name(), class) {
+        let slot = match (self.policy.name(), class) {
             (StrategyName::Dedicated, ServiceClass::Freemium) => 1,
             _ => 0,
         };
@@ -503,7 +571,7 @@ impl ReplicaRouter {
 
     /// Releases a lease's count; a close while something is borrowed may enable a return, so
     /// the control shard is told (once until it looks).
-    pub(crate) fn release_count(&self, replica: ReplicaId, class: ServiceClass) {
+    pub(crate) fn release_count(&self, replica: ReplicaId, class: Tier) {
         if let Err(error) = self.counters.release(replica, class) {
             tracing::error!(router = %self.name, replica = replica.0, %error, "session count release failed");
             return;
@@ -527,7 +595,7 @@ impl ReplicaRouter {
     }
 
     /// Publishes `table` as generation `generation`.
-    pub(crate) fn publish(&self, generation: u64, table: &RoleTable) {
+    pub(crate) fn publish(&self, generation: u64, table: &RouteTable) {
         self.snapshot
             .store(Arc::new(RoutingSnapshot::new(generation, table.clone())));
         self.published_generation
@@ -577,8 +645,8 @@ impl ReplicaRouter {
     }
 
     pub(crate) fn plb_params(&self) -> PlbParams {
-        match self.strategy {
-            Strategy::Plb(plb) => *plb.params(),
+        match self.policy {
+            RouterPolicy::Classes(Strategy::Plb(plb)) => *plb.params(),
             _ => PlbParams::PAPER,
         }
     }

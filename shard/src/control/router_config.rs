@@ -5,11 +5,16 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use pgtier_core::config::{PlbLoadSignal, ReplicaSet as ConfiguredReplicas, Routing, Settings};
+use pgtier_core::config::{
+    PlbLoadSignal, ReplicaSet as ConfiguredReplicas, Routing, Settings, TierSettings,
+};
+use pgtier_policy::tiers::{MAX_TIERS, Tier, TierParamError, TierParams, TierTable, TieredPlb};
 use pgtier_policy::{
     Dedicated, LayoutError, LoadSignal, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId,
-    RoleTable, Strategy,
+    RoleTable, Strategy, StrategyName,
 };
+
+use crate::control::route_table::RouteTable;
 
 use crate::control::probe::ProbeLogin;
 
@@ -57,6 +62,39 @@ impl RouterConfig {
     }
 }
 
+/// What a router decides with: a two-class strategy, or PLB over ranked classes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RouterPolicy {
+    /// PLB (000) or a baseline, on the paper's two classes.
+    Classes(Strategy),
+    /// PLB with one pool per rank (`tiers = [...]`).
+    Tiers(TieredPlb),
+}
+
+impl RouterPolicy {
+    /// The configuration name (`plb` for both PLB forms).
+    pub const fn name(&self) -> StrategyName {
+        match self {
+            RouterPolicy::Classes(strategy) => strategy.name(),
+            RouterPolicy::Tiers(_) => StrategyName::Plb,
+        }
+    }
+
+    /// Number of classes the router tells apart: ranks past the last are served as the last.
+    pub const fn classes(&self) -> u8 {
+        match self {
+            RouterPolicy::Classes(_) => 2,
+            RouterPolicy::Tiers(plb) => plb.params().tiers,
+        }
+    }
+
+    /// `class` fitted to this router's classes: a rank below the bottom one is served as the
+    /// bottom one (a `tier2` user on a two-class database is freemium there).
+    pub fn fit(&self, class: Tier) -> Tier {
+        Tier(class.0.min(self.classes().saturating_sub(1)))
+    }
+}
+
 /// Why a router could not be built from its configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RouterError {
@@ -64,6 +102,8 @@ pub enum RouterError {
     Layout(LayoutError),
     /// PLB parameters are impossible.
     Params(ParamError),
+    /// Tiered PLB parameters are impossible.
+    TierParams(TierParamError),
     /// A replica index does not fit a [`ReplicaId`].
     ReplicaIndex(usize),
 }
@@ -73,6 +113,7 @@ impl fmt::Display for RouterError {
         match self {
             RouterError::Layout(error) => write!(f, "replica layout: {error}"),
             RouterError::Params(error) => write!(f, "plb parameters: {error}"),
+            RouterError::TierParams(error) => write!(f, "plb tiers: {error}"),
             RouterError::ReplicaIndex(index) => write!(
                 f,
                 "replica index {index} is beyond the supported {MAX_REPLICAS} replicas"
@@ -90,8 +131,52 @@ fn replica_ids(indices: &[usize]) -> Result<Vec<ReplicaId>, RouterError> {
         .collect()
 }
 
-/// The policy strategy and initial table for a configured routing.
-pub(crate) fn strategy_and_table(
+/// The policy and initial table for a configured routing.
+pub(crate) fn policy_and_table(
+    count: usize,
+    routing: &Routing,
+) -> Result<(RouterPolicy, RouteTable), RouterError> {
+    if let Routing::Plb(settings) = routing
+        && let Some(tiers) = &settings.tiers
+    {
+        let (plb, table) = tiered(count, tiers)?;
+        return Ok((RouterPolicy::Tiers(plb), RouteTable::Tiers(table)));
+    }
+    let (strategy, table) = strategy_and_table(count, routing)?;
+    Ok((RouterPolicy::Classes(strategy), RouteTable::Classes(table)))
+}
+
+/// Tiered PLB and its initial table from `tiers = [...]` and the per-rank lists (which the
+/// configuration checked to have one entry per rank).
+fn tiered(count: usize, settings: &TierSettings) -> Result<(TieredPlb, TierTable), RouterError> {
+    let ranks = settings.pools.len().min(MAX_TIERS);
+    let pools = settings
+        .pools
+        .iter()
+        .map(|pool| replica_ids(pool))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pools: Vec<&[ReplicaId]> = pools.iter().map(Vec::as_slice).collect();
+    let tiers = u8::try_from(ranks).unwrap_or(u8::MAX);
+    let table = TierTable::new(count, tiers, &pools).map_err(RouterError::Layout)?;
+    let mut params = TierParams::uniform(tiers, 1, 1.0);
+    let fill = |out: &mut [u32; MAX_TIERS], values: &[u32]| {
+        for (slot, &value) in out.iter_mut().zip(values) {
+            *slot = value;
+        }
+    };
+    fill(&mut params.theta, &settings.theta);
+    fill(&mut params.floor, &settings.floor);
+    fill(&mut params.target, &settings.target);
+    for (slot, &value) in params.alpha.iter_mut().zip(&settings.alpha) {
+        *slot = value;
+    }
+    params.reclaim = settings.reclaim;
+    let plb = TieredPlb::new(params, &table).map_err(RouterError::TierParams)?;
+    Ok((plb, table))
+}
+
+/// The two-class strategy and initial table for a configured routing.
+fn strategy_and_table(
     count: usize,
     routing: &Routing,
 ) -> Result<(Strategy, RoleTable), RouterError> {

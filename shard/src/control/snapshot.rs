@@ -5,8 +5,8 @@
 //! generation that tells a shard whether the table changed under its decision.
 
 use pgtier_policy::ReplicaId;
-use pgtier_policy::Role;
-use pgtier_policy::RoleTable;
+
+use crate::control::route_table::RouteTable;
 
 /// One published state of a router's role table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,15 +15,15 @@ pub struct RoutingSnapshot {
     /// `g` is still the published generation.
     pub generation: u64,
     /// Role of every replica; failed replicas have [`Role::Down`].
-    pub table: RoleTable,
+    pub table: RouteTable,
     /// True when some replica is borrowed, i.e. a session close may enable a return.
     pub has_borrowed: bool,
 }
 
 impl RoutingSnapshot {
     /// The snapshot of `table` at `generation`.
-    pub fn new(generation: u64, table: RoleTable) -> RoutingSnapshot {
-        let has_borrowed = table.roles().iter().any(|role| role.is_borrowed());
+    pub fn new(generation: u64, table: RouteTable) -> RoutingSnapshot {
+        let has_borrowed = table.has_borrowed();
         RoutingSnapshot {
             generation,
             table,
@@ -33,8 +33,6 @@ impl RoutingSnapshot {
 
     /// True when `replica` is Down (or unknown) in this snapshot.
     pub fn is_down(&self, replica: ReplicaId) -> bool {
-        self.table
-            .role(replica)
-            .is_none_or(|role| role == Role::Down)
+        self.table.role(replica).is_none_or(|role| role.is_down())
     }
 }

@@ -29,6 +29,7 @@ pub fn paper_settings(theta: u32) -> PlbSettings {
         freemium_target: 2,
         load_signal: Default::default(),
         recovery_drain: false,
+        tiers: None,
     }
 }
 

@@ -22,6 +22,8 @@ fn role(router: &ReplicaRouter, replica: u8) -> Role {
     router
         .snapshot()
         .table
+        .classes()
+        .expect("a two-class table")
         .role(ReplicaId(replica))
         .expect("replica")
 }
@@ -32,7 +34,7 @@ fn role_changes(router: &ReplicaRouter) -> Vec<(u8, ChangeReason)> {
         .iter()
         .filter_map(|event| match &event.kind {
             EventKind::Role { change, .. } => Some((change.replica.0, change.reason)),
-            EventKind::Health { .. } => None,
+            EventKind::Health { .. } | EventKind::TierRole { .. } => None,
         })
         .collect()
 }
@@ -197,15 +199,42 @@ fn probes_take_a_replica_down_and_back() {
     }
     assert!(!router.is_down(ReplicaId(2)));
     // Back to the reference split (2, 1, 2) after repair.
-    assert_eq!(router.snapshot().table.vector().total(), 5);
-    assert_eq!(router.snapshot().table.vector().premium, 2);
-    assert_eq!(router.snapshot().table.vector().freemium, 2);
+    assert_eq!(
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector()
+            .total(),
+        5
+    );
+    assert_eq!(
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector()
+            .premium,
+        2
+    );
+    assert_eq!(
+        router
+            .snapshot()
+            .table
+            .classes()
+            .expect("a two-class table")
+            .vector()
+            .freemium,
+        2
+    );
     let transitions: Vec<HealthTransition> = router
         .events()
         .iter()
         .filter_map(|e| match &e.kind {
             EventKind::Health { transition, .. } => Some(*transition),
-            EventKind::Role { .. } => None,
+            EventKind::Role { .. } | EventKind::TierRole { .. } => None,
         })
         .collect();
     assert_eq!(

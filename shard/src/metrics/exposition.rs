@@ -14,7 +14,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::admin::queries::query_id_label;
-use crate::admin::show::role_name;
 use crate::control::health::ProbeOutcome;
 use crate::routing::SharedRouting;
 
@@ -440,6 +439,9 @@ impl PgtierCollector {
             MetricType::Histogram,
         )?;
         for class in ClassSetting::ALL {
+            if !class.always_reported() && totals.queries[class.index()] == 0 {
+                continue;
+            }
             let buckets = &totals.query_times[class.index()];
             let labels = [("class", class.as_str())];
             let mut sample = metric.encode_family(&labels)?;
@@ -476,7 +478,7 @@ fn encode_replicas(
                 replica: router
                     .replica_addr(replica)
                     .map_or_else(|| replica.to_string(), |addr| addr.to_string()),
-                role: role_name(router.strategy(), replica, role),
+                role: router.role_name(replica, role),
                 up: state.is_some_and(|h| h.state.is_up()),
                 premium: load.premium,
                 freemium: load.freemium,
@@ -809,7 +811,7 @@ mod tests {
         reader.publish(tracker.view(now));
         let mut local = crate::control::ReadLocal::new(1);
         let ask = crate::control::ReadAsk {
-            class: pgtier_policy::ServiceClass::Freemium,
+            class: pgtier_policy::ServiceClass::Freemium.into(),
             leased: None,
             after: None,
         };

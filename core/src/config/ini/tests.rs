@@ -579,7 +579,7 @@ class = "premium"
     let app = config.database("app").expect("app");
     assert_eq!(
         (app.pool_size, app.class),
-        (7, crate::class::ClassSetting::Premium)
+        (7, crate::class::ClassSetting::PREMIUM)
     );
     let ServerSet::Replicas(set) = &config.database("ro").expect("ro").servers else {
         panic!("replicas replace the ini's host")
@@ -589,7 +589,7 @@ class = "premium"
     let bob = config.user("bob").expect("bob");
     assert_eq!(
         (bob.max_user_connections, bob.class),
-        (3, Some(crate::class::ClassSetting::Premium))
+        (3, Some(crate::class::ClassSetting::PREMIUM))
     );
     assert_eq!(config.unhonoured, ["server_round_robin"]);
 

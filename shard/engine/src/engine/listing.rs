@@ -60,7 +60,9 @@ impl Engine {
         let session = client.session.as_ref();
         let lease = session.and_then(|s| s.lease.as_ref());
         let class = match (lease, &client.state) {
-            (Some(lease), _) => Some(lease.class().as_str()),
+            // The class the router serves it as (a rank below its last one is its last).
+            (Some(lease), _) => pgtier_core::class::ClassSetting::from_rank(lease.class().0)
+                .map(pgtier_core::class::ClassSetting::as_str),
             (None, ClientState::Routing { .. }) => session.map(|s| s.class.as_str()),
             (None, _) => None,
         };

@@ -142,7 +142,7 @@ impl Engine {
         let class = self
             .config
             .database(&database)
-            .map_or(pgtier_core::class::ClassSetting::Premium, |db| {
+            .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
                 self.config.class(db, &user)
             });
         let stats = self.databases.slot(&database, &self.shared.databases);
@@ -372,9 +372,11 @@ impl Engine {
                 }
             }
         }
-        session.class = crate::class::class_setting(class);
+        session.class = class;
         let database = session.database.clone();
-        let admission = self.routing.admit(&database, class, request_id(id));
+        let admission = self
+            .routing
+            .admit(&database, crate::class::tier(class), request_id(id));
         self.apply_admission(id, admission);
     }
 
@@ -434,7 +436,7 @@ impl Engine {
         tracing::debug!(
             database = %session.database,
             user = %session.user,
-            class = lease.class().as_str(),
+            class = %session.class,
             replica = %lease.addr(),
             "session admitted to a replica"
         );

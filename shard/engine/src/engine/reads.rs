@@ -145,7 +145,7 @@ impl Engine {
         };
         let request = ReadRequest {
             database: &session.database,
-            class: crate::class::service_class(session.class),
+            class: crate::class::tier(session.class),
             leased,
             after,
         };

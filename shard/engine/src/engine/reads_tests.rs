@@ -12,7 +12,7 @@ use crate::services::{
     Routing,
 };
 use crate::testing::{Harness, bind, execute, parse, query, sync};
-use pgtier_policy::ServiceClass;
+use pgtier_policy::tiers::Tier;
 
 const PRIMARY: &str = "127.0.0.1:5000";
 const REPLICA: &str = "127.0.0.1:5001";
@@ -64,7 +64,7 @@ impl Routing for ScriptedRouting {
     fn is_routed(&self, _database: &str) -> bool {
         false
     }
-    fn admit(&self, _: &str, _: ServiceClass, _: u64) -> Admission {
+    fn admit(&self, _: &str, _: Tier, _: u64) -> Admission {
         Admission::Pending
     }
     fn repin(&self, _: Box<dyn ReplicaLease>, _: u64) -> Admission {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgtier_core::class::ClassSetting;
+use pgtier_core::class::{CLASS_COUNT, ClassSetting};
 use pgtier_core::metrics::LatencyHistogram;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
 use pgtier_wire::SqlState;
@@ -417,7 +417,7 @@ impl Engine {
             return;
         }
         let mut histogram = LatencyHistogram::new();
-        let mut latency = [Default::default(); 2];
+        let mut latency = [Default::default(); CLASS_COUNT];
         for (class, summary) in latency.iter_mut().enumerate() {
             self.shared.latency[class].take_into(&mut histogram);
             *summary = histogram.summary();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::services::{Admission, AdmissionReply, FailureCause, Refusal, ReplicaLease, Routing};
 use crate::testing::{Harness, Pair};
-use pgtier_policy::ServiceClass;
+use pgtier_policy::tiers::Tier;
 
 const PERIOD: Duration = Duration::from_millis(300);
 
@@ -88,7 +88,7 @@ impl Routing for DownSwitch {
         true
     }
 
-    fn admit(&self, _database: &str, _class: ServiceClass, _request_id: u64) -> Admission {
+    fn admit(&self, _database: &str, _class: Tier, _request_id: u64) -> Admission {
         Admission::Refused(Refusal {
             code: pgtier_wire::sqlstate::CANNOT_CONNECT_NOW,
             message: "no sessions in this test".to_string(),
@@ -96,7 +96,7 @@ impl Routing for DownSwitch {
     }
 
     fn repin(&self, _lease: Box<dyn ReplicaLease>, request_id: u64) -> Admission {
-        self.admit("", ServiceClass::Freemium, request_id)
+        self.admit("", Tier(1), request_id)
     }
 
     fn poll_reply(&self) -> Option<AdmissionReply> {

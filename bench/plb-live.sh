@@ -42,6 +42,13 @@
 # (`recovery_drain = true`: after a rejoin, sessions leave overloaded survivors between
 # transactions, and the rejoined replica goes to the needier class).
 #
+# Three classes (THREE_CLASS_STRATEGIES): users premium, freemium and tier2 arrive in the
+# shares THREE_SHARES at RATE. PLB is the paper's two-class PLB with tier2 served as freemium
+# (one premium pool, ranks 1 and 2 share freemium's); PLB/top2 the same with freemium users
+# served as premium (ranks 0 and 1 share premium's pool); PLB-tiered is PLB over three ranks
+# (`tiers`: premium r0, freemium r1, tier2 r2 r3, r4 Mixed, K = 1, 1, 2), the only one that
+# keeps three service levels. Compared in one table with PLB as the baseline.
+#
 # Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
 # Exit status 3: no cgroup CPU controller that can be written here.
 # Environment (defaults; --quick shortens the runs, keeps only the cascade and no variants):
@@ -56,6 +63,7 @@
 #   VARIANTS="PLB+wait-fifo PLB+wait-class PLB+inflight PLB+txsignal" (--quick: none;
 #   PLB+kp1 on request)
 #   WAIT_POOL=2 FAIL_VARIANTS="" (e.g. "PLB+drain")
+#   THREE_CLASS_STRATEGIES="PLB PLB/top2 PLB-tiered" (--quick: none) THREE_SHARES="0.2 0.3 0.5"
 #   PGTIER_BIN=<release build> OUT=bench/out/plb-live-<time>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,7 +84,7 @@ THINK="${THINK:-0.5}"
 PREMIUM_SHARE="${PREMIUM_SHARE:-0.25}"
 RATE="${RATE:-2.5}"
 LIGHT_RATE="${LIGHT_RATE:-0.3}"
-STRATEGIES="${STRATEGIES:-5RR 3RR+2RR 4RR+1RR PLB}"
+STRATEGIES="${STRATEGIES-5RR 3RR+2RR 4RR+1RR PLB}"
 THETA="${THETA:-3}"
 THETA_TX="${THETA_TX:-2}"
 POOL_SIZE="${POOL_SIZE:-20}"
@@ -85,6 +93,8 @@ FAIL_DURATION="${FAIL_DURATION:-$([ "$QUICK" = 1 ] && echo 40 || echo 150)}"
 VARIANTS="${VARIANTS-$([ "$QUICK" = 1 ] && echo "" || echo "PLB+wait-fifo PLB+wait-class PLB+inflight PLB+txsignal")}"
 WAIT_POOL="${WAIT_POOL:-2}"
 FAIL_VARIANTS="${FAIL_VARIANTS:-}"
+THREE_CLASS_STRATEGIES="${THREE_CLASS_STRATEGIES-$([ "$QUICK" = 1 ] && echo "" || echo "PLB PLB/top2 PLB-tiered")}"
+THREE_SHARES="${THREE_SHARES:-0.2 0.3 0.5}"
 OUT="${OUT:-bench/out/plb-live-$(date -u +%Y%m%dT%H%M%SZ)}"
 
 # shellcheck source=bench/lib.sh
@@ -230,7 +240,7 @@ for i in $(seq 0 $((REPLICAS - 1))); do
 done
 
 # ---- pgtier ------------------------------------------------------------------------------
-printf '"postgres" ""\n"premium" ""\n"freemium" ""\n' >"$work/userlist.txt"
+printf '"postgres" ""\n"premium" ""\n"freemium" ""\n"tier2" ""\n' >"$work/userlist.txt"
 r() { local out="" i; for i in "$@"; do out+="${out:+, }\"127.0.0.1:${rport[i]}\""; done; echo "$out"; }
 all="$(r $(seq 0 $((REPLICAS - 1))))"
 
@@ -238,8 +248,11 @@ all="$(r $(seq 0 $((REPLICAS - 1))))"
 routing_block() {
   case "$1" in
     5RR) echo 'routing = "round_robin"' ;;
+    PLB/top2) routing_block PLB ;;
     3RR+2RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2)" "$(r $(seq 3 $((REPLICAS - 1))))" ;;
     4RR+1RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2 3)" "$(r $(seq 4 $((REPLICAS - 1))))" ;;
+    PLB-tiered) printf 'routing = "plb"\n[databases.live.plb]\ntiers = [[%s], [%s], [%s]]\ntier_theta = [%s, %s, %s]\ntier_target = [1, 1, 2]\n' \
+      "$(r 0)" "$(r 1)" "$(r 2 3)" "$THETA" "$THETA" "$THETA" ;;
     PLB*) theta="$THETA"; case "$1" in *+txsignal) theta="$THETA_TX" ;; esac
       printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$theta" "$theta"
       # PLB+kp1: K_P = 1, so freemium may borrow a Premium-empty premium replica while premium
@@ -272,6 +285,13 @@ entry_settings() {
     *+inflight) printf 'primary = "127.0.0.1:%s"\nplb_per_transaction = true\n' "$pg_port" ;;
   esac
 }
+# user_classes STRATEGY: each user's class. tier2 is served as freemium by two-class
+# routings; PLB/top2 serves the freemium user as premium, so ranks 0 and 1 share a pool.
+user_classes() {
+  local freemium=freemium
+  [ "$1" = PLB/top2 ] && freemium=premium
+  printf '[users.premium]\nclass = "premium"\n[users.freemium]\nclass = "%s"\n[users.tier2]\nclass = "tier2"\n' "$freemium"
+}
 write_config() {
   cat >"$work/pgtier.toml" <<CONF
 [pgtier]
@@ -287,10 +307,7 @@ max_client_conn = 1000
 query_wait_timeout = 120
 log_level = "warn"
 
-[users.premium]
-class = "premium"
-[users.freemium]
-class = "freemium"
+$(user_classes "$1")
 
 [databases.live]
 dbname = "postgres"
@@ -368,8 +385,13 @@ run_load() {
   start="$(date +%s.%N)"
   log "$label: $rp premium + $rf freemium sessions/s for ${seconds}s, lifetime $LIFETIME s, think $THINK s${1:+, faults $*}"
   [ $# -gt 0 ] && { faults "$label" "$start" "$@" & fault_pid=$!; }
+  local classes=(--user-premium premium --user-freemium freemium --rate-premium "$rp" --rate-freemium "$rf")
+  if [ -n "${CLASSES:-}" ]; then
+    classes=(); for c in $CLASSES; do classes+=(--class "$c"); done
+    log "$label: classes $CLASSES (NAME:USER:RATE)"
+  fi
   "$PGTIER_LOAD_BIN" run --host 127.0.0.1 --port "$pgtier_port" --dbname live \
-    --user-premium premium --user-freemium freemium --rate-premium "$rp" --rate-freemium "$rf" \
+    "${classes[@]}" \
     --duration "$seconds" --lifetime "$LIFETIME" --think "$THINK" --queries "$work/queries.tsv" \
     --seed "$SEED" --out "$OUT/$label.csv" --progress 10 2>"$OUT/$label.log"
   [ -n "$fault_pid" ] && wait "$fault_pid"
@@ -394,6 +416,13 @@ run_load light-5RR "$LIGHT_RATE" "$LIGHT_DURATION"
 for s in $STRATEGIES $VARIANTS; do
   switch_to "$s"
   run_load "$s" "$RATE" "$DURATION"
+done
+# Three classes: the same seeded arrivals per class for every strategy.
+three_classes="$(awk -v r="$RATE" -v shares="$THREE_SHARES" 'BEGIN { n = split(shares, s, " "); split("premium freemium tier2", c, " ");
+  for (i = 1; i <= n && i <= 3; i++) printf "%s%s:%s:%.4f", (i > 1 ? " " : ""), c[i], c[i], r * s[i] }')"
+for s in $THREE_CLASS_STRATEGIES; do
+  switch_to "$s"
+  CLASSES="$three_classes" run_load "three-${s//\//-}" "$RATE" "$DURATION"
 done
 
 # Failure phases: a ramp-up as long as the longest session, then equal phases.
@@ -430,10 +459,21 @@ done
 from="$(awk -v d="$DURATION" 'BEGIN { printf "%.1f", d * 0.2 }')"
 light_from="$(awk -v d="$LIGHT_DURATION" 'BEGIN { printf "%.1f", d * 0.2 }')"
 ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
+three=(); for s in $THREE_CLASS_STRATEGIES; do three+=(--in "$s=$OUT/three-${s//\//-}.csv"); done
 "$PGTIER_LOAD_BIN" summarize --in "light-5RR=$OUT/light-5RR.csv" --phases "steady:$light_from:$LIGHT_DURATION" \
   --md "$OUT/light.md" --csv "$OUT/light.csv" >/dev/null
-"$PGTIER_LOAD_BIN" summarize "${ins[@]}" --phases "steady:$from:$DURATION" --baseline 5RR \
-  --md "$OUT/contention.md" --csv "$OUT/contention.csv" --png "$OUT/contention.png" >/dev/null
+if [ ${#ins[@]} -gt 0 ]; then
+  contention_base=5RR; case " $STRATEGIES $VARIANTS " in *" 5RR "*) ;; *) contention_base="${ins[1]%%=*}" ;; esac
+  "$PGTIER_LOAD_BIN" summarize "${ins[@]}" --phases "steady:$from:$DURATION" --baseline "$contention_base" \
+    --md "$OUT/contention.md" --csv "$OUT/contention.csv" --png "$OUT/contention.png" >/dev/null
+else
+  echo "(no contention strategies run)" >"$OUT/contention.md"
+fi
+if [ ${#three[@]} -gt 0 ]; then
+  three_base="PLB"; case " $THREE_CLASS_STRATEGIES " in *" PLB "*) ;; *) three_base="${THREE_CLASS_STRATEGIES%% *}" ;; esac
+  "$PGTIER_LOAD_BIN" summarize "${three[@]}" --phases "steady:$from:$DURATION" --baseline "$three_base" \
+    --md "$OUT/three-classes.md" --csv "$OUT/three-classes.csv" --png "$OUT/three-classes.png" >/dev/null
+fi
 {
   echo "# PLB live, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
@@ -450,6 +490,14 @@ ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
   echo
   if [ -n "$VARIANTS" ]; then
     echo "Variants: $VARIANTS. +wait-fifo and +wait-class: PLB with each replica's pool held to $WAIT_POOL servers, waiter_policy fifo and class; +inflight: PLB's roles with a per-transaction choice of the less busy of two replicas serving the class; +kp1: PLB with K_P = 1; +txsignal: PLB deciding on transactions in flight, θ = $THETA_TX."
+    echo
+  fi
+  if [ ${#three[@]} -gt 0 ]; then
+    echo "## Three classes ($RATE sessions/s, shares $THREE_SHARES for premium, freemium, tier2)"
+    echo
+    cat "$OUT/three-classes.md"
+    echo
+    echo "PLB: tier2 served as freemium; PLB/top2: freemium served as premium; PLB-tiered: one pool per rank (r0, r1, r2 r3) and r4 Mixed."
     echo
   fi
   for f in $FAILURES; do
@@ -475,5 +523,5 @@ ins=(); for s in $STRATEGIES $VARIANTS; do ins+=(--in "$s=$OUT/$s.csv"); done
 } >"$OUT/report.md"
 cat "$OUT/report.md"
 echo
-echo "plots: $OUT/contention.png$(for f in $FAILURES; do printf ' %s' "$OUT/$f.png"; done)"
+echo "plots: $OUT/contention.png$([ ${#three[@]} -gt 0 ] && printf ' %s' "$OUT/three-classes.png")$(for f in $FAILURES; do printf ' %s' "$OUT/$f.png"; done)"
 echo "per-query rows: $OUT/<run>.csv; role timelines: $OUT/<run>-role_events.csv, $OUT/<run>-events.csv"

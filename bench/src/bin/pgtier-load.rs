@@ -1,8 +1,9 @@
-//! `pgtier-load`: runs the PLB paper's experiment live (premium and freemium sessions
-//! arriving as Poisson processes, analytical queries with think time) and compares runs.
+//! `pgtier-load`: runs the PLB paper's experiment live (sessions of two to four classes —
+//! premium, freemium, tier2, tier3 — arriving as Poisson processes, analytical queries with
+//! think time) and compares runs.
 //!
 //! ```text
-//! pgtier-load run --host H --port P ... --seed N --out FILE.csv
+//! pgtier-load run --host H --port P ... --class NAME:USER:RATE ... --seed N --out FILE.csv
 //! pgtier-load summarize --in LABEL=FILE.csv ... --phases NAME:FROM:TO[,...]
 //! ```
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::slice::Iter;
 
+use pgtier_bench::load::classes::ClassFlags;
 use pgtier_bench::load::queries::load_queries;
 use pgtier_bench::load::report::{LabelledRun, csv, draw_png, markdown, table};
 use pgtier_bench::load::row::parse_csv;
@@ -18,9 +20,9 @@ use pgtier_bench::load::schedule::{ScheduleParams, plan};
 use pgtier_bench::load::summary::Phase;
 
 const USAGE: &str = "usage:
-  pgtier-load run --host H --port P --dbname D --user-premium U --user-freemium U
-                  [--password X] --rate-premium R --rate-freemium R --duration S
-                  --lifetime MIN:MAX --think MEAN --queries FILE --seed N --out FILE.csv
+  pgtier-load run --host H --port P --dbname D --class NAME:USER:RATE [--class ...]
+                  [--password X] --duration S --lifetime MIN:MAX --think MEAN
+                  --queries FILE --seed N --out FILE.csv
                   [--max-sessions N] [--progress S] [--reconnect-timeout S]
   pgtier-load summarize --in LABEL=FILE.csv [--in LABEL=FILE.csv ...]
                   --phases NAME:FROM:TO[,NAME:FROM:TO...]
@@ -29,7 +31,15 @@ const USAGE: &str = "usage:
 
 run: plans the whole workload from --seed, then plays it; run once per routing strategy
 with the same seed so that every strategy faces the same sessions.
-  --rate-premium/--rate-freemium R  session arrivals per second (Poisson), per class
+  --class NAME:USER:RATE  one class of the run: NAME is premium, freemium, tier2 or tier3
+                        (ranks 0 to 3), USER its login user, RATE its session arrivals per
+                        second (Poisson). Give 2 to 4 classes, ranks 0..n-1 without gaps,
+                        in any order, each once. Adding classes leaves the sessions of the
+                        others unchanged for the same seed.
+  --user-premium U --rate-premium R --user-freemium U --rate-freemium R
+                        the two-class form, the same as --class premium:U:R and
+                        --class freemium:U:R (may be combined with --class tier2/tier3,
+                        but not with --class for the same class)
   --duration S          arrivals stop after S seconds (sessions then finish their lifetime)
   --lifetime MIN:MAX    session lifetime, uniform in [MIN, MAX] seconds
   --think MEAN          mean exponential think time between queries (s), 0 for none
@@ -40,10 +50,12 @@ with the same seed so that every strategy faces the same sessions.
   --reconnect-timeout S how long a session retries a lost connection (default 10)
 
 summarize: per (label, phase, class) counts, latency median/p95/mean (ms) of ok queries
-started in the phase, goodput (ok queries completed in the phase per second). The
-Markdown table also goes to stdout.
+started in the phase, goodput (ok queries completed in the phase per second). The classes
+are premium, freemium and every higher rank the inputs have rows of (tier2, tier3), in
+rank order, then all. The Markdown table also goes to stdout.
   --baseline LABEL      add median and p95 ratios to that label's, per phase and class
-  --png OUT.png         p50/p95 per label (one phase) or p95 per label by phase";
+  --png OUT.png         one panel per class: p50/p95 per label (one phase) or p95 per
+                        label by phase";
 
 /// Everything `run` needs.
 #[derive(Debug)]
@@ -102,11 +114,8 @@ struct RunFlags {
     host: Option<String>,
     port: Option<u16>,
     dbname: Option<String>,
-    user_premium: Option<String>,
-    user_freemium: Option<String>,
+    classes: ClassFlags,
     password: Option<String>,
-    rate_premium: Option<f64>,
-    rate_freemium: Option<f64>,
     duration: Option<f64>,
     lifetime: Option<(f64, f64)>,
     think: Option<f64>,
@@ -125,11 +134,12 @@ impl RunFlags {
             "--host" => self.host = Some(v.into()),
             "--port" => self.port = Some(number(flag, v)?),
             "--dbname" => self.dbname = Some(v.into()),
-            "--user-premium" => self.user_premium = Some(v.into()),
-            "--user-freemium" => self.user_freemium = Some(v.into()),
+            "--class" => self.classes.add(v)?,
+            "--user-premium" => self.classes.user_premium = Some(v.into()),
+            "--user-freemium" => self.classes.user_freemium = Some(v.into()),
             "--password" => self.password = Some(v.into()),
-            "--rate-premium" => self.rate_premium = Some(number(flag, v)?),
-            "--rate-freemium" => self.rate_freemium = Some(number(flag, v)?),
+            "--rate-premium" => self.classes.rate_premium = Some(number(flag, v)?),
+            "--rate-freemium" => self.classes.rate_freemium = Some(number(flag, v)?),
             "--duration" => self.duration = Some(number(flag, v)?),
             "--lifetime" => self.lifetime = Some(lifetime(v)?),
             "--think" => self.think = Some(number(flag, v)?),
@@ -145,15 +155,16 @@ impl RunFlags {
     }
 
     fn finish(self) -> Result<RunCommand, String> {
+        let host = required("--host", self.host)?;
+        let port = required("--port", self.port)?;
+        let dbname = required("--dbname", self.dbname)?;
+        let classes = self.classes.finish()?;
         let command = RunCommand {
             target: Target {
-                host: required("--host", self.host)?,
-                port: required("--port", self.port)?,
-                dbname: required("--dbname", self.dbname)?,
-                users: [
-                    required("--user-premium", self.user_premium)?,
-                    required("--user-freemium", self.user_freemium)?,
-                ],
+                host,
+                port,
+                dbname,
+                users: classes.iter().map(|c| c.user.clone()).collect(),
                 password: self.password,
             },
             options: RunOptions {
@@ -162,10 +173,7 @@ impl RunFlags {
                 reconnect_timeout_s: self.reconnect_timeout.unwrap_or(10.0),
             },
             params: ScheduleParams {
-                rate_per_s: [
-                    required("--rate-premium", self.rate_premium)?,
-                    required("--rate-freemium", self.rate_freemium)?,
-                ],
+                rate_per_s: classes.iter().map(|c| c.rate_per_s).collect(),
                 duration_s: required("--duration", self.duration)?,
                 lifetime_s: required("--lifetime", self.lifetime)?,
                 think_mean_s: required("--think", self.think)?,
@@ -270,20 +278,22 @@ fn run_command(command: RunCommand) -> Result<(), String> {
         ..command.params
     };
     let schedule = plan(command.seed, &params)?;
+    let per_class: Vec<String> = params
+        .classes()
+        .map(|class| {
+            let planned = schedule
+                .sessions
+                .iter()
+                .filter(|s| s.class == class)
+                .count();
+            format!("{planned} {}", class.name())
+        })
+        .collect();
     eprintln!(
-        "pgtier-load: seed {}, {} sessions planned ({} premium, {} freemium), {} queries",
+        "pgtier-load: seed {}, {} sessions planned ({}), {} queries",
         command.seed,
         schedule.sessions.len(),
-        schedule
-            .sessions
-            .iter()
-            .filter(|s| s.class.index() == 0)
-            .count(),
-        schedule
-            .sessions
-            .iter()
-            .filter(|s| s.class.index() == 1)
-            .count(),
+        per_class.join(", "),
         queries.len()
     );
     run(
@@ -356,6 +366,76 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("pgtier-load: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    const COMMON: &str = "run --host h --port 5432 --dbname d --duration 60 --lifetime 5:15 \
+                          --think 0.5 --queries q.tsv --seed 1 --out o.csv";
+
+    fn run_line(classes: &str) -> Result<RunCommand, String> {
+        match parse(&args(&format!("{COMMON} {classes}")))? {
+            Command::Run(command) => Ok(*command),
+            other => Err(format!("not a run: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn run_takes_class_flags_in_any_order() {
+        let command =
+            run_line("--class tier2:bulk:0.5 --class freemium:free:2 --class premium:gold:1")
+                .unwrap();
+        assert_eq!(command.target.users, ["gold", "free", "bulk"]);
+        assert_eq!(command.params.rate_per_s, [1.0, 2.0, 0.5]);
+    }
+
+    #[test]
+    fn run_keeps_the_two_class_flags() {
+        let command =
+            run_line("--user-premium gold --user-freemium free --rate-premium 1 --rate-freemium 2")
+                .unwrap();
+        assert_eq!(command.target.users, ["gold", "free"]);
+        assert_eq!(command.params.rate_per_s, [1.0, 2.0]);
+        let with_tier2 = run_line(
+            "--user-premium gold --user-freemium free --rate-premium 1 --rate-freemium 2 \
+             --class tier2:bulk:3",
+        )
+        .unwrap();
+        assert_eq!(with_tier2.target.users, ["gold", "free", "bulk"]);
+    }
+
+    #[test]
+    fn run_refuses_bad_class_sets() {
+        for (classes, message) in [
+            (
+                "--class premium:a:1 --class tier2:c:1",
+                "freemium is not defined",
+            ),
+            (
+                "--class premium:a:1 --class freemium:b:1 --class tier3:d:1",
+                "needs --class tier2",
+            ),
+            ("--class premium:a:1 --class premium:a:1", "given twice"),
+            (
+                "--class premium:a:1 --class freemium:b:1 --user-freemium b --rate-freemium 1",
+                "defined by both",
+            ),
+            (
+                "--class premium:a:0 --class freemium:b:0",
+                "every rate is zero",
+            ),
+            ("--class", "--class needs a value"),
+        ] {
+            let err = run_line(classes).unwrap_err();
+            assert!(err.contains(message), "{classes}: {err}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The comparison of labelled runs (one per routing strategy): a table with one row per
 //! (label, phase, class), optionally relative to a baseline label, as Markdown, CSV and a
-//! PNG chart.
+//! PNG chart. The classes are those of the inputs (see [`class_count`]), the same for every
+//! label so that tables line up; the chart has one panel per class.
 //!
 //! Pure except [`draw_png`], which writes through the simulator's plotting code.
 
@@ -8,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::row::Row;
-use super::summary::{Phase, Scope, Stats, summarize};
+use super::summary::{Phase, Scope, Stats, class_count, summarize};
 use crate::sim::plot::{Panel, Series, draw};
 use crate::sim::workload::Class;
 
@@ -37,7 +38,7 @@ pub struct TableRow {
     pub label: String,
     /// The phase's name.
     pub phase: String,
-    /// Premium, freemium or all.
+    /// One class (premium, freemium, tier2, tier3) or all.
     pub scope: Scope,
     /// The statistics.
     pub stats: Stats,
@@ -45,8 +46,8 @@ pub struct TableRow {
     pub versus_baseline: Option<Ratios>,
 }
 
-/// Builds the comparison: labels in the given order, then phases, then premium, freemium,
-/// all. `baseline` must be one of the labels.
+/// Builds the comparison: labels in the given order, then phases, then each class of the
+/// inputs by rank, then all. `baseline` must be one of the labels.
 pub fn table(
     runs: &[LabelledRun],
     phases: &[Phase],
@@ -60,10 +61,11 @@ pub fn table(
         ),
         None => None,
     };
+    let classes = class_count(runs.iter().flat_map(|run| &run.rows));
     let mut table = Vec::new();
     for run in runs {
         for phase in phases {
-            for scope in Scope::ALL {
+            for scope in Scope::table_order(classes) {
                 let stats = summarize(&run.rows, phase, scope);
                 let versus_baseline = base.map(|base| {
                     let reference = summarize(&base.rows, phase, scope);
@@ -193,13 +195,28 @@ fn find<'a>(rows: &'a [TableRow], label: &str, phase: &str, class: Class) -> Opt
         .map(|r| &r.stats)
 }
 
-/// One panel per class. With one phase the labels are the x categories and the series are
-/// p50 and p95; with several, the phases are the x categories and each label is a p95 series.
+/// The classes of the table's rows, by rank.
+fn classes(rows: &[TableRow]) -> Vec<Class> {
+    let mut classes: Vec<Class> = rows
+        .iter()
+        .filter_map(|r| match r.scope {
+            Scope::Class(class) => Some(class),
+            Scope::All => None,
+        })
+        .collect();
+    classes.sort();
+    classes.dedup();
+    classes
+}
+
+/// One panel per class of the table, by rank. With one phase the labels are the x
+/// categories and the series are p50 and p95; with several, the phases are the x categories
+/// and each label is a p95 series.
 pub fn panels(rows: &[TableRow], labels: &[String], phases: &[Phase]) -> Vec<Panel> {
     let latency = |label: &str, phase: &str, class: Class, pick: fn(&Stats) -> f64| {
         find(rows, label, phase, class).map_or(f64::NAN, pick)
     };
-    Class::ALL
+    classes(rows)
         .into_iter()
         .map(|class| match phases {
             [phase] => Panel {
@@ -250,7 +267,10 @@ pub fn draw_png(
     labels: &[String],
     phases: &[Phase],
 ) -> Result<(), String> {
-    draw(path, "pgtier-load", &panels(rows, labels, phases), 2)
+    let panels = panels(rows, labels, phases);
+    // Two or three classes side by side, four as two by two.
+    let columns = if panels.len() <= 3 { panels.len() } else { 2 };
+    draw(path, "pgtier-load", &panels, columns)
 }
 
 #[cfg(test)]

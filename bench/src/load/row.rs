@@ -111,12 +111,10 @@ impl Row {
     }
 }
 
-/// The class of a lower-case name as written by [`Class::name`].
+/// The class of a lower-case name as written by [`Class::name`]: any of the
+/// [`Class::MAX`] ranks (premium, freemium, tier2, tier3).
 pub fn parse_class(name: &str) -> Result<Class, String> {
-    Class::ALL
-        .into_iter()
-        .find(|c| c.name() == name)
-        .ok_or_else(|| format!("unknown class {name:?}"))
+    Class::from_name(name).ok_or_else(|| format!("unknown class {name:?}"))
 }
 
 /// Parses a whole CSV file (header first); errors name the (1-based) line.
@@ -165,10 +163,28 @@ mod tests {
     }
 
     #[test]
+    fn every_class_name_parses_back_to_its_rank() {
+        for class in Class::ranks(Class::MAX) {
+            assert_eq!(parse_class(class.name()), Ok(class));
+        }
+        let text = format!("{CSV_HEADER}\ntier2,4,q,0.1,2.0,ok\ntier3,0,q,0.2,1.0,ok\n");
+        let rows = parse_csv(&text).unwrap();
+        assert_eq!((rows[0].class, rows[1].class), (Class(2), Class(3)));
+        assert!(rows[0].to_csv().starts_with("tier2,4,q,"));
+    }
+
+    #[test]
     fn bad_lines_are_named() {
         assert!(parse_csv("nope\n").unwrap_err().starts_with("line 1:"));
         let text = format!("{CSV_HEADER}\npremium,1,q,0.1,2.0,ok\npremium,1,q,0.1,x,ok\n");
         assert!(parse_csv(&text).unwrap_err().starts_with("line 3:"));
+        for bad in ["basic", "tier4", "Premium", ""] {
+            let text = format!("{CSV_HEADER}\n{bad},1,q,0.1,2.0,ok\n");
+            assert!(
+                parse_csv(&text).unwrap_err().contains("unknown class"),
+                "{bad}"
+            );
+        }
         let text = format!("{CSV_HEADER}\nbasic,1,q,0.1,2.0,ok\n");
         assert!(parse_csv(&text).unwrap_err().contains("unknown class"));
         let text = format!("{CSV_HEADER}\npremium,1,q,0.1,2.0,error:\n");

@@ -2,6 +2,9 @@
 //! offset, caps how many are live, writes every attempt to the CSV as it arrives, and prints
 //! progress and per-class totals to stderr.
 //!
+//! Per-class state is sized for the classes of the schedule (two to [`Class::MAX`], ranks
+//! 0..n-1), and every progress line and the final totals show each of them.
+//!
 //! The driver makes no decisions about queries; it only keeps time. All timing waits happen
 //! in one place: the event channel's receive timeout, set to the next arrival or progress
 //! tick, so rows are written while the driver waits for the next session.
@@ -32,9 +35,10 @@ pub struct Target {
     pub port: u16,
     /// Database name.
     pub dbname: String,
-    /// User per class, premium first: the proxy tells the classes apart by user.
-    pub users: [String; 2],
-    /// Password for both users, if the server asks for one.
+    /// User per class in rank order (premium first), one per class of the schedule: the
+    /// proxy tells the classes apart by user.
+    pub users: Vec<String>,
+    /// Password for every user, if the server asks for one.
     pub password: Option<String>,
 }
 
@@ -68,23 +72,30 @@ pub struct ClassTotals {
     pub connect_errors: u64,
 }
 
-/// What happened over a run, per class (premium first).
+/// What happened over a run, per class (rank order, premium first).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunTotals {
-    /// Per class.
-    pub class: [ClassTotals; 2],
+    /// Per class of the run, indexed by rank.
+    pub class: Vec<ClassTotals>,
     /// Session threads that panicked (a bug; their rows up to the panic are kept).
     pub panicked: u64,
 }
 
 /// Per class figures of the current progress interval.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Interval {
-    ok_latencies_ms: [Vec<f64>; 2],
-    errors: [u64; 2],
+    ok_latencies_ms: Vec<Vec<f64>>,
+    errors: Vec<u64>,
 }
 
 impl Interval {
+    fn new(classes: usize) -> Self {
+        Self {
+            ok_latencies_ms: vec![Vec::new(); classes],
+            errors: vec![0; classes],
+        }
+    }
+
     fn add(&mut self, row: &Row) {
         let class = row.class.index();
         match row.outcome {
@@ -93,10 +104,10 @@ impl Interval {
         }
     }
 
-    /// One progress line; resets the interval.
+    /// One progress line, one part per class; resets the interval.
     fn line(&mut self, elapsed_s: f64, live: usize, dropped: u64) -> String {
         let mut line = format!("pgtier-load: {elapsed_s:7.1} s, {live} live, {dropped} dropped");
-        for class in Class::ALL {
+        for class in Class::ranks(self.errors.len()) {
             let latencies = &mut self.ok_latencies_ms[class.index()];
             latencies.sort_by(f64::total_cmp);
             let p95 = quantile(latencies, 0.95);
@@ -112,7 +123,7 @@ impl Interval {
                 self.errors[class.index()]
             ));
         }
-        *self = Self::default();
+        *self = Self::new(self.errors.len());
         line
     }
 }
@@ -140,12 +151,13 @@ fn class_config(target: &Target, class: Class, options: &RunOptions) -> postgres
 /// The state of a run in progress.
 struct Driver {
     run_start: Instant,
-    contexts: [SessionContext; 2],
+    /// Per class, indexed by rank, as are `live` and the totals.
+    contexts: Vec<SessionContext>,
     options: RunOptions,
     events: Receiver<Event>,
     out: BufWriter<File>,
     out_name: String,
-    live: [usize; 2],
+    live: Vec<usize>,
     threads: Vec<JoinHandle<()>>,
     totals: RunTotals,
     interval: Interval,
@@ -275,7 +287,7 @@ impl Driver {
 
 fn print_totals(totals: &RunTotals, elapsed_s: f64) {
     eprintln!("pgtier-load: done in {elapsed_s:.1} s");
-    for class in Class::ALL {
+    for class in Class::ranks(totals.class.len()) {
         let t = &totals.class[class.index()];
         eprintln!(
             "  {:<8} sessions: {} planned, {} started, {} dropped by the cap, {} abandoned; \
@@ -312,6 +324,25 @@ pub fn run(
     if !(options.reconnect_timeout_s.is_finite() && options.reconnect_timeout_s >= 0.0) {
         return Err("the reconnect timeout must be non-negative".into());
     }
+    let classes = schedule.class_count;
+    if classes > Class::MAX {
+        return Err(format!(
+            "{classes} classes: a run has at most {}",
+            Class::MAX
+        ));
+    }
+    if target.users.len() != classes {
+        return Err(format!(
+            "{} users for {classes} classes: one user per class",
+            target.users.len()
+        ));
+    }
+    // Per-class state is indexed by rank, so a session beyond the classes would be a bug.
+    if schedule.sessions.iter().any(|p| p.class.index() >= classes) {
+        return Err(format!(
+            "the schedule has a session outside its {classes} classes"
+        ));
+    }
     let out_name = out.display().to_string();
     let file = File::create(out).map_err(|e| format!("{out_name}: {e}"))?;
     let mut writer = BufWriter::new(file);
@@ -330,21 +361,24 @@ pub fn run(
         picker: Arc::clone(&picker),
         events: sender.clone(),
     };
-    let mut totals = RunTotals::default();
+    let mut totals = RunTotals {
+        class: vec![ClassTotals::default(); classes],
+        panicked: 0,
+    };
     for plan in &schedule.sessions {
         totals.class[plan.class.index()].planned += 1;
     }
     let mut driver = Driver {
         run_start,
-        contexts: [context(Class::PREMIUM), context(Class::FREEMIUM)],
+        contexts: Class::ranks(classes).map(context).collect(),
         options: options.clone(),
         events,
         out: writer,
         out_name,
-        live: [0, 0],
+        live: vec![0; classes],
         threads: Vec::new(),
         totals,
-        interval: Interval::default(),
+        interval: Interval::new(classes),
     };
     driver.drive(&schedule.sessions)?;
     // Every session has sent Ended after its rows, so nothing is left in the channel;

@@ -4,8 +4,13 @@
 //! Pure and deterministic: a function of the seed and the parameters only. Every routing
 //! strategy run with the same seed therefore faces the same sessions (common random
 //! numbers), and the differences between runs are the strategies'. Streams are split so that
-//! changing one class's rate leaves the other class's sessions untouched: each class has its
+//! changing one class's rate leaves the other classes' sessions untouched: each class has its
 //! own arrival stream, and each session its own stream keyed by (seed, class, index).
+//!
+//! A run has two to [`Class::MAX`] classes, ranks 0..n-1. Each rank's streams are derived
+//! from its rank alone (the derivation of the two-class planner, extended), so the premium
+//! and freemium sessions of a seed are the same whether or not tier2 and tier3 run beside
+//! them, and adding a class never moves the sessions of the others.
 
 use crate::sim::rng::SimRng;
 use crate::sim::workload::Class;
@@ -16,8 +21,10 @@ pub const MAX_PLANNED_SESSIONS: usize = 1_000_000;
 /// What the workload looks like.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleParams {
-    /// Session arrival rate per class (sessions/s), premium first; 0 means none.
-    pub rate_per_s: [f64; 2],
+    /// Session arrival rate per class (sessions/s), by rank: premium first, then freemium,
+    /// tier2, tier3. Its length is the number of classes (2 to [`Class::MAX`]); 0 means the
+    /// class runs but no session of it arrives.
+    pub rate_per_s: Vec<f64>,
     /// Arrivals happen in [0, duration_s); sessions may outlive it.
     pub duration_s: f64,
     /// Session lifetimes are uniform in [min, max] (s).
@@ -32,11 +39,18 @@ impl ScheduleParams {
     /// Checks the parameters; Err says which one is wrong.
     pub fn validate(&self) -> Result<(), String> {
         let non_negative = |v: f64| v.is_finite() && v >= 0.0;
-        if !self.rate_per_s.into_iter().all(non_negative) {
+        if !(2..=Class::MAX).contains(&self.rate_per_s.len()) {
+            return Err(format!(
+                "a run has 2 to {} classes, not {}",
+                Class::MAX,
+                self.rate_per_s.len()
+            ));
+        }
+        if !self.rate_per_s.iter().copied().all(non_negative) {
             return Err("rates must be finite and non-negative".into());
         }
         if self.rate_per_s.iter().all(|&r| r == 0.0) {
-            return Err("both rates are zero: no sessions would arrive".into());
+            return Err("every rate is zero: no sessions would arrive".into());
         }
         if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
             return Err("duration must be positive".into());
@@ -49,6 +63,11 @@ impl ScheduleParams {
             return Err("think time must be finite and non-negative".into());
         }
         QueryPicker::new(&self.query_weights).map(|_| ())
+    }
+
+    /// The classes of the run, in rank order.
+    pub fn classes(&self) -> impl Iterator<Item = Class> {
+        Class::ranks(self.rate_per_s.len())
     }
 }
 
@@ -152,18 +171,26 @@ impl Iterator for Steps<'_> {
 /// The planned workload: sessions in arrival order and the query picker they share.
 #[derive(Debug, Clone)]
 pub struct Schedule {
-    /// Sessions sorted by arrival (premium first on a tie).
+    /// How many classes the run has (ranks 0..class_count); a class may have no sessions.
+    pub class_count: usize,
+    /// Sessions sorted by arrival (lower rank first on a tie).
     pub sessions: Vec<SessionPlan>,
     /// The weighted choice of queries.
     pub picker: QueryPicker,
 }
 
-/// Stream tags: distinct purposes must never share a stream.
+/// Stream tags: distinct purposes must never share a stream. These are the two-class
+/// planner's tags; ranks 2 and 3 extend them the same way, so recorded two-class runs replay.
 const ARRIVAL_STREAM: u64 = 0xA771_0000;
 const SESSION_STREAM: u64 = 0x5E55_0000_0000_0000;
 
+fn arrival_rng(seed: u64, class: Class) -> SimRng {
+    SimRng::derive(seed, ARRIVAL_STREAM + class.index() as u64)
+}
+
 fn session_rng(seed: u64, class: Class, index: u64) -> SimRng {
-    // The class sits above any realistic index, so (class, index) pairs map to distinct tags.
+    // The class sits above any realistic index (bits 48 and 49 for ranks up to 3, while
+    // indices stay below MAX_PLANNED_SESSIONS), so (class, index) pairs map to distinct tags.
     let tag = SESSION_STREAM ^ ((class.index() as u64) << 48) ^ index;
     SimRng::derive(seed, tag)
 }
@@ -178,7 +205,7 @@ fn class_sessions(
     if rate == 0.0 {
         return Ok(());
     }
-    let mut arrivals = SimRng::derive(seed, ARRIVAL_STREAM + class.index() as u64);
+    let mut arrivals = arrival_rng(seed, class);
     let (min, max) = params.lifetime_s;
     let mut at_s = 0.0;
     for index in 0u64.. {
@@ -210,12 +237,17 @@ pub fn plan(seed: u64, params: &ScheduleParams) -> Result<Schedule, String> {
     params.validate()?;
     let picker = QueryPicker::new(&params.query_weights)?;
     let mut sessions = Vec::new();
-    for class in Class::ALL {
+    for class in params.classes() {
         class_sessions(seed, params, class, &mut sessions)?;
     }
-    // A stable sort keeps premium before freemium on (improbable) equal arrival times.
+    // Sessions went in by rank, so a stable sort keeps the lower rank first on (improbable)
+    // equal arrival times, as the two-class planner did.
     sessions.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-    Ok(Schedule { sessions, picker })
+    Ok(Schedule {
+        class_count: params.rate_per_s.len(),
+        sessions,
+        picker,
+    })
 }
 
 #[cfg(test)]
@@ -224,7 +256,7 @@ mod tests {
 
     fn params() -> ScheduleParams {
         ScheduleParams {
-            rate_per_s: [2.0, 4.0],
+            rate_per_s: vec![2.0, 4.0],
             duration_s: 100.0,
             lifetime_s: (2.0, 4.0),
             think_mean_s: 0.5,
@@ -348,11 +380,27 @@ mod tests {
         assert!(steps.iter().all(|s| s.think_s == 0.0));
         let bad = [
             ScheduleParams {
-                rate_per_s: [0.0, 0.0],
+                rate_per_s: vec![0.0, 0.0],
                 ..params()
             },
             ScheduleParams {
-                rate_per_s: [-1.0, 1.0],
+                rate_per_s: vec![0.0, 0.0, 0.0],
+                ..params()
+            },
+            ScheduleParams {
+                rate_per_s: vec![-1.0, 1.0],
+                ..params()
+            },
+            ScheduleParams {
+                rate_per_s: vec![1.0, 1.0, f64::INFINITY],
+                ..params()
+            },
+            ScheduleParams {
+                rate_per_s: vec![1.0],
+                ..params()
+            },
+            ScheduleParams {
+                rate_per_s: vec![1.0; Class::MAX + 1],
                 ..params()
             },
             ScheduleParams {
@@ -380,10 +428,163 @@ mod tests {
             assert!(plan(1, &p).is_err(), "{p:?}");
         }
         let huge = ScheduleParams {
-            rate_per_s: [1e6, 0.0],
+            rate_per_s: vec![1e6, 0.0],
             duration_s: 10.0,
             ..params()
         };
         assert!(plan(1, &huge).is_err());
+    }
+
+    /// The two-class planner as it was before classes were generalised, kept verbatim (only
+    /// its rates passed as an array) as the reference that recorded runs were planned with.
+    fn two_class_reference(seed: u64, params: &ScheduleParams, rates: [f64; 2]) -> Schedule {
+        let mut sessions = Vec::new();
+        for class in Class::ALL {
+            let rate = rates[class.index()];
+            if rate == 0.0 {
+                continue;
+            }
+            let mut arrivals = SimRng::derive(seed, 0xA771_0000 + class.index() as u64);
+            let (min, max) = params.lifetime_s;
+            let mut at_s = 0.0;
+            for index in 0u64.. {
+                at_s += arrivals.exponential(1.0 / rate);
+                if at_s >= params.duration_s {
+                    break;
+                }
+                let tag = 0x5E55_0000_0000_0000 ^ ((class.index() as u64) << 48) ^ index;
+                let mut rng = SimRng::derive(seed, tag);
+                let lifetime_s = rng.uniform(min, max);
+                sessions.push(SessionPlan {
+                    class,
+                    index,
+                    arrival_s: at_s,
+                    lifetime_s,
+                    steps_rng: rng,
+                    think_mean_s: params.think_mean_s,
+                });
+            }
+        }
+        sessions.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        Schedule {
+            class_count: 2,
+            sessions,
+            picker: QueryPicker::new(&params.query_weights).unwrap(),
+        }
+    }
+
+    /// FNV-1a over a schedule's fingerprint: a compact golden value.
+    fn digest(schedule: &Schedule) -> u64 {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut mix = |value: u64| {
+            for byte in value.to_le_bytes() {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for (class, index, arrival, lifetime, steps) in fingerprint(schedule, 5) {
+            mix(class.index() as u64);
+            mix(index);
+            mix(arrival);
+            mix(lifetime);
+            for step in steps {
+                mix(step.query as u64);
+                mix(step.think_s.to_bits());
+            }
+        }
+        hash
+    }
+
+    #[test]
+    fn two_class_plans_are_those_of_the_two_class_planner() {
+        // Golden values recorded with the two-class planner: (seed, sessions, premium
+        // sessions, digest). A change here means recorded runs no longer replay.
+        let golden = [
+            (1, 618, 215, 0x3de2_0a15_b83c_ee91),
+            (7, 625, 224, 0x60a5_f2fb_22ed_77f4),
+            (42, 613, 185, 0x1231_c581_e6e6_ba44),
+            (0xDEAD_BEEF, 554, 198, 0x8d99_69fe_2800_0471),
+        ];
+        for (seed, sessions, premium, hash) in golden {
+            let schedule = plan(seed, &params()).unwrap();
+            let premium_now = schedule
+                .sessions
+                .iter()
+                .filter(|s| s.class == Class::PREMIUM)
+                .count();
+            assert_eq!(
+                (schedule.sessions.len(), premium_now, digest(&schedule)),
+                (sessions, premium, hash),
+                "seed {seed}"
+            );
+        }
+        // And session by session against the reference, on other parameters too.
+        for (seed, rates) in [(3, [2.0, 4.0]), (11, [0.5, 7.0]), (99, [3.0, 0.0])] {
+            let p = ScheduleParams {
+                rate_per_s: rates.to_vec(),
+                ..params()
+            };
+            let reference = two_class_reference(seed, &p, rates);
+            assert_eq!(
+                fingerprint(&plan(seed, &p).unwrap(), 20),
+                fingerprint(&reference, 20),
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn more_classes_leave_the_first_two_alone() {
+        let two = plan(21, &params()).unwrap();
+        let first_two = |s: &Schedule| {
+            let mut f = fingerprint(s, 20);
+            f.retain(|row| row.0 < Class(2));
+            f
+        };
+        for rates in [vec![2.0, 4.0, 3.0], vec![2.0, 4.0, 1.0, 5.0]] {
+            let more = plan(
+                21,
+                &ScheduleParams {
+                    rate_per_s: rates.clone(),
+                    ..params()
+                },
+            )
+            .unwrap();
+            assert_eq!(more.class_count, rates.len());
+            assert_eq!(first_two(&more), fingerprint(&two, 20), "{rates:?}");
+            // Each rank has its own streams: session 0 of every class lives differently.
+            let lifetimes: Vec<u64> = Class::ranks(more.class_count)
+                .map(|class| {
+                    more.sessions
+                        .iter()
+                        .find(|s| s.class == class && s.index == 0)
+                        .map_or(0, |s| s.lifetime_s.to_bits())
+                })
+                .collect();
+            assert!(lifetimes.iter().all(|&bits| bits != 0), "{rates:?}");
+            for (i, a) in lifetimes.iter().enumerate() {
+                assert!(!lifetimes[i + 1..].contains(a), "{rates:?}: {lifetimes:?}");
+            }
+        }
+        // Adding tier3 to a tier2 run leaves tier2 alone too.
+        let three = plan(
+            21,
+            &ScheduleParams {
+                rate_per_s: vec![2.0, 4.0, 3.0],
+                ..params()
+            },
+        )
+        .unwrap();
+        let four = plan(
+            21,
+            &ScheduleParams {
+                rate_per_s: vec![2.0, 4.0, 3.0, 5.0],
+                ..params()
+            },
+        )
+        .unwrap();
+        let mut f = fingerprint(&four, 20);
+        f.retain(|row| row.0 < Class(3));
+        assert_eq!(f, fingerprint(&three, 20));
     }
 }

@@ -5,6 +5,9 @@
 //! goodput counts ok queries that *completed* in it, per second of window, so a query that
 //! straddles a phase boundary is timed in the phase that sent it and counted as work done
 //! in the phase that finished it.
+//!
+//! A run has two to [`Class::MAX`] classes, ranks 0..n-1; [`class_count`] reads n off the
+//! rows, so tables cover every class the rows show.
 
 use super::row::{Outcome, Row};
 use crate::sim::stats::{mean, quantile};
@@ -84,17 +87,18 @@ impl Phase {
 pub enum Scope {
     /// One class.
     Class(Class),
-    /// Both classes together.
+    /// Every class together.
     All,
 }
 
 impl Scope {
-    /// Premium, freemium, all: the row order of tables.
-    pub const ALL: [Scope; 3] = [
-        Scope::Class(Class::PREMIUM),
-        Scope::Class(Class::FREEMIUM),
-        Scope::All,
-    ];
+    /// The row order of tables for a run of `classes` classes: each class by rank (premium,
+    /// freemium, tier2, tier3), then all.
+    pub fn table_order(classes: usize) -> impl Iterator<Item = Scope> {
+        Class::ranks(classes)
+            .map(Scope::Class)
+            .chain(std::iter::once(Scope::All))
+    }
 
     /// Lower-case label.
     pub fn name(self) -> &'static str {
@@ -129,6 +133,17 @@ pub struct Stats {
     pub mean_ms: f64,
     /// Ok queries that completed in the window, per second of window.
     pub goodput_per_s: f64,
+}
+
+/// How many classes the rows come from: one more than the highest rank seen, and at least
+/// the two every run has. Classes are contiguous ranks, so a rank below the highest is a
+/// class of the run even when none of its rows are there (its sessions were all dropped,
+/// or its rate was 0).
+pub fn class_count<'a>(rows: impl IntoIterator<Item = &'a Row>) -> usize {
+    rows.into_iter()
+        .map(|row| row.class.index() + 1)
+        .fold(2, usize::max)
+        .min(Class::MAX)
 }
 
 /// Summarises the rows of `scope` in `phase`.
@@ -233,6 +248,28 @@ mod tests {
         assert_eq!((all.ok, all.errors, all.connect_errors), (5, 1, 1));
         assert_eq!(all.median_ms, 30.0);
         assert!((all.goodput_per_s - 5.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn class_count_covers_every_rank_up_to_the_highest() {
+        assert_eq!(class_count(&[]), 2);
+        assert_eq!(class_count(&[row(Class::PREMIUM, 0.0, 1.0, true)]), 2);
+        let tier3 = [
+            row(Class::FREEMIUM, 0.0, 1.0, true),
+            row(Class(3), 0.0, 1.0, true),
+        ];
+        assert_eq!(class_count(&tier3), 4);
+        let order: Vec<Scope> = Scope::table_order(3).collect();
+        assert_eq!(
+            order,
+            [
+                Scope::Class(Class::PREMIUM),
+                Scope::Class(Class::FREEMIUM),
+                Scope::Class(Class(2)),
+                Scope::All
+            ]
+        );
+        assert_eq!(Scope::Class(Class(2)).name(), "tier2");
     }
 
     #[test]

@@ -39,6 +39,17 @@ impl Class {
             _ => "tier3",
         }
     }
+
+    /// The first `n` ranks, most important first (at most [`Class::MAX`]).
+    pub fn ranks(n: usize) -> impl Iterator<Item = Class> {
+        // MAX is far below 256, so every rank fits the u8.
+        (0..n.min(Class::MAX)).map(|rank| Class(rank as u8))
+    }
+
+    /// The class called `name` by [`Class::name`], among the [`Class::MAX`] ranks.
+    pub fn from_name(name: &str) -> Option<Class> {
+        Class::ranks(Class::MAX).find(|class| class.name() == name)
+    }
 }
 
 /// The replica budget: `replicas` identical nodes of `cores_per_replica` cores, and the PLB

@@ -54,7 +54,7 @@ pub use key::{PoolKey, ServerTarget, StartupProfile};
 pub use lease::{CloseReason, Lease};
 pub use pool::PoolLimits;
 pub use slice::{Checkin, Closing, Expired, PoolCounts, PoolError, PoolId, PoolSlice, Refusal};
-pub use wait_order::{WaitClass, WaitOrder};
+pub use wait_order::{Head, WaitClass, WaitOrder};
 pub use waiters::WaitTicket;
 pub use welcome::{
     MAX_SPELLINGS_PER_POOL, Spellings, TRACKED_PARAMETERS, TrackedParams, Welcome,

@@ -57,8 +57,8 @@ impl WaitOrder {
     };
 
     /// Of the heads of the two lanes, the class whose head goes first; None when both are
-    /// empty.
-    pub(crate) fn first(self, premium: Option<Head>, freemium: Option<Head>) -> Option<WaitClass> {
+    /// empty. Public so that other models of a pool (the simulator) serve in this order.
+    pub fn first(self, premium: Option<Head>, freemium: Option<Head>) -> Option<WaitClass> {
         let (premium, freemium) = match (premium, freemium) {
             (None, None) => return None,
             (Some(_), None) => return Some(WaitClass::Premium),
@@ -89,10 +89,11 @@ impl Default for WaitOrder {
 
 /// What the order needs of a lane's oldest waiter.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Head {
-    pub(crate) parked_at: Instant,
+pub struct Head {
+    /// When it parked.
+    pub parked_at: Instant,
     /// Parking order across the slice.
-    pub(crate) sequence: u64,
+    pub sequence: u64,
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
-//! `pgtier-sim`: runs the PLB simulator's grid or failure experiments and writes CSV, PNG
-//! and a Markdown summary.
+//! `pgtier-sim`: runs the PLB simulator's grid, failure, three-class or waiting experiments
+//! and writes CSV, PNG and a Markdown summary.
 //!
 //! ```text
-//! pgtier-sim grid|faults|tiers|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+//! pgtier-sim grid|faults|tiers|waiting|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -16,9 +16,10 @@ use pgtier_bench::sim::scenario::{FaultSpec, GridSpec, run_faults, run_grid};
 use pgtier_bench::sim::strategies::Strategy;
 use pgtier_bench::sim::summary::{fault_summary, grid_summary};
 use pgtier_bench::sim::tiers::{TierSpec, run_tiers, tiers_csv, tiers_summary};
+use pgtier_bench::sim::waiting::{self, run_waiting, waiting_summary};
 
 const USAGE: &str =
-    "usage: pgtier-sim grid|faults|tiers|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+    "usage: pgtier-sim grid|faults|tiers|waiting|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
 
   grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
            PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
@@ -27,6 +28,9 @@ const USAGE: &str =
   tiers    three ranked classes on the paper's five replicas: 5RR, PLB (rank 0 premium),
            PLB/top2 (ranks 0-1 premium) and tiered PLB, T in {300, 1000, 1500} x three mixes
            (default 5 seeds; --quick one contention point)
+  waiting  PLB against PLB with each replica's pool held to 2 servers (5PLB+wait-fifo,
+           5PLB+wait-class) at the live calibration, 1.5..3 sessions/s, P25
+           (default 10 seeds; --quick 2.5 sessions/s only, 3 seeds)
   all      grid and faults
   --seeds N   repetitions per point
   --out DIR   output directory (default bench/out)
@@ -41,6 +45,7 @@ struct Options {
     grid: bool,
     faults: bool,
     tiers: bool,
+    waiting: bool,
     seeds: Option<u64>,
     out: PathBuf,
     quick: bool,
@@ -63,11 +68,12 @@ fn parse_strategies(list: &str) -> Result<Vec<Strategy>, String> {
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut it = args.iter();
     let command = it.next().ok_or("missing command")?;
-    let (grid, faults, tiers) = match command.as_str() {
-        "grid" => (true, false, false),
-        "faults" => (false, true, false),
-        "tiers" => (false, false, true),
-        "all" => (true, true, false),
+    let (grid, faults, tiers, waiting) = match command.as_str() {
+        "grid" => (true, false, false, false),
+        "faults" => (false, true, false, false),
+        "tiers" => (false, false, true, false),
+        "waiting" => (false, false, false, true),
+        "all" => (true, true, false, false),
         "-h" | "--help" => return Err(String::new()),
         other => return Err(format!("unknown command {other:?}")),
     };
@@ -75,6 +81,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         grid,
         faults,
         tiers,
+        waiting,
         seeds: None,
         out: default_out(),
         quick: false,
@@ -228,6 +235,37 @@ fn run_tiers_command(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn run_waiting_command(options: &Options) -> Result<(), String> {
+    let seeds = options.seeds.unwrap_or(if options.quick { 3 } else { 10 });
+    let mut spec = if options.quick {
+        waiting::quick(seeds)
+    } else {
+        waiting::spec(seeds)
+    };
+    if let Some(strategies) = &options.strategies {
+        spec.strategies = strategies.clone();
+    }
+    let replicas = spec.cluster.replicas;
+    let bar = progress(spec.run_count(), "waiting");
+    let started = Instant::now();
+    let points = run_waiting(&spec, &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    println!(
+        "waiting: {} runs in {:.1} s",
+        spec.run_count(),
+        started.elapsed().as_secs_f64()
+    );
+    let grid_points: Vec<_> = points.iter().map(|p| p.point.clone()).collect();
+    write(
+        &options.out.join("waiting.csv"),
+        &grid_csv(&grid_points, replicas),
+    )?;
+    let summary = waiting_summary(&points, replicas);
+    write(&options.out.join("waiting_summary.md"), &summary)?;
+    println!("\n{summary}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse(&args) {
@@ -259,6 +297,13 @@ fn main() -> ExitCode {
     .and_then(|()| {
         if options.tiers {
             run_tiers_command(&options)
+        } else {
+            Ok(())
+        }
+    })
+    .and_then(|()| {
+        if options.waiting {
+            run_waiting_command(&options)
         } else {
             Ok(())
         }

@@ -1,10 +1,14 @@
 //! The discrete-event engine: sessions arrive, are admitted through a `Router`, run their
-//! queries on processor-sharing replicas, think, and leave; replicas fail and rejoin on a
-//! schedule. Everything is a function of the run's configuration and seed.
+//! queries on processor-sharing replicas (behind a bounded server pool per replica when the
+//! run has one, where the queries beyond the bound wait), think, and leave; replicas fail and
+//! rejoin on a schedule. Everything is a function of the run's configuration and seed.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use pgtier_pool::WaitOrder;
+
+use super::pool::{ServerPool, WaitQueue, wait_class};
 use super::rng::SimRng;
 use super::router::{ReplicaIndex, Router};
 use super::server::{PsServer, QueryId};
@@ -56,6 +60,8 @@ pub struct RunConfig {
     pub end_s: f64,
     /// Seed of every random stream of the run.
     pub seed: u64,
+    /// The proxy's server pool in front of every replica; None: no bound, no waiting.
+    pub pool: Option<ServerPool>,
 }
 
 /// Raw observations of one phase.
@@ -90,6 +96,11 @@ pub struct RunObservations {
     pub role_trace: Vec<(f64, Vec<String>)>,
     /// Sessions the recovery-tail drain moved to another replica between two queries.
     pub drain_moves: u64,
+    /// Queries that waited in a replica's pool and then got a server.
+    pub pool_served: u64,
+    /// Of those, the ones served ahead of an earlier-parked waiter of the other class (the
+    /// choices in which the pool's order differed from arrival order).
+    pub pool_served_out_of_order: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +165,8 @@ impl Ord for Event {
 enum SessionState {
     /// Between queries.
     Thinking,
-    /// A query started at `started_s` is running; `expired` once the lifetime ran out.
+    /// A query sent at `started_s` is running, or waiting for a server of the replica's pool;
+    /// `expired` once the lifetime ran out.
     Running { started_s: f64, expired: bool },
     /// Gone (ended, or lost with its replica).
     Closed,
@@ -173,6 +185,14 @@ struct Session {
     drain_seen: u64,
 }
 
+/// A query waiting in a replica's pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Waiting {
+    session: usize,
+    /// Its service demand, drawn when it was sent.
+    demand_s: f64,
+}
+
 /// Random stream identifiers.
 const STREAM_ARRIVALS: u64 = 1;
 const STREAM_SESSIONS: u64 = 2;
@@ -185,6 +205,8 @@ struct Engine<'a> {
     seq: u64,
     queue: BinaryHeap<Event>,
     servers: Vec<PsServer>,
+    /// Per replica, the queries waiting for a server (empty without a pool).
+    waiting: Vec<WaitQueue<Waiting>>,
     up: Vec<bool>,
     sessions: Vec<Session>,
     arrivals: SimRng,
@@ -245,6 +267,9 @@ impl<'a> Engine<'a> {
                     )
                 })
                 .collect(),
+            waiting: (0..k)
+                .map(|_| WaitQueue::new(config.pool.map_or(WaitOrder::Fifo, |p| p.order)))
+                .collect(),
             up: vec![true; k],
             sessions: Vec::new(),
             arrivals: SimRng::derive(config.seed, STREAM_ARRIVALS),
@@ -256,6 +281,8 @@ impl<'a> Engine<'a> {
                 events: 0,
                 role_trace: Vec::new(),
                 drain_moves: 0,
+                pool_served: 0,
+                pool_served_out_of_order: 0,
             },
         }
     }
@@ -358,6 +385,9 @@ impl<'a> Engine<'a> {
         self.start_query(id);
     }
 
+    /// The session sends its next query: it runs at once if the replica's pool has a free
+    /// server, else it waits in the pool. Its transaction is in flight from now on either way,
+    /// as the proxy counts it.
     fn start_query(&mut self, id: usize) {
         let demand_s = {
             let session = &mut self.sessions[id];
@@ -368,9 +398,37 @@ impl<'a> Engine<'a> {
             self.config.workload.demand.sample(&mut session.rng)
         };
         let (replica, class) = (self.sessions[id].replica, self.sessions[id].class);
+        if !self.has_free_server(replica) {
+            let waiting = Waiting {
+                session: id,
+                demand_s,
+            };
+            self.waiting[replica].park(waiting, wait_class(class), self.now_s);
+            self.router.query_started(replica, class);
+            return;
+        }
         self.servers[replica].start(QueryId(id as u32), demand_s, self.now_s);
         self.router.query_started(replica, class);
         self.schedule_completion(replica);
+    }
+
+    /// Whether the replica's pool lets one more query run now.
+    fn has_free_server(&self, replica: ReplicaIndex) -> bool {
+        self.config
+            .pool
+            .is_none_or(|pool| pool.has_room(self.servers[replica].running()))
+    }
+
+    /// Servers came back on `replica`: they go to its waiters in the pool's order. The caller
+    /// schedules the replica's next completion.
+    fn serve_waiters(&mut self, replica: ReplicaIndex) {
+        while self.has_free_server(replica) {
+            let Some(parked) = self.waiting[replica].serve() else {
+                return;
+            };
+            let Waiting { session, demand_s } = parked.item;
+            self.servers[replica].start(QueryId(session as u32), demand_s, self.now_s);
+        }
     }
 
     fn schedule_completion(&mut self, replica: ReplicaIndex) {
@@ -394,6 +452,7 @@ impl<'a> Engine<'a> {
         let Some(QueryId(id)) = self.servers[replica].complete_next(self.now_s) else {
             return;
         };
+        self.serve_waiters(replica);
         self.schedule_completion(replica);
         let id = id as usize;
         let SessionState::Running { started_s, expired } = self.sessions[id].state else {
@@ -470,12 +529,21 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Closes a session whose lifetime ended mid-query, dropping the query unmeasured.
+    /// Closes a session whose lifetime ended mid-query, dropping the query unmeasured (from
+    /// the pool's waiters if it had no server yet).
     fn abandon_running_query(&mut self, id: usize) {
         let (replica, class) = (self.sessions[id].replica, self.sessions[id].class);
-        self.servers[replica].remove(QueryId(id as u32), self.now_s);
+        let was_waiting = self.waiting[replica]
+            .remove(|waiting| waiting.session == id)
+            .is_some();
+        if !was_waiting {
+            self.servers[replica].remove(QueryId(id as u32), self.now_s);
+            self.serve_waiters(replica);
+        }
         self.router.query_done(replica, class);
-        self.schedule_completion(replica);
+        if !was_waiting {
+            self.schedule_completion(replica);
+        }
         self.close(id);
     }
 
@@ -503,6 +571,7 @@ impl<'a> Engine<'a> {
                 }
                 self.up[r] = false;
                 self.servers[r].abort_all(self.now_s);
+                self.waiting[r].clear();
                 let lost = self.kill_sessions_on(r);
                 self.router.replica_down(r, &lost);
             }
@@ -546,6 +615,11 @@ impl<'a> Engine<'a> {
     }
 
     fn finish(mut self) -> RunObservations {
+        for queue in &self.waiting {
+            let (served, out_of_order) = queue.served();
+            self.out.pool_served += served;
+            self.out.pool_served_out_of_order += out_of_order;
+        }
         let cores = self.config.cluster.cores_per_replica;
         for p in 0..self.out.phases.len() {
             let phase = self.out.phases[p].phase.clone();
@@ -657,6 +731,7 @@ mod tests {
             }],
             end_s,
             seed,
+            pool: None,
         }
     }
 
@@ -769,5 +844,193 @@ mod tests {
         assert!(!alive_throughout(&faults, 1, 0.0, 15.0));
         assert!(!alive_throughout(&faults, 1, 10.0, 20.0));
         assert!(alive_throughout(&faults, 1, 20.0, 30.0));
+    }
+
+    // The server pool (sim/pool.rs) in the engine.
+
+    /// One replica in use (FirstUp), queries of exactly 1 s that run at full speed alone,
+    /// no arrivals of its own (the tests send the sessions), and a think time so long that a
+    /// session sends one query only.
+    fn pooled(pool: ServerPool) -> RunConfig {
+        let mut cfg = config(0.0, 100.0, 1);
+        cfg.cluster.cores_per_replica = 100.0;
+        cfg.workload.think_mean_s = 1e9;
+        cfg.workload.demand = DemandModel {
+            relative_medians: vec![1.0],
+            sigma: 0.0,
+            mean_demand_s: 1.0,
+        };
+        cfg.pool = Some(pool);
+        cfg
+    }
+
+    /// Handles every event up to `until_s`.
+    fn advance(engine: &mut Engine<'_>, until_s: f64) {
+        while let Some(event) = engine.queue.peek().copied() {
+            if event.at_s > until_s {
+                break;
+            }
+            engine.queue.pop();
+            engine.now_s = event.at_s;
+            engine.handle(event.kind);
+        }
+    }
+
+    /// Opens a `class` session at `at_s` living `lifetime_s`, which sends its query at once.
+    fn send(engine: &mut Engine<'_>, class: Class, at_s: f64, lifetime_s: f64) {
+        advance(engine, at_s);
+        engine.now_s = at_s;
+        let replica = engine.router.admit(class).expect("a replica is up");
+        let id = engine.sessions.len();
+        engine.sessions.push(Session {
+            class,
+            replica,
+            arrived_s: at_s,
+            state: SessionState::Thinking,
+            rng: SimRng::new(id as u64),
+            drain_seen: 0,
+        });
+        engine.push(at_s + lifetime_s, EventKind::LifetimeEnd(id));
+        engine.start_query(id);
+    }
+
+    /// Runs `cfg` with the sessions `sends` (class, time, lifetime) and returns each class's
+    /// latencies in completion order, and the observations.
+    fn run_sends(cfg: &RunConfig, sends: &[(Class, f64, f64)]) -> ([Vec<f64>; 2], RunObservations) {
+        let mut router = FirstUp::new(2);
+        let mut engine = Engine::new(cfg, &mut router);
+        engine.schedule_initial();
+        for &(class, at_s, lifetime_s) in sends {
+            send(&mut engine, class, at_s, lifetime_s);
+        }
+        advance(&mut engine, cfg.end_s);
+        let out = engine.finish();
+        let latencies = [0, 1].map(|c| out.phases[0].latencies_s[c].clone());
+        (latencies, out)
+    }
+
+    fn assert_close(got: &[f64], expected: &[f64]) {
+        assert_eq!(got.len(), expected.len(), "{got:?} vs {expected:?}");
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-9, "{got:?} vs {expected:?}");
+        }
+    }
+
+    #[test]
+    fn a_bounded_pool_never_runs_more_than_its_size() {
+        let mut cfg = config(600.0, 100.0, 3);
+        cfg.pool = Some(ServerPool::live(WaitOrder::DEFAULT));
+        let mut router = FirstUp::new(2);
+        let mut engine = Engine::new(&cfg, &mut router);
+        engine.schedule_initial();
+        let mut most_waiting = 0;
+        while let Some(event) = engine.queue.pop() {
+            if event.at_s > cfg.end_s {
+                break;
+            }
+            engine.now_s = event.at_s;
+            engine.handle(event.kind);
+            for (server, waiting) in engine.servers.iter().zip(&engine.waiting) {
+                assert!(server.running() <= 2, "{} running", server.running());
+                assert!(
+                    waiting.is_empty() || server.running() == 2,
+                    "idle server, waiters"
+                );
+                most_waiting = most_waiting.max(waiting.len());
+            }
+        }
+        let out = engine.finish();
+        assert!(
+            most_waiting > 10,
+            "the load makes queries wait ({most_waiting})"
+        );
+        assert!(out.pool_served > 0);
+    }
+
+    #[test]
+    fn waiting_for_a_server_counts_in_the_latency() {
+        // Pool of 1: the premium query runs 0 → 1 s; the freemium one, sent at 0.5 s, waits
+        // until 1 s and runs 1 → 2 s: 1.5 s from the client's point of view.
+        let cfg = pooled(ServerPool {
+            size: 1,
+            order: WaitOrder::Fifo,
+        });
+        let sends = [(Class::PREMIUM, 0.0, 50.0), (Class::FREEMIUM, 0.5, 50.0)];
+        let ([premium, freemium], out) = run_sends(&cfg, &sends);
+        assert_close(&premium, &[1.0]);
+        assert_close(&freemium, &[1.5]);
+        assert_eq!(out.pool_served, 1);
+        // Unbounded, both run at once at full speed (100 cores): 1 s each.
+        let cfg = pooled(ServerPool::unbounded());
+        let ([premium, freemium], out) = run_sends(&cfg, &sends);
+        assert_close(&premium, &[1.0]);
+        assert_close(&freemium, &[1.0]);
+        assert_eq!(out.pool_served, 0);
+    }
+
+    /// The proxy's rule with 20 ms aging on a pool of 1 held by a query from 0 to 1 s: F1
+    /// parks at 100 ms, P1 at 110 ms (within F1's aging: ahead of it), P2 at 500 ms (after
+    /// F1 aged: behind it). Class order serves P1, F1, P2; FIFO serves F1, P1, P2; each runs
+    /// 1 s.
+    #[test]
+    fn waiters_are_served_in_the_proxys_order() {
+        let sends = [
+            (Class::FREEMIUM, 0.0, 50.0),
+            (Class::FREEMIUM, 0.100, 50.0),
+            (Class::PREMIUM, 0.110, 50.0),
+            (Class::PREMIUM, 0.500, 50.0),
+        ];
+        let pool = |order| ServerPool { size: 1, order };
+        let ([premium, freemium], out) = run_sends(&pooled(pool(WaitOrder::DEFAULT)), &sends);
+        assert_close(&premium, &[2.0 - 0.110, 4.0 - 0.500]);
+        assert_close(&freemium, &[1.0, 3.0 - 0.100]);
+        assert_eq!((out.pool_served, out.pool_served_out_of_order), (3, 1));
+        let ([premium, freemium], out) = run_sends(&pooled(pool(WaitOrder::Fifo)), &sends);
+        assert_close(&premium, &[3.0 - 0.110, 4.0 - 0.500]);
+        assert_close(&freemium, &[1.0, 2.0 - 0.100]);
+        assert_eq!((out.pool_served, out.pool_served_out_of_order), (3, 0));
+    }
+
+    #[test]
+    fn a_lifetime_ending_in_the_pool_drops_the_waiting_query() {
+        // AtLifetime: the second session's lifetime ends while its query waits (0.1 → 0.3 s):
+        // it leaves the pool unmeasured and the third query gets the server at 1 s.
+        let mut cfg = pooled(ServerPool {
+            size: 1,
+            order: WaitOrder::DEFAULT,
+        });
+        cfg.workload.session_end = SessionEnd::AtLifetime;
+        let sends = [
+            (Class::PREMIUM, 0.0, 50.0),
+            (Class::PREMIUM, 0.1, 0.2),
+            (Class::FREEMIUM, 0.4, 50.0),
+        ];
+        let ([premium, freemium], out) = run_sends(&cfg, &sends);
+        assert_close(&premium, &[1.0]);
+        assert_close(&freemium, &[2.0 - 0.4]);
+        assert_eq!(out.pool_served, 1);
+    }
+
+    #[test]
+    fn a_failure_empties_the_replicas_pool() {
+        let mut cfg = pooled(ServerPool {
+            size: 1,
+            order: WaitOrder::DEFAULT,
+        });
+        cfg.faults = vec![FaultEvent {
+            at_s: 0.5,
+            replica: 0,
+            action: FaultAction::Down,
+        }];
+        let sends = [(Class::PREMIUM, 0.0, 50.0), (Class::FREEMIUM, 0.2, 50.0)];
+        let ([premium, freemium], out) = run_sends(&cfg, &sends);
+        assert!(premium.is_empty() && freemium.is_empty(), "both lost");
+        assert_eq!(out.phases[0].lost, {
+            let mut lost = [0; Class::MAX];
+            lost[0] = 1;
+            lost[1] = 1;
+            lost
+        });
+        assert_eq!(out.pool_served, 0);
     }
 }

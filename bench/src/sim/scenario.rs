@@ -6,6 +6,8 @@
 //! exactly the same sessions, lifetimes, queries and think times (common random numbers), so
 //! differences between strategies are not sampling noise.
 
+use std::borrow::Cow;
+
 use super::engine::{self, FaultAction, FaultEvent, Phase, RunConfig};
 use super::stats::{PhaseSummary, mean_of, median_of};
 use super::strategies::{Strategy, build_router};
@@ -99,6 +101,7 @@ impl GridSpec {
             }],
             end_s,
             seed: point_seed(self.base_seed, terminals, premium_share, seed_index),
+            pool: None,
         }
     }
 }
@@ -155,8 +158,19 @@ pub fn run_traced(
     config: &RunConfig,
     strategy: Strategy,
 ) -> Result<(Vec<PhaseSummary>, RoleTrace), String> {
+    let observations = run_observed(config, strategy)?;
+    let summaries = observations.phases.iter().map(PhaseSummary::of).collect();
+    Ok((summaries, observations.role_trace))
+}
+
+/// Runs one configuration with one strategy (behind its server pool, if it has one) and
+/// returns the raw observations, or why the run is invalid.
+pub fn run_observed(
+    config: &RunConfig,
+    strategy: Strategy,
+) -> Result<engine::RunObservations, String> {
     let mut router = build_router(strategy, &config.cluster)?;
-    let observations = engine::run(config, router.as_mut());
+    let observations = engine::run(&with_server_pool(config, strategy), router.as_mut());
     if observations.placements_on_down_replica > 0 {
         return Err(format!(
             "{} placed {} sessions on a replica that was down",
@@ -171,8 +185,19 @@ pub fn run_traced(
             router.refused_role_changes()
         ));
     }
-    let summaries = observations.phases.iter().map(PhaseSummary::of).collect();
-    Ok((summaries, observations.role_trace))
+    Ok(observations)
+}
+
+/// `config` as `strategy` runs it: behind the strategy's server pool when it has one (the
+/// `+wait` variants), else as configured.
+pub(crate) fn with_server_pool(config: &RunConfig, strategy: Strategy) -> Cow<'_, RunConfig> {
+    match strategy.server_pool() {
+        Some(pool) => Cow::Owned(RunConfig {
+            pool: Some(pool),
+            ..config.clone()
+        }),
+        None => Cow::Borrowed(config),
+    }
 }
 
 /// A deterministic seed per (T, mix, repetition), identical for every strategy.
@@ -348,6 +373,7 @@ impl FaultSpec {
                 case.premium_share,
                 seed_index,
             ),
+            pool: None,
         }
     }
 }
@@ -449,6 +475,7 @@ mod tests {
     //! The claims as assertions on small configurations (a few seeds, one point
     //! each), so they stay fast in debug builds.
     use super::*;
+    use crate::sim::pool::ServerPool;
     use crate::sim::stats::mean_of;
 
     const SEEDS: u64 = 3;
@@ -624,6 +651,62 @@ mod tests {
             retention(&dedicated)
         );
         assert!(plb.phases[1].utilisation > dedicated.phases[1].utilisation);
+    }
+
+    /// The pool only acts when it binds: a run of 5PLB (and 5RR) behind a pool no replica
+    /// ever fills is the run without one, bit for bit, and a strategy without a pool keeps
+    /// the configuration's.
+    #[test]
+    fn an_unbounded_pool_changes_nothing() {
+        let cases = [
+            (GridSpec::live(1), 150.0, 0.25),
+            (GridSpec::paper(1), 1500.0, 0.5),
+        ];
+        for (spec, terminals, share) in cases {
+            let config = spec.run_config(terminals, share, 0);
+            assert_eq!(config.pool, None);
+            for strategy in [Strategy::Plb, RR] {
+                let run = |pool| {
+                    let config = RunConfig {
+                        pool,
+                        ..config.clone()
+                    };
+                    run_observed(&config, strategy).expect("run")
+                };
+                let bare = run(None);
+                assert_eq!(bare.pool_served, 0);
+                for pool in [
+                    ServerPool::unbounded(),
+                    ServerPool {
+                        size: 100_000,
+                        order: pgtier_pool::WaitOrder::DEFAULT,
+                    },
+                ] {
+                    assert_eq!(run(Some(pool)), bare, "{strategy:?} behind {pool:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_wait_variants_run_plb_behind_their_pool() {
+        let config = GridSpec::live(1).run_config(150.0, 0.25, 0);
+        let plb = run_observed(&config, Strategy::Plb).expect("run");
+        for by_class in [false, true] {
+            let strategy = Strategy::PlbWait { by_class };
+            assert!(matches!(with_server_pool(&config, strategy), Cow::Owned(_)));
+            let waited = run_observed(&config, strategy).expect("run");
+            assert!(waited.pool_served > 0, "{strategy:?}: queries waited");
+            assert_eq!(
+                waited.phases[0].admitted, plb.phases[0].admitted,
+                "the same sessions"
+            );
+            assert_ne!(waited.phases[0].latencies_s, plb.phases[0].latencies_s);
+        }
+        assert!(matches!(
+            with_server_pool(&config, Strategy::Plb),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

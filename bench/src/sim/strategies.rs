@@ -1,13 +1,16 @@
 //! The strategies compared by the simulator, as thin adapters from the engine's `Router`
 //! trait onto `pgtier_policy`: the decisions are the policy crate's, the adapters only keep
 //! the per-replica session counters and apply the role changes the policy returns, as the
-//! proxy's control shard does.
+//! proxy's control shard does. A strategy may also hold each replica to a server pool
+//! ([`Strategy::server_pool`]), which the engine applies.
 
 use pgtier_policy::{
     Admission, Dedicated, Draw, LoadSignal, Loads, P2c, Plb, PlbParams, ReplicaId, ReplicaLoad,
     RoleChange, RoleTable, ServiceClass, SplitMix64, Strategy as PolicyStrategy,
 };
+use pgtier_pool::WaitOrder;
 
+use super::pool::ServerPool;
 use super::router::{ReplicaIndex, Router};
 use super::tiered::{TierSetup, TieredRouter};
 use super::workload::{Class, ClusterConfig};
@@ -34,6 +37,13 @@ pub enum Strategy {
     PlbTiered {
         /// A more important rank may take back a Mixed replica a less important one holds.
         reclaim: bool,
+    },
+    /// KPLB with each replica's server pool held to [`ServerPool::LIVE_WAIT_SIZE`] servers
+    /// (beyond the paper, `bench/plb-live.sh`'s `PLB+wait-*`): queries beyond the bound wait
+    /// inside the proxy, in arrival order or premium first with freemium aged 20 ms.
+    PlbWait {
+        /// `waiter_policy = "class"` (default aging) rather than `"fifo"`.
+        by_class: bool,
     },
     /// KPLB through the tiered policy with two ranks and reclaim on (beyond the paper):
     /// premium may take back a Mixed replica freemium holds once Mixed is empty.
@@ -77,6 +87,8 @@ impl Strategy {
             Strategy::PlbTxSignal => format!("{replicas}PLB+txsignal"),
             Strategy::PlbDrain => format!("{replicas}PLB+drain"),
             Strategy::PlbTop { ranks } => format!("{replicas}PLB/top{ranks}"),
+            Strategy::PlbWait { by_class: false } => format!("{replicas}PLB+wait-fifo"),
+            Strategy::PlbWait { by_class: true } => format!("{replicas}PLB+wait-class"),
             Strategy::PlbReclaim => format!("{replicas}PLB+reclaim"),
             Strategy::PlbTiered { reclaim: true } => format!("{replicas}PLB-tiered"),
             Strategy::PlbTiered { reclaim: false } => format!("{replicas}PLB-tiered/noreclaim"),
@@ -98,6 +110,12 @@ impl Strategy {
         }
         if text == "PLB+DRAIN" || text == format!("{replicas}PLB+DRAIN") {
             return Some(Strategy::PlbDrain);
+        }
+        if text == "PLB+WAIT-FIFO" || text == format!("{replicas}PLB+WAIT-FIFO") {
+            return Some(Strategy::PlbWait { by_class: false });
+        }
+        if text == "PLB+WAIT-CLASS" || text == format!("{replicas}PLB+WAIT-CLASS") {
+            return Some(Strategy::PlbWait { by_class: true });
         }
         if text == "PLB+RECLAIM" || text == format!("{replicas}PLB+RECLAIM") {
             return Some(Strategy::PlbReclaim);
@@ -128,6 +146,19 @@ impl Strategy {
         let freemium = f.strip_suffix("RR")?.parse().ok()?;
         (premium + freemium == replicas).then_some(Strategy::Dedicated { premium, freemium })
     }
+
+    /// The server pool the strategy holds every replica to; None (no bound, nothing waits in
+    /// the proxy) for all but the `+wait` variants.
+    pub fn server_pool(self) -> Option<ServerPool> {
+        match self {
+            Strategy::PlbWait { by_class } => Some(ServerPool::live(if by_class {
+                WaitOrder::DEFAULT
+            } else {
+                WaitOrder::Fifo
+            })),
+            _ => None,
+        }
+    }
 }
 
 /// The papers' class of a session when the ranks below `premium_ranks` are premium (1 for
@@ -153,7 +184,9 @@ pub fn build_router(
     cluster: &ClusterConfig,
 ) -> Result<Box<dyn Router>, String> {
     let router = match strategy {
-        Strategy::Plb => PolicyRouter::plb(cluster.plb, cluster.replicas)?,
+        Strategy::Plb | Strategy::PlbWait { .. } => {
+            PolicyRouter::plb(cluster.plb, cluster.replicas)?
+        }
         Strategy::PlbTxSignal => PolicyRouter::plb_on(
             cluster.plb_in_flight,
             cluster.replicas,
@@ -209,7 +242,9 @@ impl PolicyRouter {
     /// replicas to premium and the next f to freemium.
     pub fn new(strategy: Strategy, replicas: usize) -> Result<Self, String> {
         let (policy, table, per_class_tickets) = match strategy {
-            Strategy::Plb => return Self::plb(PlbParams::PAPER, replicas),
+            Strategy::Plb | Strategy::PlbWait { .. } => {
+                return Self::plb(PlbParams::PAPER, replicas);
+            }
             Strategy::PlbTxSignal => {
                 return Self::plb_on(PlbParams::PAPER, replicas, LoadSignal::InFlight);
             }
@@ -480,10 +515,22 @@ mod tests {
             Strategy::PlbTiered { reclaim: true },
             Strategy::PlbTiered { reclaim: false },
             Strategy::PlbReclaim,
+            Strategy::PlbWait { by_class: false },
+            Strategy::PlbWait { by_class: true },
         ];
         for s in Strategy::paper_set().into_iter().chain(extra) {
             assert_eq!(Strategy::parse(&s.label(5), 5), Some(s));
+            let pooled = matches!(s, Strategy::PlbWait { .. });
+            assert_eq!(s.server_pool().is_some(), pooled, "{s:?}");
         }
+        assert_eq!(
+            Strategy::PlbWait { by_class: true }.label(5),
+            "5PLB+wait-class"
+        );
+        assert_eq!(
+            Strategy::parse("5PLB+wait-fifo", 5),
+            Some(Strategy::PlbWait { by_class: false })
+        );
         assert_eq!(Strategy::parse("2RR+2RR", 5), None);
     }
 

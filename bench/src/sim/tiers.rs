@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::engine::{self, Phase, RunConfig};
-use super::scenario::point_seed;
+use super::scenario::{point_seed, with_server_pool};
 use super::stats::{LatencyStats, mean};
 use super::strategies::{Strategy, build_router};
 use super::workload::{ClusterConfig, WorkloadConfig};
@@ -95,6 +95,7 @@ impl TierSpec {
                 mix[0] + 10.0 * mix[1],
                 seed_index,
             ),
+            pool: None,
         }
     }
 }
@@ -153,7 +154,7 @@ pub fn run_tiers(spec: &TierSpec, on_run: &mut dyn FnMut()) -> Result<Vec<TierPo
 
 fn run_point(config: &RunConfig, strategy: Strategy) -> Result<RunResult, String> {
     let mut router = build_router(strategy, &config.cluster)?;
-    let observations = engine::run(config, router.as_mut());
+    let observations = engine::run(&with_server_pool(config, strategy), router.as_mut());
     let label = strategy.label(config.cluster.replicas);
     if observations.placements_on_down_replica > 0 || router.refused_role_changes() > 0 {
         return Err(format!(

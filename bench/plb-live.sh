@@ -46,7 +46,8 @@
 # shares THREE_SHARES at RATE. PLB is the paper's two-class PLB with tier2 served as freemium
 # (one premium pool, ranks 1 and 2 share freemium's); PLB/top2 the same with freemium users
 # served as premium (ranks 0 and 1 share premium's pool); PLB-tiered is PLB over three ranks
-# (`tiers`: premium r0, freemium r1, tier2 r2 r3, r4 Mixed, K = 1, 1, 2), the only one that
+# (`tiers`: premium r0, freemium r1, tier2 r2 r3, r4 Mixed, K = 1, 1, 2, α = 0.6, 0.7, 0.8 as
+# the simulator's `pgtier-sim tiers --live`), the only one that
 # keeps three service levels. Compared in one table with PLB as the baseline.
 #
 # Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
@@ -251,7 +252,7 @@ routing_block() {
     PLB/top2) routing_block PLB ;;
     3RR+2RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2)" "$(r $(seq 3 $((REPLICAS - 1))))" ;;
     4RR+1RR) printf 'routing = "dedicated"\n[databases.live.dedicated]\npremium = [%s]\nfreemium = [%s]\n' "$(r 0 1 2 3)" "$(r $(seq 4 $((REPLICAS - 1))))" ;;
-    PLB-tiered) printf 'routing = "plb"\n[databases.live.plb]\ntiers = [[%s], [%s], [%s]]\ntier_theta = [%s, %s, %s]\ntier_target = [1, 1, 2]\n' \
+    PLB-tiered) printf 'routing = "plb"\n[databases.live.plb]\ntiers = [[%s], [%s], [%s]]\ntier_theta = [%s, %s, %s]\ntier_alpha = [0.6, 0.7, 0.8]\ntier_target = [1, 1, 2]\n' \
       "$(r 0)" "$(r 1)" "$(r 2 3)" "$THETA" "$THETA" "$THETA" ;;
     PLB*) theta="$THETA"; case "$1" in *+txsignal) theta="$THETA_TX" ;; esac
       printf 'routing = "plb"\n[databases.live.plb]\npremium = [%s]\nfreemium = [%s]\ntheta_premium = %s\ntheta_freemium = %s\n' "$(r 0 1)" "$(r 2 3)" "$theta" "$theta"

@@ -27,7 +27,8 @@ const USAGE: &str =
            (default 10 seeds)
   tiers    three ranked classes on the paper's five replicas: 5RR, PLB (rank 0 premium),
            PLB/top2 (ranks 0-1 premium) and tiered PLB, T in {300, 1000, 1500} x three mixes
-           (default 5 seeds; --quick one contention point)
+           (default 5 seeds; --quick one contention point; --live bench/plb-live.sh's
+           three-class run, PLB, PLB/top2 and tiered at 2.5 sessions/s, 20/30/50 %)
   waiting  PLB against PLB with each replica's pool held to 2 servers (5PLB+wait-fifo,
            5PLB+wait-class) at the live calibration, 1.5..3 sessions/s, P25
            (default 10 seeds; --quick 2.5 sessions/s only, 3 seeds)
@@ -35,7 +36,7 @@ const USAGE: &str =
   --seeds N   repetitions per point
   --out DIR   output directory (default bench/out)
   --quick     a small grid / fewer seeds, for a smoke run
-  --live      grid only: bench/plb-live.sh's calibration (5 quarter-core replicas, its
+  --live      grid and tiers: bench/plb-live.sh's calibration (5 quarter-core replicas, its
               query mix and sessions, theta 3; T = 60 x sessions per second)
   --strategies LIST   comma-separated, e.g. 5PLB,5RR,3RR+2RR,4RR+1RR,p2c,least_sessions
                       (summary tables cover the papers' strategies; CSV and plots all)";
@@ -207,7 +208,9 @@ fn run_faults_command(options: &Options) -> Result<(), String> {
 
 fn run_tiers_command(options: &Options) -> Result<(), String> {
     let seeds = options.seeds.unwrap_or(if options.quick { 2 } else { 5 });
-    let mut spec = if options.quick {
+    let mut spec = if options.live {
+        TierSpec::live(seeds)
+    } else if options.quick {
         TierSpec::quick(seeds)
     } else {
         TierSpec::paper(seeds)

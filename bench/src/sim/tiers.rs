@@ -58,6 +58,25 @@ impl TierSpec {
         }
     }
 
+    /// `bench/plb-live.sh`'s three-class run (five quarter-core replicas, its query mix and
+    /// sessions, θ = 3 for every rank): 2.5 sessions/s (T = 150), 20 / 30 / 50 %, the three
+    /// strategies it compares; statistics after the first 20 % of arrivals, as it reads them.
+    pub fn live(seeds: u64) -> Self {
+        Self {
+            cluster: ClusterConfig::live(),
+            workload: WorkloadConfig::live(0.0, 0.0),
+            terminals: vec![150.0],
+            mixes: vec![[0.2, 0.3, 0.5]],
+            strategies: vec![
+                Strategy::Plb,
+                Strategy::PlbTop { ranks: 2 },
+                Strategy::PlbTiered { reclaim: true },
+            ],
+            warmup_s: 12.0,
+            ..Self::paper(seeds)
+        }
+    }
+
     /// One contention point, for smoke runs and tests.
     pub fn quick(seeds: u64) -> Self {
         Self {

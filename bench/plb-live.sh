@@ -384,12 +384,13 @@ run_load() {
   rf="$(awk -v r="$rate" -v s="$PREMIUM_SHARE" 'BEGIN { printf "%.4f", r * (1 - s) }')"
   for i in $(seq 0 $((REPLICAS - 1))); do before[i]="$(cg_usage_us "$i")"; done
   start="$(date +%s.%N)"
-  log "$label: $rp premium + $rf freemium sessions/s for ${seconds}s, lifetime $LIFETIME s, think $THINK s${1:+, faults $*}"
+  local mix="$rp premium + $rf freemium sessions/s"
+  [ -n "${CLASSES:-}" ] && mix="classes $CLASSES (NAME:USER:sessions/s)"
+  log "$label: $mix for ${seconds}s, lifetime $LIFETIME s, think $THINK s${1:+, faults $*}"
   [ $# -gt 0 ] && { faults "$label" "$start" "$@" & fault_pid=$!; }
   local classes=(--user-premium premium --user-freemium freemium --rate-premium "$rp" --rate-freemium "$rf")
   if [ -n "${CLASSES:-}" ]; then
     classes=(); for c in $CLASSES; do classes+=(--class "$c"); done
-    log "$label: classes $CLASSES (NAME:USER:RATE)"
   fi
   "$PGTIER_LOAD_BIN" run --host 127.0.0.1 --port "$pgtier_port" --dbname live \
     "${classes[@]}" \

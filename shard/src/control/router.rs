@@ -329,14 +329,6 @@ impl ReplicaRouter {
         &self.policy
     }
 
-    /// The configured two-class strategy; `None` for tiered PLB.
-    pub fn strategy(&self) -> Option<&Strategy> {
-        match &self.policy {
-            RouterPolicy::Classes(strategy) => Some(strategy),
-            RouterPolicy::Tiers(_) => None,
-        }
-    }
-
     /// The admin name of `replica`'s `role` under this router's policy: PLB's roles, the
     /// fixed class of a `dedicated` replica, `shared` under the other baselines.
     pub fn role_name(&self, replica: ReplicaId, role: RouteRole) -> &'static str {

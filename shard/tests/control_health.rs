@@ -20,6 +20,15 @@ const HEALTH_USER: &str = "pgtier_health";
 const HEALTH_PASSWORD: &str = "health-secret";
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The published two-class split.
+fn published(router: &ReplicaRouter) -> RoleVector {
+    router
+        .snapshot()
+        .table
+        .classes()
+        .expect("a two-class table")
+        .vector()
+}
 fn login() -> ProbeLogin {
     ProbeLogin {
         user: HEALTH_USER.to_string(),
@@ -169,31 +178,14 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
             })
         },
     );
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector(),
-        vector(2, 1, 2)
-    );
+    assert_eq!(published(&router), vector(2, 1, 2));
     let mut sessions = admit_many(&router, 12);
 
     // Single fault on a premium replica.
     let detection = kill_and_time(&router, &cluster.replicas[0], ReplicaId(0));
     println!("replica 0 killed with pg_ctl stop -m immediate (default settings): {detection}");
     assert!(detection.from_kill < Duration::from_secs(2));
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector(),
-        vector(2, 0, 2),
-        "target for K+ = 4"
-    );
+    assert_eq!(published(&router), vector(2, 0, 2), "target for K+ = 4");
     let after_fault = admit_many(&router, 20);
     assert!(
         after_fault
@@ -206,16 +198,7 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
     let detection = kill_and_time(&router, &cluster.replicas[1], ReplicaId(1));
     println!("replica 1 killed (cascade): {detection}");
     assert!(detection.from_kill < Duration::from_secs(2));
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector(),
-        vector(2, 0, 1),
-        "target for K+ = 3"
-    );
+    assert_eq!(published(&router), vector(2, 0, 1), "target for K+ = 3");
     let after_cascade = admit_many(&router, 20);
     assert!(after_cascade.iter().all(|lease| lease.replica().0 >= 2));
     sessions.extend(after_cascade);
@@ -232,15 +215,7 @@ fn killed_replicas_are_detected_repaired_around_and_rejoin() {
         "replicas 0 and 1 rejoined {:?} after pg_ctl start returned",
         restarted.elapsed()
     );
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector(),
-        vector(2, 1, 2)
-    );
+    assert_eq!(published(&router), vector(2, 1, 2));
 
     drop(sessions);
     assert_eq!(router.total_sessions(), 0, "no count leaked");

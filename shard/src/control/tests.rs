@@ -199,36 +199,15 @@ fn probes_take_a_replica_down_and_back() {
     }
     assert!(!router.is_down(ReplicaId(2)));
     // Back to the reference split (2, 1, 2) after repair.
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector()
-            .total(),
-        5
-    );
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector()
-            .premium,
-        2
-    );
-    assert_eq!(
-        router
-            .snapshot()
-            .table
-            .classes()
-            .expect("a two-class table")
-            .vector()
-            .freemium,
-        2
-    );
+    let split = router
+        .snapshot()
+        .table
+        .classes()
+        .expect("a two-class table")
+        .vector();
+    assert_eq!(split.total(), 5);
+    assert_eq!(split.premium, 2);
+    assert_eq!(split.freemium, 2);
     let transitions: Vec<HealthTransition> = router
         .events()
         .iter()

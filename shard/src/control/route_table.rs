@@ -72,14 +72,6 @@ impl RouteTable {
             RouteTable::Tiers(_) => None,
         }
     }
-
-    /// The ranked table of tiered PLB.
-    pub fn tiers(&self) -> Option<&TierTable> {
-        match self {
-            RouteTable::Tiers(table) => Some(table),
-            RouteTable::Classes(_) => None,
-        }
-    }
 }
 
 impl RouteRole {

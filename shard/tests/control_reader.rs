@@ -131,7 +131,11 @@ fn replay_follows_writes_targets_wait_for_it_weights_spread_and_stopped_replicas
             .primary_lsn()
             .is_some_and(|lsn| lsn >= written)
     );
-    assert!(reader.view().target_after(before).is_some());
+    // The sample that showed `written` may have been sent just before `before` was taken
+    // (psql returns after the commit, then the instant is read), so wait for a later one.
+    wait_for("a primary sample sent after the write", || {
+        reader.view().target_after(before).is_some()
+    });
 
     // A read right after a write: not yet, or a replica that replayed it, never the primary.
     let mut local = ReadLocal::new(42);

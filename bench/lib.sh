@@ -25,6 +25,8 @@ ticks_per_s="$(getconf CLK_TCK)"
 # utime+stime of a /proc stat file (a process's or one thread's), in clock ticks
 stat_ticks() { awk '{ print $14 + $15 }' "$1"; }
 cpu_ticks() { stat_ticks "/proc/$1/stat"; }
+# "utime stime" of a process, in clock ticks: user-space and kernel time apart
+cpu_split() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
 
 # bench_tools [pgbouncer]: PostgreSQL's binaries (bindir), PgBouncer when asked for, and a
 # release pgtier unless PGTIER_BIN names one.

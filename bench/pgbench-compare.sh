@@ -5,7 +5,9 @@
 # `pgbench -i -s $SCALE`, then runs `pgbench -S` (simple and extended protocol, 8 and 64
 # clients) directly, through pgtier (1 worker, transaction mode) and through PgBouncer
 # (transaction mode, same pool size). Prints tps and each proxy's CPU microseconds per
-# transaction (utime+stime deltas from /proc/<pid>/stat), the ratio pgtier/PgBouncer, and
+# transaction (utime+stime deltas from /proc/<pid>/stat), the ratio pgtier/PgBouncer, the
+# same CPU split into user-space (utime) and kernel (stime) time, which shows how much of a
+# proxy's cost is the loopback TCP work that any proxy pays, and
 # each proxy's RSS with $IDLE_CLIENTS idle client connections. Output is Markdown.
 # Only 127.0.0.1 is used; every run is bounded by $DURATION seconds.
 #
@@ -19,6 +21,7 @@
 #   TLS=0 (1: clients reach both proxies over TLS, client_tls_sslmode = require with a
 #          throw-away self-signed certificate, pgbench with sslmode=require; the proxies
 #          reach PostgreSQL in plain text, and direct runs stay plain)
+#   PROXY_CHRT="" (chrt options, e.g. "-f 1": both proxies under that scheduling policy)
 #   PROTOCOLS may include "prepared": PgBouncer before 1.21 cannot run it in transaction
 #   mode, so its cells stay empty; compare with its extended row.
 set -euo pipefail
@@ -156,6 +159,16 @@ fi
 wait_port "$bouncer_port" pgbouncer || { cat "$work/pgbouncer.log" >&2; exit 1; }
 bouncer_pid="$(cat "$work/pgbouncer.pid")"
 log "PgBouncer open-file limit: $(awk '/Max open files/ {print $4}' "/proc/$bouncer_pid/limits")"
+# PROXY_CHRT (e.g. "-f 1"): the same scheduling policy for every thread of both proxies, to
+# measure what a policy does to each (docs/benchmarks.md, "The kernel floor").
+if [ -n "${PROXY_CHRT:-}" ]; then
+  for pid in $pgtier_pid $bouncer_pid; do
+    # chrt wants the priority after -p: "-f 1" becomes `chrt -a -f -p 1 PID`.
+    chrt -a "${PROXY_CHRT% *}" -p "${PROXY_CHRT##* }" "$pid" >/dev/null \
+      || { log "chrt $PROXY_CHRT failed for $pid"; exit 1; }
+  done
+  log "both proxies now run under chrt $PROXY_CHRT"
+fi
 
 # ---- measurements ------------------------------------------------------------------------
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
@@ -174,17 +187,19 @@ run_pgbench() {
   printf '%.0f %s\n' "${tps:-0}" "${tx:-0}"
 }
 
-# measure NAME PORT PID PROTOCOL CLIENTS -> prints "tps us_per_tx"
+# measure NAME PORT PID PROTOCOL CLIENTS -> prints "tps us_per_tx user_us_per_tx sys_us_per_tx"
 measure() {
   local before after result tps tx
-  [ -n "$3" ] && before="$(cpu_ticks "$3")"
+  [ -n "$3" ] && before="$(cpu_split "$3")"
   result="$(run_pgbench "$2" "$4" "$5")"
-  [ -n "$3" ] && after="$(cpu_ticks "$3")"
+  [ -n "$3" ] && after="$(cpu_split "$3")"
   tps="${result% *}"; tx="${result#* }"
   if [ -n "$3" ] && [ "$tx" -gt 0 ]; then
-    echo "$tps $(awk -v d=$((after - before)) -v hz="$ticks_per_s" -v n="$tx" 'BEGIN { printf "%.1f", d * 1e6 / hz / n }')"
+    echo "$tps $(awk -v b="$before" -v a="$after" -v hz="$ticks_per_s" -v n="$tx" 'BEGIN {
+      split(b, x, " "); split(a, y, " "); u = y[1] - x[1]; s = y[2] - x[2]; k = 1e6 / hz / n
+      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }')"
   else
-    echo "$tps -"
+    echo "$tps - - -"
   fi
 }
 
@@ -193,14 +208,15 @@ median() {
   printf '%s\n' "$@" | grep -v '^-$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print v[int((NR + 1) / 2)] }'
 }
 
-# measure_cell NAME PORT PID PROTOCOL CLIENTS -> "median_tps median_us", over REPEAT runs
+# measure_cell NAME PORT PID PROTOCOL CLIENTS -> "median_tps median_us median_user_us
+# median_sys_us", over REPEAT runs (each column's own median)
 measure_cell() {
-  local tps_list=() us_list=() tps us
+  local tps_list=() us_list=() user_list=() sys_list=() tps us user sys
   for _ in $(seq 1 "$REPEAT"); do
-    read -r tps us <<<"$(measure "$@")"
-    tps_list+=("$tps"); us_list+=("$us")
+    read -r tps us user sys <<<"$(measure "$@")"
+    tps_list+=("$tps"); us_list+=("$us"); user_list+=("$user"); sys_list+=("$sys")
   done
-  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}")"
+  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}") $(median "${user_list[@]}") $(median "${sys_list[@]}")"
 }
 
 {
@@ -211,23 +227,23 @@ measure_cell() {
   echo "Scale $SCALE, -T $DURATION s per run, median of $REPEAT run(s) per cell, transaction pooling, pool size $POOL_SIZE, -j 2."
   [ "$TLS" = 1 ] && echo "Clients reach both proxies over TLS (sslmode=require, ECDSA P-256 certificate); direct runs are plain text."
   echo
-  echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer | pgtier user / kernel µs | PgBouncer user / kernel µs |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 } | tee "$OUT"
 
 for protocol in $PROTOCOLS; do
   for clients in $CLIENTS; do
     log "pgbench -S -M $protocol -c $clients: direct"
     read -r d_tps _ <<<"$(measure_cell direct "$pg_port" "" "$protocol" "$clients")"
-    t_tps="-"; t_us="-"
+    t_tps="-"; t_us="-"; t_user="-"; t_sys="-"
     if [ -n "$pgtier_pid" ]; then
       log "pgbench -S -M $protocol -c $clients: pgtier"
-      read -r t_tps t_us <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
+      read -r t_tps t_us t_user t_sys <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
     fi
     log "pgbench -S -M $protocol -c $clients: PgBouncer"
-    read -r b_tps b_us <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pid" "$protocol" "$clients")"
+    read -r b_tps b_us b_user b_sys <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pid" "$protocol" "$clients")"
     ratio="$(awk -v t="$t_us" -v b="$b_us" 'BEGIN { if (b + 0 > 0 && t + 0 > 0) printf "%.2f", t / b; else print "-" }')"
-    echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $t_us | $b_us | $ratio |" | tee -a "$OUT"
+    echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $t_us | $b_us | $ratio | $t_user / $t_sys | $b_user / $b_sys |" | tee -a "$OUT"
   done
 done
 

@@ -19,6 +19,7 @@ use pgtier_wire::{FrameLimits, codes};
 use crate::client::calls::CallNotes;
 use crate::client::texts::TextCache;
 use crate::prepared::{Chunks, Rewrite, Rewriter};
+use crate::take::take_front;
 use crate::tracker::Tracker;
 
 /// Longest Bind head (portal and statement names) looked for before a Bind is passed on
@@ -256,7 +257,7 @@ impl Forwarder {
             match (plan, rewriter.as_deref_mut()) {
                 (Plan::Whole, Some(rewriter)) => {
                     flush(input, &mut pos, &mut out.chunks);
-                    let frame = input.split_to(total).freeze();
+                    let frame = take_front(input, total);
                     let outcome = rewriter.message(&frame, effects, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
                     match outcome {
@@ -270,7 +271,7 @@ impl Forwarder {
                 }
                 (Plan::BindHead(head_len), Some(rewriter)) => {
                     flush(input, &mut pos, &mut out.chunks);
-                    let head = input.split_to(head_len).freeze();
+                    let head = take_front(input, head_len);
                     let outcome = rewriter.bind_head(&head, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
                     if outcome == Rewrite::AsIs {
@@ -315,7 +316,7 @@ impl Forwarder {
 /// Sends `input[..pos]` on as it is.
 fn flush(input: &mut BytesMut, pos: &mut usize, chunks: &mut Chunks) {
     if *pos > 0 {
-        chunks.push(input.split_to(*pos).freeze());
+        chunks.push(take_front(input, *pos));
         *pos = 0;
     }
 }

@@ -690,14 +690,16 @@ impl Engine {
 
     /// Takes the next step of a releasing server (see `crate::server::release`).
     pub(super) fn advance_release(&mut self, id: ServerId) {
-        let reset_query = self.config.pgtier.server_reset_query.clone();
+        // Borrowed field by field, not cloned: this runs at the end of every transaction.
+        let reset_query = &self.config.pgtier.server_reset_query;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
         if !matches!(server.state, ServerState::Releasing { .. }) {
             return;
         }
-        match server.next_release_step(&reset_query) {
+        let step = server.next_release_step(reset_query);
+        match step {
             ReleaseStep::Wait => {}
             ReleaseStep::Query(bytes) => self.send(Conn::Server(id), bytes),
             ReleaseStep::Pool => self.return_to_pool(id),

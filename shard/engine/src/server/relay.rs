@@ -118,7 +118,7 @@ impl Scan {
         for span in self.spans.drain(..) {
             match span {
                 Span::Drop(len) => input.advance(len),
-                Span::Forward(len) => out.push(input.split_to(len).freeze()),
+                Span::Forward(len) => out.push(crate::take::take_front(input, len)),
                 Span::Replace(len, bytes) => {
                     input.advance(len);
                     out.push(bytes);

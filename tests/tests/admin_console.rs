@@ -496,11 +496,18 @@ impl LivePgBouncer {
             ),
         )
         .expect("ini");
-        // PgBouncer refuses to run as root: run it as `postgres` then.
+        // PgBouncer refuses to run as root: run it as `postgres` then. setpriv execs
+        // PgBouncer in its own process (runuser would stay its parent), so the kill in
+        // `Drop` reaches PgBouncer itself and no PgBouncer outlives the test.
         let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
         let mut command = if root {
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--", Self::BINARY]);
+            let mut command = Command::new("setpriv");
+            command.args([
+                "--reuid=postgres",
+                "--regid=postgres",
+                "--init-groups",
+                Self::BINARY,
+            ]);
             command
         } else {
             Command::new(Self::BINARY)

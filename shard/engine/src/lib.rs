@@ -50,7 +50,7 @@ pub mod server;
 pub mod services;
 pub mod settings;
 pub mod shared;
-pub mod take;
+mod take;
 pub mod tls;
 pub mod tracker;
 pub mod userlist;

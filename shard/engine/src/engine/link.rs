@@ -698,8 +698,7 @@ impl Engine {
         if !matches!(server.state, ServerState::Releasing { .. }) {
             return;
         }
-        let step = server.next_release_step(reset_query);
-        match step {
+        match server.next_release_step(reset_query) {
             ReleaseStep::Wait => {}
             ReleaseStep::Query(bytes) => self.send(Conn::Server(id), bytes),
             ReleaseStep::Pool => self.return_to_pool(id),

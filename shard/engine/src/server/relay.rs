@@ -21,6 +21,7 @@ use smallvec::SmallVec;
 use crate::messages;
 use crate::params::TrackedParams;
 use crate::prepared::{Fallout, ServerPrepared, Verdict, errors};
+use crate::take::take_front;
 use crate::tracker::{Tracker, TxStatus};
 
 /// Largest ReadyForQuery/ParameterStatus/ErrorResponse read whole.
@@ -118,7 +119,7 @@ impl Scan {
         for span in self.spans.drain(..) {
             match span {
                 Span::Drop(len) => input.advance(len),
-                Span::Forward(len) => out.push(crate::take::take_front(input, len)),
+                Span::Forward(len) => out.push(take_front(input, len)),
                 Span::Replace(len, bytes) => {
                     input.advance(len);
                     out.push(bytes);

@@ -159,8 +159,12 @@ impl Forwarder {
             if rewriter
                 .as_ref()
                 .is_some_and(|rewriter| rewriter.server.ledger.holds_back())
+                && !is_copy_message(input[pos])
             {
-                // The rest waits for the answer to a segment that changed statements.
+                // The rest waits for the answer to a segment that changed statements. COPY
+                // data and its end never wait: they name no statement, and the answer being
+                // waited for may be the one to a COPY FROM STDIN that only they can end (a
+                // driver that sends Parse/Describe/Flush, then a simple Query COPY).
                 break;
             }
             let header = match framing::peek_header(&input[pos..], &limits) {
@@ -329,6 +333,15 @@ fn tell_tracker(tracker: &mut Tracker, rewriter: &mut Rewriter<'_>) {
     }
 }
 
+/// CopyData, CopyDone, CopyFail: outside COPY the server ignores them, inside it they are
+/// what it waits for.
+fn is_copy_message(code: u8) -> bool {
+    matches!(
+        code,
+        codes::frontend::COPY_DATA | codes::frontend::COPY_DONE | codes::frontend::COPY_FAIL
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,3 +488,4 @@ mod tests {
         assert_eq!(input.len(), 3);
     }
 }
+

@@ -166,6 +166,12 @@ pub enum Action {
     AwaitTag(u8),
     /// Send Terminate and close the connection.
     Terminate,
+    /// Read whatever arrives within this time (a client that waits a while without knowing
+    /// what to expect, e.g. after a Flush); never fails for lack of messages.
+    Settle(Duration),
+    /// After this delay, send a CancelRequest with the key the connection was given, from a
+    /// connection of its own, as a driver's cancel does.
+    Cancel(Duration),
 }
 
 /// One step: an action on one of the script's connections.
@@ -269,6 +275,16 @@ impl Script {
         self.step(conn, Action::Terminate)
     }
 
+    /// Reads what arrives on `conn` within `time`.
+    pub fn settle(self, conn: &str, time: Duration) -> Script {
+        self.step(conn, Action::Settle(time))
+    }
+
+    /// After `delay`, a CancelRequest for `conn`'s key.
+    pub fn cancel(self, conn: &str, delay: Duration) -> Script {
+        self.step(conn, Action::Cancel(delay))
+    }
+
     fn step(mut self, conn: &str, action: Action) -> Script {
         let Some(index) = self.names.iter().position(|name| name == conn) else {
             panic!(
@@ -290,7 +306,7 @@ impl Script {
 }
 
 /// How the proxy of a scenario pools.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolMode {
     Session,
     Transaction,
@@ -623,6 +639,8 @@ struct Conn {
     pending: Vec<u8>,
     received: Vec<Message>,
     terminated: bool,
+    /// BackendKeyData (process id, secret) from the login, for a CancelRequest.
+    key: Option<(i32, i32)>,
 }
 
 impl<'a> Run<'a> {
@@ -636,6 +654,7 @@ impl<'a> Run<'a> {
                 pending: Vec::new(),
                 received: Vec::new(),
                 terminated: false,
+                key: None,
             })
             .collect();
         Run {
@@ -750,6 +769,15 @@ impl<'a> Run<'a> {
                 conn.terminated = true;
                 Ok(())
             }
+            Action::Settle(time) => match conn.read_until(*time, parameters, |_| false) {
+                Err(Cause::Hung) | Ok(()) => Ok(()),
+                Err(cause) => Err(cause),
+            },
+            Action::Cancel(delay) => {
+                std::thread::sleep(*delay);
+                conn.cancel(self.target, timeout);
+                Ok(())
+            }
         }
     }
 }
@@ -776,10 +804,17 @@ impl Conn {
             .map_err(|error| Cause::Login(format!("sending the startup packet: {error}")))?;
         self.stream = Some(stream);
         let mut refusal = None;
+        let mut key = None;
         let outcome = self.read_until(timeout, parameters, |message| match message.tag {
             b'R' if message.body.get(..4) != Some(&[0, 0, 0, 0]) => {
                 refusal = Some("the target asked for a password (trust expected)".to_string());
                 true
+            }
+            b'K' => {
+                let pid = be_i32(&message.body, 0);
+                let secret = be_i32(&message.body, 4);
+                key = pid.zip(secret);
+                false
             }
             b'E' => {
                 refusal = Some(format!(
@@ -791,6 +826,7 @@ impl Conn {
             }
             tag => tag == b'Z',
         });
+        self.key = key;
         match (outcome, refusal) {
             (_, Some(reason)) => Err(Cause::Login(reason)),
             (Err(cause), None) => Err(Cause::Login(format!("{cause:?}"))),
@@ -814,6 +850,24 @@ impl Conn {
                 self.drain(DRAIN_AFTER_SEND_FAILURE, parameters);
                 Err(Cause::Io(format!("send failed: {error}")))
             }
+        }
+    }
+
+    /// Sends a CancelRequest for this connection's key on a new connection. What happens to
+    /// it is seen on this connection (an error, or nothing), so its own failures are ignored.
+    fn cancel(&self, target: &Target, timeout: Duration) {
+        let Some((pid, secret)) = self.key else {
+            return;
+        };
+        let Ok(address) = format!("{}:{}", target.host, target.port).parse::<SocketAddr>() else {
+            return;
+        };
+        if let Ok(mut stream) = TcpStream::connect_timeout(&address, timeout) {
+            let _ = stream.write_all(&rawwire::cancel_message(pid, secret));
+            // The server closes it once the cancel is handled: wait for that, bounded.
+            let _ = stream.set_read_timeout(Some(timeout));
+            let mut byte = [0u8; 1];
+            let _ = stream.read(&mut byte);
         }
     }
 

@@ -19,6 +19,7 @@ pub mod differential;
 pub mod fixtures;
 pub mod pki;
 pub mod process;
+pub mod protofuzz;
 pub mod proxy;
 pub mod rawwire;
 pub mod shared_server;

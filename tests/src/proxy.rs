@@ -272,10 +272,18 @@ pub fn proxy_binary() -> io::Result<PathBuf> {
     if let Some(path) = std::env::var_os("PGTIER_BIN") {
         return Ok(PathBuf::from(path));
     }
-    let test_exe = std::env::current_exe()?;
-    let profile_dir = test_exe
+    let exe = std::env::current_exe()?;
+    let exe_dir = exe
         .parent()
-        .and_then(Path::parent)
+        .ok_or_else(|| io::Error::other("cannot locate the target directory"))?;
+    // A bin target of this crate (the fuzzer) sits beside the binary; a test executable
+    // sits one level further down, in `deps/`.
+    let beside = exe_dir.join("pgtier-under-test");
+    if beside.exists() {
+        return Ok(beside);
+    }
+    let profile_dir = exe_dir
+        .parent()
         .ok_or_else(|| io::Error::other("cannot locate the target directory"))?;
     let binary = profile_dir.join("pgtier-under-test");
     if !binary.exists() {

@@ -198,6 +198,13 @@ pub fn copy_done_message() -> Vec<u8> {
     with_length(Some(b'c'), &[])
 }
 
+/// CopyFail with its reason.
+pub fn copy_fail_message(reason: &str) -> Vec<u8> {
+    let mut body = reason.as_bytes().to_vec();
+    body.push(0);
+    with_length(Some(b'f'), &body)
+}
+
 /// Terminate.
 pub fn terminate_message() -> Vec<u8> {
     with_length(Some(b'X'), &[])

@@ -8,11 +8,14 @@
 //! exact. A server can be released when [`ResponseTracker::is_idle`]: nothing outstanding, no
 //! unsynced extended messages, not copying, and the last status was 'I'.
 //!
-//! COPY FROM STDIN in an extended sequence: the server ignores Sync (and Flush) while in
-//! copy-in mode, so Syncs already sent when CopyInResponse arrives, and Syncs sent before
-//! the client's CopyDone/CopyFail, are not counted. Clients (libpq, JDBC) send their Sync after
-//! CopyDone; a client pipelining further non-copy messages behind a COPY FROM STDIN makes the
-//! server abort the copy, which this model does not follow exactly (documented limitation).
+//! COPY FROM STDIN: the server ignores Sync (and Flush) while in copy-in mode, so Syncs
+//! already sent when CopyInResponse arrives, and Syncs sent before the client's
+//! CopyDone/CopyFail, are not counted. Clients (libpq, JDBC) send their Sync after CopyDone;
+//! some (asyncpg, pipelining drivers) send the data and CopyDone before CopyInResponse has
+//! arrived, so a CopyDone/CopyFail sent while no copy is known is kept in the queue of
+//! requests as a marker, and CopyInResponse looks for it: the Syncs sent after it are counted.
+//! A client pipelining further non-copy messages behind a COPY FROM STDIN makes the server
+//! abort the copy, which this model does not follow exactly (documented limitation).
 
 use crate::codes::{CodeSet, backend, frontend};
 use crate::messages::backend::TransactionStatus;
@@ -81,10 +84,22 @@ pub struct ResponseTracker {
     /// Status byte of the last ReadyForQuery.
     status: TransactionStatus,
     terminated: bool,
-    /// One entry per outstanding request, oldest first: true for a simple Query, false for
-    /// Sync/FunctionCall. Its length is always `pending_ready`; it is read only when
-    /// CopyInResponse arrives, to tell a simple COPY from an extended one.
-    oldest_is_query: std::collections::VecDeque<bool>,
+    /// One entry per outstanding request, oldest first, and the copy ends the client sent
+    /// while no copy was known. It holds `pending_ready` requests; it is read only when
+    /// CopyInResponse arrives, to tell a simple COPY from an extended one and to find a
+    /// CopyDone that was sent ahead of it.
+    queue: std::collections::VecDeque<Queued>,
+}
+
+/// One entry of [`ResponseTracker`]'s queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queued {
+    /// A simple Query, owed a ReadyForQuery.
+    Query,
+    /// A Sync or FunctionCall, owed a ReadyForQuery.
+    Sync,
+    /// A CopyDone/CopyFail sent before the CopyInResponse it ends (or for no copy at all).
+    CopyEnd,
 }
 
 impl Default for ResponseTracker {
@@ -102,7 +117,7 @@ impl ResponseTracker {
             copy: CopyState::None,
             status: TransactionStatus::Idle,
             terminated: false,
-            oldest_is_query: std::collections::VecDeque::new(),
+            queue: std::collections::VecDeque::new(),
         }
     }
 
@@ -194,7 +209,11 @@ impl ResponseTracker {
             .pending_ready
             .checked_add(1)
             .ok_or(TrackerError::Overflow)?;
-        self.oldest_is_query.push_back(is_query);
+        self.queue.push_back(if is_query {
+            Queued::Query
+        } else {
+            Queued::Sync
+        });
         Ok(())
     }
 
@@ -206,29 +225,69 @@ impl ResponseTracker {
             return Err(TrackerError::UnexpectedReadyForQuery);
         }
         self.pending_ready -= 1;
-        self.oldest_is_query.pop_front();
+        // Copy ends ahead of the answered request ended no copy of it.
+        while self.queue.front() == Some(&Queued::CopyEnd) {
+            self.queue.pop_front();
+        }
+        self.queue.pop_front();
+        if self.pending_ready == 0 {
+            // Nothing is outstanding: a copy end still queued ended nothing.
+            self.queue.clear();
+        }
         self.copy = CopyState::None;
         Ok(())
     }
 
-    /// In extended mode the server ignores the Syncs that reach it during copy-in: drop the
-    /// ones already sent behind the Execute that started the copy.
+    /// The server ignores the Syncs that reach it during copy-in: drop the ones already sent
+    /// behind the Query or Execute that started the copy, up to a copy end the client sent
+    /// ahead (then the copy is already over, as far as the client's messages go).
     fn on_copy_in(&mut self) {
-        self.copy = CopyState::In;
-        if self.oldest_is_query.front() == Some(&true) {
-            return;
-        }
-        let ignored = self
-            .oldest_is_query
+        let first_request = self
+            .queue
             .iter()
-            .take_while(|is_query| !**is_query)
-            .count();
-        self.oldest_is_query.drain(..ignored);
-        self.pending_ready -= ignored as u32;
-        self.unsynced = true;
+            .position(|queued| *queued != Queued::CopyEnd);
+        let simple = first_request.is_some_and(|index| self.queue[index] == Queued::Query);
+        let start = match first_request {
+            // A simple COPY: copy ends ahead of its Query ended nothing.
+            Some(index) if simple => {
+                self.queue.drain(..index);
+                1
+            }
+            _ => 0,
+        };
+        let index = start;
+        let mut ended = false;
+        while let Some(&queued) = self.queue.get(index) {
+            match queued {
+                Queued::Sync => {
+                    self.queue.remove(index);
+                    self.pending_ready -= 1;
+                }
+                Queued::CopyEnd => {
+                    self.queue.remove(index);
+                    ended = true;
+                    break;
+                }
+                Queued::Query => break,
+            }
+        }
+        self.copy = if ended {
+            CopyState::None
+        } else {
+            CopyState::In
+        };
+        if !simple && !ended {
+            // The Syncs sent so far were ignored: the extended sequence needs one more.
+            self.unsynced = true;
+        }
     }
 
     fn client_copy_done(&mut self) {
+        if self.copy == CopyState::None && (self.pending_ready > 0 || self.unsynced) {
+            // Maybe ahead of the CopyInResponse it ends (see the module doc).
+            self.queue.push_back(Queued::CopyEnd);
+            return;
+        }
         self.copy = match self.copy {
             CopyState::In => CopyState::None,
             CopyState::Both {
@@ -355,6 +414,36 @@ mod tests {
         run(&mut t, ">S <C <ZI");
         assert!(t.is_idle());
         let t = after(">Q <G >f <E <ZI");
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn copy_done_sent_ahead_of_copy_in_response() {
+        // asyncpg: the COPY Query, its data and CopyDone in one write.
+        let t = after(">Q >d >c <G <C <ZI");
+        assert!(t.is_idle());
+        // The same after a Parse/Describe/Flush left the sequence open.
+        let mut t = after(">P >D >H <1 <t <T >Q >d >c <G");
+        assert_eq!(t.phase(), ServerPhase::Busy { pending_ready: 1 });
+        run(&mut t, "<C <ZI");
+        assert_eq!(t.phase(), ServerPhase::Unsynced);
+        // Extended: Execute, CopyDone, then Sync, all before CopyInResponse; the Sync counts.
+        let mut t = after(">P >B >E >c >S <1 <2 <G");
+        assert_eq!(t.phase(), ServerPhase::Busy { pending_ready: 1 });
+        run(&mut t, "<C <ZI");
+        assert!(t.is_idle());
+        // libpq's order sent at once: the Sync before CopyDone is ignored, the one after counts.
+        let mut t = after(">P >B >D >E >S >d >c >S <1 <2 <n <G");
+        assert_eq!(t.pending_ready(), 1);
+        run(&mut t, "<C <ZI");
+        assert!(t.is_idle());
+        // CopyDone with nothing outstanding is ignored by the server and by the tracker.
+        let t = after(">c");
+        assert!(t.is_idle());
+        // A stray CopyDone before a later COPY does not end that COPY.
+        let mut t = after(">Q >c <ZI >Q <G");
+        assert_eq!(t.phase(), ServerPhase::Copy(CopyState::In));
+        run(&mut t, ">c <C <ZI");
         assert!(t.is_idle());
     }
 

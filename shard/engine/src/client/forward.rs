@@ -488,4 +488,3 @@ mod tests {
         assert_eq!(input.len(), 3);
     }
 }
-

@@ -204,6 +204,23 @@ impl Routing for ShardRouting {
             .unwrap_or(false)
     }
 
+    fn function_read_only(
+        &self,
+        database: &str,
+        schema: pgtier_wire::read_only::CalleeSchema,
+        name: &[u8],
+    ) -> Option<bool> {
+        let map = self.shared.map.load();
+        map.reader(database)?.functions().read_only(schema, name)
+    }
+
+    fn functions_changed(&self, database: &str) {
+        let map = self.shared.map.load();
+        if let Some(reader) = map.reader(database) {
+            reader.functions().forget();
+        }
+    }
+
     fn route_read(&self, request: &ReadRequest<'_>) -> ReadRoute {
         let map = self.shared.map.load();
         let Some(reader) = map.reader(request.database) else {

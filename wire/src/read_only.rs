@@ -18,9 +18,12 @@
 //! - a query: `SELECT`, `VALUES`, `TABLE name`, `WITH ... SELECT`, or one in parentheses,
 //!   with no `INSERT`, `UPDATE`, `DELETE`, `MERGE` (so no data-modifying `WITH`), no `INTO`
 //!   (`SELECT ... INTO` creates a table), no `FOR UPDATE | NO KEY UPDATE | SHARE | KEY SHARE`,
-//!   anywhere in it, and no function call but the built-ins of an allow-list (`names.rs`) —
-//!   not `nextval`, `txid_current`, advisory locks, `set_config`, `pg_notify`, a user's
-//!   function, a schema-qualified or a quoted name. Keywords before a `(` that is not a call
+//!   anywhere in it, and no function call but the built-ins of an allow-list (`names.rs`)
+//!   and the names the caller's [`Functions`] answers read-only for ([`classify_using`];
+//!   pgtier answers from configured overrides and the primary's `pg_proc`). Without an
+//!   answer, `nextval`, `txid_current`, advisory locks, `set_config`, `pg_notify`, a user's
+//!   function or a quoted name are writes; a name qualified by any schema but `pg_catalog`
+//!   always is. Keywords before a `(` that is not a call
 //!   (`IN (`, `EXISTS (`, `CAST (`, `OVER (`, `x::numeric(10,2)`...) are told apart by the
 //!   rules in `query.rs`;
 //! - `SHOW name`, except `SHOW transaction_read_only`, `SHOW in_hot_standby` and `SHOW ALL`,
@@ -75,11 +78,17 @@
 //! session's `default_transaction_isolation = serializable` (from `SET`, the role or the
 //! database), which makes every transaction on a standby fail with 0A000.
 
+mod catalog_change;
+mod functions;
 mod lexer;
 mod names;
 mod query;
 mod statement;
 
+pub use catalog_change::changes_functions;
+pub use functions::{BuiltInsOnly, Callee, CalleeSchema, Functions};
+
+use functions::Calls;
 use lexer::{Lexer, Tok};
 use statement::Stmt;
 
@@ -115,6 +124,17 @@ pub fn classify(text: &[u8]) -> Access {
 /// [`classify`] for a session whose standard_conforming_strings is `on` or not (then a
 /// backslash escapes a quote in a plain `'...'` string).
 pub fn classify_with(text: &[u8], standard_conforming_strings: bool) -> Access {
+    classify_using(text, standard_conforming_strings, &BuiltInsOnly)
+}
+
+/// [`classify_with`], asking `functions` about every called function the allow-list does
+/// not know (and about the allow-listed ones too when it
+/// [checks built-ins](Functions::checks_built_ins)).
+pub fn classify_using(
+    text: &[u8],
+    standard_conforming_strings: bool,
+    functions: &dyn Functions,
+) -> Access {
     let text = match memchr::memchr(0, text) {
         Some(nul) => &text[..nul],
         None => text,
@@ -122,7 +142,8 @@ pub fn classify_with(text: &[u8], standard_conforming_strings: bool) -> Access {
     if text.len() > MAX_TEXT_BYTES {
         return Access::Write;
     }
-    match statements(&mut Lexer::new(text, standard_conforming_strings)) {
+    let calls = Calls::new(functions);
+    match statements(&mut Lexer::new(text, standard_conforming_strings), calls) {
         Ok(()) => Access::ReadOnly,
         Err(Write) => Access::Write,
     }
@@ -140,7 +161,7 @@ enum Block {
 }
 
 /// Reads every statement of a text: `Ok` if the text is read-only.
-fn statements(lexer: &mut Lexer<'_>) -> Result<(), Write> {
+fn statements(lexer: &mut Lexer<'_>, calls: Calls<'_>) -> Result<(), Write> {
     let mut block = Block::Outside;
     // A read or a read-only BEGIN was seen: a text of only COMMITs is not worth a replica.
     let mut reads = false;
@@ -151,7 +172,7 @@ fn statements(lexer: &mut Lexer<'_>) -> Result<(), Write> {
             Tok::Semi => continue,
             _ => {}
         }
-        let stmt = statement::statement(lexer, first)?;
+        let stmt = statement::statement(lexer, first, calls)?;
         block = next_block(block, stmt)?;
         reads |= stmt == Stmt::Read || block == Block::ReadOnly;
     }

@@ -144,6 +144,8 @@ pub struct ReadSettings {
     /// With `routing = "plb"`: pick a replica per transaction inside the session's class pool
     /// instead of keeping the session's admitted replica.
     pub plb_per_transaction: bool,
+    /// `read_only_functions` and `write_functions` (the entry's, else `[pgtier]`'s).
+    pub functions: super::FunctionOverrides,
 }
 
 impl Default for ReadSettings {
@@ -155,6 +157,7 @@ impl Default for ReadSettings {
             max_replica_lag_bytes: 0,
             max_replica_lag: std::time::Duration::ZERO,
             plb_per_transaction: false,
+            functions: super::FunctionOverrides::default(),
         }
     }
 }

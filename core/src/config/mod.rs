@@ -8,6 +8,7 @@ mod changes;
 mod database;
 mod display;
 mod error;
+mod function_names;
 mod ini;
 mod locate;
 mod raw;
@@ -24,6 +25,7 @@ pub use database::{
     TierSettings, UserConfig,
 };
 pub use error::ConfigError;
+pub use function_names::{FunctionNames, FunctionOverrides};
 pub use ini::pgbouncer_keys;
 
 pub use seconds::Seconds;

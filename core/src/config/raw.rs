@@ -50,6 +50,8 @@ pub(super) struct DatabaseRaw {
     pub max_replica_lag_bytes: Option<u64>,
     pub max_replica_lag_seconds: Option<Seconds>,
     pub plb_per_transaction: Option<bool>,
+    pub read_only_functions: Option<Vec<String>>,
+    pub write_functions: Option<Vec<String>>,
 }
 
 /// `[databases.NAME.plb]`.

@@ -325,6 +325,12 @@ pub struct Settings {
     /// primary's insert LSN and each replica's replay LSN (0.01 s). Read-your-writes waits and
     /// the lag cap see replication this fresh.
     pub lsn_poll_interval: Seconds,
+    /// Functions whose calls a reader entry's classifier takes as read-only, whatever their
+    /// volatility (none); an entry's own list replaces it.
+    pub read_only_functions: Vec<String>,
+    /// Functions whose calls make a transaction run on the primary, built-ins included; wins
+    /// over `read_only_functions` (none); an entry's own list replaces it.
+    pub write_functions: Vec<String>,
     /// Move transaction-mode sessions that sit between transactions off a replica that went
     /// Down, instead of failing them (true).
     pub repin_idle_sessions: bool,
@@ -485,6 +491,8 @@ impl Default for Settings {
             health_check_user: String::new(),
             health_check_password: String::new(),
             lsn_poll_interval: Seconds::from_millis(10),
+            read_only_functions: Vec::new(),
+            write_functions: Vec::new(),
             repin_idle_sessions: true,
             role_events_capacity: 1024,
             metrics_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),

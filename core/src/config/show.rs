@@ -190,6 +190,8 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         health_check_successes: RELOAD,
         health_check_user: RELOAD,
         lsn_poll_interval: RELOAD,
+        read_only_functions: RELOAD,
+        write_functions: RELOAD,
         repin_idle_sessions: RELOAD,
         role_events_capacity: RESTART,
         metrics_addr: RESTART,

@@ -965,3 +965,46 @@ fn a_reader_entry_has_its_primary_and_read_settings() {
     assert_eq!(set.reads.max_replica_lag_bytes, 1 << 20);
     assert_eq!(set.reads.max_replica_lag, std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn function_overrides_come_from_the_entry_else_the_global_lists() {
+    let text = "[pgtier]\nauth_type = \"trust\"\nread_only_functions = [\"My_Stable\"]\n\
+                write_functions = [\"current_setting\"]\n\
+                [databases.app]\nprimary = \"127.0.0.1:5432\"\nreplicas = [\"127.0.0.1:5433\"]\n\
+                [databases.own]\nprimary = \"127.0.0.1:5442\"\nreplicas = [\"127.0.0.1:5443\"]\n\
+                read_only_functions = [\"\\\"Exact\\\"\"]\nwrite_functions = []\n";
+    let config = match Config::from_str(text, "/etc/pgtier/pgtier.toml") {
+        Ok(config) => config,
+        Err(error) => panic!("{error}"),
+    };
+    let reads = |name: &str| match config.database(name).map(|db| &db.servers) {
+        Some(ServerSet::Replicas(set)) => set.reads.functions.clone(),
+        _ => panic!("no reader entry {name}"),
+    };
+    let app = reads("app");
+    assert_eq!(app.read_only(b"my_stable"), Some(true));
+    assert_eq!(app.read_only(b"current_setting"), Some(false));
+    let own = reads("own");
+    assert_eq!(own.read_only(b"Exact"), Some(true));
+    assert_eq!(
+        own.read_only(b"my_stable"),
+        None,
+        "the entry's list replaces the global one"
+    );
+    assert_eq!(own.read_only(b"current_setting"), None);
+}
+
+#[test]
+fn function_overrides_need_a_primary_and_names() {
+    let single = "[pgtier]\nauth_type = \"trust\"\n[databases.app]\nreplicas = [\"127.0.0.1:5433\"]\n\
+                  write_functions = [\"f\"]\n";
+    let Err(error) = Config::from_str(single, "/etc/pgtier/pgtier.toml") else {
+        panic!("write_functions accepted without a primary");
+    };
+    assert!(error.to_string().contains("needs a primary"), "{error}");
+    let bad = "[pgtier]\nauth_type = \"trust\"\nread_only_functions = [\"s.f\"]\n";
+    let Err(error) = Config::from_str(bad, "/etc/pgtier/pgtier.toml") else {
+        panic!("a qualified name accepted");
+    };
+    assert!(error.to_string().contains("read_only_functions"), "{error}");
+}

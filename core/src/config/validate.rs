@@ -8,6 +8,7 @@ use super::database::{
     ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet, TierSettings,
 };
 use super::error::ConfigError;
+use super::function_names::{FunctionNames, FunctionOverrides};
 use super::raw::{DatabaseRaw, DedicatedRaw, PlbRaw};
 use super::seconds::Seconds;
 use super::settings::Settings;
@@ -106,6 +107,12 @@ pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
             return check.fail(key(name), "must be greater than 0");
         }
     }
+    function_names(
+        &check,
+        &key("read_only_functions"),
+        &settings.read_only_functions,
+    )?;
+    function_names(&check, &key("write_functions"), &settings.write_functions)?;
     tls(&check, settings)?;
     limits(&check, settings)
 }
@@ -266,7 +273,7 @@ pub(super) fn database(
             format!("the name \"{name}\" is reserved for the admin console"),
         );
     }
-    let servers = servers(&check, &base, &raw)?;
+    let servers = servers(&check, &base, &raw, settings)?;
     let pool_size = raw.pool_size.unwrap_or(settings.default_pool_size);
     check.at_least(&format!("{base}.pool_size"), pool_size.into(), 1)?;
     let min_pool_size = raw.min_pool_size.unwrap_or(settings.min_pool_size);
@@ -321,7 +328,12 @@ pub(super) fn fallback(file: &Path, entry: &DatabaseConfig) -> Check {
 }
 
 /// One host, or a replica set with its routing.
-fn servers(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Result<ServerSet, ConfigError> {
+fn servers(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &DatabaseRaw,
+    settings: &Settings,
+) -> Result<ServerSet, ConfigError> {
     let Some(replicas) = &raw.replicas else {
         single_host_only(check, base, raw)?;
         let host = raw.host.clone().unwrap_or_else(|| "127.0.0.1".to_string());
@@ -356,7 +368,7 @@ fn servers(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Result<ServerS
             Some(addr)
         }
     };
-    let reads = read_settings(check, base, raw, primary.is_some())?;
+    let reads = read_settings(check, base, raw, primary.is_some(), settings)?;
     Ok(ServerSet::Replicas(ReplicaSet {
         replicas,
         routing,
@@ -371,6 +383,7 @@ fn read_settings(
     base: &str,
     raw: &DatabaseRaw,
     has_primary: bool,
+    settings: &Settings,
 ) -> Result<ReadSettings, ConfigError> {
     let keys = [
         (raw.read_your_writes.is_some(), "read_your_writes"),
@@ -388,6 +401,8 @@ fn read_settings(
             "max_replica_lag_seconds",
         ),
         (raw.plb_per_transaction.is_some(), "plb_per_transaction"),
+        (raw.read_only_functions.is_some(), "read_only_functions"),
+        (raw.write_functions.is_some(), "write_functions"),
     ];
     if !has_primary {
         if let Some((_, key)) = keys.iter().find(|(present, _)| *present) {
@@ -403,6 +418,22 @@ fn read_settings(
             "plb_per_transaction needs routing = \"plb\"",
         );
     }
+    let functions = FunctionOverrides {
+        read_only: function_names(
+            check,
+            &format!("{base}.read_only_functions"),
+            raw.read_only_functions
+                .as_ref()
+                .unwrap_or(&settings.read_only_functions),
+        )?,
+        write: function_names(
+            check,
+            &format!("{base}.write_functions"),
+            raw.write_functions
+                .as_ref()
+                .unwrap_or(&settings.write_functions),
+        )?,
+    };
     let defaults = ReadSettings::default();
     Ok(ReadSettings {
         read_your_writes: raw.read_your_writes.unwrap_or(defaults.read_your_writes),
@@ -419,7 +450,17 @@ fn read_settings(
             .map(Seconds::duration)
             .unwrap_or_default(),
         plb_per_transaction: raw.plb_per_transaction.unwrap_or(false),
+        functions,
     })
+}
+
+/// A `read_only_functions` or `write_functions` list.
+fn function_names(
+    check: &Checker<'_>,
+    key: &str,
+    names: &[String],
+) -> Result<FunctionNames, ConfigError> {
+    FunctionNames::parse(names).or_else(|reason| check.fail(key, reason))
 }
 
 /// Rejects replica-set keys on an entry without `replicas`.

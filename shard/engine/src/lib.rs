@@ -46,6 +46,7 @@ pub mod params;
 pub mod pool_gauges;
 pub mod prepared;
 pub mod random;
+pub mod read_functions;
 pub mod server;
 pub mod services;
 pub mod settings;

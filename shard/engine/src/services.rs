@@ -130,6 +130,21 @@ pub trait Routing {
     fn user_write(&self, _database: &str, _user: &str) -> Option<std::time::Instant> {
         None
     }
+    /// What reader entry `database`'s primary says of calls of function `name` in `schema`:
+    /// `Some(true)` when every function of that name is STABLE or IMMUTABLE, `Some(false)`
+    /// when one is VOLATILE or none exists, `None` when not known yet (a look-up is then
+    /// requested, so a later transaction may know). Never blocks.
+    fn function_read_only(
+        &self,
+        _database: &str,
+        _schema: pgtier_wire::read_only::CalleeSchema,
+        _name: &[u8],
+    ) -> Option<bool> {
+        None
+    }
+    /// A transaction that may have changed functions committed through `database`: what
+    /// is known of its primary's functions is forgotten.
+    fn functions_changed(&self, _database: &str) {}
 }
 
 /// No replica sets: every database entry has one server.

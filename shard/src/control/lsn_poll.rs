@@ -8,12 +8,18 @@
 //! that fails (refused, reset, timed out after `health_check_timeout`) is retried only after
 //! `health_check_interval`, so a black-holed replica costs the others one timeout per
 //! health interval, not one per poll. Its last position stays in the view, marked stale.
+//!
+//! After each round it also looks up, on the primary's link, the function names the entry's
+//! shards asked about ([`FunctionCatalog`]): at most one poll interval after a name was first
+//! met, a transaction calling it knows where it may run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::control::function_lookup;
+use crate::control::functions::FunctionCatalog;
 use crate::control::health::HealthConfig;
 use crate::control::lsn::{Lsn, LsnTracker, insert_lsn_as_end};
 use crate::control::pg_link::{PgLink, Row};
@@ -50,13 +56,12 @@ impl Polled {
         }
     }
 
-    /// Runs `sql` (connecting first if needed); `None` when the server is in its retry wait.
-    fn query(
+    /// Connects if needed; `None` when the server is in its retry wait.
+    fn connected(
         &mut self,
         login: &ProbeLogin,
-        sql: &str,
         health: &HealthConfig,
-    ) -> Option<Result<Row, String>> {
+    ) -> Option<Result<(), String>> {
         if self.link.is_none() {
             if self.retry_at.is_some_and(|at| Instant::now() < at) {
                 return None;
@@ -73,6 +78,19 @@ impl Polled {
                 Err(cause) => return Some(Err(self.failed(cause, health))),
             }
         }
+        Some(Ok(()))
+    }
+
+    /// Runs `sql` (connecting first if needed); `None` when the server is in its retry wait.
+    fn query(
+        &mut self,
+        login: &ProbeLogin,
+        sql: &str,
+        health: &HealthConfig,
+    ) -> Option<Result<Row, String>> {
+        if let Err(cause) = self.connected(login, health)? {
+            return Some(Err(cause));
+        }
         let link = self.link.as_mut()?;
         match link.query_row(sql, Instant::now() + health.timeout) {
             Ok(Some(row)) => {
@@ -83,6 +101,24 @@ impl Polled {
                 Some(Ok(row))
             }
             Ok(None) => Some(Err(self.failed("no row".to_string(), health))),
+            Err(cause) => Some(Err(self.failed(cause, health))),
+        }
+    }
+
+    /// Runs `sql` and returns its rows, as [`Polled::query`] does its first row.
+    fn query_rows(
+        &mut self,
+        login: &ProbeLogin,
+        sql: &str,
+        max_rows: usize,
+        health: &HealthConfig,
+    ) -> Option<Result<Vec<Row>, String>> {
+        if let Err(cause) = self.connected(login, health)? {
+            return Some(Err(cause));
+        }
+        let link = self.link.as_mut()?;
+        match link.query_rows(sql, max_rows, Instant::now() + health.timeout) {
+            Ok(rows) => Some(Ok(rows)),
             Err(cause) => Some(Err(self.failed(cause, health))),
         }
     }
@@ -123,6 +159,7 @@ pub fn poll_loop(
         let started = Instant::now();
         poll_round(&login, &health, &mut primary, &mut replicas, &mut tracker);
         reader.publish(tracker.view(Instant::now()));
+        look_up_functions(&login, &health, &mut primary, reader.functions());
         let next = started + interval;
         while !stop.load(Ordering::Acquire) {
             let now = Instant::now();
@@ -159,6 +196,27 @@ fn poll_round(
             Some(lsn) => tracker.on_replica(index, lsn),
             None => tracker.on_replica_failed(index),
         }
+    }
+}
+
+/// Looks up the function names shards asked about since the last round, on the primary's
+/// link (one query per batch; a failure leaves them to be asked for again).
+fn look_up_functions(
+    login: &ProbeLogin,
+    health: &HealthConfig,
+    primary: &mut Polled,
+    functions: &FunctionCatalog,
+) {
+    let (epoch, wanted) = functions.take_wanted();
+    for batch in wanted.chunks(function_lookup::MAX_NAMES_PER_QUERY) {
+        let rows = match function_lookup::query(batch) {
+            None => Vec::new(),
+            Some(sql) => match primary.query_rows(login, &sql, batch.len(), health) {
+                Some(Ok(rows)) => rows,
+                Some(Err(_)) | None => return,
+            },
+        };
+        functions.publish(epoch, &function_lookup::answers(batch.to_vec(), &rows));
     }
 }
 

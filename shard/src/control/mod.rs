@@ -10,6 +10,8 @@
 //! - [`read_router`], [`read_ticket`], [`lsn`], [`lsn_poll`]: the read side of a reader entry
 //!   (`primary` plus replicas): per-transaction replica choice, in-flight reads, the WAL
 //!   positions that decide read-your-writes and the lag cap, and the thread that polls them.
+//! - [`functions`], [`function_lookup`]: what the entry's primary says of the functions its
+//!   reads call (looked up by the same thread), for the read-only classifier.
 //! - [`plane`]: the control thread, the prober threads, routers built from the config.
 //! - `pgtier_engine::class`: the class of a session at login.
 //! - [`events`], [`counters`], [`snapshot`], [`route_table`], [`lease`], [`mailbox`]: the
@@ -37,6 +39,8 @@ pub mod admission_error;
 pub mod authority;
 pub mod counters;
 pub mod events;
+pub mod function_lookup;
+pub mod functions;
 pub mod health;
 pub mod lease;
 pub mod lsn;

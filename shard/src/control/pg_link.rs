@@ -130,6 +130,42 @@ impl PgLink {
         }
     }
 
+    /// Runs `sql` as a simple query and returns its rows, at most `max_rows` (the rest are
+    /// read and dropped).
+    pub fn query_rows(
+        &mut self,
+        sql: &str,
+        max_rows: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Row>, String> {
+        let mut out = BytesMut::with_capacity(64 + sql.len());
+        Query {
+            sql: sql.as_bytes(),
+        }
+        .encode(&mut out);
+        self.send(&out, deadline)?;
+        let mut rows = Vec::new();
+        let mut failure = None;
+        loop {
+            let frame = match self.receive(deadline) {
+                Ok(frame) => frame,
+                Err(cause) => return Err(failure.unwrap_or(cause)),
+            };
+            match BackendMessage::decode(&frame).map_err(|e| e.to_string())? {
+                BackendMessage::DataRow(row) if rows.len() < max_rows => {
+                    rows.push(row.values.iter().map(|v| v.map(<[u8]>::to_vec)).collect());
+                }
+                BackendMessage::ErrorResponse(error) => failure = Some(server_error(&error)),
+                BackendMessage::ReadyForQuery(_) => break,
+                _ => {}
+            }
+        }
+        match failure {
+            Some(failure) => Err(failure),
+            None => Ok(rows),
+        }
+    }
+
     /// Watches the idle link until `until`: true as soon as the server closes or resets it
     /// (the link is then useless). Bytes the server sends unprompted (e.g. a FATAL before
     /// closing) are kept for the next read. False when nothing happened.

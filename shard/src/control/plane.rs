@@ -86,7 +86,7 @@ impl RouterMap {
     /// login did not change keeps its router (sessions, roles, health and events carry over);
     /// the others get new routers. Its label stays the one it was created with. A reader
     /// entry whose router was kept and whose read settings did not change keeps its read side
-    /// (counters and LSN view).
+    /// (counters and LSN view), and forgets what it knew of its primary's functions.
     pub fn reload(
         &self,
         config: &Config,
@@ -102,10 +102,16 @@ impl RouterMap {
                     .cloned()
             },
             |router, replicas, login| {
-                self.readers
+                let kept = self
+                    .readers
                     .iter()
                     .find(|reader| reader.same_setup(router, replicas, login))
-                    .cloned()
+                    .cloned();
+                // A reload refreshes what is known of the primary's functions.
+                if let Some(reader) = &kept {
+                    reader.functions().forget();
+                }
+                kept
             },
         )
     }

@@ -33,6 +33,7 @@ use pgtier_policy::{
     SplitMix64, choose_read,
 };
 
+use crate::control::functions::FunctionCatalog;
 use crate::control::lsn::{LagCap, LsnView};
 use crate::control::probe::ProbeLogin;
 use crate::control::read_ticket::{InFlightRead, ReadCounters};
@@ -113,6 +114,7 @@ pub struct ReadRouter {
     counters: ReadCounters,
     primary_fallbacks: AtomicU64,
     not_yet: AtomicU64,
+    functions: FunctionCatalog,
 }
 
 impl ReadRouter {
@@ -154,6 +156,7 @@ impl ReadRouter {
             counters: ReadCounters::new(count),
             primary_fallbacks: AtomicU64::new(0),
             not_yet: AtomicU64::new(0),
+            functions: FunctionCatalog::default(),
         }))
     }
 
@@ -300,6 +303,11 @@ impl ReadRouter {
     /// How the poller logs in (`None`: no polling).
     pub fn probe_login(&self) -> Option<&ProbeLogin> {
         self.probe_login.as_ref()
+    }
+
+    /// What the primary says of the functions reads call.
+    pub fn functions(&self) -> &FunctionCatalog {
+        &self.functions
     }
 
     /// In-flight and total reads per replica.

@@ -5,10 +5,11 @@
 //! what stands before a `(`). What makes a query a write:
 //! - a data-modifying word anywhere (`INSERT`, `UPDATE`, `DELETE`, `MERGE`), `INTO`, and
 //!   `FOR` followed by a row-locking word;
-//! - a function call that is not on the allow-list (`names.rs`): a word or quoted identifier
-//!   followed by `(`, unless the token before it shows the `(` is not a call (below), or it is
-//!   schema-qualified (after a `.`: `pg_catalog.lower(` is a write too, we do not resolve
-//!   schemas);
+//! - a function call that is neither on the allow-list (`names.rs`) nor answered read-only by
+//!   the caller's [`Functions`](super::Functions): a word or quoted identifier followed by
+//!   `(`, unless the token before it shows the `(` is not a call (below). A qualified name is
+//!   asked about only in `pg_catalog` (`pg_catalog.lower(`); in any other schema it is a
+//!   write (we do not resolve schemas);
 //! - anything the scan cannot follow: a `WITH` list of an unexpected shape, parentheses that
 //!   do not balance within the statement, nesting deeper than [`MAX_DEPTH`].
 //!
@@ -23,16 +24,23 @@
 //! `CUBE` after `BY`; `SETS` after `GROUPING`; `SYSTEM` and `BERNOULLI` after
 //! `TABLESAMPLE`; `VARYING` after `CHARACTER`, `CHAR` or `BIT`.
 
+use super::functions::{CalleeSchema, Calls};
 use super::lexer::{Lexer, Tok};
-use super::names::{is_construct, is_known_function, is_locking_after_for, is_write_word};
+use super::names::{is_construct, is_locking_after_for, is_write_word};
 use super::{MAX_DEPTH, Write};
 
 /// Scans a query statement whose first token (`SELECT`, `VALUES`, `TABLE`, `WITH` or `(`) was
 /// already read, up to and including its `;` (or the end of the text).
-pub(super) fn statement<'a>(lexer: &mut Lexer<'a>, first: Tok<'a>) -> Result<(), Write> {
+pub(super) fn statement<'a>(
+    lexer: &mut Lexer<'a>,
+    first: Tok<'a>,
+    calls: Calls<'_>,
+) -> Result<(), Write> {
     let mut scan = Scan {
         lexer,
         prev: Tok::Other,
+        before_prev: Tok::Other,
+        calls,
     };
     if scan.token(first, 0)?.is_some() {
         // The statement is a lone `)` or `;`: not a query.
@@ -42,21 +50,26 @@ pub(super) fn statement<'a>(lexer: &mut Lexer<'a>, first: Tok<'a>) -> Result<(),
 }
 
 /// Scans a parenthesized query whose `(` was already read, up to and including its `)`.
-pub(super) fn parenthesized(lexer: &mut Lexer<'_>) -> Result<(), Write> {
+pub(super) fn parenthesized(lexer: &mut Lexer<'_>, calls: Calls<'_>) -> Result<(), Write> {
     let mut scan = Scan {
         lexer,
         prev: Tok::Open,
+        before_prev: Tok::Other,
+        calls,
     };
     scan.group(1).map(|_| ())
 }
 
-struct Scan<'l, 'a> {
+struct Scan<'l, 'a, 'f> {
     lexer: &'l mut Lexer<'a>,
     /// The token before the current one (`)` after a whole group).
     prev: Tok<'a>,
+    /// The token before `prev`: the schema of a qualified name (`pg_catalog` `.` `name`).
+    before_prev: Tok<'a>,
+    calls: Calls<'f>,
 }
 
-impl<'a> Scan<'_, 'a> {
+impl<'a> Scan<'_, 'a, '_> {
     /// Scans until the end of the group at `depth`: its `)`, or at depth 0 the end of the
     /// statement. Returns that token.
     fn group(&mut self, depth: u32) -> Result<Tok<'a>, Write> {
@@ -71,15 +84,20 @@ impl<'a> Scan<'_, 'a> {
     /// One token inside a group at `depth`; `Some` if it ends the group.
     fn token(&mut self, tok: Tok<'a>, depth: u32) -> Result<Option<Tok<'a>>, Write> {
         let prev = self.prev;
+        let before_prev = self.before_prev;
+        self.before_prev = prev;
         self.prev = tok;
         match tok {
             Tok::Semi | Tok::End if depth == 0 => return Ok(Some(tok)),
             Tok::Close if depth > 0 => return Ok(Some(tok)),
             Tok::Semi | Tok::End | Tok::Close | Tok::Bad => return Err(Write),
             Tok::Open => self.open(depth)?,
-            Tok::Word(word) => self.word(word, prev, depth)?,
-            Tok::Quoted(_) => {
-                if self.lexer.peek() == Tok::Open && !opens_no_call(prev) {
+            Tok::Word(word) => self.word(word, prev, before_prev, depth)?,
+            Tok::Quoted(name) => {
+                if self.lexer.peek() == Tok::Open
+                    && !opens_no_call(prev)
+                    && !self.quoted_call_allowed(name, prev, before_prev)
+                {
                     return Err(Write);
                 }
             }
@@ -98,7 +116,13 @@ impl<'a> Scan<'_, 'a> {
         Ok(())
     }
 
-    fn word(&mut self, word: &'a [u8], prev: Tok<'a>, depth: u32) -> Result<(), Write> {
+    fn word(
+        &mut self,
+        word: &'a [u8],
+        prev: Tok<'a>,
+        before_prev: Tok<'a>,
+        depth: u32,
+    ) -> Result<(), Write> {
         if is_write_word(word) {
             return Err(Write);
         }
@@ -110,10 +134,34 @@ impl<'a> Scan<'_, 'a> {
         if kw.is("with") && !(next.is("ordinality") || next.is("time") || next.is("ties")) {
             return self.ctes(depth);
         }
-        if next == Tok::Open && !call_allowed(word, prev) {
+        if next == Tok::Open && !self.call_allowed(word, prev, before_prev) {
             return Err(Write);
         }
         Ok(())
+    }
+
+    /// Whether `word (` may stand after `prev` (and `before_prev`) in a read-only query.
+    fn call_allowed(&self, word: &[u8], prev: Tok<'_>, before_prev: Tok<'_>) -> bool {
+        if prev == Tok::Dot {
+            return schema_of(before_prev)
+                .is_some_and(|schema| self.calls.allows_word(word, schema));
+        }
+        opens_no_call(prev)
+            || is_construct(word)
+            || self.calls.is_plain_built_in(word)
+            || keyword_opens_no_call(word, prev)
+            || self.calls.allows_word(word, CalleeSchema::Unqualified)
+    }
+
+    /// Whether `"name" (` may stand after `prev` (and `before_prev`) in a read-only query:
+    /// a call of the function spelled exactly `name`.
+    fn quoted_call_allowed(&self, name: &[u8], prev: Tok<'_>, before_prev: Tok<'_>) -> bool {
+        let schema = if prev == Tok::Dot {
+            schema_of(before_prev)
+        } else {
+            Some(CalleeSchema::Unqualified)
+        };
+        schema.is_some_and(|schema| self.calls.allows_quoted(name, schema))
     }
 
     /// A `WITH [RECURSIVE]` list: `name [(columns)] AS [[NOT] MATERIALIZED] (query)`, comma
@@ -166,14 +214,20 @@ fn opens_no_call(prev: Tok<'_>) -> bool {
     matches!(prev, Tok::Cast | Tok::Close) || prev.is("as")
 }
 
-/// Whether `word (` may stand after `prev` in a read-only query.
-fn call_allowed(word: &[u8], prev: Tok<'_>) -> bool {
-    if prev == Tok::Dot {
-        return false;
-    }
-    if opens_no_call(prev) || is_construct(word) || is_known_function(word) {
-        return true;
-    }
+/// The schema a qualifier names, if calls in it may be looked up: only `pg_catalog` (a
+/// user's schema is not resolved; such a call is a write).
+fn schema_of(qualifier: Tok<'_>) -> Option<CalleeSchema> {
+    let is_pg_catalog = match qualifier {
+        Tok::Word(word) => word.eq_ignore_ascii_case(b"pg_catalog"),
+        Tok::Quoted(name) => name == b"pg_catalog",
+        _ => false,
+    };
+    is_pg_catalog.then_some(CalleeSchema::PgCatalog)
+}
+
+/// Whether `word (` after `prev` is an unreserved keyword in the place that makes it one
+/// (see the module doc), not a call.
+fn keyword_opens_no_call(word: &[u8], prev: Tok<'_>) -> bool {
     let after = |words: &[&str]| words.iter().any(|w| prev.is(w));
     let kw = Tok::Word(word);
     if kw.is("by") {

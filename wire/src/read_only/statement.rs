@@ -2,6 +2,7 @@
 //! classifier cares, or [`Write`].
 
 use super::Write;
+use super::functions::Calls;
 use super::lexer::{Lexer, Tok};
 use super::query;
 
@@ -23,22 +24,26 @@ pub(super) enum Stmt {
 
 /// Reads one statement whose first token `first` (neither `;` nor the end) was read, up to and
 /// including its `;` or the end of the text.
-pub(super) fn statement<'a>(lexer: &mut Lexer<'a>, first: Tok<'a>) -> Result<Stmt, Write> {
+pub(super) fn statement<'a>(
+    lexer: &mut Lexer<'a>,
+    first: Tok<'a>,
+    calls: Calls<'_>,
+) -> Result<Stmt, Write> {
     let Tok::Word(_) = first else {
         return match first {
-            Tok::Open => query::statement(lexer, first).map(|()| Stmt::Read),
+            Tok::Open => query::statement(lexer, first, calls).map(|()| Stmt::Read),
             _ => Err(Write),
         };
     };
     let is = |word: &str| first.is(word);
     if is("select") || is("values") || is("table") || is("with") {
-        query::statement(lexer, first).map(|()| Stmt::Read)
+        query::statement(lexer, first, calls).map(|()| Stmt::Read)
     } else if is("show") {
         show(lexer)
     } else if is("explain") {
-        explain(lexer)
+        explain(lexer, calls)
     } else if is("copy") {
-        copy(lexer)
+        copy(lexer, calls)
     } else if is("begin") {
         let mut tok = lexer.next_tok();
         if tok.is("work") || tok.is("transaction") {
@@ -111,7 +116,7 @@ fn show(lexer: &mut Lexer<'_>) -> Result<Stmt, Write> {
 /// `EXPLAIN [(options)] [VERBOSE] query`: `ANALYZE` runs the query, whatever it is, so any
 /// mention of it (or a quoted option name) is a write; the statement explained must be a read-only query (planning an
 /// `INSERT` is not worth telling apart).
-fn explain(lexer: &mut Lexer<'_>) -> Result<Stmt, Write> {
+fn explain(lexer: &mut Lexer<'_>, calls: Calls<'_>) -> Result<Stmt, Write> {
     let is_analyze = |tok: Tok<'_>| tok.is("analyze") || tok.is("analyse");
     let mut tok = lexer.next_tok();
     if tok == Tok::Open {
@@ -131,7 +136,7 @@ fn explain(lexer: &mut Lexer<'_>) -> Result<Stmt, Write> {
     }
     let is = |word: &str| tok.is(word);
     if tok == Tok::Open || is("select") || is("values") || is("table") || is("with") {
-        query::statement(lexer, tok).map(|()| Stmt::Read)
+        query::statement(lexer, tok, calls).map(|()| Stmt::Read)
     } else {
         Err(Write)
     }
@@ -139,9 +144,9 @@ fn explain(lexer: &mut Lexer<'_>) -> Result<Stmt, Write> {
 
 /// `COPY (query) TO STDOUT ...` or `COPY table [(columns)] TO STDOUT ...`. A file or a
 /// program would be written on the replica's host, and `COPY ... FROM` writes the table.
-fn copy(lexer: &mut Lexer<'_>) -> Result<Stmt, Write> {
+fn copy(lexer: &mut Lexer<'_>, calls: Calls<'_>) -> Result<Stmt, Write> {
     match lexer.next_tok() {
-        Tok::Open => query::parenthesized(lexer)?,
+        Tok::Open => query::parenthesized(lexer, calls)?,
         Tok::Word(_) | Tok::Quoted(_) => {
             while lexer.peek() == Tok::Dot {
                 lexer.next_tok();

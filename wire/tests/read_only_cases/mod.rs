@@ -94,6 +94,8 @@ pub const READ_ONLY: &[&str] = &[
     "SELECT coalesce(b, 'x'), nullif(a, 0), greatest(a, 1), least(a, 1) FROM t",
     "SELECT lower(b), upper(b), length(b), substr(b, 1, 1), substring(b from 1 for 1), position('x' in b), trim(both ' ' from b) FROM t",
     "SELECT lower (b) AS lower FROM t",
+    // An allow-listed built-in qualified by its schema.
+    "SELECT pg_catalog.lower('A')",
     "SELECT LOWER(b), Upper(b) FROM t",
     "SELECT overlay('abc' placing 'x' from 2 for 1)",
     "SELECT now(), current_date, current_timestamp(3), localtimestamp, date_trunc('day', d), extract(epoch from d), to_char(d, 'YYYY') FROM t",
@@ -288,7 +290,7 @@ pub const WRITE: &[&str] = &[
     "SELECT * FROM t, f(1) AS x",
     "SELECT * FROM t JOIN f(1) ON true",
     "SELECT public.f(1)",
-    "SELECT pg_catalog.lower('A')",
+    "SELECT PG_CATALOG.nextval('s')",
     "SELECT \"lower\"('A')",
     "SELECT U&\"lower\"('A')",
     "SELECT 1 WHERE EXISTS (SELECT nextval('s'))",

@@ -282,6 +282,9 @@ impl Engine {
                 reads.in_block();
             }
         }
+        if scan.functions_changed {
+            self.routing.functions_changed(&session.database);
+        }
         let elapsed_us = session.query_started.map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
         });

@@ -15,11 +15,18 @@ use pgtier_pool::{PoolId, PoolKey, ServerTarget};
 use crate::client::reads::{ReadTxn, ReaderSession, Unit, scan_unit};
 use crate::engine::Engine;
 use crate::ids::ClientId;
+use crate::read_functions::EntryFunctions;
 use crate::services::{ReadRequest, ReadRoute};
 
 /// How often reads that wait for a replica to catch up ask again (the control shard reads
 /// WAL positions every `lsn_poll_interval`, 10 ms by default).
 pub(super) const READ_RECHECK: Duration = Duration::from_millis(2);
+
+/// The read-only classifier with an entry's function answers (standard_conforming_strings
+/// on, as everywhere in the reader path).
+fn classify(text: &[u8], functions: &EntryFunctions<'_>) -> pgtier_wire::read_only::Access {
+    pgtier_wire::read_only::classify_using(text, true, functions)
+}
 
 /// The read settings of `database` when it is an entry with a primary.
 fn reader_settings<'c>(config: &'c Config, database: &str) -> Option<&'c ReadSettings> {
@@ -69,9 +76,17 @@ impl Engine {
             return false;
         };
         let statements = session.statements.as_deref();
-        let unit = scan_unit(&client.input, pgtier_wire::read_only::classify, |name| {
-            statements?.get(name).map(|statement| statement.access())
-        });
+        let overrides = reader_settings(&self.config, &session.database).map(|s| &s.functions);
+        let functions = EntryFunctions::new(&*self.routing, &session.database, overrides);
+        let unit = scan_unit(
+            &client.input,
+            |text| classify(text, &functions),
+            |name| {
+                statements?
+                    .get(name)
+                    .map(|statement| statement.access(&functions))
+            },
+        );
         reads.scanned = Some((client.input.len(), unit));
         unit == Unit::Incomplete
     }
@@ -103,9 +118,19 @@ impl Engine {
                 Some((len, unit)) if len == client.input.len() => unit,
                 _ => {
                     let statements = session.statements.as_deref();
-                    scan_unit(&client.input, pgtier_wire::read_only::classify, |name| {
-                        statements?.get(name).map(|statement| statement.access())
-                    })
+                    let overrides =
+                        reader_settings(&self.config, &session.database).map(|s| &s.functions);
+                    let functions =
+                        EntryFunctions::new(&*self.routing, &session.database, overrides);
+                    scan_unit(
+                        &client.input,
+                        |text| classify(text, &functions),
+                        |name| {
+                            statements?
+                                .get(name)
+                                .map(|statement| statement.access(&functions))
+                        },
+                    )
                 }
             }
         };

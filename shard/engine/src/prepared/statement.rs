@@ -64,20 +64,31 @@ impl Statement {
         &self.definition[..end]
     }
 
-    /// Whether its text may run on a replica (classified once, on first use by a reader
-    /// entry's session; every client of the definition shares the answer).
-    pub fn access(&self) -> pgtier_wire::read_only::Access {
-        use pgtier_wire::read_only::{Access, classify};
-        match self.access.load(Ordering::Relaxed) {
-            1 => Access::ReadOnly,
-            2 => Access::Write,
-            _ => {
-                let access = classify(self.query_text());
-                let code = if access == Access::ReadOnly { 1 } else { 2 };
-                self.access.store(code, Ordering::Relaxed);
-                access
-            }
+    /// Whether its text may run on a replica, with `functions`' answers. A verdict that
+    /// asked `functions` nothing depends on the text alone: it is classified once, on first
+    /// use by a reader entry's session, and every client of the definition shares it. One
+    /// that asked (a function beyond the allow-list, an entry's write list) is classified
+    /// at each use, since the answers change.
+    pub fn access(
+        &self,
+        functions: &crate::read_functions::EntryFunctions<'_>,
+    ) -> pgtier_wire::read_only::Access {
+        use pgtier_wire::read_only::{Access, classify_using};
+        let cached = match self.access.load(Ordering::Relaxed) {
+            1 => Some(Access::ReadOnly),
+            2 => Some(Access::Write),
+            _ => None,
+        };
+        if let Some(access) = cached.filter(|_| !functions.checks_built_ins()) {
+            return access;
         }
+        functions.forget_asked();
+        let access = classify_using(self.query_text(), true, functions);
+        if !functions.was_asked() {
+            let code = if access == Access::ReadOnly { 1 } else { 2 };
+            self.access.store(code, Ordering::Relaxed);
+        }
+        access
     }
 
     /// Bytes a client is charged for holding it (`max_client_prepared_bytes`).

@@ -15,6 +15,7 @@ use pgtier_wire::error_fields::Severity;
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::{CommandComplete, ErrorResponse};
+use pgtier_wire::read_only::changes_functions;
 use pgtier_wire::{FrameLimits, ProtocolError};
 use smallvec::SmallVec;
 
@@ -80,6 +81,9 @@ pub struct Scan {
     /// client (default_transaction_read_only, session_authorization...): the client changed
     /// its session, perhaps inside a function no statement scan can see into.
     pub session_param_changed: bool,
+    /// A transaction that changed functions (`CREATE FUNCTION`, `DROP SCHEMA`...: see
+    /// `pgtier_wire::read_only::changes_functions`) ended: their cached volatilities are stale.
+    pub functions_changed: bool,
 }
 
 impl Scan {
@@ -147,6 +151,10 @@ pub struct Relay {
     answering: Answered,
     /// What the answers decided for the linked client's statement names.
     fallout: Vec<Fallout>,
+    /// A command that changes functions completed in the transaction now open: reported at
+    /// its idle ReadyForQuery, once it committed (or rolled back, which is harmless), so a
+    /// look-up made after the report sees the new catalogue.
+    changed_functions: bool,
 }
 
 impl Relay {
@@ -303,6 +311,10 @@ impl Relay {
                         out.completed += 1;
                         out.answered.push(std::mem::take(&mut self.answering));
                         out.transactions += u64::from(status == TxStatus::Idle);
+                        if status == TxStatus::Idle && self.changed_functions {
+                            self.changed_functions = false;
+                            out.functions_changed = true;
+                        }
                         out.last_status = Some(status);
                     }
                 }
@@ -310,6 +322,7 @@ impl Relay {
                     if !dropping {
                         let tag = body.strip_suffix(&[0]).unwrap_or(body);
                         self.answering.rows += CommandComplete { tag }.rows().unwrap_or(0);
+                        self.changed_functions |= changes_functions(tag);
                     }
                 }
                 _ => {
@@ -426,6 +439,31 @@ mod tests {
             (0, 1, 1)
         );
         assert!(scan.idle);
+    }
+
+    #[test]
+    fn a_function_change_is_reported_when_its_transaction_ends() {
+        let mut relay = Relay::default();
+        let mut walk = |data: &[u8]| {
+            let mut tracker = busy_tracker();
+            relay.scan(
+                data,
+                &mut tracker,
+                &mut TrackedParams::default(),
+                Some(&mut TrackedParams::default()),
+                1 << 20,
+            )
+        };
+        let mut in_block = frame(b'C', b"CREATE FUNCTION\0");
+        in_block.extend(frame(b'Z', b"T"));
+        assert!(!walk(&in_block).functions_changed, "not committed yet");
+        let mut commit = frame(b'C', b"COMMIT\0");
+        commit.extend(frame(b'Z', b"I"));
+        assert!(walk(&commit).functions_changed);
+        assert!(!walk(&result(1)).functions_changed, "reported once");
+        let mut other = frame(b'C', b"CREATE TABLE\0");
+        other.extend(frame(b'Z', b"I"));
+        assert!(!walk(&other).functions_changed);
     }
 
     #[test]

@@ -75,7 +75,7 @@
 //! session's `default_transaction_isolation = serializable` (from `SET`, the role or the
 //! database), which makes every transaction on a standby fail with 0A000.
 
-mod lexer;
+pub(crate) mod lexer;
 mod names;
 mod query;
 mod statement;

@@ -40,6 +40,7 @@ mod tls_io;
 #[cfg(test)]
 mod tls_tests;
 mod upkeep;
+mod vacate;
 #[cfg(test)]
 mod waiting_tests;
 mod warmup;

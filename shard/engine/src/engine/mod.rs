@@ -42,6 +42,8 @@ mod tls_tests;
 mod upkeep;
 mod vacate;
 #[cfg(test)]
+mod vacate_tests;
+#[cfg(test)]
 mod waiting_tests;
 mod warmup;
 #[cfg(test)]

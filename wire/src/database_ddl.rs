@@ -87,6 +87,10 @@ pub struct Target {
 /// The databases a Query body (NUL-terminated) or a Parse message's query string needs free
 /// of other sessions, in the order of its statements; empty for almost every text.
 pub fn targets(text: &[u8]) -> Vec<Target> {
+    // Before any scan: most texts of a transaction-pooled workload are this short.
+    if text.len() < MIN_TEXT_BYTES {
+        return Vec::new();
+    }
     let text = match memchr::memchr(0, text) {
         Some(nul) => &text[..nul],
         None => text,

@@ -46,7 +46,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             let Some(id) = self.id_at_slot(index) else {
                 continue;
             };
-            let wanted = self.pool(id).map_or(0, opens_wanted);
+            let wanted = self.pool(id).map_or(0, |pool| opens_wanted(pool, now));
             for _ in 0..wanted {
                 if self.try_open(id, now).is_err() {
                     break;
@@ -58,7 +58,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
 }
 
 /// How many servers a pool should start opening now.
-fn opens_wanted<S>(pool: &Pool<S>) -> u32 {
+fn opens_wanted<S>(pool: &Pool<S>, now: Instant) -> u32 {
     if pool.draining {
         return 0;
     }
@@ -71,6 +71,7 @@ fn opens_wanted<S>(pool: &Pool<S>) -> u32 {
     // A pool kept warm on every worker opens only this worker's part, so the workers
     // together open `min_pool_size`, not `workers` times it (their checks race).
     let warmup = match pool.warm_share {
+        _ if pool.warmup_after.is_some_and(|after| now < after) => 0,
         Some(share) => deficit.min(share.saturating_sub(counts.servers())),
         None => deficit,
     };

@@ -35,6 +35,9 @@ pub enum CloseReason {
     /// This worker needed room for a new pool (`max_pools_per_worker`) and this server's pool
     /// was the least recently used one nobody was registered with.
     PoolEvicted,
+    /// A client's statement needs the server's database free of other sessions (`DROP
+    /// DATABASE`, `ALTER DATABASE ... RENAME`, `CREATE DATABASE ... TEMPLATE`).
+    DatabaseVacated,
 }
 
 impl CloseReason {
@@ -48,6 +51,7 @@ impl CloseReason {
             CloseReason::OverLimit => "over pool size",
             CloseReason::SharedBudgetFull => "shared connection cap full",
             CloseReason::PoolEvicted => "pool evicted (max_pools_per_worker)",
+            CloseReason::DatabaseVacated => "database dropped, renamed or copied",
         }
     }
 }

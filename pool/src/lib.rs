@@ -44,6 +44,7 @@ mod key;
 mod lease;
 mod pool;
 mod slice;
+mod vacate;
 mod wait_order;
 mod waiters;
 mod welcome;

@@ -143,6 +143,8 @@ pub(crate) struct Pool<S> {
     /// this worker's part of `min_pool_size`. None: the whole deficit (a pool only this
     /// worker's clients use).
     pub(crate) warm_share: Option<u32>,
+    /// No warmup opens before this ([`PoolSlice::vacate`](crate::PoolSlice::vacate)).
+    pub(crate) warmup_after: Option<Instant>,
 }
 
 impl<S> Pool<S> {
@@ -167,6 +169,7 @@ impl<S> Pool<S> {
             welcome: None,
             spellings,
             warm_share: None,
+            warmup_after: None,
         }
     }
 

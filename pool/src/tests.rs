@@ -724,6 +724,7 @@ mod eviction;
 mod handover;
 mod logins;
 mod model;
+mod vacate;
 mod waiting;
 
 #[test]

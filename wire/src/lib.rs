@@ -73,6 +73,12 @@
 //! entries; anything it does not fully understand is [`read_only::Access::Write`]. Whole
 //! texts, no allocation, bounded work.
 //!
+//! # Database DDL ([`database_ddl`])
+//! [`database_ddl::targets`] names the databases a Query or Parse text drops, renames, moves
+//! or copies (`DROP DATABASE`, `ALTER DATABASE ... RENAME TO | SET TABLESPACE`, `CREATE
+//! DATABASE ... TEMPLATE`), which PostgreSQL wants free of other sessions. A cheap sieve
+//! first, so almost every text costs a short scan and no lexing.
+//!
 //! # Query digests ([`normalize`])
 //! [`normalize::normalize`] turns a query text into its digest text (constants become `$n`,
 //! comments go, whitespace collapses, `IN` lists of constants shrink to one placeholder) and
@@ -86,6 +92,7 @@
 
 pub mod auth;
 pub mod codes;
+pub mod database_ddl;
 pub mod error;
 pub mod error_fields;
 pub mod framing;

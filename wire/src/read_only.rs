@@ -80,7 +80,7 @@
 
 mod catalog_change;
 mod functions;
-mod lexer;
+pub(crate) mod lexer;
 mod names;
 mod query;
 mod statement;

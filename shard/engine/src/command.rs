@@ -64,6 +64,11 @@ pub enum Command {
         database: Option<Arc<str>>,
         user: Option<Arc<str>>,
     },
+    /// A client's statement on another shard needs `database` (a PostgreSQL database name)
+    /// free of other sessions (`DROP DATABASE`...): close the idle servers of it here.
+    VacateDatabase {
+        database: Arc<str>,
+    },
     /// An admin session on shard `from` asks for this shard's client and pool rows.
     ListSessions {
         from: usize,

@@ -1,5 +1,5 @@
-//! The read-only classifier's tokenizer: PostgreSQL's lexical rules, reduced to what the
-//! classifier needs to see.
+//! The tokenizer of the whole-text classifiers (the read-only classifier, and
+//! `database_ddl`): PostgreSQL's lexical rules, reduced to what they need to see.
 //!
 //! It works on a whole text (the classifier is handed complete Query and Parse texts), has
 //! one token of look-ahead (lexed once), and never allocates. Where PostgreSQL would
@@ -11,7 +11,7 @@ use memchr::{memchr, memchr2, memmem};
 
 /// One token. Words and quoted identifiers keep their bytes (as written, not case-folded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Tok<'a> {
+pub(crate) enum Tok<'a> {
     /// An unquoted identifier or keyword.
     Word(&'a [u8]),
     /// A `"..."` identifier: its bytes between the quotes (a doubled `""` is left doubled).
@@ -40,12 +40,12 @@ pub(super) enum Tok<'a> {
 
 impl Tok<'_> {
     /// Whether this is the unquoted word `keyword` (given in lower case), in any case.
-    pub(super) fn is(self, keyword: &str) -> bool {
+    pub(crate) fn is(self, keyword: &str) -> bool {
         matches!(self, Tok::Word(w) if w.eq_ignore_ascii_case(keyword.as_bytes()))
     }
 
     /// Whether this ends a statement.
-    pub(super) fn ends_statement(self) -> bool {
+    pub(crate) fn ends_statement(self) -> bool {
         matches!(self, Tok::Semi | Tok::End)
     }
 }
@@ -62,7 +62,7 @@ enum Escapes {
 }
 
 #[derive(Debug)]
-pub(super) struct Lexer<'a> {
+pub(crate) struct Lexer<'a> {
     text: &'a [u8],
     at: usize,
     /// standard_conforming_strings: whether a backslash in a plain string is an ordinary byte.
@@ -71,21 +71,30 @@ pub(super) struct Lexer<'a> {
     failed: bool,
     /// The token [`Lexer::peek`] read and the offset after it, so that it is lexed only once.
     peeked: Option<(Tok<'a>, usize)>,
+    /// Where the token lexed last starts and ends (see [`Lexer::last_lexed`]).
+    span: (usize, usize),
 }
 
 impl<'a> Lexer<'a> {
-    pub(super) fn new(text: &'a [u8], standard_conforming_strings: bool) -> Self {
+    pub(crate) fn new(text: &'a [u8], standard_conforming_strings: bool) -> Self {
         Lexer {
             text,
             at: 0,
             standard_strings: standard_conforming_strings,
             failed: false,
             peeked: None,
+            span: (0, 0),
         }
     }
 
+    /// The bytes of the token lexed last, as written (a string with its quotes): the token
+    /// [`Lexer::next_tok`] just returned, unless [`Lexer::peek`] lexed another since.
+    pub(crate) fn last_lexed(&self) -> &'a [u8] {
+        self.text.get(self.span.0..self.span.1).unwrap_or_default()
+    }
+
     /// The next token without consuming it.
-    pub(super) fn peek(&mut self) -> Tok<'a> {
+    pub(crate) fn peek(&mut self) -> Tok<'a> {
         if let Some((tok, _)) = self.peeked {
             return tok;
         }
@@ -97,7 +106,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// The next token. After [`Tok::End`] or [`Tok::Bad`] it keeps returning the same.
-    pub(super) fn next_tok(&mut self) -> Tok<'a> {
+    pub(crate) fn next_tok(&mut self) -> Tok<'a> {
         if let Some((tok, after)) = self.peeked.take() {
             self.at = after;
             return tok;
@@ -124,7 +133,12 @@ impl<'a> Lexer<'a> {
                         return Tok::Bad;
                     }
                 }
-                _ => return self.token(b, next),
+                _ => {
+                    let start = self.at;
+                    let tok = self.token(b, next);
+                    self.span = (start, self.at);
+                    return tok;
+                }
             }
         }
     }

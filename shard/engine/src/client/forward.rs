@@ -7,11 +7,15 @@
 //! (and a Query that may name a statement) is taken whole, a Bind up to its statement name,
 //! and the rewriter decides what the server gets; every message goes in the server's
 //! ledger. With query digests on, the session's call log hears of every Query, Parse, Bind,
-//! Execute, Sync and FunctionCall (`crate::client::calls`). A Terminate ends the client; a
+//! Execute, Sync and FunctionCall (`crate::client::calls`). In every mode, each Query and
+//! Parse text is checked for statements that need a database free of other sessions
+//! (`pgtier_wire::database_ddl`), so the engine can close its idle servers of that database
+//! before the statement reaches PostgreSQL. A Terminate ends the client; a
 //! type byte no frontend sends, or a bad length, is a protocol violation and never reaches
 //! the server.
 
 use bytes::BytesMut;
+use pgtier_wire::database_ddl::{self, Target};
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
 use pgtier_wire::{FrameLimits, codes};
@@ -25,6 +29,11 @@ use crate::tracker::Tracker;
 /// Longest Bind head (portal and statement names) looked for before a Bind is passed on
 /// unread.
 const MAX_BIND_HEAD_BYTES: usize = 64 * 1024;
+
+/// A Query or Parse up to this long waits until it is whole before any of it goes, so that
+/// its text is checked for database DDL whatever pieces it arrives in (such statements are
+/// short). Longer ones stream.
+const WHOLE_TEXT_BYTES: usize = 4096;
 
 /// Why forwarding stopped before the end of the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +57,9 @@ pub struct Forwarded {
     pub effects: Effects,
     /// A Query, Sync or FunctionCall was forwarded: a response is now awaited.
     pub started: bool,
+    /// Databases that statements of the forwarded texts need free of other sessions
+    /// (`DROP DATABASE`...): the engine closes its idle servers of them before the bytes go.
+    pub vacate: Vec<Target>,
     /// Set when the client must be closed.
     pub end: Option<ForwardEnd>,
 }
@@ -186,6 +198,10 @@ impl Forwarder {
             }
             let total = header.len as usize + 1;
             let available = &input[pos..];
+            let text_message = matches!(code, codes::frontend::QUERY | codes::frontend::PARSE);
+            if text_message && total <= WHOLE_TEXT_BYTES && available.len() < total {
+                break;
+            }
             let plan = match rewriter {
                 None => Plan::Stream,
                 Some(_) if code == codes::frontend::BIND => {
@@ -229,6 +245,10 @@ impl Forwarder {
                 calls.on_message(code, body, end == pos + total);
             }
             let parse = code == codes::frontend::PARSE;
+            if text_message && let Some(body) = input.get(pos + HEADER_LEN..pos + total) {
+                out.vacate
+                    .extend(database_ddl::targets(sql_text(body, parse)));
+            }
             let mut effects = Effects::NONE;
             let mut streamed_scan = None;
             if let Some(watch) = watch.filter(|_| parse || code == codes::frontend::QUERY) {
@@ -317,6 +337,18 @@ impl Forwarder {
     }
 }
 
+/// The SQL text of a Query body, or of a Parse body (after the statement's name); the
+/// classifiers stop at its NUL.
+fn sql_text(body: &[u8], parse: bool) -> &[u8] {
+    if !parse {
+        return body;
+    }
+    match memchr::memchr(0, body) {
+        Some(nul) => &body[nul + 1..],
+        None => &[],
+    }
+}
+
 /// Sends `input[..pos]` on as it is.
 fn flush(input: &mut BytesMut, pos: &mut usize, chunks: &mut Chunks) {
     if *pos > 0 {
@@ -378,13 +410,14 @@ mod tests {
 
     #[test]
     fn a_body_streams_in_pieces_and_its_state_is_classified_across_them() {
-        let message = query("SET work_mem = '64MB'");
+        let padding = "x".repeat(WHOLE_TEXT_BYTES);
+        let message = query(&format!("SET work_mem = '64MB' -- {padding}"));
         let mut tracker = Tracker::default();
         let mut forwarder = Forwarder::default();
         let mut sent = Vec::new();
         let mut effects = Effects::NONE;
         let mut input = BytesMut::new();
-        for piece in message.chunks(3) {
+        for piece in message.chunks(1000) {
             input.extend_from_slice(piece);
             let out = forwarder.forward(
                 &mut input,
@@ -402,6 +435,79 @@ mod tests {
         assert_eq!(sent, message, "every byte forwarded, in order");
         assert!(effects.pins(), "{effects:?}");
         assert!(!forwarder.mid_message());
+    }
+
+    #[test]
+    fn a_short_text_waits_whole_and_its_database_ddl_is_named_once() {
+        let message = query("DROP DATABASE \"Shop\"");
+        let mut tracker = Tracker::default();
+        let mut forwarder = Forwarder::default();
+        let mut input = BytesMut::new();
+        let mut vacate = Vec::new();
+        let pieces: Vec<&[u8]> = message.chunks(3).collect();
+        for (n, piece) in pieces.iter().enumerate() {
+            input.extend_from_slice(piece);
+            let out = forwarder.forward(
+                &mut input,
+                &mut tracker,
+                ForwardLimits::messages(1 << 20),
+                None,
+                Texts::classified(&mut TextCache::default()),
+                None,
+            );
+            let last = n + 1 == pieces.len();
+            assert_eq!(
+                out.chunks.is_empty(),
+                !last,
+                "nothing goes before the whole text"
+            );
+            vacate.extend(out.vacate);
+        }
+        assert_eq!(
+            vacate,
+            [Target {
+                command: database_ddl::DatabaseCommand::Drop,
+                database: "Shop".to_string()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_parse_text_is_checked_for_database_ddl_in_session_mode_too() {
+        let sql = b"ALTER DATABASE a RENAME TO b";
+        let mut body = b"s1\0".to_vec();
+        body.extend_from_slice(sql);
+        body.extend_from_slice(b"\0\0\0");
+        let mut message = vec![b'P'];
+        message.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        message.extend_from_slice(&body);
+        let mut input = BytesMut::from(&message[..]);
+        let out = Forwarder::default().forward(
+            &mut input,
+            &mut Tracker::default(),
+            ForwardLimits::messages(1 << 20),
+            None,
+            Texts::classified(&mut TextCache::default()),
+            None,
+        );
+        let names: Vec<&str> = out.vacate.iter().map(|t| t.database.as_str()).collect();
+        assert_eq!(names, ["a"]);
+        assert!(query_vacates_nothing("SELECT 1"));
+    }
+
+    fn query_vacates_nothing(sql: &str) -> bool {
+        let mut input = BytesMut::from(&query(sql)[..]);
+        Forwarder::default()
+            .forward(
+                &mut input,
+                &mut Tracker::default(),
+                ForwardLimits::messages(1 << 20),
+                None,
+                Texts::classified(&mut TextCache::default()),
+                None,
+            )
+            .vacate
+            .is_empty()
     }
 
     #[test]

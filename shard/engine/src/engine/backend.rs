@@ -72,7 +72,7 @@ impl Engine {
             return;
         };
         let entry = self.config.database(&key.database);
-        let dbname = entry.map_or(&*key.database, |db| db.server_dbname(&key.database));
+        let dbname = super::vacate::server_dbname(&self.config, key);
         let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
         // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
         // timezone) open every server of the entry. These are tracked parameters, so a client

@@ -571,6 +571,10 @@ impl Engine {
             session.query_started.get_or_insert(self.now);
             session.transaction_started.get_or_insert(self.now);
         }
+        if !out.vacate.is_empty() {
+            // Before the statement goes: the closes are on their way when it arrives.
+            self.vacate_databases(out.vacate);
+        }
         for chunk in out.chunks {
             self.send(Conn::Server(server_id), chunk);
         }

@@ -40,6 +40,9 @@ mod tls_io;
 #[cfg(test)]
 mod tls_tests;
 mod upkeep;
+mod vacate;
+#[cfg(test)]
+mod vacate_tests;
 #[cfg(test)]
 mod waiting_tests;
 mod warmup;

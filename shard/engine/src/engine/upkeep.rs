@@ -481,6 +481,7 @@ impl Engine {
                     self.retire(closing);
                 }
             }
+            Command::VacateDatabase { database } => self.vacate_database(&database),
             Command::ListSessions { from, request_id } => {
                 let part = Box::new(self.list_sessions());
                 self.outbox.push(Action::Post {

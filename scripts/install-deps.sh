@@ -20,12 +20,14 @@ if [ "$need" = 1 ]; then
 fi
 # The admin-console tests run PgBouncer's own tools against pgtier: Debian's
 # prometheus-pgbouncer-exporter, PgBouncer itself (its console is compared with pgtier's), and
-# both Python drivers (psycopg2 speaks the simple protocol, psycopg 3 the extended one).
+# both Python drivers (psycopg2 speaks the simple protocol, psycopg 3 the extended one), and
+# asyncpg (its COPY after a named statement is a regression test).
 extra=()
 [ -x /usr/bin/prometheus-pgbouncer-exporter ] || extra+=(prometheus-pgbouncer-exporter)
 [ -x /usr/sbin/pgbouncer ] || extra+=(pgbouncer)
 /usr/bin/python3 -c 'import psycopg2' 2>/dev/null || extra+=(python3-psycopg2)
 /usr/bin/python3 -c 'import psycopg' 2>/dev/null || extra+=(python3-psycopg)
+/usr/bin/python3 -c 'import asyncpg' 2>/dev/null || extra+=(python3-asyncpg)
 if [ "${#extra[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

@@ -123,12 +123,17 @@ fn main() -> ExitCode {
             let variation = variation_for(seed, mode);
             let (outcome, finding) = fuzz_seed(&mut bench, seed, variation, options.shape, 150);
             runs += 1;
+            if runs % 50 == 0 {
+                eprintln!(
+                    "{runs} programs, {:.0} s: {same} same, {diverged} diverged, {invalid} invalid",
+                    started.elapsed().as_secs_f64()
+                );
+            }
             match outcome {
                 Outcome::Same => same += 1,
                 Outcome::Invalid(why) => {
                     invalid += 1;
-                    let first = why.lines().next().unwrap_or_default().to_string();
-                    eprintln!("seed {seed} ({}): invalid program: {first}", mode.name());
+                    eprintln!("seed {seed} ({}): invalid program: {why}", mode.name());
                 }
                 Outcome::Diverged(_) => diverged += 1,
             }

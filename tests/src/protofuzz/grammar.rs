@@ -101,6 +101,8 @@ struct ClientGen {
     index: usize,
     rng: Rng,
     ops: Vec<Op>,
+    /// Statements made by `prepare_with_flush` so far (their names are unique).
+    prepared: usize,
 }
 
 impl ClientGen {
@@ -110,6 +112,7 @@ impl ClientGen {
             index,
             rng,
             ops: Vec::new(),
+            prepared: 0,
         }
     }
 
@@ -371,8 +374,16 @@ impl ClientGen {
     /// asyncpg's prepare: Parse, Describe statement, Flush, read the answers; then
     /// something else on the same connection with no Sync in between.
     fn prepare_with_flush(&mut self) {
-        let name = format!("__fz_stmt_{}__", 1 + self.rng.below(3));
-        let (sql, params) = self.parse_text();
+        // A unique name and a text that parses, as a driver's statement cache makes: after
+        // an error the server would skip everything up to a Sync, the Query too.
+        self.prepared += 1;
+        let name = format!("__fz_stmt_{}__", self.prepared);
+        let (mut sql, mut params) = self.parse_text();
+        while sql.starts_with("SELEC ") {
+            (sql, params) = self.parse_text();
+        }
+        // Nor in a failed transaction block, where the Parse fails too.
+        self.exchange(vec![Msg::Query("ROLLBACK".to_string())]);
         self.send(vec![
             Msg::Parse {
                 name: name.clone(),
@@ -444,7 +455,8 @@ impl ClientGen {
     }
 
     /// COPY FROM STDIN by a simple Query: data, then CopyDone or CopyFail; all pipelined,
-    /// or after waiting for CopyInResponse.
+    /// or after a pause in which CopyInResponse arrives (unless the COPY failed: in a failed
+    /// transaction block, a wait for CopyInResponse itself would never end).
     fn copy_in(&mut self) {
         let s = self.s.clone();
         let format = *self.rng.pick(&["text", "csv", "binary"]);
@@ -459,7 +471,7 @@ impl ClientGen {
         rows.push(end);
         if self.rng.chance(50) && table == "c" {
             self.send(vec![Msg::Query(sql)]);
-            self.ops.push(Op::Tag(b'G'));
+            self.ops.push(Op::Settle(20));
             self.send(rows);
         } else {
             let mut msgs = vec![Msg::Query(sql)];
@@ -618,7 +630,7 @@ impl ClientGen {
             ]),
             2 => {
                 self.send(vec![Msg::Query(format!("COPY {s}.c FROM STDIN"))]);
-                self.ops.push(Op::Tag(b'G'));
+                self.ops.push(Op::Settle(20));
                 self.send(vec![Msg::CopyData(b"5\tfive\n".to_vec())]);
             }
             3 => {

@@ -16,11 +16,17 @@ pub mod runner;
 pub mod shrink;
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::differential::PoolMode;
 pub use grammar::{Shape, generate};
 pub use program::Program;
 pub use runner::{Bench, Outcome, Variation};
+
+/// A step's timeout while shrinking (a cancelled `pg_sleep(3)` still fits).
+const SHRINK_STEP_TIMEOUT: Duration = Duration::from_secs(6);
+/// How long shrinking one divergence may take.
+const SHRINK_TIME: Duration = Duration::from_secs(240);
 
 /// Where the regression cases live, relative to the `tests` crate.
 pub const CASES_DIR: &str = "protofuzz-cases";
@@ -60,9 +66,15 @@ pub fn fuzz_seed(
     if !outcome.diverged() {
         return (outcome, None);
     }
+    // A shrinking step that hangs waits the whole step timeout: a shorter one, and a bound
+    // on the time shrinking may take, keep a stubborn divergence from stalling the run.
+    let full_timeout = bench.step_timeout;
+    bench.step_timeout = SHRINK_STEP_TIMEOUT;
+    let started = Instant::now();
     let minimal = shrink::shrink(&program, shrink_budget, |candidate| {
-        bench.check(candidate, variation).diverged()
+        started.elapsed() < SHRINK_TIME && bench.check(candidate, variation).diverged()
     });
+    bench.step_timeout = full_timeout;
     let report = match bench.check(&minimal, variation) {
         Outcome::Diverged(report) => report,
         // It diverged once but not again: keep what the original run showed.

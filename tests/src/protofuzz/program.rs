@@ -26,6 +26,9 @@ use std::time::Duration;
 use crate::differential::{Frontend, Script};
 use crate::rawwire;
 
+/// Parameters whose ParameterStatus messages take part in the comparison.
+pub const REPORTED_PARAMETERS: [&str; 2] = ["application_name", "DateStyle"];
+
 /// One frontend message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -256,7 +259,12 @@ impl ClientProgram {
             .map(|index| format!("c{index}"))
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut script = Script::new(&refs).step_timeout(step_timeout);
+        // The parameters the grammar SETs and RESETs: their ParameterStatus messages are
+        // compared, where they come included; every other one is left out (see
+        // docs/compatibility.md, "The differential protocol fuzzer").
+        let mut script = Script::new(&refs)
+            .step_timeout(step_timeout)
+            .report_parameters(&REPORTED_PARAMETERS);
         let mut conn = 0;
         for op in &self.ops {
             let name = refs[conn.min(refs.len() - 1)];

@@ -172,11 +172,14 @@ impl Forwarder {
                 .as_ref()
                 .is_some_and(|rewriter| rewriter.server.ledger.holds_back())
                 && !is_copy_message(input[pos])
+                && !tracker.copy_in()
             {
                 // The rest waits for the answer to a segment that changed statements. COPY
                 // data and its end never wait: they name no statement, and the answer being
                 // waited for may be the one to a COPY FROM STDIN that only they can end (a
-                // driver that sends Parse/Describe/Flush, then a simple Query COPY).
+                // driver that sends Parse/Describe/Flush, then a simple Query COPY). Nor does
+                // anything sent while the server is in COPY FROM STDIN: the server ends the
+                // copy with an error at any other message, and must see it to do so.
                 break;
             }
             let header = match framing::peek_header(&input[pos..], &limits) {
@@ -204,6 +207,9 @@ impl Forwarder {
             }
             let plan = match rewriter {
                 None => Plan::Stream,
+                // In COPY FROM STDIN the server takes no statement names: whatever comes goes
+                // as it is, and the server answers it as it would the client's own bytes.
+                Some(_) if tracker.copy_in() => Plan::Stream,
                 Some(_) if code == codes::frontend::BIND => {
                     match Rewriter::bind_head_len(&available[..available.len().min(total)]) {
                         Some(len) => Plan::BindHead(len),

@@ -359,8 +359,13 @@ impl Engine {
         }
         if !scan.idle {
             // A ReadyForQuery ends a segment the client's next messages waited for; an error
-            // makes the server skip the rest of its segment, which may end the wait too.
-            if scan.ready_seen || scan.errors > 0 {
+            // makes the server skip the rest of its segment, which may end the wait too; and
+            // a server in COPY FROM STDIN needs what the client sent, whatever it waited for.
+            let copying = self
+                .servers
+                .get(server_id.0)
+                .is_some_and(|server| server.tracker.copy_in());
+            if scan.ready_seen || scan.errors > 0 || copying {
                 self.forward_held_input(server_id, client_id);
             }
             return;
@@ -387,7 +392,9 @@ impl Engine {
         let Some(server) = self.servers.get(server_id.0) else {
             return;
         };
-        if server.client() != Some(client_id) || server.relay.holds_back_client() {
+        if server.client() != Some(client_id)
+            || (server.relay.holds_back_client() && !server.tracker.copy_in())
+        {
             return;
         }
         let pending = self.clients.get(client_id.0).is_some_and(|client| {

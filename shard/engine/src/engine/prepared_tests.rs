@@ -291,6 +291,36 @@ fn deallocate_all_forgets_every_name_once_it_succeeds() {
 }
 
 #[test]
+fn a_named_deallocate_all_forgets_every_name_at_its_execute() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 2",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(
+        a,
+        &pipeline(&[
+            parse("s1", "SELECT 1"),
+            parse("s2", "DEALLOCATE ALL"),
+            sync(),
+        ]),
+    );
+    assert_eq!(h.client_tags(a), "11Z");
+    h.client_sends(a, &pipeline(&[bind("s2"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    // b holds the first server, so a's next transaction runs on a second one.
+    h.client_sends(b, &query("BEGIN"));
+    assert_eq!(h.client_tags(b), "CZ");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 2"), sync()]));
+    assert_eq!(
+        h.client_tags(a),
+        "1Z",
+        "s1 is gone, as on PostgreSQL: a new Parse of it succeeds (no 42P05)"
+    );
+    assert_eq!(h.live_servers().len(), 2);
+}
+
+#[test]
 fn a_client_over_its_statement_bytes_is_closed_with_53200() {
     let mut h = Harness::new(&config(&format!("{TX}\nmax_client_prepared_bytes = 40")));
     let (a, _) = h.login("alice", "db");

@@ -360,6 +360,14 @@ impl Rewriter<'_> {
         let statement = self.statement(name);
         if let Some(statement) = &statement {
             self.ensure(statement, OnError::Forward, false, out);
+            if statement.deallocates_all() {
+                // A named `DEALLOCATE ALL`: as the unnamed one, it acts at this portal's
+                // Execute, and the server's cache is no longer known from then on.
+                self.server.statements.all_unknown();
+                self.server
+                    .ledger
+                    .pending_at_execute(PendingAtExecute::ForgetAll);
+            }
         }
         let declared = match head.get(1..5) {
             Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]) as usize,

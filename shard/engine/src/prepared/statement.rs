@@ -29,6 +29,9 @@ pub struct Statement {
     /// Whether its text may run on a replica, once classified (0: not yet; see
     /// [`Statement::access`]).
     access: AtomicU8,
+    /// Whether executing it deallocates every statement, once classified (0: not yet; see
+    /// [`Statement::deallocates_all`]).
+    deallocates: AtomicU8,
 }
 
 impl Statement {
@@ -62,6 +65,24 @@ impl Statement {
     pub fn query_text(&self) -> &[u8] {
         let end = memchr::memchr(0, &self.definition).unwrap_or(self.definition.len());
         &self.definition[..end]
+    }
+
+    /// Whether its text is `DEALLOCATE ALL` or `DISCARD ALL`, which drop every prepared
+    /// statement of the session when executed (at its Execute, whatever happens to the rest
+    /// of the pipeline). Classified on first use, then cached: Binds of it are rare.
+    pub fn deallocates_all(&self) -> bool {
+        match self.deallocates.load(Ordering::Relaxed) {
+            1 => false,
+            2 => true,
+            _ => {
+                use pgtier_wire::session_state::{Effects, classify_query};
+                let all = Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL);
+                let yes = classify_query(self.query_text()).intersects(all);
+                self.deallocates
+                    .store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+                yes
+            }
+        }
     }
 
     /// Whether its text may run on a replica, with `functions`' answers. A verdict that
@@ -190,6 +211,7 @@ impl Registry {
             clients: AtomicU32::new(0),
             orphans: self.orphans.clone(),
             access: AtomicU8::new(0),
+            deallocates: AtomicU8::new(0),
         });
         self.live.insert(definition, Arc::downgrade(&statement));
         statement

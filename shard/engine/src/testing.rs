@@ -170,6 +170,8 @@ pub struct FakeBackend {
     pub shadow: Vec<(String, String)>,
     /// The first parameter of the last Bind.
     bound: Option<String>,
+    /// The unnamed statement's text (dropped by a simple Query and a Close of it).
+    pub unnamed: Option<String>,
 }
 
 impl FakeBackend {
@@ -277,6 +279,7 @@ impl FakeBackend {
         }
         match message.tag {
             b'Q' => {
+                self.unnamed = None;
                 let sql = String::from_utf8_lossy(
                     message.body.split(|&b| b == 0).next().unwrap_or_default(),
                 )
@@ -311,7 +314,9 @@ impl FakeBackend {
                     let message = format!("prepared statement \"{name}\" already exists");
                     self.extended_error("42P05", &message, out);
                 } else {
-                    if !name.is_empty() {
+                    if name.is_empty() {
+                        self.unnamed = Some(sql);
+                    } else {
                         self.statements.push(name);
                     }
                     out.extend(frame(b'1', &[]));
@@ -324,6 +329,9 @@ impl FakeBackend {
                 if !name.is_empty() && !self.statements.contains(&name) {
                     let message = format!("prepared statement \"{name}\" does not exist");
                     self.extended_error("26000", &message, out);
+                } else if name.is_empty() && self.unnamed.is_none() {
+                    let message = "unnamed prepared statement does not exist";
+                    self.extended_error("26000", message, out);
                 } else if self.status == b'E' {
                     self.extended_error("25P02", "current transaction is aborted", out);
                 } else {
@@ -343,6 +351,9 @@ impl FakeBackend {
                 if kind == Some(b'S') && !name.is_empty() && !self.statements.contains(&name) {
                     let message = format!("prepared statement \"{name}\" does not exist");
                     self.extended_error("26000", &message, out);
+                } else if kind == Some(b'S') && name.is_empty() && self.unnamed.is_none() {
+                    let message = "unnamed prepared statement does not exist";
+                    self.extended_error("26000", message, out);
                 } else {
                     if kind == Some(b'S') {
                         out.extend(frame(b't', &[0, 0]));
@@ -382,6 +393,9 @@ impl FakeBackend {
                             .unwrap_or_default(),
                     )
                     .into_owned();
+                    if name.is_empty() {
+                        self.unnamed = None;
+                    }
                     self.statements.retain(|held| *held != name);
                 }
                 out.extend(frame(b'3', &[]));

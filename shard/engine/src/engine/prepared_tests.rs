@@ -321,6 +321,51 @@ fn a_named_deallocate_all_forgets_every_name_at_its_execute() {
 }
 
 #[test]
+fn the_unnamed_statement_follows_its_client_and_never_reaches_another() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 2",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    // asyncpg without a statement cache: Parse/Describe/Sync, then Bind/Execute/Sync.
+    h.client_sends(
+        a,
+        &pipeline(&[parse("", "SELECT 1"), describe(b'S', ""), sync()]),
+    );
+    assert_eq!(h.client_tags(a), "1tnZ");
+    let first = h.live_servers()[0];
+    // b holds that server, so a's next transaction runs on a second one.
+    h.client_sends(b, &query("BEGIN"));
+    assert_eq!(h.client_tags(b), "CZ");
+    h.client_sends(a, &pipeline(&[bind(""), execute(), sync()]));
+    assert_eq!(
+        h.client_tags(a),
+        "2CZ",
+        "the client's unnamed statement was prepared on the second server first"
+    );
+    let second = *h
+        .live_servers()
+        .iter()
+        .find(|&&server| server != first)
+        .expect("a second server");
+    assert_eq!(h.backend(second).unnamed.as_deref(), Some("SELECT 1"));
+    // The first server still holds a's unnamed statement; b never parsed one.
+    h.client_sends(b, &query("COMMIT"));
+    assert_eq!(h.client_tags(b), "CZ");
+    h.client_sends(b, &pipeline(&[bind(""), execute(), sync()]));
+    let out = h.client_output(b);
+    assert_eq!(tags(&out), "EZ", "b must not run a's statement");
+    assert_eq!(errors(&out)[0].0, "26000");
+    h.client_sends(b, &pipeline(&[describe(b'S', ""), sync()]));
+    assert_eq!(errors(&h.client_output(b))[0].0, "26000");
+    // A simple Query drops the client's own, as on PostgreSQL.
+    h.client_sends(a, &query("SELECT 2"));
+    h.client_tags(a);
+    h.client_sends(a, &pipeline(&[bind(""), execute(), sync()]));
+    assert_eq!(errors(&h.client_output(a))[0].0, "26000");
+}
+
+#[test]
 fn a_client_over_its_statement_bytes_is_closed_with_53200() {
     let mut h = Harness::new(&config(&format!("{TX}\nmax_client_prepared_bytes = 40")));
     let (a, _) = h.login("alice", "db");

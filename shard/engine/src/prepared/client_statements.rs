@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ahash::RandomState;
 
 use super::statement::Statement;
+use super::unnamed::ClientUnnamed;
 
 /// A client's statements by its own names.
 #[derive(Debug, Default)]
@@ -15,9 +16,20 @@ pub struct ClientStatements {
     by_name: HashMap<Box<[u8]>, Arc<Statement>, RandomState>,
     /// Definition bytes held (`max_client_prepared_bytes` bounds it).
     bytes: usize,
+    /// Its unnamed statement, if it has one.
+    unnamed: Option<ClientUnnamed>,
 }
 
 impl ClientStatements {
+    pub fn unnamed(&self) -> Option<&ClientUnnamed> {
+        self.unnamed.as_ref()
+    }
+
+    /// Its unnamed statement is now this one (`None`: a simple Query or a Close dropped it).
+    pub fn set_unnamed(&mut self, unnamed: Option<ClientUnnamed>) {
+        self.unnamed = unnamed;
+    }
+
     pub fn get(&self, name: &[u8]) -> Option<&Arc<Statement>> {
         self.by_name.get(name)
     }

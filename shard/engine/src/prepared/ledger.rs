@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use super::server_statements::ServerStatements;
 use super::statement::Statement;
+use super::unnamed::ServerUnnamed;
 
 /// What to do with the server's error for an injected Parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,9 @@ pub struct ParseOwed {
     pub creates: Option<Arc<Statement>>,
     /// The client name it registered, forgotten if the Parse fails or is skipped.
     pub registers: Option<Box<[u8]>>,
+    /// It replaces the unnamed statement: if it fails or is skipped, whose unnamed
+    /// statement the server holds is no longer known.
+    pub unnamed: bool,
 }
 
 /// A Close sent to the server that pgtier must follow up.
@@ -53,6 +57,9 @@ pub enum CloseOwed {
     /// The client closed its name: sent as a Close of no statement (the server keeps the
     /// statement for others); the name comes back if the server skips the Close.
     Forgets(Box<[u8]>, Arc<Statement>),
+    /// A Close of the unnamed statement; `injected` if pgtier sent it on its own (before a
+    /// Bind or Describe of the unnamed statement by a client that has none).
+    Unnamed { injected: bool },
 }
 
 /// What a Query or a Sync does for the client's statements once it succeeds.
@@ -328,8 +335,12 @@ impl Ledger {
             b'3' => match self.pop() {
                 Some(Owed::Close(None)) => Verdict::Forward,
                 Some(Owed::Close(Some(close))) => match *close {
-                    CloseOwed::Forgets(..) => Verdict::Forward,
-                    CloseOwed::Evicts(_) | CloseOwed::Reprepare(_) => Verdict::Swallow,
+                    CloseOwed::Forgets(..) | CloseOwed::Unnamed { injected: false } => {
+                        Verdict::Forward
+                    }
+                    CloseOwed::Evicts(_)
+                    | CloseOwed::Reprepare(_)
+                    | CloseOwed::Unnamed { injected: true } => Verdict::Swallow,
                 },
                 _ => Verdict::Desync,
             },
@@ -433,6 +444,9 @@ impl Ledger {
                     _ => Verdict::Forward,
                 };
                 let parse = *parse;
+                if parse.unnamed {
+                    statements.set_unnamed(ServerUnnamed::Unknown);
+                }
                 if let Some(statement) = parse.creates {
                     // A failed Parse creates nothing, and pgtier only sends one for a
                     // statement the server does not have (or has just closed).
@@ -510,6 +524,9 @@ impl Ledger {
             match self.pop_failed(fallout) {
                 Some(Owed::Parse(parse)) => {
                     let parse = *parse;
+                    if parse.unnamed {
+                        statements.set_unnamed(ServerUnnamed::Unknown);
+                    }
                     if let Some(statement) = parse.creates {
                         // Skipped: whether it existed before (a Close before it was skipped
                         // too) is not known here.
@@ -520,6 +537,8 @@ impl Ledger {
                     }
                 }
                 Some(Owed::Close(Some(close))) => undo_close(*close, statements, fallout),
+                // A skipped Query did not drop the unnamed statement it was taken to drop.
+                Some(Owed::Query(_)) => statements.set_unnamed(ServerUnnamed::Unknown),
                 _ => {}
             }
         }
@@ -536,6 +555,7 @@ fn undo_close(close: CloseOwed, statements: &mut ServerStatements, fallout: &mut
         // The Parse after it decides (it is skipped too).
         CloseOwed::Reprepare(_) => {}
         CloseOwed::Forgets(name, statement) => fallout.push(Fallout::Restore(name, statement)),
+        CloseOwed::Unnamed { .. } => statements.set_unnamed(ServerUnnamed::Unknown),
     }
 }
 
@@ -590,6 +610,7 @@ mod tests {
                 injected,
                 creates,
                 registers,
+                unnamed: false,
             })));
         }
 

@@ -20,6 +20,7 @@ pub mod rewrite;
 pub mod server_statements;
 pub mod sql_names;
 pub mod statement;
+pub mod unnamed;
 
 pub use client_statements::ClientStatements;
 pub use ledger::{Fallout, Ledger, Verdict};

@@ -19,7 +19,9 @@
 //!   CloseComplete) comes back with the client's name. In SQL, `EXECUTE`/`DEALLOCATE` of a
 //!   name that is not the client's passes as it is (an SQL-level statement of the client's,
 //!   which pins it to its server), unless it is in pgtier's namespace (`pgtier_...`).
-//! - Unnamed statements and portals pass as they are.
+//! - Unnamed statements and portals pass as they are, except that a Bind or Describe of the
+//!   unnamed statement first makes the server's unnamed statement the client's own, or none
+//!   (`crate::prepared::unnamed`).
 //!
 //! Every message sent is entered in the server's `Ledger`, which follows the answers.
 
@@ -38,6 +40,12 @@ use super::ledger::{
 use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
 use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
+use super::unnamed::{ClientUnnamed, ServerUnnamed};
+
+/// The longest unnamed Parse body a client's unnamed statement keeps a copy of, to prepare
+/// it again on another server. A longer one is not kept: on another server, a Bind of it
+/// gets 26000 instead (docs/compatibility.md).
+const MAX_KEPT_UNNAMED_BYTES: usize = 16 * 1024;
 
 /// A name no statement ever has (ids start at 1): the Close a client's Close becomes, and
 /// what a name the client never prepared becomes, so that it can never reach a statement
@@ -162,7 +170,10 @@ impl Rewriter<'_> {
     /// A message sent on unchanged without being looked at: it goes in the ledger.
     pub fn passed(&mut self, code: u8, effects: Effects) {
         let owed = match code {
-            b'Q' => Owed::Query(self.reset_effects(effects)),
+            b'Q' => {
+                self.query_sent();
+                Owed::Query(self.reset_effects(effects))
+            }
             b'P' => {
                 if self
                     .reset_effects(effects)
@@ -177,6 +188,7 @@ impl Rewriter<'_> {
                     injected: None,
                     creates: None,
                     registers: None,
+                    unnamed: true,
                 }))
             }
             b'B' => Owed::Bind,
@@ -258,6 +270,7 @@ impl Rewriter<'_> {
                     injected: None,
                     creates: None,
                     registers: None,
+                    unnamed: false,
                 })),
                 renamed(
                     existing.server_name(),
@@ -284,6 +297,7 @@ impl Rewriter<'_> {
             injected: None,
             creates: Some(statement),
             registers: Some(parse.statement.into()),
+            unnamed: false,
         })));
         Rewrite::Replaced
     }
@@ -299,6 +313,7 @@ impl Rewriter<'_> {
         let Some((target, found)) = self.named_in_sql(sql) else {
             let effects = without_a_foreign_deallocate(sql, effects);
             self.passed(b'P', effects);
+            self.unnamed_parsed(body);
             return Rewrite::AsIs;
         };
         let statement = match target {
@@ -308,6 +323,7 @@ impl Rewriter<'_> {
         if let Some(statement) = &statement {
             self.ensure(statement, OnError::Forward, false, out);
         }
+        self.unnamed_parsed(body);
         let server_name = statement
             .as_ref()
             .map_or(NO_STATEMENT, |st| st.server_name());
@@ -342,6 +358,7 @@ impl Rewriter<'_> {
                 injected: None,
                 creates: None,
                 registers: None,
+                unnamed: true,
             })),
             rename,
         );
@@ -354,6 +371,12 @@ impl Rewriter<'_> {
     pub fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
         let (portal, name) = bind_names(head.get(5..).unwrap_or_default());
         if name.is_empty() {
+            if self.ensure_unnamed(out) {
+                // The Bind goes after what was injected, not before it.
+                out.push(Bytes::copy_from_slice(head));
+                self.server.ledger.push(Owed::Bind);
+                return Rewrite::Replaced;
+            }
             self.server.ledger.push(Owed::Bind);
             return Rewrite::AsIs;
         }
@@ -394,9 +417,15 @@ impl Rewriter<'_> {
     fn describe(&mut self, body: &[u8], out: &mut Chunks) -> Rewrite {
         let (kind, name) = target(body);
         if kind != b'S' || name.is_empty() {
+            let injected = kind == b'S' && self.ensure_unnamed(out);
             self.server.ledger.push(Owed::Describe {
                 statement: kind == b'S',
             });
+            if injected {
+                put_target(self.scratch, b'D', b'S', b"");
+                self.emit(out);
+                return Rewrite::Replaced;
+            }
             return Rewrite::AsIs;
         }
         let statement = self.statement(name);
@@ -427,6 +456,19 @@ impl Rewriter<'_> {
                 self.emit(out);
                 self.server.ledger.push(Owed::Close(None));
                 return Rewrite::Replaced;
+            }
+            if kind == b'S' {
+                // The unnamed statement: the client's is gone, and so is the server's.
+                if let Some(names) = self.names.as_mut() {
+                    names.set_unnamed(None);
+                }
+                self.server.statements.set_unnamed(ServerUnnamed::Empty);
+                self.server
+                    .ledger
+                    .push(Owed::Close(Some(Box::new(CloseOwed::Unnamed {
+                        injected: false,
+                    }))));
+                return Rewrite::AsIs;
             }
             self.server.ledger.push(Owed::Close(None));
             return Rewrite::AsIs;
@@ -487,6 +529,7 @@ impl Rewriter<'_> {
             self.server.statements.set_unknown(statement.id());
             on_success.forgets.push((found.name.into(), statement));
         }
+        self.query_sent();
         self.server
             .ledger
             .push_renamed(Owed::Query(Some(on_success)), rename);
@@ -546,6 +589,7 @@ impl Rewriter<'_> {
             injected: Some(on_error),
             creates: Some(statement.clone()),
             registers: None,
+            unnamed: false,
         })));
         if sync {
             statement::encode_sync(self.scratch);
@@ -572,13 +616,73 @@ impl Rewriter<'_> {
     }
 
     fn inject_close(&mut self, close: CloseOwed, out: &mut Chunks) {
-        let statement = match &close {
-            CloseOwed::Evicts(statement) | CloseOwed::Reprepare(statement) => statement,
-            CloseOwed::Forgets(_, statement) => statement,
-        };
-        statement.encode_close(self.scratch);
+        match &close {
+            CloseOwed::Evicts(statement) | CloseOwed::Reprepare(statement) => {
+                statement.encode_close(self.scratch)
+            }
+            CloseOwed::Forgets(_, statement) => statement.encode_close(self.scratch),
+            CloseOwed::Unnamed { .. } => put_target(self.scratch, b'C', b'S', b""),
+        }
         self.inject(b'C', out);
         self.server.ledger.push(Owed::Close(Some(Box::new(close))));
+    }
+
+    /// A client's unnamed Parse is being sent (`body`: its name, text and types): it is the
+    /// client's unnamed statement now, and the server's.
+    fn unnamed_parsed(&mut self, body: &[u8]) {
+        let token = self.registry.next_token();
+        let kept = (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Bytes::copy_from_slice(body));
+        let names = self.names.get_or_insert_with(Box::default);
+        names.set_unnamed(kept.map(|parse_body| ClientUnnamed { token, parse_body }));
+        self.server.statements.set_unnamed(ServerUnnamed::Of(token));
+    }
+
+    /// A simple Query is being sent: PostgreSQL drops the unnamed statement when it runs one.
+    fn query_sent(&mut self) {
+        if let Some(names) = self.names.as_mut() {
+            names.set_unnamed(None);
+        }
+        self.server.statements.set_unnamed(ServerUnnamed::Empty);
+    }
+
+    /// A Bind or Describe of the unnamed statement is about to be sent: makes the server's
+    /// unnamed statement the client's (a Parse of it injected), or none when the client has
+    /// none (a Close injected), so it never reaches another client's. Returns whether
+    /// anything was injected (see `crate::prepared::unnamed`).
+    fn ensure_unnamed(&mut self, out: &mut Chunks) -> bool {
+        let client = self
+            .names
+            .as_ref()
+            .and_then(|names| names.unnamed())
+            .cloned();
+        let server = self.server.statements.unnamed();
+        match client {
+            Some(unnamed) if server == ServerUnnamed::Of(unnamed.token) => false,
+            None if server == ServerUnnamed::Empty => false,
+            Some(unnamed) => {
+                let body = &unnamed.parse_body;
+                self.scratch.reserve(5 + body.len());
+                self.scratch.put_u8(b'P');
+                self.scratch.put_u32((4 + body.len()) as u32);
+                self.scratch.put_slice(body);
+                self.inject(b'P', out);
+                self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+                    injected: Some(OnError::Forward),
+                    creates: None,
+                    registers: None,
+                    unnamed: true,
+                })));
+                self.server
+                    .statements
+                    .set_unnamed(ServerUnnamed::Of(unnamed.token));
+                true
+            }
+            None => {
+                self.inject_close(CloseOwed::Unnamed { injected: true }, out);
+                self.server.statements.set_unnamed(ServerUnnamed::Empty);
+                true
+            }
+        }
     }
 
     /// Sends what `scratch` holds as a message of pgtier's own.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ahash::RandomState;
 
 use super::statement::Statement;
+use super::unnamed::ServerUnnamed;
 
 /// What pgtier knows of one statement on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +36,19 @@ pub struct ServerStatements {
     tick: u64,
     /// The registry's orphan count when this cache was last swept.
     swept_at: u64,
+    /// Whose unnamed statement the server holds.
+    unnamed: ServerUnnamed,
 }
 
 impl ServerStatements {
+    pub fn unnamed(&self) -> ServerUnnamed {
+        self.unnamed
+    }
+
+    pub fn set_unnamed(&mut self, unnamed: ServerUnnamed) {
+        self.unnamed = unnamed;
+    }
+
     pub fn held(&self, id: u64) -> Option<Held> {
         self.entries.get(&id).map(|entry| entry.held)
     }

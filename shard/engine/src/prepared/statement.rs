@@ -191,6 +191,14 @@ impl Default for Registry {
 const MIN_SWEEP_AT: usize = 64;
 
 impl Registry {
+    /// A number never handed out before on this worker (a client's unnamed statement is
+    /// known by one: `crate::prepared::unnamed`).
+    pub fn next_token(&mut self) -> u64 {
+        let token = self.next_id;
+        self.next_id += 1;
+        token
+    }
+
     /// The statement for `definition`, shared if anyone on this worker holds it already.
     pub fn intern(&mut self, definition: &[u8]) -> Arc<Statement> {
         if let Some(statement) = self.live.get(definition).and_then(Weak::upgrade) {

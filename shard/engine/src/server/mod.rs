@@ -155,6 +155,12 @@ impl ServerConn {
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         messages::query(&mut out, sql);
         self.relay.expect_internal(&mut self.tracker);
+        if let Some(prepared) = self.relay.prepared.as_deref_mut() {
+            // A simple Query drops the server's unnamed statement.
+            prepared
+                .statements
+                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Empty);
+        }
         out.freeze()
     }
 

@@ -1,0 +1,37 @@
+//! The unnamed statement in transaction mode: whose a server holds, and the client's own.
+//!
+//! PostgreSQL keeps a session's unnamed statement until the next unnamed Parse, a simple
+//! Query or a Close of it, across transactions. A pooled server outlives its clients, so
+//! the unnamed statement one client left on it would be there for the next one: a Bind or a
+//! Describe of the unnamed statement would run, or describe, another client's query. And a
+//! client whose transaction moves to another server (asyncpg without a statement cache
+//! sends Parse/Describe/Sync, then Bind/Execute/Sync) would find someone else's statement
+//! there, or none. So each client's last unnamed Parse is kept (a copy of its body, since it
+//! must outlive the receive buffer) with a token, and each server knows whose unnamed
+//! statement it holds. Before a Bind or a Describe of the unnamed statement reaches a server
+//! that does not hold the client's, the rewriter puts the client's Parse in front of it (its
+//! ParseComplete swallowed), or a Close of the unnamed statement when the client has none,
+//! so the server answers 26000 as PostgreSQL would.
+
+use bytes::Bytes;
+
+/// What a server holds as its unnamed statement, as far as pgtier knows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerUnnamed {
+    /// Anything, maybe another client's (a server that moved between workers, a Parse that
+    /// failed or was skipped).
+    #[default]
+    Unknown,
+    /// None: a simple Query or a Close of it ran last.
+    Empty,
+    /// The client Parse with this token made it.
+    Of(u64),
+}
+
+/// A client's unnamed statement: its Parse body (name, text, parameter types) and the token
+/// servers know it by.
+#[derive(Debug, Clone)]
+pub struct ClientUnnamed {
+    pub token: u64,
+    pub parse_body: Bytes,
+}

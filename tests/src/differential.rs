@@ -167,7 +167,8 @@ pub enum Action {
     /// Send Terminate and close the connection.
     Terminate,
     /// Read whatever arrives within this time (a client that waits a while without knowing
-    /// what to expect, e.g. after a Flush); never fails for lack of messages.
+    /// what to expect, e.g. after a Flush); never fails for lack of messages. The
+    /// ReadyForQuery messages it reads count for the next `AwaitReady`.
     Settle(Duration),
     /// After this delay, send a CancelRequest with the key the connection was given, from a
     /// connection of its own, as a driver's cancel does.
@@ -641,6 +642,8 @@ struct Conn {
     terminated: bool,
     /// BackendKeyData (process id, secret) from the login, for a CancelRequest.
     key: Option<(i32, i32)>,
+    /// ReadyForQuery messages a `Settle` read, which the next `AwaitReady` counts.
+    settled_ready: usize,
 }
 
 impl<'a> Run<'a> {
@@ -655,6 +658,7 @@ impl<'a> Run<'a> {
                 received: Vec::new(),
                 terminated: false,
                 key: None,
+                settled_ready: 0,
             })
             .collect();
         Run {
@@ -748,7 +752,9 @@ impl<'a> Run<'a> {
             Action::Connect => Ok(()),
             Action::Send { bytes, chunks } => conn.send(bytes, chunks, parameters),
             Action::AwaitReady(count) => {
-                let mut left = *count;
+                let credit = conn.settled_ready.min(*count);
+                conn.settled_ready -= credit;
+                let mut left = *count - credit;
                 if left == 0 {
                     return Ok(());
                 }
@@ -769,10 +775,18 @@ impl<'a> Run<'a> {
                 conn.terminated = true;
                 Ok(())
             }
-            Action::Settle(time) => match conn.read_until(*time, parameters, |_| false) {
-                Err(Cause::Hung) | Ok(()) => Ok(()),
-                Err(cause) => Err(cause),
-            },
+            Action::Settle(time) => {
+                let mut ready = 0;
+                let outcome = conn.read_until(*time, parameters, |message| {
+                    ready += usize::from(message.tag == b'Z');
+                    false
+                });
+                conn.settled_ready += ready;
+                match outcome {
+                    Err(Cause::Hung) | Ok(()) => Ok(()),
+                    Err(cause) => Err(cause),
+                }
+            }
             Action::Cancel(delay) => {
                 std::thread::sleep(*delay);
                 conn.cancel(self.target, timeout);

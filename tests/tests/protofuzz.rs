@@ -21,7 +21,7 @@ const LIFETIME: Duration = Duration::from_secs(900);
 
 fn seed_set(mode: PoolMode) {
     let pg = shared_server();
-    let mut bench = Bench::new(pg, LIFETIME).expect("bench");
+    let mut bench = Bench::new(pg, &format!("fuzz_{}", mode.name()), LIFETIME).expect("bench");
     let mut invalid = Vec::new();
     for seed in CI_SEEDS {
         let variation = variation_for(seed, mode);
@@ -65,7 +65,7 @@ fn saved_regression_cases() {
     let cases = load_cases(&dir).expect("the regression cases");
     assert!(!cases.is_empty(), "no cases in {}", dir.display());
     let pg = shared_server();
-    let mut bench = Bench::new(pg, LIFETIME).expect("bench");
+    let mut bench = Bench::new(pg, "fuzz_cases", LIFETIME).expect("bench");
     let mut failures = Vec::new();
     for case in &cases {
         match bench.check(&case.program, case.variation) {

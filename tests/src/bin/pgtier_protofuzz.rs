@@ -9,7 +9,7 @@
 //! Prints one line per divergence and a summary; exits 1 if anything diverged.
 //! `cargo run -p pgtier-tests --bin pgtier-protofuzz -- --minutes 30 --save tests/protofuzz-cases`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,8 @@ struct Options {
     modes: Vec<PoolMode>,
     save: Option<PathBuf>,
     replay: Option<PathBuf>,
+    /// Print the program of this seed and exit.
+    print: Option<u64>,
     shape: Shape,
 }
 
@@ -35,6 +37,7 @@ fn parse() -> Result<Options, String> {
         modes: vec![PoolMode::Session, PoolMode::Transaction],
         save: None,
         replay: None,
+        print: None,
         shape: Shape::default(),
     };
     let mut args = std::env::args().skip(1);
@@ -62,6 +65,7 @@ fn parse() -> Result<Options, String> {
             }
             "--save" => options.save = Some(PathBuf::from(value()?)),
             "--replay" => options.replay = Some(PathBuf::from(value()?)),
+            "--print" => options.print = Some(value()?.parse().map_err(|_| "--print SEED")?),
             "--max-clients" => {
                 options.shape.max_clients = value()?.parse().map_err(|_| "--max-clients")?
             }
@@ -71,7 +75,7 @@ fn parse() -> Result<Options, String> {
             "-h" | "--help" => {
                 return Err("usage: pgtier-protofuzz [--minutes N] [--seeds FROM..TO] \
                      [--mode session|transaction|both] [--save DIR] [--replay FILE] \
-                     [--max-clients K] [--max-units N]"
+                     [--print SEED] [--max-clients K] [--max-units N]"
                     .to_string());
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -88,6 +92,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(seed) = options.print {
+        print!(
+            "{}",
+            pgtier_tests::protofuzz::generate(seed, options.shape).to_text()
+        );
+        return ExitCode::SUCCESS;
+    }
     let pg = match LocalPg::start_primary(&PgOptions::default()) {
         Ok(pg) => pg,
         Err(error) => {
@@ -96,7 +107,7 @@ fn main() -> ExitCode {
         }
     };
     let lifetime = Duration::from_secs_f64(options.minutes.unwrap_or(60.0) * 60.0 + 600.0);
-    let mut bench = match Bench::new(&pg, lifetime) {
+    let mut bench = match Bench::new(&pg, "postgres", lifetime) {
         Ok(bench) => bench,
         Err(error) => {
             eprintln!("{error}");
@@ -170,12 +181,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn replay(bench: &mut Bench<'_>, path: &PathBuf) -> ExitCode {
+fn replay(bench: &mut Bench<'_>, path: &Path) -> ExitCode {
     let (dir, only) = if path.is_dir() {
-        (path.clone(), None)
+        (path.to_path_buf(), None)
     } else {
         let dir = path.parent().map(PathBuf::from).unwrap_or_default();
-        (dir, Some(path.clone()))
+        (dir, Some(path.to_path_buf()))
     };
     let cases = match load_cases(&dir) {
         Ok(cases) => cases,

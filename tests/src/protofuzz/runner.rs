@@ -85,9 +85,11 @@ impl Outcome {
 pub const FUZZ_STEP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The server, the proxies (one per variation, started when first needed) and the
-/// connection that resets the clients' schemas.
+/// connection that resets the clients' schemas, all in one database of the bench's own (so
+/// that benches in one test process do not share schemas).
 pub struct Bench<'a> {
     pg: &'a LocalPg,
+    dbname: String,
     proxies: HashMap<Variation, Pgtier>,
     admin: postgres::Client,
     /// How long the proxies may live (the watchdog).
@@ -96,14 +98,29 @@ pub struct Bench<'a> {
 }
 
 impl<'a> Bench<'a> {
-    pub fn new(pg: &'a LocalPg, lifetime: Duration) -> Result<Bench<'a>, String> {
-        let mut admin = postgres::Config::new()
-            .host("127.0.0.1")
-            .port(pg.port())
-            .user("postgres")
-            .dbname("postgres")
-            .connect(postgres::NoTls)
-            .map_err(|error| format!("admin connection: {error}"))?;
+    /// A bench on database `dbname` of `pg`, created if missing.
+    pub fn new(pg: &'a LocalPg, dbname: &str, lifetime: Duration) -> Result<Bench<'a>, String> {
+        let connect = |db: &str| {
+            postgres::Config::new()
+                .host("127.0.0.1")
+                .port(pg.port())
+                .user("postgres")
+                .dbname(db)
+                .connect(postgres::NoTls)
+                .map_err(|error| format!("admin connection to {db}: {error}"))
+        };
+        let mut postgres = connect("postgres")?;
+        let exists = postgres
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&dbname])
+            .map_err(|error| format!("looking for database {dbname}: {error}"))?
+            .is_some();
+        if !exists {
+            postgres
+                .batch_execute(&format!("CREATE DATABASE \"{dbname}\""))
+                .map_err(|error| format!("creating database {dbname}: {error}"))?;
+        }
+        drop(postgres);
+        let mut admin = connect(dbname)?;
         // A schema that cannot be dropped is held by a leaked lock or transaction: fail
         // instead of waiting for ever.
         admin
@@ -111,6 +128,7 @@ impl<'a> Bench<'a> {
             .map_err(|error| format!("admin settings: {error}"))?;
         Ok(Bench {
             pg,
+            dbname: dbname.to_string(),
             proxies: HashMap::new(),
             admin,
             lifetime,
@@ -119,19 +137,23 @@ impl<'a> Bench<'a> {
     }
 
     pub fn direct(&self) -> Target {
-        Target::direct(self.pg)
+        let mut target = Target::direct(self.pg);
+        target.dbname = self.dbname.clone();
+        target
     }
 
     /// The proxy of `variation`, started on first use.
     pub fn proxy(&mut self, variation: Variation) -> Result<Target, String> {
         if !self.proxies.contains_key(&variation) {
-            let config = proxy_config(self.pg.port(), variation);
+            let config = proxy_config(self.pg.port(), &self.dbname, variation);
             let proxy = Pgtier::start_with_watchdog(config, self.lifetime)
                 .map_err(|error| format!("starting pgtier: {error}"))?;
             self.proxies.insert(variation, proxy);
         }
         let proxy = &self.proxies[&variation];
-        Ok(Target::through(proxy))
+        let mut target = Target::through(proxy);
+        target.dbname = self.dbname.clone();
+        Ok(target)
     }
 
     /// The last lines of a proxy's log, for a report.
@@ -145,9 +167,11 @@ impl<'a> Bench<'a> {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// Puts every client's schema back to its starting state.
+    /// Puts every client's schema back to its starting state: at least the default shape's
+    /// four, since a shrunk program keeps the schema names of the clients it came from.
     fn reset(&mut self, clients: usize) -> Result<(), String> {
-        let sql: String = (0..clients).map(setup_sql).collect();
+        let schemas = clients.max(super::Shape::default().max_clients);
+        let sql: String = (0..schemas).map(setup_sql).collect();
         self.admin
             .batch_execute(&sql)
             .map_err(|error| format!("resetting the clients' schemas: {error}"))
@@ -209,8 +233,12 @@ impl<'a> Bench<'a> {
 }
 
 /// pgtier in front of `server_port` as `variation` says.
-pub fn proxy_config(server_port: u16, variation: Variation) -> ProxyConfig {
-    let mut config = ProxyConfig::new(server_port)
+pub fn proxy_config(server_port: u16, dbname: &str, variation: Variation) -> ProxyConfig {
+    let mut config = ProxyConfig::new(server_port);
+    if dbname != "postgres" {
+        config = config.database(dbname, server_port, dbname);
+    }
+    config = config
         .pool_mode(variation.mode.name())
         .pool_size(match variation.mode {
             // Every client's connections hold a server of their own, and the client that

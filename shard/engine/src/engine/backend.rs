@@ -627,6 +627,11 @@ fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout
                     names.restore(&name, statement);
                 }
             }
+            Fallout::Unnamed { expected, to } => {
+                if names.unnamed().map(|unnamed| unnamed.token) == expected {
+                    names.set_unnamed(to);
+                }
+            }
         }
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::server_statements::ServerStatements;
 use super::statement::Statement;
-use super::unnamed::ServerUnnamed;
+use super::unnamed::{ClientUnnamed, ServerUnnamed, UnnamedParse};
 
 /// What to do with the server's error for an injected Parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +42,8 @@ pub struct ParseOwed {
     pub creates: Option<Arc<Statement>>,
     /// The client name it registered, forgotten if the Parse fails or is skipped.
     pub registers: Option<Box<[u8]>>,
-    /// It replaces the unnamed statement: if it fails or is skipped, whose unnamed
-    /// statement the server holds is no longer known.
-    pub unnamed: bool,
+    /// It replaces the unnamed statement (see [`UnnamedParse`]).
+    pub unnamed: Option<UnnamedParse>,
 }
 
 /// A Close sent to the server that pgtier must follow up.
@@ -59,7 +58,12 @@ pub enum CloseOwed {
     Forgets(Box<[u8]>, Arc<Statement>),
     /// A Close of the unnamed statement; `injected` if pgtier sent it on its own (before a
     /// Bind or Describe of the unnamed statement by a client that has none).
-    Unnamed { injected: bool },
+    /// The client's unnamed statement before it (`None` for pgtier's own, sent for a
+    /// client that has none) comes back if the server skips the Close.
+    Unnamed {
+        injected: bool,
+        previous: Option<ClientUnnamed>,
+    },
 }
 
 /// What a Query or a Sync does for the client's statements once it succeeds.
@@ -111,10 +115,17 @@ pub enum Fallout {
     Clear,
     /// The names a `DEALLOCATE ALL` / `DISCARD ALL` that failed had taken away.
     RestoreAll(Vec<(Box<[u8]>, Arc<Statement>)>),
+    /// The client's unnamed statement is `to`, if it is still the one of token `expected`
+    /// (`None`: if it has none): its Parse failed (none) or was skipped (the one before), or
+    /// its Close was skipped (the one before).
+    Unnamed {
+        expected: Option<u64>,
+        to: Option<ClientUnnamed>,
+    },
 }
 
 /// What an Execute sent next does to the client's names (see `Ledger::pending`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum PendingAtExecute {
     /// `DEALLOCATE name` of a client statement.
     Forget(Box<[u8]>, Arc<Statement>),
@@ -147,11 +158,14 @@ pub struct Ledger {
     open_segment: bool,
     /// How the error just read names a statement, when it answers a renamed message.
     error_rename: Option<Box<Renamed>>,
-    /// An unnamed Parse of `DEALLOCATE name` of a client statement (or `DEALLOCATE ALL`,
-    /// `DISCARD ALL`) was sent: the client's names go when its Execute is sent (from then
-    /// on, later messages of the segment must not find them, as on PostgreSQL), and come
-    /// back if that Execute fails or is skipped.
+    /// A Bind of a statement whose text is `DEALLOCATE name` of a client statement (or
+    /// `DEALLOCATE ALL`, `DISCARD ALL`) was sent: the client's names go when its Execute is
+    /// sent (from then on, later messages of the segment must not find them, as on
+    /// PostgreSQL), and come back if that Execute fails or is skipped.
     at_execute: Option<PendingAtExecute>,
+    /// What the unnamed statement does to the client's names when executed (an unnamed
+    /// Parse of such a text was sent last); a Bind of it arms `at_execute`.
+    unnamed_acts: Option<PendingAtExecute>,
 }
 
 /// One entry, and whether it ends a segment with changes.
@@ -211,10 +225,20 @@ impl Ledger {
         self.pop()
     }
 
-    /// An unnamed Parse of `DEALLOCATE name`, `DEALLOCATE ALL` or `DISCARD ALL` is being
-    /// sent: it acts at the next Execute.
-    pub fn pending_at_execute(&mut self, pending: PendingAtExecute) {
-        self.at_execute = Some(pending);
+    /// An unnamed Parse is being sent; `acts` is what executing it does to the client's
+    /// names (`DEALLOCATE name`, `DEALLOCATE ALL`, `DISCARD ALL`), if anything.
+    pub fn unnamed_statement_acts(&mut self, acts: Option<PendingAtExecute>) {
+        self.unnamed_acts = acts;
+    }
+
+    /// A Bind is being sent, of the unnamed statement or of a named one that acts as `acts`
+    /// says: the next Execute is that portal's.
+    pub fn bound(&mut self, unnamed: bool, acts: Option<PendingAtExecute>) {
+        self.at_execute = if unnamed {
+            self.unnamed_acts.clone()
+        } else {
+            acts
+        };
     }
 
     /// An Execute is being sent: what it does to the client's names, if anything.
@@ -224,6 +248,9 @@ impl Ledger {
 
     /// An Execute that took names away when sent: `undo` puts them back if it fails.
     pub fn push_execute_undoing(&mut self, undo: Fallout) {
+        // The names it took come back if it fails or is skipped: what the client sends after
+        // this segment must wait for that to be known.
+        self.changes_in_segment = true;
         self.push_entry(Owed::Execute, None);
         if let Some(entry) = self.owed.back_mut() {
             entry.undo = Some(Box::new(undo));
@@ -255,6 +282,10 @@ impl Ledger {
             // A DEALLOCATE whose Execute never came never ran.
             self.at_execute = None;
         }
+        if matches!(owed, Owed::Query(_)) {
+            // A simple Query drops the unnamed statement.
+            self.unnamed_acts = None;
+        }
         self.owed.push_back(Entry {
             owed,
             barrier,
@@ -270,6 +301,59 @@ impl Ledger {
     /// Whether extended messages were sent since the last Sync or Query.
     pub fn in_open_segment(&self) -> bool {
         self.open_segment
+    }
+
+    /// The Parse just pushed is a client's unnamed one (see [`UnnamedParse`]).
+    pub fn mark_unnamed_parse(&mut self, unnamed: UnnamedParse) {
+        if let Some(Entry {
+            owed: Owed::Parse(parse),
+            ..
+        }) = self.owed.back_mut()
+        {
+            parse.unnamed = Some(unnamed);
+        }
+    }
+
+    /// The unnamed statement of token `token` turned out to be `to` (its Parse failed or
+    /// was skipped): later unnamed Parses and Closes that took it for the client's previous
+    /// one now put back `to` instead if they are undone.
+    fn unnamed_was(&mut self, token: u64, to: Option<ClientUnnamed>) {
+        for entry in &mut self.owed {
+            let previous = match &mut entry.owed {
+                Owed::Parse(parse) => match &mut parse.unnamed {
+                    Some(UnnamedParse::Client { previous, .. }) => previous,
+                    _ => continue,
+                },
+                Owed::Close(Some(close)) => match close.as_mut() {
+                    CloseOwed::Unnamed { previous, .. } => previous,
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            if previous.as_ref().is_some_and(|held| held.token == token) {
+                *previous = to.clone();
+            }
+        }
+    }
+
+    /// The Parse that registered `name` for `statement` failed or was skipped: a later
+    /// Execute that took the name away (a `DEALLOCATE ALL` sent in the same pipeline) must
+    /// not give it back if it is undone in turn.
+    fn never_registered(&mut self, name: &[u8], statement: &Arc<Statement>) {
+        let same = |held: &(Box<[u8]>, Arc<Statement>)| {
+            &*held.0 == name && Arc::ptr_eq(&held.1, statement)
+        };
+        for entry in &mut self.owed {
+            match entry.undo.as_deref_mut() {
+                Some(Fallout::RestoreAll(taken)) => taken.retain(|held| !same(held)),
+                Some(Fallout::Restore(held_name, held))
+                    if **held_name == *name && Arc::ptr_eq(held, statement) =>
+                {
+                    entry.undo = None;
+                }
+                _ => {}
+            }
+        }
     }
 
     /// A message was sent to the server.
@@ -335,12 +419,13 @@ impl Ledger {
             b'3' => match self.pop() {
                 Some(Owed::Close(None)) => Verdict::Forward,
                 Some(Owed::Close(Some(close))) => match *close {
-                    CloseOwed::Forgets(..) | CloseOwed::Unnamed { injected: false } => {
-                        Verdict::Forward
-                    }
+                    CloseOwed::Forgets(..)
+                    | CloseOwed::Unnamed {
+                        injected: false, ..
+                    } => Verdict::Forward,
                     CloseOwed::Evicts(_)
                     | CloseOwed::Reprepare(_)
-                    | CloseOwed::Unnamed { injected: true } => Verdict::Swallow,
+                    | CloseOwed::Unnamed { injected: true, .. } => Verdict::Swallow,
                 },
                 _ => Verdict::Desync,
             },
@@ -444,14 +529,25 @@ impl Ledger {
                     _ => Verdict::Forward,
                 };
                 let parse = *parse;
-                if parse.unnamed {
-                    statements.set_unnamed(ServerUnnamed::Unknown);
+                match parse.unnamed {
+                    // PostgreSQL dropped the old unnamed statement, then failed to make one.
+                    Some(UnnamedParse::Client { token, .. }) => {
+                        statements.set_unnamed(ServerUnnamed::Empty);
+                        self.unnamed_was(token, None);
+                        fallout.push(Fallout::Unnamed {
+                            expected: Some(token),
+                            to: None,
+                        });
+                    }
+                    Some(UnnamedParse::Other) => statements.set_unnamed(ServerUnnamed::Unknown),
+                    None => {}
                 }
                 if let Some(statement) = parse.creates {
                     // A failed Parse creates nothing, and pgtier only sends one for a
                     // statement the server does not have (or has just closed).
                     statements.remove(statement.id());
                     if let Some(name) = parse.registers {
+                        self.never_registered(&name, &statement);
                         fallout.push(Fallout::Forget(name, statement));
                     }
                 }
@@ -524,14 +620,25 @@ impl Ledger {
             match self.pop_failed(fallout) {
                 Some(Owed::Parse(parse)) => {
                     let parse = *parse;
-                    if parse.unnamed {
-                        statements.set_unnamed(ServerUnnamed::Unknown);
+                    match parse.unnamed {
+                        // Skipped: the server keeps what it had, and the client its own.
+                        Some(UnnamedParse::Client { token, previous }) => {
+                            statements.set_unnamed(ServerUnnamed::Unknown);
+                            self.unnamed_was(token, previous.clone());
+                            fallout.push(Fallout::Unnamed {
+                                expected: Some(token),
+                                to: previous,
+                            });
+                        }
+                        Some(UnnamedParse::Other) => statements.set_unnamed(ServerUnnamed::Unknown),
+                        None => {}
                     }
                     if let Some(statement) = parse.creates {
                         // Skipped: whether it existed before (a Close before it was skipped
                         // too) is not known here.
                         statements.set_unknown(statement.id());
                         if let Some(name) = parse.registers {
+                            self.never_registered(&name, &statement);
                             fallout.push(Fallout::Forget(name, statement));
                         }
                     }
@@ -555,7 +662,15 @@ fn undo_close(close: CloseOwed, statements: &mut ServerStatements, fallout: &mut
         // The Parse after it decides (it is skipped too).
         CloseOwed::Reprepare(_) => {}
         CloseOwed::Forgets(name, statement) => fallout.push(Fallout::Restore(name, statement)),
-        CloseOwed::Unnamed { .. } => statements.set_unnamed(ServerUnnamed::Unknown),
+        CloseOwed::Unnamed { injected, previous } => {
+            statements.set_unnamed(ServerUnnamed::Unknown);
+            if !injected {
+                fallout.push(Fallout::Unnamed {
+                    expected: None,
+                    to: previous,
+                });
+            }
+        }
     }
 }
 
@@ -610,7 +725,7 @@ mod tests {
                 injected,
                 creates,
                 registers,
-                unnamed: false,
+                unnamed: None,
             })));
         }
 
@@ -684,6 +799,7 @@ mod tests {
                 Fallout::Restore(name, _) => format!("restore {}", String::from_utf8_lossy(name)),
                 Fallout::Clear => "clear".into(),
                 Fallout::RestoreAll(taken) => format!("restore {}", taken.len()),
+                Fallout::Unnamed { expected, .. } => format!("unnamed {expected:?}"),
             })
             .collect();
         assert_eq!(kinds, ["forget s1", "forget s1", "restore old"]);

@@ -40,7 +40,7 @@ use super::ledger::{
 use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
 use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
-use super::unnamed::{ClientUnnamed, ServerUnnamed};
+use super::unnamed::{ClientUnnamed, ServerUnnamed, UnnamedParse};
 
 /// The longest unnamed Parse body a client's unnamed statement keeps a copy of, to prepare
 /// it again on another server. A longer one is not kept: on another server, a Bind of it
@@ -175,20 +175,18 @@ impl Rewriter<'_> {
                 Owed::Query(self.reset_effects(effects))
             }
             b'P' => {
-                if self
+                // It runs at the Execute of a portal bound to it.
+                let clears = self
                     .reset_effects(effects)
-                    .is_some_and(|on_success| on_success.clears)
-                {
-                    // It runs at this portal's Execute.
-                    self.server
-                        .ledger
-                        .pending_at_execute(PendingAtExecute::ForgetAll);
-                }
+                    .is_some_and(|on_success| on_success.clears);
+                self.server
+                    .ledger
+                    .unnamed_statement_acts(clears.then_some(PendingAtExecute::ForgetAll));
                 Owed::Parse(Box::new(ParseOwed {
                     injected: None,
                     creates: None,
                     registers: None,
-                    unnamed: true,
+                    unnamed: Some(UnnamedParse::Other),
                 }))
             }
             b'B' => Owed::Bind,
@@ -270,7 +268,7 @@ impl Rewriter<'_> {
                     injected: None,
                     creates: None,
                     registers: None,
-                    unnamed: false,
+                    unnamed: None,
                 })),
                 renamed(
                     existing.server_name(),
@@ -297,7 +295,7 @@ impl Rewriter<'_> {
             injected: None,
             creates: Some(statement),
             registers: Some(parse.statement.into()),
-            unnamed: false,
+            unnamed: None,
         })));
         Rewrite::Replaced
     }
@@ -313,7 +311,8 @@ impl Rewriter<'_> {
         let Some((target, found)) = self.named_in_sql(sql) else {
             let effects = without_a_foreign_deallocate(sql, effects);
             self.passed(b'P', effects);
-            self.unnamed_parsed(body);
+            let unnamed = self.unnamed_parsed(body);
+            self.server.ledger.mark_unnamed_parse(unnamed);
             return Rewrite::AsIs;
         };
         let statement = match target {
@@ -323,7 +322,7 @@ impl Rewriter<'_> {
         if let Some(statement) = &statement {
             self.ensure(statement, OnError::Forward, false, out);
         }
-        self.unnamed_parsed(body);
+        let unnamed = self.unnamed_parsed(body);
         let server_name = statement
             .as_ref()
             .map_or(NO_STATEMENT, |st| st.server_name());
@@ -343,22 +342,22 @@ impl Rewriter<'_> {
             .reset_effects(effects.difference(Effects::DEALLOCATE))
             .map(|b| *b)
             .unwrap_or_default();
+        let mut acts = None;
         if let Some(statement) = statement
             && found.kind == NamingStatement::Deallocate
         {
-            // It runs at this portal's Execute: the name goes when that is sent.
+            // It runs at the Execute of a portal bound to it: the name goes when that is sent.
             self.server.statements.set_unknown(statement.id());
-            self.server
-                .ledger
-                .pending_at_execute(PendingAtExecute::Forget(found.name.into(), statement));
+            acts = Some(PendingAtExecute::Forget(found.name.into(), statement));
         }
+        self.server.ledger.unnamed_statement_acts(acts);
         self.server.ledger.on_segment_success(on_success);
         self.server.ledger.push_renamed(
             Owed::Parse(Box::new(ParseOwed {
                 injected: None,
                 creates: None,
                 registers: None,
-                unnamed: true,
+                unnamed: Some(unnamed),
             })),
             rename,
         );
@@ -371,6 +370,7 @@ impl Rewriter<'_> {
     pub fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
         let (portal, name) = bind_names(head.get(5..).unwrap_or_default());
         if name.is_empty() {
+            self.server.ledger.bound(true, None);
             if self.ensure_unnamed(out) {
                 // The Bind goes after what was injected, not before it.
                 out.push(Bytes::copy_from_slice(head));
@@ -381,17 +381,17 @@ impl Rewriter<'_> {
             return Rewrite::AsIs;
         }
         let statement = self.statement(name);
+        let mut acts = None;
         if let Some(statement) = &statement {
             self.ensure(statement, OnError::Forward, false, out);
             if statement.deallocates_all() {
                 // A named `DEALLOCATE ALL`: as the unnamed one, it acts at this portal's
                 // Execute, and the server's cache is no longer known from then on.
                 self.server.statements.all_unknown();
-                self.server
-                    .ledger
-                    .pending_at_execute(PendingAtExecute::ForgetAll);
+                acts = Some(PendingAtExecute::ForgetAll);
             }
         }
+        self.server.ledger.bound(false, acts);
         let declared = match head.get(1..5) {
             Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]) as usize,
             _ => 0,
@@ -459,6 +459,10 @@ impl Rewriter<'_> {
             }
             if kind == b'S' {
                 // The unnamed statement: the client's is gone, and so is the server's.
+                let previous = self
+                    .names
+                    .as_mut()
+                    .and_then(|names| names.unnamed().cloned());
                 if let Some(names) = self.names.as_mut() {
                     names.set_unnamed(None);
                 }
@@ -467,6 +471,7 @@ impl Rewriter<'_> {
                     .ledger
                     .push(Owed::Close(Some(Box::new(CloseOwed::Unnamed {
                         injected: false,
+                        previous,
                     }))));
                 return Rewrite::AsIs;
             }
@@ -589,7 +594,7 @@ impl Rewriter<'_> {
             injected: Some(on_error),
             creates: Some(statement.clone()),
             registers: None,
-            unnamed: false,
+            unnamed: None,
         })));
         if sync {
             statement::encode_sync(self.scratch);
@@ -628,13 +633,19 @@ impl Rewriter<'_> {
     }
 
     /// A client's unnamed Parse is being sent (`body`: its name, text and types): it is the
-    /// client's unnamed statement now, and the server's.
-    fn unnamed_parsed(&mut self, body: &[u8]) {
+    /// client's unnamed statement now, and the server's; returns what its ledger entry needs
+    /// to put that right if it fails or is skipped.
+    fn unnamed_parsed(&mut self, body: &[u8]) -> UnnamedParse {
         let token = self.registry.next_token();
         let kept = (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Bytes::copy_from_slice(body));
         let names = self.names.get_or_insert_with(Box::default);
-        names.set_unnamed(kept.map(|parse_body| ClientUnnamed { token, parse_body }));
+        let previous = names.unnamed().cloned();
+        names.set_unnamed(Some(ClientUnnamed {
+            token,
+            parse_body: kept,
+        }));
         self.server.statements.set_unnamed(ServerUnnamed::Of(token));
+        UnnamedParse::Client { token, previous }
     }
 
     /// A simple Query is being sent: PostgreSQL drops the unnamed statement when it runs one.
@@ -659,26 +670,31 @@ impl Rewriter<'_> {
         match client {
             Some(unnamed) if server == ServerUnnamed::Of(unnamed.token) => false,
             None if server == ServerUnnamed::Empty => false,
-            Some(unnamed) => {
-                let body = &unnamed.parse_body;
+            Some(ClientUnnamed {
+                token,
+                parse_body: Some(body),
+            }) => {
                 self.scratch.reserve(5 + body.len());
                 self.scratch.put_u8(b'P');
                 self.scratch.put_u32((4 + body.len()) as u32);
-                self.scratch.put_slice(body);
+                self.scratch.put_slice(&body);
                 self.inject(b'P', out);
                 self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
                     injected: Some(OnError::Forward),
                     creates: None,
                     registers: None,
-                    unnamed: true,
+                    unnamed: Some(UnnamedParse::Other),
                 })));
-                self.server
-                    .statements
-                    .set_unnamed(ServerUnnamed::Of(unnamed.token));
+                self.server.statements.set_unnamed(ServerUnnamed::Of(token));
                 true
             }
-            None => {
-                self.inject_close(CloseOwed::Unnamed { injected: true }, out);
+            // None, or one too long to have been kept: the server must not use another's.
+            _ => {
+                let close = CloseOwed::Unnamed {
+                    injected: true,
+                    previous: None,
+                };
+                self.inject_close(close, out);
                 self.server.statements.set_unnamed(ServerUnnamed::Empty);
                 true
             }

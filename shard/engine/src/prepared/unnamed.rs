@@ -28,10 +28,24 @@ pub enum ServerUnnamed {
     Of(u64),
 }
 
-/// A client's unnamed statement: its Parse body (name, text, parameter types) and the token
-/// servers know it by.
+/// A client's unnamed statement: the token servers know it by, and its Parse body (name,
+/// text, parameter types) to prepare it on another server, unless it was too long to keep.
 #[derive(Debug, Clone)]
 pub struct ClientUnnamed {
     pub token: u64,
-    pub parse_body: Bytes,
+    pub parse_body: Option<Bytes>,
+}
+
+/// An unnamed Parse sent to a server, for the ledger: what its failure or skipping means.
+#[derive(Debug)]
+pub enum UnnamedParse {
+    /// The client's own, which made `token` its unnamed statement; `previous` was its
+    /// unnamed statement before. If it fails, PostgreSQL has dropped the old one and made
+    /// none; if it is skipped (after an error earlier in the pipeline), the old one stays.
+    Client {
+        token: u64,
+        previous: Option<ClientUnnamed>,
+    },
+    /// pgtier's own (the client's statement prepared again), or one it could not read.
+    Other,
 }

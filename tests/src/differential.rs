@@ -39,6 +39,8 @@ pub struct Target {
     pub port: u16,
     pub dbname: String,
     pub user: String,
+    /// Log in over TLS (SSLRequest first) with this configuration, for server `localhost`.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Target {
@@ -50,6 +52,7 @@ impl Target {
             port,
             dbname: "postgres".to_string(),
             user: "postgres".to_string(),
+            tls: None,
         }
     }
 
@@ -632,10 +635,84 @@ struct Run<'a> {
     conns: Vec<Conn>,
 }
 
+/// A client's socket, in the clear or in TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(stream) => stream,
+            Stream::Tls(stream) => &stream.sock,
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.tcp().set_read_timeout(timeout)
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.read(buf),
+            Stream::Tls(stream) => stream.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.write(buf),
+            Stream::Tls(stream) => stream.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.flush(),
+            Stream::Tls(stream) => stream.flush(),
+        }
+    }
+}
+
+/// SSLRequest, then the TLS handshake over `stream`.
+fn start_tls(
+    mut stream: TcpStream,
+    config: &std::sync::Arc<rustls::ClientConfig>,
+) -> Result<Stream, String> {
+    let mut request = 8u32.to_be_bytes().to_vec();
+    request.extend_from_slice(&80_877_103u32.to_be_bytes());
+    stream
+        .write_all(&request)
+        .map_err(|error| format!("SSLRequest: {error}"))?;
+    let mut answer = [0u8; 1];
+    stream
+        .read_exact(&mut answer)
+        .map_err(|error| format!("SSLRequest answer: {error}"))?;
+    if answer[0] != b'S' {
+        return Err(format!("SSLRequest answered {:?}", answer[0] as char));
+    }
+    let name = rustls::pki_types::ServerName::try_from("localhost")
+        .map_err(|error| format!("server name: {error}"))?;
+    let connection = rustls::ClientConnection::new(config.clone(), name)
+        .map_err(|error| format!("TLS: {error}"))?;
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .map_err(|error| format!("TLS handshake: {error}"))?;
+    }
+    Ok(Stream::Tls(Box::new(tls)))
+}
+
 /// A client connection of a run.
 struct Conn {
     name: String,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     /// Received bytes not yet split into messages.
     pending: Vec<u8>,
     received: Vec<Message>,
@@ -807,12 +884,17 @@ impl Conn {
         let address: SocketAddr = format!("{}:{}", target.host, target.port)
             .parse()
             .map_err(|error| Cause::Login(format!("address {}: {error}", target.host)))?;
-        let mut stream = TcpStream::connect_timeout(&address, timeout)
+        let stream = TcpStream::connect_timeout(&address, timeout)
             .map_err(|error| Cause::Login(format!("connect: {error}")))?;
         stream
             .set_nodelay(true)
             .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .and_then(|()| stream.set_read_timeout(Some(timeout)))
             .map_err(|error| Cause::Login(format!("socket options: {error}")))?;
+        let mut stream = match &target.tls {
+            Some(config) => start_tls(stream, config).map_err(Cause::Login)?,
+            None => Stream::Plain(stream),
+        };
         stream
             .write_all(&rawwire::startup_message(&target.user, &target.dbname, &[]))
             .map_err(|error| Cause::Login(format!("sending the startup packet: {error}")))?;
@@ -979,7 +1061,7 @@ impl Conn {
     }
 }
 
-fn write_in_chunks(stream: &mut TcpStream, bytes: &[u8], chunks: &[usize]) -> io::Result<()> {
+fn write_in_chunks(stream: &mut Stream, bytes: &[u8], chunks: &[usize]) -> io::Result<()> {
     let mut rest = bytes;
     for &size in chunks.iter().cycle() {
         if rest.is_empty() {

@@ -84,6 +84,21 @@ impl TestPki {
 
     /// TLS for a [`pgtier_core::localpg::LocalPg`]: this server certificate, client
     /// certificates checked against this CA, and `cert_users` logging in by certificate.
+    /// A rustls client configuration that trusts this PKI's CA (no client certificate).
+    pub fn rustls_client(&self) -> io::Result<std::sync::Arc<rustls::ClientConfig>> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(self.ca.der().clone())
+            .map_err(|error| io::Error::other(format!("CA certificate: {error}")))?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| io::Error::other(format!("TLS versions: {error}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(std::sync::Arc::new(config))
+    }
+
     pub fn pg_tls(&self, cert_users: &[&str]) -> PgTls {
         PgTls {
             ca_file: Some(self.ca_cert.clone()),

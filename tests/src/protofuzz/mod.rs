@@ -32,13 +32,14 @@ const SHRINK_TIME: Duration = Duration::from_secs(240);
 pub const CASES_DIR: &str = "protofuzz-cases";
 
 /// The proxy settings seed `seed` runs under in `mode`: pool sizes from 1 to 4, one or two
-/// workers.
+/// workers, clients in the clear or over TLS.
 pub fn variation_for(seed: u64, mode: PoolMode) -> Variation {
     let mut rng = grammar::Rng::new(seed ^ 0xa5a5);
     Variation {
         mode,
         pool_size: 1 + rng.below(4) as u32,
         workers: 1 + rng.below(2),
+        tls: rng.chance(30),
     }
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::grammar::setup_sql;
 use super::program::Program;
 use crate::differential::{Cause, End, PoolMode, Target, Transcript, differences};
-use crate::{LocalPg, Pgtier, ProxyConfig};
+use crate::pki::TestPki;
+use crate::{LocalPg, Pgtier, ProxyConfig, TempDir};
 
 /// The proxy a program runs through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -17,15 +18,18 @@ pub struct Variation {
     /// `default_pool_size`; session mode raises it to the number of clients.
     pub pool_size: u32,
     pub workers: usize,
+    /// Clients log in to pgtier over TLS (`client_tls_sslmode = "prefer"`).
+    pub tls: bool,
 }
 
 impl Variation {
     pub fn describe(&self) -> String {
         format!(
-            "mode: {}\npool_size: {}\nworkers: {}",
+            "mode: {}\npool_size: {}\nworkers: {}\ntls: {}",
             self.mode.name(),
             self.pool_size,
-            self.workers
+            self.workers,
+            if self.tls { "on" } else { "off" }
         )
     }
 
@@ -35,6 +39,7 @@ impl Variation {
             mode: PoolMode::Transaction,
             pool_size: 1,
             workers: 1,
+            tls: false,
         };
         for line in text.lines() {
             let line = line.trim_start_matches('#').trim();
@@ -56,6 +61,7 @@ impl Variation {
                 "workers" => {
                     variation.workers = value.parse().map_err(|_| "workers".to_string())?
                 }
+                "tls" => variation.tls = value == "on",
                 _ => {}
             }
         }
@@ -94,6 +100,10 @@ pub struct Bench<'a> {
     admin: postgres::Client,
     /// How long the proxies may live (the watchdog).
     lifetime: Duration,
+    /// The certificates of the proxies' client TLS, and the clients' trust in them.
+    pki: TestPki,
+    tls_client: std::sync::Arc<rustls::ClientConfig>,
+    _pki_dir: TempDir,
     pub step_timeout: Duration,
 }
 
@@ -126,7 +136,16 @@ impl<'a> Bench<'a> {
         admin
             .batch_execute("SET lock_timeout = '5s'; SET client_min_messages = warning")
             .map_err(|error| format!("admin settings: {error}"))?;
+        let pki_dir = TempDir::new("protofuzz-pki").map_err(|error| format!("pki: {error}"))?;
+        let pki =
+            TestPki::write(pki_dir.path(), "postgres").map_err(|error| format!("pki: {error}"))?;
+        let tls_client = pki
+            .rustls_client()
+            .map_err(|error| format!("pki: {error}"))?;
         Ok(Bench {
+            pki,
+            tls_client,
+            _pki_dir: pki_dir,
             pg,
             dbname: dbname.to_string(),
             proxies: HashMap::new(),
@@ -145,7 +164,14 @@ impl<'a> Bench<'a> {
     /// The proxy of `variation`, started on first use.
     pub fn proxy(&mut self, variation: Variation) -> Result<Target, String> {
         if !self.proxies.contains_key(&variation) {
-            let config = proxy_config(self.pg.port(), &self.dbname, variation);
+            let mut config = proxy_config(self.pg.port(), &self.dbname, variation);
+            if variation.tls {
+                let path = |path: &std::path::Path| format!("\"{}\"", path.display());
+                config = config
+                    .setting("client_tls_sslmode", "\"prefer\"")
+                    .setting("client_tls_cert_file", &path(&self.pki.server.cert))
+                    .setting("client_tls_key_file", &path(&self.pki.server.key));
+            }
             let proxy = Pgtier::start_with_watchdog(config, self.lifetime)
                 .map_err(|error| format!("starting pgtier: {error}"))?;
             self.proxies.insert(variation, proxy);
@@ -153,6 +179,10 @@ impl<'a> Bench<'a> {
         let proxy = &self.proxies[&variation];
         let mut target = Target::through(proxy);
         target.dbname = self.dbname.clone();
+        if variation.tls {
+            target.tls = Some(self.tls_client.clone());
+            target.label.push_str(" over TLS");
+        }
         Ok(target)
     }
 

@@ -337,8 +337,8 @@ impl Ledger {
     }
 
     /// The Parse that registered `name` for `statement` failed or was skipped: a later
-    /// Execute that took the name away (a `DEALLOCATE ALL` sent in the same pipeline) must
-    /// not give it back if it is undone in turn.
+    /// Execute that took the name away (a `DEALLOCATE ALL` sent in the same pipeline) or a
+    /// Close of it must not give it back if it is undone in turn.
     fn never_registered(&mut self, name: &[u8], statement: &Arc<Statement>) {
         let same = |held: &(Box<[u8]>, Arc<Statement>)| {
             &*held.0 == name && Arc::ptr_eq(&held.1, statement)
@@ -352,6 +352,18 @@ impl Ledger {
                     entry.undo = None;
                 }
                 _ => {}
+            }
+            // A Close of the name that is skipped too must not bring it back either.
+            let closes_it = matches!(
+                &entry.owed,
+                Owed::Close(Some(close)) if matches!(
+                    close.as_ref(),
+                    CloseOwed::Forgets(held_name, held)
+                        if **held_name == *name && Arc::ptr_eq(held, statement)
+                )
+            );
+            if closes_it {
+                entry.owed = Owed::Close(None);
             }
         }
     }

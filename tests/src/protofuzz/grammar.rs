@@ -340,19 +340,9 @@ impl ClientGen {
                     8 => msgs.push(Msg::Flush),
                     _ => {
                         let sql = self.statement();
-                        msgs.push(Msg::Parse {
-                            name: String::new(),
-                            sql,
-                        });
-                        msgs.push(Msg::Bind {
-                            portal: String::new(),
-                            statement: String::new(),
-                            params: Vec::new(),
-                        });
-                        msgs.push(Msg::Execute {
-                            portal: String::new(),
-                            max_rows: 0,
-                        });
+                        let mut run = unnamed_run(sql);
+                        run.pop();
+                        msgs.extend(run);
                     }
                 }
             }
@@ -523,22 +513,7 @@ impl ClientGen {
             _ => format!("COPY (SELECT 1/(id - 2) FROM {s}.t ORDER BY id) TO STDOUT"),
         };
         if self.rng.chance(30) {
-            self.exchange(vec![
-                Msg::Parse {
-                    name: String::new(),
-                    sql,
-                },
-                Msg::Bind {
-                    portal: String::new(),
-                    statement: String::new(),
-                    params: Vec::new(),
-                },
-                Msg::Execute {
-                    portal: String::new(),
-                    max_rows: 0,
-                },
-                Msg::Sync,
-            ]);
+            self.exchange(unnamed_run(sql));
         } else {
             self.exchange(vec![Msg::Query(sql)]);
         }
@@ -571,22 +546,7 @@ impl ClientGen {
         if self.rng.chance(50) {
             self.send(vec![Msg::Query("SELECT pg_sleep(3)".to_string())]);
         } else {
-            self.send(vec![
-                Msg::Parse {
-                    name: String::new(),
-                    sql: "SELECT pg_sleep(3)".to_string(),
-                },
-                Msg::Bind {
-                    portal: String::new(),
-                    statement: String::new(),
-                    params: Vec::new(),
-                },
-                Msg::Execute {
-                    portal: String::new(),
-                    max_rows: 0,
-                },
-                Msg::Sync,
-            ]);
+            self.send(unnamed_run("SELECT pg_sleep(3)".to_string()));
         }
         self.ops.push(Op::Cancel(300));
         self.ready(1);
@@ -670,6 +630,26 @@ impl ClientGen {
         let msgs = (0..count).map(|_| Msg::Query(self.statement())).collect();
         self.exchange(msgs);
     }
+}
+
+/// Parse, Bind and Execute of `sql` as the unnamed statement and portal, then Sync.
+fn unnamed_run(sql: String) -> Vec<Msg> {
+    vec![
+        Msg::Parse {
+            name: String::new(),
+            sql,
+        },
+        Msg::Bind {
+            portal: String::new(),
+            statement: String::new(),
+            params: Vec::new(),
+        },
+        Msg::Execute {
+            portal: String::new(),
+            max_rows: 0,
+        },
+        Msg::Sync,
+    ]
 }
 
 #[cfg(test)]

@@ -86,9 +86,11 @@ impl Outcome {
     }
 }
 
-/// How long one step of a fuzz program may wait (a cancelled `pg_sleep(3)` included, and a
-/// wait for a pooled server another client holds for its whole program).
-pub const FUZZ_STEP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one step of a fuzz program may wait: a cancelled `pg_sleep(3)`, and a wait for
+/// a pooled server that other clients hold for whole programs (with one server for four
+/// clients, and two workers, a login on the worker that has not seen the server's welcome
+/// yet waits for that server too).
+pub const FUZZ_STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The server, the proxies (one per variation, started when first needed) and the
 /// connection that resets the clients' schemas, all in one database of the bench's own (so

@@ -167,6 +167,9 @@ pub enum Action {
     AwaitReady(usize),
     /// Read until a message with this type byte arrives.
     AwaitTag(u8),
+    /// Read until a message with one of these type bytes arrives; a ReadyForQuery read
+    /// counts for the next `AwaitReady`.
+    AwaitAnyTag(Vec<u8>),
     /// Send Terminate and close the connection.
     Terminate,
     /// Read whatever arrives within this time (a client that waits a while without knowing
@@ -277,6 +280,11 @@ impl Script {
 
     pub fn terminate(self, conn: &str) -> Script {
         self.step(conn, Action::Terminate)
+    }
+
+    /// Reads on `conn` until a message of one of `tags` arrives.
+    pub fn await_any_tag(self, conn: &str, tags: &[u8]) -> Script {
+        self.step(conn, Action::AwaitAnyTag(tags.to_vec()))
     }
 
     /// Reads what arrives on `conn` within `time`.
@@ -844,6 +852,15 @@ impl<'a> Run<'a> {
             }
             Action::AwaitTag(tag) => {
                 conn.read_until(timeout, parameters, |message| message.tag == *tag)
+            }
+            Action::AwaitAnyTag(tags) => {
+                let mut ready = 0;
+                let outcome = conn.read_until(timeout, parameters, |message| {
+                    ready += usize::from(message.tag == b'Z');
+                    tags.contains(&message.tag)
+                });
+                conn.settled_ready += ready;
+                outcome
             }
             Action::Terminate => {
                 if let Some(mut stream) = conn.stream.take() {

@@ -27,6 +27,8 @@ struct Options {
     replay: Option<PathBuf>,
     /// Print the program of this seed and exit.
     print: Option<u64>,
+    /// Runs a divergence may take to shrink.
+    shrink: usize,
     shape: Shape,
 }
 
@@ -38,6 +40,7 @@ fn parse() -> Result<Options, String> {
         save: None,
         replay: None,
         print: None,
+        shrink: 150,
         shape: Shape::default(),
     };
     let mut args = std::env::args().skip(1);
@@ -66,6 +69,7 @@ fn parse() -> Result<Options, String> {
             "--save" => options.save = Some(PathBuf::from(value()?)),
             "--replay" => options.replay = Some(PathBuf::from(value()?)),
             "--print" => options.print = Some(value()?.parse().map_err(|_| "--print SEED")?),
+            "--shrink" => options.shrink = value()?.parse().map_err(|_| "--shrink RUNS")?,
             "--max-clients" => {
                 options.shape.max_clients = value()?.parse().map_err(|_| "--max-clients")?
             }
@@ -75,7 +79,7 @@ fn parse() -> Result<Options, String> {
             "-h" | "--help" => {
                 return Err("usage: pgtier-protofuzz [--minutes N] [--seeds FROM..TO] \
                      [--mode session|transaction|both] [--save DIR] [--replay FILE] \
-                     [--print SEED] [--max-clients K] [--max-units N]"
+                     [--print SEED] [--shrink RUNS] [--max-clients K] [--max-units N]"
                     .to_string());
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -132,7 +136,8 @@ fn main() -> ExitCode {
                 break 'seeds;
             }
             let variation = variation_for(seed, mode);
-            let (outcome, finding) = fuzz_seed(&mut bench, seed, variation, options.shape, 150);
+            let (outcome, finding) =
+                fuzz_seed(&mut bench, seed, variation, options.shape, options.shrink);
             runs += 1;
             if runs % 50 == 0 {
                 eprintln!(

@@ -101,7 +101,8 @@ struct ClientGen {
     index: usize,
     rng: Rng,
     ops: Vec<Op>,
-    /// Statements made by `prepare_with_flush` so far (their names are unique).
+    /// Statements made by `prepare_with_flush` and `extended_copy_in` so far (their names
+    /// are unique).
     prepared: usize,
 }
 
@@ -475,7 +476,11 @@ impl ClientGen {
     /// ReadyForQuery.
     fn extended_copy_in(&mut self) {
         let s = self.s.clone();
-        let name = self.statement_name();
+        // A name of its own: a pipeline that executed a COPY statement by one of the shared
+        // names (or as the unnamed statement) would leave the server waiting for data that
+        // no unit sends.
+        self.prepared += 1;
+        let name = format!("copy{}", self.prepared);
         let mut msgs = vec![
             Msg::Parse {
                 name: name.clone(),
@@ -589,8 +594,10 @@ impl ClientGen {
                 },
             ]),
             2 => {
+                // In the copy (or past its error, in a failed block) before hanging up: what
+                // the client has read by then must not depend on how fast the answer came.
                 self.send(vec![Msg::Query(format!("COPY {s}.c FROM STDIN"))]);
-                self.ops.push(Op::Settle(20));
+                self.ops.push(Op::Tag(b"GZ".to_vec()));
                 self.send(vec![Msg::CopyData(b"5\tfive\n".to_vec())]);
             }
             3 => {

@@ -65,8 +65,9 @@ pub enum Op {
     Send(Vec<Msg>),
     /// Read until this many ReadyForQuery messages arrived.
     Ready(usize),
-    /// Read until a message of this type arrived.
-    Tag(u8),
+    /// Read until a message of one of these types arrived (a ReadyForQuery read here counts
+    /// for the next `Ready`).
+    Tag(Vec<u8>),
     /// Read whatever arrives within this many milliseconds.
     Settle(u64),
     /// After this many milliseconds, a CancelRequest for the connection's key.
@@ -277,7 +278,7 @@ impl ClientProgram {
                     script.send(name, frontend)
                 }
                 Op::Ready(count) => script.await_ready(name, *count),
-                Op::Tag(tag) => script.await_tag(name, *tag),
+                Op::Tag(tags) => script.await_any_tag(name, tags),
                 Op::Settle(ms) => script.settle(name, Duration::from_millis(*ms)),
                 Op::Cancel(ms) => script.cancel(name, Duration::from_millis(*ms)),
                 Op::Terminate => {
@@ -308,8 +309,8 @@ impl Program {
                     Op::Ready(count) => {
                         let _ = writeln!(text, "> ready {count}");
                     }
-                    Op::Tag(tag) => {
-                        let _ = writeln!(text, "> tag {}", *tag as char);
+                    Op::Tag(tags) => {
+                        let _ = writeln!(text, "> tag {}", String::from_utf8_lossy(tags));
                     }
                     Op::Settle(ms) => {
                         let _ = writeln!(text, "> settle {ms}");
@@ -360,11 +361,11 @@ impl Program {
                     "cancel" => client.ops.push(Op::Cancel(number_arg()?)),
                     "terminate" => client.ops.push(Op::Terminate),
                     "tag" => {
-                        let tag = words
+                        let tags = words
                             .get(1)
-                            .and_then(|word| word.bytes().next())
+                            .filter(|word| !word.is_empty())
                             .ok_or_else(|| fail("a tag is missing".to_string()))?;
-                        client.ops.push(Op::Tag(tag));
+                        client.ops.push(Op::Tag(tags.as_bytes().to_vec()));
                     }
                     other => return Err(fail(format!("unknown step {other:?}"))),
                 }
@@ -482,7 +483,7 @@ mod tests {
                         ]),
                         Op::Send(vec![Msg::Flush]),
                         Op::Ready(2),
-                        Op::Tag(b'G'),
+                        Op::Tag(b"GZ".to_vec()),
                         Op::Settle(30),
                         Op::Cancel(200),
                         Op::Terminate,

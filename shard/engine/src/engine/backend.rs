@@ -617,7 +617,13 @@ fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout
     let Some(names) = names.as_mut() else {
         return;
     };
-    for change in fallout {
+    // A name registered by a Parse that failed or was skipped goes before anything comes
+    // back: a Close of the name sent before that Parse (and skipped too) restores the
+    // statement the name had, which the Parse's registration had replaced.
+    let (forgets, rest): (Vec<Fallout>, Vec<Fallout>) = fallout
+        .into_iter()
+        .partition(|change| matches!(change, Fallout::Forget(..)));
+    for change in forgets.into_iter().chain(rest) {
         match change {
             Fallout::Forget(name, statement) => names.forget(&name, &statement),
             Fallout::Restore(name, statement) => names.restore(&name, statement),

@@ -200,6 +200,8 @@ impl Rewriter<'_> {
                     return;
                 }
                 Some(PendingAtExecute::ForgetAll) => {
+                    // Whether it runs is known only from its answer.
+                    self.server.statements.all_unknown();
                     let taken = self
                         .names
                         .as_mut()
@@ -386,8 +388,7 @@ impl Rewriter<'_> {
             self.ensure(statement, OnError::Forward, false, out);
             if statement.deallocates_all() {
                 // A named `DEALLOCATE ALL`: as the unnamed one, it acts at this portal's
-                // Execute, and the server's cache is no longer known from then on.
-                self.server.statements.all_unknown();
+                // Execute (where the server's cache stops being known).
                 acts = Some(PendingAtExecute::ForgetAll);
             }
         }

@@ -545,16 +545,17 @@ impl ClientGen {
         }
     }
 
-    /// A long query cancelled from another connection, as drivers do.
+    /// A long query cancelled from another connection, as drivers do. The query is long
+    /// enough that a cancel sent 0.3 s into it reaches it even on a loaded machine.
     fn cancel(&mut self) {
         let in_block = self.rng.chance(30);
         if in_block {
             self.exchange(vec![Msg::Query("BEGIN".to_string())]);
         }
         if self.rng.chance(50) {
-            self.send(vec![Msg::Query("SELECT pg_sleep(3)".to_string())]);
+            self.send(vec![Msg::Query("SELECT pg_sleep(10)".to_string())]);
         } else {
-            self.send(unnamed_run("SELECT pg_sleep(3)".to_string()));
+            self.send(unnamed_run("SELECT pg_sleep(10)".to_string()));
         }
         self.ops.push(Op::Cancel(300));
         self.ready(1);

@@ -23,8 +23,8 @@ pub use grammar::{Shape, generate};
 pub use program::Program;
 pub use runner::{Bench, Outcome, Variation};
 
-/// A step's timeout while shrinking (a cancelled `pg_sleep(3)` still fits).
-const SHRINK_STEP_TIMEOUT: Duration = Duration::from_secs(6);
+/// A step's timeout while shrinking (an uncancelled `pg_sleep(10)` still fits).
+const SHRINK_STEP_TIMEOUT: Duration = Duration::from_secs(12);
 /// How long shrinking one divergence may take.
 const SHRINK_TIME: Duration = Duration::from_secs(240);
 

@@ -86,7 +86,7 @@ impl Outcome {
     }
 }
 
-/// How long one step of a fuzz program may wait: a cancelled `pg_sleep(3)`, and a wait for
+/// How long one step of a fuzz program may wait: an uncancelled `pg_sleep(10)`, and a wait for
 /// a pooled server that other clients hold for whole programs (with one server for four
 /// clients, and two workers, a login on the worker that has not seen the server's welcome
 /// yet waits for that server too).

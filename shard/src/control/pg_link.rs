@@ -100,34 +100,7 @@ impl PgLink {
 
     /// Runs `sql` as a simple query and returns its first row (`None`: no row).
     pub fn query_row(&mut self, sql: &str, deadline: Instant) -> Result<Option<Row>, String> {
-        let mut out = BytesMut::with_capacity(64 + sql.len());
-        Query {
-            sql: sql.as_bytes(),
-        }
-        .encode(&mut out);
-        self.send(&out, deadline)?;
-        let mut first = None;
-        let mut failure = None;
-        loop {
-            let frame = match self.receive(deadline) {
-                Ok(frame) => frame,
-                // A FATAL closes the connection after its ErrorResponse: report the server's
-                // words, not the close.
-                Err(cause) => return Err(failure.unwrap_or(cause)),
-            };
-            match BackendMessage::decode(&frame).map_err(|e| e.to_string())? {
-                BackendMessage::DataRow(row) if first.is_none() => {
-                    first = Some(row.values.iter().map(|v| v.map(<[u8]>::to_vec)).collect());
-                }
-                BackendMessage::ErrorResponse(error) => failure = Some(server_error(&error)),
-                BackendMessage::ReadyForQuery(_) => break,
-                _ => {}
-            }
-        }
-        match failure {
-            Some(failure) => Err(failure),
-            None => Ok(first),
-        }
+        Ok(self.query_rows(sql, 1, deadline)?.into_iter().next())
     }
 
     /// Runs `sql` as a simple query and returns its rows, at most `max_rows` (the rest are

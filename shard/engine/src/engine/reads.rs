@@ -15,6 +15,7 @@ use pgtier_pool::{PoolId, PoolKey, ServerTarget};
 use crate::client::reads::{ReadTxn, ReaderSession, Unit, scan_unit};
 use crate::engine::Engine;
 use crate::ids::ClientId;
+use crate::prepared::ClientStatements;
 use crate::read_functions::EntryFunctions;
 use crate::services::{ReadRequest, ReadRoute};
 
@@ -26,6 +27,28 @@ pub(super) const READ_RECHECK: Duration = Duration::from_millis(2);
 /// on, as everywhere in the reader path).
 fn classify(text: &[u8], functions: &EntryFunctions<'_>) -> pgtier_wire::read_only::Access {
     pgtier_wire::read_only::classify_using(text, true, functions)
+}
+
+/// The first unit of `input`, classified with the entry's function answers; a Bind of one
+/// of the client's named statements answers by that statement's text.
+fn first_unit(
+    config: &Config,
+    routing: &dyn crate::services::Routing,
+    database: &str,
+    statements: Option<&ClientStatements>,
+    input: &[u8],
+) -> Unit {
+    let overrides = reader_settings(config, database).map(|s| &s.functions);
+    let functions = EntryFunctions::new(routing, database, overrides);
+    scan_unit(
+        input,
+        |text| classify(text, &functions),
+        |name| {
+            statements?
+                .get(name)
+                .map(|statement| statement.access(&functions))
+        },
+    )
 }
 
 /// The read settings of `database` when it is an entry with a primary.
@@ -75,17 +98,12 @@ impl Engine {
         let Some(reads) = session.reads.as_mut() else {
             return false;
         };
-        let statements = session.statements.as_deref();
-        let overrides = reader_settings(&self.config, &session.database).map(|s| &s.functions);
-        let functions = EntryFunctions::new(&*self.routing, &session.database, overrides);
-        let unit = scan_unit(
+        let unit = first_unit(
+            &self.config,
+            &*self.routing,
+            &session.database,
+            session.statements.as_deref(),
             &client.input,
-            |text| classify(text, &functions),
-            |name| {
-                statements?
-                    .get(name)
-                    .map(|statement| statement.access(&functions))
-            },
         );
         reads.scanned = Some((client.input.len(), unit));
         unit == Unit::Incomplete
@@ -116,22 +134,13 @@ impl Engine {
             match scanned {
                 // The bytes `needs_whole_unit` just read, unchanged.
                 Some((len, unit)) if len == client.input.len() => unit,
-                _ => {
-                    let statements = session.statements.as_deref();
-                    let overrides =
-                        reader_settings(&self.config, &session.database).map(|s| &s.functions);
-                    let functions =
-                        EntryFunctions::new(&*self.routing, &session.database, overrides);
-                    scan_unit(
-                        &client.input,
-                        |text| classify(text, &functions),
-                        |name| {
-                            statements?
-                                .get(name)
-                                .map(|statement| statement.access(&functions))
-                        },
-                    )
-                }
+                _ => first_unit(
+                    &self.config,
+                    &*self.routing,
+                    &session.database,
+                    session.statements.as_deref(),
+                    &client.input,
+                ),
             }
         };
         let bytes = match unit {

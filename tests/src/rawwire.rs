@@ -232,7 +232,12 @@ pub fn read_message(stream: &mut TcpStream) -> io::Result<Option<Message>> {
     let mut header = [0u8; 5];
     let mut filled = 0;
     while filled < header.len() {
-        match stream.read(&mut header[filled..])? {
+        let read = match stream.read(&mut header[filled..]) {
+            // EINTR after a stop and continue (a read with a timeout): read again.
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            other => other?,
+        };
+        match read {
             0 if filled == 0 => return Ok(None),
             0 => {
                 return Err(io::Error::new(

@@ -77,7 +77,13 @@ impl Wire {
 
     fn read_more(&mut self) -> std::io::Result<()> {
         let mut chunk = [0u8; 8192];
-        let n = self.stream.read(&mut chunk)?;
+        let n = loop {
+            match self.stream.read(&mut chunk) {
+                // EINTR after a stop and continue: not an error of the peer.
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }

@@ -37,7 +37,13 @@ struct Harness {
 impl Harness {
     fn read_more(&mut self) {
         let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).expect("read");
+        let n = loop {
+            match self.stream.read(&mut chunk) {
+                // EINTR after a stop and continue: not an error of the peer.
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other.expect("read"),
+            }
+        };
         assert!(n > 0, "client closed");
         self.buf.extend_from_slice(&chunk[..n]);
     }

@@ -154,6 +154,9 @@ impl PgLink {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return true,
                 Ok(read) => self.buffer.extend_from_slice(&chunk[..read]),
+                // A stop and continue (SIGSTOP/SIGCONT) interrupts a read that has a timeout
+                // even without a handler: it says nothing about the link.
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error)
                     if matches!(
                         error.kind(),
@@ -188,10 +191,12 @@ impl PgLink {
             }
             set_deadline(&self.stream, deadline)?;
             let mut chunk = [0u8; 1024];
-            let read = self
-                .stream
-                .read(&mut chunk)
-                .map_err(|e| io_cause("receive", &e))?;
+            let read = match self.stream.read(&mut chunk) {
+                Ok(read) => read,
+                // Interrupted by a stop and continue: try again within the same deadline.
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(io_cause("receive", &error)),
+            };
             if read == 0 {
                 return Err("server closed the connection".to_string());
             }

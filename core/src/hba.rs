@@ -166,7 +166,7 @@ pub struct HbaFile {
 
 /// Reads an `@file` include: its path (resolved against the including file's directory)
 /// to its text.
-pub type IncludeReader<'a> = dyn FnMut(&Path) -> Result<String, String> + 'a;
+pub(crate) type IncludeReader<'a> = dyn FnMut(&Path) -> Result<String, String> + 'a;
 
 impl HbaFile {
     /// Reads and parses the file at `path`, with its `@file` includes.

@@ -38,12 +38,12 @@ impl PoolBudget {
     }
 
     /// Takes one slot within the limit; false when the budget is spent.
-    pub fn try_acquire(&self) -> bool {
+    pub(crate) fn try_acquire(&self) -> bool {
         self.acquire_below(self.limit.load(Ordering::Relaxed), 0)
     }
 
     /// Takes one slot within limit + reserve (for clients that waited `reserve_pool_timeout`).
-    pub fn try_acquire_reserve(&self) -> bool {
+    pub(crate) fn try_acquire_reserve(&self) -> bool {
         self.acquire_below(
             self.limit.load(Ordering::Relaxed),
             self.reserve.load(Ordering::Relaxed),
@@ -97,7 +97,7 @@ impl PoolBudget {
     }
 
     /// Whether more slots are taken than the limit allows (the limit was lowered by a reload).
-    pub fn is_over_limit(&self) -> bool {
+    pub(crate) fn is_over_limit(&self) -> bool {
         let limit = self.limit();
         limit != 0 && self.in_use() > limit
     }
@@ -110,7 +110,7 @@ impl PoolBudget {
 
     /// Asks other workers to close one idle server. Outstanding requests are capped at the
     /// servers in use, so repeated asks cannot make workers close more than exists.
-    pub fn request_release(&self) {
+    pub(crate) fn request_release(&self) {
         let cap = self.in_use();
         let _ =
             self.release_requests
@@ -120,7 +120,7 @@ impl PoolBudget {
     }
 
     /// Claims one outstanding release request; true means "close one idle server".
-    pub fn take_release_request(&self) -> bool {
+    pub(crate) fn take_release_request(&self) -> bool {
         self.release_requests
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |requests| {
                 requests.checked_sub(1)

@@ -50,17 +50,15 @@ mod waiters;
 mod welcome;
 
 pub use budget::PoolBudget;
-pub use handover::{Release, SlotGrant, give_back_slot};
+pub use handover::{Release, give_back_slot};
 pub use key::{PoolKey, ServerTarget, StartupProfile};
-pub use lease::{CloseReason, Lease};
+pub use lease::Lease;
+
 pub use pool::PoolLimits;
-pub use slice::{Checkin, Closing, Expired, PoolCounts, PoolError, PoolId, PoolSlice, Refusal};
+pub use slice::{Checkin, Closing, PoolError, PoolId, PoolSlice, Refusal};
 pub use wait_order::{Head, WaitClass, WaitOrder};
 pub use waiters::WaitTicket;
-pub use welcome::{
-    MAX_SPELLINGS_PER_POOL, Spellings, TRACKED_PARAMETERS, TrackedParams, Welcome,
-    is_tracked_parameter, tracked_index,
-};
+pub use welcome::{Spellings, TrackedParams, tracked_index};
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,6 @@
 use crate::budget::PoolBudget;
 use crate::key::PoolKey;
 use crate::lease::Lease;
-use crate::slice::PoolCounts;
 use crate::wait_order::WaitOrder;
 use crate::waiters::Queue;
 use crate::welcome::{MAX_SPELLINGS_PER_POOL, Spellings, Welcome};
@@ -26,6 +25,28 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Servers and waiters of one pool (or of a whole slice) by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// In the idle list.
+    pub idle: u32,
+    /// Checked out to a session.
+    pub active: u32,
+    /// Being connected (budget taken, not yet [`PoolSlice::opened`](crate::PoolSlice::opened)).
+    pub opening: u32,
+    /// Out of the pool to be closed with their slots still held (not yet [`PoolSlice::left`](crate::PoolSlice::left)).
+    pub leaving: u32,
+    /// Clients parked for a server.
+    pub waiting: u32,
+}
+
+impl PoolCounts {
+    /// Servers this worker holds budget for: idle + active + opening + leaving.
+    pub fn servers(&self) -> u32 {
+        self.idle + self.active + self.opening + self.leaving
+    }
+}
 
 /// Limits of one pool, set at registration and by [`PoolSlice::set_limits`](crate::PoolSlice::set_limits).
 ///

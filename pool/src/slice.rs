@@ -20,6 +20,7 @@
 use crate::budget::PoolBudget;
 use crate::key::PoolKey;
 use crate::lease::{CloseReason, Lease};
+use crate::pool::PoolCounts;
 use crate::pool::{LoginFailure, Pool, PoolLimits};
 use crate::wait_order::WaitClass;
 use crate::waiters::{WaitTicket, Waiters};
@@ -34,28 +35,6 @@ use std::time::Instant;
 pub struct PoolId {
     index: u32,
     generation: u32,
-}
-
-/// Servers and waiters of one pool (or of a whole slice) by state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolCounts {
-    /// In the idle list.
-    pub idle: u32,
-    /// Checked out to a session.
-    pub active: u32,
-    /// Being connected (budget taken, not yet [`PoolSlice::opened`]).
-    pub opening: u32,
-    /// Out of the pool to be closed with their slots still held (not yet [`PoolSlice::left`]).
-    pub leaving: u32,
-    /// Clients parked for a server.
-    pub waiting: u32,
-}
-
-impl PoolCounts {
-    /// Servers this worker holds budget for: idle + active + opening + leaving.
-    pub fn servers(&self) -> u32 {
-        self.idle + self.active + self.opening + self.leaving
-    }
 }
 
 /// What to do with a server that came back (or was just opened).

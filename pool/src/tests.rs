@@ -5,6 +5,7 @@
 //! order.
 
 use crate::*;
+use crate::{handover::SlotGrant, lease::CloseReason, pool::PoolCounts, slice::Expired};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

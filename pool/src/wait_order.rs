@@ -49,7 +49,7 @@ pub enum WaitOrder {
 
 impl WaitOrder {
     /// `waiter_aging`'s default: see docs/reader-pool.md, "Waiting by class".
-    pub const DEFAULT_AGING: Duration = Duration::from_millis(20);
+    pub(crate) const DEFAULT_AGING: Duration = Duration::from_millis(20);
 
     /// The class order with the default aging.
     pub const DEFAULT: WaitOrder = WaitOrder::Class {

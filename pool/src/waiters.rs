@@ -23,7 +23,7 @@ pub struct WaitTicket {
 
 /// A waiter taken out of the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Unparked<W> {
+pub(crate) struct Unparked<W> {
     pub waiter: W,
     /// Index of its pool in the slice.
     pub(crate) pool: u32,

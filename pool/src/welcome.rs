@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// The tracked parameters, in PostgreSQL's spelling (used as is in the SETs the proxy
 /// writes). Names are compared case-insensitively, as PostgreSQL does.
-pub const TRACKED_PARAMETERS: [&str; 6] = [
+pub(crate) const TRACKED_PARAMETERS: [&str; 6] = [
     "client_encoding",
     "DateStyle",
     "TimeZone",
@@ -32,14 +32,14 @@ pub fn tracked_index(name: &str) -> Option<usize> {
 }
 
 /// Whether `name` is in [`TRACKED_PARAMETERS`] (case-insensitive).
-pub fn is_tracked_parameter(name: &str) -> bool {
+pub(crate) fn is_tracked_parameter(name: &str) -> bool {
     tracked_index(name).is_some()
 }
 
 /// Client spellings a pool remembers unless `max_spellings_per_pool` says otherwise: past
 /// the limit, logins with new spellings still get the server's own values, through a server
 /// round trip each.
-pub const MAX_SPELLINGS_PER_POOL: usize = 256;
+pub(crate) const MAX_SPELLINGS_PER_POOL: usize = 256;
 
 /// What a pool's first server login reported, replayed to clients that join the pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub struct Welcome {
 
 impl Welcome {
     /// The welcome of a login that reported `params`.
-    pub fn from_params(params: &[(String, String)]) -> Welcome {
+    pub(crate) fn from_params(params: &[(String, String)]) -> Welcome {
         let mut tracked = TrackedParams::default();
         for (name, value) in params {
             tracked.set(name, value);
@@ -89,7 +89,7 @@ impl Default for Spellings {
 
 impl Spellings {
     /// No spellings yet; at most `limit` will be kept.
-    pub fn with_limit(limit: usize) -> Spellings {
+    pub(crate) fn with_limit(limit: usize) -> Spellings {
         Spellings {
             learned: std::array::from_fn(|_| SpellingMap::default()),
             len: 0,

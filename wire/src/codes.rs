@@ -8,44 +8,44 @@ pub mod frontend {
     pub const COPY_DATA: u8 = b'd';
     pub const COPY_DONE: u8 = b'c';
     pub const COPY_FAIL: u8 = b'f';
-    pub const DESCRIBE: u8 = b'D';
+    pub(crate) const DESCRIBE: u8 = b'D';
     pub const EXECUTE: u8 = b'E';
-    pub const FLUSH: u8 = b'H';
-    pub const FUNCTION_CALL: u8 = b'F';
+    pub(crate) const FLUSH: u8 = b'H';
+    pub(crate) const FUNCTION_CALL: u8 = b'F';
     pub const PARSE: u8 = b'P';
     /// PasswordMessage, SASLInitialResponse, SASLResponse and GSSResponse share this byte.
-    pub const AUTH_RESPONSE: u8 = b'p';
+    pub(crate) const AUTH_RESPONSE: u8 = b'p';
     pub const QUERY: u8 = b'Q';
-    pub const SYNC: u8 = b'S';
+    pub(crate) const SYNC: u8 = b'S';
     pub const TERMINATE: u8 = b'X';
 }
 
 /// Type bytes of messages a server sends.
 pub mod backend {
-    pub const AUTHENTICATION: u8 = b'R';
-    pub const BACKEND_KEY_DATA: u8 = b'K';
-    pub const BIND_COMPLETE: u8 = b'2';
-    pub const CLOSE_COMPLETE: u8 = b'3';
-    pub const COMMAND_COMPLETE: u8 = b'C';
+    pub(crate) const AUTHENTICATION: u8 = b'R';
+    pub(crate) const BACKEND_KEY_DATA: u8 = b'K';
+    pub(crate) const BIND_COMPLETE: u8 = b'2';
+    pub(crate) const CLOSE_COMPLETE: u8 = b'3';
+    pub(crate) const COMMAND_COMPLETE: u8 = b'C';
     pub const COPY_DATA: u8 = b'd';
     pub const COPY_DONE: u8 = b'c';
-    pub const COPY_IN_RESPONSE: u8 = b'G';
-    pub const COPY_OUT_RESPONSE: u8 = b'H';
-    pub const COPY_BOTH_RESPONSE: u8 = b'W';
-    pub const DATA_ROW: u8 = b'D';
-    pub const EMPTY_QUERY_RESPONSE: u8 = b'I';
-    pub const ERROR_RESPONSE: u8 = b'E';
-    pub const FUNCTION_CALL_RESPONSE: u8 = b'V';
-    pub const NEGOTIATE_PROTOCOL_VERSION: u8 = b'v';
-    pub const NO_DATA: u8 = b'n';
-    pub const NOTICE_RESPONSE: u8 = b'N';
-    pub const NOTIFICATION_RESPONSE: u8 = b'A';
-    pub const PARAMETER_DESCRIPTION: u8 = b't';
-    pub const PARAMETER_STATUS: u8 = b'S';
-    pub const PARSE_COMPLETE: u8 = b'1';
-    pub const PORTAL_SUSPENDED: u8 = b's';
-    pub const READY_FOR_QUERY: u8 = b'Z';
-    pub const ROW_DESCRIPTION: u8 = b'T';
+    pub(crate) const COPY_IN_RESPONSE: u8 = b'G';
+    pub(crate) const COPY_OUT_RESPONSE: u8 = b'H';
+    pub(crate) const COPY_BOTH_RESPONSE: u8 = b'W';
+    pub(crate) const DATA_ROW: u8 = b'D';
+    pub(crate) const EMPTY_QUERY_RESPONSE: u8 = b'I';
+    pub(crate) const ERROR_RESPONSE: u8 = b'E';
+    pub(crate) const FUNCTION_CALL_RESPONSE: u8 = b'V';
+    pub(crate) const NEGOTIATE_PROTOCOL_VERSION: u8 = b'v';
+    pub(crate) const NO_DATA: u8 = b'n';
+    pub(crate) const NOTICE_RESPONSE: u8 = b'N';
+    pub(crate) const NOTIFICATION_RESPONSE: u8 = b'A';
+    pub(crate) const PARAMETER_DESCRIPTION: u8 = b't';
+    pub(crate) const PARAMETER_STATUS: u8 = b'S';
+    pub(crate) const PARSE_COMPLETE: u8 = b'1';
+    pub(crate) const PORTAL_SUSPENDED: u8 = b's';
+    pub(crate) const READY_FOR_QUERY: u8 = b'Z';
+    pub(crate) const ROW_DESCRIPTION: u8 = b'T';
 }
 
 /// A set of type bytes, tested in one shift and mask.

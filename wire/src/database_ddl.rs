@@ -40,7 +40,7 @@ use crate::read_only::lexer::{Lexer, Tok};
 pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 
 /// At most this many names from one text.
-pub const MAX_TARGETS: usize = 8;
+pub(crate) const MAX_TARGETS: usize = 8;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1).
 const MAX_NAME_BYTES: usize = 63;

@@ -10,13 +10,13 @@ use crate::sqlstate::SqlState;
 
 /// Field type bytes, as listed in the protocol's "Error and Notice Message Fields".
 pub mod field {
-    pub const SEVERITY: u8 = b'S';
+    pub(crate) const SEVERITY: u8 = b'S';
     /// Severity, never localized (9.6+).
-    pub const SEVERITY_NONLOCALIZED: u8 = b'V';
+    pub(crate) const SEVERITY_NONLOCALIZED: u8 = b'V';
     pub const CODE: u8 = b'C';
-    pub const MESSAGE: u8 = b'M';
-    pub const DETAIL: u8 = b'D';
-    pub const HINT: u8 = b'H';
+    pub(crate) const MESSAGE: u8 = b'M';
+    pub(crate) const DETAIL: u8 = b'D';
+    pub(crate) const HINT: u8 = b'H';
     pub const POSITION: u8 = b'P';
     pub const INTERNAL_POSITION: u8 = b'p';
     pub const INTERNAL_QUERY: u8 = b'q';

@@ -19,10 +19,10 @@ use crate::error::ProtocolError;
 pub const HEADER_LEN: usize = 5;
 
 /// PostgreSQL refuses startup packets longer than this (`MAX_STARTUP_PACKET_LENGTH`).
-pub const DEFAULT_MAX_STARTUP_LEN: u32 = 10_000;
+pub(crate) const DEFAULT_MAX_STARTUP_LEN: u32 = 10_000;
 
 /// PostgreSQL's own ceiling for one message (`PQ_LARGE_MESSAGE_LIMIT`, 1 GiB - 1).
-pub const DEFAULT_MAX_MESSAGE_LEN: u32 = (1 << 30) - 1;
+pub(crate) const DEFAULT_MAX_MESSAGE_LEN: u32 = (1 << 30) - 1;
 
 /// Size limits applied while framing. Both count the length word itself, as the protocol does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -109,5 +109,6 @@ mod codec;
 
 pub use codes::CodeSet;
 pub use error::ProtocolError;
-pub use framing::{Frame, FrameHeader, FrameLimits, Run, RunEnd};
+pub use framing::FrameHeader;
+pub use framing::{Frame, FrameLimits, Run, RunEnd};
 pub use sqlstate::SqlState;

@@ -13,10 +13,10 @@ use crate::messages::backend::NegotiateProtocolVersion;
 use crate::messages::frontend::{ProtocolVersion, StartupMessage};
 
 /// The newest minor version of protocol 3 that pgtier speaks.
-pub const NEWEST_MINOR: u16 = 0;
+pub(crate) const NEWEST_MINOR: u16 = 0;
 
 /// Startup parameters with this prefix are protocol options, not settings.
-pub const PROTOCOL_OPTION_PREFIX: &str = "_pq_.";
+pub(crate) const PROTOCOL_OPTION_PREFIX: &str = "_pq_.";
 
 /// Whether a startup parameter is a protocol option rather than a setting.
 pub fn is_protocol_option(name: &str) -> bool {
@@ -24,7 +24,7 @@ pub fn is_protocol_option(name: &str) -> bool {
 }
 
 /// Whether the client must be told that we speak an older version or ignore its options.
-pub fn needs_negotiation(startup: &StartupMessage<'_>) -> bool {
+pub(crate) fn needs_negotiation(startup: &StartupMessage<'_>) -> bool {
     startup.version > ProtocolVersion::new(3, NEWEST_MINOR)
         || startup
             .params

@@ -31,7 +31,7 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// Ends a text that was cut at `max_bytes`.
-pub const TRUNCATION_MARK: &str = "…";
+pub(crate) const TRUNCATION_MARK: &str = "…";
 
 /// What normalizing a text found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

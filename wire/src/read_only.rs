@@ -86,7 +86,8 @@ mod query;
 mod statement;
 
 pub use catalog_change::changes_functions;
-pub use functions::{BuiltInsOnly, Callee, CalleeSchema, Functions};
+pub(crate) use functions::BuiltInsOnly;
+pub use functions::{Callee, CalleeSchema, Functions};
 
 use functions::Calls;
 use lexer::{Lexer, Tok};

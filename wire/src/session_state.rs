@@ -155,7 +155,7 @@ impl Effects {
     );
 
     /// Every effect that clears state.
-    pub const CLEARING: Effects = Effects(
+    pub(crate) const CLEARING: Effects = Effects(
         Self::RESET_ALL.0
             | Self::RESET.0
             | Self::DISCARD_ALL.0

@@ -51,7 +51,7 @@ impl fmt::Display for SqlState {
 pub const SUCCESSFUL_COMPLETION: SqlState = SqlState::new(b"00000");
 pub const WARNING: SqlState = SqlState::new(b"01000");
 pub const CONNECTION_EXCEPTION: SqlState = SqlState::new(b"08000");
-pub const SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION: SqlState = SqlState::new(b"08001");
+pub(crate) const SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION: SqlState = SqlState::new(b"08001");
 pub const CONNECTION_DOES_NOT_EXIST: SqlState = SqlState::new(b"08003");
 pub const SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION: SqlState = SqlState::new(b"08004");
 pub const CONNECTION_FAILURE: SqlState = SqlState::new(b"08006");

@@ -35,7 +35,7 @@ impl core::fmt::Display for OptionsError {
 impl std::error::Error for OptionsError {}
 
 /// Splits `options` on unescaped whitespace; a backslash makes the next character literal.
-pub fn split_args(options: &str) -> Vec<String> {
+pub(crate) fn split_args(options: &str) -> Vec<String> {
     let mut args = Vec::new();
     let mut chars = options.chars().peekable();
     loop {

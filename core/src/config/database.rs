@@ -9,7 +9,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 /// PostgreSQL's port when an entry names a host without one.
-pub const DEFAULT_SERVER_PORT: u16 = 5432;
+pub(crate) const DEFAULT_SERVER_PORT: u16 = 5432;
 
 /// Index of a replica in [`ReplicaSet::replicas`].
 pub type ReplicaIndex = usize;

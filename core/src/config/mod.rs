@@ -18,15 +18,13 @@ pub mod show;
 mod tls;
 mod validate;
 
-pub use changes::ConfigChanges;
+pub use database::UserConfig;
 pub use database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings,
-    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet,
-    TierSettings, UserConfig,
+    DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings, ReadSettings,
+    ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, TierSettings,
 };
 pub use error::ConfigError;
 pub use function_names::{FunctionNames, FunctionOverrides};
-pub use ini::pgbouncer_keys;
 
 pub use seconds::Seconds;
 pub use settings::{AuthType, ListenAddrs, PoolMode, Settings, WaiterPolicy};
@@ -73,7 +71,10 @@ impl Config {
 
     /// Parses and validates `text` as a pgbouncer.ini; `origin` names the file in errors and
     /// anchors `%include`s and relative paths.
-    pub fn from_ini_str(text: &str, origin: impl AsRef<Path>) -> Result<Config, ConfigError> {
+    pub(crate) fn from_ini_str(
+        text: &str,
+        origin: impl AsRef<Path>,
+    ) -> Result<Config, ConfigError> {
         let origin = origin.as_ref();
         let loaded = ini::load_text(text, origin)?;
         Config::from_document(&loaded.document, loaded.unhonoured, origin, true)
@@ -252,7 +253,7 @@ pub fn ini_key_report(path: &Path) -> Result<Option<IniKeyReport>, ConfigError> 
 const PGBOUNCER_ADMIN_ALIAS: &str = "pgbouncer";
 
 /// The `*` entry name: the template for databases no entry names.
-pub const FALLBACK_DATABASE: &str = "*";
+pub(crate) const FALLBACK_DATABASE: &str = "*";
 
 /// `[pgtier] pgbouncer_ini`, resolved against the TOML file's directory.
 fn pgbouncer_ini(

@@ -107,7 +107,7 @@ impl AuthType {
     }
 
     /// Whether this method reads passwords from the auth file (or `auth_query`).
-    pub const fn needs_auth_file(self) -> bool {
+    pub(crate) const fn needs_auth_file(self) -> bool {
         matches!(
             self,
             AuthType::Md5 | AuthType::ScramSha256 | AuthType::Plain

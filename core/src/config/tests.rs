@@ -1,5 +1,6 @@
 //! Configuration examples, valid and invalid, with the exact messages an operator sees.
 
+use super::database::DEFAULT_SERVER_PORT;
 use super::*;
 use crate::class::ClassSetting;
 use std::net::SocketAddr;

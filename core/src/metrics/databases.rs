@@ -24,7 +24,7 @@ pub const TIME_BUCKET_BOUNDS_US: [u64; 18] = [
 ];
 
 /// Buckets of a time histogram: one per bound plus `+Inf`.
-pub const TIME_BUCKETS: usize = TIME_BUCKET_BOUNDS_US.len() + 1;
+pub(crate) const TIME_BUCKETS: usize = TIME_BUCKET_BOUNDS_US.len() + 1;
 
 /// Observations per bucket (not cumulative): bucket `i` holds values `<=` bound `i` and
 /// above bound `i - 1`; the last holds everything above the last bound.
@@ -139,7 +139,7 @@ impl DatabaseAverages {
 
 /// The shared totals of one database, added to by every shard's folds.
 #[derive(Debug, Default)]
-pub struct DatabaseTotals {
+pub(crate) struct DatabaseTotals {
     // One block per database on its own lines: folds come from every shard but only every
     // housekeeping period, so the counters of one database need not be split further.
     inner: CachePadded<TotalsInner>,
@@ -232,7 +232,7 @@ pub struct DatabaseRegistry {
 
 impl DatabaseRegistry {
     /// The totals of `database`, created on first use.
-    pub fn totals_of(&self, database: &str) -> Arc<DatabaseTotals> {
+    pub(crate) fn totals_of(&self, database: &str) -> Arc<DatabaseTotals> {
         let mut databases = self
             .databases
             .lock()

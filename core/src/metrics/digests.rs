@@ -122,7 +122,7 @@ pub struct DigestStore {
 }
 
 /// `digest_store_capacity`'s default.
-pub const DEFAULT_DIGEST_STORE_CAPACITY: usize = 5000;
+pub(crate) const DEFAULT_DIGEST_STORE_CAPACITY: usize = 5000;
 
 impl Default for DigestStore {
     fn default() -> DigestStore {

@@ -12,7 +12,7 @@ const SUB_BUCKETS: usize = 1 << SUB_BITS;
 /// Highest power of two tracked: values up to 2^(MAX_EXPONENT+1) - 1.
 const MAX_EXPONENT: u32 = 39;
 /// Number of buckets.
-pub const HISTOGRAM_BUCKETS: usize =
+pub(crate) const HISTOGRAM_BUCKETS: usize =
     (MAX_EXPONENT - SUB_BITS) as usize * SUB_BUCKETS + 2 * SUB_BUCKETS;
 const MAX_VALUE: u64 = (1 << (MAX_EXPONENT + 1)) - 1;
 

@@ -12,13 +12,8 @@ mod totals;
 
 pub use databases::{
     DatabaseAverages, DatabaseCounts, DatabaseRegistry, DatabaseSlot, DatabaseStats, DatabaseTally,
-    DatabaseTotals, TIME_BUCKET_BOUNDS_US, TIME_BUCKETS, TimeBuckets,
+    TIME_BUCKET_BOUNDS_US, TimeBuckets,
 };
-pub use digests::{
-    DEFAULT_DIGEST_STORE_CAPACITY, DigestCounts, DigestFold, DigestStats, DigestStore,
-};
-pub use histogram::{
-    ClassLatency, HISTOGRAM_BUCKETS, IntervalSummary, LatencyHistogram, SharedHistogram,
-};
-pub use padded::CachePadded;
+pub use digests::{DigestCounts, DigestFold, DigestStats, DigestStore};
+pub use histogram::{ClassLatency, IntervalSummary, LatencyHistogram, SharedHistogram};
 pub use totals::{FlushPolicy, ShardCounters, SharedTotals, TotalsSnapshot};

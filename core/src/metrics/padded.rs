@@ -7,7 +7,7 @@ use std::ops::Deref;
 /// `T` aligned (and so padded) to 128 bytes.
 #[repr(align(128))]
 #[derive(Debug, Default)]
-pub struct CachePadded<T>(pub T);
+pub(crate) struct CachePadded<T>(pub T);
 
 impl<T> Deref for CachePadded<T> {
     type Target = T;

@@ -111,7 +111,7 @@ impl ShardCounters {
     }
 
     /// Whether a batch is full.
-    pub fn should_flush(&self, policy: FlushPolicy) -> bool {
+    pub(crate) fn should_flush(&self, policy: FlushPolicy) -> bool {
         let bytes = u64::from(policy.bytes);
         self.queries_since_flush >= policy.queries
             || self.received_since_flush >= bytes

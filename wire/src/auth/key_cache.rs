@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use super::scram_keys::{Key, sha256};
 
 /// Entries kept before the cache starts over (one per role and password in practice).
-pub const MAX_CACHED_KEYS: usize = 4096;
+pub(crate) const MAX_CACHED_KEYS: usize = 4096;
 
 /// ClientKey and ServerKey by (password, salt, iterations).
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use crate::messages::backend::Authentication;
 use crate::messages::frontend::PasswordMessage;
 
 /// `md5` followed by 32 lowercase hex digits.
-pub const MD5_HASH_LEN: usize = 35;
+pub(crate) const MD5_HASH_LEN: usize = 35;
 
 fn md5_hex(parts: &[&[u8]], out: &mut [u8; 32]) {
     let mut hasher = Md5::new();

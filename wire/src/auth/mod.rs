@@ -24,15 +24,15 @@ mod scram_message;
 mod scram_secret;
 mod scram_server;
 
-pub use channel_binding::{
-    ChannelBinding, ChannelBindingPolicy, TLS_SERVER_END_POINT, tls_server_end_point,
-};
+pub use channel_binding::{ChannelBinding, ChannelBindingPolicy, tls_server_end_point};
 pub use client_auth::{AuthProgress, ClientAuth};
 pub use error::{AuthError, PeerText};
-pub use key_cache::{MAX_CACHED_KEYS, ScramKeyCache};
+pub use key_cache::ScramKeyCache;
 pub use md5::{Md5Secret, Md5Server, md5_password_hash, md5_salted_response};
-pub use scram_client::{DEFAULT_MAX_ITERATIONS, ScramClient};
-pub use scram_keys::{KEY_LEN, salted_password};
+pub(crate) use scram_client::ScramClient;
+pub use scram_keys::KEY_LEN;
+#[cfg(test)]
+pub(crate) use scram_keys::salted_password;
 pub use scram_secret::{DEFAULT_ITERATIONS, SALT_LEN, ScramSecret};
 pub use scram_server::{ScramServer, ScramVerified};
 
@@ -40,7 +40,7 @@ pub use scram_server::{ScramServer, ScramVerified};
 pub const SCRAM_SHA_256: &[u8] = b"SCRAM-SHA-256";
 
 /// The channel-binding variant (`tls-server-end-point`), offered and used only over TLS.
-pub const SCRAM_SHA_256_PLUS: &[u8] = b"SCRAM-SHA-256-PLUS";
+pub(crate) const SCRAM_SHA_256_PLUS: &[u8] = b"SCRAM-SHA-256-PLUS";
 
 /// Random bytes behind a nonce; base64 makes them the 24 printable characters PostgreSQL uses.
 pub const NONCE_RANDOM_LEN: usize = 18;

@@ -22,7 +22,7 @@ use super::scram_keys::{
     Key, client_key, hmac, prepare_password, salted_password, server_key, sha256, xor,
 };
 use super::scram_message::{ServerFinal, is_valid_nonce, parse_server_final, parse_server_first};
-use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, os_random};
+use super::{AuthError, NONCE_RANDOM_LEN, SCRAM_SHA_256, SCRAM_SHA_256_PLUS};
 use crate::messages::Message;
 use crate::messages::frontend::{SaslInitialResponse, SaslResponse};
 
@@ -76,7 +76,7 @@ impl Gs2 {
 
 /// Largest iteration count accepted from a server by default; bounds the CPU a hostile or
 /// misconfigured server can make us spend.
-pub const DEFAULT_MAX_ITERATIONS: u32 = 1 << 20;
+pub(crate) const DEFAULT_MAX_ITERATIONS: u32 = 1 << 20;
 
 /// How the client proves itself.
 #[derive(Clone)]
@@ -107,7 +107,7 @@ enum State {
 }
 
 /// Sans-I/O SCRAM-SHA-256 client for one login.
-pub struct ScramClient {
+pub(crate) struct ScramClient {
     credential: Credential,
     client_nonce: String,
     max_iterations: u32,
@@ -133,13 +133,6 @@ impl ScramClient {
         Self::with_nonce(password, STANDARD.encode(nonce_random))
     }
 
-    /// A client with a nonce from the OS RNG.
-    pub fn with_os_rng(password: &[u8]) -> Result<Self, AuthError> {
-        let mut random = [0u8; NONCE_RANDOM_LEN];
-        os_random(&mut random)?;
-        Ok(Self::new(password, random))
-    }
-
     /// A client with an explicit nonce (test vectors).
     pub fn with_nonce(password: &[u8], client_nonce: String) -> Self {
         debug_assert!(is_valid_nonce(&client_nonce));
@@ -157,7 +150,7 @@ impl ScramClient {
 
     /// A client proving itself with keys recovered by [`super::ScramServer`] instead of a
     /// password; works when the server stores the same SCRAM secret as the proxy.
-    pub fn from_keys(
+    pub(crate) fn from_keys(
         client_key: Key,
         server_key: Key,
         nonce_random: [u8; NONCE_RANDOM_LEN],
@@ -184,7 +177,7 @@ impl ScramClient {
     }
 
     /// Sets the largest iteration count accepted from the server.
-    pub fn max_iterations(mut self, max_iterations: u32) -> Self {
+    pub(crate) fn max_iterations(mut self, max_iterations: u32) -> Self {
         self.max_iterations = max_iterations;
         self
     }
@@ -204,7 +197,8 @@ impl ScramClient {
     }
 
     /// Appends SASLInitialResponse for a server that offered SCRAM-SHA-256 only.
-    pub fn encode_initial_response(&mut self, out: &mut BytesMut) -> Result<(), AuthError> {
+    #[cfg(test)]
+    fn encode_initial_response(&mut self, out: &mut BytesMut) -> Result<(), AuthError> {
         self.encode_initial_response_with(out, false)
     }
 
@@ -213,7 +207,7 @@ impl ScramClient {
     /// `SCRAM-SHA-256-PLUS` when it can bind, else `SCRAM-SHA-256` (see the module doc);
     /// under [`ChannelBindingPolicy::Require`] a choice that does not bind is
     /// [`AuthError::ChannelBindingRequired`] and nothing is appended.
-    pub fn encode_initial_response_with(
+    pub(crate) fn encode_initial_response_with(
         &mut self,
         out: &mut BytesMut,
         plus_offered: bool,
@@ -254,7 +248,7 @@ impl ScramClient {
 
     /// Handles AuthenticationSASLContinue's data and appends SASLResponse with the
     /// client-final-message.
-    pub fn handle_server_first(
+    pub(crate) fn handle_server_first(
         &mut self,
         data: &[u8],
         out: &mut BytesMut,
@@ -305,7 +299,7 @@ impl ScramClient {
     }
 
     /// Handles AuthenticationSASLFinal's data: the server must prove it knows the secret.
-    pub fn handle_server_final(&mut self, data: &[u8]) -> Result<(), AuthError> {
+    pub(crate) fn handle_server_final(&mut self, data: &[u8]) -> Result<(), AuthError> {
         let state = core::mem::replace(&mut self.state, State::Failed);
         let State::AwaitingServerFinal {
             server_signature,
@@ -333,7 +327,8 @@ impl ScramClient {
         Ok(())
     }
 
-    pub fn is_authenticated(&self) -> bool {
+    #[cfg(test)]
+    fn is_authenticated(&self) -> bool {
         matches!(self.state, State::Authenticated { .. })
     }
 

@@ -11,7 +11,7 @@ pub(crate) type Key = [u8; KEY_LEN];
 type HmacSha256 = Hmac<Sha256>;
 
 /// `Hi(password, salt, iterations)`: PBKDF2-HMAC-SHA-256.
-pub fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; KEY_LEN] {
+pub(crate) fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; KEY_LEN] {
     let mut out = [0u8; KEY_LEN];
     pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut out);
     out

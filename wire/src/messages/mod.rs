@@ -11,8 +11,8 @@ use crate::error::ProtocolError;
 use crate::framing::HEADER_LEN;
 
 pub mod backend;
-pub mod copy_data;
-pub mod copy_done;
+pub(crate) mod copy_data;
+pub(crate) mod copy_done;
 pub mod frontend;
 pub mod views;
 
@@ -45,7 +45,7 @@ pub trait Message<'a>: Sized {
 }
 
 /// Checks a frame's type byte and length word and returns its body.
-pub fn frame_body(frame: &[u8], expected: u8) -> Result<&[u8], ProtocolError> {
+pub(crate) fn frame_body(frame: &[u8], expected: u8) -> Result<&[u8], ProtocolError> {
     let (code, body) = split_frame(frame)?;
     if code != expected {
         return Err(ProtocolError::UnexpectedCode {
@@ -57,7 +57,7 @@ pub fn frame_body(frame: &[u8], expected: u8) -> Result<&[u8], ProtocolError> {
 }
 
 /// Splits a whole frame into its type byte and body, checking the length word.
-pub fn split_frame(frame: &[u8]) -> Result<(u8, &[u8]), ProtocolError> {
+pub(crate) fn split_frame(frame: &[u8]) -> Result<(u8, &[u8]), ProtocolError> {
     let Some(header) = frame.get(..HEADER_LEN) else {
         return Err(ProtocolError::Truncated { message: "frame" });
     };
@@ -122,7 +122,7 @@ pub(crate) mod testing {
     }
 
     /// Every strict prefix of a valid body must fail to decode (never panic).
-    pub fn prefixes_fail<'a, M: Message<'a>>(frame: &'a [u8]) {
+    pub(crate) fn prefixes_fail<'a, M: Message<'a>>(frame: &'a [u8]) {
         let body = &frame[5..];
         for cut in 0..body.len() {
             assert!(

@@ -47,7 +47,7 @@ impl<'a> FormatCodes<'a> {
     }
 
     /// Writes a count and codes from a slice, for building messages.
-    pub fn write_codes(out: &mut BytesMut, codes: &[i16]) {
+    pub(crate) fn write_codes(out: &mut BytesMut, codes: &[i16]) {
         out.put_i16(i16::try_from(codes.len()).unwrap_or(i16::MAX));
         for code in codes {
             out.put_i16(*code);
@@ -107,7 +107,7 @@ impl<'a> Values<'a> {
     }
 
     /// Writes a count and values from a slice, for building messages.
-    pub fn write_values(out: &mut BytesMut, values: &[Option<&[u8]>]) {
+    pub(crate) fn write_values(out: &mut BytesMut, values: &[Option<&[u8]>]) {
         out.put_i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
         for value in values {
             put_nullable_value(out, *value);
@@ -191,7 +191,7 @@ impl<'a> Oids<'a> {
     }
 
     /// Writes a count and OIDs from a slice, for building messages.
-    pub fn write_oids(out: &mut BytesMut, oids: &[u32]) {
+    pub(crate) fn write_oids(out: &mut BytesMut, oids: &[u32]) {
         out.put_i16(i16::try_from(oids.len()).unwrap_or(i16::MAX));
         for oid in oids {
             out.put_u32(*oid);

@@ -49,7 +49,7 @@ pub trait Functions {
 
 /// No answers: the allow-list alone decides.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct BuiltInsOnly;
+pub(crate) struct BuiltInsOnly;
 
 impl Functions for BuiltInsOnly {
     fn checks_built_ins(&self) -> bool {

@@ -84,7 +84,8 @@ pub(super) fn is_ini(path: &Path, text: &str) -> bool {
 
 /// Every `[pgbouncer]` key PgBouncer has, with whether pgtier honours it (the catalogue that
 /// docs/config.md lists, for tools such as an admin `SHOW CONFIG`).
-pub fn pgbouncer_keys() -> impl Iterator<Item = (&'static str, bool)> {
+#[cfg(test)]
+pub(crate) fn pgbouncer_keys() -> impl Iterator<Item = (&'static str, bool)> {
     catalogue::PGBOUNCER_KEYS.iter().map(|(name, treatment)| {
         (
             *name,

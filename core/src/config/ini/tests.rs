@@ -1,6 +1,7 @@
 //! pgbouncer.ini examples, valid and invalid, and the `Config` each gives.
 
 use super::super::*;
+use super::pgbouncer_keys;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

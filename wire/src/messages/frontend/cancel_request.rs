@@ -11,7 +11,7 @@ use crate::codec::Reader;
 use crate::error::ProtocolError;
 
 /// Longest secret key protocol 3.2 allows.
-pub const MAX_CANCEL_KEY_LEN: usize = 256;
+pub(crate) const MAX_CANCEL_KEY_LEN: usize = 256;
 
 /// CancelRequest: length, the request code 80877102, process id, secret key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use crate::messages::Message;
 
 /// SASLResponse ('p'): the body is the mechanism's data, unframed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SaslResponse<'a> {
+pub(crate) struct SaslResponse<'a> {
     pub data: &'a [u8],
 }
 

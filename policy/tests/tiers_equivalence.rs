@@ -1,6 +1,9 @@
-//! Tiered PLB with two tiers decides exactly as the paper's PLB: random sequences of
-//! admissions, releases, failures and rejoins run through both, and every chosen replica,
-//! every rule, every role change and every table after each step must agree.
+//! The two-class vocabulary and the two-rank tiers agree: random sequences of admissions,
+//! releases, failures and rejoins run through [`Plb`] (role table, named classes and reasons)
+//! and through [`TieredPlb`] on the two-rank table, and every chosen replica, every rule,
+//! every role change and every table after each step must agree. [`Plb`] is the two-rank
+//! tiers, so this guards its translation; `two_rank_traces.rs` pins the outcomes themselves
+//! to those of the paper's two-class implementation.
 
 mod common;
 

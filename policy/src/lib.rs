@@ -170,7 +170,10 @@ pub use admission::{
 };
 pub use baseline::{Dedicated, P2c, least_sessions, round_robin};
 pub use bounded::BoundedList;
-pub use params::{ParamError, PlbParams};
+pub use params::{
+    DEFAULT_ALPHA, DEFAULT_ALPHA_TOP, DEFAULT_FLOOR, DEFAULT_THETA, ParamError, PlbParams,
+    TierParamError,
+};
 pub use plb::Plb;
 pub use reader::{Alternation, ReadCandidate, ReadChoice, ReadStanding, choose_read};
 pub use replica::{LoadError, MAX_REPLICAS, ReplicaId, ReplicaLoad, ReplicaSet, ServiceClass};

@@ -17,7 +17,7 @@ use crate::role::{ChangeReason, Pool, Role, RoleChange};
 use crate::signal::{LoadSignal, Loads};
 use crate::table::{RoleTable, RoleVector};
 use crate::tiers::{
-    FailureError, Tier, TierAdmitError, TierChange, TierLoad, TierParams, TierPool, TierReason,
+    FailureError, Tier, TierAdmitError, TierChange, TierLoad, TierPool, TierReason,
     TierRepairChanges, TierRole, TierRule, TierTable, TierVector, TieredPlb,
 };
 
@@ -38,7 +38,7 @@ impl Plb {
         let reference = TierTable::from_roles(initial).vector();
         Ok(Plb {
             params,
-            tiers: TieredPlb::validated(TierParams::from_plb(&params), reference),
+            tiers: TieredPlb::validated(params, reference),
         })
     }
 

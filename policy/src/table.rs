@@ -309,29 +309,27 @@ impl RoleTable {
         Ok(())
     }
 
+    /// A borrow across pools must leave the donor pool its guard ([`PlbParams::guard`]): `κ_F`
+    /// when premium takes a Freemium replica, `K_P` when freemium takes a Premium one.
     fn check_cross_borrow(&self, change: &RoleChange, params: &PlbParams) -> Result<(), Conflict> {
-        match (change.from, change.to) {
-            (Role::Freemium, Role::BorrowedToPremium { .. }) => {
-                let freemium_pool = self.owned(ServiceClass::Freemium);
-                if freemium_pool < params.freemium_floor as usize + 1 {
-                    return Err(Conflict::FreemiumFloor {
-                        freemium_pool,
-                        floor: params.freemium_floor,
-                    });
-                }
-            }
-            (Role::Premium, Role::BorrowedToFreemium { .. }) => {
-                let premium_pool = self.owned(ServiceClass::Premium);
-                if premium_pool < params.premium_target as usize + 1 {
-                    return Err(Conflict::PremiumTarget {
-                        premium_pool,
-                        target: params.premium_target,
-                    });
-                }
-            }
-            _ => {}
+        let (Some(pool), Some(by)) = (change.from.owner(), change.to.borrower()) else {
+            return Ok(());
+        };
+        let size = self.owned(pool);
+        let guard = params.guard(pool.into(), by.into());
+        if pool == by || size > guard as usize {
+            return Ok(());
         }
-        Ok(())
+        Err(match pool {
+            ServiceClass::Freemium => Conflict::FreemiumFloor {
+                freemium_pool: size,
+                floor: guard,
+            },
+            ServiceClass::Premium => Conflict::PremiumTarget {
+                premium_pool: size,
+                target: guard,
+            },
+        })
     }
 
     /// Sets a role without checks; for decisions computed and applied on the same table.

@@ -177,15 +177,30 @@ fn layout_of(choice: u64) -> RoleTable {
 
 fn params_of(rng: &mut SplitMix64) -> PlbParams {
     let alphas = [0.5, 0.6, 0.8, 1.0];
-    PlbParams {
-        theta_premium: 2 + rng.below(5) as u32,
-        theta_freemium: 2 + rng.below(5) as u32,
-        alpha_premium: alphas[rng.below(4) as usize],
-        alpha_freemium: alphas[rng.below(4) as usize],
-        freemium_floor: rng.below(3) as u32,
-        premium_target: rng.below(3) as u32,
-        freemium_target: rng.below(3) as u32,
-    }
+    PlbParams::PAPER
+        .with_theta(P, 2 + rng.below(5) as u32)
+        .with_theta(F, 2 + rng.below(5) as u32)
+        .with_alpha(P, alphas[rng.below(4) as usize])
+        .with_alpha(F, alphas[rng.below(4) as usize])
+        .with_floor(F, rng.below(3) as u32)
+        .with_target(P, rng.below(3) as u32)
+        .with_target(F, rng.below(3) as u32)
+}
+
+/// The parameters as the two-class implementation printed them (its `Debug`), so the
+/// recorded digests stay comparable.
+fn paper_names(p: &PlbParams) -> String {
+    format!(
+        "PlbParams {{ theta_premium: {:?}, theta_freemium: {:?}, alpha_premium: {:?}, \
+         alpha_freemium: {:?}, freemium_floor: {:?}, premium_target: {:?}, freemium_target: {:?} }}",
+        p.theta(P),
+        p.theta(F),
+        p.alpha(P),
+        p.alpha(F),
+        p.floor(F),
+        p.target(P),
+        p.target(F),
+    )
 }
 
 /// Case `seed`'s full trace, or `None` when its parameters do not validate.
@@ -200,7 +215,8 @@ fn trace(seed: u64) -> Option<String> {
         .with_load_signal(signal)
         .with_recovery_drain(drain);
     let mut walk = Walk::new(plb, table);
-    let _ = writeln!(walk.out, "{params:?} {signal} drain={drain} {}", walk.table);
+    let names = paper_names(&params);
+    let _ = writeln!(walk.out, "{names} {signal} drain={drain} {}", walk.table);
     let reference = walk.plb.reference();
     let _ = writeln!(walk.out, "reference {reference}");
     for survivors in 0..=walk.table.len() {

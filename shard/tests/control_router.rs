@@ -39,15 +39,9 @@ fn settings() -> PlbSettings {
 }
 
 fn params() -> PlbParams {
-    PlbParams {
-        theta_premium: THETA,
-        theta_freemium: THETA,
-        alpha_premium: 0.6,
-        alpha_freemium: 0.8,
-        freemium_floor: 1,
-        premium_target: 2,
-        freemium_target: 2,
-    }
+    PlbParams::PAPER
+        .with_theta(ServiceClass::Premium, THETA)
+        .with_theta(ServiceClass::Freemium, THETA)
 }
 
 fn stress_router() -> Arc<ReplicaRouter> {

@@ -18,12 +18,12 @@
 //! decision that released it. With two tiers every step is the paper's, and [`crate::Plb`]
 //! is this policy on two ranks (`tests/two_rank_traces.rs` pins it to the paper's outcomes).
 
-use super::params::{TierParamError, TierParams};
 use super::returns::plan_returns;
 use super::role::{TierChange, TierPool, TierReason, TierRole};
 use super::table::{TierTable, TierVector};
 use super::tier::{Tier, TierLoad};
 use crate::bounded::BoundedList;
+use crate::params::{PlbParams, TierParamError};
 use crate::replica::{MAX_REPLICAS, ReplicaId};
 use crate::signal::{LoadSignal, Loads};
 
@@ -106,7 +106,7 @@ impl std::error::Error for TierAdmitError {}
 /// load signal it decides on and whether the recovery-tail drain is on.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TieredPlb {
-    params: TierParams,
+    params: PlbParams,
     reference: TierVector,
     signal: LoadSignal,
     drain: bool,
@@ -179,13 +179,13 @@ pub(crate) fn least_by<K: Ord>(
 
 impl TieredPlb {
     /// Validates `params` against the initial table, which becomes the reference split.
-    pub fn new(params: TierParams, initial: &TierTable) -> Result<TieredPlb, TierParamError> {
-        params.validate(initial)?;
+    pub fn new(params: PlbParams, initial: &TierTable) -> Result<TieredPlb, TierParamError> {
+        params.validate_tiers(initial)?;
         Ok(TieredPlb::validated(params, initial.vector()))
     }
 
     /// A configuration whose parameters were validated against a table of split `reference`.
-    pub(crate) const fn validated(params: TierParams, reference: TierVector) -> TieredPlb {
+    pub(crate) const fn validated(params: PlbParams, reference: TierVector) -> TieredPlb {
         TieredPlb {
             params,
             reference,
@@ -222,7 +222,7 @@ impl TieredPlb {
     }
 
     /// The validated parameters.
-    pub const fn params(&self) -> &TierParams {
+    pub const fn params(&self) -> &PlbParams {
         &self.params
     }
 

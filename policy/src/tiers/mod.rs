@@ -20,7 +20,7 @@
 //! | 001 target for K⁺ = 1, 2, 3 | one Mixed; then one per tier, the rest to the top tier, up to tiers + 1 survivors |
 //! | 001 scaled target, floors, Freemium shrinks first | scaled, floors `1` / `max(1, κ_t)`, the least important tier shrinks first |
 //!
-//! With two tiers ([`TierParams::from_plb`], [`TierTable::from_roles`]) this is the paper's
+//! With two tiers ([`crate::PlbParams::PAPER`], [`TierTable::from_roles`]) this is the paper's
 //! PLB, and [`crate::Plb`] is exactly that configuration in the two-class vocabulary;
 //! `tests/two_rank_traces.rs` pins its outcomes to those of the paper's two-class
 //! implementation, which this module replaced.
@@ -31,7 +31,6 @@
 //!
 mod admit;
 mod drain;
-mod params;
 mod repair;
 mod returns;
 mod role;
@@ -41,7 +40,6 @@ mod tier;
 pub use admit::{
     TIER_ADMISSION_CHANGES, TierAdmission, TierAdmitError, TierChanges, TierRule, TieredPlb,
 };
-pub use params::{TierParamError, TierParams};
 pub use repair::{FailureError, TIER_REPAIR_CHANGES, TierRepairChanges};
 pub use role::{TierChange, TierPool, TierReason, TierRole};
 pub use table::{TierConflict, TierTable, TierVector, tier_role};

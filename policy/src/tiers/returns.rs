@@ -12,10 +12,10 @@
 //! canonicalization of an idle borrowed replica uses the same rule.
 
 use super::admit::{TierChanges, tier_load};
-use super::params::TierParams;
 use super::role::{TierChange, TierReason, TierRole};
 use super::table::TierTable;
 use super::tier::{MAX_TIERS, Tier, TierLoad};
+use crate::params::PlbParams;
 use crate::replica::ReplicaId;
 use crate::signal::Loads;
 
@@ -23,7 +23,7 @@ use crate::signal::Loads;
 pub(crate) fn return_destination(
     borrower: Tier,
     pools: &[usize; MAX_TIERS],
-    params: &TierParams,
+    params: &PlbParams,
 ) -> (TierRole, TierReason) {
     params
         .all()
@@ -42,7 +42,7 @@ struct Pressure {
 }
 
 impl Pressure {
-    fn measure(table: &TierTable, loads: &[TierLoad], params: &TierParams) -> Pressure {
+    fn measure(table: &TierTable, loads: &[TierLoad], params: &PlbParams) -> Pressure {
         let mut watermark = [0; MAX_TIERS];
         for tier in params.all() {
             watermark[tier.index()] = u64::from(params.return_watermark(tier));
@@ -87,7 +87,7 @@ impl Pressure {
 pub(crate) fn plan_returns(
     view: &mut TierTable,
     loads: Loads<'_, TierLoad>,
-    params: &TierParams,
+    params: &PlbParams,
     out: &mut TierChanges,
 ) {
     if !view.roles().iter().any(|role| role.is_borrowed()) {

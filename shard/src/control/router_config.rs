@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use pgtier_core::config::{
     PlbLoadSignal, ReplicaSet as ConfiguredReplicas, Routing, Settings, TierSettings,
 };
-use pgtier_policy::tiers::{MAX_TIERS, Tier, TierParamError, TierParams, TierTable, TieredPlb};
+use pgtier_policy::tiers::{MAX_TIERS, Tier, TierTable, TieredPlb};
 use pgtier_policy::{
     Dedicated, LayoutError, LoadSignal, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId,
-    RoleTable, Strategy, StrategyName,
+    RoleTable, ServiceClass, Strategy, StrategyName, TierParamError,
 };
 
 use crate::control::route_table::RouteTable;
@@ -158,7 +158,7 @@ fn tiered(count: usize, settings: &TierSettings) -> Result<(TieredPlb, TierTable
     let pools: Vec<&[ReplicaId]> = pools.iter().map(Vec::as_slice).collect();
     let tiers = u8::try_from(ranks).unwrap_or(u8::MAX);
     let table = TierTable::new(count, tiers, &pools).map_err(RouterError::Layout)?;
-    let mut params = TierParams::uniform(tiers, 1, 1.0);
+    let mut params = PlbParams::uniform(tiers, 1, 1.0);
     let fill = |out: &mut [u32; MAX_TIERS], values: &[u32]| {
         for (slot, &value) in out.iter_mut().zip(values) {
             *slot = value;
@@ -186,15 +186,15 @@ fn strategy_and_table(
             let premium = replica_ids(&settings.premium)?;
             let freemium = replica_ids(&settings.freemium)?;
             let table = RoleTable::new(count, &premium, &freemium).map_err(RouterError::Layout)?;
-            let params = PlbParams {
-                theta_premium: settings.theta_premium,
-                theta_freemium: settings.theta_freemium,
-                alpha_premium: settings.alpha_premium,
-                alpha_freemium: settings.alpha_freemium,
-                freemium_floor: settings.freemium_floor,
-                premium_target: settings.premium_target,
-                freemium_target: settings.freemium_target,
-            };
+            let (p, f) = (ServiceClass::Premium, ServiceClass::Freemium);
+            let params = PlbParams::PAPER
+                .with_theta(p, settings.theta_premium)
+                .with_theta(f, settings.theta_freemium)
+                .with_alpha(p, settings.alpha_premium)
+                .with_alpha(f, settings.alpha_freemium)
+                .with_floor(f, settings.freemium_floor)
+                .with_target(p, settings.premium_target)
+                .with_target(f, settings.freemium_target);
             let signal = match settings.load_signal {
                 PlbLoadSignal::Sessions => LoadSignal::Sessions,
                 PlbLoadSignal::InFlight => LoadSignal::InFlight,

@@ -164,16 +164,10 @@ mod strategy;
 mod table;
 pub mod tiers;
 
-pub use admission::{
-    ADMISSION_CHANGES, Admission, AdmissionChanges, AdmissionRule, AdmitError, REPAIR_CHANGES,
-    RepairChanges,
-};
+pub use admission::{Admission, AdmissionChanges, AdmissionRule, AdmitError, RepairChanges};
 pub use baseline::{Dedicated, P2c, least_sessions, round_robin};
 pub use bounded::BoundedList;
-pub use params::{
-    DEFAULT_ALPHA, DEFAULT_ALPHA_TOP, DEFAULT_FLOOR, DEFAULT_THETA, ParamError, PlbParams,
-    TierParamError,
-};
+pub use params::{ParamError, PlbParams, TierParamError};
 pub use plb::Plb;
 pub use reader::{Alternation, ReadCandidate, ReadChoice, ReadStanding, choose_read};
 pub use replica::{LoadError, MAX_REPLICAS, ReplicaId, ReplicaLoad, ReplicaSet, ServiceClass};

@@ -22,14 +22,14 @@ use crate::table::RoleTable;
 use crate::tiers::{MAX_TIERS, Tier, TierTable};
 
 /// `θ` when the configuration does not set it.
-pub const DEFAULT_THETA: u32 = 10;
+const DEFAULT_THETA: u32 = 10;
 /// `α` of rank 0 (`α_P`) when the configuration does not set it.
-pub const DEFAULT_ALPHA_TOP: f64 = 0.6;
+const DEFAULT_ALPHA_TOP: f64 = 0.6;
 /// `α` of every other rank (`α_F`) when the configuration does not set it.
-pub const DEFAULT_ALPHA: f64 = 0.8;
+const DEFAULT_ALPHA: f64 = 0.8;
 /// `κ` of every rank below the top (`κ_F`) when the configuration does not set it, capped by
 /// the rank's initial pool.
-pub const DEFAULT_FLOOR: u32 = 1;
+const DEFAULT_FLOOR: u32 = 1;
 
 /// The control signals of PLB, one entry per rank. The initial split is not here: it is the
 /// table the policy starts from, and it doubles as the failure-repair reference split
@@ -159,7 +159,7 @@ impl PlbParams {
 
     /// The guard a borrow by `by` out of `pool`'s pool must leave it: κ of the pool when `by`
     /// outranks it, K when the pool outranks `by`.
-    pub fn guard(&self, pool: Tier, by: Tier) -> u32 {
+    pub(crate) fn guard(&self, pool: Tier, by: Tier) -> u32 {
         if by.outranks(pool) {
             self.floor(pool)
         } else {

@@ -74,11 +74,6 @@ impl Plb {
         &self.params
     }
 
-    /// The policy itself: PLB over two ranks.
-    pub const fn tiered(&self) -> &TieredPlb {
-        &self.tiers
-    }
-
     /// The reference split `(K_P, K_M, K_F)` of the full replica set (001 §III).
     pub fn reference(&self) -> RoleVector {
         role_vector(self.tiers.reference())

@@ -21,7 +21,7 @@ pub enum Pool {
 
 impl Pool {
     /// The dedicated pool of `class`.
-    pub const fn of_class(class: ServiceClass) -> Pool {
+    pub(crate) const fn of_class(class: ServiceClass) -> Pool {
         match class {
             ServiceClass::Premium => Pool::Premium,
             ServiceClass::Freemium => Pool::Freemium,

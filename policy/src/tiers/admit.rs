@@ -28,7 +28,7 @@ use crate::replica::{MAX_REPLICAS, ReplicaId};
 use crate::signal::{LoadSignal, Loads};
 
 /// Capacity of [`TierChanges`]: every borrowed replica may return, plus one borrow.
-pub const TIER_ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
+pub(crate) const TIER_ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
 
 /// Role changes of one admission, in the order they must be applied.
 pub type TierChanges = BoundedList<TierChange, TIER_ADMISSION_CHANGES>;

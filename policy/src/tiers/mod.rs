@@ -37,10 +37,8 @@ mod role;
 mod table;
 mod tier;
 
-pub use admit::{
-    TIER_ADMISSION_CHANGES, TierAdmission, TierAdmitError, TierChanges, TierRule, TieredPlb,
-};
-pub use repair::{FailureError, TIER_REPAIR_CHANGES, TierRepairChanges};
+pub use admit::{TierAdmission, TierAdmitError, TierChanges, TierRule, TieredPlb};
+pub use repair::{FailureError, TierRepairChanges};
 pub use role::{TierChange, TierPool, TierReason, TierRole};
 pub use table::{TierConflict, TierTable, TierVector, tier_role};
 pub use tier::{MAX_TIERS, Tier, TierLoad};

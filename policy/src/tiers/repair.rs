@@ -52,7 +52,7 @@ impl fmt::Display for FailureError {
 impl std::error::Error for FailureError {}
 
 /// Capacity of [`TierRepairChanges`]: the event, K canonical steps and K repair steps.
-pub const TIER_REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
+pub(crate) const TIER_REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
 
 /// Role changes of one survivor-set change, in the order applied.
 pub type TierRepairChanges = BoundedList<TierChange, TIER_REPAIR_CHANGES>;

@@ -1,4 +1,6 @@
-//! Replica roles and role changes: the vocabulary of the role table and of its event log.
+//! Replica roles and role changes in the paper's two-class names: the vocabulary of the
+//! proxy's role table and of its event log. PLB decides in ranks (`crate::tiers::role`);
+//! `crate::plb` translates its two-rank roles and reasons into these.
 //!
 //! A role says which class a replica serves *now*; a borrowed role also remembers the pool it
 //! was taken from, so an operator can see where capacity came from. A [`RoleChange`] carries the

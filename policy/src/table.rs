@@ -1,5 +1,6 @@
-//! The role table: the role of each of the K replicas, and the one place role changes are
-//! applied.
+//! The two-class role table: the role of each of the K replicas, and the one place role
+//! changes are applied. PLB decides on its two-rank image (`crate::tiers::TierTable`); the
+//! baselines decide on it directly.
 //!
 //! It is a small fixed array so the proxy can clone it into an immutable snapshot for every
 //! shard. [`RoleTable::apply`] checks each change's precondition (the role its decision saw, and

@@ -1,6 +1,7 @@
-//! Tiered PLB: the paper's priority-aware balancing for more than two service classes
-//! (000 §VIII names it as future work), with the role table generalised to one pool per
-//! class plus Mixed.
+//! PLB over ranked service classes, the crate's one implementation of the paper's
+//! priority-aware balancing: two ranks are the paper's premium and freemium ([`crate::Plb`]
+//! is that configuration), more ranks are the generalisation 000 §VIII names as future work,
+//! with the role table generalised to one pool per class plus Mixed.
 //!
 //! # Generalisation
 //!

@@ -26,7 +26,6 @@ use crate::tiers::{
 /// shard can hold one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Plb {
-    params: PlbParams,
     tiers: TieredPlb,
 }
 
@@ -37,7 +36,6 @@ impl Plb {
         params.validate(initial)?;
         let reference = TierTable::from_roles(initial).vector();
         Ok(Plb {
-            params,
             tiers: TieredPlb::validated(params, reference),
         })
     }
@@ -71,7 +69,7 @@ impl Plb {
 
     /// The validated parameters.
     pub const fn params(&self) -> &PlbParams {
-        &self.params
+        self.tiers.params()
     }
 
     /// The reference split `(K_P, K_M, K_F)` of the full replica set (001 §III).

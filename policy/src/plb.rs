@@ -13,12 +13,12 @@ use crate::admission::{
 };
 use crate::params::{ParamError, PlbParams};
 use crate::replica::{MAX_REPLICAS, ReplicaId, ReplicaLoad, ServiceClass};
-use crate::role::{ChangeReason, Pool, Role, RoleChange};
+use crate::role::{ChangeReason, Role, RoleChange};
 use crate::signal::{LoadSignal, Loads};
 use crate::table::{RoleTable, RoleVector};
 use crate::tiers::{
-    FailureError, Tier, TierAdmitError, TierChange, TierLoad, TierPool, TierReason,
-    TierRepairChanges, TierRole, TierRule, TierTable, TierVector, TieredPlb,
+    FailureError, Tier, TierAdmitError, TierChange, TierLoad, TierReason, TierRepairChanges,
+    TierRule, TierTable, TierVector, TieredPlb,
 };
 
 /// A validated PLB configuration: the parameters and the reference split (the initial layout,
@@ -223,9 +223,7 @@ impl Plb {
         let ranks = RankLoads::of(Loads::sessions(loads));
         let mut tiers = TierTable::from_roles(table);
         let changes = step(&self.tiers, &mut tiers, ranks.loads().sessions)?;
-        for (replica, role) in tiers.iter() {
-            table.set(replica, two_class_role(role));
-        }
+        *table = RoleTable::from_ranks(&tiers);
         let mut out = empty_repair_changes();
         for change in changes.iter() {
             let pushed = out.push(role_change(change));
@@ -306,26 +304,9 @@ fn role_vector(vector: TierVector) -> RoleVector {
     }
 }
 
-fn pool(pool: TierPool) -> Pool {
-    match pool {
-        TierPool::Tier(tier) => Pool::of_class(tier.two_class()),
-        TierPool::Mixed => Pool::Mixed,
-    }
-}
-
-/// The two-rank role in the two-class vocabulary (inverse of [`crate::tiers::tier_role`]).
-fn two_class_role(role: TierRole) -> Role {
-    match role {
-        TierRole::Owned(tier) => Pool::of_class(tier.two_class()).role(),
-        TierRole::Mixed => Role::Mixed,
-        TierRole::Borrowed { by, from } => Role::borrowed_for(by.two_class(), pool(from)),
-        TierRole::Down => Role::Down,
-    }
-}
-
 /// A two-rank change with the paper's name for its rule.
 fn role_change(change: &TierChange) -> RoleChange {
-    let (from, to) = (two_class_role(change.from), two_class_role(change.to));
+    let (from, to) = (Role::of_rank(change.from), Role::of_rank(change.to));
     let premium_borrow = to.borrower() == Some(ServiceClass::Premium);
     let reason = match change.reason {
         TierReason::BorrowMixed | TierReason::ReclaimMixed if premium_borrow => {

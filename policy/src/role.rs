@@ -9,6 +9,7 @@
 use core::fmt;
 
 use crate::replica::{ReplicaId, ServiceClass};
+use crate::tiers::{TierPool, TierRole};
 
 /// A persistent pool of the partition `R_P`, `R_F`, `R_M`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,6 +85,21 @@ impl Role {
         match class {
             ServiceClass::Premium => Role::BorrowedToPremium { from },
             ServiceClass::Freemium => Role::BorrowedToFreemium { from },
+        }
+    }
+
+    /// The two-class role of a rank role (inverse of [`crate::tiers::tier_role`]): rank 0 is
+    /// premium, every other rank freemium.
+    pub(crate) fn of_rank(role: TierRole) -> Role {
+        let pool = |pool: TierPool| match pool {
+            TierPool::Tier(tier) => Pool::of_class(tier.two_class()),
+            TierPool::Mixed => Pool::Mixed,
+        };
+        match role {
+            TierRole::Owned(tier) => Pool::of_class(tier.two_class()).role(),
+            TierRole::Mixed => Role::Mixed,
+            TierRole::Borrowed { by, from } => Role::borrowed_for(by.two_class(), pool(from)),
+            TierRole::Down => Role::Down,
         }
     }
 

@@ -11,8 +11,9 @@
 use core::fmt;
 
 use crate::params::PlbParams;
-use crate::replica::{MAX_REPLICAS, ReplicaId, ReplicaSet, ServiceClass};
+use crate::replica::{MAX_REPLICAS, ReplicaId, ServiceClass};
 use crate::role::{Pool, Role, RoleChange};
+use crate::tiers::TierTable;
 
 /// Role of every replica, indexed by [`ReplicaId`].
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -188,40 +189,25 @@ impl RoleTable {
         premium: &[ReplicaId],
         freemium: &[ReplicaId],
     ) -> Result<RoleTable, LayoutError> {
-        let mut table = RoleTable::all_mixed(replica_count)?;
-        let mut seen = ReplicaSet::EMPTY;
-        for (members, role) in [(premium, Role::Premium), (freemium, Role::Freemium)] {
-            for &replica in members {
-                if replica.index() >= replica_count {
-                    return Err(LayoutError::UnknownReplica {
-                        replica,
-                        count: replica_count,
-                    });
-                }
-                if seen.contains(replica) {
-                    return Err(LayoutError::Overlap { replica });
-                }
-                seen = seen.with(replica);
-                table.roles[replica.index()] = role;
-            }
-        }
-        Ok(table)
+        let ranks = TierTable::new(replica_count, 2, &[premium, freemium])?;
+        Ok(RoleTable::from_ranks(&ranks))
     }
 
     /// `replica_count` replicas, all Mixed (the layout used by role-agnostic strategies).
     pub fn all_mixed(replica_count: usize) -> Result<RoleTable, LayoutError> {
-        if replica_count == 0 {
-            return Err(LayoutError::NoReplicas);
-        }
-        if replica_count > MAX_REPLICAS {
-            return Err(LayoutError::TooManyReplicas {
-                count: replica_count,
-            });
-        }
-        Ok(RoleTable {
+        RoleTable::new(replica_count, &[], &[])
+    }
+
+    /// The two-class table of a two-rank table (rank 0 premium, every other rank freemium).
+    pub(crate) fn from_ranks(ranks: &TierTable) -> RoleTable {
+        let mut table = RoleTable {
             roles: [Role::Mixed; MAX_REPLICAS],
-            len: replica_count,
-        })
+            len: ranks.len(),
+        };
+        for (slot, &role) in table.roles.iter_mut().zip(ranks.roles()) {
+            *slot = Role::of_rank(role);
+        }
+        table
     }
 
     /// Replica budget `K` (failed replicas included).

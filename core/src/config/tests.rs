@@ -357,6 +357,19 @@ fn alias_entry_sets_premium_class() {
 }
 
 #[test]
+fn plb_parameters_the_policy_refuses_are_refused_at_load() {
+    let refused = load_trusting(&plb_with("theta_freemium = 1\n"))
+        .expect_err("a return watermark of 0")
+        .to_string();
+    assert!(
+        refused.contains(
+            "databases.analytics.plb: return watermark floor(alpha_freemium * theta_freemium)"
+        ),
+        "{refused}"
+    );
+}
+
+#[test]
 fn plb_parameters_default_to_the_paper() {
     let config = load_trusting(&plb_with("")).expect("valid");
     let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {

@@ -14,7 +14,7 @@ use super::seconds::Seconds;
 use super::settings::Settings;
 use crate::class::ClassSetting;
 use pgtier_policy::tiers::{MAX_TIERS, Tier, TierTable};
-use pgtier_policy::{PlbParams, ReplicaId, ServiceClass};
+use pgtier_policy::{PlbParams, ReplicaId, RoleTable, ServiceClass};
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -913,12 +913,20 @@ fn policy_accepts(
         return Ok(());
     };
     let pools: Vec<&[ReplicaId]> = pools.iter().map(Vec::as_slice).collect();
-    let Ok(table) = TierTable::new(replica_count, params.tiers, &pools) else {
-        return Ok(());
+    // Two classes are refused in the paper's parameter names, ranks by rank.
+    let refused = match pools.as_slice() {
+        [premium, freemium] => match RoleTable::new(replica_count, premium, freemium) {
+            Ok(table) => params.validate(&table).map_err(|e| e.to_string()),
+            Err(_) => return Ok(()),
+        },
+        _ => match TierTable::new(replica_count, params.tiers, &pools) {
+            Ok(table) => params.validate_tiers(&table).map_err(|e| e.to_string()),
+            Err(_) => return Ok(()),
+        },
     };
-    match params.validate_tiers(&table) {
+    match refused {
         Ok(()) => Ok(()),
-        Err(error) => check.fail(format!("{base}.plb"), error.to_string()),
+        Err(reason) => check.fail(format!("{base}.plb"), reason),
     }
 }
 

@@ -9,14 +9,14 @@ use crate::role::RoleChange;
 
 /// Capacity of [`AdmissionChanges`]: every borrowed replica may return (at most K) plus one
 /// borrow.
-pub const ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
+pub(crate) const ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
 
 /// Role changes implied by one admission, in the order they must be applied.
 pub type AdmissionChanges = BoundedList<RoleChange, ADMISSION_CHANGES>;
 
 /// Capacity of [`RepairChanges`]: one Down/Rejoin step, at most K canonicalization steps and
 /// at most K repair steps.
-pub const REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
+pub(crate) const REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
 
 /// Role changes implied by a change of the survivor set, in the order they were applied.
 pub type RepairChanges = BoundedList<RoleChange, REPAIR_CHANGES>;

@@ -64,16 +64,16 @@
 //!
 //! | Rule | Function | Tests |
 //! |---|---|---|
-//! | headroom `load_c(r) < θ_c`, least loaded, lines 3–5 / 23–25 | `plb::headroom_choice` via [`Plb::admit`] | `premium_routes_to_least_loaded_premium_replica_with_headroom`, `headroom_uses_class_load_on_owned_replicas`, `freemium_routes_to_least_loaded_freemium_replica_with_headroom`, `premium_does_not_borrow_while_any_premium_replica_has_headroom` |
-//! | load convention (`load_c` owned, `load` borrowed) | `load_view::class_load` | `least_loaded_choice_uses_class_load_on_owned_replicas`, `least_loaded_choice_uses_total_load_on_borrowed_replicas`, `borrowed_replica_headroom_counts_total_load` |
-//! | borrowed replicas join the borrower's pool | `load_view` | `borrowed_replica_joins_the_borrowing_class_pool`, `premium_is_never_routed_to_a_replica_borrowed_by_freemium` |
-//! | borrow from Mixed first, `select_M→P`, lines 7–10 | `plb::borrow_mixed_for_premium` | `premium_borrows_from_mixed_first`, `select_mixed_for_premium_prefers_replicas_without_premium_sessions`, `select_mixed_for_premium_then_smallest_freemium_load` |
-//! | `|R_F| − 1 ≥ κ_F`, donors below `m_P`, `select_F→P`, lines 12–19 | `Plb::borrow_freemium_for_premium` | `premium_borrows_from_freemium_when_mixed_is_empty`, `premium_borrow_from_freemium_requires_floor`, `premium_borrow_from_freemium_allowed_exactly_at_floor`, `premium_borrow_from_freemium_requires_donor_below_best_premium_load`, `premium_borrow_from_freemium_compares_donor_total_load`, `select_freemium_for_premium_prefers_donors_below_freemium_watermark`, `select_freemium_for_premium_then_least_loaded` |
-//! | fallback, lines 21 / 38 | `plb::pool_fallback` | `premium_fallback_to_least_loaded_premium_replica`, `freemium_borrow_from_premium_requires_premium_target` |
-//! | `select_M→F`, lines 27–30 | `plb::borrow_mixed_for_freemium` | `freemium_borrows_from_mixed_first`, `select_mixed_for_freemium_prefers_fewest_premium_sessions`, `select_mixed_for_freemium_then_smallest_freemium_load` |
-//! | Premium-empty donors, `|R_P| − 1 ≥ K_P`, lines 32–36 | `Plb::borrow_premium_for_freemium` | `freemium_borrows_only_premium_empty_replicas`, `freemium_borrow_from_premium_picks_least_loaded_premium_empty_replica`, `freemium_never_borrows_a_replica_hosting_premium_sessions` |
-//! | Return: pressure below `τ_c = ⌊α_c θ_c⌋`, no borrower sessions | `returns::plan_returns`, [`Plb::returns`] | `return_requires_no_sessions_of_the_borrowing_class`, `return_requires_pressure_eased_below_watermark`, `return_pressure_ignores_the_candidate_itself`, `freemium_return_uses_freemium_watermark`, `returns_are_evaluated_at_admission_before_the_decision` |
-//! | Return destination (`|R_F| < K_F` / `|R_P| < K_P`, else Mixed) | `returns::return_destination` | `return_goes_to_freemium_when_below_target`, `return_goes_to_mixed_when_freemium_target_met`, `return_goes_to_premium_when_below_target`, `return_of_freemium_borrow_goes_to_mixed_when_premium_target_met` |
+//! | headroom `load_c(r) < θ_c`, least loaded, lines 3–5 / 23–25 | `tiers::admit` step 1 via [`Plb::admit`] | `premium_routes_to_least_loaded_premium_replica_with_headroom`, `headroom_uses_class_load_on_owned_replicas`, `freemium_routes_to_least_loaded_freemium_replica_with_headroom`, `premium_does_not_borrow_while_any_premium_replica_has_headroom` |
+//! | load convention (`load_c` owned, `load` borrowed) | `tiers::admit::tier_load` | `least_loaded_choice_uses_class_load_on_owned_replicas`, `least_loaded_choice_uses_total_load_on_borrowed_replicas`, `borrowed_replica_headroom_counts_total_load` |
+//! | borrowed replicas join the borrower's pool | `tiers::admit::tier_load` | `borrowed_replica_joins_the_borrowing_class_pool`, `premium_is_never_routed_to_a_replica_borrowed_by_freemium` |
+//! | borrow from Mixed first, `select_M→P`, lines 7–10 | `tiers::admit::borrow_mixed` | `premium_borrows_from_mixed_first`, `select_mixed_for_premium_prefers_replicas_without_premium_sessions`, `select_mixed_for_premium_then_smallest_freemium_load` |
+//! | `|R_F| − 1 ≥ κ_F`, donors below `m_P`, `select_F→P`, lines 12–19 | `TieredPlb::borrow_lower` | `premium_borrows_from_freemium_when_mixed_is_empty`, `premium_borrow_from_freemium_requires_floor`, `premium_borrow_from_freemium_allowed_exactly_at_floor`, `premium_borrow_from_freemium_requires_donor_below_best_premium_load`, `premium_borrow_from_freemium_compares_donor_total_load`, `select_freemium_for_premium_prefers_donors_below_freemium_watermark`, `select_freemium_for_premium_then_least_loaded` |
+//! | fallback, lines 21 / 38 | `tiers::admit::fallback` | `premium_fallback_to_least_loaded_premium_replica`, `freemium_borrow_from_premium_requires_premium_target` |
+//! | `select_M→F`, lines 27–30 | `tiers::admit::borrow_mixed` | `freemium_borrows_from_mixed_first`, `select_mixed_for_freemium_prefers_fewest_premium_sessions`, `select_mixed_for_freemium_then_smallest_freemium_load` |
+//! | Premium-empty donors, `|R_P| − 1 ≥ K_P`, lines 32–36 | `TieredPlb::borrow_higher` | `freemium_borrows_only_premium_empty_replicas`, `freemium_borrow_from_premium_picks_least_loaded_premium_empty_replica`, `freemium_never_borrows_a_replica_hosting_premium_sessions` |
+//! | Return: pressure below `τ_c = ⌊α_c θ_c⌋`, no borrower sessions | `tiers::returns::plan_returns`, [`Plb::returns`] | `return_requires_no_sessions_of_the_borrowing_class`, `return_requires_pressure_eased_below_watermark`, `return_pressure_ignores_the_candidate_itself`, `freemium_return_uses_freemium_watermark`, `returns_are_evaluated_at_admission_before_the_decision` |
+//! | Return destination (`|R_F| < K_F` / `|R_P| < K_P`, else Mixed) | `tiers::returns::return_destination` | `return_goes_to_freemium_when_below_target`, `return_goes_to_mixed_when_freemium_target_met`, `return_goes_to_premium_when_below_target`, `return_of_freemium_borrow_goes_to_mixed_when_premium_target_met` |
 //! | parameters and `τ_c` | [`PlbParams`], [`PlbParams::return_watermark`], [`PlbParams::validate`] | `return_watermark_is_the_floor_of_alpha_theta`, `params_reject_*` |
 //! | role changes only at admission; sessions never moved | [`Admission::role_changes`], [`RoleTable::apply`] | `returned_replica_keeps_its_residual_sessions`, `apply_rejects_a_stale_change`, `apply_rejects_concurrent_borrows_that_would_break_the_freemium_floor` |
 //! | O(K) per admission, no allocation | single passes, [`BoundedList`] | `admission_path_does_not_allocate` |
@@ -84,9 +84,9 @@
 //! | Rule | Function | Tests |
 //! |---|---|---|
 //! | health Up/Down, events in observed order | [`Role::Down`], [`Plb::handle_down`], [`Plb::handle_rejoin`] | `down_event_comes_first_and_names_its_cause`, `duplicate_down_and_rejoin_events_are_no_ops` |
-//! | canonicalization of borrowed states | `Plb::canonicalize` | `canonicalize_mixed_sessions_to_mixed`, `canonicalize_premium_only_to_premium`, `canonicalize_freemium_only_to_freemium`, `canonicalize_idle_borrowed_replica_is_returned` |
+//! | canonicalization of borrowed states | `TieredPlb::canonicalize` | `canonicalize_mixed_sessions_to_mixed`, `canonicalize_premium_only_to_premium`, `canonicalize_freemium_only_to_freemium`, `canonicalize_idle_borrowed_replica_is_returned` |
 //! | target role vector `K^I(K⁺)` | [`Plb::target`] | `target_vector_explicit_small_cases`, `target_vector_scales_to_nearest_integer`, `target_vector_budget_shrinks_freemium_first`, `target_vector_respects_floors`, `target_vector_for_every_survivor_count_sums_and_respects_floors` |
-//! | repair loop (Mixed donors first, floors, least loaded) | `Plb::repair_to`, `Plb::repair_donor` | `repair_takes_mixed_donors_first`, `repair_crosses_the_premium_freemium_boundary_when_mixed_is_exhausted`, `repair_never_crosses_below_the_freemium_floor`, `repair_picks_the_least_loaded_donor` |
+//! | repair loop (Mixed donors first, floors, least loaded) | `TieredPlb::repair_to` | `repair_takes_mixed_donors_first`, `repair_crosses_the_premium_freemium_boundary_when_mixed_is_exhausted`, `repair_never_crosses_below_the_freemium_floor`, `repair_picks_the_least_loaded_donor` |
 //! | rejoin enters as Mixed, then repair | [`Plb::handle_rejoin`] | `rejoin_enters_as_mixed_then_repairs`, `cascade_then_recovery_returns_to_the_reference_split` |
 //! | baselines drop the failed replica | [`Strategy::handle_down`] | `baselines_drop_the_failed_replica` |
 //!
@@ -96,7 +96,7 @@
 //! |---|---|---|
 //! | decide on transactions in flight, guard returns and premium-side borrows on pinned sessions | [`LoadSignal`], [`Loads`], [`Plb::admit_loads`], [`Plb::returns_loads`] | `idle_sessions_do_not_use_up_headroom`, `a_return_still_needs_the_replica_free_of_pinned_borrower_sessions`, `freemium_never_borrows_a_replica_with_idle_premium_sessions` |
 //! | recovery-tail drain: which session leaves an overloaded survivor after a rejoin | [`Plb::drain_move`] | `a_session_leaves_a_survivor_past_headroom_for_a_replica_with_room`, `a_mixed_replica_is_a_destination_with_its_total_load`, `a_move_must_leave_the_destination_less_loaded_than_the_source` |
-//! | the rejoined replica goes to the class under more pressure | `Plb::repair_order` | `a_rejoined_replica_goes_to_the_class_under_more_pressure` |
+//! | the rejoined replica goes to the class under more pressure | `TieredPlb::repair_order` | `a_rejoined_replica_goes_to_the_class_under_more_pressure` |
 //!
 //! Invariants over random sequences of admissions (fresh and stale snapshots), releases, Down,
 //! Rejoin and drain moves (with the drain on and off) are property tests in
@@ -138,23 +138,25 @@
 //!   over-target pools, Mixed first, least total load, ties to the lowest index.
 //! - **Duplicate events**: a Down for a Down replica or a Rejoin for an Up one is a no-op.
 //!
-//! # More than two classes
+//! # One implementation, two vocabularies
 //!
-//! [`tiers`] is PLB over ranked classes with one pool per rank (000's future work). With two
-//! ranks it decides exactly as [`Plb`] (tested by replaying random sequences through both);
-//! the proxy still routes with the two-class [`Plb`].
-
+//! [`tiers`] is PLB over ranked classes with one pool per rank (000's future work), and it is
+//! the only implementation: [`Plb`] is its two-rank configuration (premium is rank 0,
+//! freemium rank 1) speaking the proxy's two-class vocabulary ([`RoleTable`], [`Role`],
+//! [`ChangeReason`], [`ReplicaLoad`]), translated in `plb.rs`. Rule names above that start
+//! with `tiers::` or `TieredPlb::` are that implementation; with two ranks each is exactly the
+//! paper's rule (`tests/two_rank_traces.rs` pins the outcomes to those of the two-class
+//! implementation it replaced, `tests/tiers_equivalence.rs` checks both vocabularies agree).
+//! Both are configured by one parameter declaration, [`PlbParams`] (see `params.rs`).
+//!
 mod admission;
 mod baseline;
 mod bounded;
-mod drain;
 mod load_view;
 mod params;
 mod plb;
 mod reader;
-mod repair;
 mod replica;
-mod returns;
 mod rng;
 mod role;
 mod signal;
@@ -162,19 +164,16 @@ mod strategy;
 mod table;
 pub mod tiers;
 
-pub use admission::{
-    ADMISSION_CHANGES, Admission, AdmissionChanges, AdmissionRule, AdmitError, REPAIR_CHANGES,
-    RepairChanges,
-};
+pub use admission::{Admission, AdmissionChanges, AdmissionRule, AdmitError, RepairChanges};
 pub use baseline::{Dedicated, P2c, least_sessions, round_robin};
 pub use bounded::BoundedList;
-pub use params::{ParamError, PlbParams};
+pub use params::{ParamError, PlbParams, TierParamError};
 pub use plb::Plb;
 pub use reader::{Alternation, ReadCandidate, ReadChoice, ReadStanding, choose_read};
-pub use repair::FailureError;
 pub use replica::{LoadError, MAX_REPLICAS, ReplicaId, ReplicaLoad, ReplicaSet, ServiceClass};
 pub use rng::SplitMix64;
 pub use role::{ChangeReason, Pool, Role, RoleChange};
 pub use signal::{LoadSignal, Loads};
 pub use strategy::{Draw, Strategy, StrategyName, UnknownStrategy};
 pub use table::{Conflict, LayoutError, RoleTable, RoleVector};
+pub use tiers::FailureError;

@@ -1,69 +1,32 @@
-//! PLB session admission (000 §III-D, Algorithm 1), as a pure decision over a role-table
-//! snapshot and per-replica loads.
+//! The paper's two-class PLB (000, 001) as the two-rank case of [`crate::tiers`]: premium is
+//! rank 0, freemium rank 1, and every decision is [`TieredPlb`]'s.
 //!
-//! Each function below is one block of Algorithm 1; the line numbers are in its doc. Returns
-//! (000 §III-D "Return") are evaluated first, on a private copy of the table, because role
-//! changes happen only at admission time and a released replica must not be borrowed again by
-//! the very decision that released it.
+//! This module owns only the translation between the two vocabularies: the proxy's
+//! [`RoleTable`], [`ReplicaLoad`] and [`RoleChange`] (named classes, named reasons) in, the
+//! tiered table, loads and changes to the policy, and the result back. The translation is
+//! O(K) on stack arrays, so admission stays allocation-free. `tests/two_rank_traces.rs` pins
+//! the outcomes to those of the paper's two-class implementation this replaced.
 
-use crate::admission::empty_admission_changes;
-use crate::admission::{Admission, AdmissionChanges, AdmissionRule, AdmitError};
-use crate::load_view::{class_load, least_by};
+use crate::admission::{
+    Admission, AdmissionChanges, AdmissionRule, AdmitError, RepairChanges, empty_admission_changes,
+    empty_repair_changes,
+};
 use crate::params::{ParamError, PlbParams};
-use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
-use crate::returns::plan_returns;
-use crate::role::{ChangeReason, Pool, Role, RoleChange};
+use crate::replica::{MAX_REPLICAS, ReplicaId, ReplicaLoad, ServiceClass};
+use crate::role::{ChangeReason, Role, RoleChange};
 use crate::signal::{LoadSignal, Loads};
 use crate::table::{RoleTable, RoleVector};
+use crate::tiers::{
+    FailureError, Tier, TierAdmitError, TierChange, TierLoad, TierReason, TierRepairChanges,
+    TierRule, TierTable, TierVector, TieredPlb,
+};
 
 /// A validated PLB configuration: the parameters and the reference split (the initial layout,
-/// used by failure repair). Small and `Copy`, so every shard can hold one.
+/// used by failure repair), the load signal and the recovery drain. Small and `Copy`, so every
+/// shard can hold one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Plb {
-    params: PlbParams,
-    reference: RoleVector,
-    signal: LoadSignal,
-    drain: bool,
-}
-
-/// The replica chosen by one block of Algorithm 1, and the borrow it implies.
-struct Choice {
-    replica: ReplicaId,
-    rule: AdmissionRule,
-    borrow: Option<RoleChange>,
-}
-
-impl Choice {
-    fn route(replica: ReplicaId, rule: AdmissionRule) -> Choice {
-        Choice {
-            replica,
-            rule,
-            borrow: None,
-        }
-    }
-
-    fn borrow(
-        replica: ReplicaId,
-        donor: Pool,
-        class: ServiceClass,
-        reason: ChangeReason,
-    ) -> Choice {
-        let rule = match donor {
-            Pool::Mixed => AdmissionRule::BorrowMixed,
-            Pool::Freemium => AdmissionRule::BorrowFreemium,
-            Pool::Premium => AdmissionRule::BorrowPremium,
-        };
-        Choice {
-            replica,
-            rule,
-            borrow: Some(RoleChange {
-                replica,
-                from: donor.role(),
-                to: Role::borrowed_for(class, donor),
-                reason,
-            }),
-        }
-    }
+    tiers: TieredPlb,
 }
 
 impl Plb {
@@ -71,11 +34,9 @@ impl Plb {
     /// split for failure repair.
     pub fn new(params: PlbParams, initial: &RoleTable) -> Result<Plb, ParamError> {
         params.validate(initial)?;
+        let reference = TierTable::from_roles(initial).vector();
         Ok(Plb {
-            params,
-            reference: initial.vector(),
-            signal: LoadSignal::Sessions,
-            drain: false,
+            tiers: TieredPlb::validated(params, reference),
         })
     }
 
@@ -84,36 +45,45 @@ impl Plb {
     /// rejoined replica to the needier class first.
     #[must_use]
     pub const fn with_recovery_drain(mut self, drain: bool) -> Plb {
-        self.drain = drain;
+        self.tiers = self.tiers.with_recovery_drain(drain);
         self
     }
 
     /// Whether the recovery-tail drain is on.
     pub const fn recovery_drain(&self) -> bool {
-        self.drain
+        self.tiers.recovery_drain()
     }
 
     /// The same policy deciding on `signal` (the caller passes the matching counts to
     /// [`Plb::admit_loads`]).
     #[must_use]
     pub const fn with_load_signal(mut self, signal: LoadSignal) -> Plb {
-        self.signal = signal;
+        self.tiers = self.tiers.with_load_signal(signal);
         self
     }
 
     /// What this policy decides on.
     pub const fn load_signal(&self) -> LoadSignal {
-        self.signal
+        self.tiers.load_signal()
     }
 
     /// The validated parameters.
     pub const fn params(&self) -> &PlbParams {
-        &self.params
+        self.tiers.params()
     }
 
     /// The reference split `(K_P, K_M, K_F)` of the full replica set (001 §III).
-    pub const fn reference(&self) -> RoleVector {
-        self.reference
+    pub fn reference(&self) -> RoleVector {
+        role_vector(self.tiers.reference())
+    }
+
+    /// The target role vector `K^I(K⁺)` (001 §III). `K⁺ = 1`: one Mixed replica, reachable by
+    /// both classes; `K⁺ = 2`: one per class; `K⁺ = 3`: the extra one to Premium. `K⁺ ≥ 4`:
+    /// nearest-integer proportional scaling of the reference split, then floors (Premium ≥ 1,
+    /// Freemium ≥ max(1, κ_F), Premium kept ≥ 1 when both cannot hold), then the budget
+    /// (Freemium shrinks first, down to its floor), Mixed taking the residual.
+    pub fn target(&self, survivors: usize) -> RoleVector {
+        role_vector(self.tiers.target(survivors))
     }
 
     /// Algorithm 1 `AssignSessionToReplica`, preceded by return evaluation, deciding on open
@@ -137,27 +107,19 @@ impl Plb {
         class: ServiceClass,
     ) -> Result<Admission, AdmitError> {
         loads.check(table.len())?;
-        let mut view = table.clone();
-        let mut role_changes = empty_admission_changes();
-        plan_returns(&mut view, loads, &self.params, &mut role_changes);
-        let signal = loads.signal;
-        let choice = match class {
-            ServiceClass::Premium => self.admit_premium(&view, signal),
-            ServiceClass::Freemium => self.admit_freemium(&view, loads),
-        }
-        .or_else(|| last_resort(&view, signal))
-        .ok_or(AdmitError::NoReplicaUp)?;
-        if let Some(borrow) = choice.borrow {
-            let overflow = role_changes.push(borrow);
-            debug_assert!(
-                overflow.is_ok(),
-                "returns and one borrow fit in K + 1 slots"
-            );
-        }
+        let ranks = RankLoads::of(loads);
+        let tiered = self
+            .tiers
+            .admit_loads(
+                &TierTable::from_roles(table),
+                ranks.loads(),
+                Tier::from(class),
+            )
+            .map_err(|error| admit_error(error, class))?;
         Ok(Admission {
-            replica: choice.replica,
-            rule: choice.rule,
-            role_changes,
+            replica: tiered.replica,
+            rule: admission_rule(tiered.rule),
+            role_changes: admission_changes(tiered.role_changes.as_slice()),
         })
     }
 
@@ -178,144 +140,197 @@ impl Plb {
         loads: Loads<'_>,
     ) -> Result<AdmissionChanges, AdmitError> {
         loads.check(table.len())?;
-        let mut view = table.clone();
-        let mut changes = empty_admission_changes();
-        plan_returns(&mut view, loads, &self.params, &mut changes);
-        Ok(changes)
+        let ranks = RankLoads::of(loads);
+        let changes = self
+            .tiers
+            .returns_loads(&TierTable::from_roles(table), ranks.loads())
+            .map_err(|error| admit_error(error, ServiceClass::Premium))?;
+        Ok(admission_changes(changes.as_slice()))
     }
 
-    /// Lines 2–21: premium admission.
-    fn admit_premium(&self, view: &RoleTable, loads: &[ReplicaLoad]) -> Option<Choice> {
-        let class = ServiceClass::Premium;
-        headroom_choice(view, loads, class, &self.params)
-            .or_else(|| borrow_mixed_for_premium(view, loads))
-            .or_else(|| self.borrow_freemium_for_premium(view, loads))
-            .or_else(|| pool_fallback(view, loads, class))
-    }
-
-    /// Lines 22–38: freemium admission.
-    fn admit_freemium(&self, view: &RoleTable, loads: Loads<'_>) -> Option<Choice> {
-        let class = ServiceClass::Freemium;
-        let signal = loads.signal;
-        headroom_choice(view, signal, class, &self.params)
-            .or_else(|| borrow_mixed_for_freemium(view, signal))
-            .or_else(|| self.borrow_premium_for_freemium(view, loads))
-            .or_else(|| pool_fallback(view, signal, class))
-    }
-
-    /// Lines 12–19: while `|R_F| − 1 ≥ κ_F`, a Freemium donor whose load (total, as it would
-    /// count once borrowed) is below `m_P`, the load of the least-loaded premium replica.
-    /// `select_F→P` prefers donors whose freemium load is below `τ_F`, then the least loaded.
-    /// With no premium replica at all `m_P` is unbounded: any donor beats having none.
-    fn borrow_freemium_for_premium(
+    /// Whether a `class` session pinned to `replica` should move now (the recovery-tail
+    /// drain, see [`TieredPlb::drain_move`]). Always false unless the drain is on.
+    pub fn drain_move(
         &self,
-        view: &RoleTable,
+        table: &RoleTable,
+        loads: Loads<'_>,
+        replica: ReplicaId,
+        class: ServiceClass,
+    ) -> bool {
+        loads.check(table.len()).is_ok() && {
+            let ranks = RankLoads::of(loads);
+            let tiers = TierTable::from_roles(table);
+            self.tiers
+                .drain_move(&tiers, ranks.loads(), replica, Tier::from(class))
+        }
+    }
+
+    /// A Down event: the replica leaves the survivor set, then canonicalization and repair run.
+    /// A Down for a replica already Down is a no-op (several shards may report one failure).
+    /// Returns every change applied, the Down step first.
+    pub fn handle_down(
+        &self,
+        table: &mut RoleTable,
+        replica: ReplicaId,
         loads: &[ReplicaLoad],
-    ) -> Option<Choice> {
-        let freemium_pool = view.owned(ServiceClass::Freemium);
-        if freemium_pool < self.params.freemium_floor as usize + 1 {
-            return None;
-        }
-        let m_p = min_class_load(view, loads, ServiceClass::Premium).unwrap_or(u64::MAX);
-        let watermark = self.params.return_watermark(ServiceClass::Freemium);
-        let donor = least_by(view, loads, |role, load| {
-            let eligible = role == Role::Freemium && load.total() < m_p;
-            eligible.then_some((load.freemium >= watermark, load.total()))
-        })?;
-        Some(Choice::borrow(
-            donor,
-            Pool::Freemium,
-            ServiceClass::Premium,
-            ChangeReason::BorrowFreemiumForPremium,
-        ))
+    ) -> Result<RepairChanges, FailureError> {
+        self.on_table(table, loads, |plb, tiers, loads| {
+            plb.handle_down(tiers, replica, loads)
+        })
     }
 
-    /// Lines 32–36: a Premium-empty Premium replica, least loaded, while `|R_P| − 1 ≥ K_P`.
-    /// "Premium-empty" counts pinned sessions whatever the signal: an idle premium session
-    /// returns to its replica at its next transaction.
-    fn borrow_premium_for_freemium(&self, view: &RoleTable, loads: Loads<'_>) -> Option<Choice> {
-        let premium_pool = view.owned(ServiceClass::Premium);
-        if premium_pool < self.params.premium_target as usize + 1 {
-            return None;
+    /// A Rejoin event: the replica enters as Mixed (shared capacity), then canonicalization and
+    /// repair run. A Rejoin for a replica that is not Down is a no-op.
+    pub fn handle_rejoin(
+        &self,
+        table: &mut RoleTable,
+        replica: ReplicaId,
+        loads: &[ReplicaLoad],
+    ) -> Result<RepairChanges, FailureError> {
+        self.on_table(table, loads, |plb, tiers, loads| {
+            plb.handle_rejoin(tiers, replica, loads)
+        })
+    }
+
+    /// Canonicalization and repair toward the target of the current survivor set, without a
+    /// survivor-set change (e.g. at startup, or to re-check a table).
+    pub fn repair(
+        &self,
+        table: &mut RoleTable,
+        loads: &[ReplicaLoad],
+    ) -> Result<RepairChanges, FailureError> {
+        self.on_table(table, loads, TieredPlb::repair)
+    }
+
+    /// Runs a failure step of the tiered policy on `table`'s two-rank image and writes the
+    /// roles back.
+    fn on_table(
+        &self,
+        table: &mut RoleTable,
+        loads: &[ReplicaLoad],
+        step: impl FnOnce(
+            &TieredPlb,
+            &mut TierTable,
+            &[TierLoad],
+        ) -> Result<TierRepairChanges, FailureError>,
+    ) -> Result<RepairChanges, FailureError> {
+        if loads.len() != table.len() {
+            return Err(FailureError::LoadCount {
+                replicas: table.len(),
+                loads: loads.len(),
+            });
         }
-        let mut pinned = loads.sessions.iter();
-        let donor = least_by(view, loads.signal, |role, load| {
-            let premium_empty = pinned.next().is_some_and(|s| s.premium == 0);
-            (role == Role::Premium && premium_empty).then_some(load.total())
-        })?;
-        Some(Choice::borrow(
-            donor,
-            Pool::Premium,
-            ServiceClass::Freemium,
-            ChangeReason::BorrowPremiumForFreemium,
-        ))
+        let ranks = RankLoads::of(Loads::sessions(loads));
+        let mut tiers = TierTable::from_roles(table);
+        let changes = step(&self.tiers, &mut tiers, ranks.loads().sessions)?;
+        *table = RoleTable::from_ranks(&tiers);
+        let mut out = empty_repair_changes();
+        for change in changes.iter() {
+            let pushed = out.push(role_change(change));
+            debug_assert!(pushed.is_ok(), "same capacity");
+        }
+        Ok(out)
     }
 }
 
-/// Load of the least-loaded replica of `class`'s routing pool under the load convention.
-fn min_class_load(view: &RoleTable, loads: &[ReplicaLoad], class: ServiceClass) -> Option<u64> {
-    view.roles()
-        .iter()
-        .zip(loads)
-        .filter_map(|(&role, &load)| class_load(role, load, class))
-        .min()
+/// Both load slices as ranks, on the stack.
+struct RankLoads {
+    signal: [TierLoad; MAX_REPLICAS],
+    sessions: [TierLoad; MAX_REPLICAS],
+    len: usize,
 }
 
-/// Lines 3–5 / 23–25: least-loaded replica of the class's routing pool whose class load is
-/// below `θ_c`. Headroom and ranking use the same load convention, so a borrowed replica still
-/// full of the donor's sessions is not mistaken for free capacity.
-fn headroom_choice(
-    view: &RoleTable,
-    loads: &[ReplicaLoad],
-    class: ServiceClass,
-    params: &PlbParams,
-) -> Option<Choice> {
-    let theta = u64::from(params.theta(class));
-    let replica = least_by(view, loads, |role, load| {
-        class_load(role, load, class).filter(|&l| l < theta)
-    })?;
-    Some(Choice::route(replica, AdmissionRule::PoolHeadroom))
+impl RankLoads {
+    fn of(loads: Loads<'_>) -> RankLoads {
+        let mut ranks = RankLoads {
+            signal: [TierLoad::default(); MAX_REPLICAS],
+            sessions: [TierLoad::default(); MAX_REPLICAS],
+            len: loads.signal.len().min(MAX_REPLICAS),
+        };
+        for (out, input) in [
+            (&mut ranks.signal, loads.signal),
+            (&mut ranks.sessions, loads.sessions),
+        ] {
+            for (slot, &load) in out.iter_mut().zip(input) {
+                *slot = TierLoad::from(load);
+            }
+        }
+        ranks
+    }
+
+    fn loads(&self) -> Loads<'_, TierLoad> {
+        Loads {
+            signal: &self.signal[..self.len],
+            sessions: &self.sessions[..self.len],
+        }
+    }
 }
 
-/// Lines 7–10, `select_M→P`: Mixed replicas without premium sessions first (spreading premium
-/// over more replicas), then the smallest freemium load.
-fn borrow_mixed_for_premium(view: &RoleTable, loads: &[ReplicaLoad]) -> Option<Choice> {
-    let donor = least_by(view, loads, |role, load| {
-        (role == Role::Mixed).then_some((load.premium > 0, load.freemium))
-    })?;
-    Some(Choice::borrow(
-        donor,
-        Pool::Mixed,
-        ServiceClass::Premium,
-        ChangeReason::BorrowMixedForPremium,
-    ))
+fn admit_error(error: TierAdmitError, class: ServiceClass) -> AdmitError {
+    match error {
+        TierAdmitError::LoadCount { replicas, loads } => AdmitError::LoadCount { replicas, loads },
+        TierAdmitError::NoReplicaUp => AdmitError::NoReplicaUp,
+        // Both classes are ranks of a two-rank policy.
+        TierAdmitError::UnknownTier(_) => AdmitError::NoReplicaForClass(class),
+    }
 }
 
-/// Lines 27–30, `select_M→F`: fewest premium sessions, then the smallest freemium load.
-fn borrow_mixed_for_freemium(view: &RoleTable, loads: &[ReplicaLoad]) -> Option<Choice> {
-    let donor = least_by(view, loads, |role, load| {
-        (role == Role::Mixed).then_some((load.premium, load.freemium))
-    })?;
-    Some(Choice::borrow(
-        donor,
-        Pool::Mixed,
-        ServiceClass::Freemium,
-        ChangeReason::BorrowMixedForFreemium,
-    ))
+fn admission_rule(rule: TierRule) -> AdmissionRule {
+    match rule {
+        TierRule::Headroom => AdmissionRule::PoolHeadroom,
+        // Reclaim is off for two ranks; it would be a Mixed borrow.
+        TierRule::BorrowMixed | TierRule::Reclaim => AdmissionRule::BorrowMixed,
+        TierRule::BorrowLower => AdmissionRule::BorrowFreemium,
+        TierRule::BorrowHigher => AdmissionRule::BorrowPremium,
+        TierRule::Fallback => AdmissionRule::PoolFallback,
+        TierRule::LastResort => AdmissionRule::LastResort,
+    }
 }
 
-/// Lines 21 / 38: least-loaded replica of the class's routing pool, saturated or not.
-fn pool_fallback(view: &RoleTable, loads: &[ReplicaLoad], class: ServiceClass) -> Option<Choice> {
-    let replica = least_by(view, loads, |role, load| class_load(role, load, class))?;
-    Some(Choice::route(replica, AdmissionRule::PoolFallback))
+fn admission_changes(changes: &[TierChange]) -> AdmissionChanges {
+    let mut out = empty_admission_changes();
+    for change in changes {
+        let pushed = out.push(role_change(change));
+        debug_assert!(pushed.is_ok(), "same capacity");
+    }
+    out
 }
 
-/// Beyond Algorithm 1: the class's routing pool is empty (only after failures shrink the
-/// survivor set, e.g. one survivor already borrowed by the other class). Serving the session
-/// on the least-loaded healthy replica beats refusing it; no role changes.
-fn last_resort(view: &RoleTable, loads: &[ReplicaLoad]) -> Option<Choice> {
-    let replica = least_by(view, loads, |role, load| {
-        role.is_up().then_some(load.total())
-    })?;
-    Some(Choice::route(replica, AdmissionRule::LastResort))
+fn role_vector(vector: TierVector) -> RoleVector {
+    RoleVector {
+        premium: vector.owned[0],
+        mixed: vector.mixed,
+        freemium: vector.owned[1],
+    }
+}
+
+/// A two-rank change with the paper's name for its rule.
+fn role_change(change: &TierChange) -> RoleChange {
+    let (from, to) = (Role::of_rank(change.from), Role::of_rank(change.to));
+    let premium_borrow = to.borrower() == Some(ServiceClass::Premium);
+    let reason = match change.reason {
+        TierReason::BorrowMixed | TierReason::ReclaimMixed if premium_borrow => {
+            ChangeReason::BorrowMixedForPremium
+        }
+        TierReason::BorrowMixed | TierReason::ReclaimMixed => ChangeReason::BorrowMixedForFreemium,
+        TierReason::BorrowLower => ChangeReason::BorrowFreemiumForPremium,
+        TierReason::BorrowHigher => ChangeReason::BorrowPremiumForFreemium,
+        TierReason::ReturnToUnmetTarget => ChangeReason::ReturnToUnmetTarget,
+        TierReason::ReturnToMixed => ChangeReason::ReturnToMixed,
+        TierReason::Down => ChangeReason::Down,
+        TierReason::Rejoin => ChangeReason::Rejoin,
+        TierReason::CanonicalMixedSessions => ChangeReason::CanonicalMixedSessions,
+        TierReason::CanonicalSingleTier if to == Role::Premium => {
+            ChangeReason::CanonicalPremiumOnly
+        }
+        TierReason::CanonicalSingleTier => ChangeReason::CanonicalFreemiumOnly,
+        TierReason::CanonicalIdleReturn => ChangeReason::CanonicalIdleReturn,
+        TierReason::RepairToTarget => ChangeReason::RepairToTarget,
+    };
+    RoleChange {
+        replica: change.replica,
+        from,
+        to,
+        reason,
+    }
 }

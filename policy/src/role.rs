@@ -1,4 +1,6 @@
-//! Replica roles and role changes: the vocabulary of the role table and of its event log.
+//! Replica roles and role changes in the paper's two-class names: the vocabulary of the
+//! proxy's role table and of its event log. PLB decides in ranks (`crate::tiers::role`);
+//! `crate::plb` translates its two-rank roles and reasons into these.
 //!
 //! A role says which class a replica serves *now*; a borrowed role also remembers the pool it
 //! was taken from, so an operator can see where capacity came from. A [`RoleChange`] carries the
@@ -7,6 +9,7 @@
 use core::fmt;
 
 use crate::replica::{ReplicaId, ServiceClass};
+use crate::tiers::{TierPool, TierRole};
 
 /// A persistent pool of the partition `R_P`, `R_F`, `R_M`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,7 +24,7 @@ pub enum Pool {
 
 impl Pool {
     /// The dedicated pool of `class`.
-    pub const fn of_class(class: ServiceClass) -> Pool {
+    pub(crate) const fn of_class(class: ServiceClass) -> Pool {
         match class {
             ServiceClass::Premium => Pool::Premium,
             ServiceClass::Freemium => Pool::Freemium,
@@ -82,6 +85,21 @@ impl Role {
         match class {
             ServiceClass::Premium => Role::BorrowedToPremium { from },
             ServiceClass::Freemium => Role::BorrowedToFreemium { from },
+        }
+    }
+
+    /// The two-class role of a rank role (inverse of [`crate::tiers::tier_role`]): rank 0 is
+    /// premium, every other rank freemium.
+    pub(crate) fn of_rank(role: TierRole) -> Role {
+        let pool = |pool: TierPool| match pool {
+            TierPool::Tier(tier) => Pool::of_class(tier.two_class()),
+            TierPool::Mixed => Pool::Mixed,
+        };
+        match role {
+            TierRole::Owned(tier) => Pool::of_class(tier.two_class()).role(),
+            TierRole::Mixed => Role::Mixed,
+            TierRole::Borrowed { by, from } => Role::borrowed_for(by.two_class(), pool(from)),
+            TierRole::Down => Role::Down,
         }
     }
 

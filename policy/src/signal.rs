@@ -50,34 +50,39 @@ impl fmt::Display for LoadSignal {
     }
 }
 
-/// The two per-replica counts one PLB decision reads, one entry per replica each.
+/// The two per-replica counts one PLB decision reads, one entry per replica each: per class
+/// ([`ReplicaLoad`]) for the two-class vocabulary, per rank ([`crate::tiers::TierLoad`]) for
+/// the tiered one.
 #[derive(Clone, Copy, Debug)]
-pub struct Loads<'a> {
+pub struct Loads<'a, L = ReplicaLoad> {
     /// The decision signal: headroom, least-loaded choice, borrow ranking, return pressure.
-    pub signal: &'a [ReplicaLoad],
+    pub signal: &'a [L],
     /// Open sessions pinned to each replica: the pinning guards of returns and borrows.
-    pub sessions: &'a [ReplicaLoad],
+    pub sessions: &'a [L],
 }
 
-impl<'a> Loads<'a> {
+impl<'a, L> Loads<'a, L> {
     /// The paper's case: sessions are both the signal and the guard.
-    pub const fn sessions(sessions: &'a [ReplicaLoad]) -> Loads<'a> {
+    pub const fn sessions(sessions: &'a [L]) -> Loads<'a, L> {
         Loads {
             signal: sessions,
             sessions,
         }
     }
 
+    /// The length of a slice that does not have one entry per replica of a
+    /// `replicas`-replica table, if one does not.
+    pub(crate) fn miscounted(&self, replicas: usize) -> Option<usize> {
+        [self.signal.len(), self.sessions.len()]
+            .into_iter()
+            .find(|&len| len != replicas)
+    }
+
     /// Both slices have one entry per replica of a `replicas`-replica table.
     pub(crate) fn check(&self, replicas: usize) -> Result<(), AdmitError> {
-        for loads in [self.signal, self.sessions] {
-            if loads.len() != replicas {
-                return Err(AdmitError::LoadCount {
-                    replicas,
-                    loads: loads.len(),
-                });
-            }
+        match self.miscounted(replicas) {
+            Some(loads) => Err(AdmitError::LoadCount { replicas, loads }),
+            None => Ok(()),
         }
-        Ok(())
     }
 }

@@ -10,11 +10,11 @@ use crate::admission::{
 };
 use crate::baseline::{Dedicated, P2c, least_sessions, round_robin};
 use crate::plb::Plb;
-use crate::repair::FailureError;
 use crate::replica::{ReplicaId, ReplicaLoad, ServiceClass};
 use crate::role::{ChangeReason, Role, RoleChange};
 use crate::signal::Loads;
 use crate::table::RoleTable;
+use crate::tiers::FailureError;
 
 /// Configuration names of the strategies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

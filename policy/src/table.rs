@@ -1,5 +1,6 @@
-//! The role table: the role of each of the K replicas, and the one place role changes are
-//! applied.
+//! The two-class role table: the role of each of the K replicas, and the one place role
+//! changes are applied. PLB decides on its two-rank image (`crate::tiers::TierTable`); the
+//! baselines decide on it directly.
 //!
 //! It is a small fixed array so the proxy can clone it into an immutable snapshot for every
 //! shard. [`RoleTable::apply`] checks each change's precondition (the role its decision saw, and
@@ -10,8 +11,9 @@
 use core::fmt;
 
 use crate::params::PlbParams;
-use crate::replica::{MAX_REPLICAS, ReplicaId, ReplicaSet, ServiceClass};
+use crate::replica::{MAX_REPLICAS, ReplicaId, ServiceClass};
 use crate::role::{Pool, Role, RoleChange};
+use crate::tiers::TierTable;
 
 /// Role of every replica, indexed by [`ReplicaId`].
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -187,40 +189,25 @@ impl RoleTable {
         premium: &[ReplicaId],
         freemium: &[ReplicaId],
     ) -> Result<RoleTable, LayoutError> {
-        let mut table = RoleTable::all_mixed(replica_count)?;
-        let mut seen = ReplicaSet::EMPTY;
-        for (members, role) in [(premium, Role::Premium), (freemium, Role::Freemium)] {
-            for &replica in members {
-                if replica.index() >= replica_count {
-                    return Err(LayoutError::UnknownReplica {
-                        replica,
-                        count: replica_count,
-                    });
-                }
-                if seen.contains(replica) {
-                    return Err(LayoutError::Overlap { replica });
-                }
-                seen = seen.with(replica);
-                table.roles[replica.index()] = role;
-            }
-        }
-        Ok(table)
+        let ranks = TierTable::new(replica_count, 2, &[premium, freemium])?;
+        Ok(RoleTable::from_ranks(&ranks))
     }
 
     /// `replica_count` replicas, all Mixed (the layout used by role-agnostic strategies).
     pub fn all_mixed(replica_count: usize) -> Result<RoleTable, LayoutError> {
-        if replica_count == 0 {
-            return Err(LayoutError::NoReplicas);
-        }
-        if replica_count > MAX_REPLICAS {
-            return Err(LayoutError::TooManyReplicas {
-                count: replica_count,
-            });
-        }
-        Ok(RoleTable {
+        RoleTable::new(replica_count, &[], &[])
+    }
+
+    /// The two-class table of a two-rank table (rank 0 premium, every other rank freemium).
+    pub(crate) fn from_ranks(ranks: &TierTable) -> RoleTable {
+        let mut table = RoleTable {
             roles: [Role::Mixed; MAX_REPLICAS],
-            len: replica_count,
-        })
+            len: ranks.len(),
+        };
+        for (slot, &role) in table.roles.iter_mut().zip(ranks.roles()) {
+            *slot = Role::of_rank(role);
+        }
+        table
     }
 
     /// Replica budget `K` (failed replicas included).
@@ -309,29 +296,27 @@ impl RoleTable {
         Ok(())
     }
 
+    /// A borrow across pools must leave the donor pool its guard ([`PlbParams::guard`]): `κ_F`
+    /// when premium takes a Freemium replica, `K_P` when freemium takes a Premium one.
     fn check_cross_borrow(&self, change: &RoleChange, params: &PlbParams) -> Result<(), Conflict> {
-        match (change.from, change.to) {
-            (Role::Freemium, Role::BorrowedToPremium { .. }) => {
-                let freemium_pool = self.owned(ServiceClass::Freemium);
-                if freemium_pool < params.freemium_floor as usize + 1 {
-                    return Err(Conflict::FreemiumFloor {
-                        freemium_pool,
-                        floor: params.freemium_floor,
-                    });
-                }
-            }
-            (Role::Premium, Role::BorrowedToFreemium { .. }) => {
-                let premium_pool = self.owned(ServiceClass::Premium);
-                if premium_pool < params.premium_target as usize + 1 {
-                    return Err(Conflict::PremiumTarget {
-                        premium_pool,
-                        target: params.premium_target,
-                    });
-                }
-            }
-            _ => {}
+        let (Some(pool), Some(by)) = (change.from.owner(), change.to.borrower()) else {
+            return Ok(());
+        };
+        let size = self.owned(pool);
+        let guard = params.guard(pool.into(), by.into());
+        if pool == by || size > guard as usize {
+            return Ok(());
         }
-        Ok(())
+        Err(match pool {
+            ServiceClass::Freemium => Conflict::FreemiumFloor {
+                freemium_pool: size,
+                floor: guard,
+            },
+            ServiceClass::Premium => Conflict::PremiumTarget {
+                premium_pool: size,
+                target: guard,
+            },
+        })
     }
 
     /// Sets a role without checks; for decisions computed and applied on the same table.

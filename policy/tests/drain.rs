@@ -8,11 +8,7 @@ use pgtier_policy::{Loads, Plb, PlbParams, Pool, Role};
 
 /// The paper's layout with θ = 3 for both classes (τ_P = ⌊1.8⌋ = 1, τ_F = ⌊2.4⌋ = 2).
 fn plb(drain: bool) -> Plb {
-    let params = PlbParams {
-        theta_premium: 3,
-        theta_freemium: 3,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_theta(P, 3).with_theta(F, 3);
     plb_with(params, &paper_table()).with_recovery_drain(drain)
 }
 

@@ -18,12 +18,10 @@ fn vector(premium: usize, mixed: usize, freemium: usize) -> RoleVector {
 
 fn plb_for(k: usize, premium: &[u8], freemium: &[u8], floor: u32) -> (Plb, RoleTable) {
     let table = layout(k, premium, freemium);
-    let params = PlbParams {
-        freemium_floor: floor,
-        premium_target: 1,
-        freemium_target: 1,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER
+        .with_floor(F, floor)
+        .with_target(P, 1)
+        .with_target(F, 1);
     (plb_with(params, &table), table)
 }
 
@@ -237,12 +235,10 @@ fn repair_never_crosses_below_the_freemium_floor() {
     // κ_F = 2 with a (1, 0, 3) reference: losing the Premium replica leaves K⁺ = 3 → (2, 0, 1)
     // explicit; with K⁺ = 5 of 6 the scaled target keeps Freemium at its floor.
     let table = layout(6, &[0, 1], &[2, 3, 4, 5]);
-    let params = PlbParams {
-        freemium_floor: 2,
-        premium_target: 1,
-        freemium_target: 2,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER
+        .with_floor(F, 2)
+        .with_target(P, 1)
+        .with_target(F, 2);
     let plb = plb_with(params, &table);
     let mut table = table;
     let l = loads(&[(0, 0); 6]);

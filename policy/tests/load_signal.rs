@@ -68,11 +68,7 @@ fn idle_sessions_do_not_use_up_headroom() {
 fn busy_transactions_borrow_even_when_few_sessions_are_open() {
     // θ_P = 2 in flight: both premium replicas run 2 transactions, so premium borrows Mixed
     // although a session count of 2 would be far from a session θ.
-    let params = PlbParams {
-        theta_premium: 2,
-        alpha_premium: 0.5,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_theta(P, 2).with_alpha(P, 0.5);
     let plb = plb_with(params, &paper_table()).with_load_signal(LoadSignal::InFlight);
     let sessions = loads(&[(2, 0), (2, 0), (0, 0), (0, 0), (0, 0)]);
     let admission = plb
@@ -122,11 +118,7 @@ fn freemium_never_borrows_a_replica_with_idle_premium_sessions() {
     // but hosts an idle premium session; replica 2 hosts none. Freemium is saturated and Mixed
     // is gone, so freemium borrows from Premium: only replica 2 qualifies.
     let table = layout(5, &[0, 1, 2], &[3, 4]);
-    let params = PlbParams {
-        premium_target: 2,
-        freemium_target: 2,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_target(P, 2).with_target(F, 2);
     let plb = plb_with(params, &table).with_load_signal(LoadSignal::InFlight);
     let pinned = loads(&[(4, 0), (1, 0), (0, 0), (0, 10), (0, 10)]);
     let in_flight = loads(&[(1, 0), (0, 0), (0, 3), (0, 10), (0, 10)]);

@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 
 use common::*;
-use pgtier_policy::tiers::{Tier, TierLoad, TierParams, TierTable, TieredPlb};
+use pgtier_policy::tiers::{Tier, TierLoad, TierTable, TieredPlb};
 use pgtier_policy::{Draw, P2c, Strategy};
 
 struct Counting;
@@ -60,7 +60,7 @@ fn admission_path_does_not_allocate() {
         Strategy::P2c(P2c::uniform()),
     ];
     let tier_table = TierTable::from_roles(&table);
-    let tiered = TieredPlb::new(TierParams::from_plb(plb.params()), &tier_table).expect("valid");
+    let tiered = TieredPlb::new(*plb.params(), &tier_table).expect("valid");
     let tier_loads: Vec<TierLoad> = l.iter().map(|&load| TierLoad::from(load)).collect();
     let before = allocations();
     let mut chosen = 0usize;

@@ -105,10 +105,7 @@ fn premium_borrows_from_freemium_when_mixed_is_empty() {
 fn premium_borrow_from_freemium_requires_floor() {
     // |R_F| − 1 = 1 < κ_F = 2: no borrow, fallback to the least-loaded premium replica.
     let table = layout(4, &[0, 1], &[2, 3]);
-    let params = PlbParams {
-        freemium_floor: 2,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_floor(F, 2);
     let plb = plb_with(params, &table);
     let l = loads(&[(12, 0), (11, 0), (0, 0), (0, 0)]);
     let a = plb.admit(&table, &l, P).unwrap();

@@ -212,10 +212,7 @@ fn apply_rejects_concurrent_borrows_that_would_break_the_freemium_floor() {
     // Two shards decide on the same snapshot to borrow different Freemium replicas; after the
     // first, |R_F| − 1 < κ_F, so the second is refused.
     let table = layout(5, &[0, 1], &[2, 3, 4]);
-    let params = PlbParams {
-        freemium_floor: 2,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_floor(F, 2);
     let plb = plb_with(params, &table);
     let snapshot = table.clone();
     let first = plb
@@ -313,16 +310,9 @@ fn return_watermark_is_the_floor_of_alpha_theta() {
     let p = PlbParams::PAPER;
     assert_eq!(p.return_watermark(P), 6);
     assert_eq!(p.return_watermark(F), 8);
-    let decimal = PlbParams {
-        alpha_premium: 0.29,
-        theta_premium: 100,
-        ..PlbParams::PAPER
-    };
+    let decimal = PlbParams::PAPER.with_alpha(P, 0.29).with_theta(P, 100);
     assert_eq!(decimal.return_watermark(P), 29);
-    let half = PlbParams {
-        alpha_premium: 0.55,
-        ..PlbParams::PAPER
-    };
+    let half = PlbParams::PAPER.with_alpha(P, 0.55);
     assert_eq!(half.return_watermark(P), 5);
 }
 
@@ -334,10 +324,7 @@ fn params_paper_values_are_valid() {
 #[test]
 fn params_reject_alpha_outside_unit_interval() {
     for alpha in [0.0, -0.5, 1.01, f64::NAN] {
-        let p = PlbParams {
-            alpha_freemium: alpha,
-            ..PlbParams::PAPER
-        };
+        let p = PlbParams::PAPER.with_alpha(F, alpha);
         assert!(
             matches!(
                 p.validate(&paper_table()),
@@ -346,27 +333,18 @@ fn params_reject_alpha_outside_unit_interval() {
             "alpha {alpha}"
         );
     }
-    let one = PlbParams {
-        alpha_premium: 1.0,
-        ..PlbParams::PAPER
-    };
+    let one = PlbParams::PAPER.with_alpha(P, 1.0);
     assert!(one.validate(&paper_table()).is_ok());
 }
 
 #[test]
 fn params_reject_zero_theta_and_zero_watermark() {
-    let zero = PlbParams {
-        theta_premium: 0,
-        ..PlbParams::PAPER
-    };
+    let zero = PlbParams::PAPER.with_theta(P, 0);
     assert_eq!(
         zero.validate(&paper_table()),
         Err(ParamError::ThetaZero { class: P })
     );
-    let tiny = PlbParams {
-        theta_freemium: 1,
-        ..PlbParams::PAPER
-    };
+    let tiny = PlbParams::PAPER.with_theta(F, 1);
     assert!(matches!(
         tiny.validate(&paper_table()),
         Err(ParamError::WatermarkZero { .. })
@@ -375,10 +353,7 @@ fn params_reject_zero_theta_and_zero_watermark() {
 
 #[test]
 fn params_reject_floor_larger_than_pool() {
-    let p = PlbParams {
-        freemium_floor: 3,
-        ..PlbParams::PAPER
-    };
+    let p = PlbParams::PAPER.with_floor(F, 3);
     let err = p.validate(&paper_table()).unwrap_err();
     assert_eq!(err, ParamError::FloorLargerThanPool { floor: 3, pool: 2 });
     assert!(err.to_string().contains("freemium_floor = 3"));
@@ -386,19 +361,12 @@ fn params_reject_floor_larger_than_pool() {
 
 #[test]
 fn params_reject_targets_larger_than_budget() {
-    let p = PlbParams {
-        premium_target: 6,
-        ..PlbParams::PAPER
-    };
+    let p = PlbParams::PAPER.with_target(P, 6);
     assert!(matches!(
         p.validate(&paper_table()),
         Err(ParamError::TargetLargerThanBudget { .. })
     ));
-    let both = PlbParams {
-        premium_target: 3,
-        freemium_target: 3,
-        ..PlbParams::PAPER
-    };
+    let both = PlbParams::PAPER.with_target(P, 3).with_target(F, 3);
     assert!(matches!(
         both.validate(&paper_table()),
         Err(ParamError::TargetsExceedBudget { .. })

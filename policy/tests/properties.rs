@@ -51,15 +51,14 @@ fn params() -> impl Strategy<Value = PlbParams> {
     )
         .prop_map(|(tp, tf, ap, af, floor, kp, kf)| {
             let alphas = [0.5, 0.6, 0.8, 1.0];
-            PlbParams {
-                theta_premium: tp,
-                theta_freemium: tf,
-                alpha_premium: alphas[ap],
-                alpha_freemium: alphas[af],
-                freemium_floor: floor,
-                premium_target: kp,
-                freemium_target: kf,
-            }
+            PlbParams::PAPER
+                .with_theta(P, tp)
+                .with_theta(F, tf)
+                .with_alpha(P, alphas[ap])
+                .with_alpha(F, alphas[af])
+                .with_floor(F, floor)
+                .with_target(P, kp)
+                .with_target(F, kf)
         })
 }
 
@@ -251,11 +250,12 @@ impl World {
         let p = self.plb.params();
         match change.reason {
             ChangeReason::BorrowFreemiumForPremium => prop_assert!(
-                self.table.owned(ServiceClass::Freemium) >= p.freemium_floor as usize,
+                self.table.owned(ServiceClass::Freemium)
+                    >= p.floor(ServiceClass::Freemium) as usize,
                 "κ_F broken"
             ),
             ChangeReason::BorrowPremiumForFreemium => prop_assert!(
-                self.table.owned(ServiceClass::Premium) >= p.premium_target as usize,
+                self.table.owned(ServiceClass::Premium) >= p.target(ServiceClass::Premium) as usize,
                 "K_P broken"
             ),
             _ => {}
@@ -403,14 +403,12 @@ fn random_walks_reach_every_rule_and_reason() {
     let mut rules = Vec::new();
     let mut reasons = Vec::new();
     for seed in 0..40u64 {
-        let params = PlbParams {
-            theta_premium: 2 + (seed % 4) as u32,
-            theta_freemium: 2 + (seed / 4 % 4) as u32,
-            freemium_floor: (seed % 2) as u32,
-            premium_target: (seed % 3) as u32,
-            freemium_target: (seed / 3 % 3) as u32,
-            ..PlbParams::PAPER
-        };
+        let params = PlbParams::PAPER
+            .with_theta(P, 2 + (seed % 4) as u32)
+            .with_theta(F, 2 + (seed / 4 % 4) as u32)
+            .with_floor(F, (seed % 2) as u32)
+            .with_target(P, (seed % 3) as u32)
+            .with_target(F, (seed / 3 % 3) as u32);
         let mut world = World::new(params, seed % 2 == 1);
         for _ in 0..600 {
             let class = if rng.below(2) == 0 {

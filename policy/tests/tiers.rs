@@ -6,10 +6,11 @@
 mod common;
 
 use common::{ids, r};
+use pgtier_policy::PlbParams;
 use pgtier_policy::ReplicaId;
 use pgtier_policy::tiers::{
-    MAX_TIERS, Tier, TierAdmission, TierChange, TierLoad, TierParams, TierPool, TierReason,
-    TierRole, TierRule, TierTable, TieredPlb,
+    MAX_TIERS, Tier, TierAdmission, TierChange, TierLoad, TierPool, TierReason, TierRole, TierRule,
+    TierTable, TieredPlb,
 };
 use proptest::prelude::*;
 
@@ -22,15 +23,15 @@ fn three_tiers() -> TierTable {
     TierTable::new(6, 3, &[&ids(&[0, 1]), &ids(&[2, 3]), &ids(&[4])]).expect("valid layout")
 }
 
-fn policy(params: TierParams, table: &TierTable) -> TieredPlb {
+fn policy(params: PlbParams, table: &TierTable) -> TieredPlb {
     TieredPlb::new(params, table).expect("valid parameters")
 }
 
-fn params3() -> TierParams {
-    TierParams {
+fn params3() -> PlbParams {
+    PlbParams {
         floor: [0, 1, 0, 0],
         target: [2, 1, 1, 0],
-        ..TierParams::uniform(3, 2, 0.5)
+        ..PlbParams::uniform(3, 2, 0.5)
     }
 }
 
@@ -48,7 +49,7 @@ fn loads(per_replica: &[[u32; 3]]) -> Vec<TierLoad> {
 
 fn set(table: &TierTable, roles: &[(u8, TierRole)]) -> TierTable {
     let mut table = table.clone();
-    let open = TierParams {
+    let open = PlbParams {
         floor: [0; MAX_TIERS],
         target: [0; MAX_TIERS],
         ..params3()
@@ -143,7 +144,7 @@ fn a_saturated_tier_reclaims_the_mixed_replica_an_outranked_tier_holds() {
     );
     // Bronze never takes it back from silver, and gold takes it from either.
     let paper = policy(
-        TierParams {
+        PlbParams {
             reclaim: false,
             ..params3()
         },
@@ -188,10 +189,10 @@ fn without_mixed_a_middle_tier_borrows_below_before_above() {
     // (K_gold = 2 allows one to go). Silver takes from bronze first: the tier it outranks.
     let base = TierTable::new(7, 3, &[&ids(&[0, 1, 6]), &ids(&[2, 3]), &ids(&[4, 5])])
         .expect("valid layout");
-    let params = TierParams {
+    let params = PlbParams {
         floor: [0, 1, 1, 0],
         target: [2, 1, 1, 0],
-        ..TierParams::uniform(3, 2, 0.5)
+        ..PlbParams::uniform(3, 2, 0.5)
     };
     let plb = policy(params, &base);
     let mut l = loads(&[
@@ -234,10 +235,10 @@ fn without_mixed_a_middle_tier_borrows_below_before_above() {
 fn the_top_tier_takes_from_the_least_important_pool_first() {
     let base =
         TierTable::new(6, 3, &[&ids(&[0]), &ids(&[1, 2]), &ids(&[3, 4, 5])]).expect("valid layout");
-    let params = TierParams {
+    let params = PlbParams {
         floor: [0, 1, 1, 0],
         target: [1, 1, 1, 0],
-        ..TierParams::uniform(3, 2, 0.5)
+        ..PlbParams::uniform(3, 2, 0.5)
     };
     let plb = policy(params, &base);
     let l = loads(&[[2, 0, 0], [0; 3], [0; 3], [0, 0, 1], [0, 0, 0], [0, 0, 1]]);
@@ -252,10 +253,10 @@ fn a_lower_tier_never_borrows_a_replica_hosting_an_outranking_tier() {
     // is at its target, so bronze falls back to its own pool.
     let base =
         TierTable::new(5, 3, &[&ids(&[0, 1]), &ids(&[2, 3]), &ids(&[4])]).expect("valid layout");
-    let params = TierParams {
+    let params = PlbParams {
         floor: [0, 1, 1, 0],
         target: [2, 0, 1, 0],
-        ..TierParams::uniform(3, 2, 0.5)
+        ..PlbParams::uniform(3, 2, 0.5)
     };
     let plb = policy(params, &base);
     let l = loads(&[[0; 3], [0; 3], [1, 0, 0], [1, 0, 0], [0, 0, 2]]);
@@ -277,7 +278,7 @@ fn a_returned_replica_goes_to_the_most_important_pool_below_target() {
             },
         )],
     );
-    let params = TierParams {
+    let params = PlbParams {
         target: [2, 3, 1, 0],
         ..params3()
     };
@@ -374,7 +375,7 @@ fn op(tiers: u8) -> impl Strategy<Value = Op> {
 
 /// A layout of K = 7 replicas over `tiers` tiers (one or two each, the rest Mixed) and
 /// parameters that fit it.
-fn world_setup() -> impl Strategy<Value = (TierTable, TierParams)> {
+fn world_setup() -> impl Strategy<Value = (TierTable, PlbParams)> {
     (
         3u8..=4,
         prop::array::uniform4(2u32..5),
@@ -400,7 +401,7 @@ fn world_setup() -> impl Strategy<Value = (TierTable, TierParams)> {
                 ]
             };
             let table = TierTable::new(K, tiers, &pools[..usize::from(tiers)]).expect("layout");
-            let params = TierParams {
+            let params = PlbParams {
                 tiers,
                 theta,
                 alpha: [[0.5, 0.8, 1.0][alpha]; MAX_TIERS],
@@ -422,7 +423,7 @@ struct World {
 }
 
 impl World {
-    fn new(table: TierTable, params: TierParams) -> World {
+    fn new(table: TierTable, params: PlbParams) -> World {
         World {
             plb: TieredPlb::new(params, &table).expect("generated parameters are valid"),
             loads: vec![TierLoad::default(); table.len()],
@@ -654,10 +655,10 @@ fn random_walks_reach_every_rule_and_reason() {
     for seed in 0..40u64 {
         let table =
             TierTable::new(K, 3, &[&ids(&[0, 1]), &ids(&[2, 3]), &ids(&[4])]).expect("layout");
-        let params = TierParams {
+        let params = PlbParams {
             floor: [0, (seed % 2) as u32, (seed / 2 % 2) as u32, 0],
             target: [(seed % 3) as u32, (seed / 3 % 2) as u32, 1, 0],
-            ..TierParams::uniform(3, 2 + (seed % 3) as u32, 0.5)
+            ..PlbParams::uniform(3, 2 + (seed % 3) as u32, 0.5)
         };
         let mut world = World::new(table, params);
         for _ in 0..600 {

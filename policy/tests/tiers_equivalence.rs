@@ -1,13 +1,14 @@
-//! Tiered PLB with two tiers decides exactly as the paper's PLB: random sequences of
-//! admissions, releases, failures and rejoins run through both, and every chosen replica,
-//! every rule, every role change and every table after each step must agree.
+//! The two-class vocabulary and the two-rank tiers agree: random sequences of admissions,
+//! releases, failures and rejoins run through [`Plb`] (role table, named classes and reasons)
+//! and through [`TieredPlb`] on the two-rank table, and every chosen replica, every rule,
+//! every role change and every table after each step must agree. [`Plb`] is the two-rank
+//! tiers, so this guards its translation; `two_rank_traces.rs` pins the outcomes themselves
+//! to those of the paper's two-class implementation.
 
 mod common;
 
 use common::*;
-use pgtier_policy::tiers::{
-    Tier, TierLoad, TierParams, TierRole, TierRule, TierTable, TieredPlb, tier_role,
-};
+use pgtier_policy::tiers::{Tier, TierLoad, TierRole, TierRule, TierTable, TieredPlb, tier_role};
 use pgtier_policy::{
     AdmissionRule, Plb, PlbParams, ReplicaId, ReplicaLoad, RoleChange, RoleTable, ServiceClass,
 };
@@ -44,15 +45,14 @@ fn params() -> impl Strategy<Value = PlbParams> {
     )
         .prop_map(|(tp, tf, ap, af, floor, kp, kf)| {
             let alphas = [0.5, 0.6, 0.8, 1.0];
-            PlbParams {
-                theta_premium: tp.max(2),
-                theta_freemium: tf.max(2),
-                alpha_premium: alphas[ap],
-                alpha_freemium: alphas[af],
-                freemium_floor: floor,
-                premium_target: kp,
-                freemium_target: kf,
-            }
+            PlbParams::PAPER
+                .with_theta(P, tp.max(2))
+                .with_theta(F, tf.max(2))
+                .with_alpha(P, alphas[ap])
+                .with_alpha(F, alphas[af])
+                .with_floor(F, floor)
+                .with_target(P, kp)
+                .with_target(F, kf)
         })
 }
 
@@ -100,7 +100,7 @@ impl Twins {
         let tiers = TierTable::from_roles(&table);
         Twins {
             plb: Plb::new(params, &table).expect("valid"),
-            tiered: TieredPlb::new(TierParams::from_plb(&params), &tiers).expect("valid"),
+            tiered: TieredPlb::new(params, &tiers).expect("valid"),
             loads: vec![ReplicaLoad::default(); table.len()],
             sessions: Vec::new(),
             table,

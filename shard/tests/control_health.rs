@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pgtier_core::config::{PlbSettings, Routing};
 use pgtier_core::localpg::{HbaAuth, LocalPg, PgOptions};
-use pgtier_policy::{ReplicaId, RoleVector, ServiceClass};
+use pgtier_policy::{PlbParams, ReplicaId, RoleVector, ServiceClass};
 use pgtier_shard::control::probe::Prober;
 use pgtier_shard::control::{
     ControlOptions, ControlPlane, ProbeLogin, ProbeOutcome, ReplicaRouter, RouterConfig,
@@ -69,13 +69,9 @@ fn paper_router(cluster: &Cluster) -> Arc<ReplicaRouter> {
         routing: Routing::Plb(PlbSettings {
             premium: vec![0, 1],
             freemium: vec![2, 3],
-            theta_premium: 10,
-            theta_freemium: 10,
-            alpha_premium: 0.6,
-            alpha_freemium: 0.8,
-            freemium_floor: 1,
-            premium_target: 2,
-            freemium_target: 2,
+            params: PlbParams::PAPER
+                .with_theta(ServiceClass::Premium, 10)
+                .with_theta(ServiceClass::Freemium, 10),
             load_signal: Default::default(),
             recovery_drain: false,
             tiers: None,

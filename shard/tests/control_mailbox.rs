@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgtier_core::config::{PlbSettings, Routing};
-use pgtier_policy::{ServiceClass, SplitMix64};
+use pgtier_policy::{PlbParams, ServiceClass, SplitMix64};
 use pgtier_shard::control::{
     Admission, ControlOptions, ControlPlane, ReplicaRouter, ReplyMailbox, RouterConfig,
     SessionLease,
@@ -25,13 +25,9 @@ fn router() -> Arc<ReplicaRouter> {
         routing: Routing::Plb(PlbSettings {
             premium: vec![0, 1],
             freemium: vec![2, 3],
-            theta_premium: 2,
-            theta_freemium: 2,
-            alpha_premium: 0.6,
-            alpha_freemium: 0.8,
-            freemium_floor: 1,
-            premium_target: 2,
-            freemium_target: 2,
+            params: PlbParams::PAPER
+                .with_theta(ServiceClass::Premium, 2)
+                .with_theta(ServiceClass::Freemium, 2),
             load_signal: Default::default(),
             recovery_drain: false,
             tiers: None,

@@ -25,13 +25,9 @@ fn settings() -> PlbSettings {
     PlbSettings {
         premium: vec![0, 1],
         freemium: vec![2, 3],
-        theta_premium: THETA,
-        theta_freemium: THETA,
-        alpha_premium: 0.6,
-        alpha_freemium: 0.8,
-        freemium_floor: 1,
-        premium_target: 2,
-        freemium_target: 2,
+        params: PlbParams::PAPER
+            .with_theta(ServiceClass::Premium, THETA)
+            .with_theta(ServiceClass::Freemium, THETA),
         load_signal: Default::default(),
         recovery_drain: false,
         tiers: None,
@@ -39,15 +35,9 @@ fn settings() -> PlbSettings {
 }
 
 fn params() -> PlbParams {
-    PlbParams {
-        theta_premium: THETA,
-        theta_freemium: THETA,
-        alpha_premium: 0.6,
-        alpha_freemium: 0.8,
-        freemium_floor: 1,
-        premium_target: 2,
-        freemium_target: 2,
-    }
+    PlbParams::PAPER
+        .with_theta(ServiceClass::Premium, THETA)
+        .with_theta(ServiceClass::Freemium, THETA)
 }
 
 fn stress_router() -> Arc<ReplicaRouter> {

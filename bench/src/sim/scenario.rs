@@ -507,7 +507,10 @@ mod tests {
         // capacity that PLB uses; the parameters are the harness's (θ = 3, quarter cores).
         let spec = GridSpec::live(1);
         assert_eq!(spec.cluster.cores_per_replica, 0.25);
-        assert_eq!(spec.cluster.plb.theta_premium, 3);
+        assert_eq!(
+            spec.cluster.plb.theta(pgtier_policy::ServiceClass::Premium),
+            3
+        );
         let terminals = 2.5 * 60.0;
         let plb = live_point(Strategy::Plb, terminals, 0.25);
         let rr = live_point(RR, terminals, 0.25);

@@ -3,8 +3,8 @@
 //! applies the role changes the policy returns (as `strategies::PolicyRouter` does for the
 //! two-class policies).
 
-use pgtier_policy::tiers::{Tier, TierLoad, TierParams, TierTable, TieredPlb};
-use pgtier_policy::{PlbParams, ReplicaId};
+use pgtier_policy::tiers::{Tier, TierLoad, TierTable, TieredPlb};
+use pgtier_policy::{PlbParams, ReplicaId, ServiceClass};
 
 use super::router::{ReplicaIndex, Router};
 use super::workload::Class;
@@ -15,7 +15,7 @@ pub struct TierSetup {
     /// Initial pool of each rank (replica indices); replicas in none start Mixed.
     pub pools: Vec<Vec<usize>>,
     /// The policy's parameters (θ, α, κ, K per rank).
-    pub params: TierParams,
+    pub params: PlbParams,
 }
 
 impl TierSetup {
@@ -29,10 +29,7 @@ impl TierSetup {
                 (0..pool).collect(),
                 (pool..(2 * pool).min(replicas)).collect(),
             ],
-            params: TierParams {
-                reclaim,
-                ..TierParams::from_plb(plb)
-            },
+            params: PlbParams { reclaim, ..*plb },
         }
     }
 
@@ -44,13 +41,18 @@ impl TierSetup {
     /// important rank may take Mixed back). A (2, 1, 1) split strands rank 0's second replica
     /// at that mix (u 0.64 against 0.68 at T = 1000).
     pub fn three_of(plb: &PlbParams) -> TierSetup {
-        let theta = plb.theta_premium;
+        let theta = plb.theta(ServiceClass::Premium);
         TierSetup {
             pools: vec![vec![0], vec![1], vec![2, 3]],
-            params: TierParams {
+            params: PlbParams {
                 tiers: 3,
                 theta: [theta; 4],
-                alpha: [plb.alpha_premium, 0.7, plb.alpha_freemium, 1.0],
+                alpha: [
+                    plb.alpha(ServiceClass::Premium),
+                    0.7,
+                    plb.alpha(ServiceClass::Freemium),
+                    1.0,
+                ],
                 floor: [0, 1, 1, 0],
                 target: [1, 1, 2, 0],
                 reclaim: true,

@@ -5,7 +5,7 @@
 //! a Poisson process of rate T/D, each lives U[10, 30] s and runs TPC-H queries chosen
 //! uniformly at random, one after another.
 
-use pgtier_policy::PlbParams;
+use pgtier_policy::{PlbParams, ServiceClass};
 
 use super::rng::SimRng;
 use super::tiered::TierSetup;
@@ -91,20 +91,13 @@ impl ClusterConfig {
     pub fn live() -> Self {
         Self {
             cores_per_replica: 0.25,
-            plb: PlbParams {
-                theta_premium: 3,
-                theta_freemium: 3,
-                ..PlbParams::PAPER
-            },
-            plb_in_flight: PlbParams {
-                theta_premium: 2,
-                theta_freemium: 2,
-                ..PlbParams::PAPER
-            },
-            tiers: TierSetup::three_of(&PlbParams {
-                theta_premium: 3,
-                ..PlbParams::PAPER
-            }),
+            plb: PlbParams::PAPER
+                .with_theta(ServiceClass::Premium, 3)
+                .with_theta(ServiceClass::Freemium, 3),
+            plb_in_flight: PlbParams::PAPER
+                .with_theta(ServiceClass::Premium, 2)
+                .with_theta(ServiceClass::Freemium, 2),
+            tiers: TierSetup::three_of(&PlbParams::PAPER.with_theta(ServiceClass::Premium, 3)),
             ..Self::default()
         }
     }

@@ -4,6 +4,7 @@
 
 use super::settings::PoolMode;
 use crate::class::ClassSetting;
+use pgtier_policy::PlbParams;
 use serde::Deserialize;
 use std::fmt;
 use std::net::SocketAddr;
@@ -58,6 +59,9 @@ impl DatabaseConfig {
 }
 
 /// The servers behind an entry.
+// A replica set carries the PLB parameters inline; a configuration holds a handful of
+// entries, built once per load, so the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerSet {
     /// One server (`host`, `port`).
@@ -232,55 +236,36 @@ impl Routing {
     }
 }
 
-/// PLB parameters (paper notation in parentheses), validated against the replica set.
+/// PLB's layout and parameters, validated against the replica set.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlbSettings {
     /// Initial premium pool R_P (replica indices, configured order).
     pub premium: Vec<ReplicaIndex>,
     /// Initial freemium pool R_F; replicas in neither list start Mixed.
     pub freemium: Vec<ReplicaIndex>,
-    /// Per-replica premium session headroom (θ_P) (10).
-    pub theta_premium: u32,
-    /// Per-replica freemium session headroom (θ_F) (10).
-    pub theta_freemium: u32,
-    /// Premium return threshold fraction (α_P), in (0, 1] (0.6).
-    pub alpha_premium: f64,
-    /// Freemium return threshold fraction (α_F), in (0, 1] (0.8).
-    pub alpha_freemium: f64,
-    /// Replicas the freemium pool never lends below (κ_F) (1).
-    pub freemium_floor: u32,
-    /// Premium pool size below which Freemium may not borrow from it (K_P) (|premium|).
-    pub premium_target: u32,
-    /// Freemium pool target (K_F) (|freemium|).
-    pub freemium_target: u32,
+    /// θ, α, κ and K per rank (the policy's one declaration, with its defaults): ranks 0 and 1
+    /// are premium and freemium (`theta_premium` is `theta[0]`, `freemium_floor` is
+    /// `floor[1]`, ...), or one rank per `tiers` pool. Absent keys take
+    /// [`PlbParams::defaults`] for the configured pools (θ 10, α 0.6/0.8, κ_F 1, K the pool
+    /// sizes).
+    pub params: PlbParams,
     /// What θ counts: open sessions (the paper) or transactions in flight (`load_signal`).
     pub load_signal: PlbLoadSignal,
     /// After a rejoin, move transaction-mode sessions off overloaded survivors between
     /// transactions, and give the rejoined replica to the needier class (`recovery_drain`,
     /// off: 001's behaviour).
     pub recovery_drain: bool,
-    /// More than two classes (`tiers = [[...], [...], [...]]`): the ranked pools and their
-    /// parameters. `None` is the paper's two classes, `premium` and `freemium` above.
+    /// More than two classes (`tiers = [[...], [...], [...]]`): the ranked pools, whose
+    /// parameters are `params` (`tier_theta`, `tier_alpha`, `tier_floor`, `tier_target`,
+    /// `reclaim`). `None` is the paper's two classes, `premium` and `freemium` above.
     pub tiers: Option<Box<TierSettings>>,
 }
 
-/// Tiered PLB: one pool and one parameter set per rank, rank 0 the most important. Every
-/// list has one entry per rank; replicas in no pool start Mixed.
+/// Tiered PLB: one pool per rank, rank 0 the most important; replicas in no pool start Mixed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TierSettings {
     /// Initial pool of each rank.
     pub pools: Vec<Vec<ReplicaIndex>>,
-    /// θ_t per rank (`tier_theta`; default θ_P for rank 0, θ_F below it).
-    pub theta: Vec<u32>,
-    /// α_t per rank (`tier_alpha`; default α_P for rank 0, α_F below it).
-    pub alpha: Vec<f64>,
-    /// κ_t per rank (`tier_floor`; default 1, capped by the pool, and unused for rank 0).
-    pub floor: Vec<u32>,
-    /// K_t per rank (`tier_target`; default the pool's size).
-    pub target: Vec<u32>,
-    /// Once Mixed is empty, a saturated rank may take back a Mixed replica that a rank it
-    /// outranks holds (`reclaim`, default on).
-    pub reclaim: bool,
 }
 
 /// `load_signal` of `[databases.NAME.plb]`: what PLB counts as a replica's load.

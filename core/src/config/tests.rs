@@ -6,6 +6,11 @@ use crate::class::ClassSetting;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pgtier_policy::ServiceClass;
+
+const P: ServiceClass = ServiceClass::Premium;
+const F: ServiceClass = ServiceClass::Freemium;
+
 const ISSUE_EXAMPLE: &str = r#"
 [pgtier]
 listen_addr = "127.0.0.1"
@@ -92,11 +97,13 @@ fn plb_tiers_take_ranked_pools_with_two_class_defaults_carried_on() {
     };
     let tiers = plb.tiers.as_ref().expect("tiers");
     assert_eq!(tiers.pools, [vec![0], vec![1], vec![2, 3]]);
-    assert_eq!(tiers.theta, [4, 10, 10]);
-    assert_eq!(tiers.alpha, [0.6, 0.8, 0.8]);
-    assert_eq!(tiers.floor, [0, 1, 1]);
-    assert_eq!(tiers.target, [1, 1, 2]);
-    assert!(tiers.reclaim);
+    let params = &plb.params;
+    assert_eq!(params.tiers, 3);
+    assert_eq!(params.theta[..3], [4, 10, 10]);
+    assert_eq!(params.alpha[..3], [0.6, 0.8, 0.8]);
+    assert_eq!(params.floor[..3], [0, 1, 1]);
+    assert_eq!(params.target[..3], [1, 1, 2]);
+    assert!(params.reclaim);
     let set_lists = load_trusting(&tiers_with(
         "tier_theta = [2, 3, 4]\ntier_target = [1, 1, 1]\nreclaim = false\n",
     ))
@@ -107,12 +114,13 @@ fn plb_tiers_take_ranked_pools_with_two_class_defaults_carried_on() {
     let Routing::Plb(plb) = &set.routing else {
         panic!("plb expected");
     };
-    let tiers = plb.tiers.as_ref().expect("tiers");
+    assert!(plb.tiers.is_some());
+    let params = &plb.params;
     assert_eq!(
-        (tiers.theta.as_slice(), tiers.target.as_slice()),
+        (&params.theta[..3], &params.target[..3]),
         (&[2, 3, 4][..], &[1, 1, 1][..])
     );
-    assert!(!tiers.reclaim);
+    assert!(!params.reclaim);
 }
 
 #[test]
@@ -205,12 +213,10 @@ fn issue_example_is_valid() {
     };
     assert_eq!(plb.premium, [0, 1]);
     assert_eq!(plb.freemium, [2, 3]);
-    assert_eq!((plb.theta_premium, plb.theta_freemium), (10, 10));
-    assert_eq!((plb.alpha_premium, plb.alpha_freemium), (0.6, 0.8));
-    assert_eq!(
-        (plb.freemium_floor, plb.premium_target, plb.freemium_target),
-        (1, 2, 2)
-    );
+    let p = &plb.params;
+    assert_eq!((p.theta(P), p.theta(F)), (10, 10));
+    assert_eq!((p.alpha(P), p.alpha(F)), (0.6, 0.8));
+    assert_eq!((p.floor(F), p.target(P), p.target(F)), (1, 2, 2));
     assert_eq!(config.class(analytics, "alice"), ClassSetting::PREMIUM);
     assert_eq!(config.class(analytics, "bob"), ClassSetting::FREEMIUM);
 }
@@ -352,6 +358,19 @@ fn alias_entry_sets_premium_class() {
 }
 
 #[test]
+fn plb_parameters_the_policy_refuses_are_refused_at_load() {
+    let refused = load_trusting(&plb_with("theta_freemium = 1\n"))
+        .expect_err("a return watermark of 0")
+        .to_string();
+    assert!(
+        refused.contains(
+            "databases.analytics.plb: return watermark floor(alpha_freemium * theta_freemium)"
+        ),
+        "{refused}"
+    );
+}
+
+#[test]
 fn plb_parameters_default_to_the_paper() {
     let config = load_trusting(&plb_with("")).expect("valid");
     let ServerSet::Replicas(set) = &config.databases["analytics"].servers else {
@@ -360,14 +379,9 @@ fn plb_parameters_default_to_the_paper() {
     let Routing::Plb(plb) = &set.routing else {
         panic!("plb");
     };
-    assert_eq!(
-        (plb.theta_premium, plb.alpha_premium, plb.alpha_freemium),
-        (10, 0.6, 0.8)
-    );
-    assert_eq!(
-        (plb.freemium_floor, plb.premium_target, plb.freemium_target),
-        (1, 2, 2)
-    );
+    let p = &plb.params;
+    assert_eq!((p.theta(P), p.alpha(P), p.alpha(F)), (10, 0.6, 0.8));
+    assert_eq!((p.floor(F), p.target(P), p.target(F)), (1, 2, 2));
 }
 
 #[test]

@@ -13,6 +13,8 @@ use super::raw::{DatabaseRaw, DedicatedRaw, PlbRaw};
 use super::seconds::Seconds;
 use super::settings::Settings;
 use crate::class::ClassSetting;
+use pgtier_policy::tiers::{MAX_TIERS, Tier, TierTable};
+use pgtier_policy::{PlbParams, ReplicaId, RoleTable, ServiceClass};
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -661,15 +663,16 @@ fn class_lists(
     Ok((premium, freemium))
 }
 
-/// `[databases.NAME.plb]` with the paper's defaults for absent parameters.
+/// `[databases.NAME.plb]` with the policy's defaults ([`PlbParams::defaults`]) for absent
+/// parameters. The checks here name the key at fault; the policy's own validation runs last,
+/// so a file that loads builds its router.
 fn plb_settings(
     check: &Checker<'_>,
     base: &str,
     raw: &PlbRaw,
     replicas: &[SocketAddr],
 ) -> Result<PlbSettings, ConfigError> {
-    let key = |name: &str| format!("{base}.plb.{name}");
-    let tiers = tier_settings(check, base, raw, replicas)?;
+    let tiers = tier_pools(check, base, raw, replicas)?;
     if tiers.is_none() {
         for (name, list) in [("premium", &raw.premium), ("freemium", &raw.freemium)] {
             if list.is_none() {
@@ -685,37 +688,72 @@ fn plb_settings(
         raw.freemium.as_deref().unwrap_or_default(),
     );
     let (premium, freemium) = class_lists(check, base, "plb", lists, replicas)?;
-    let plb = PlbSettings {
-        tiers,
-        theta_premium: raw.theta_premium.unwrap_or(10),
-        theta_freemium: raw.theta_freemium.unwrap_or(10),
-        alpha_premium: raw.alpha_premium.unwrap_or(0.6),
-        alpha_freemium: raw.alpha_freemium.unwrap_or(0.8),
-        freemium_floor: raw.freemium_floor.unwrap_or(1).min(to_u32(freemium.len())),
-        premium_target: raw.premium_target.unwrap_or(to_u32(premium.len())),
-        freemium_target: raw.freemium_target.unwrap_or(to_u32(freemium.len())),
+    let params = match &tiers {
+        Some(pools) => tier_params(check, base, raw, pools, replicas.len())?,
+        None => class_params(check, base, raw, (&premium, &freemium), replicas.len())?,
+    };
+    let pools: Vec<&[ReplicaIndex]> = match &tiers {
+        Some(pools) => pools.iter().map(Vec::as_slice).collect(),
+        None => vec![&premium, &freemium],
+    };
+    policy_accepts(check, base, &params, &pools, replicas.len())?;
+    Ok(PlbSettings {
+        tiers: tiers.map(|pools| Box::new(TierSettings { pools })),
+        params,
         load_signal: raw.load_signal.unwrap_or_default(),
         recovery_drain: raw.recovery_drain.unwrap_or(false),
         premium,
         freemium,
-    };
-    if let Some(floor) = raw.freemium_floor {
-        check_floor(check, &key("freemium_floor"), floor, plb.freemium.len())?;
+    })
+}
+
+/// The two-class parameters: ranks 0 (premium) and 1 (freemium).
+fn class_params(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &PlbRaw,
+    (premium, freemium): (&[ReplicaIndex], &[ReplicaIndex]),
+    replica_count: usize,
+) -> Result<PlbParams, ConfigError> {
+    let key = |name: &str| format!("{base}.plb.{name}");
+    let (p, f) = (ServiceClass::Premium, ServiceClass::Freemium);
+    let mut params = PlbParams::defaults(&[premium.len(), freemium.len()]);
+    if let Some(theta) = raw.theta_premium {
+        params = params.with_theta(p, theta);
     }
-    plb_numbers(check, base, &plb, replicas.len())?;
-    Ok(plb)
+    if let Some(theta) = raw.theta_freemium {
+        params = params.with_theta(f, theta);
+    }
+    if let Some(alpha) = raw.alpha_premium {
+        params = params.with_alpha(p, alpha);
+    }
+    if let Some(alpha) = raw.alpha_freemium {
+        params = params.with_alpha(f, alpha);
+    }
+    if let Some(floor) = raw.freemium_floor {
+        check_floor(check, &key("freemium_floor"), floor, freemium.len())?;
+        params = params.with_floor(f, floor);
+    }
+    if let Some(target) = raw.premium_target {
+        params = params.with_target(p, target);
+    }
+    if let Some(target) = raw.freemium_target {
+        params = params.with_target(f, target);
+    }
+    plb_numbers(check, base, &params, replica_count)?;
+    Ok(params)
 }
 
 /// Most ranks `tiers` may list (the policy's table holds four).
-const MAX_TIER_RANKS: usize = 4;
+const MAX_TIER_RANKS: usize = MAX_TIERS;
 
-/// `tiers = [[...], ...]` and its per-rank lists; `None` when absent (two classes).
-fn tier_settings(
+/// `tiers = [[...], ...]`: the ranked pools; `None` when absent (two classes).
+fn tier_pools(
     check: &Checker<'_>,
     base: &str,
     raw: &PlbRaw,
     replicas: &[SocketAddr],
-) -> Result<Option<Box<TierSettings>>, ConfigError> {
+) -> Result<Option<Vec<Vec<ReplicaIndex>>>, ConfigError> {
     let key = |name: &str| format!("{base}.plb.{name}");
     if raw.tiers.is_empty() {
         for (name, set) in [
@@ -768,6 +806,21 @@ fn tier_settings(
         };
         pools.push(replica_indices(check, &at, texts, replicas)?);
     }
+    Ok(Some(pools))
+}
+
+/// The parameters of ranked pools: `tier_*` lists (one entry per rank), else the two-class
+/// keys carried on (rank 0 takes the premium value, every other rank the freemium one), else
+/// the policy's defaults.
+fn tier_params(
+    check: &Checker<'_>,
+    base: &str,
+    raw: &PlbRaw,
+    pools: &[Vec<ReplicaIndex>],
+    replica_count: usize,
+) -> Result<PlbParams, ConfigError> {
+    let key = |name: &str| format!("{base}.plb.{name}");
+    let ranks = pools.len();
     let per_rank = |name: &str, len: Option<usize>| -> Check {
         match len {
             Some(len) if len != ranks => check.fail(
@@ -781,38 +834,37 @@ fn tier_settings(
     per_rank("tier_alpha", raw.tier_alpha.as_ref().map(Vec::len))?;
     per_rank("tier_floor", raw.tier_floor.as_ref().map(Vec::len))?;
     per_rank("tier_target", raw.tier_target.as_ref().map(Vec::len))?;
-    let theta = raw.tier_theta.clone().unwrap_or_else(|| {
-        by_rank(
-            ranks,
-            raw.theta_premium.unwrap_or(10),
-            raw.theta_freemium.unwrap_or(10),
-        )
-    });
-    let alpha = raw.tier_alpha.clone().unwrap_or_else(|| {
-        by_rank(
-            ranks,
-            raw.alpha_premium.unwrap_or(0.6),
-            raw.alpha_freemium.unwrap_or(0.8),
-        )
-    });
-    let floor = raw.tier_floor.clone().unwrap_or_else(|| {
-        pools
-            .iter()
-            .enumerate()
-            .map(|(rank, pool)| {
-                if rank == 0 {
-                    0
-                } else {
-                    to_u32(pool.len()).min(1)
-                }
-            })
-            .collect()
-    });
-    let target = raw
-        .tier_target
-        .clone()
-        .unwrap_or_else(|| pools.iter().map(|pool| to_u32(pool.len())).collect());
-    for (rank, (&theta, &alpha)) in theta.iter().zip(&alpha).enumerate() {
+    let sizes: Vec<usize> = pools.iter().map(Vec::len).collect();
+    let mut params = PlbParams::defaults(&sizes);
+    for rank in (0..ranks).map(|rank| Tier(rank as u8)) {
+        let (theta, alpha) = if rank == Tier::TOP {
+            (raw.theta_premium, raw.alpha_premium)
+        } else {
+            (raw.theta_freemium, raw.alpha_freemium)
+        };
+        if let Some(theta) = theta {
+            params = params.with_theta(rank, theta);
+        }
+        if let Some(alpha) = alpha {
+            params = params.with_alpha(rank, alpha);
+        }
+    }
+    let fill = |values: &mut [u32; MAX_TIERS], list: &Option<Vec<u32>>| {
+        for (slot, &value) in values.iter_mut().zip(list.iter().flatten()) {
+            *slot = value;
+        }
+    };
+    fill(&mut params.theta, &raw.tier_theta);
+    fill(&mut params.floor, &raw.tier_floor);
+    fill(&mut params.target, &raw.tier_target);
+    for (slot, &value) in params.alpha.iter_mut().zip(raw.tier_alpha.iter().flatten()) {
+        *slot = value;
+    }
+    if let Some(reclaim) = raw.reclaim {
+        params.reclaim = reclaim;
+    }
+    for rank in 0..ranks {
+        let (theta, alpha) = (params.theta[rank], params.alpha[rank]);
         check.at_least(&format!("{}[{rank}]", key("tier_theta")), theta.into(), 1)?;
         if !(alpha > 0.0 && alpha <= 1.0) {
             return check.fail(
@@ -821,43 +873,61 @@ fn tier_settings(
             );
         }
     }
-    for (rank, (&floor, pool)) in floor.iter().zip(&pools).enumerate().skip(1) {
+    for (rank, pool) in pools.iter().enumerate().skip(1) {
         check_floor(
             check,
             &format!("{}[{rank}]", key("tier_floor")),
-            floor,
+            params.floor[rank],
             pool.len(),
         )?;
     }
-    let targets: u32 = target.iter().sum();
-    if targets as usize > replicas.len() {
+    let targets: u32 = params.target.iter().take(ranks).sum();
+    if targets as usize > replica_count {
         return check.fail(
             key("tier_target"),
-            format!(
-                "the targets add up to {targets}, more than the number of replicas ({})",
-                replicas.len()
-            ),
+            format!("the targets add up to {targets}, more than the number of replicas ({replica_count})"),
         );
     }
-    Ok(Some(Box::new(TierSettings {
-        pools,
-        theta,
-        alpha,
-        floor,
-        target,
-        reclaim: raw.reclaim.unwrap_or(true),
-    })))
+    Ok(params)
 }
 
-/// `ranks` values: `top` for rank 0 and `rest` below it (the two-class defaults carried on).
-fn by_rank<T: Copy>(ranks: usize, top: T, rest: T) -> Vec<T> {
-    (0..ranks)
-        .map(|rank| if rank == 0 { top } else { rest })
-        .collect()
-}
-
-fn to_u32(count: usize) -> u32 {
-    u32::try_from(count).unwrap_or(u32::MAX)
+/// The policy's own validation of `params` on the configured pools (what the router will
+/// check when it is built), for what the checks above do not name a key for (e.g. a return
+/// watermark `⌊α·θ⌋` of 0).
+fn policy_accepts(
+    check: &Checker<'_>,
+    base: &str,
+    params: &PlbParams,
+    pools: &[&[ReplicaIndex]],
+    replica_count: usize,
+) -> Check {
+    let ids = |pool: &[ReplicaIndex]| -> Option<Vec<ReplicaId>> {
+        pool.iter().map(|&i| ReplicaId::from_index(i)).collect()
+    };
+    let Some(pools) = pools
+        .iter()
+        .map(|pool| ids(pool))
+        .collect::<Option<Vec<_>>>()
+    else {
+        // Beyond the policy's replica budget: the router reports it when it is built.
+        return Ok(());
+    };
+    let pools: Vec<&[ReplicaId]> = pools.iter().map(Vec::as_slice).collect();
+    // Two classes are refused in the paper's parameter names, ranks by rank.
+    let refused = match pools.as_slice() {
+        [premium, freemium] => match RoleTable::new(replica_count, premium, freemium) {
+            Ok(table) => params.validate(&table).map_err(|e| e.to_string()),
+            Err(_) => return Ok(()),
+        },
+        _ => match TierTable::new(replica_count, params.tiers, &pools) {
+            Ok(table) => params.validate_tiers(&table).map_err(|e| e.to_string()),
+            Err(_) => return Ok(()),
+        },
+    };
+    match refused {
+        Ok(()) => Ok(()),
+        Err(reason) => check.fail(format!("{base}.plb"), reason),
+    }
 }
 
 fn check_floor(check: &Checker<'_>, key: &str, floor: u32, freemium_count: usize) -> Check {
@@ -870,22 +940,24 @@ fn check_floor(check: &Checker<'_>, key: &str, floor: u32, freemium_count: usize
     Ok(())
 }
 
-/// Thresholds, fractions and targets of a PLB table.
-fn plb_numbers(check: &Checker<'_>, base: &str, plb: &PlbSettings, replica_count: usize) -> Check {
+/// Thresholds, fractions and targets of a two-class PLB table.
+fn plb_numbers(check: &Checker<'_>, base: &str, params: &PlbParams, replica_count: usize) -> Check {
     let key = |name: &str| format!("{base}.plb.{name}");
-    check.at_least(&key("theta_premium"), plb.theta_premium.into(), 1)?;
-    check.at_least(&key("theta_freemium"), plb.theta_freemium.into(), 1)?;
+    let (p, f) = (ServiceClass::Premium, ServiceClass::Freemium);
+    check.at_least(&key("theta_premium"), params.theta(p).into(), 1)?;
+    check.at_least(&key("theta_freemium"), params.theta(f).into(), 1)?;
     for (name, alpha) in [
-        ("alpha_premium", plb.alpha_premium),
-        ("alpha_freemium", plb.alpha_freemium),
+        ("alpha_premium", params.alpha(p)),
+        ("alpha_freemium", params.alpha(f)),
     ] {
         if !(alpha > 0.0 && alpha <= 1.0) {
             return check.fail(key(name), format!("{alpha} is outside (0, 1]"));
         }
     }
+    let (premium_target, freemium_target) = (params.target(p), params.target(f));
     for (name, target) in [
-        ("premium_target", plb.premium_target),
-        ("freemium_target", plb.freemium_target),
+        ("premium_target", premium_target),
+        ("freemium_target", freemium_target),
     ] {
         if target as usize > replica_count {
             return check.fail(
@@ -894,22 +966,20 @@ fn plb_numbers(check: &Checker<'_>, base: &str, plb: &PlbSettings, replica_count
             );
         }
     }
-    if (plb.premium_target + plb.freemium_target) as usize > replica_count {
+    if (premium_target + freemium_target) as usize > replica_count {
         return check.fail(
             key("freemium_target"),
             format!(
                 "premium_target + freemium_target = {} is larger than the number of replicas ({replica_count})",
-                plb.premium_target + plb.freemium_target
+                premium_target + freemium_target
             ),
         );
     }
-    if plb.freemium_target < plb.freemium_floor {
+    let floor = params.floor(f);
+    if freemium_target < floor {
         return check.fail(
             key("freemium_target"),
-            format!(
-                "{} is smaller than freemium_floor ({})",
-                plb.freemium_target, plb.freemium_floor
-            ),
+            format!("{freemium_target} is smaller than freemium_floor ({floor})"),
         );
     }
     Ok(())

@@ -13,19 +13,22 @@
 //!    target K (lines 32–36, freemium from premium);
 //! 5. the least-loaded replica of c's routing pool (lines 21 / 38), then any healthy replica.
 //!
-//! Returns are planned first on a private copy, as in `crate::plb`. With two tiers every step
-//! is the paper's; `tests/tiers_equivalence.rs` checks that against [`crate::Plb`].
+//! Returns are planned first, on a private copy of the table, because role changes happen
+//! only at admission time and a released replica must not be borrowed again by the very
+//! decision that released it. With two tiers every step is the paper's, and [`crate::Plb`]
+//! is this policy on two ranks (`tests/two_rank_traces.rs` pins it to the paper's outcomes).
 
-use super::params::{TierParamError, TierParams};
 use super::returns::plan_returns;
 use super::role::{TierChange, TierPool, TierReason, TierRole};
 use super::table::{TierTable, TierVector};
 use super::tier::{Tier, TierLoad};
 use crate::bounded::BoundedList;
+use crate::params::{PlbParams, TierParamError};
 use crate::replica::{MAX_REPLICAS, ReplicaId};
+use crate::signal::{LoadSignal, Loads};
 
 /// Capacity of [`TierChanges`]: every borrowed replica may return, plus one borrow.
-pub const TIER_ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
+pub(crate) const TIER_ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
 
 /// Role changes of one admission, in the order they must be applied.
 pub type TierChanges = BoundedList<TierChange, TIER_ADMISSION_CHANGES>;
@@ -99,11 +102,14 @@ impl core::fmt::Display for TierAdmitError {
 
 impl std::error::Error for TierAdmitError {}
 
-/// A validated tiered configuration: parameters and the reference split used by repair.
+/// A validated tiered configuration: parameters, the reference split used by repair, the
+/// load signal it decides on and whether the recovery-tail drain is on.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TieredPlb {
-    params: TierParams,
+    params: PlbParams,
     reference: TierVector,
+    signal: LoadSignal,
+    drain: bool,
 }
 
 struct Choice {
@@ -142,8 +148,16 @@ impl Choice {
     }
 }
 
-/// Load of a replica as tier `tier` sees it: its own sessions on its own pool, the total on
-/// replicas borrowed by it (residual sessions of the donor count), `None` elsewhere.
+/// Load of a replica as tier `tier` sees it (000's load convention): its own sessions on its
+/// own pool, the total on replicas borrowed by it (residual sessions of the donor count,
+/// 000 §III-D), `None` outside the tier's routing pool.
+///
+/// A tier's routing pool is its own pool plus the replicas currently borrowed for it. 000 says
+/// a borrowed donor "is moved into the borrower's pool and counted there until it is
+/// released", and its load convention speaks of selecting among "replicas currently borrowed
+/// for class c". Were a borrowed replica not routable, it would receive only the session that
+/// triggered the borrow and every later session would borrow again, draining Mixed within K
+/// admissions.
 pub(crate) fn tier_load(role: TierRole, load: TierLoad, tier: Tier) -> Option<u64> {
     if role.owner() == Some(tier) {
         Some(u64::from(load.of(tier)))
@@ -165,16 +179,50 @@ pub(crate) fn least_by<K: Ord>(
 
 impl TieredPlb {
     /// Validates `params` against the initial table, which becomes the reference split.
-    pub fn new(params: TierParams, initial: &TierTable) -> Result<TieredPlb, TierParamError> {
-        params.validate(initial)?;
-        Ok(TieredPlb {
+    pub fn new(params: PlbParams, initial: &TierTable) -> Result<TieredPlb, TierParamError> {
+        params.validate_tiers(initial)?;
+        Ok(TieredPlb::validated(params, initial.vector()))
+    }
+
+    /// A configuration whose parameters were validated against a table of split `reference`.
+    pub(crate) const fn validated(params: PlbParams, reference: TierVector) -> TieredPlb {
+        TieredPlb {
             params,
-            reference: initial.vector(),
-        })
+            reference,
+            signal: LoadSignal::Sessions,
+            drain: false,
+        }
+    }
+
+    /// The same policy with the recovery-tail drain on or off (see
+    /// [`TieredPlb::drain_move`]): after a rejoin, sessions leave overloaded survivors between
+    /// transactions, and repair gives a rejoined replica to the needier tier first.
+    #[must_use]
+    pub const fn with_recovery_drain(mut self, drain: bool) -> TieredPlb {
+        self.drain = drain;
+        self
+    }
+
+    /// Whether the recovery-tail drain is on.
+    pub const fn recovery_drain(&self) -> bool {
+        self.drain
+    }
+
+    /// The same policy deciding on `signal` (the caller passes the matching counts to
+    /// [`TieredPlb::admit_loads`]).
+    #[must_use]
+    pub const fn with_load_signal(mut self, signal: LoadSignal) -> TieredPlb {
+        self.signal = signal;
+        self
+    }
+
+    /// What this policy decides on.
+    pub const fn load_signal(&self) -> LoadSignal {
+        self.signal
     }
 
     /// The validated parameters.
-    pub const fn params(&self) -> &TierParams {
+    pub const fn params(&self) -> &PlbParams {
         &self.params
     }
 
@@ -183,29 +231,41 @@ impl TieredPlb {
         self.reference
     }
 
-    /// Admission of one session of `tier`, preceded by returns. Pure: `table` is not
-    /// modified. O(K · tiers), no allocation.
+    /// Admission of one session of `tier`, preceded by returns, deciding on open sessions.
+    /// Pure: `table` is not modified. O(K · tiers), no allocation.
     pub fn admit(
         &self,
         table: &TierTable,
         loads: &[TierLoad],
         tier: Tier,
     ) -> Result<TierAdmission, TierAdmitError> {
-        self.check(table, loads)?;
+        self.admit_loads(table, Loads::sessions(loads), tier)
+    }
+
+    /// [`TieredPlb::admit`] on a chosen signal: `loads.signal` drives headroom, ranking and
+    /// return pressure, `loads.sessions` the pinning guards (see [`crate::LoadSignal`]).
+    pub fn admit_loads(
+        &self,
+        table: &TierTable,
+        loads: Loads<'_, TierLoad>,
+        tier: Tier,
+    ) -> Result<TierAdmission, TierAdmitError> {
+        check(table, loads)?;
         if tier.0 >= self.params.tiers {
             return Err(TierAdmitError::UnknownTier(tier));
         }
         let mut view = table.clone();
         let mut role_changes = empty_changes();
         plan_returns(&mut view, loads, &self.params, &mut role_changes);
+        let signal = loads.signal;
         let choice = self
-            .headroom(&view, loads, tier)
-            .or_else(|| borrow_mixed(&view, loads, tier))
-            .or_else(|| self.reclaim(&view, loads, tier))
-            .or_else(|| self.borrow_lower(&view, loads, tier))
+            .headroom(&view, signal, tier)
+            .or_else(|| borrow_mixed(&view, signal, tier))
+            .or_else(|| self.reclaim(&view, signal, tier))
+            .or_else(|| self.borrow_lower(&view, signal, tier))
             .or_else(|| self.borrow_higher(&view, loads, tier))
-            .or_else(|| fallback(&view, loads, tier))
-            .or_else(|| last_resort(&view, loads))
+            .or_else(|| fallback(&view, signal, tier))
+            .or_else(|| last_resort(&view, signal))
             .ok_or(TierAdmitError::NoReplicaUp)?;
         if let Some(borrow) = choice.borrow {
             let pushed = role_changes.push(borrow);
@@ -218,28 +278,27 @@ impl TieredPlb {
         })
     }
 
-    /// Returns alone, for callers that release capacity outside admissions.
+    /// Returns alone (000 §III-D "Return"), for callers that release capacity outside
+    /// admissions (e.g. on a timer). Pure, O(K · tiers).
     pub fn returns(
         &self,
         table: &TierTable,
         loads: &[TierLoad],
     ) -> Result<TierChanges, TierAdmitError> {
-        self.check(table, loads)?;
+        self.returns_loads(table, Loads::sessions(loads))
+    }
+
+    /// [`TieredPlb::returns`] on a chosen signal.
+    pub fn returns_loads(
+        &self,
+        table: &TierTable,
+        loads: Loads<'_, TierLoad>,
+    ) -> Result<TierChanges, TierAdmitError> {
+        check(table, loads)?;
         let mut view = table.clone();
         let mut changes = empty_changes();
         plan_returns(&mut view, loads, &self.params, &mut changes);
         Ok(changes)
-    }
-
-    fn check(&self, table: &TierTable, loads: &[TierLoad]) -> Result<(), TierAdmitError> {
-        if loads.len() == table.len() {
-            Ok(())
-        } else {
-            Err(TierAdmitError::LoadCount {
-                replicas: table.len(),
-                loads: loads.len(),
-            })
-        }
     }
 
     fn headroom(&self, view: &TierTable, loads: &[TierLoad], tier: Tier) -> Option<Choice> {
@@ -310,17 +369,37 @@ impl TieredPlb {
     }
 
     /// Step 4: pools of tiers that outrank `tier`, nearest first, each only while it keeps K;
-    /// donors with no session of any tier that outranks `tier`, the least loaded.
-    fn borrow_higher(&self, view: &TierTable, loads: &[TierLoad], tier: Tier) -> Option<Choice> {
+    /// donors with no session of any tier that outranks `tier`, the least loaded. "No
+    /// session" counts pinned sessions whatever the signal: an idle session returns to its
+    /// replica at its next transaction.
+    fn borrow_higher(
+        &self,
+        view: &TierTable,
+        loads: Loads<'_, TierLoad>,
+        tier: Tier,
+    ) -> Option<Choice> {
         Tier::all(tier.0).rev().find_map(|donor| {
             if view.owned(donor) < self.params.target(donor) as usize + 1 {
                 return None;
             }
-            let replica = least_by(view, loads, |role, load| {
-                (role == TierRole::Owned(donor) && load.above(tier) == 0).then_some(load.total())
+            let mut pinned = loads.sessions.iter();
+            let replica = least_by(view, loads.signal, |role, load| {
+                let empty = pinned.next().is_some_and(|s| s.above(tier) == 0);
+                (role == TierRole::Owned(donor) && empty).then_some(load.total())
             })?;
             Some(Choice::borrow(replica, TierPool::Tier(donor), tier))
         })
+    }
+}
+
+/// Both load slices have one entry per replica of `table`.
+fn check(table: &TierTable, loads: Loads<'_, TierLoad>) -> Result<(), TierAdmitError> {
+    match loads.miscounted(table.len()) {
+        Some(count) => Err(TierAdmitError::LoadCount {
+            replicas: table.len(),
+            loads: count,
+        }),
+        None => Ok(()),
     }
 }
 

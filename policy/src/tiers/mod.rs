@@ -1,6 +1,7 @@
-//! Tiered PLB: the paper's priority-aware balancing for more than two service classes
-//! (000 §VIII names it as future work), with the role table generalised to one pool per
-//! class plus Mixed.
+//! PLB over ranked service classes, the crate's one implementation of the paper's
+//! priority-aware balancing: two ranks are the paper's premium and freemium ([`crate::Plb`]
+//! is that configuration), more ranks are the generalisation 000 §VIII names as future work,
+//! with the role table generalised to one pool per class plus Mixed.
 //!
 //! # Generalisation
 //!
@@ -20,26 +21,25 @@
 //! | 001 target for K⁺ = 1, 2, 3 | one Mixed; then one per tier, the rest to the top tier, up to tiers + 1 survivors |
 //! | 001 scaled target, floors, Freemium shrinks first | scaled, floors `1` / `max(1, κ_t)`, the least important tier shrinks first |
 //!
-//! With two tiers ([`TierParams::from_plb`], [`TierTable::from_roles`]) every decision is
-//! [`crate::Plb`]'s; `tests/tiers_equivalence.rs` replays random admissions, releases,
-//! failures and rejoins through both and compares every choice and every table.
+//! With two tiers ([`crate::PlbParams::PAPER`], [`TierTable::from_roles`]) this is the paper's
+//! PLB, and [`crate::Plb`] is exactly that configuration in the two-class vocabulary;
+//! `tests/two_rank_traces.rs` pins its outcomes to those of the paper's two-class
+//! implementation, which this module replaced.
 //!
-//! The proxy's role table, config and admin console are still two-class; this module is the
-//! policy and its tests, and the simulator runs it (`pgtier-sim tiers`).
-
+//! Beyond the papers, as for two classes: the decision signal may be transactions in flight
+//! ([`crate::LoadSignal`], [`TieredPlb::admit_loads`]), and the recovery-tail drain
+//! ([`TieredPlb::drain_move`]) moves sessions off overloaded survivors after a rejoin.
+//!
 mod admit;
-mod params;
+mod drain;
 mod repair;
 mod returns;
 mod role;
 mod table;
 mod tier;
 
-pub use admit::{
-    TIER_ADMISSION_CHANGES, TierAdmission, TierAdmitError, TierChanges, TierRule, TieredPlb,
-};
-pub use params::{TierParamError, TierParams};
-pub use repair::{TIER_REPAIR_CHANGES, TierRepairChanges};
+pub use admit::{TierAdmission, TierAdmitError, TierChanges, TierRule, TieredPlb};
+pub use repair::{FailureError, TierRepairChanges};
 pub use role::{TierChange, TierPool, TierReason, TierRole};
 pub use table::{TierConflict, TierTable, TierVector, tier_role};
 pub use tier::{MAX_TIERS, Tier, TierLoad};

@@ -1,5 +1,10 @@
-//! Failure handling for tiered PLB: 001's Down / Rejoin, canonicalization, target split and
-//! repair loop, with one pool per tier.
+//! Failure handling for tiered PLB (001 §III): Down and Rejoin events, canonicalization of
+//! borrowed states, the target split for K⁺ survivors and the repair loop, with one pool per
+//! tier.
+//!
+//! Every change of the survivor set runs the same three steps (canonicalize, compute the
+//! target, repair), so a single fault, a cascade and a partial recovery share one code path.
+//! Unlike admission these run on the table owner's side and mutate the table directly.
 //!
 //! The target for K⁺ survivors generalises 001's small cases: one survivor is Mixed (all
 //! tiers reach it); up to one more than the tier count, each of the most important tiers
@@ -7,17 +12,47 @@
 //! the survivors, with floors (one for the top tier, `max(1, κ_t)` below it), shrinking the
 //! least important tiers first. With two tiers these are exactly 001's cases.
 
-use super::admit::{TieredPlb, least_by};
+use core::fmt;
+
+use super::admit::{TieredPlb, least_by, tier_load};
 use super::returns::return_destination;
 use super::role::{TierChange, TierPool, TierReason, TierRole};
 use super::table::{TierTable, TierVector};
 use super::tier::{MAX_TIERS, Tier, TierLoad};
 use crate::bounded::BoundedList;
-use crate::repair::FailureError;
 use crate::replica::{MAX_REPLICAS, ReplicaId};
 
+/// Why a failure event could not be handled. The table is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureError {
+    /// The event names a replica outside `0..K`.
+    UnknownReplica(ReplicaId),
+    /// The load slice does not have one entry per replica.
+    LoadCount {
+        /// Replicas in the table.
+        replicas: usize,
+        /// Entries in the load slice.
+        loads: usize,
+    },
+}
+
+impl fmt::Display for FailureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            FailureError::UnknownReplica(replica) => {
+                write!(f, "{replica} is not in the role table")
+            }
+            FailureError::LoadCount { replicas, loads } => {
+                write!(f, "{loads} load entries given for {replicas} replicas")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FailureError {}
+
 /// Capacity of [`TierRepairChanges`]: the event, K canonical steps and K repair steps.
-pub const TIER_REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
+pub(crate) const TIER_REPAIR_CHANGES: usize = 2 * MAX_REPLICAS + 2;
 
 /// Role changes of one survivor-set change, in the order applied.
 pub type TierRepairChanges = BoundedList<TierChange, TIER_REPAIR_CHANGES>;
@@ -79,7 +114,25 @@ impl TieredPlb {
         Ok(changes)
     }
 
-    /// The target split for `survivors` healthy replicas.
+    /// Canonicalization and repair toward the target of the current survivor set, without a
+    /// survivor-set change (e.g. at startup, or to re-check a table).
+    pub fn repair(
+        &self,
+        table: &mut TierTable,
+        loads: &[TierLoad],
+    ) -> Result<TierRepairChanges, FailureError> {
+        if loads.len() != table.len() {
+            return Err(FailureError::LoadCount {
+                replicas: table.len(),
+                loads: loads.len(),
+            });
+        }
+        let mut changes = empty_repair();
+        self.canonicalize_and_repair(table, loads, &mut changes);
+        Ok(changes)
+    }
+
+    /// The target split `K^I(K⁺)` for `survivors` healthy replicas (001 §III).
     pub fn target(&self, survivors: usize) -> TierVector {
         let tiers = usize::from(self.params().tiers);
         let mut target = TierVector::default();
@@ -180,7 +233,7 @@ impl TieredPlb {
         }
     }
 
-    /// While a pool is below target (tiers in rank order, then Mixed), move the least-loaded
+    /// While a pool is below target (in [`TieredPlb::repair_order`]), move the least-loaded
     /// replica of an over-target donor into it: Mixed first, a tier's pool only above its
     /// floor. Each step shrinks the deficit, so at most K steps run.
     fn repair_to(
@@ -190,16 +243,13 @@ impl TieredPlb {
         target: TierVector,
         changes: &mut TierRepairChanges,
     ) {
-        let order = self
-            .params()
-            .all()
-            .map(TierPool::Tier)
-            .chain(core::iter::once(TierPool::Mixed));
         let floors = self.floors(table.up_count());
         for _ in 0..table.len() {
             let current = table.vector();
+            let (order, pools) = self.repair_order(table, loads);
             let Some(needy) = order
-                .clone()
+                .into_iter()
+                .take(pools)
                 .find(|&pool| current.of(pool) < target.of(pool))
             else {
                 return;
@@ -231,6 +281,56 @@ impl TieredPlb {
                 TierReason::RepairToTarget,
             );
         }
+    }
+}
+
+impl TieredPlb {
+    /// Which deficit repair fills first: the tiers in rank order, then Mixed (001); the first
+    /// `.1` entries of `.0` are the order. With the recovery-tail drain, the tiers under more
+    /// pressure first, so the least-loaded donor (after a rejoin, the rejoined replica) goes
+    /// to the tier that lost the most. Pressure is the tier's sessions on healthy replicas
+    /// over the headroom of its routing pool, `θ_t · max(1, |pool|)`; ties keep rank order.
+    fn repair_order(
+        &self,
+        table: &TierTable,
+        loads: &[TierLoad],
+    ) -> ([TierPool; MAX_TIERS + 1], usize) {
+        let tiers = usize::from(self.params().tiers).min(MAX_TIERS);
+        let mut order = [TierPool::Mixed; MAX_TIERS + 1];
+        for (slot, tier) in order.iter_mut().zip(self.params().all()) {
+            *slot = TierPool::Tier(tier);
+        }
+        if self.recovery_drain() {
+            let pressure = |pool: TierPool| {
+                let TierPool::Tier(tier) = pool else {
+                    return (0, 1);
+                };
+                let (mut sessions, mut routable) = (0u64, 0u64);
+                for (&role, &load) in table.roles().iter().zip(loads) {
+                    if role.is_up() {
+                        sessions += u64::from(load.of(tier));
+                    }
+                    if tier_load(role, load, tier).is_some() {
+                        routable += 1;
+                    }
+                }
+                let headroom = routable.max(1) * u64::from(self.params().theta(tier));
+                (sessions, headroom)
+            };
+            // a.0 / a.1 > b.0 / b.1 without division (θ ≥ 1, so both denominators are
+            // positive); a stable insertion sort keeps rank order between equals.
+            let needier = |a: (u64, u64), b: (u64, u64)| {
+                u128::from(a.0) * u128::from(b.1) > u128::from(b.0) * u128::from(a.1)
+            };
+            for i in 1..tiers {
+                let mut j = i;
+                while j > 0 && needier(pressure(order[j]), pressure(order[j - 1])) {
+                    order.swap(j, j - 1);
+                    j -= 1;
+                }
+            }
+        }
+        (order, tiers + 1)
     }
 }
 

@@ -1,22 +1,29 @@
 //! Returns of borrowed replicas in a tiered table, and the destination rule repair shares.
 //!
-//! A replica borrowed by tier c returns when another replica of c's routing pool is below
-//! τ_c and the replica holds no session of c (000 §III-D, `crate::returns`). It goes to the
-//! most important other tier whose pool is below its target K_t, else to Mixed: with two
-//! tiers "the other class's pool while below target", as in the paper.
+//! A replica borrowed by tier c returns (000 §III-D "Return") when (1) pressure on c has
+//! eased — some *other* replica of c's routing pool is below `τ_c = ⌊α_c·θ_c⌋` — and (2) it
+//! hosts no session of c. The replica itself is excluded from (1): it has no session of c by
+//! (2), so counting it would make the pressure test vacuous. Because `τ_c ≤ θ_c`, the replica
+//! that proves the pressure eased also has headroom, so the admission that follows never
+//! borrows straight back.
+//!
+//! It goes to the most important other tier whose pool is below its target K_t, else to
+//! Mixed: with two tiers "the other class's pool while below target", as in the paper. 001's
+//! canonicalization of an idle borrowed replica uses the same rule.
 
 use super::admit::{TierChanges, tier_load};
-use super::params::TierParams;
 use super::role::{TierChange, TierReason, TierRole};
 use super::table::TierTable;
 use super::tier::{MAX_TIERS, Tier, TierLoad};
+use crate::params::PlbParams;
 use crate::replica::ReplicaId;
+use crate::signal::Loads;
 
 /// Where a replica released by `borrower` goes, given the current pool sizes.
 pub(crate) fn return_destination(
     borrower: Tier,
     pools: &[usize; MAX_TIERS],
-    params: &TierParams,
+    params: &PlbParams,
 ) -> (TierRole, TierReason) {
     params
         .all()
@@ -35,7 +42,7 @@ struct Pressure {
 }
 
 impl Pressure {
-    fn measure(table: &TierTable, loads: &[TierLoad], params: &TierParams) -> Pressure {
+    fn measure(table: &TierTable, loads: &[TierLoad], params: &PlbParams) -> Pressure {
         let mut watermark = [0; MAX_TIERS];
         for tier in params.all() {
             watermark[tier.index()] = u64::from(params.return_watermark(tier));
@@ -73,19 +80,23 @@ impl Pressure {
     }
 }
 
-/// Plans every eligible return in index order on `view`, appending to `out`. O(K · tiers).
+/// Plans every eligible return in index order, applying each to `view` so later destinations
+/// see the pools as they will be; appends the changes to `out`. O(K · tiers). Pressure is
+/// judged on the decision signal, "no session of the borrower" on pinned sessions, whatever
+/// the signal.
 pub(crate) fn plan_returns(
     view: &mut TierTable,
-    loads: &[TierLoad],
-    params: &TierParams,
+    loads: Loads<'_, TierLoad>,
+    params: &PlbParams,
     out: &mut TierChanges,
 ) {
     if !view.roles().iter().any(|role| role.is_borrowed()) {
         return;
     }
-    let mut pressure = Pressure::measure(view, loads, params);
+    let mut pressure = Pressure::measure(view, loads.signal, params);
     let mut pools = view.vector().owned;
-    for (index, &load) in loads.iter().enumerate().take(view.len()) {
+    let pairs = loads.signal.iter().zip(loads.sessions);
+    for (index, (&load, pinned)) in pairs.enumerate().take(view.len()) {
         let Some(replica) = ReplicaId::from_index(index) else {
             break;
         };
@@ -95,7 +106,7 @@ pub(crate) fn plan_returns(
         let Some(borrower) = role.borrower() else {
             continue;
         };
-        if load.of(borrower) != 0 || !pressure.eased_without(role, load, borrower) {
+        if pinned.of(borrower) != 0 || !pressure.eased_without(role, load, borrower) {
             continue;
         }
         let (to, reason) = return_destination(borrower, &pools, params);

@@ -3,9 +3,9 @@
 
 use core::fmt;
 
-use super::params::TierParams;
 use super::role::{TierChange, TierPool, TierRole};
 use super::tier::{MAX_TIERS, Tier};
+use crate::params::PlbParams;
 use crate::replica::{MAX_REPLICAS, ReplicaId, ReplicaSet};
 use crate::role::Role;
 use crate::table::{LayoutError, RoleTable};
@@ -225,7 +225,7 @@ impl TierTable {
     /// Applies `change` if the replica still has `change.from`, the new role is well formed
     /// for this table, and a borrow out of a tier's pool still leaves that pool its guard:
     /// κ when the borrower outranks the pool's tier, K when the pool's tier outranks it.
-    pub fn apply(&mut self, change: &TierChange, params: &TierParams) -> Result<(), TierConflict> {
+    pub fn apply(&mut self, change: &TierChange, params: &PlbParams) -> Result<(), TierConflict> {
         let actual = self
             .role(change.replica)
             .ok_or(TierConflict::UnknownReplica(change.replica))?;
@@ -240,11 +240,7 @@ impl TierTable {
             return Err(TierConflict::InvalidRole(change.to));
         }
         if let (TierRole::Owned(pool), TierRole::Borrowed { by, .. }) = (change.from, change.to) {
-            let guard = if by.outranks(pool) {
-                params.floor(pool)
-            } else {
-                params.target(pool)
-            };
+            let guard = params.guard(pool, by);
             let size = self.owned(pool);
             if size < guard as usize + 1 {
                 return Err(TierConflict::PoolGuard { pool, size, guard });

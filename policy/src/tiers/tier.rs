@@ -77,12 +77,12 @@ impl TierLoad {
     }
 
     /// Number of tiers with at least one session here.
-    pub fn tiers_present(self) -> usize {
+    pub(crate) fn tiers_present(self) -> usize {
         self.sessions.iter().filter(|&&n| n > 0).count()
     }
 
     /// The only tier with sessions here, if exactly one has any.
-    pub fn single_tier(self) -> Option<Tier> {
+    pub(crate) fn single_tier(self) -> Option<Tier> {
         let mut present = self
             .sessions
             .iter()

@@ -44,11 +44,7 @@ pub fn plb_with(params: PlbParams, table: &RoleTable) -> Plb {
 /// Sets roles directly (through validated changes) to build mid-run states.
 pub fn with_roles(table: &RoleTable, roles: &[(u8, Role)]) -> RoleTable {
     let mut table = table.clone();
-    let params = PlbParams {
-        freemium_floor: 0,
-        premium_target: 0,
-        ..PlbParams::PAPER
-    };
+    let params = PlbParams::PAPER.with_floor(F, 0).with_target(P, 0);
     for &(index, to) in roles {
         let from = table.role(r(index)).expect("replica exists");
         let change = pgtier_policy::RoleChange {

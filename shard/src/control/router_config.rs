@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use pgtier_core::config::{
     PlbLoadSignal, ReplicaSet as ConfiguredReplicas, Routing, Settings, TierSettings,
 };
-use pgtier_policy::tiers::{MAX_TIERS, Tier, TierParamError, TierParams, TierTable, TieredPlb};
+use pgtier_policy::tiers::{Tier, TierTable, TieredPlb};
 use pgtier_policy::{
     Dedicated, LayoutError, LoadSignal, MAX_REPLICAS, P2c, ParamError, Plb, PlbParams, ReplicaId,
-    RoleTable, Strategy, StrategyName,
+    RoleTable, Strategy, StrategyName, TierParamError,
 };
 
 use crate::control::route_table::RouteTable;
@@ -139,38 +139,26 @@ pub(crate) fn policy_and_table(
     if let Routing::Plb(settings) = routing
         && let Some(tiers) = &settings.tiers
     {
-        let (plb, table) = tiered(count, tiers)?;
+        let (plb, table) = tiered(count, tiers, settings.params)?;
         return Ok((RouterPolicy::Tiers(plb), RouteTable::Tiers(table)));
     }
     let (strategy, table) = strategy_and_table(count, routing)?;
     Ok((RouterPolicy::Classes(strategy), RouteTable::Classes(table)))
 }
 
-/// Tiered PLB and its initial table from `tiers = [...]` and the per-rank lists (which the
-/// configuration checked to have one entry per rank).
-fn tiered(count: usize, settings: &TierSettings) -> Result<(TieredPlb, TierTable), RouterError> {
-    let ranks = settings.pools.len().min(MAX_TIERS);
+/// Tiered PLB and its initial table from `tiers = [...]` and the configured parameters.
+fn tiered(
+    count: usize,
+    settings: &TierSettings,
+    params: PlbParams,
+) -> Result<(TieredPlb, TierTable), RouterError> {
     let pools = settings
         .pools
         .iter()
         .map(|pool| replica_ids(pool))
         .collect::<Result<Vec<_>, _>>()?;
     let pools: Vec<&[ReplicaId]> = pools.iter().map(Vec::as_slice).collect();
-    let tiers = u8::try_from(ranks).unwrap_or(u8::MAX);
-    let table = TierTable::new(count, tiers, &pools).map_err(RouterError::Layout)?;
-    let mut params = TierParams::uniform(tiers, 1, 1.0);
-    let fill = |out: &mut [u32; MAX_TIERS], values: &[u32]| {
-        for (slot, &value) in out.iter_mut().zip(values) {
-            *slot = value;
-        }
-    };
-    fill(&mut params.theta, &settings.theta);
-    fill(&mut params.floor, &settings.floor);
-    fill(&mut params.target, &settings.target);
-    for (slot, &value) in params.alpha.iter_mut().zip(&settings.alpha) {
-        *slot = value;
-    }
-    params.reclaim = settings.reclaim;
+    let table = TierTable::new(count, params.tiers, &pools).map_err(RouterError::Layout)?;
     let plb = TieredPlb::new(params, &table).map_err(RouterError::TierParams)?;
     Ok((plb, table))
 }
@@ -186,20 +174,11 @@ fn strategy_and_table(
             let premium = replica_ids(&settings.premium)?;
             let freemium = replica_ids(&settings.freemium)?;
             let table = RoleTable::new(count, &premium, &freemium).map_err(RouterError::Layout)?;
-            let params = PlbParams {
-                theta_premium: settings.theta_premium,
-                theta_freemium: settings.theta_freemium,
-                alpha_premium: settings.alpha_premium,
-                alpha_freemium: settings.alpha_freemium,
-                freemium_floor: settings.freemium_floor,
-                premium_target: settings.premium_target,
-                freemium_target: settings.freemium_target,
-            };
             let signal = match settings.load_signal {
                 PlbLoadSignal::Sessions => LoadSignal::Sessions,
                 PlbLoadSignal::InFlight => LoadSignal::InFlight,
             };
-            let plb = Plb::new(params, &table)
+            let plb = Plb::new(settings.params, &table)
                 .map_err(RouterError::Params)?
                 .with_load_signal(signal)
                 .with_recovery_drain(settings.recovery_drain);

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use pgtier_core::config::{PlbSettings, Routing};
-use pgtier_policy::ServiceClass;
+use pgtier_policy::{PlbParams, ServiceClass};
 
 use crate::control::admission_error::AdmissionError;
 use crate::control::health::HealthConfig;
@@ -20,13 +20,9 @@ pub fn paper_settings(theta: u32) -> PlbSettings {
     PlbSettings {
         premium: vec![0, 1],
         freemium: vec![2, 3],
-        theta_premium: theta,
-        theta_freemium: theta,
-        alpha_premium: 0.6,
-        alpha_freemium: 0.8,
-        freemium_floor: 1,
-        premium_target: 2,
-        freemium_target: 2,
+        params: PlbParams::PAPER
+            .with_theta(ServiceClass::Premium, theta)
+            .with_theta(ServiceClass::Freemium, theta),
         load_signal: Default::default(),
         recovery_drain: false,
         tiers: None,

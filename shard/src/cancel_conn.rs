@@ -3,14 +3,21 @@
 //! connection (it has acted on the request then). The engine asks for one with
 //! `Action::SendCancel` and hears back with `handle_cancel_done`; until then it does not
 //! give the server to anyone else, so a late cancel can never hit another client's query.
+//! Only the driver knows these connections: they live in the engine's generational slab
+//! type (`pgtier_engine::ids::Slab`) under a [`CancelConnId`] of their own, so a stale
+//! completion (for a slot closed and reused since) is recognised and dropped.
 
 use std::os::fd::IntoRawFd;
 
-use pgtier_engine::{ServerAddr, ServerId};
+use pgtier_engine::{ServerAddr, ServerId, SlotRef};
 use socket2::SockAddr;
 
 use crate::io::op_key::OpKind;
 use crate::io::ring::Op;
+
+/// A one-shot cancel-request connection's slot in the driver's slab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelConnId(pub SlotRef);
 
 /// The stage a cancel connection is in; exactly one op is in flight in each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Starting and stopping the proxy: one pinned thread per shard with its own ring and its
-//! listeners (bound by `listen.rs`), and the signal loop (SIGHUP reload, SIGTERM/SIGINT
-//! graceful, a second signal immediate).
+//! listeners (bound by `pgtier_shard::listen`), each shard's engine with its services, the
+//! control plane, the metrics endpoint and the resolver thread, and the signal loop (SIGHUP
+//! reload, SIGTERM/SIGINT graceful, a second signal immediate).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -28,7 +29,7 @@ use pgtier_shard::listen::{Listeners, UnixSocketFile};
 use pgtier_shard::{Command, Mailbox, Shard, ShardParts, ShutdownMode};
 
 use crate::os_random::OsRandom;
-use crate::resolve::SystemResolver;
+use crate::resolve::Dns;
 
 /// A shard that panicked takes the process down with this status (EX_SOFTWARE): a proxy
 /// with a dead shard would keep its listener in the port's SO_REUSEPORT group, and about one
@@ -71,6 +72,8 @@ pub struct ProxyHandle {
     /// The metrics endpoint with its address, when `metrics_port` is set; restarted when a
     /// reload changes the address, stopped at join.
     metrics: Mutex<MetricsEndpoint>,
+    /// Server host names, resolved off the shard threads; stopped when the handle goes.
+    dns: Dns,
 }
 
 impl ProxyHandle {
@@ -143,6 +146,8 @@ impl ProxyHandle {
             .reload(&config, default_probe_login)
             .map_err(|error| format!("replica routing: {error}"))?;
         let plane = start_control_plane(&map, &config)?;
+        // New host names are looked up here, before any shard has the configuration.
+        self.dns.reload(&config);
         self.shared.routing.map.store(Arc::new(map));
         let old_plane = self
             .control
@@ -290,6 +295,7 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
     let map = RouterMap::from_config(&config, default_probe_login)
         .map_err(|error| format!("replica routing: {error}"))?;
     let plane = start_control_plane(&map, &config)?;
+    let dns = Dns::start(&config)?;
     let shared = Arc::new(Shared {
         mailboxes,
         engine: Arc::new(pgtier_engine::Shared::new(workers)),
@@ -314,12 +320,13 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);
     for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
-        let (config, users, shared, ready, tls) = (
+        let (config, users, shared, ready, tls, resolver) = (
             config.clone(),
             users.clone(),
             shared.clone(),
             ready_tx.clone(),
             tls.clone(),
+            dns.resolver(),
         );
         let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
         let thread = std::thread::Builder::new()
@@ -351,7 +358,7 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
                         ShardConsole::new(shared.routing.clone(), shared.engine.clone())
                             .with_reload(shared.reload_requested.clone()),
                     ),
-                    resolver: Box::new(SystemResolver),
+                    resolver: Box::new(resolver),
                     random: Box::new(OsRandom),
                     now: Instant::now(),
                     wall_now: SystemTime::now(),
@@ -401,6 +408,7 @@ pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, 
         threads,
         control: Mutex::new(Some(plane)),
         metrics: Mutex::new(MetricsEndpoint::default()),
+        dns,
     };
     let started = handle
         .metrics

@@ -77,7 +77,8 @@ pub struct ShardParts<R: Ring> {
     /// The listening sockets this shard accepts on (owned: closed at shutdown); none in
     /// tests without a listener.
     pub listeners: Vec<ShardListener>,
-    /// Test-only: panic after this many accepts (see `proxy::panic_hook_from_env`).
+    /// Test-only: panic after this many accepts (`PGTIER_TEST_PANIC_AFTER_ACCEPTS`, read by
+    /// the `pgtier` crate's `proxy.rs`).
     pub panic_after_accepts: Option<u64>,
 }
 

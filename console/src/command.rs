@@ -5,7 +5,7 @@ use core::fmt;
 
 /// A recognized admin command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminCommand {
+pub(crate) enum AdminCommand {
     /// `SHOW REPLICAS`: role, sessions and health of every replica.
     Replicas,
     /// `SHOW ROUTERS`: strategy, layout generation and admission counters per replica set.
@@ -208,7 +208,7 @@ impl AdminCommand {
 
 /// PgBouncer's console verbs other than `SHOW`: only `admin_users` may run them, so a
 /// `stats_users` member who types one is told "admin access needed", as in PgBouncer.
-pub const ADMIN_VERBS: [&str; 12] = [
+pub(crate) const ADMIN_VERBS: [&str; 12] = [
     "PAUSE",
     "RESUME",
     "RECONNECT",
@@ -225,7 +225,7 @@ pub const ADMIN_VERBS: [&str; 12] = [
 
 /// Why a statement is not a command we answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// Not `SHOW <word>` (SQLSTATE 42601).
     Syntax(String),
     /// A well-formed statement we do not support (SQLSTATE 0A000).

@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `YYYY-MM-DD HH:MM:SS.mmm UTC` (times before 1970 print as the epoch).
-pub fn utc_timestamp(at: SystemTime) -> String {
+pub(crate) fn utc_timestamp(at: SystemTime) -> String {
     let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since_epoch.as_secs();
     let (days, day_secs) = (secs / 86_400, secs % 86_400);
@@ -22,7 +22,7 @@ pub fn utc_timestamp(at: SystemTime) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC`, PgBouncer's `connect_time`/`request_time` spelling.
-pub fn pgbouncer_time(at: SystemTime) -> String {
+pub(crate) fn pgbouncer_time(at: SystemTime) -> String {
     let mut text = utc_timestamp(at);
     // Drop the `.mmm` before ` UTC`.
     text.replace_range(19..23, "");
@@ -31,20 +31,20 @@ pub fn pgbouncer_time(at: SystemTime) -> String {
 
 /// A connection kind, for [`ConnPtr`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnKind {
+pub(crate) enum ConnKind {
     Client,
     Server,
 }
 
 /// Bits of a slot generation kept in a `ptr` (the low ones): enough that a reused slot gets
 /// another id for 32,767 reuses.
-pub const PTR_GENERATION_BITS: u32 = 15;
+pub(crate) const PTR_GENERATION_BITS: u32 = 15;
 const PTR_GENERATION_MASK: u64 = (1 << PTR_GENERATION_BITS) - 1;
 
 /// What a `ptr` names: a connection slot on one shard. Unique across shards and between
 /// clients and servers, stable for the connection's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnPtr {
+pub(crate) struct ConnPtr {
     pub shard: u16,
     pub kind: ConnKind,
     pub index: u32,
@@ -64,6 +64,7 @@ impl ConnPtr {
     }
 
     /// Whether this ptr names the slot (`index`, full `generation`).
+    #[cfg(test)]
     pub fn names(&self, index: u32, generation: u32) -> bool {
         self.index == index && self.generation == generation & PTR_GENERATION_MASK as u32
     }
@@ -82,12 +83,12 @@ impl ConnPtr {
 
 /// `0x` and lower-case hex of shard (16 bits) | kind (1 bit: server) | generation (15 bits)
 /// | slot index (32 bits), the look of PgBouncer's pointers.
-pub fn format_ptr(ptr: ConnPtr) -> String {
+pub(crate) fn format_ptr(ptr: ConnPtr) -> String {
     format!("0x{:x}", ptr.bits())
 }
 
 /// Parses what [`format_ptr`] writes (with or without `0x`, any case).
-pub fn parse_ptr(text: &str) -> Option<ConnPtr> {
+pub(crate) fn parse_ptr(text: &str) -> Option<ConnPtr> {
     let text = text.trim();
     let hex = text
         .strip_prefix("0x")

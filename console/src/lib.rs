@@ -8,19 +8,19 @@
 //! through [`answer`] (the session sends ReadyForQuery itself); one extended-protocol
 //! statement goes through [`answer_statement`], split into its RowDescription and the rest.
 //! The answers do no I/O and change no state, so the console cannot disturb routing;
-//! process-controlling commands ([`operations`]) become requests the engine runs, and RELOAD
+//! process-controlling commands (`operations.rs`) become requests the engine runs, and RELOAD
 //! raises a flag the process's main thread reads.
 
-pub mod command;
-pub mod format;
-pub mod listing;
-pub mod operations;
-pub mod queries;
-pub mod result;
-pub mod rights;
+mod command;
+mod format;
+mod listing;
+mod operations;
+mod queries;
+mod result;
+mod rights;
 mod service;
-pub mod show;
-pub mod stats;
+mod show;
+mod stats;
 
 use std::sync::Arc;
 
@@ -41,6 +41,7 @@ use pgtier_replicas::router::ReplicaRouter;
 pub const VERSION: &str = concat!("pgtier ", env!("CARGO_PKG_VERSION"));
 
 pub use pgtier_engine::shared::IntervalStats;
+pub use queries::query_id_label;
 pub use service::ShardConsole;
 
 /// Per-class traffic statistics for `SHOW CLASS_STATS`.

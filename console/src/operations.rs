@@ -79,7 +79,7 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
 
 /// Turns a parsed command into the engine's request; RELOAD and SET act here (`reload`
 /// asks the process to reread its files).
-pub fn into_request(
+pub(crate) fn into_request(
     parsed: Parsed,
     config: &Config,
     reload: impl FnOnce() -> Result<(), String>,
@@ -209,7 +209,7 @@ fn parse_set(arg: &str) -> Option<Parsed> {
 
 /// The settings with `key` set to `value`, for the keys a running pgtier applies on
 /// reload (pool sizes, limits, timeouts, the reset and check queries); others are refused.
-pub fn set_setting(settings: &Settings, key: &str, value: &str) -> Result<Settings, String> {
+pub(crate) fn set_setting(settings: &Settings, key: &str, value: &str) -> Result<Settings, String> {
     let mut next = settings.clone();
     let bad = |what: &str| format!("SET failed: {key} expects {what}, got '{value}'");
     let count = || value.parse::<u32>().map_err(|_| bad("a whole number"));

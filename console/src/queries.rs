@@ -10,7 +10,7 @@ use crate::result::{Column, numeric, text};
 use crate::show::ResultSet;
 
 /// Rows `SHOW QUERIES` shows, by total time.
-pub const SHOW_QUERIES_ROWS: usize = 100;
+pub(crate) const SHOW_QUERIES_ROWS: usize = 100;
 
 fn columns() -> Vec<Column> {
     vec![

@@ -12,11 +12,11 @@ use pgtier_wire::messages::backend::row_description::Field;
 use pgtier_wire::messages::backend::{CommandComplete, DataRow, RowDescription};
 
 /// Command tag of every admin result, as PgBouncer sends it.
-pub const SHOW_TAG: &[u8] = b"SHOW";
+pub(crate) const SHOW_TAG: &[u8] = b"SHOW";
 
 /// A column's PostgreSQL type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ColumnType {
+pub(crate) enum ColumnType {
     Text,
     Int4,
     Int8,
@@ -86,13 +86,13 @@ pub const fn bytea(name: &'static str) -> Column {
 }
 
 /// Text columns named `names`.
-pub fn text_columns(names: &[&'static str]) -> Vec<Column> {
+pub(crate) fn text_columns(names: &[&'static str]) -> Vec<Column> {
     names.iter().map(|name| text(name)).collect()
 }
 
 /// Bind's result format codes resolved per column (PostgreSQL's rule: none = all text, one =
 /// every column, else one per column). `None` when the count fits neither.
-pub fn resolve_formats(formats: &[i16], columns: usize) -> Option<Vec<i16>> {
+pub(crate) fn resolve_formats(formats: &[i16], columns: usize) -> Option<Vec<i16>> {
     match formats.len() {
         0 => Some(vec![0; columns]),
         1 => Some(vec![formats[0]; columns]),
@@ -102,7 +102,7 @@ pub fn resolve_formats(formats: &[i16], columns: usize) -> Option<Vec<i16>> {
 }
 
 /// Appends the RowDescription of `columns` with `formats` (one per column).
-pub fn encode_header(out: &mut BytesMut, columns: &[Column], formats: &[i16]) {
+pub(crate) fn encode_header(out: &mut BytesMut, columns: &[Column], formats: &[i16]) {
     let fields: Vec<Field<'_>> = columns
         .iter()
         .enumerate()
@@ -164,7 +164,7 @@ fn numeric_binary(mut value: u64) -> Vec<u8> {
 }
 
 /// Appends one DataRow; `None` is SQL NULL; binary-format columns are converted.
-pub fn encode_row(
+pub(crate) fn encode_row(
     out: &mut BytesMut,
     columns: &[Column],
     formats: &[i16],
@@ -188,7 +188,7 @@ pub fn encode_row(
 }
 
 /// Appends the CommandComplete that ends a result set.
-pub fn encode_complete(out: &mut BytesMut) {
+pub(crate) fn encode_complete(out: &mut BytesMut) {
     CommandComplete { tag: SHOW_TAG }.encode(out);
 }
 

@@ -8,7 +8,7 @@ use pgtier_engine::ConsoleRights;
 use crate::command::{ADMIN_VERBS, AdminCommand, CommandError};
 
 /// `parsed` (what `statement` parsed to), or why `rights` may not run it.
-pub fn authorize(
+pub(crate) fn authorize(
     statement: &str,
     parsed: Result<AdminCommand, CommandError>,
     rights: ConsoleRights,

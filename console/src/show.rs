@@ -22,7 +22,7 @@ use pgtier_replicas::router::ReplicaRouter;
 use pgtier_replicas::router_config::RouterPolicy;
 
 /// Columns and rows of one result set.
-pub struct ResultSet {
+pub(crate) struct ResultSet {
     pub columns: Vec<Column>,
     pub rows: Vec<Vec<Option<String>>>,
 }
@@ -38,7 +38,7 @@ impl ResultSet {
 }
 
 /// The result set of `command` over `view`.
-pub fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {
+pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {
     match command {
         AdminCommand::Replicas => replicas(view.routers, view.readers),
         AdminCommand::Routers => routers(view.routers),

@@ -107,7 +107,7 @@ fn database_rows(
 }
 
 /// `SHOW STATS`: totals, then averages, then `total_requests`, per database.
-pub fn show_stats(view: &AdminView<'_>) -> ResultSet {
+pub(crate) fn show_stats(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
         columns: columns(&STATS_COLUMNS),
         rows: database_rows(view.databases, |stats| {
@@ -120,7 +120,7 @@ pub fn show_stats(view: &AdminView<'_>) -> ResultSet {
 }
 
 /// `SHOW STATS_TOTALS`: the totals of `SHOW STATS` without their `total_` prefix.
-pub fn show_stats_totals(view: &AdminView<'_>) -> ResultSet {
+pub(crate) fn show_stats_totals(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
         columns: columns(&SUBSET_COLUMNS),
         rows: database_rows(view.databases, |stats| {
@@ -130,7 +130,7 @@ pub fn show_stats_totals(view: &AdminView<'_>) -> ResultSet {
 }
 
 /// `SHOW STATS_AVERAGES`: the averages of `SHOW STATS` under the same names.
-pub fn show_stats_averages(view: &AdminView<'_>) -> ResultSet {
+pub(crate) fn show_stats_averages(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
         columns: columns(&SUBSET_COLUMNS),
         rows: database_rows(view.databases, |stats| {
@@ -140,7 +140,7 @@ pub fn show_stats_averages(view: &AdminView<'_>) -> ResultSet {
 }
 
 /// `SHOW TOTALS`.
-pub fn show_totals(view: &AdminView<'_>) -> ResultSet {
+pub(crate) fn show_totals(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
         columns: columns(&TOTALS_COLUMNS),
         rows: totals_rows(view.databases),

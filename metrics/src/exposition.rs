@@ -13,13 +13,13 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use pgtier_console::queries::query_id_label;
+use pgtier_console::query_id_label;
 use pgtier_replicas::SharedRouting;
 use pgtier_replicas::health::ProbeOutcome;
 
 /// The format a scraper asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// Prometheus text format 0.0.4 (the default).
     PrometheusText,
     /// OpenMetrics 1.0 text, when the scraper's `Accept` names it.
@@ -28,7 +28,7 @@ pub enum Format {
 
 impl Format {
     /// The format an `Accept` header asks for.
-    pub fn from_accept(accept: Option<&str>) -> Format {
+    pub(crate) fn from_accept(accept: Option<&str>) -> Format {
         match accept {
             Some(accept) if accept.contains("application/openmetrics-text") => Format::OpenMetrics,
             _ => Format::PrometheusText,

@@ -8,14 +8,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// Longest request head accepted (request line and headers); scrapers send a few hundred bytes.
-pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 8 * 1024;
 
 /// How long a client has to send its request, and each write of the answer may block.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// `GET /metrics` (`head`: `HEAD`, no body), with the `Accept` header if any.
     Metrics { head: bool, accept: Option<String> },
     /// A reply other than the metrics: status line and a one-line body.
@@ -83,7 +83,7 @@ pub fn parse(head: &[u8]) -> Request {
 }
 
 /// Reads one request head from `stream` within [`IO_TIMEOUT`] and [`MAX_REQUEST_BYTES`].
-pub fn read_request(stream: &mut TcpStream) -> Request {
+pub(crate) fn read_request(stream: &mut TcpStream) -> Request {
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut bytes = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -108,7 +108,7 @@ pub fn read_request(stream: &mut TcpStream) -> Request {
 }
 
 /// Writes a whole response and ends the connection.
-pub fn respond(
+pub(crate) fn respond(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,

@@ -4,8 +4,8 @@
 //! (`http.rs`). The shards' only part is what they already do: fold counters and, while the
 //! endpoint is on, publish their pool gauges at housekeeping.
 
-pub mod exposition;
-pub mod http;
+mod exposition;
+mod http;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use exposition::{Format, Sources};
+use exposition::Format;
+pub use exposition::Sources;
 use http::Request;
 
 /// The endpoint the settings ask for, and the server running it.

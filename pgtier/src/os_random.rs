@@ -4,7 +4,7 @@
 use pgtier_engine::{Random, RandomUnavailable};
 
 #[derive(Debug, Default, Clone, Copy)]
-pub struct OsRandom;
+pub(crate) struct OsRandom;
 
 impl Random for OsRandom {
     fn fill(&mut self, out: &mut [u8]) -> Result<(), RandomUnavailable> {

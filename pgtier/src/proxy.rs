@@ -19,14 +19,13 @@ use tracing::{error, info, warn};
 
 use pgtier_console::ShardConsole;
 use pgtier_metrics::MetricsEndpoint;
-use pgtier_metrics::exposition::Sources;
+use pgtier_metrics::Sources;
 use pgtier_replicas::{
     ControlOptions, ControlPlane, ReplyMailbox, RouterMap, ShardRouting, SharedRouting,
     default_probe_login,
 };
-use pgtier_shard::io::uring::{RecvBuffers, UringRing};
 use pgtier_shard::listen::{Listeners, UnixSocketFile};
-use pgtier_shard::{Command, Mailbox, Shard, ShardParts, ShutdownMode};
+use pgtier_shard::{Command, Mailbox, RecvBuffers, Shard, ShardParts, ShutdownMode, UringRing};
 
 use crate::os_random::OsRandom;
 use crate::resolve::Dns;
@@ -180,7 +179,7 @@ impl ProxyHandle {
     }
 
     /// Whether the admin console asked for a RELOAD since the last call.
-    pub fn take_reload_request(&self) -> bool {
+    pub(crate) fn take_reload_request(&self) -> bool {
         self.shared.reload_requested.swap(false, Ordering::AcqRel)
     }
 
@@ -252,7 +251,7 @@ pub fn start(config: Config) -> Result<ProxyHandle, String> {
 
 /// Starts the shards on listeners bound already (by `Listeners::bind` with
 /// `worker_count(&config)` shards), so a process can bind and then give up root first.
-pub fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, String> {
+pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, String> {
     if !config.unhonoured.is_empty() {
         warn!(
             "PgBouncer settings pgtier reads but does not honour (their values have no effect): {}",
@@ -502,7 +501,7 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
 
 /// What the process around the proxy does at its steps (the command line's daemon,
 /// pidfile, privileges and log files); every hook may be a no-op.
-pub struct RunHooks<'a> {
+pub(crate) struct RunHooks<'a> {
     /// The listeners are bound and no thread runs yet (drop privileges here).
     pub bound: &'a mut dyn FnMut(&Listeners) -> Result<(), String>,
     /// Every shard is serving (write the pidfile, tell a waiting parent).
@@ -537,7 +536,11 @@ pub fn run(config_path: &Path) -> Result<(), String> {
 
 /// Runs the proxy with `config` (loaded from `config_path`) until a shutdown completes, with
 /// the signals of [`run`] and the process steps of `hooks`.
-pub fn run_with(config_path: &Path, config: Config, hooks: RunHooks<'_>) -> Result<(), String> {
+pub(crate) fn run_with(
+    config_path: &Path,
+    config: Config,
+    hooks: RunHooks<'_>,
+) -> Result<(), String> {
     let signals = block_signals();
     let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
     (hooks.bound)(&listeners)?;

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 /// Largest PEM file read (a CA bundle of every public root is about 250 KiB): a path that
 /// names something else by mistake (a device, a log) fails instead of filling memory.
-pub const MAX_PEM_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_PEM_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Both sides' TLS configurations, cheap to clone (each is an `Arc` inside).
 #[derive(Clone, Debug)]
-pub struct TlsContexts {
+pub(crate) struct TlsContexts {
     /// `None` when `client_tls_sslmode = disable`.
     acceptor: Option<TlsAcceptor>,
     /// `None` when `server_tls_sslmode = disable`.
@@ -59,14 +59,14 @@ impl TlsContexts {
 
     /// Things an operator should hear about that do not stop pgtier (a private key others
     /// can read, TLS versions in a list that rustls does not implement). Log them once.
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }
 }
 
 /// Why the TLS files could not be loaded.
 #[derive(Debug)]
-pub enum TlsFilesError {
+pub(crate) enum TlsFilesError {
     /// The mode needs a file the settings do not name (validation catches this first).
     Missing {
         setting: &'static str,

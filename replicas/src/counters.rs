@@ -38,10 +38,10 @@ impl ReplicaCounters {
 }
 
 /// Loads of all replicas of one database, read into a stack array for one decision.
-pub type LoadArray = [ReplicaLoad; MAX_REPLICAS];
+pub(crate) type LoadArray = [ReplicaLoad; MAX_REPLICAS];
 
 /// Ranked loads of all replicas, for tiered PLB's decisions.
-pub type TierLoadArray = [TierLoad; MAX_REPLICAS];
+pub(crate) type TierLoadArray = [TierLoad; MAX_REPLICAS];
 
 /// Why a counter could not be changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,7 +131,7 @@ impl SessionCounters {
     }
 
     /// [`SessionCounters::read_into`] by rank.
-    pub fn read_tiers_into<'a>(&self, out: &'a mut TierLoadArray) -> &'a [TierLoad] {
+    pub(crate) fn read_tiers_into<'a>(&self, out: &'a mut TierLoadArray) -> &'a [TierLoad] {
         for (index, slot) in out.iter_mut().enumerate().take(self.replicas.len()) {
             *slot =
                 ReplicaId::from_index(index).map_or_else(TierLoad::default, |r| self.tier_load(r));
@@ -142,7 +142,7 @@ impl SessionCounters {
     /// Reads every replica's load into `out` and returns the filled prefix. The reads are not
     /// one atomic snapshot; decisions tolerate that because each placement is claimed with a
     /// compare-and-swap against the value it used.
-    pub fn read_into<'a>(&self, out: &'a mut LoadArray) -> &'a [ReplicaLoad] {
+    pub(crate) fn read_into<'a>(&self, out: &'a mut LoadArray) -> &'a [ReplicaLoad] {
         for (index, slot) in out.iter_mut().enumerate().take(self.replicas.len()) {
             *slot =
                 ReplicaId::from_index(index).map_or_else(ReplicaLoad::default, |r| self.load(r));
@@ -151,7 +151,7 @@ impl SessionCounters {
     }
 
     /// Counts one more `class` session on `replica` if its counter still holds `expected`.
-    pub fn try_claim(
+    pub(crate) fn try_claim(
         &self,
         replica: ReplicaId,
         class: impl Into<Tier>,

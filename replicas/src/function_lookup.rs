@@ -15,7 +15,7 @@ use crate::pg_link::Row;
 use pgtier_wire::read_only::CalleeSchema;
 
 /// Names per query at most.
-pub const MAX_NAMES_PER_QUERY: usize = 64;
+pub(crate) const MAX_NAMES_PER_QUERY: usize = 64;
 
 /// Stable functions whose answer differs on a standby in a way a client may act on:
 /// `current_setting('transaction_read_only')`, `'in_hot_standby'`, and the settings view's

@@ -23,7 +23,7 @@ const MAX_QUEUED_NAMES: usize = 256;
 
 /// Names a table holds at most; past it the table starts over (a client calling endless
 /// distinct names must not grow it without bound).
-pub const MAX_KNOWN_NAMES: usize = 10_000;
+pub(crate) const MAX_KNOWN_NAMES: usize = 10_000;
 
 /// One published state: the answers known since the last forget.
 #[derive(Debug, Default)]
@@ -56,7 +56,7 @@ impl FunctionTable {
 }
 
 /// One name to look up.
-pub type Wanted = (CalleeSchema, Box<[u8]>);
+pub(crate) type Wanted = (CalleeSchema, Box<[u8]>);
 
 /// The cache of one reader entry, shared by its shards and its poller.
 #[derive(Debug)]
@@ -99,7 +99,7 @@ impl FunctionCatalog {
 
     /// The queued names not known yet, each once, and the epoch to publish their answers
     /// into (the poller, before it looks them up).
-    pub fn take_wanted(&self) -> (u64, Vec<Wanted>) {
+    pub(crate) fn take_wanted(&self) -> (u64, Vec<Wanted>) {
         let epoch = self.epoch.load(Ordering::Acquire);
         let table = self.table.load();
         let mut names: Vec<Wanted> = Vec::new();

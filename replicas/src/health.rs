@@ -89,7 +89,7 @@ pub enum HealthState {
 
 impl HealthState {
     /// A replica starts Up: the first failed probes or reports take it down.
-    pub const INITIAL: HealthState = HealthState::Up { failures: 0 };
+    pub(crate) const INITIAL: HealthState = HealthState::Up { failures: 0 };
 
     /// True for `Up`.
     pub const fn is_up(self) -> bool {
@@ -105,7 +105,11 @@ impl HealthState {
     }
 
     /// Feeds one probe result; returns the transition it causes, if any.
-    pub fn on_probe(&mut self, healthy: bool, config: &HealthConfig) -> Option<HealthTransition> {
+    pub(crate) fn on_probe(
+        &mut self,
+        healthy: bool,
+        config: &HealthConfig,
+    ) -> Option<HealthTransition> {
         let (next, transition) = match (*self, healthy) {
             (HealthState::Up { .. }, true) => (HealthState::Up { failures: 0 }, None),
             (HealthState::Up { failures }, false) => {
@@ -138,7 +142,7 @@ impl HealthState {
 
     /// A data shard saw a connection to the replica refused or reset: Down at once. A report
     /// about a replica that is already Down restarts its count of good probes.
-    pub fn on_reported_failure(&mut self) -> Option<HealthTransition> {
+    pub(crate) fn on_reported_failure(&mut self) -> Option<HealthTransition> {
         let was_up = self.is_up();
         *self = HealthState::Down { successes: 0 };
         was_up.then_some(HealthTransition::Down)

@@ -45,7 +45,7 @@ impl SessionLease {
 
     /// The session started a transaction: counted in flight while the router decides on that
     /// signal. Idempotent, so every path that needs a server may call it.
-    pub fn begin_transaction(&mut self) {
+    pub(crate) fn begin_transaction(&mut self) {
         if !self.in_flight && self.router.counts_in_flight() {
             self.in_flight = self.router.transaction_started(self.replica, self.class);
         }

@@ -32,7 +32,7 @@ use pgtier_core::config::ReadSettings;
 /// Primary samples kept. At the default 10 ms poll this spans 2.5 s, more than the default
 /// `read_your_writes_timeout` (1 s); older targets fall back to the oldest sample (correct,
 /// only more demanding).
-pub const LSN_SAMPLES: usize = 256;
+pub(crate) const LSN_SAMPLES: usize = 256;
 
 /// A WAL position (PostgreSQL's `pg_lsn`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -49,7 +49,7 @@ impl Lsn {
     }
 
     /// Bytes from `older` to `self`, zero when `older` is not older.
-    pub fn bytes_since(self, older: Lsn) -> u64 {
+    pub(crate) fn bytes_since(self, older: Lsn) -> u64 {
         self.0.saturating_sub(older.0)
     }
 }
@@ -70,7 +70,7 @@ const LONG_PAGE_HEADER: u64 = 40;
 /// position after a record that ended exactly at the page boundary is the boundary itself:
 /// without this, a caught-up replica would look a header behind until the next WAL record.
 /// Nothing can end inside a header, so the two positions are the same point of the stream.
-pub fn insert_lsn_as_end(insert: Lsn, wal_block_size: u64) -> Lsn {
+pub(crate) fn insert_lsn_as_end(insert: Lsn, wal_block_size: u64) -> Lsn {
     if wal_block_size == 0 {
         return insert;
     }
@@ -231,7 +231,7 @@ impl LsnTracker {
     }
 
     /// The primary could not be polled.
-    pub fn on_primary_failed(&mut self) {
+    pub(crate) fn on_primary_failed(&mut self) {
         self.primary_stale = true;
     }
 
@@ -244,7 +244,7 @@ impl LsnTracker {
     }
 
     /// Replica `index` could not be polled: its last position is kept, marked stale.
-    pub fn on_replica_failed(&mut self, index: usize) {
+    pub(crate) fn on_replica_failed(&mut self, index: usize) {
         if let Some(replica) = self.replicas.get_mut(index) {
             replica.stale = true;
         }

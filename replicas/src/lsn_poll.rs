@@ -27,10 +27,10 @@ use crate::probe::{LOGIN_BUDGET_FACTOR, ProbeLogin};
 use crate::read_router::ReadRouter;
 
 /// The primary's insert position, and the page size that tells a page header from data.
-pub const PRIMARY_SQL: &str =
+pub(crate) const PRIMARY_SQL: &str =
     "SELECT pg_current_wal_insert_lsn(), current_setting('wal_block_size')";
 /// A replica's replay position (NULL on a server that is not a standby).
-pub const REPLICA_SQL: &str = "SELECT pg_last_wal_replay_lsn()";
+pub(crate) const REPLICA_SQL: &str = "SELECT pg_last_wal_replay_lsn()";
 
 /// Longest uninterrupted sleep, so a shutdown is noticed quickly.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
@@ -136,7 +136,7 @@ impl Polled {
 
 /// Runs the poller of `reader` until `stop`. Returns at once when the entry has no probe
 /// login (its reads with a target go to the primary, see [`ReadRouter`]).
-pub fn poll_loop(
+pub(crate) fn poll_loop(
     reader: &Arc<ReadRouter>,
     stop: &AtomicBool,
     interval: Duration,

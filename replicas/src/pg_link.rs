@@ -25,7 +25,7 @@ pub type Row = Vec<Option<Vec<u8>>>;
 
 /// A connection to one server.
 #[derive(Debug)]
-pub struct PgLink {
+pub(crate) struct PgLink {
     stream: TcpStream,
     /// Bytes received and not yet consumed as messages.
     buffer: BytesMut,
@@ -38,7 +38,7 @@ impl PgLink {
     }
 
     /// A link over an already connected stream.
-    pub fn from_stream(stream: TcpStream) -> PgLink {
+    pub(crate) fn from_stream(stream: TcpStream) -> PgLink {
         PgLink {
             stream,
             buffer: BytesMut::with_capacity(1024),
@@ -59,7 +59,7 @@ impl PgLink {
     }
 
     /// Sends the startup message and answers authentication until ReadyForQuery.
-    pub fn log_in(
+    pub(crate) fn log_in(
         &mut self,
         login: &ProbeLogin,
         application_name: &str,
@@ -99,13 +99,17 @@ impl PgLink {
     }
 
     /// Runs `sql` as a simple query and returns its first row (`None`: no row).
-    pub fn query_row(&mut self, sql: &str, deadline: Instant) -> Result<Option<Row>, String> {
+    pub(crate) fn query_row(
+        &mut self,
+        sql: &str,
+        deadline: Instant,
+    ) -> Result<Option<Row>, String> {
         Ok(self.query_rows(sql, 1, deadline)?.into_iter().next())
     }
 
     /// Runs `sql` as a simple query and returns its rows, at most `max_rows` (the rest are
     /// read and dropped).
-    pub fn query_rows(
+    pub(crate) fn query_rows(
         &mut self,
         sql: &str,
         max_rows: usize,
@@ -142,7 +146,7 @@ impl PgLink {
     /// Watches the idle link until `until`: true as soon as the server closes or resets it
     /// (the link is then useless). Bytes the server sends unprompted (e.g. a FATAL before
     /// closing) are kept for the next read. False when nothing happened.
-    pub fn closed_before(&mut self, until: Instant) -> bool {
+    pub(crate) fn closed_before(&mut self, until: Instant) -> bool {
         loop {
             let Ok(budget) = remaining(until) else {
                 return false;
@@ -216,7 +220,7 @@ pub fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String>
 }
 
 /// Sets both socket timeouts to what is left until `deadline`.
-pub fn set_deadline(stream: &TcpStream, deadline: Instant) -> Result<(), String> {
+pub(crate) fn set_deadline(stream: &TcpStream, deadline: Instant) -> Result<(), String> {
     let budget = remaining(deadline)?;
     stream
         .set_read_timeout(Some(budget))
@@ -234,7 +238,7 @@ fn remaining(deadline: Instant) -> Result<Duration, String> {
 }
 
 /// A socket error as a short cause.
-pub fn io_cause(step: &str, error: &io::Error) -> String {
+pub(crate) fn io_cause(step: &str, error: &io::Error) -> String {
     match error.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!("{step}: timed out"),
         _ => format!("{step}: {error}"),

@@ -24,7 +24,7 @@ use crate::router::ReplicaRouter;
 use crate::router_config::{RouterConfig, RouterError};
 
 /// Default period of return evaluation when no session close asked for it.
-pub const DEFAULT_RETURN_TICK: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_RETURN_TICK: Duration = Duration::from_millis(100);
 
 /// How the control plane runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

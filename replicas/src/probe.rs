@@ -27,12 +27,12 @@ use crate::health::ProbeOutcome;
 use crate::pg_link::{PgLink, connect, io_cause, set_deadline};
 
 /// Probe query: `SELECT 1` proves the backend executes, the second column detects promotion.
-pub const PROBE_SQL: &str = "SELECT 1, pg_is_in_recovery()";
+pub(crate) const PROBE_SQL: &str = "SELECT 1, pg_is_in_recovery()";
 
 /// A new connection's login may take this many probe timeouts. Logging in (a backend fork and
 /// a SCRAM exchange) costs far more than the probe query and happens once per connection;
 /// dead servers are still caught within one timeout, by the refused or timed-out connect.
-pub const LOGIN_BUDGET_FACTOR: u32 = 4;
+pub(crate) const LOGIN_BUDGET_FACTOR: u32 = 4;
 
 /// How probes log in to a replica.
 #[derive(Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl std::fmt::Debug for ProbeLogin {
 
 /// One probe result, sent from a prober thread to the control shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeReport {
+pub(crate) struct ProbeReport {
     /// Probed replica.
     pub replica: ReplicaId,
     /// When the probe finished.
@@ -105,7 +105,7 @@ impl Prober {
     /// resets it (a killed or restarting server does so at once), after dropping it. Bytes the
     /// server sends unprompted (e.g. a FATAL before closing) are kept for the next probe to
     /// read. Returns false when there is no connection or nothing happened.
-    pub fn wait_for_close(&mut self, until: Instant) -> bool {
+    pub(crate) fn wait_for_close(&mut self, until: Instant) -> bool {
         let Some(link) = self.connection.as_mut() else {
             return false;
         };

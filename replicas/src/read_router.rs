@@ -162,7 +162,7 @@ impl ReadRouter {
 
     /// True when a reload may keep this reader for `replicas` over `router`: same router,
     /// primary, routing, read settings and login (its counters and LSN history carry over).
-    pub fn same_setup(
+    pub(crate) fn same_setup(
         &self,
         router: &Arc<ReplicaRouter>,
         replicas: &ConfiguredReplicas,

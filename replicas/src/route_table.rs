@@ -61,7 +61,7 @@ impl RouteTable {
     }
 
     /// True when some replica is borrowed.
-    pub fn has_borrowed(&self) -> bool {
+    pub(crate) fn has_borrowed(&self) -> bool {
         self.iter().any(|(_, role)| role.is_borrowed())
     }
 
@@ -132,7 +132,7 @@ pub fn class_name(tier: Tier) -> &'static str {
 }
 
 /// A pool's name: its rank's class, or `mixed`.
-pub fn pool_name(pool: TierPool) -> &'static str {
+pub(crate) fn pool_name(pool: TierPool) -> &'static str {
     match pool {
         TierPool::Tier(tier) => class_name(tier),
         TierPool::Mixed => "mixed",

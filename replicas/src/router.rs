@@ -266,7 +266,7 @@ impl ReplicaRouter {
     /// Changes each time some replica goes Down. A session between transactions compares it
     /// with the value it saw last and, when it moved, checks [`ReplicaRouter::is_down`] for its
     /// replica. One atomic load.
-    pub fn failure_epoch(&self) -> u64 {
+    pub(crate) fn failure_epoch(&self) -> u64 {
         self.failure_epoch.load(Ordering::Acquire)
     }
 
@@ -278,7 +278,7 @@ impl ReplicaRouter {
 
     /// Whether a `class` session on `replica`, between transactions, should move (PLB's
     /// recovery-tail drain on the published roles and the current counts).
-    pub fn should_drain(&self, replica: ReplicaId, class: Tier) -> bool {
+    pub(crate) fn should_drain(&self, replica: ReplicaId, class: Tier) -> bool {
         let RouterPolicy::Classes(Strategy::Plb(plb)) = self.policy else {
             return false;
         };
@@ -319,7 +319,7 @@ impl ReplicaRouter {
     }
 
     /// The replica with address `addr`.
-    pub fn replica_id(&self, addr: SocketAddr) -> Option<ReplicaId> {
+    pub(crate) fn replica_id(&self, addr: SocketAddr) -> Option<ReplicaId> {
         let index = self.replicas.iter().position(|a| *a == addr)?;
         ReplicaId::from_index(index)
     }
@@ -361,7 +361,7 @@ impl ReplicaRouter {
     }
 
     /// The newest published snapshot without touching its reference count (per-read paths).
-    pub fn snapshot_guard(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
+    pub(crate) fn snapshot_guard(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
         self.snapshot.load()
     }
 
@@ -630,7 +630,7 @@ impl ReplicaRouter {
 
     /// True when this router was built from the same replicas, routing and probe login, so a
     /// reload can keep it (with its sessions, roles and health).
-    pub fn same_setup(&self, config: &RouterConfig) -> bool {
+    pub(crate) fn same_setup(&self, config: &RouterConfig) -> bool {
         *self.replicas == *config.replicas
             && self.routing == config.routing
             && self.probe_login == config.probe_login

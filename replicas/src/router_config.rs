@@ -38,13 +38,13 @@ pub struct RouterConfig {
 }
 
 /// Default [`RouterConfig::control_queue_capacity`].
-pub const DEFAULT_CONTROL_QUEUE_CAPACITY: usize = 4096;
+pub(crate) const DEFAULT_CONTROL_QUEUE_CAPACITY: usize = 4096;
 /// Default [`RouterConfig::claim_attempts`].
-pub const DEFAULT_CLAIM_ATTEMPTS: u32 = 8;
+pub(crate) const DEFAULT_CLAIM_ATTEMPTS: u32 = 8;
 
 impl RouterConfig {
     /// A router for `replicas` as configured, with the `[pgtier]` limits of `settings`.
-    pub fn from_replicas(
+    pub(crate) fn from_replicas(
         name: &str,
         replicas: &ConfiguredReplicas,
         settings: &Settings,

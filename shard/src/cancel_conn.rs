@@ -17,18 +17,18 @@ use crate::io::ring::Op;
 
 /// A one-shot cancel-request connection's slot in the driver's slab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CancelConnId(pub SlotRef);
+pub(crate) struct CancelConnId(pub SlotRef);
 
 /// The stage a cancel connection is in; exactly one op is in flight in each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelStage {
+pub(crate) enum CancelStage {
     Connecting,
     Sending,
     /// Waiting for the server to close the connection.
     AwaitingClose,
 }
 
-pub struct CancelConn {
+pub(crate) struct CancelConn {
     pub fd: i32,
     pub stage: CancelStage,
     /// The server the cancel is for.
@@ -60,7 +60,7 @@ impl CancelConn {
     }
 
     /// The first op: the connect.
-    pub fn connect_op(&self) -> (OpKind, Op) {
+    pub(crate) fn connect_op(&self) -> (OpKind, Op) {
         (
             OpKind::CancelConnect,
             Op::Connect {
@@ -73,7 +73,7 @@ impl CancelConn {
 
     /// The op that follows a completion of `kind` with `result`, or `None` when the cancel
     /// is done (sent and answered with a close, or failed).
-    pub fn next_op(&mut self, kind: OpKind, result: i32) -> Option<(OpKind, Op)> {
+    pub(crate) fn next_op(&mut self, kind: OpKind, result: i32) -> Option<(OpKind, Op)> {
         let recv = |conn: &mut CancelConn| {
             (
                 OpKind::CancelRecv,

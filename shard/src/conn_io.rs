@@ -16,12 +16,12 @@ use crate::io::send_queue::SendQueue;
 
 /// Capacity above which an empty receive buffer is given back after a burst (a client that
 /// once sent a large query keeps no large buffer while idle).
-pub const KEEP_RECV_BYTES: usize = 64 * 1024;
+pub(crate) const KEEP_RECV_BYTES: usize = 64 * 1024;
 
 /// Where a connection's teardown is. Which fields are meaningful does not change with it:
 /// a connection keeps its buffers until it is freed, because the kernel may still own them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// In use.
     Open,
     /// Closing once everything queued is sent; no more receives are armed.
@@ -36,7 +36,7 @@ pub enum Stage {
 }
 
 /// One connection's I/O state.
-pub struct IoConn {
+pub(crate) struct IoConn {
     pub fd: RawFd,
     pub recv: RecvBuf,
     pub send: SendQueue,
@@ -73,17 +73,17 @@ impl IoConn {
     }
 
     /// No operation of this connection is owned by the kernel.
-    pub fn quiescent(&self) -> bool {
+    pub(crate) fn quiescent(&self) -> bool {
         !self.recv.in_flight() && !self.send.in_flight() && !self.connecting
     }
 
     /// A receive may be armed now.
-    pub fn wants_recv(&self) -> bool {
+    pub(crate) fn wants_recv(&self) -> bool {
         self.stage == Stage::Open && !self.paused && !self.recv.in_flight() && !self.connecting
     }
 
     /// Its close may proceed: flushing and everything sent, or closing outright.
-    pub fn ready_to_close(&self) -> bool {
+    pub(crate) fn ready_to_close(&self) -> bool {
         match self.stage {
             Stage::Open | Stage::Detaching => false,
             Stage::Flushing => self.send.is_empty() && !self.send.in_flight(),
@@ -93,7 +93,7 @@ impl IoConn {
 
     /// Its socket may leave the table for another shard: detaching, everything sent, and no
     /// operation of it owned by the kernel.
-    pub fn ready_to_detach(&self) -> bool {
+    pub(crate) fn ready_to_detach(&self) -> bool {
         self.stage == Stage::Detaching && self.quiescent() && self.send.is_empty()
     }
 }
@@ -101,7 +101,7 @@ impl IoConn {
 /// Connections by the engine's slot index, each under the engine id (index and generation)
 /// it was inserted with.
 #[derive(Default)]
-pub struct IoTable {
+pub(crate) struct IoTable {
     slots: Vec<Option<(SlotRef, IoConn)>>,
 }
 

@@ -1077,7 +1077,7 @@ fn set_nodelay(fd: i32) {
 
 /// A non-blocking socket for a server at `addr` and the address to connect it to: TCP with
 /// `TCP_NODELAY`, or a Unix-domain socket.
-pub fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
+pub(crate) fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
     match addr {
         ServerAddr::Tcp(addr) => {
             let socket = Socket::new(

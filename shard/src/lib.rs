@@ -2,7 +2,7 @@
 //!
 //! Each shard is a pinned thread with its own ring and listeners ([`Shard`], `driver.rs`),
 //! driving one `pgtier_engine::Engine`, which holds every protocol decision. What is here is
-//! only how the ring is used: the ring itself and its bookkeeping ([`io`]), each connection's
+//! only how the ring is used: the ring itself and its bookkeeping (`io/`), each connection's
 //! buffers and teardown (`conn_io.rs`), the one-shot cancel connections (`cancel_conn.rs`),
 //! the listening sockets ([`listen`]) and the queue other threads post to a shard through
 //! ([`Mailbox`]). The services the engine calls (replica routing, the console, name
@@ -11,11 +11,13 @@
 mod cancel_conn;
 mod conn_io;
 mod driver;
-pub mod io;
+mod io;
 pub mod listen;
 mod mailbox;
 #[cfg(test)]
 mod trap_tests;
 
 pub use driver::{Shard, ShardParts};
+pub use io::ring::Ring;
+pub use io::uring::{RecvBuffers, RingFlavor, UringRing};
 pub use mailbox::{Command, Mailbox, ShutdownMode};

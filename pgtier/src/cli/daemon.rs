@@ -18,7 +18,7 @@ const FAILED: u8 = 1;
 
 /// The daemon's end of the pipe to the waiting parent.
 #[derive(Debug)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pipe: Option<File>,
 }
 
@@ -43,7 +43,7 @@ impl Readiness {
 
 /// Forks into the background. Returns in the daemon; the calling process waits for the
 /// daemon's word and exits with it, never returning.
-pub fn daemonize() -> Result<Readiness, String> {
+pub(crate) fn daemonize() -> Result<Readiness, String> {
     let (read_end, write_end) = pipe()?;
     match fork()? {
         0 => {}

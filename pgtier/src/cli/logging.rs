@@ -41,7 +41,7 @@ pub fn init() {
 
 /// Where the proxy's log lines go.
 #[derive(Debug, Clone, Default)]
-pub struct LogOptions {
+pub(crate) struct LogOptions {
     /// `log_level` from the configuration (a level or a tracing filter).
     pub level: String,
     /// `-v` count.
@@ -69,7 +69,7 @@ pub fn reopen_log_file() {
 
 /// The installed outputs that need attention later (the log file on SIGHUP).
 #[derive(Debug, Default)]
-pub struct LogHandle {
+pub(crate) struct LogHandle {
     file: Option<Arc<LogFile>>,
 }
 
@@ -94,7 +94,7 @@ impl LogHandle {
 
 /// Installs the proxy's subscriber. Fails when the log file cannot be opened or the syslog
 /// facility is unknown, before anything was logged.
-pub fn init_proxy(options: &LogOptions) -> Result<(LogHandle, Option<String>), String> {
+pub(crate) fn init_proxy(options: &LogOptions) -> Result<(LogHandle, Option<String>), String> {
     let (filter, complaint) = filter_from_env(&level_filter(&options.level, options.verbose));
     let file = match &options.logfile {
         Some(path) => Some(Arc::new(LogFile::open(path)?)),

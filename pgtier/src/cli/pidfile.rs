@@ -53,7 +53,7 @@ fn process_exists(pid: libc::pid_t) -> bool {
 
 /// The pidfile this process wrote; dropping it removes the file if it still names us.
 #[derive(Debug)]
-pub struct PidFile {
+pub(crate) struct PidFile {
     path: PathBuf,
     pid: u32,
 }

@@ -8,7 +8,7 @@ use std::ffi::CString;
 
 /// A Unix user to switch to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
+pub(crate) struct RunAs {
     pub name: String,
     pub uid: libc::uid_t,
     pub gid: libc::gid_t,
@@ -43,14 +43,14 @@ impl RunAs {
     }
 
     /// Whether switching changes anything (false when already running as this user).
-    pub fn needs_switch(&self) -> bool {
+    pub(crate) fn needs_switch(&self) -> bool {
         // SAFETY: getuid/geteuid take no arguments and cannot fail.
         let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
         !(uid == self.uid && euid == self.uid)
     }
 
     /// Fails unless the switch can happen: started as root, or as this user already.
-    pub fn check_allowed(&self) -> Result<(), String> {
+    pub(crate) fn check_allowed(&self) -> Result<(), String> {
         // SAFETY: geteuid takes no arguments and cannot fail.
         if self.needs_switch() && unsafe { libc::geteuid() } != 0 {
             return Err(format!(

@@ -4,7 +4,7 @@
 //! They exist because PLB decides from `load_P(r)` and `load_F(r)` across *all* sessions, while
 //! sessions live on many shards. Each counter sits on its own cache line pair so that shards
 //! admitting to different replicas, or different classes on one replica, never contend on a
-//! line. Counters are only changed through [`SessionCounters::try_claim`] (compare-and-swap
+//! line. Counters are only changed through `SessionCounters::try_claim` (compare-and-swap
 //! from the value a decision saw) and [`SessionCounters::release`], which never goes below zero.
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -196,7 +196,7 @@ pub struct LsnTracker {
 }
 
 impl LsnTracker {
-    /// A tracker of `replicas` replicas keeping [`LSN_SAMPLES`] samples.
+    /// A tracker of `replicas` replicas keeping `LSN_SAMPLES` samples.
     pub fn new(replicas: usize, cap: LagCap) -> LsnTracker {
         LsnTracker::with_capacity(replicas, cap, LSN_SAMPLES)
     }

@@ -3,7 +3,7 @@
 //! for `pg_last_wal_replay_lsn()`, feeds the answers to an [`LsnTracker`] and publishes its
 //! view on the entry's [`ReadRouter`].
 //!
-//! Like the probes, it uses blocking std sockets ([`PgLink`]) on its own thread and logs in
+//! Like the probes, it uses blocking std sockets (`PgLink`) on its own thread and logs in
 //! with the entry's probe login. One thread per entry asks one server at a time; a server
 //! that fails (refused, reset, timed out after `health_check_timeout`) is retried only after
 //! `health_check_interval`, so a black-holed replica costs the others one timeout per

@@ -1,11 +1,11 @@
 //! Health probes of one replica, run on a prober thread of the control plane.
 //!
 //! Between probes the prober watches its idle connection, so a server that dies closes it and
-//! is probed again at once (see [`Prober::wait_for_close`]): a killed replica reaches its
+//! is probed again at once (see `Prober::wait_for_close`): a killed replica reaches its
 //! failure threshold within milliseconds instead of within probe intervals.
 //!
 //! Budgets: the connect and the probe query each get `health_check_timeout`; the login of a
-//! new connection gets [`LOGIN_BUDGET_FACTOR`] times that.
+//! new connection gets `LOGIN_BUDGET_FACTOR` times that.
 //!
 //! The control shard is not on the query path, so probes use blocking std sockets with
 //! timeouts on their own threads (one per replica, so a replica that black-holes packets

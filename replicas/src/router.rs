@@ -271,7 +271,7 @@ impl ReplicaRouter {
     }
 
     /// Changes at each rejoin while the recovery-tail drain is on; a session compares it with
-    /// the value it saw last and, when it moved, asks [`ReplicaRouter::should_drain`].
+    /// the value it saw last and, when it moved, asks `ReplicaRouter::should_drain`.
     pub fn drain_epoch(&self) -> u64 {
         self.drain_epoch.load(Ordering::Acquire)
     }

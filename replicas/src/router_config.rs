@@ -18,7 +18,7 @@ use crate::route_table::RouteTable;
 
 use crate::probe::ProbeLogin;
 
-/// How a router is built; [`RouterConfig::from_replicas`] fills it from `pgtier.toml`.
+/// How a router is built; `RouterConfig::from_replicas` fills it from `pgtier.toml`.
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
     /// Label in events, logs and the admin console: the database entries it serves.

@@ -2,8 +2,9 @@
 //! replica-set entry is admitted on the calling shard from the routers' snapshot (or by the
 //! control shard, whose answer arrives in this shard's reply mailbox), re-pinned when its
 //! replica goes Down, and every connection failure to a replica is reported to its router.
-//! A read transaction of a reader entry is placed by the entry's [`ReadRouter`] with this
-//! shard's own random source and alternation state.
+//! A read transaction of a reader entry is placed by the entry's
+//! [`ReadRouter`](crate::ReadRouter) with this shard's own random source and alternation
+//! state.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;

@@ -34,7 +34,7 @@
 #   PIN=""              CPU placement with taskset, words ROLE:CPUS with ROLE one of
 #                       proxy, client, pg, e.g. PIN="proxy:0 client:1 pg:1". Default: no
 #                       pinning by this script. pgtier pins its shard i to the i-th CPU
-#                       of its affinity mask itself (shard/src/proxy.rs), so unpinned its one
+#                       of its affinity mask itself (pgtier/src/proxy.rs), so unpinned its one
 #                       shard runs on CPU 0; with proxy:CPUS the script also re-pins every
 #                       pgtier thread after start-up (taskset -a -p).
 #   OUT=bench/out/large-results-<time>.md

@@ -40,7 +40,7 @@ bench_tools() {
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
   if [ -z "${PGTIER_BIN:-}" ]; then
     log "building pgtier (release)"
-    cargo build --release -q -p pgtier-shard --bin pgtier
+    cargo build --release -q -p pgtier --bin pgtier
     PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"
   fi
 }

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 DURATION="${DURATION:-5}"; CLIENTS="${CLIENTS:-8 64}"; PROTOCOLS="${PROTOCOLS:-simple extended}"
 SCALE="${SCALE:-5}"
 bin="${PGTIER_BIN:-target/release/pgtier}"
-[ -x "$bin" ] || cargo build --release -p pgtier-shard --bin pgtier
+[ -x "$bin" ] || cargo build --release -p pgtier --bin pgtier
 command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }
 bindir="$(pg_config --bindir)"
 work="$(mktemp -d /tmp/pgtier-ring-ops.XXXXXX)"; chmod 755 "$work"

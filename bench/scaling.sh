@@ -20,7 +20,7 @@
 #   w1-shared  1 worker: pgtier and pgbench on CPU 0; PostgreSQL on CPU 1
 #   w2-none    2 workers, nothing pinned by this script (pgtier pins shard i to CPU i)
 #   w2-float   2 workers, every pgtier thread allowed on both CPUs (pgtier's own pin undone)
-# pgtier pins shard thread i to the i-th CPU of its affinity mask at start (shard/src/proxy.rs
+# pgtier pins shard thread i to the i-th CPU of its affinity mask at start (pgtier/src/proxy.rs
 # `pin_to_core`; the "pin_to_core under taskset" table this script prints first shows where
 # shards end up under a launch-time mask). The script applies
 # pgtier's placement after start-up with `taskset -a -p` on every thread, and prints the

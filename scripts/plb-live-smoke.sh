@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(pwd)/target}"
-cargo build --locked -q -p pgtier-shard --bin pgtier
+cargo build --locked -q -p pgtier --bin pgtier
 cargo build --locked -q -p pgtier-bench --bin pgtier-load
 out="$(mktemp -d /tmp/pgtier-plb-smoke.XXXXXX)"
 trap 'rm -rf "$out"' EXIT

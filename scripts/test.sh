@@ -17,7 +17,7 @@ for f in scripts/*.sh bench/*.sh .ci/run; do bash -n "$f"; done
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo build (pgtier binary used by the end-to-end tests)"
-cargo build --locked -p pgtier-shard --bin pgtier
+cargo build --locked -p pgtier --bin pgtier
 echo "== cargo test"
 # The 1000-client test raises its own RLIMIT_NOFILE; let the hard limit allow it.
 ulimit -Hn 65536 2>/dev/null || true

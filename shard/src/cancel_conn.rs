@@ -3,25 +3,32 @@
 //! connection (it has acted on the request then). The engine asks for one with
 //! `Action::SendCancel` and hears back with `handle_cancel_done`; until then it does not
 //! give the server to anyone else, so a late cancel can never hit another client's query.
+//! Only the driver knows these connections: they live in the engine's generational slab
+//! type (`pgtier_engine::ids::Slab`) under a [`CancelConnId`] of their own, so a stale
+//! completion (for a slot closed and reused since) is recognised and dropped.
 
 use std::os::fd::IntoRawFd;
 
-use pgtier_engine::{ServerAddr, ServerId};
+use pgtier_engine::{ServerAddr, ServerId, SlotRef};
 use socket2::SockAddr;
 
 use crate::io::op_key::OpKind;
 use crate::io::ring::Op;
 
+/// A one-shot cancel-request connection's slot in the driver's slab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CancelConnId(pub SlotRef);
+
 /// The stage a cancel connection is in; exactly one op is in flight in each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelStage {
+pub(crate) enum CancelStage {
     Connecting,
     Sending,
     /// Waiting for the server to close the connection.
     AwaitingClose,
 }
 
-pub struct CancelConn {
+pub(crate) struct CancelConn {
     pub fd: i32,
     pub stage: CancelStage,
     /// The server the cancel is for.
@@ -53,7 +60,7 @@ impl CancelConn {
     }
 
     /// The first op: the connect.
-    pub fn connect_op(&self) -> (OpKind, Op) {
+    pub(crate) fn connect_op(&self) -> (OpKind, Op) {
         (
             OpKind::CancelConnect,
             Op::Connect {
@@ -66,7 +73,7 @@ impl CancelConn {
 
     /// The op that follows a completion of `kind` with `result`, or `None` when the cancel
     /// is done (sent and answered with a close, or failed).
-    pub fn next_op(&mut self, kind: OpKind, result: i32) -> Option<(OpKind, Op)> {
+    pub(crate) fn next_op(&mut self, kind: OpKind, result: i32) -> Option<(OpKind, Op)> {
         let recv = |conn: &mut CancelConn| {
             (
                 OpKind::CancelRecv,

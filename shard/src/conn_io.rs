@@ -1,22 +1,27 @@
 //! The driver's side of one connection: its socket, its receive buffer and send queue, which
 //! of its operations the kernel owns, and how far its teardown has got. The engine owns
 //! everything else about the connection; this is only what a ring needs.
+//!
+//! The table of them ([`IoTable`]) allocates nothing: the engine's slab
+//! (`pgtier_engine::ids::Slab`) hands out every client and server id, with its generation,
+//! and the table only stores each connection at the id's slot index under that id, so a
+//! lookup with an id whose slot was freed and reused since finds nothing.
 
 use std::os::fd::RawFd;
 
-use pgtier_engine::{ClientId, ServerId};
+use pgtier_engine::{ClientId, ServerId, SlotRef};
 
 use crate::io::recv_buf::RecvBuf;
 use crate::io::send_queue::SendQueue;
 
 /// Capacity above which an empty receive buffer is given back after a burst (a client that
 /// once sent a large query keeps no large buffer while idle).
-pub const KEEP_RECV_BYTES: usize = 64 * 1024;
+pub(crate) const KEEP_RECV_BYTES: usize = 64 * 1024;
 
 /// Where a connection's teardown is. Which fields are meaningful does not change with it:
 /// a connection keeps its buffers until it is freed, because the kernel may still own them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// In use.
     Open,
     /// Closing once everything queued is sent; no more receives are armed.
@@ -31,10 +36,8 @@ pub enum Stage {
 }
 
 /// One connection's I/O state.
-pub struct IoConn {
+pub(crate) struct IoConn {
     pub fd: RawFd,
-    /// The engine id's generation (the slot index is this entry's position).
-    pub generation: u32,
     pub recv: RecvBuf,
     pub send: SendQueue,
     /// The connect target of a server socket; owned by the kernel while `connecting`.
@@ -48,19 +51,18 @@ pub struct IoConn {
 
 impl IoConn {
     /// A server connection: it receives into a buffer of its own.
-    pub fn new(fd: RawFd, generation: u32, recv_chunk_bytes: usize) -> IoConn {
-        IoConn::with_recv(fd, generation, RecvBuf::new(recv_chunk_bytes))
+    pub fn new(fd: RawFd, recv_chunk_bytes: usize) -> IoConn {
+        IoConn::with_recv(fd, RecvBuf::new(recv_chunk_bytes))
     }
 
     /// A client connection: it receives into the ring's provided buffers.
-    pub fn client(fd: RawFd, generation: u32) -> IoConn {
-        IoConn::with_recv(fd, generation, RecvBuf::provided())
+    pub fn client(fd: RawFd) -> IoConn {
+        IoConn::with_recv(fd, RecvBuf::provided())
     }
 
-    fn with_recv(fd: RawFd, generation: u32, recv: RecvBuf) -> IoConn {
+    fn with_recv(fd: RawFd, recv: RecvBuf) -> IoConn {
         IoConn {
             fd,
-            generation,
             recv,
             send: SendQueue::new(),
             addr: None,
@@ -71,17 +73,17 @@ impl IoConn {
     }
 
     /// No operation of this connection is owned by the kernel.
-    pub fn quiescent(&self) -> bool {
+    pub(crate) fn quiescent(&self) -> bool {
         !self.recv.in_flight() && !self.send.in_flight() && !self.connecting
     }
 
     /// A receive may be armed now.
-    pub fn wants_recv(&self) -> bool {
+    pub(crate) fn wants_recv(&self) -> bool {
         self.stage == Stage::Open && !self.paused && !self.recv.in_flight() && !self.connecting
     }
 
     /// Its close may proceed: flushing and everything sent, or closing outright.
-    pub fn ready_to_close(&self) -> bool {
+    pub(crate) fn ready_to_close(&self) -> bool {
         match self.stage {
             Stage::Open | Stage::Detaching => false,
             Stage::Flushing => self.send.is_empty() && !self.send.in_flight(),
@@ -91,20 +93,22 @@ impl IoConn {
 
     /// Its socket may leave the table for another shard: detaching, everything sent, and no
     /// operation of it owned by the kernel.
-    pub fn ready_to_detach(&self) -> bool {
+    pub(crate) fn ready_to_detach(&self) -> bool {
         self.stage == Stage::Detaching && self.quiescent() && self.send.is_empty()
     }
 }
 
-/// Connections by slot index, checked against the engine id's generation.
+/// Connections by the engine's slot index, each under the engine id (index and generation)
+/// it was inserted with.
 #[derive(Default)]
-pub struct IoTable {
-    slots: Vec<Option<IoConn>>,
+pub(crate) struct IoTable {
+    slots: Vec<Option<(SlotRef, IoConn)>>,
 }
 
 impl IoTable {
-    pub fn insert(&mut self, index: u32, conn: IoConn) {
-        let index = index as usize;
+    /// Stores `conn` under `id`, whose slot the engine allocated (and so holds nothing here).
+    pub fn insert(&mut self, id: SlotRef, conn: IoConn) {
+        let index = id.index as usize;
         if self.slots.len() <= index {
             self.slots.resize_with(index + 1, || None);
         }
@@ -112,42 +116,35 @@ impl IoTable {
             self.slots[index].is_none(),
             "a slot reused before it was freed"
         );
-        self.slots[index] = Some(conn);
+        self.slots[index] = Some((id, conn));
     }
 
     #[cfg(test)]
-    pub fn get(&self, index: u32, generation: u32) -> Option<&IoConn> {
-        self.slots
-            .get(index as usize)?
-            .as_ref()
-            .filter(|conn| conn.generation == generation)
+    pub fn get(&self, id: SlotRef) -> Option<&IoConn> {
+        match self.slots.get(id.index as usize)? {
+            Some((stored, conn)) if *stored == id => Some(conn),
+            _ => None,
+        }
     }
 
-    pub fn get_mut(&mut self, index: u32, generation: u32) -> Option<&mut IoConn> {
-        self.slots
-            .get_mut(index as usize)?
-            .as_mut()
-            .filter(|conn| conn.generation == generation)
+    pub fn get_mut(&mut self, id: SlotRef) -> Option<&mut IoConn> {
+        match self.slots.get_mut(id.index as usize)? {
+            Some((stored, conn)) if *stored == id => Some(conn),
+            _ => None,
+        }
     }
 
-    pub fn remove(&mut self, index: u32, generation: u32) -> Option<IoConn> {
-        let slot = self.slots.get_mut(index as usize)?;
-        if slot.as_ref()?.generation != generation {
+    pub fn remove(&mut self, id: SlotRef) -> Option<IoConn> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.as_ref()?.0 != id {
             return None;
         }
-        slot.take()
+        slot.take().map(|(_, conn)| conn)
     }
 
-    /// Every live connection's (index, generation).
-    pub fn ids(&self) -> Vec<(u32, u32)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(index, slot)| {
-                let conn = slot.as_ref()?;
-                Some((u32::try_from(index).ok()?, conn.generation))
-            })
-            .collect()
+    /// Every live connection's id.
+    pub fn ids(&self) -> Vec<SlotRef> {
+        self.slots.iter().flatten().map(|(id, _)| *id).collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -156,13 +153,13 @@ impl IoTable {
 }
 
 /// A client's table key.
-pub fn client_key(id: ClientId) -> (u32, u32) {
-    (id.index(), id.generation())
+pub fn client_key(id: ClientId) -> SlotRef {
+    id.0
 }
 
 /// A server's table key.
-pub fn server_key(id: ServerId) -> (u32, u32) {
-    (id.index(), id.generation())
+pub fn server_key(id: ServerId) -> SlotRef {
+    id.0
 }
 
 #[cfg(test)]
@@ -171,18 +168,23 @@ mod tests {
 
     #[test]
     fn a_stale_generation_finds_nothing() {
+        let slot = |generation| SlotRef {
+            index: 3,
+            generation,
+        };
         let mut table = IoTable::default();
-        table.insert(3, IoConn::new(-1, 7, 64));
-        assert!(table.get(3, 7).is_some());
-        assert!(table.get(3, 8).is_none());
-        assert!(table.remove(3, 8).is_none());
-        assert!(table.remove(3, 7).is_some());
+        table.insert(slot(7), IoConn::new(-1, 64));
+        assert!(table.get(slot(7)).is_some());
+        assert!(table.get(slot(8)).is_none());
+        assert!(table.remove(slot(8)).is_none());
+        assert_eq!(table.ids(), [slot(7)]);
+        assert!(table.remove(slot(7)).is_some());
         assert!(table.is_empty());
     }
 
     #[test]
     fn a_detaching_connection_leaves_once_its_queue_is_sent_and_nothing_is_in_flight() {
-        let mut conn = IoConn::new(-1, 0, 64);
+        let mut conn = IoConn::new(-1, 64);
         conn.send.push(bytes::Bytes::from_static(b"X..."));
         conn.stage = Stage::Detaching;
         assert!(!conn.wants_recv(), "no receives while detaching");
@@ -193,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_flushing_connection_closes_once_its_queue_is_sent() {
-        let mut conn = IoConn::new(-1, 0, 64);
+        let mut conn = IoConn::new(-1, 64);
         assert!(conn.wants_recv() && !conn.ready_to_close());
         conn.send.push(bytes::Bytes::from_static(b"E..."));
         conn.stage = Stage::Flushing;

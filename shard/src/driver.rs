@@ -26,20 +26,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use pgtier_engine::ids::Slab;
 use pgtier_engine::{
     Action, ClientAddr, ClientId, CloseHow, Command, Conn, DetachedSocket, Engine, ServerAddr,
-    ServerId,
+    ServerId, SlotRef,
 };
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tracing::{debug, error, info};
 
-use crate::cancel_conn::CancelConn;
+use crate::cancel_conn::{CancelConn, CancelConnId};
 use crate::conn_io::{IoConn, IoTable, KEEP_RECV_BYTES, Stage, client_key, server_key};
 use crate::io::errno::{ErrnoAction, classify};
 use crate::io::op_key::{OpKey, OpKind};
 use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
-use crate::io::slab::{CancelConnId, Slab};
 use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
 
@@ -77,7 +77,8 @@ pub struct ShardParts<R: Ring> {
     /// The listening sockets this shard accepts on (owned: closed at shutdown); none in
     /// tests without a listener.
     pub listeners: Vec<ShardListener>,
-    /// Test-only: panic after this many accepts (see `proxy::panic_hook_from_env`).
+    /// Test-only: panic after this many accepts (`PGTIER_TEST_PANIC_AFTER_ACCEPTS`, read by
+    /// the `pgtier` crate's `proxy.rs`).
     pub panic_after_accepts: Option<u64>,
 }
 
@@ -362,7 +363,7 @@ impl<R: Ring> Shard<R> {
         self.mailbox_armed = armed;
     }
 
-    fn table(&mut self, conn: Conn) -> (&mut IoTable, (u32, u32)) {
+    fn table(&mut self, conn: Conn) -> (&mut IoTable, SlotRef) {
         match conn {
             Conn::Client(id) => (&mut self.clients, client_key(id)),
             Conn::Server(id) => (&mut self.servers, server_key(id)),
@@ -370,16 +371,16 @@ impl<R: Ring> Shard<R> {
     }
 
     fn io(&mut self, conn: Conn) -> Option<&mut IoConn> {
-        let (table, (index, generation)) = self.table(conn);
-        table.get_mut(index, generation)
+        let (table, id) = self.table(conn);
+        table.get_mut(id)
     }
 
     fn op_key(kind: OpKind, conn: Conn) -> OpKey {
-        let (index, generation) = match conn {
+        let id = match conn {
             Conn::Client(id) => client_key(id),
             Conn::Server(id) => server_key(id),
         };
-        OpKey::new(kind, index, generation)
+        OpKey::new(kind, id.index, id.generation)
     }
 
     fn recv_kind(conn: Conn) -> OpKind {
@@ -535,15 +536,14 @@ impl<R: Ring> Shard<R> {
     /// engine, once nothing of it is in flight. The engine gives it back when the server
     /// does not move after all; it is closed then.
     fn try_detach(&mut self, now: Instant, id: ServerId) {
-        let (index, generation) = server_key(id);
         if !self
             .servers
-            .get_mut(index, generation)
+            .get_mut(server_key(id))
             .is_some_and(|io| io.ready_to_detach())
         {
             return;
         }
-        let Some(io) = self.servers.remove(index, generation) else {
+        let Some(io) = self.servers.remove(server_key(id)) else {
             return;
         };
         // The kernel owns none of its buffers (`ready_to_detach`), so they may go; the
@@ -557,13 +557,12 @@ impl<R: Ring> Shard<R> {
 
     /// Registers a server socket another shard detached as this slot's connection.
     fn adopt(&mut self, id: ServerId, socket: DetachedSocket) {
-        let (index, generation) = server_key(id);
         // The descriptor is process-wide and was detached from the other shard's ring with
         // nothing in flight: from here it is this shard's alone.
         let fd = socket.into_raw();
         self.servers.insert(
-            index,
-            IoConn::new(fd, generation, self.limits.server_recv_chunk_bytes),
+            server_key(id),
+            IoConn::new(fd, self.limits.server_recv_chunk_bytes),
         );
         self.arm_recv(Conn::Server(id));
     }
@@ -578,12 +577,8 @@ impl<R: Ring> Shard<R> {
                 return;
             }
         };
-        let (index, generation) = server_key(id);
-        let mut io = IoConn::new(
-            socket.into_raw_fd(),
-            generation,
-            self.limits.server_recv_chunk_bytes,
-        );
+        let key = server_key(id);
+        let mut io = IoConn::new(socket.into_raw_fd(), self.limits.server_recv_chunk_bytes);
         let target = Box::new(target);
         let op = Op::Connect {
             fd: io.fd,
@@ -592,10 +587,11 @@ impl<R: Ring> Shard<R> {
         };
         io.addr = Some(target);
         io.connecting = true;
-        self.servers.insert(index, io);
+        self.servers.insert(key, io);
+        let op_key = OpKey::new(OpKind::ServerConnect, key.index, key.generation);
         // SAFETY: the boxed address stays in the connection until the connect is reaped.
-        if !unsafe { self.submit(OpKey::new(OpKind::ServerConnect, index, generation), op) } {
-            if let Some(io) = self.servers.get_mut(index, generation) {
+        if !unsafe { self.submit(op_key, op) } {
+            if let Some(io) = self.servers.get_mut(key) {
                 io.connecting = false;
             }
             self.engine.handle_server_connected(now, id, Err(libc::EIO));
@@ -645,8 +641,8 @@ impl<R: Ring> Shard<R> {
         if !io.send.in_flight() {
             io.send.clear();
         }
-        let (table, (index, generation)) = self.table(conn);
-        if let Some(io) = table.remove(index, generation) {
+        let (table, id) = self.table(conn);
+        if let Some(io) = table.remove(id) {
             self.close_fd(io.fd);
             self.engine.handle_closed(Instant::now(), conn);
         }
@@ -689,13 +685,13 @@ impl<R: Ring> Shard<R> {
         }
         let result = completion.result;
         let client = || {
-            Conn::Client(ClientId(pgtier_engine::SlotRef {
+            Conn::Client(ClientId(SlotRef {
                 index: key.index,
                 generation: key.generation,
             }))
         };
         let server = || {
-            Conn::Server(ServerId(pgtier_engine::SlotRef {
+            Conn::Server(ServerId(SlotRef {
                 index: key.index,
                 generation: key.generation,
             }))
@@ -709,7 +705,7 @@ impl<R: Ring> Shard<R> {
             OpKind::ServerConnect => self.on_connect(now, server(), result),
             OpKind::MailboxRead => self.on_mailbox(now, result),
             OpKind::CancelConnect | OpKind::CancelSend | OpKind::CancelRecv => {
-                let id = CancelConnId(crate::io::slab::SlotRef {
+                let id = CancelConnId(SlotRef {
                     index: key.index,
                     generation: key.generation,
                 });
@@ -776,8 +772,7 @@ impl<R: Ring> Shard<R> {
         };
         self.engine
             .handle_local_addr(Conn::Client(id), local_addr(fd));
-        let (index, generation) = client_key(id);
-        self.clients.insert(index, IoConn::client(fd, generation));
+        self.clients.insert(client_key(id), IoConn::client(fd));
         self.arm_recv(Conn::Client(id));
     }
 
@@ -980,11 +975,11 @@ impl<R: Ring> Drop for Shard<R> {
             return;
         }
         let mut targets = Vec::new();
-        for (index, generation) in self.clients.ids() {
+        for SlotRef { index, generation } in self.clients.ids() {
             targets.push(OpKey::new(OpKind::ClientRecv, index, generation));
             targets.push(OpKey::new(OpKind::ClientSend, index, generation));
         }
-        for (index, generation) in self.servers.ids() {
+        for SlotRef { index, generation } in self.servers.ids() {
             targets.push(OpKey::new(OpKind::ServerRecv, index, generation));
             targets.push(OpKey::new(OpKind::ServerSend, index, generation));
             targets.push(OpKey::new(OpKind::ServerConnect, index, generation));
@@ -1082,7 +1077,7 @@ fn set_nodelay(fd: i32) {
 
 /// A non-blocking socket for a server at `addr` and the address to connect it to: TCP with
 /// `TCP_NODELAY`, or a Unix-domain socket.
-pub fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
+pub(crate) fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
     match addr {
         ServerAddr::Tcp(addr) => {
             let socket = Socket::new(

@@ -1,38 +1,23 @@
-//! pgtier's shard crate: the io_uring thread-per-core proxy.
+//! pgtier's ring driver: one shard's io_uring loop.
 //!
-//! Each shard is a pinned thread with its own ring and listener (`driver.rs`), driving one
-//! `pgtier_engine::Engine`, which holds every protocol decision. Around it: the services
-//! the engine calls (replica routing over the control shard in `routing.rs`, the admin
-//! console in `console.rs`, name resolution, the OS random generator), the control shard
-//! itself (`control`), and `proxy.rs`, which starts the shards and turns signals into
-//! reloads and shutdowns.
-pub mod admin;
-pub mod cli;
-pub mod control;
-
+//! Each shard is a pinned thread with its own ring and listeners ([`Shard`], `driver.rs`),
+//! driving one `pgtier_engine::Engine`, which holds every protocol decision. What is here is
+//! only how the ring is used: the ring itself and its bookkeeping (`io/`), each connection's
+//! buffers and teardown (`conn_io.rs`), the one-shot cancel connections (`cancel_conn.rs`),
+//! the listening sockets ([`listen`]) and the queue other threads post to a shard through
+//! ([`Mailbox`]). The services the engine calls (replica routing, the console, name
+//! resolution, randomness) are handed in with the engine by the process that starts the
+//! shards (the `pgtier` crate); this crate knows none of them.
 mod cancel_conn;
 mod conn_io;
-mod console;
 mod driver;
-pub mod io;
+mod io;
 pub mod listen;
 mod mailbox;
-pub mod metrics;
-mod os_random;
-mod proxy;
-mod resolve;
-mod routing;
-#[cfg(test)]
-mod routing_tests;
-pub mod tls_files;
 #[cfg(test)]
 mod trap_tests;
 
-pub use mailbox::ShutdownMode;
-pub use pgtier_engine::shared::StatsSnapshot;
-pub use proxy::{ProxyHandle, start};
-
-/// Runs the proxy until shutdown. `config_path` is kept for SIGHUP reloads.
-pub fn run(config_path: &std::path::Path) -> Result<(), String> {
-    proxy::run(config_path)
-}
+pub use driver::{Shard, ShardParts};
+pub use io::ring::Ring;
+pub use io::uring::{RecvBuffers, RingFlavor, UringRing};
+pub use mailbox::{Command, Mailbox, ShutdownMode};

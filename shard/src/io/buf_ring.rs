@@ -22,7 +22,7 @@ struct Entry {
     resv: u16,
 }
 
-pub struct BufRing {
+pub(crate) struct BufRing {
     /// The mmap'd entry array (`count` entries), shared with the kernel.
     entries: *mut Entry,
     /// Bytes mapped for `entries`.
@@ -77,7 +77,7 @@ impl BufRing {
     }
 
     /// The entry array's address, for `register_buf_ring_with_flags`.
-    pub fn register_addr(&self) -> u64 {
+    pub(crate) fn register_addr(&self) -> u64 {
         self.entries as u64
     }
 

@@ -21,7 +21,7 @@ pub struct Pending {
 }
 
 #[derive(Default)]
-pub struct FakeRing {
+pub(crate) struct FakeRing {
     /// Submitted and not yet completed, in submission order.
     pub pending: Vec<Pending>,
     /// Completions a test has produced and the shard has not yet reaped.
@@ -67,7 +67,7 @@ impl FakeRing {
     }
 
     /// Posts a completion for a multishot op that stays pending (MORE set).
-    pub fn complete_multishot(&mut self, pending: &Pending, result: i32) {
+    pub(crate) fn complete_multishot(&mut self, pending: &Pending, result: i32) {
         self.ready.push_back(Completion {
             user_data: pending.key.encode(),
             result,
@@ -104,7 +104,7 @@ impl FakeRing {
     }
 
     /// Completes a Send/SendMsg after "sending" at most `limit` bytes; returns what was sent.
-    pub fn accept_send(&mut self, pending: Pending, limit: usize) -> Vec<u8> {
+    pub(crate) fn accept_send(&mut self, pending: Pending, limit: usize) -> Vec<u8> {
         let mut bytes = Vec::new();
         match pending.op {
             Op::Send { buf, len, fd } => {
@@ -139,7 +139,7 @@ impl FakeRing {
 
     /// Reverses the order of ready completions (the kernel does not promise any order
     /// between different sockets).
-    pub fn reorder_ready(&mut self) {
+    pub(crate) fn reorder_ready(&mut self) {
         let mut items: Vec<_> = self.ready.drain(..).collect();
         items.reverse();
         self.ready.extend(items);

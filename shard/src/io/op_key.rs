@@ -54,8 +54,9 @@ impl OpKind {
     }
 }
 
-/// Generations are kept to 24 bits inside the key; slabs wrap them at the same width.
-pub const GENERATION_MASK: u32 = (1 << 24) - 1;
+/// Generations are kept to 24 bits inside the key: the width at which the engine's slab
+/// (`pgtier_engine::ids::Slab`, the one slab of the process) wraps them.
+pub const GENERATION_MASK: u32 = (1 << pgtier_engine::ids::GENERATION_BITS) - 1;
 
 /// A decoded `user_data`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,14 +15,14 @@ use crate::io::ring::Op;
 
 /// Where received bytes land.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecvKind {
+pub(crate) enum RecvKind {
     /// The connection's own buffer, grown by `chunk_bytes` when it needs room.
     Own { chunk_bytes: u32 },
     /// The ring's provided buffers, through a multishot recv.
     Provided,
 }
 
-pub struct RecvBuf {
+pub(crate) struct RecvBuf {
     /// Received bytes not yet handed on (own-buffer kind only; empty for provided).
     pub data: BytesMut,
     /// Own buffer: true from `prepare` until its completion, and the spare capacity belongs
@@ -83,7 +83,7 @@ impl RecvBuf {
     }
 
     /// The kernel wrote `n` bytes after the old end.
-    pub fn on_received(&mut self, n: usize) {
+    pub(crate) fn on_received(&mut self, n: usize) {
         assert!(self.in_flight, "recv completion without a recv in flight");
         self.in_flight = false;
         let spare = self.data.capacity() - self.data.len();
@@ -95,7 +95,7 @@ impl RecvBuf {
     /// A receive completed with `result`: bytes (`> 0`), the end of the stream (0) or an
     /// error (`< 0`); `more` says a multishot stays armed. Provided-buffer bytes are the
     /// caller's to copy out; only the in-flight state changes here.
-    pub fn on_completion(&mut self, result: i32, more: bool) {
+    pub(crate) fn on_completion(&mut self, result: i32, more: bool) {
         if self.kind == RecvKind::Provided {
             assert!(self.in_flight, "recv completion without a recv armed");
             self.in_flight = more;
@@ -107,13 +107,13 @@ impl RecvBuf {
         }
     }
 
-    pub fn on_failed(&mut self) {
+    pub(crate) fn on_failed(&mut self) {
         assert!(self.in_flight, "recv failure without a recv in flight");
         self.in_flight = false;
     }
 
     /// Gives memory back after a burst (e.g. an idle client that once sent a large query).
-    pub fn shrink_if_idle(&mut self, keep_bytes: usize) {
+    pub(crate) fn shrink_if_idle(&mut self, keep_bytes: usize) {
         if !self.in_flight && self.data.is_empty() && self.data.capacity() > keep_bytes {
             self.data = BytesMut::new();
         }

@@ -48,11 +48,11 @@ pub struct Completion {
 }
 
 /// Bit in `Completion::flags`: the completion names a provided buffer (upper 16 bits).
-pub const CQE_F_BUFFER: u32 = 1;
+pub(crate) const CQE_F_BUFFER: u32 = 1;
 /// Bit in `Completion::flags`: a multishot operation stays armed and will post again.
-pub const CQE_F_MORE: u32 = 1 << 1;
+pub(crate) const CQE_F_MORE: u32 = 1 << 1;
 /// Where a provided buffer's id sits in `Completion::flags`.
-pub const CQE_BUFFER_SHIFT: u32 = 16;
+pub(crate) const CQE_BUFFER_SHIFT: u32 = 16;
 
 impl Completion {
     pub fn more(&self) -> bool {

@@ -20,7 +20,7 @@ struct Batch {
     iovecs: Vec<libc::iovec>,
 }
 
-pub struct SendQueue {
+pub(crate) struct SendQueue {
     chunks: VecDeque<Bytes>,
     queued_bytes: usize,
     /// Allocated for a multi-chunk send, kept until the queue empties.
@@ -54,6 +54,7 @@ impl SendQueue {
         self.chunks.push_back(chunk);
     }
 
+    #[cfg(test)]
     pub fn queued_bytes(&self) -> usize {
         self.queued_bytes
     }
@@ -110,7 +111,7 @@ impl SendQueue {
     }
 
     /// Consumes `sent` bytes from the front after a (possibly short) send completed.
-    pub fn on_sent(&mut self, sent: usize) {
+    pub(crate) fn on_sent(&mut self, sent: usize) {
         assert!(self.in_flight, "send completion without a send in flight");
         self.in_flight = false;
         let mut left = sent.min(self.queued_bytes);
@@ -139,7 +140,7 @@ impl SendQueue {
     }
 
     /// The send failed: the kernel is done with the buffers, nothing was consumed.
-    pub fn on_failed(&mut self) {
+    pub(crate) fn on_failed(&mut self) {
         assert!(self.in_flight, "send failure without a send in flight");
         self.in_flight = false;
     }

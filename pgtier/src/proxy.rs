@@ -1,0 +1,614 @@
+//! Starting and stopping the proxy: one pinned thread per shard with its own ring and its
+//! listeners (bound by `pgtier_shard::listen`), each shard's engine with its services, the
+//! control plane, the metrics endpoint and the resolver thread, and the signal loop (SIGHUP
+//! reload, SIGTERM/SIGINT graceful, a second signal immediate).
+
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use pgtier_core::config::Config;
+use pgtier_engine::shared::StatsSnapshot;
+use pgtier_engine::userlist::UserList;
+use pgtier_engine::{Engine, EngineParts};
+use tracing::{error, info, warn};
+
+use pgtier_console::ShardConsole;
+use pgtier_metrics::MetricsEndpoint;
+use pgtier_metrics::Sources;
+use pgtier_replicas::{
+    ControlOptions, ControlPlane, ReplyMailbox, RouterMap, ShardRouting, SharedRouting,
+    default_probe_login,
+};
+use pgtier_shard::listen::{Listeners, UnixSocketFile};
+use pgtier_shard::{Command, Mailbox, RecvBuffers, Shard, ShardParts, ShutdownMode, UringRing};
+
+use crate::os_random::OsRandom;
+use crate::resolve::Dns;
+
+/// A shard that panicked takes the process down with this status (EX_SOFTWARE): a proxy
+/// with a dead shard would keep its listener in the port's SO_REUSEPORT group, and about one
+/// new connection in every `workers` would hang.
+const SHARD_PANIC_EXIT: i32 = 70;
+
+/// Test-only (debug builds): a shard panics after this many accepts, to check that a shard
+/// panic ends the process instead of leaving it half alive.
+const PANIC_HOOK_VARIABLE: &str = "PGTIER_TEST_PANIC_AFTER_ACCEPTS";
+
+/// State shared by all shards, read off the query path.
+pub struct Shared {
+    pub mailboxes: Vec<Arc<Mailbox>>,
+    /// What the engines share: client count, statistics, pool budgets.
+    pub engine: Arc<pgtier_engine::Shared>,
+    /// The replica routers of the current configuration.
+    pub routing: Arc<SharedRouting>,
+    /// Shards whose loop has returned.
+    pub finished_shards: AtomicUsize,
+    /// The admin console's RELOAD asks the main thread (`run`) to reread the files.
+    pub reload_requested: Arc<AtomicBool>,
+}
+
+/// Commands a shard's mailbox holds before posts fail.
+const MAILBOX_CAPACITY: usize = 4096;
+
+/// A running proxy.
+pub struct ProxyHandle {
+    /// The first TCP address (or the unspecified address with `listen_port` without one).
+    addr: SocketAddr,
+    tcp_addrs: Vec<SocketAddr>,
+    /// The Unix socket; its file is removed when the handle is dropped.
+    unix: Option<UnixSocketFile>,
+    /// The settings the process started with (those a reload cannot change are named).
+    started: pgtier_core::config::Settings,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<Result<(), String>>>,
+    /// The control shard of the current routers; replaced on reload, stopped at join.
+    control: Mutex<Option<ControlPlane>>,
+    /// The metrics endpoint with its address, when `metrics_port` is set; restarted when a
+    /// reload changes the address, stopped at join.
+    metrics: Mutex<MetricsEndpoint>,
+    /// Server host names, resolved off the shard threads; stopped when the handle goes.
+    dns: Dns,
+}
+
+impl ProxyHandle {
+    /// The address clients connect to (the real port when the config said 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every TCP address listened on, in `listen_addr` order.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.tcp_addrs
+    }
+
+    /// The Unix socket file, when `unix_socket_dir` names a directory.
+    pub fn unix_socket_path(&self) -> Option<&Path> {
+        self.unix.as_ref().and_then(UnixSocketFile::path)
+    }
+
+    /// Totals over all shards (folded in batches, so slightly behind).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.engine.snapshot()
+    }
+
+    /// Clients currently connected across all shards.
+    pub fn client_count(&self) -> u32 {
+        self.shared.engine.clients.load(Ordering::Acquire)
+    }
+
+    /// Where the metrics endpoint listens, when it is on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        let metrics = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+        metrics.local_addr()
+    }
+
+    /// Starts, moves or stops the metrics endpoint when `metrics_addr`/`metrics_port`
+    /// changed. A new address that cannot be bound leaves the endpoint off (logged).
+    fn reload_metrics(&self, config: &Config) {
+        let mut metrics = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(message) = metrics.apply(&config.pgtier, || self.metrics_sources()) {
+            warn!(%message, "metrics endpoint not restarted");
+        }
+    }
+
+    fn metrics_sources(&self) -> Sources {
+        Sources {
+            engine: self.shared.engine.clone(),
+            routing: self.shared.routing.clone(),
+        }
+    }
+
+    /// The replica routers of the current configuration (what `SHOW REPLICAS` shows).
+    pub fn routers(&self) -> Arc<RouterMap> {
+        self.shared.routing.map.load_full()
+    }
+
+    /// Hands a new configuration to every shard (what SIGHUP does). Unchanged replica sets
+    /// keep their router (sessions, roles, health); a new control plane takes over and the
+    /// old one stops.
+    pub fn reload(&self, config: Config) -> Result<(), String> {
+        for setting in pgtier_shard::listen::startup_only_changes(&self.started, &config.pgtier) {
+            warn!(
+                setting,
+                "changed in the configuration; it is read at start only and applies at the next start"
+            );
+        }
+        let users = Arc::new(load_users(&config)?);
+        let tls = load_tls(&config)?;
+        let old_map = self.shared.routing.map.load_full();
+        let map = old_map
+            .reload(&config, default_probe_login)
+            .map_err(|error| format!("replica routing: {error}"))?;
+        let plane = start_control_plane(&map, &config)?;
+        // New host names are looked up here, before any shard has the configuration.
+        self.dns.reload(&config);
+        self.shared.routing.map.store(Arc::new(map));
+        let old_plane = self
+            .control
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(plane);
+        drop(old_plane);
+        self.reload_metrics(&config);
+        let config = Arc::new(config);
+        for mailbox in &self.shared.mailboxes {
+            let command = Command::Reload {
+                config: config.clone(),
+                users: users.clone(),
+                tls: tls.clone(),
+            };
+            mailbox
+                .post(command)
+                .map_err(|_| "a shard's mailbox is full".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Asks every shard to shut down in `mode`.
+    pub fn shutdown(&self, mode: ShutdownMode) {
+        for mailbox in &self.shared.mailboxes {
+            if mailbox.post(Command::Shutdown(mode)).is_err() {
+                warn!("shutdown not delivered: mailbox full");
+            }
+        }
+    }
+
+    /// Whether the admin console asked for a RELOAD since the last call.
+    pub(crate) fn take_reload_request(&self) -> bool {
+        self.shared.reload_requested.swap(false, Ordering::AcqRel)
+    }
+
+    /// Every shard has returned.
+    pub fn is_finished(&self) -> bool {
+        self.shared.finished_shards.load(Ordering::Acquire) == self.threads.len()
+    }
+
+    /// Waits for every shard, then stops the control shard; the first shard error is
+    /// returned. The Unix socket file is removed.
+    pub fn join(self) -> Result<(), String> {
+        let plane = self
+            .control
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut result = Ok(());
+        for thread in self.threads {
+            let outcome = thread
+                .join()
+                .unwrap_or_else(|_| Err("a shard panicked".to_string()));
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        if let Some(plane) = plane {
+            plane.shutdown();
+        }
+        self.metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop();
+        result
+    }
+}
+
+/// The auth file and, with `auth_type = hba`, the HBA rules (read again on reload).
+fn load_users(config: &Config) -> Result<UserList, String> {
+    UserList::load_for(&config.pgtier)
+}
+
+/// Reads the TLS files the settings name (at start and on every reload, so renewed
+/// certificates are picked up); a broken file fails the start or the reload as a whole.
+fn load_tls(config: &Config) -> Result<pgtier_engine::tls::TlsSides, String> {
+    let contexts =
+        crate::tls_files::TlsContexts::load(&config.pgtier).map_err(|e| e.to_string())?;
+    for warning in contexts.warnings() {
+        warn!("{warning}");
+    }
+    Ok(pgtier_engine::tls::TlsSides {
+        acceptor: contexts.acceptor().cloned(),
+        connector: contexts.connector().cloned(),
+    })
+}
+
+/// The number of shards `config` asks for.
+pub fn worker_count(config: &Config) -> usize {
+    config
+        .pgtier
+        .worker_count()
+        .clamp(1, pgtier_engine::cancel::MAX_SHARDS)
+}
+
+/// Binds the listeners, starts the shards and returns once each has its ring and listener.
+pub fn start(config: Config) -> Result<ProxyHandle, String> {
+    let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
+    start_bound(config, listeners)
+}
+
+/// Starts the shards on listeners bound already (by `Listeners::bind` with
+/// `worker_count(&config)` shards), so a process can bind and then give up root first.
+pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, String> {
+    if !config.unhonoured.is_empty() {
+        warn!(
+            "PgBouncer settings pgtier reads but does not honour (their values have no effect): {}",
+            config.unhonoured.join(", ")
+        );
+    }
+    // SAFETY: ignoring SIGPIPE process-wide is what every network server does; sends also
+    // pass MSG_NOSIGNAL.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let workers = worker_count(&config);
+    if listeners.per_shard.len() != workers {
+        return Err(format!(
+            "bug: listeners bound for {} shards, {workers} configured",
+            listeners.per_shard.len()
+        ));
+    }
+    let users = Arc::new(load_users(&config)?);
+    let tls = load_tls(&config)?;
+    let Listeners {
+        per_shard: listen_fds,
+        tcp_addrs,
+        unix,
+    } = listeners;
+    let addr = tcp_addrs.first().copied().unwrap_or_else(|| {
+        SocketAddr::new(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            config.pgtier.listen_port,
+        )
+    });
+    let mailboxes = (0..workers)
+        .map(|_| Mailbox::new(MAILBOX_CAPACITY).map(Arc::new))
+        .collect::<Result<Vec<Arc<Mailbox>>, _>>()?;
+    let replies: Vec<Arc<ReplyMailbox>> = mailboxes
+        .iter()
+        .map(|mailbox| {
+            let mailbox = mailbox.clone();
+            ReplyMailbox::new(move || mailbox.wake())
+        })
+        .collect();
+    let map = RouterMap::from_config(&config, default_probe_login)
+        .map_err(|error| format!("replica routing: {error}"))?;
+    let plane = start_control_plane(&map, &config)?;
+    let dns = Dns::start(&config)?;
+    let shared = Arc::new(Shared {
+        mailboxes,
+        engine: Arc::new(pgtier_engine::Shared::new(workers)),
+        routing: Arc::new(SharedRouting::new(map)),
+        finished_shards: AtomicUsize::new(0),
+        reload_requested: Arc::new(AtomicBool::new(false)),
+    });
+    let config = Arc::new(config);
+    let panic_after_accepts = std::env::var(PANIC_HOOK_VARIABLE)
+        .ok()
+        .and_then(|value| value.parse::<u64>().ok())
+        .filter(|_| cfg!(debug_assertions));
+    if let Some(accepts) = panic_after_accepts {
+        warn!(
+            accepts,
+            "test hook armed: a shard panics after this many accepts ({PANIC_HOOK_VARIABLE})"
+        );
+    }
+    // The CPUs this process may run on (a taskset or cpuset mask included): shard i is
+    // pinned to the i-th of them, so a mask is honoured and shards spread over it.
+    let cpus = allowed_cpus();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::with_capacity(workers);
+    for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
+        let (config, users, shared, ready, tls, resolver) = (
+            config.clone(),
+            users.clone(),
+            shared.clone(),
+            ready_tx.clone(),
+            tls.clone(),
+            dns.resolver(),
+        );
+        let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
+        let thread = std::thread::Builder::new()
+            .name(format!("pgtier-shard-{index}"))
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    pin_to_core(cpu);
+                }
+                let recv = RecvBuffers {
+                    count: u16::try_from(config.pgtier.recv_buffer_count).unwrap_or(1 << 15),
+                    size: config.pgtier.recv_buffer_bytes,
+                };
+                let ring = match UringRing::new(config.pgtier.ring_entries, recv) {
+                    Ok(ring) => ring,
+                    Err(message) => {
+                        let _ = ready.send(Err(message.clone()));
+                        shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                        return Err(message);
+                    }
+                };
+                info!(shard = index, flavor = %ring.flavor(), "shard started");
+                let engine = Engine::new(EngineParts {
+                    shard: index,
+                    config: config.clone(),
+                    users,
+                    shared: shared.engine.clone(),
+                    routing: Box::new(ShardRouting::new(shared.routing.clone(), replies)),
+                    console: Box::new(
+                        ShardConsole::new(shared.routing.clone(), shared.engine.clone())
+                            .with_reload(shared.reload_requested.clone()),
+                    ),
+                    resolver: Box::new(resolver),
+                    random: Box::new(OsRandom),
+                    now: Instant::now(),
+                    wall_now: SystemTime::now(),
+                    tls,
+                });
+                let parts = ShardParts {
+                    index,
+                    ring,
+                    engine,
+                    mailboxes: shared.mailboxes.clone(),
+                    listeners: listener,
+                    panic_after_accepts,
+                };
+                let mut shard = Shard::new(parts, &config);
+                let _ = ready.send(Ok(()));
+                let result = match std::panic::catch_unwind(AssertUnwindSafe(|| shard.run())) {
+                    Ok(result) => result,
+                    Err(panic) => {
+                        let reason = panic
+                            .downcast_ref::<&str>()
+                            .map(|text| text.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown".to_string());
+                        error!(
+                            shard = index,
+                            %reason,
+                            "a shard panicked; pgtier exits so that no client waits on a dead shard"
+                        );
+                        std::process::exit(SHARD_PANIC_EXIT);
+                    }
+                };
+                if let Err(message) = &result {
+                    error!(shard = index, %message, "shard stopped");
+                }
+                shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                result
+            })
+            .map_err(|e| format!("cannot start a shard thread: {e}"))?;
+        threads.push(thread);
+    }
+    let handle = ProxyHandle {
+        addr,
+        tcp_addrs,
+        unix,
+        started: config.pgtier.clone(),
+        shared,
+        threads,
+        control: Mutex::new(Some(plane)),
+        metrics: Mutex::new(MetricsEndpoint::default()),
+        dns,
+    };
+    let started = handle
+        .metrics
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .apply(&config.pgtier, || handle.metrics_sources());
+    if let Err(message) = started {
+        handle.shutdown(ShutdownMode::Immediate);
+        let _ = handle.join();
+        return Err(message);
+    }
+    for _ in 0..workers {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                handle.shutdown(ShutdownMode::Immediate);
+                let _ = handle.join();
+                return Err(message);
+            }
+            Err(_) => return Err("a shard thread exited during startup".to_string()),
+        }
+    }
+    let tcp: Vec<String> = handle.tcp_addrs.iter().map(SocketAddr::to_string).collect();
+    let unix = handle.unix.as_ref().map(|unix| unix.shown().to_string());
+    info!(tcp = %tcp.join(","), unix = unix.as_deref().unwrap_or(""), workers, "pgtier listening");
+    Ok(handle)
+}
+
+/// The control shard over `map`'s routers, with an LSN poller for each reader entry.
+fn start_control_plane(map: &RouterMap, config: &Config) -> Result<ControlPlane, String> {
+    let mut plane =
+        ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
+            .map_err(|error| format!("cannot start the control shard: {error}"))?;
+    plane
+        .start_lsn_pollers(map.readers())
+        .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
+    Ok(plane)
+}
+
+/// The CPUs in this thread's affinity mask, in order (empty if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size, and CPU_ISSET
+    // reads within its bounds for every index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|cpu| libc::CPU_ISSET(*cpu, &set))
+            .collect()
+    }
+}
+
+fn pin_to_core(core: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays within its bounds for core < 1024, and
+    // sched_setaffinity only reads the set. Failure (e.g. a restricted cpuset) is harmless.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if core < libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(core, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// Blocks SIGHUP, SIGTERM and SIGINT in the calling thread (and threads it starts later), so
+/// only `wait_signal` sees them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set, then pthread_sigmask for this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `set` and `ts` are live locals; a null siginfo pointer is allowed.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (signal > 0).then_some(signal)
+}
+
+/// What the process around the proxy does at its steps (the command line's daemon,
+/// pidfile, privileges and log files); every hook may be a no-op.
+pub(crate) struct RunHooks<'a> {
+    /// The listeners are bound and no thread runs yet (drop privileges here).
+    pub bound: &'a mut dyn FnMut(&Listeners) -> Result<(), String>,
+    /// Every shard is serving (write the pidfile, tell a waiting parent).
+    pub serving: &'a mut dyn FnMut(&ProxyHandle) -> Result<(), String>,
+    /// SIGHUP arrived, before the reload (reopen log files).
+    pub sighup: &'a mut dyn FnMut(),
+}
+
+/// How often the main thread looks for a RELOAD asked on the admin console.
+const RELOAD_POLL: Duration = Duration::from_millis(50);
+
+/// Runs the proxy from a config file until a shutdown completes, with PgBouncer 1.23's
+/// signals: SIGHUP (or RELOAD on the console) rereads the file (an invalid file is logged and
+/// ignored); SIGINT is the safe shutdown (`SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, each
+/// client closes when its transaction ends, exit once no server is in use); SIGTERM is the
+/// super safe one (`SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, exit once every client has
+/// left, which is what a rolling restart needs); a second SIGINT/SIGTERM closes everything
+/// at once.
+pub fn run(config_path: &Path) -> Result<(), String> {
+    let config = Config::load(config_path).map_err(|error| error.to_string())?;
+    init_logging(&config.pgtier.log_level);
+    run_with(
+        config_path,
+        config,
+        RunHooks {
+            bound: &mut |_| Ok(()),
+            serving: &mut |_| Ok(()),
+            sighup: &mut || {},
+        },
+    )
+}
+
+/// Runs the proxy with `config` (loaded from `config_path`) until a shutdown completes, with
+/// the signals of [`run`] and the process steps of `hooks`.
+pub(crate) fn run_with(
+    config_path: &Path,
+    config: Config,
+    hooks: RunHooks<'_>,
+) -> Result<(), String> {
+    let signals = block_signals();
+    let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
+    (hooks.bound)(&listeners)?;
+    let handle = start_bound(config, listeners)?;
+    if let Err(message) = (hooks.serving)(&handle) {
+        handle.shutdown(ShutdownMode::Immediate);
+        let _ = handle.join();
+        return Err(message);
+    }
+    let mut shutting_down = false;
+    while !handle.is_finished() {
+        if handle.take_reload_request() {
+            info!("RELOAD from the admin console");
+            // As SIGHUP: log files first.
+            (hooks.sighup)();
+            reload_from(&handle, config_path);
+        }
+        let Some(signal) = wait_signal(&signals, RELOAD_POLL) else {
+            continue;
+        };
+        if signal == libc::SIGHUP {
+            // Log files first, so the reload's own lines land in the fresh file.
+            (hooks.sighup)();
+        }
+        match signal {
+            libc::SIGHUP => reload_from(&handle, config_path),
+            libc::SIGTERM | libc::SIGINT if shutting_down => {
+                info!("second signal: closing everything now");
+                handle.shutdown(ShutdownMode::Immediate);
+            }
+            libc::SIGTERM => {
+                info!(
+                    "SIGTERM: super safe shutdown (WAIT_FOR_CLIENTS): no new connections, \
+                     exiting once every client has left"
+                );
+                shutting_down = true;
+                handle.shutdown(ShutdownMode::WaitForClients);
+            }
+            libc::SIGINT => {
+                info!(
+                    "SIGINT: safe shutdown (WAIT_FOR_SERVERS): no new connections, each \
+                     client closes at the end of its transaction"
+                );
+                shutting_down = true;
+                handle.shutdown(ShutdownMode::WaitForTransactions);
+            }
+            _ => {}
+        }
+    }
+    handle.join()
+}
+
+/// Rereads the configuration file and hands it to every shard (SIGHUP, RELOAD).
+fn reload_from(handle: &ProxyHandle, config_path: &Path) {
+    match Config::load(config_path) {
+        Ok(config) => match handle.reload(config) {
+            Ok(()) => info!("reloaded {}", config_path.display()),
+            Err(message) => warn!(%message, "reload failed"),
+        },
+        Err(error) => warn!(%error, "reload skipped: invalid configuration"),
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}

@@ -15,7 +15,26 @@ use pgtier_wire::messages::backend::ErrorResponse;
 use pgtier_wire::messages::frontend::{ProtocolVersion, Query, StartupMessage};
 use pgtier_wire::messages::{BackendMessage, Message};
 
-use crate::probe::ProbeLogin;
+/// How probes log in to a replica.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProbeLogin {
+    /// Role to log in as (a dedicated health user, or the database's forced user).
+    pub user: String,
+    /// Its password; `None` when the server trusts the role.
+    pub password: Option<String>,
+    /// Database to connect to.
+    pub dbname: String,
+}
+
+impl std::fmt::Debug for ProbeLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeLogin")
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("dbname", &self.dbname)
+            .finish()
+    }
+}
 
 /// Largest server message accepted; the control plane's answers are tiny.
 const MAX_MESSAGE_BYTES: u32 = 64 * 1024;

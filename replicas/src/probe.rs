@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use pgtier_policy::ReplicaId;
 
 use crate::health::ProbeOutcome;
+pub use crate::pg_link::ProbeLogin;
 use crate::pg_link::{PgLink, connect, io_cause, set_deadline};
 
 /// Probe query: `SELECT 1` proves the backend executes, the second column detects promotion.
@@ -33,27 +34,6 @@ pub(crate) const PROBE_SQL: &str = "SELECT 1, pg_is_in_recovery()";
 /// a SCRAM exchange) costs far more than the probe query and happens once per connection;
 /// dead servers are still caught within one timeout, by the refused or timed-out connect.
 pub(crate) const LOGIN_BUDGET_FACTOR: u32 = 4;
-
-/// How probes log in to a replica.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProbeLogin {
-    /// Role to log in as (a dedicated health user, or the database's forced user).
-    pub user: String,
-    /// Its password; `None` when the server trusts the role.
-    pub password: Option<String>,
-    /// Database to connect to.
-    pub dbname: String,
-}
-
-impl std::fmt::Debug for ProbeLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProbeLogin")
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
-            .field("dbname", &self.dbname)
-            .finish()
-    }
-}
 
 /// One probe result, sent from a prober thread to the control shard.
 #[derive(Clone, Debug, PartialEq, Eq)]

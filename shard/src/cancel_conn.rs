@@ -48,7 +48,7 @@ impl CancelConn {
         addr: &ServerAddr,
         request: [u8; 16],
     ) -> std::io::Result<CancelConn> {
-        let (socket, target) = crate::driver::server_socket(addr)?;
+        let (socket, target) = crate::sockets::server_socket(addr)?;
         Ok(CancelConn {
             fd: socket.into_raw_fd(),
             stage: CancelStage::Connecting,

@@ -20,7 +20,6 @@
 //!   `handle_closed`) only once the kernel owns none of its buffers. Dropping a shard
 //!   cancels everything in flight and waits for the completions before any buffer is freed.
 
-use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +30,6 @@ use pgtier_engine::{
     Action, ClientAddr, ClientId, CloseHow, Command, Conn, DetachedSocket, Engine, ServerAddr,
     ServerId, SlotRef,
 };
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tracing::{debug, error, info};
 
 use crate::cancel_conn::{CancelConn, CancelConnId};
@@ -42,6 +40,7 @@ use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
 use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
+use crate::sockets::{local_addr, peer_addr, server_socket};
 
 /// Most cancel connections in flight on one shard.
 const MAX_CANCEL_CONNS: usize = 1024;
@@ -1073,41 +1072,4 @@ fn set_nodelay(fd: i32) {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-}
-
-/// A non-blocking socket for a server at `addr` and the address to connect it to: TCP with
-/// `TCP_NODELAY`, or a Unix-domain socket.
-pub(crate) fn server_socket(addr: &ServerAddr) -> std::io::Result<(Socket, SockAddr)> {
-    match addr {
-        ServerAddr::Tcp(addr) => {
-            let socket = Socket::new(
-                Domain::for_address(*addr),
-                Type::STREAM.nonblocking().cloexec(),
-                Some(Protocol::TCP),
-            )?;
-            let _ = socket.set_tcp_nodelay(true);
-            Ok((socket, SockAddr::from(*addr)))
-        }
-        ServerAddr::Unix { path, .. } => {
-            let target = SockAddr::unix(path)?;
-            let socket = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
-            Ok((socket, target))
-        }
-    }
-}
-
-/// The peer address of a fresh client socket, for the admin console's listings.
-/// The local end of a connected socket, for the console's listings.
-fn local_addr(fd: RawFd) -> Option<SocketAddr> {
-    // SAFETY: `fd` is open (accepted or connected just now) for the duration of this call;
-    // the borrow does not outlive it.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    socket2::SockRef::from(&fd).local_addr().ok()?.as_socket()
-}
-
-fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
-    // SAFETY: `fd` was just accepted and is open for the duration of this call; the borrow
-    // does not outlive it.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    socket2::SockRef::from(&fd).peer_addr().ok()?.as_socket()
 }

@@ -14,6 +14,7 @@ mod driver;
 mod io;
 pub mod listen;
 mod mailbox;
+mod sockets;
 #[cfg(test)]
 mod trap_tests;
 

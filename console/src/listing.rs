@@ -10,8 +10,8 @@ use std::time::Duration;
 use pgtier_core::config::{ADMIN_DATABASE, Config, RoutingKind, ServerSet};
 
 use crate::format::{ConnKind, ConnPtr, format_ptr, pgbouncer_time};
+use crate::result::ResultSet;
 use crate::result::{Column, int4, text};
-use crate::show::ResultSet;
 use pgtier_engine::control::Gates;
 pub use pgtier_engine::listing::{ClientRow, Listing, PoolRow, ServerRow, ShardListing};
 

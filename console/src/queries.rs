@@ -6,8 +6,8 @@
 use pgtier_core::metrics::DigestStats;
 
 use crate::AdminView;
+use crate::result::ResultSet;
 use crate::result::{Column, numeric, text};
-use crate::show::ResultSet;
 
 /// Rows `SHOW QUERIES` shows, by total time.
 pub(crate) const SHOW_QUERIES_ROWS: usize = 100;

@@ -11,6 +11,22 @@ use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::row_description::Field;
 use pgtier_wire::messages::backend::{CommandComplete, DataRow, RowDescription};
 
+/// Columns and rows of one result set.
+pub(crate) struct ResultSet {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl ResultSet {
+    /// Columns with no rows (what pgtier has nothing to show for).
+    pub(crate) fn empty(columns: Vec<Column>) -> ResultSet {
+        ResultSet {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+}
+
 /// Command tag of every admin result, as PgBouncer sends it.
 pub(crate) const SHOW_TAG: &[u8] = b"SHOW";
 

@@ -11,7 +11,7 @@ use crate::command::AdminCommand;
 use crate::format::{millis, utc_timestamp};
 use crate::listing;
 use crate::queries;
-use crate::result::{Column, bytea, int4, int8, text as text_column, text_columns};
+use crate::result::{ResultSet, bytea, int4, int8, text as text_column, text_columns};
 use crate::stats;
 use crate::{AdminView, PoolerState, StatsView};
 use pgtier_replicas::ReadRouter;
@@ -20,22 +20,6 @@ use pgtier_replicas::events::{ControlEvent, EventKind};
 use pgtier_replicas::health::ProbeOutcome;
 use pgtier_replicas::router::ReplicaRouter;
 use pgtier_replicas::router_config::RouterPolicy;
-
-/// Columns and rows of one result set.
-pub(crate) struct ResultSet {
-    pub columns: Vec<Column>,
-    pub rows: Vec<Vec<Option<String>>>,
-}
-
-impl ResultSet {
-    /// Columns with no rows (what pgtier has nothing to show for).
-    fn empty(columns: Vec<Column>) -> ResultSet {
-        ResultSet {
-            columns,
-            rows: Vec::new(),
-        }
-    }
-}
 
 /// The result set of `command` over `view`.
 pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {

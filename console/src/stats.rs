@@ -10,8 +10,8 @@
 use pgtier_core::metrics::{DatabaseAverages, DatabaseCounts, DatabaseStats};
 
 use crate::AdminView;
+use crate::result::ResultSet;
 use crate::result::{Column, numeric, text};
-use crate::show::ResultSet;
 
 /// PgBouncer 1.18's fifteen columns, then `total_requests`: the pre-1.8 name of the query
 /// count, which Debian's prometheus-pgbouncer-exporter (1.7) still reads (it fails on a

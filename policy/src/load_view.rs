@@ -1,6 +1,6 @@
 //! The "least-loaded" scan every policy of this crate ranks replicas with (PLB's admission,
 //! returns and repair, and the baselines), in one place so that ties always go the same way.
-//! The load convention it is used with is `tiers::admit::tier_load`.
+//! The load convention it is used with is `tiers::role::tier_load`.
 
 use crate::replica::{ReplicaId, ReplicaLoad};
 use crate::role::Role;

@@ -18,7 +18,6 @@
 use core::fmt;
 
 use crate::replica::ServiceClass;
-use crate::table::RoleTable;
 use crate::tiers::{MAX_TIERS, Tier, TierTable};
 
 /// `θ` when the configuration does not set it.
@@ -178,8 +177,8 @@ impl PlbParams {
 
     /// Checks every parameter against the two-class initial layout `initial` (the configured
     /// split), naming the paper's parameters on error.
-    pub fn validate(&self, initial: &RoleTable) -> Result<(), ParamError> {
-        self.validate_tiers(&TierTable::from_roles(initial))
+    pub fn validate(&self, initial: impl Into<TierTable>) -> Result<(), ParamError> {
+        self.validate_tiers(&initial.into())
             .map_err(|error| ParamError::from_tiers(error, self))
     }
 

@@ -10,6 +10,7 @@
 //! (summaries over seeds, the paper's grid and failure scenarios), `report` (CSV), `plot`
 //! (PNG), `figures` (which plots the CLI draws).
 
+pub mod class;
 pub mod engine;
 pub mod figures;
 pub mod plot;

@@ -2,7 +2,7 @@
 //! goes. Adapters in `strategies` implement it on top of `pgtier_policy`, so the simulator
 //! never re-implements a policy; the engine only knows this trait.
 
-use super::workload::Class;
+use super::class::Class;
 
 /// Index of a replica, 0..K.
 pub type ReplicaIndex = usize;

@@ -6,8 +6,8 @@
 use pgtier_policy::tiers::{Tier, TierLoad, TierTable, TieredPlb};
 use pgtier_policy::{PlbParams, ReplicaId, ServiceClass};
 
+use super::class::Class;
 use super::router::{ReplicaIndex, Router};
-use super::workload::Class;
 
 /// The initial pools and parameters of a tiered run.
 #[derive(Debug, Clone, PartialEq)]

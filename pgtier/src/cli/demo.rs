@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use pgtier_core::localpg::{self, LocalPg, PgOptions};
 
 use super::DemoOptions;
-use super::demo_load;
 
 /// Name of the database users connect to through pgtier (and of the database on the servers).
 pub(super) const DEMO_DATABASE: &str = "pgbench";
@@ -66,9 +65,10 @@ impl Drop for DemoCluster {
     }
 }
 
-/// Runs the demo until Ctrl-C (SIGINT) or SIGTERM, or with `--load` until the load is done,
-/// then cleans up.
-pub fn run(options: &DemoOptions) -> Result<(), String> {
+/// Starts the demo's servers and pgtier and prints how to reach them. The caller then waits
+/// for Ctrl-C (`wait_for_stop`) or drives the load (`demo_load.rs`); dropping the cluster
+/// cleans up.
+pub(crate) fn start(options: &DemoOptions) -> Result<DemoCluster, String> {
     install_stop_handler()?;
     let config_dir = std::env::temp_dir().join(format!("pgtier-demo-{}", std::process::id()));
     std::fs::create_dir_all(&config_dir)
@@ -88,10 +88,7 @@ pub fn run(options: &DemoOptions) -> Result<(), String> {
     cluster.proxy = Some(spawn_proxy(&config_path, options.load)?);
     wait_for_listener(&mut cluster, options.listen_port)?;
     print_instructions(&cluster, options);
-    if options.load {
-        return demo_load::run(&mut cluster, options);
-    }
-    wait_for_stop(&mut cluster)
+    Ok(cluster)
 }
 
 fn start_servers(cluster: &mut DemoCluster, options: &DemoOptions) -> Result<(), String> {
@@ -372,7 +369,7 @@ fn print_instructions(cluster: &DemoCluster, options: &DemoOptions) {
     println!("Press Ctrl-C to stop pgtier and remove the servers.");
 }
 
-fn wait_for_stop(cluster: &mut DemoCluster) -> Result<(), String> {
+pub(crate) fn wait_for_stop(cluster: &mut DemoCluster) -> Result<(), String> {
     loop {
         if STOP_REQUESTED.load(Ordering::Relaxed) {
             eprintln!("pgtier demo: stopping");

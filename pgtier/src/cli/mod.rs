@@ -56,7 +56,15 @@ pub fn execute(command: Command) -> ExitCode {
         },
         Command::Demo(options) => {
             logging::init();
-            match demo::run(&options) {
+            // Until Ctrl-C (SIGINT) or SIGTERM, or with `--load` until the load is done.
+            let ran = demo::start(&options).and_then(|mut cluster| {
+                if options.load {
+                    demo_load::run(&mut cluster, &options)
+                } else {
+                    demo::wait_for_stop(&mut cluster)
+                }
+            });
+            match ran {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => {
                     eprintln!("pgtier demo: {message}");

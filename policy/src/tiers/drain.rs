@@ -10,8 +10,9 @@
 //! [`TieredPlb::admit_loads`] (which chooses *where*), so moves happen one at a time against current loads
 //! and stop as soon as the overload is gone.
 
-use super::admit::{TieredPlb, tier_load};
+use super::admit::TieredPlb;
 use super::role::TierRole;
+use super::role::tier_load;
 use super::table::TierTable;
 use super::tier::{Tier, TierLoad};
 use crate::replica::ReplicaId;

@@ -14,8 +14,9 @@
 
 use core::fmt;
 
-use super::admit::{TieredPlb, least_by, tier_load};
+use super::admit::{TieredPlb, least_by};
 use super::returns::return_destination;
+use super::role::tier_load;
 use super::role::{TierChange, TierPool, TierReason, TierRole};
 use super::table::{TierTable, TierVector};
 use super::tier::{MAX_TIERS, Tier, TierLoad};

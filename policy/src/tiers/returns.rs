@@ -11,8 +11,7 @@
 //! Mixed: with two tiers "the other class's pool while below target", as in the paper. 001's
 //! canonicalization of an idle borrowed replica uses the same rule.
 
-use super::admit::{TierChanges, tier_load};
-use super::role::{TierChange, TierReason, TierRole};
+use super::role::{TierChange, TierChanges, TierReason, TierRole, tier_load};
 use super::table::TierTable;
 use super::tier::{MAX_TIERS, Tier, TierLoad};
 use crate::params::PlbParams;

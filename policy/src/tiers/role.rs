@@ -6,8 +6,9 @@
 
 use core::fmt;
 
-use super::tier::Tier;
-use crate::replica::ReplicaId;
+use super::tier::{Tier, TierLoad};
+use crate::bounded::BoundedList;
+use crate::replica::{MAX_REPLICAS, ReplicaId};
 
 /// A persistent pool: one tier's dedicated pool `R_t`, or the shared buffer `R_M`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,5 +192,40 @@ impl fmt::Display for TierChange {
             self.to,
             self.reason.as_str()
         )
+    }
+}
+
+/// Capacity of [`TierChanges`]: every borrowed replica may return, plus one borrow.
+pub(crate) const TIER_ADMISSION_CHANGES: usize = MAX_REPLICAS + 1;
+
+/// Role changes of one admission, in the order they must be applied.
+pub type TierChanges = BoundedList<TierChange, TIER_ADMISSION_CHANGES>;
+
+pub(crate) fn empty_changes() -> TierChanges {
+    BoundedList::new(TierChange {
+        replica: ReplicaId(0),
+        from: TierRole::Mixed,
+        to: TierRole::Mixed,
+        reason: TierReason::ReturnToMixed,
+    })
+}
+
+/// Load of a replica as tier `tier` sees it (000's load convention): its own sessions on its
+/// own pool, the total on replicas borrowed by it (residual sessions of the donor count,
+/// 000 §III-D), `None` outside the tier's routing pool.
+///
+/// A tier's routing pool is its own pool plus the replicas currently borrowed for it. 000 says
+/// a borrowed donor "is moved into the borrower's pool and counted there until it is
+/// released", and its load convention speaks of selecting among "replicas currently borrowed
+/// for class c". Were a borrowed replica not routable, it would receive only the session that
+/// triggered the borrow and every later session would borrow again, draining Mixed within K
+/// admissions.
+pub(crate) fn tier_load(role: TierRole, load: TierLoad, tier: Tier) -> Option<u64> {
+    if role.owner() == Some(tier) {
+        Some(u64::from(load.of(tier)))
+    } else if role.borrower() == Some(tier) {
+        Some(load.total())
+    } else {
+        None
     }
 }

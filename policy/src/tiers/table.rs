@@ -104,6 +104,13 @@ impl fmt::Display for TierConflict {
 
 impl std::error::Error for TierConflict {}
 
+/// The two-class table as tiers: what two-class callers hand to the tiered checks.
+impl From<&RoleTable> for TierTable {
+    fn from(table: &RoleTable) -> TierTable {
+        TierTable::from_roles(table)
+    }
+}
+
 impl TierTable {
     /// `replica_count` replicas and `tiers` tiers; `pools[t]` lists the initial members of
     /// `R_t`, every other replica starts Mixed.

@@ -1,6 +1,11 @@
 //! The control shard's side of a router: the authoritative role table and replica health, and
 //! the one code path that changes them.
 //!
+//! `Authority` works on the router's shared state ([`RouterState`]): it reads the counters,
+//! counts the sessions it admits, records events and publishes snapshots there. The router
+//! holds it behind a lock only the control step (and the admin view of health) takes, and
+//! feeds it the requests and probe reports of its inbox.
+//!
 //! Role changes are decided here against the authoritative table and the current counters,
 //! applied with the policy's precondition check, numbered in the event log, and only then
 //! published as a new snapshot. Because a single thread runs this code for a router, two
@@ -8,8 +13,7 @@
 //! re-decided, not applied twice. Health transitions (probe results, shard reports) feed the
 //! policy's failure handling (repair to target) through the same path.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use pgtier_policy::tiers::{Tier, TierChange, TierLoad, TieredPlb};
@@ -20,15 +24,14 @@ use crate::counters::{LoadArray, TierLoadArray};
 use crate::events::{EventKind, HealthTransition};
 use crate::health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
 use crate::lease::SessionLease;
-use crate::mailbox::{AdmissionReply, ControlRequest};
 use crate::probe::ProbeReport;
 use crate::route_table::RouteTable;
-use crate::router::{ReplicaRouter, TABLE_MISMATCH};
 use crate::router_config::RouterPolicy;
+use crate::router_state::RouterState;
 
-/// Most requests handled per router per control step, so one busy router cannot starve the
-/// others or the probes.
-const REQUESTS_PER_STEP: usize = 1024;
+/// The published table is always in the vocabulary of the router's policy; a mismatch is a
+/// bug, refused rather than routed.
+pub(crate) const TABLE_MISMATCH: &str = "the role table does not match the routing policy";
 
 /// Health of one replica as the control shard knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,138 +71,61 @@ impl Authority {
     pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
-}
 
-/// What one control step did, for the control loop and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepReport {
-    /// Requests handled (admissions and failure reports).
-    pub requests: usize,
-    /// Probe reports handled.
-    pub probes: usize,
-    /// Snapshots published.
-    pub publishes: usize,
-}
-
-impl ReplicaRouter {
-    /// Runs everything pending for this router: health reports first (so no admission lands
-    /// on a replica just found dead), then queued requests, then returns when a session close
-    /// asked for them or `force_returns` (the periodic tick) is set. The control plane calls
-    /// this; tests without a plane may call it directly.
-    pub fn run_control_step(
-        self: &Arc<Self>,
-        health: &HealthConfig,
-        force_returns: bool,
-    ) -> StepReport {
-        let mut report = StepReport::default();
-        let mut authority = self
-            .authority
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        while let Some(probe) = self.probe_reports.pop() {
-            report.probes += 1;
-            report.publishes += self.on_probe(&mut authority, probe, health);
-        }
-        while report.requests < REQUESTS_PER_STEP {
-            let Some(request) = self.requests.pop() else {
-                break;
-            };
-            report.requests += 1;
-            report.publishes += self.on_request(&mut authority, request);
-        }
-        let asked = self.loads_changed.swap(false, Ordering::AcqRel);
-        if asked || force_returns {
-            report.publishes += self.evaluate_returns(&mut authority);
-        }
-        report
+    /// Health of every replica.
+    pub(crate) fn health(&self) -> &[ReplicaHealth] {
+        &self.health
     }
 
-    /// Health of every replica (for the admin console).
-    pub fn replica_health(&self) -> Vec<ReplicaHealth> {
-        let authority = self
-            .authority
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        authority.health.clone()
-    }
-
-    /// Marks the router stopped and answers every queued admission with
-    /// [`AdmissionError::ControlStopped`] (shutdown). Later admissions that need the control
-    /// shard are refused at once.
-    pub(crate) fn refuse_pending(&self) {
-        self.stopped.store(true, Ordering::Release);
-        while let Some(request) = self.requests.pop() {
-            if let ControlRequest::Admit { reply_to, .. } = request {
-                reply_to.mailbox.deliver(AdmissionReply {
-                    request_id: reply_to.request_id,
-                    result: Err(AdmissionError::ControlStopped),
-                });
-            }
-        }
-    }
-
-    fn on_request(self: &Arc<Self>, authority: &mut Authority, request: ControlRequest) -> usize {
-        match request {
-            ControlRequest::Admit { class, reply_to } => {
-                let (result, published) = self.admit_on_control(authority, class);
-                reply_to.mailbox.deliver(AdmissionReply {
-                    request_id: reply_to.request_id,
-                    result,
-                });
-                published
-            }
-            ControlRequest::ServerFailure { replica, cause } => {
-                if let Some(pending) = self.failure_reported.get(replica.index()) {
-                    pending.store(false, Ordering::Release);
-                }
-                let Some(health) = authority.health.get_mut(replica.index()) else {
-                    tracing::warn!(router = %self.name(), replica = replica.0, "failure report for an unknown replica");
-                    return 0;
-                };
-                match health.state.on_reported_failure() {
-                    Some(transition) => {
-                        self.on_transition(authority, replica, transition, cause.as_str())
-                    }
-                    None => 0,
-                }
-            }
+    /// A data shard saw a connection to `replica` fail: Down at once (no probe wait).
+    /// Returns the snapshots published.
+    pub(crate) fn on_reported_failure(
+        &mut self,
+        state: &RouterState,
+        replica: ReplicaId,
+        cause: &str,
+    ) -> usize {
+        let Some(health) = self.health.get_mut(replica.index()) else {
+            tracing::warn!(router = %state.name(), replica = replica.0, "failure report for an unknown replica");
+            return 0;
+        };
+        match health.state.on_reported_failure() {
+            Some(transition) => self.on_transition(state, replica, transition, cause),
+            None => 0,
         }
     }
 
     /// Decides against the authoritative table, applies the implied role changes, counts the
     /// session, then publishes. The count comes before the publish so that no shard sees the
-    /// new table without the session that caused it.
-    fn admit_on_control(
-        self: &Arc<Self>,
-        authority: &mut Authority,
+    /// new table without the session that caused it. Returns the lease (or why not) and the
+    /// snapshots published.
+    pub(crate) fn admit(
+        &mut self,
+        state: &Arc<RouterState>,
         class: Tier,
     ) -> (Result<SessionLease, AdmissionError>, usize) {
-        let decided = match (*self.policy(), &authority.table) {
+        let decided = match (*state.policy(), &self.table) {
             (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
                 let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
                 let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-                let view = self.read_loads(&mut sessions, &mut in_flight);
+                let view = state.read_loads(&mut sessions, &mut in_flight);
                 let two_class = class.two_class();
                 strategy
-                    .route_loads(table, view, two_class, self.draw(two_class))
+                    .route_loads(table, view, two_class, state.draw(two_class))
                     .map_err(AdmissionError::from)
                     .map(|decision| {
-                        let applied =
-                            self.apply_changes(authority, decision.role_changes.as_slice());
+                        let applied = self.apply_changes(state, decision.role_changes.as_slice());
                         (decision.replica, applied)
                     })
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = self.counters().read_tiers_into(&mut loads);
+                let view = state.counters().read_tiers_into(&mut loads);
                 plb.admit(table, view, class)
                     .map_err(AdmissionError::from)
                     .map(|decision| {
-                        let applied = self.apply_tier_changes(
-                            authority,
-                            &plb,
-                            decision.role_changes.as_slice(),
-                        );
+                        let applied =
+                            self.apply_tier_changes(state, &plb, decision.role_changes.as_slice());
                         (decision.replica, applied)
                     })
             }
@@ -209,45 +135,47 @@ impl ReplicaRouter {
             Ok(decided) => decided,
             Err(error) => return (Err(error), 0),
         };
-        let counted = self.counters().claim(replica, class);
+        let counted = state.counters().claim(replica, class);
         let published = usize::from(applied.applied > 0);
         if published > 0 {
-            self.publish_authority(authority);
+            self.publish(state);
         }
         let result = match (applied.conflict, counted) {
             (Some(conflict), Ok(())) => {
                 // The session is counted; a refused change is a bug, so refuse the session
                 // rather than route it against a table the policy did not expect.
-                drop(SessionLease::counted(Arc::clone(self), replica, class));
+                drop(SessionLease::counted(Arc::clone(state), replica, class));
                 Err(AdmissionError::Internal(conflict))
             }
             (_, Err(error)) => Err(error.into()),
-            (None, Ok(())) => Ok(SessionLease::counted(Arc::clone(self), replica, class)),
+            (None, Ok(())) => Ok(SessionLease::counted(Arc::clone(state), replica, class)),
         };
         (result, published)
     }
 
-    fn evaluate_returns(&self, authority: &mut Authority) -> usize {
-        let applied = match (*self.policy(), &authority.table) {
+    /// Applies the returns the policy finds due on the current counts. Returns the snapshots
+    /// published.
+    pub(crate) fn evaluate_returns(&mut self, state: &RouterState) -> usize {
+        let applied = match (*state.policy(), &self.table) {
             (RouterPolicy::Classes(Strategy::Plb(plb)), RouteTable::Classes(table)) => {
                 let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
                 let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-                let view = self.read_loads(&mut sessions, &mut in_flight);
+                let view = state.read_loads(&mut sessions, &mut in_flight);
                 match plb.returns_loads(table, view) {
-                    Ok(changes) => self.apply_changes(authority, changes.as_slice()),
+                    Ok(changes) => self.apply_changes(state, changes.as_slice()),
                     Err(error) => {
-                        tracing::error!(router = %self.name(), %error, "return evaluation failed");
+                        tracing::error!(router = %state.name(), %error, "return evaluation failed");
                         return 0;
                     }
                 }
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = self.counters().read_tiers_into(&mut loads);
+                let view = state.counters().read_tiers_into(&mut loads);
                 match plb.returns(table, view) {
-                    Ok(changes) => self.apply_tier_changes(authority, &plb, changes.as_slice()),
+                    Ok(changes) => self.apply_tier_changes(state, &plb, changes.as_slice()),
                     Err(error) => {
-                        tracing::error!(router = %self.name(), %error, "return evaluation failed");
+                        tracing::error!(router = %state.name(), %error, "return evaluation failed");
                         return 0;
                     }
                 }
@@ -257,61 +185,63 @@ impl ReplicaRouter {
         if applied.applied == 0 {
             return 0;
         }
-        self.publish_authority(authority);
+        self.publish(state);
         1
     }
 
     /// Applies `changes` in order with the precondition check; stops at the first conflict.
-    fn apply_changes(&self, authority: &mut Authority, changes: &[RoleChange]) -> Applied {
-        let params = self.plb_params();
+    fn apply_changes(&mut self, state: &RouterState, changes: &[RoleChange]) -> Applied {
+        let params = state.plb_params();
         let mut applied = Applied::default();
-        let RouteTable::Classes(table) = &mut authority.table else {
+        let RouteTable::Classes(table) = &mut self.table else {
             applied.conflict = Some(TABLE_MISMATCH.into());
             return applied;
         };
         for change in changes {
             if let Err(conflict) = table.apply(change, &params) {
-                tracing::error!(router = %self.name(), %change, %conflict, "role change refused");
+                tracing::error!(router = %state.name(), %change, %conflict, "role change refused");
                 applied.conflict = Some(format!("{change}: {conflict}"));
                 break;
             }
-            self.record_role_change(change);
+            record_role_change(state, change);
             applied.applied += 1;
         }
         applied
     }
 
-    /// [`ReplicaRouter::apply_changes`] for tiered PLB.
+    /// [`Authority::apply_changes`] for tiered PLB.
     fn apply_tier_changes(
-        &self,
-        authority: &mut Authority,
+        &mut self,
+        state: &RouterState,
         plb: &TieredPlb,
         changes: &[TierChange],
     ) -> Applied {
         let mut applied = Applied::default();
-        let RouteTable::Tiers(table) = &mut authority.table else {
+        let RouteTable::Tiers(table) = &mut self.table else {
             applied.conflict = Some(TABLE_MISMATCH.into());
             return applied;
         };
         for change in changes {
             if let Err(conflict) = table.apply(change, plb.params()) {
-                tracing::error!(router = %self.name(), %change, %conflict, "role change refused");
+                tracing::error!(router = %state.name(), %change, %conflict, "role change refused");
                 applied.conflict = Some(format!("{change}: {conflict}"));
                 break;
             }
-            self.record_tier_change(change);
+            record_tier_change(state, change);
             applied.applied += 1;
         }
         applied
     }
 
-    fn on_probe(
-        &self,
-        authority: &mut Authority,
+    /// A probe's result: feeds the replica's health state machine. Returns the snapshots
+    /// published.
+    pub(crate) fn on_probe(
+        &mut self,
+        state: &RouterState,
         probe: ProbeReport,
         config: &HealthConfig,
     ) -> usize {
-        let Some(health) = authority.health.get_mut(probe.replica.index()) else {
+        let Some(health) = self.health.get_mut(probe.replica.index()) else {
             return 0;
         };
         let transition = health.state.on_probe(probe.outcome.is_healthy(), config);
@@ -324,24 +254,24 @@ impl ReplicaRouter {
             outcome: probe.outcome,
         });
         match transition {
-            Some(transition) => self.on_transition(authority, probe.replica, transition, &cause),
+            Some(transition) => self.on_transition(state, probe.replica, transition, &cause),
             None => 0,
         }
     }
 
     /// A Down or Rejoin: record it, let the strategy repair the table, publish.
     fn on_transition(
-        &self,
-        authority: &mut Authority,
+        &mut self,
+        state: &RouterState,
         replica: ReplicaId,
         transition: HealthTransition,
         cause: &str,
     ) -> usize {
         let now = SystemTime::now();
-        if let Some(health) = authority.health.get_mut(replica.index()) {
+        if let Some(health) = self.health.get_mut(replica.index()) {
             health.since = now;
         }
-        self.events.record(
+        state.event_log().record(
             now,
             EventKind::Health {
                 replica,
@@ -349,10 +279,10 @@ impl ReplicaRouter {
                 cause: cause.to_string(),
             },
         );
-        let repaired = match (*self.policy(), &mut authority.table) {
+        let repaired = match (*state.policy(), &mut self.table) {
             (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
                 let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-                let view = self.counters().read_into(&mut loads);
+                let view = state.counters().read_into(&mut loads);
                 let repaired = match transition {
                     HealthTransition::Down => strategy.handle_down(table, replica, view),
                     HealthTransition::Rejoin => strategy.handle_rejoin(table, replica, view),
@@ -360,12 +290,12 @@ impl ReplicaRouter {
                 repaired.map(|changes| {
                     changes
                         .iter()
-                        .for_each(|change| self.record_role_change(change))
+                        .for_each(|change| record_role_change(state, change))
                 })
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = self.counters().read_tiers_into(&mut loads);
+                let view = state.counters().read_tiers_into(&mut loads);
                 let repaired = match transition {
                     HealthTransition::Down => plb.handle_down(table, replica, view),
                     HealthTransition::Rejoin => plb.handle_rejoin(table, replica, view),
@@ -373,54 +303,56 @@ impl ReplicaRouter {
                 repaired.map(|changes| {
                     changes
                         .iter()
-                        .for_each(|change| self.record_tier_change(change))
+                        .for_each(|change| record_tier_change(state, change))
                 })
             }
             _ => {
-                tracing::error!(router = %self.name(), "{TABLE_MISMATCH}");
+                tracing::error!(router = %state.name(), "{TABLE_MISMATCH}");
                 Ok(())
             }
         };
         if let Err(error) = repaired {
-            tracing::error!(router = %self.name(), %error, "failure handling refused");
+            tracing::error!(router = %state.name(), %error, "failure handling refused");
         }
-        self.publish_authority(authority);
+        self.publish(state);
         // After the publish: a session that sees the new epoch must find its replica Down.
         if transition == HealthTransition::Down {
-            self.failure_epoch.fetch_add(1, Ordering::AcqRel);
+            state.bump_failure_epoch();
         }
         // After the publish too: sessions that ask see the rejoined replica's new role.
         if transition == HealthTransition::Rejoin
-            && matches!(self.policy(), RouterPolicy::Classes(Strategy::Plb(plb)) if plb.recovery_drain())
+            && matches!(state.policy(), RouterPolicy::Classes(Strategy::Plb(plb)) if plb.recovery_drain())
         {
-            self.drain_epoch.fetch_add(1, Ordering::AcqRel);
+            state.bump_drain_epoch();
         }
         1
     }
 
-    fn record_role_change(&self, change: &RoleChange) {
-        let class = change.to.borrower().or(change.from.borrower());
-        self.events.record(
-            SystemTime::now(),
-            EventKind::Role {
-                change: *change,
-                class,
-            },
-        );
-    }
-
-    fn record_tier_change(&self, change: &TierChange) {
-        self.events
-            .record(SystemTime::now(), EventKind::TierRole { change: *change });
-    }
-
-    fn publish_authority(&self, authority: &mut Authority) {
-        authority.generation += 1;
-        self.publish(authority.generation, &authority.table);
+    /// Publishes the authoritative table as the next generation.
+    fn publish(&mut self, state: &RouterState) {
+        self.generation += 1;
+        state.publish(self.generation, &self.table);
     }
 }
 
-/// Outcome of [`ReplicaRouter::apply_changes`].
+fn record_role_change(state: &RouterState, change: &RoleChange) {
+    let class = change.to.borrower().or(change.from.borrower());
+    state.event_log().record(
+        SystemTime::now(),
+        EventKind::Role {
+            change: *change,
+            class,
+        },
+    );
+}
+
+fn record_tier_change(state: &RouterState, change: &TierChange) {
+    state
+        .event_log()
+        .record(SystemTime::now(), EventKind::TierRole { change: *change });
+}
+
+/// Outcome of [`Authority::apply_changes`].
 #[derive(Default)]
 struct Applied {
     applied: usize,

@@ -5,6 +5,8 @@
 //! - [`router`]: one [`ReplicaRouter`] per replica set, shared by every shard. Admission is
 //!   decided on the calling shard from a lock-free snapshot and shared counters; only
 //!   decisions that change a role go to the control shard.
+//! - [`router_state`]: what a router's threads and leases share beneath it (addresses,
+//!   policy, snapshot, counters, epochs); [`lease`] holds it, the router is built on it.
 //! - [`authority`]: the control shard's side of a router, the one place role changes and
 //!   health transitions are applied, logged and published.
 //! - [`health`], [`probe`], [`pg_link`]: replica health state machine, probes, and the
@@ -34,8 +36,9 @@
 //!   `lease.replica_addr()`), `Pending` (wait for the reply), or `Refused(error)` (answer
 //!   `error.sqlstate()`).
 //! - Close: drop the [`SessionLease`].
-//! - Between transactions: if `router.failure_epoch()` moved since the session last looked and
-//!   `router.is_down(lease.replica())`, call `router.repin(lease, &mailbox, request_id)`.
+//! - Between transactions: if `lease.router_state().failure_epoch()` moved since the session
+//!   last looked and `router.is_down(lease.replica())`, call
+//!   `router.repin(lease, &mailbox, request_id)` on the router that granted the lease.
 //! - A server connection to a replica refused or reset:
 //!   `router.report_server_failure(replica, cause)`.
 
@@ -58,6 +61,7 @@ pub mod read_ticket;
 pub mod route_table;
 pub mod router;
 pub mod router_config;
+pub mod router_state;
 pub mod router_stats;
 pub mod routing;
 pub mod snapshot;
@@ -72,7 +76,7 @@ pub mod test_support;
 mod tests;
 
 pub use admission_error::AdmissionError;
-pub use authority::{ReplicaHealth, StepReport};
+pub use authority::ReplicaHealth;
 pub use events::{ControlEvent, EventKind, HealthTransition};
 pub use health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
 pub use lease::SessionLease;
@@ -83,7 +87,7 @@ pub use probe::ProbeLogin;
 pub use read_router::{ReadAsk, ReadLocal, ReadPlacement, ReadRouter};
 pub use read_ticket::InFlightRead;
 pub use route_table::{RouteRole, RouteTable};
-pub use router::{Admission, ReplicaRouter};
+pub use router::{Admission, ReplicaRouter, StepReport};
 pub use router_config::{RouterConfig, RouterError};
 pub use router_stats::RouterStats;
 pub use routing::{ShardRouting, SharedRouting};

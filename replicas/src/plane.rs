@@ -360,9 +360,7 @@ fn control_loop(routers: &[Arc<ReplicaRouter>], stop: &AtomicBool, options: Cont
         for router in routers {
             run_step_isolated(router, &options.health, tick);
         }
-        let pending = routers
-            .iter()
-            .any(|r| !r.requests.is_empty() || !r.probe_reports.is_empty());
+        let pending = routers.iter().any(|r| r.has_pending_control_work());
         if !pending {
             std::thread::park_timeout(next_tick.saturating_duration_since(Instant::now()));
         }
@@ -412,7 +410,5 @@ fn report_probe(router: &ReplicaRouter, replica: ReplicaId, outcome: ProbeOutcom
         at: SystemTime::now(),
         outcome,
     };
-    // A full queue means the control shard is far behind; the newest result matters most.
-    let _displaced = router.probe_reports.force_push(report);
-    router.wake_control();
+    router.report_probe(report);
 }

@@ -9,6 +9,11 @@
 //! control shard, the one place role changes are applied (see [`crate::authority`]).
 //! The answer then comes back through the shard's [`ReplyMailbox`].
 //!
+//! The router is built on its shared state ([`RouterState`]: addresses, policy, snapshot,
+//! counters, epochs), which the leases it hands out hold; on top of that it owns admission,
+//! the control shard's inbox (requests and probe reports) and the `Authority` behind a lock,
+//! and runs the control step that feeds one to the other.
+//!
 //! Races, and why each is harmless:
 //! - Two shards decide on the same counter: one compare-and-swap fails and that shard decides
 //!   again (after `claim_attempts` lost races it asks the control shard, which serializes).
@@ -25,31 +30,33 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
 use pgtier_core::config::Routing;
 use pgtier_policy::tiers::{Tier, TierLoad};
-use pgtier_policy::{
-    Draw, LoadSignal, Loads, MAX_REPLICAS, PlbParams, ReplicaId, ReplicaLoad, ServiceClass,
-    SplitMix64, Strategy, StrategyName,
-};
+use pgtier_policy::{MAX_REPLICAS, ReplicaId, ReplicaLoad, ServiceClass, Strategy};
 
 use crate::admission_error::AdmissionError;
-use crate::authority::Authority;
-use crate::counters::{CounterError, LoadArray, SessionCounters, TierLoadArray};
-use crate::events::{ControlEvent, EventLog};
+use crate::authority::{Authority, ReplicaHealth, TABLE_MISMATCH};
+use crate::counters::{LoadArray, TierLoadArray};
+use crate::events::ControlEvent;
+use crate::health::HealthConfig;
 use crate::lease::SessionLease;
-use crate::mailbox::{ControlRequest, ReplyMailbox, ReplyTo, ServerFailureCause};
+use crate::mailbox::{AdmissionReply, ControlRequest, ReplyMailbox, ReplyTo, ServerFailureCause};
 use crate::probe::{ProbeLogin, ProbeReport};
 use crate::route_table::{RouteRole, RouteTable};
 use crate::router_config::{RouterConfig, RouterError, RouterPolicy, policy_and_table};
-use crate::router_stats::{RouterCounters, RouterStats};
+use crate::router_state::RouterState;
+use crate::router_stats::RouterStats;
 use crate::snapshot::RoutingSnapshot;
+
+/// Most requests handled per router per control step, so one busy router cannot starve the
+/// others or the probes.
+const REQUESTS_PER_STEP: usize = 1024;
 
 /// The outcome of [`ReplicaRouter::admit_session`].
 #[derive(Debug)]
@@ -57,16 +64,23 @@ use crate::snapshot::RoutingSnapshot;
 pub enum Admission {
     /// Placed and counted on the shard: connect to `lease.replica()`.
     Placed(SessionLease),
-    /// Sent to the control shard: an [`crate::AdmissionReply`] with the same
-    /// `request_id` will arrive in the shard's mailbox.
+    /// Sent to the control shard: an [`AdmissionReply`] with the same `request_id` will
+    /// arrive in the shard's mailbox.
     Pending,
     /// Refused; answer the client with `error.sqlstate()`.
     Refused(AdmissionError),
 }
 
-/// The published table is always in the vocabulary of the router's policy; a mismatch is a
-/// bug, refused rather than routed.
-pub(crate) const TABLE_MISMATCH: &str = "the role table does not match the routing policy";
+/// What one control step did, for the control loop and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Requests handled (admissions and failure reports).
+    pub requests: usize,
+    /// Probe reports handled.
+    pub probes: usize,
+    /// Snapshots published.
+    pub publishes: usize,
+}
 
 /// Result of one local admission attempt.
 enum LocalAttempt {
@@ -78,53 +92,29 @@ enum LocalAttempt {
 
 /// The router of one replica set, shared by all shards through an `Arc`.
 pub struct ReplicaRouter {
-    name: Arc<str>,
-    replicas: Box<[SocketAddr]>,
-    policy: RouterPolicy,
+    /// What the leases hold too: one `Arc` so a lease does not keep the rest alive through
+    /// the router, and reaches its counts in one step.
+    state: Arc<RouterState>,
     initial_table: RouteTable,
-    snapshot: ArcSwap<RoutingSnapshot>,
-    /// Generation of the newest published snapshot; read after a claim to detect a publish
-    /// that raced with the decision.
-    published_generation: AtomicU64,
-    counters: SessionCounters,
-    /// Transactions in flight per replica and class; kept only when PLB decides on them.
-    in_flight: SessionCounters,
-    /// `load_signal = "in_flight"`: sessions report their transactions.
-    counts_in_flight: bool,
-    pub(crate) events: EventLog,
-    pub(crate) requests: ArrayQueue<ControlRequest>,
-    pub(crate) probe_reports: ArrayQueue<ProbeReport>,
-    /// The control plane's thread, woken by requests; replaced when a new plane takes over.
-    control_thread: ArcSwapOption<Thread>,
-    /// Serializes attach/detach of control threads (plane start and stop, never the data path).
-    control_handover: Mutex<()>,
+    /// The control shard's inbox: admissions that need it and failure reports from shards.
+    requests: ArrayQueue<ControlRequest>,
+    /// The control shard's inbox: probe results (newest kept when full).
+    probe_reports: ArrayQueue<ProbeReport>,
+    /// Per replica: a failure report is queued and not yet handled.
+    failure_reported: Box<[AtomicBool]>,
     /// The routing as configured, to recognize an unchanged replica set on reload.
     routing: Routing,
-    /// Set by a session close while some replica is borrowed: returns may be due.
-    pub(crate) loads_changed: AtomicBool,
-    /// Bumped at every Down, so sessions between transactions can notice with one load.
-    pub(crate) failure_epoch: AtomicU64,
-    /// Bumped at every Rejoin under the recovery-tail drain: each session asks once per
-    /// value whether it should leave its replica.
-    pub(crate) drain_epoch: AtomicU64,
-    /// Per replica: a failure report is queued and not yet handled.
-    pub(crate) failure_reported: Box<[AtomicBool]>,
-    /// The control plane has stopped: nothing will answer new requests.
-    pub(crate) stopped: AtomicBool,
-    tickets: [AtomicU64; 2],
-    random_seed: AtomicU64,
     claim_attempts: u32,
     probe_login: Option<ProbeLogin>,
-    stats: RouterCounters,
-    pub(crate) authority: Mutex<Authority>,
+    authority: Mutex<Authority>,
 }
 
 impl fmt::Debug for ReplicaRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicaRouter")
-            .field("name", &self.name)
-            .field("strategy", &self.policy.name())
-            .field("table", &self.snapshot.load().table)
+            .field("name", &self.state.name())
+            .field("strategy", &self.state.policy().name())
+            .field("table", &self.state.snapshot_guard().table)
             .finish_non_exhaustive()
     }
 }
@@ -134,38 +124,24 @@ impl ReplicaRouter {
     pub fn new(config: RouterConfig) -> Result<Arc<ReplicaRouter>, RouterError> {
         let count = config.replicas.len();
         let (policy, table) = policy_and_table(count, &config.routing)?;
-        let name: Arc<str> = Arc::from(config.name.as_str());
         let authority = Authority::new(table.clone(), count);
         let snapshot = RoutingSnapshot::new(authority.generation(), table.clone());
-        Ok(Arc::new(ReplicaRouter {
-            events: EventLog::new(Arc::clone(&name), config.role_events_capacity),
-            name,
-            replicas: config.replicas.into_boxed_slice(),
+        let state = RouterState::new(
+            Arc::from(config.name.as_str()),
+            config.replicas.into_boxed_slice(),
             policy,
+            snapshot,
+            config.role_events_capacity,
+        );
+        Ok(Arc::new(ReplicaRouter {
+            state: Arc::new(state),
             initial_table: table,
-            published_generation: AtomicU64::new(snapshot.generation),
-            snapshot: ArcSwap::from_pointee(snapshot),
-            counters: SessionCounters::new(count),
-            in_flight: SessionCounters::new(count),
-            counts_in_flight: matches!(
-                policy,
-                RouterPolicy::Classes(Strategy::Plb(plb)) if plb.load_signal() == LoadSignal::InFlight
-            ),
             requests: ArrayQueue::new(config.control_queue_capacity.max(1)),
             probe_reports: ArrayQueue::new(4 * count.max(1)),
-            control_thread: ArcSwapOption::empty(),
-            control_handover: Mutex::new(()),
-            routing: config.routing.clone(),
-            loads_changed: AtomicBool::new(false),
-            failure_epoch: AtomicU64::new(0),
-            drain_epoch: AtomicU64::new(0),
             failure_reported: (0..count).map(|_| AtomicBool::new(false)).collect(),
-            stopped: AtomicBool::new(false),
-            tickets: [AtomicU64::new(0), AtomicU64::new(0)],
-            random_seed: AtomicU64::new(0x5eed),
+            routing: config.routing.clone(),
             claim_attempts: config.claim_attempts.max(1),
             probe_login: config.probe_login,
-            stats: RouterCounters::default(),
             authority: Mutex::new(authority),
         }))
     }
@@ -177,24 +153,24 @@ impl ReplicaRouter {
     /// in `mailbox` tagged with `request_id`. Never blocks. A rank below the router's last
     /// class is served as that class.
     pub fn admit_session(
-        self: &Arc<Self>,
+        &self,
         class: impl Into<Tier>,
         mailbox: &Arc<ReplyMailbox>,
         request_id: u64,
     ) -> Admission {
-        let class = self.policy.fit(class.into());
+        let class = self.state.policy().fit(class.into());
         for _ in 0..self.claim_attempts {
             match self.try_place_locally(class) {
                 LocalAttempt::Placed(replica) => {
-                    self.stats.local_admission();
+                    self.state.stats_counters().local_admission();
                     return Admission::Placed(SessionLease::counted(
-                        Arc::clone(self),
+                        Arc::clone(&self.state),
                         replica,
                         class,
                     ));
                 }
                 LocalAttempt::NeedsControl => break,
-                LocalAttempt::Raced => self.stats.claim_race(),
+                LocalAttempt::Raced => self.state.stats_counters().claim_race(),
                 LocalAttempt::Refused(error) => return Admission::Refused(error),
             }
         }
@@ -208,7 +184,7 @@ impl ReplicaRouter {
     /// [`ReplicaRouter::admit_session`] that waits for the control shard's answer on the
     /// calling thread (tests, tools). Do not call it on a shard loop.
     pub fn admit_session_blocking(
-        self: &Arc<Self>,
+        &self,
         class: impl Into<Tier>,
         timeout: Duration,
     ) -> Result<SessionLease, AdmissionError> {
@@ -225,17 +201,17 @@ impl ReplicaRouter {
     /// releases the old count and admits the session again for its class. The old replica is
     /// excluded by the policy because it is Down; same contract as `admit_session`.
     pub fn repin(
-        self: &Arc<Self>,
+        &self,
         lease: SessionLease,
         mailbox: &Arc<ReplyMailbox>,
         request_id: u64,
     ) -> Admission {
         let (old, class) = (lease.replica(), lease.class());
         drop(lease);
-        self.stats.repin();
+        self.state.stats_counters().repin();
         let admission = self.admit_session(class, mailbox, request_id);
         if let Admission::Placed(new) = &admission {
-            tracing::debug!(router = %self.name, old = old.0, new = new.replica().0, %class, "session re-pinned");
+            tracing::debug!(router = %self.name(), old = old.0, new = new.replica().0, %class, "session re-pinned");
         }
         admission
     }
@@ -245,7 +221,7 @@ impl ReplicaRouter {
     /// (every session on the replica sees it) queues one request: further reports are dropped
     /// while one is pending or once the replica is Down.
     pub fn report_server_failure(&self, replica: ReplicaId, cause: ServerFailureCause) {
-        self.stats.failure_report();
+        self.state.stats_counters().failure_report();
         let Some(pending) = self.failure_reported.get(replica.index()) else {
             return;
         };
@@ -258,81 +234,58 @@ impl ReplicaRouter {
             .is_err()
         {
             pending.store(false, Ordering::Release);
-            tracing::warn!(router = %self.name, replica = replica.0, "control queue full; failure report dropped (probes will notice)");
+            tracing::warn!(router = %self.name(), replica = replica.0, "control queue full; failure report dropped (probes will notice)");
         }
-        self.wake_control();
+        self.state.wake_control();
     }
 
-    /// Changes each time some replica goes Down. A session between transactions compares it
-    /// with the value it saw last and, when it moved, checks [`ReplicaRouter::is_down`] for its
-    /// replica. One atomic load.
-    pub(crate) fn failure_epoch(&self) -> u64 {
-        self.failure_epoch.load(Ordering::Acquire)
-    }
-
-    /// Changes at each rejoin while the recovery-tail drain is on; a session compares it with
-    /// the value it saw last and, when it moved, asks `ReplicaRouter::should_drain`.
+    /// Changes at each rejoin while the recovery-tail drain is on (see
+    /// [`RouterState::drain_epoch`]).
     pub fn drain_epoch(&self) -> u64 {
-        self.drain_epoch.load(Ordering::Acquire)
-    }
-
-    /// Whether a `class` session on `replica`, between transactions, should move (PLB's
-    /// recovery-tail drain on the published roles and the current counts).
-    pub(crate) fn should_drain(&self, replica: ReplicaId, class: Tier) -> bool {
-        let RouterPolicy::Classes(Strategy::Plb(plb)) = self.policy else {
-            return false;
-        };
-        let snapshot = self.snapshot.load();
-        let Some(table) = snapshot.table.classes() else {
-            return false;
-        };
-        let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-        let view = self.read_loads(&mut sessions, &mut in_flight);
-        let moves = plb.drain_move(table, view, replica, class.two_class());
-        if moves {
-            self.stats.drain_move();
-        }
-        moves
+        self.state.drain_epoch()
     }
 
     /// True when `replica` is Down in the published snapshot.
     pub fn is_down(&self, replica: ReplicaId) -> bool {
-        self.snapshot.load().is_down(replica)
+        self.state.is_down(replica)
     }
 
     // ---- read-only views ----
 
+    /// The shared state the router's leases hold.
+    pub fn state(&self) -> &Arc<RouterState> {
+        &self.state
+    }
+
     /// Label of the router (the database entries it serves).
     pub fn name(&self) -> &str {
-        &self.name
+        self.state.name()
     }
 
     /// Replica budget `K`.
     pub fn replica_count(&self) -> usize {
-        self.replicas.len()
+        self.state.replicas().len()
     }
 
     /// Address of `replica`.
     pub fn replica_addr(&self, replica: ReplicaId) -> Option<SocketAddr> {
-        self.replicas.get(replica.index()).copied()
+        self.state.replica_addr(replica)
     }
 
     /// The replica with address `addr`.
     pub(crate) fn replica_id(&self, addr: SocketAddr) -> Option<ReplicaId> {
-        let index = self.replicas.iter().position(|a| *a == addr)?;
-        ReplicaId::from_index(index)
+        self.state.replica_id(addr)
     }
 
     /// The configured policy.
     pub fn policy(&self) -> &RouterPolicy {
-        &self.policy
+        self.state.policy()
     }
 
     /// The admin name of `replica`'s `role` under this router's policy: PLB's roles, the
     /// fixed class of a `dedicated` replica, `shared` under the other baselines.
     pub fn role_name(&self, replica: ReplicaId, role: RouteRole) -> &'static str {
-        match (&self.policy, role) {
+        match (self.state.policy(), role) {
             (_, role) if role.is_down() => "down",
             (RouterPolicy::Tiers(_) | RouterPolicy::Classes(Strategy::Plb(_)), role) => {
                 role.as_str()
@@ -357,97 +310,57 @@ impl ReplicaRouter {
 
     /// The newest published snapshot.
     pub fn snapshot(&self) -> Arc<RoutingSnapshot> {
-        self.snapshot.load_full()
+        self.state.snapshot()
     }
 
     /// The newest published snapshot without touching its reference count (per-read paths).
     pub(crate) fn snapshot_guard(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
-        self.snapshot.load()
+        self.state.snapshot_guard()
     }
 
     /// Active sessions of each class on `replica` (ranks below freemium counted as freemium).
     pub fn load(&self, replica: ReplicaId) -> ReplicaLoad {
-        self.counters.load(replica)
+        self.state.load(replica)
     }
 
     /// Active sessions of each rank on `replica`.
     pub fn tier_load(&self, replica: ReplicaId) -> TierLoad {
-        self.counters.tier_load(replica)
+        self.state.tier_load(replica)
     }
 
     /// Active sessions on all replicas.
     pub fn total_sessions(&self) -> u64 {
-        self.counters.total()
+        self.state.total_sessions()
     }
 
     /// Transactions in flight of each class on `replica` (zero unless PLB decides on them).
     pub fn in_flight(&self, replica: ReplicaId) -> ReplicaLoad {
-        self.in_flight.load(replica)
+        self.state.in_flight(replica)
     }
 
     /// Whether sessions report their transactions (`load_signal = "in_flight"`).
     pub fn counts_in_flight(&self) -> bool {
-        self.counts_in_flight
-    }
-
-    /// Counts one transaction of `class` in flight on `replica`; false if it could not be
-    /// counted (then it is not released either).
-    pub(crate) fn transaction_started(&self, replica: ReplicaId, class: Tier) -> bool {
-        match self.in_flight.claim(replica, class) {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::error!(router = %self.name, replica = replica.0, %error, "in-flight count failed");
-                false
-            }
-        }
-    }
-
-    /// A counted transaction ended. Less load may let a borrowed replica return, as a session
-    /// close may.
-    pub(crate) fn transaction_ended(&self, replica: ReplicaId, class: Tier) {
-        if let Err(error) = self.in_flight.release(replica, class) {
-            tracing::error!(router = %self.name, replica = replica.0, %error, "in-flight release failed");
-            return;
-        }
-        self.note_load_change();
-    }
-
-    /// The counts one decision reads: open sessions, and the in-flight counts as the signal
-    /// when PLB decides on them.
-    pub(crate) fn read_loads<'a>(
-        &self,
-        sessions: &'a mut LoadArray,
-        in_flight: &'a mut LoadArray,
-    ) -> Loads<'a> {
-        let sessions = self.counters.read_into(sessions);
-        if self.counts_in_flight {
-            Loads {
-                signal: self.in_flight.read_into(in_flight),
-                sessions,
-            }
-        } else {
-            Loads::sessions(sessions)
-        }
+        self.state.counts_in_flight()
     }
 
     /// Kept events, oldest first.
     pub fn events(&self) -> Vec<ControlEvent> {
-        self.events.events()
+        self.state.events()
     }
 
     /// Number of events ever recorded.
     pub fn events_recorded(&self) -> u64 {
-        self.events.recorded()
+        self.state.events_recorded()
     }
 
     /// Borrows and returns ever recorded.
     pub fn role_events_recorded(&self) -> u64 {
-        self.events.role_events_recorded()
+        self.state.role_events_recorded()
     }
 
     /// How admissions were decided so far.
     pub fn stats(&self) -> RouterStats {
-        self.stats.snapshot()
+        self.state.stats()
     }
 
     /// How probes of this router log in.
@@ -455,18 +368,122 @@ impl ReplicaRouter {
         self.probe_login.as_ref()
     }
 
-    // ---- internals shared with the control side ----
+    /// Health of every replica (for the admin console).
+    pub fn replica_health(&self) -> Vec<ReplicaHealth> {
+        self.authority().health().to_vec()
+    }
+
+    // ---- what the control plane calls ----
+
+    /// Runs everything pending for this router: health reports first (so no admission lands
+    /// on a replica just found dead), then queued requests, then returns when a session close
+    /// asked for them or `force_returns` (the periodic tick) is set. The control plane calls
+    /// this; tests without a plane may call it directly.
+    pub fn run_control_step(&self, health: &HealthConfig, force_returns: bool) -> StepReport {
+        let mut report = StepReport::default();
+        let mut authority = self.authority();
+        while let Some(probe) = self.probe_reports.pop() {
+            report.probes += 1;
+            report.publishes += authority.on_probe(&self.state, probe, health);
+        }
+        while report.requests < REQUESTS_PER_STEP {
+            let Some(request) = self.requests.pop() else {
+                break;
+            };
+            report.requests += 1;
+            report.publishes += self.on_request(&mut authority, request);
+        }
+        if self.state.take_loads_changed() || force_returns {
+            report.publishes += authority.evaluate_returns(&self.state);
+        }
+        report
+    }
+
+    /// Queues a probe's result for the control step and wakes the control thread. A full
+    /// queue means the control shard is far behind; the newest result matters most, so it
+    /// displaces the oldest.
+    pub(crate) fn report_probe(&self, report: ProbeReport) {
+        let _displaced = self.probe_reports.force_push(report);
+        self.state.wake_control();
+    }
+
+    /// Whether requests or probe reports wait for a control step.
+    pub(crate) fn has_pending_control_work(&self) -> bool {
+        !self.requests.is_empty() || !self.probe_reports.is_empty()
+    }
+
+    /// Marks the router stopped and answers every queued admission with
+    /// [`AdmissionError::ControlStopped`] (shutdown). Later admissions that need the control
+    /// shard are refused at once.
+    pub(crate) fn refuse_pending(&self) {
+        self.state.stop();
+        while let Some(request) = self.requests.pop() {
+            if let ControlRequest::Admit { reply_to, .. } = request {
+                reply_to.mailbox.deliver(AdmissionReply {
+                    request_id: reply_to.request_id,
+                    result: Err(AdmissionError::ControlStopped),
+                });
+            }
+        }
+    }
+
+    /// Makes `thread` the one requests wake, and accepts requests again.
+    pub(crate) fn attach_control_thread(&self, thread: Thread) {
+        self.state.attach_control_thread(thread);
+    }
+
+    /// Detaches `thread` if it is still the attached one (a newer plane may have taken over);
+    /// returns whether it was.
+    pub(crate) fn detach_control_thread(&self, thread: &Thread) -> bool {
+        self.state.detach_control_thread(thread)
+    }
+
+    /// True when this router was built from the same replicas, routing and probe login, so a
+    /// reload can keep it (with its sessions, roles and health).
+    pub(crate) fn same_setup(&self, config: &RouterConfig) -> bool {
+        *self.state.replicas() == *config.replicas
+            && self.routing == config.routing
+            && self.probe_login == config.probe_login
+    }
+
+    // ---- internals ----
+
+    fn authority(&self) -> std::sync::MutexGuard<'_, Authority> {
+        self.authority
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn on_request(&self, authority: &mut Authority, request: ControlRequest) -> usize {
+        match request {
+            ControlRequest::Admit { class, reply_to } => {
+                let (result, published) = authority.admit(&self.state, class);
+                reply_to.mailbox.deliver(AdmissionReply {
+                    request_id: reply_to.request_id,
+                    result,
+                });
+                published
+            }
+            ControlRequest::ServerFailure { replica, cause } => {
+                if let Some(pending) = self.failure_reported.get(replica.index()) {
+                    pending.store(false, Ordering::Release);
+                }
+                authority.on_reported_failure(&self.state, replica, cause.as_str())
+            }
+        }
+    }
 
     fn try_place_locally(&self, class: Tier) -> LocalAttempt {
-        let snapshot = self.snapshot.load();
-        let (replica, claimed) = match (&self.policy, &snapshot.table) {
+        let state = &self.state;
+        let snapshot = state.snapshot_guard();
+        let (replica, claimed) = match (state.policy(), &snapshot.table) {
             (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
                 let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
                 let mut in_flight: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
-                let view = self.read_loads(&mut sessions, &mut in_flight);
+                let view = state.read_loads(&mut sessions, &mut in_flight);
                 let two_class = class.two_class();
                 let decision =
-                    match strategy.route_loads(table, view, two_class, self.draw(two_class)) {
+                    match strategy.route_loads(table, view, two_class, state.draw(two_class)) {
                         Ok(decision) => decision,
                         Err(error) => return LocalAttempt::Refused(error.into()),
                     };
@@ -475,12 +492,12 @@ impl ReplicaRouter {
                 }
                 let seen = view.sessions.get(decision.replica.index());
                 let seen = seen.map_or(0, |load| load.of(two_class));
-                let claimed = self.claim_for_decision(decision.replica, class, seen);
+                let claimed = state.claim_for_decision(decision.replica, class, seen);
                 (decision.replica, claimed)
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = self.counters.read_tiers_into(&mut loads);
+                let view = state.counters().read_tiers_into(&mut loads);
                 let decision = match plb.admit(table, view, class) {
                     Ok(decision) => decision,
                     Err(error) => return LocalAttempt::Refused(error.into()),
@@ -491,7 +508,7 @@ impl ReplicaRouter {
                 let seen = view
                     .get(decision.replica.index())
                     .map_or(0, |l| l.of(class));
-                let claimed = self.counters.try_claim(decision.replica, class, seen);
+                let claimed = state.counters().try_claim(decision.replica, class, seen);
                 (decision.replica, claimed)
             }
             _ => return LocalAttempt::Refused(AdmissionError::Internal(TABLE_MISMATCH.into())),
@@ -499,148 +516,23 @@ impl ReplicaRouter {
         if claimed.is_err() {
             return LocalAttempt::Raced;
         }
-        if self.published_generation.load(Ordering::SeqCst) != snapshot.generation {
-            self.undo_claim(replica, class);
+        if state.published_generation() != snapshot.generation {
+            state.undo_claim(replica, class);
             return LocalAttempt::Raced;
         }
         LocalAttempt::Placed(replica)
     }
 
-    /// PLB's thresholds depend on the exact session count, so its claims are conditional on
-    /// the value the decision read (`seen`); the baselines do not look at thresholds, and an
-    /// in-flight signal moves with every transaction, so a compare-and-swap on it would only
-    /// spin.
-    fn claim_for_decision(
-        &self,
-        replica: ReplicaId,
-        class: Tier,
-        seen: u32,
-    ) -> Result<(), CounterError> {
-        match self.policy {
-            RouterPolicy::Classes(Strategy::Plb(_)) if !self.counts_in_flight => {
-                self.counters.try_claim(replica, class, seen)
-            }
-            _ => self.counters.claim(replica, class),
-        }
-    }
-
-    fn undo_claim(&self, replica: ReplicaId, class: Tier) {
-        if let Err(error) = self.counters.release(replica, class) {
-            tracing::error!(router = %self.name, replica = replica.0, %error, "undo of a claim failed");
-        }
-    }
-
-    pub(crate) fn draw(&self, class: ServiceClass) -> Draw {
-        if matches!(
-            self.policy,
-            RouterPolicy::Tiers(_)
-                | RouterPolicy::Classes(Strategy::Plb(_) | Strategy::LeastSessions)
-        ) {
-            return Draw::default();
-        }
-        let slot = match (self.policy.name(), class) {
-            (StrategyName::Dedicated, ServiceClass::Freemium) => 1,
-            _ => 0,
-        };
-        let seed = self.random_seed.fetch_add(1, Ordering::Relaxed);
-        Draw {
-            ticket: self.tickets[slot].fetch_add(1, Ordering::Relaxed),
-            random: SplitMix64::new(seed).next_u64(),
-        }
-    }
-
     fn send_to_control(&self, request: ControlRequest) -> Admission {
-        if self.stopped.load(Ordering::Acquire) {
+        if self.state.is_stopped() {
             return Admission::Refused(AdmissionError::ControlStopped);
         }
         if self.requests.push(request).is_err() {
             return Admission::Refused(AdmissionError::ControlQueueFull);
         }
-        self.stats.control_admission();
-        self.wake_control();
+        self.state.stats_counters().control_admission();
+        self.state.wake_control();
         Admission::Pending
-    }
-
-    /// Releases a lease's count; a close while something is borrowed may enable a return, so
-    /// the control shard is told (once until it looks).
-    pub(crate) fn release_count(&self, replica: ReplicaId, class: Tier) {
-        if let Err(error) = self.counters.release(replica, class) {
-            tracing::error!(router = %self.name, replica = replica.0, %error, "session count release failed");
-            return;
-        }
-        self.note_load_change();
-    }
-
-    /// Tells the control shard (once until it looks) that loads fell while something is
-    /// borrowed, so returns may be due.
-    fn note_load_change(&self) {
-        if self.snapshot.load().has_borrowed
-            && !self.loads_changed.load(Ordering::Relaxed)
-            && !self.loads_changed.swap(true, Ordering::AcqRel)
-        {
-            self.wake_control();
-        }
-    }
-
-    pub(crate) fn counters(&self) -> &SessionCounters {
-        &self.counters
-    }
-
-    /// Publishes `table` as generation `generation`.
-    pub(crate) fn publish(&self, generation: u64, table: &RouteTable) {
-        self.snapshot
-            .store(Arc::new(RoutingSnapshot::new(generation, table.clone())));
-        self.published_generation
-            .store(generation, Ordering::SeqCst);
-    }
-
-    /// Makes `thread` the one requests wake, and accepts requests again.
-    pub(crate) fn attach_control_thread(&self, thread: Thread) {
-        let _handover = self
-            .control_handover
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.control_thread.store(Some(Arc::new(thread)));
-        self.stopped.store(false, Ordering::Release);
-    }
-
-    /// Detaches `thread` if it is still the attached one (a newer plane may have taken over);
-    /// returns whether it was.
-    pub(crate) fn detach_control_thread(&self, thread: &Thread) -> bool {
-        let _handover = self
-            .control_handover
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let attached = self
-            .control_thread
-            .load()
-            .as_ref()
-            .is_some_and(|current| current.id() == thread.id());
-        if attached {
-            self.control_thread.store(None);
-        }
-        attached
-    }
-
-    pub(crate) fn wake_control(&self) {
-        if let Some(thread) = self.control_thread.load().as_ref() {
-            thread.unpark();
-        }
-    }
-
-    /// True when this router was built from the same replicas, routing and probe login, so a
-    /// reload can keep it (with its sessions, roles and health).
-    pub(crate) fn same_setup(&self, config: &RouterConfig) -> bool {
-        *self.replicas == *config.replicas
-            && self.routing == config.routing
-            && self.probe_login == config.probe_login
-    }
-
-    pub(crate) fn plb_params(&self) -> PlbParams {
-        match self.policy {
-            RouterPolicy::Classes(Strategy::Plb(plb)) => *plb.params(),
-            _ => PlbParams::PAPER,
-        }
     }
 }
 

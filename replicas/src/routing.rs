@@ -20,8 +20,8 @@ use pgtier_policy::tiers::Tier;
 use pgtier_wire::SqlState;
 
 use crate::{
-    AdmissionError, ReadAsk, ReadLocal, ReadPlacement, ReplyMailbox, RouterMap, ServerFailureCause,
-    SessionLease,
+    AdmissionError, ReadAsk, ReadLocal, ReadPlacement, ReplicaRouter, ReplyMailbox, RouterMap,
+    ServerFailureCause, SessionLease,
 };
 
 /// Routing state every shard shares: the routers of the current configuration, replaced on
@@ -51,11 +51,17 @@ impl SharedRouting {
     }
 }
 
-/// One shard's view: the shared routers, its own reply mailbox, and its own read-placement
-/// state (the engine calls in from the shard's thread only, so a `RefCell` suffices).
+/// One shard's view: the shared routers, its own reply mailbox, the router each of its
+/// pending admissions went to, and its own read-placement state (the engine calls in from the
+/// shard's thread only, so `RefCell`s suffice).
 pub struct ShardRouting {
     shared: Arc<SharedRouting>,
     replies: Arc<ReplyMailbox>,
+    /// request id → the router asked. A reply carries only the lease, and a lease holds the
+    /// router's shared state, not the router a re-pin needs; so the shard remembers which
+    /// router it asked until the reply comes (one entry per client waiting for the control
+    /// shard; request ids are unique per client lifetime).
+    pending: RefCell<AHashMap<u64, Arc<ReplicaRouter>>>,
     reads: RefCell<ReadLocal>,
 }
 
@@ -70,7 +76,30 @@ impl ShardRouting {
         ShardRouting {
             shared,
             replies,
+            pending: RefCell::new(AHashMap::new()),
             reads: RefCell::new(ReadLocal::new(seed)),
+        }
+    }
+
+    /// `admission` as the engine's; a pending one is remembered with `router` until its reply.
+    fn admission(
+        &self,
+        router: &Arc<ReplicaRouter>,
+        request_id: u64,
+        admission: crate::Admission,
+    ) -> Admission {
+        match admission {
+            crate::Admission::Placed(lease) => {
+                Admission::Placed(EngineLease::boxed(lease, Arc::clone(router)))
+            }
+            crate::Admission::Pending => {
+                // Only this shard's thread calls in, and never re-entrantly.
+                if let Ok(mut pending) = self.pending.try_borrow_mut() {
+                    pending.insert(request_id, Arc::clone(router));
+                }
+                Admission::Pending
+            }
+            crate::Admission::Refused(error) => Admission::Refused(refusal(&error)),
         }
     }
 }
@@ -84,17 +113,23 @@ fn refusal(error: &AdmissionError) -> Refusal {
     }
 }
 
-/// A session's lease, with the failure epoch it last saw.
+/// A session's lease, the router that granted it (to re-pin on), and the failure epoch it
+/// last saw.
 #[derive(Debug)]
 struct EngineLease {
     lease: SessionLease,
+    router: Arc<ReplicaRouter>,
     epoch_seen: u64,
 }
 
 impl EngineLease {
-    fn boxed(lease: SessionLease) -> Box<dyn ReplicaLease> {
-        let epoch_seen = lease.router().failure_epoch();
-        Box::new(EngineLease { lease, epoch_seen })
+    fn boxed(lease: SessionLease, router: Arc<ReplicaRouter>) -> Box<dyn ReplicaLease> {
+        let epoch_seen = lease.router_state().failure_epoch();
+        Box::new(EngineLease {
+            lease,
+            router,
+            epoch_seen,
+        })
     }
 }
 
@@ -114,13 +149,15 @@ impl ReplicaLease for EngineLease {
     }
 
     fn replica_failed(&mut self) -> bool {
-        let router = self.lease.router();
-        let epoch = router.failure_epoch();
+        // Through the lease's state, one `Arc` away, rather than the router's: asked between
+        // every two transactions.
+        let state = self.lease.router_state();
+        let epoch = state.failure_epoch();
         if epoch == self.epoch_seen {
             return false;
         }
         self.epoch_seen = epoch;
-        router.is_down(self.lease.replica())
+        state.is_down(self.lease.replica())
     }
 
     fn transaction_started(&mut self) {
@@ -136,14 +173,6 @@ impl ReplicaLease for EngineLease {
     }
 }
 
-fn admission(admission: crate::Admission) -> Admission {
-    match admission {
-        crate::Admission::Placed(lease) => Admission::Placed(EngineLease::boxed(lease)),
-        crate::Admission::Pending => Admission::Pending,
-        crate::Admission::Refused(error) => Admission::Refused(refusal(&error)),
-    }
-}
-
 impl Routing for ShardRouting {
     fn is_routed(&self, database: &str) -> bool {
         self.shared.map.load().router(database).is_some()
@@ -154,14 +183,19 @@ impl Routing for ShardRouting {
         let Some(router) = map.router(database) else {
             return Admission::Refused(refusal(&AdmissionError::NoReplicaUp));
         };
-        admission(router.admit_session(class, &self.replies, request_id))
+        self.admission(
+            router,
+            request_id,
+            router.admit_session(class, &self.replies, request_id),
+        )
     }
 
     fn repin(&self, lease: Box<dyn ReplicaLease>, request_id: u64) -> Admission {
         match lease.into_any().downcast::<EngineLease>() {
             Ok(lease) => {
-                let router = lease.lease.router().clone();
-                admission(router.repin(lease.lease, &self.replies, request_id))
+                let EngineLease { lease, router, .. } = *lease;
+                let admission = router.repin(lease, &self.replies, request_id);
+                self.admission(&router, request_id, admission)
             }
             // Not one of ours (a bug): refuse rather than guess.
             Err(_) => Admission::Refused(refusal(&AdmissionError::Internal(
@@ -172,12 +206,22 @@ impl Routing for ShardRouting {
 
     fn poll_reply(&self) -> Option<AdmissionReply> {
         let reply = self.replies.poll_reply()?;
+        let router = match self.pending.try_borrow_mut() {
+            Ok(mut pending) => pending.remove(&reply.request_id),
+            Err(_) => None,
+        };
+        let result = match (reply.result, router) {
+            (Ok(lease), Some(router)) => Ok(EngineLease::boxed(lease, router)),
+            (Err(error), _) => Err(refusal(&error)),
+            // A reply to nothing this shard asked (a bug): the lease is dropped, releasing its
+            // count, and the client refused rather than left without a router to re-pin on.
+            (Ok(_), None) => Err(refusal(&AdmissionError::Internal(
+                "an admission reply this shard did not ask for".to_string(),
+            ))),
+        };
         Some(AdmissionReply {
             request_id: reply.request_id,
-            result: reply
-                .result
-                .map(EngineLease::boxed)
-                .map_err(|error| refusal(&error)),
+            result,
         })
     }
 

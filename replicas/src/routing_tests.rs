@@ -113,3 +113,38 @@ fn a_refused_connect_to_a_replica_is_reported_to_its_router() {
     let replica = router.replica_id(addr).expect("a replica of the router");
     assert!(router.is_down(replica), "reported and marked Down at once");
 }
+
+#[test]
+fn a_session_placed_by_the_control_shard_is_re_pinned_on_the_same_router() {
+    let (mut h, router) = routed();
+    for _ in 0..4 {
+        h.login("alice", "analytics");
+    }
+    let (fifth, _) = h.login("alice", "analytics");
+    router.run_control_step(&HealthConfig::default(), false);
+    h.engine.handle_routing_replies(h.now);
+    h.pump();
+    assert_eq!(premium_per_replica(&router), [2, 2, 0, 0, 1], "borrowed");
+    h.client_output(fifth);
+
+    // The borrowed replica fails; the fifth session's next transaction moves it, through the
+    // router remembered with its pending admission.
+    router.report_server_failure(
+        pgtier_policy::ReplicaId(4),
+        crate::ServerFailureCause::ConnectionReset,
+    );
+    router.run_control_step(&HealthConfig::default(), false);
+    h.client_sends(fifth, &pgtier_engine::testing::query("select 1"));
+    h.pump();
+    router.run_control_step(&HealthConfig::default(), false);
+    h.engine.handle_routing_replies(h.now);
+    h.pump();
+    assert_eq!(router.total_sessions(), 5, "moved, not lost or doubled");
+    assert_eq!(
+        router.load(pgtier_policy::ReplicaId(4)).premium,
+        0,
+        "off the Down replica"
+    );
+    assert_eq!(router.stats().repins, 1);
+    assert_eq!(h.client_output(fifth).last().map(|m| m.tag), Some(b'Z'));
+}

@@ -105,11 +105,11 @@ fn session_close_lets_the_control_shard_return_a_borrowed_replica() {
 #[test]
 fn reported_failure_marks_down_at_once_and_repairs_to_target() {
     let router = paper_router(10);
-    let epoch = router.failure_epoch();
+    let epoch = router.state().failure_epoch();
     router.report_server_failure(ReplicaId(0), ServerFailureCause::ConnectionRefused);
     router.run_control_step(&HealthConfig::default(), false);
     assert!(router.is_down(ReplicaId(0)));
-    assert_ne!(router.failure_epoch(), epoch);
+    assert_ne!(router.state().failure_epoch(), epoch);
     // K+ = 4: target (P=2, M=0, F=2), so the Mixed replica is repaired into Premium.
     assert_eq!(role(&router, 4), Role::Premium);
     assert_eq!(
@@ -189,12 +189,12 @@ fn probes_take_a_replica_down_and_back() {
         },
     };
     for healthy in [false, false] {
-        router.probe_reports.force_push(probe(healthy));
+        router.report_probe(probe(healthy));
         router.run_control_step(&config, false);
     }
     assert!(router.is_down(ReplicaId(2)));
     for _ in 0..config.successes_to_rejoin {
-        router.probe_reports.force_push(probe(true));
+        router.report_probe(probe(true));
         router.run_control_step(&config, false);
     }
     assert!(!router.is_down(ReplicaId(2)));

@@ -208,6 +208,13 @@ fn concurrent_admissions_never_lose_or_duplicate_a_role_change() {
         worker.join().expect("worker panicked");
     }
     let elapsed = started.elapsed();
+    // The control thread takes the failure report from its queue when it next runs, which on a
+    // loaded machine can be after the last admission; shutting the plane down first would drop
+    // it. Let it be handled (bounded) before stopping.
+    let handled_by = Instant::now() + Duration::from_secs(10);
+    while !router.is_down(ReplicaId(4)) && Instant::now() < handled_by {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     stop.store(true, Ordering::Release);
     let observed = observer.join().expect("observer panicked");
     plane.shutdown();

@@ -474,7 +474,7 @@ fn pin_to_core(core: usize) {
     }
 }
 
-/// Blocks SIGHUP, SIGTERM and SIGINT in the calling thread (and threads it starts later), so
+/// Blocks SIGHUP, SIGTERM, SIGINT and SIGQUIT in the calling thread (and threads it starts later), so
 /// only `wait_signal` sees them.
 fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local set, then pthread_sigmask for this thread.
@@ -484,6 +484,7 @@ fn block_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGHUP);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGQUIT);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -519,7 +520,8 @@ const RELOAD_POLL: Duration = Duration::from_millis(50);
 /// client closes when its transaction ends, exit once no server is in use); SIGTERM is the
 /// super safe one (`SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, exit once every client has
 /// left, which is what a rolling restart needs); a second SIGINT/SIGTERM closes everything
-/// at once.
+/// at once, and so does SIGQUIT (PgBouncer 1.23's immediate shutdown: the socket file is
+/// removed and the log ends with the shutdown, where the default action would leave both).
 pub fn run(config_path: &Path) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|error| error.to_string())?;
     init_logging(&config.pgtier.log_level);
@@ -567,6 +569,11 @@ pub(crate) fn run_with(
         }
         match signal {
             libc::SIGHUP => reload_from(&handle, config_path),
+            libc::SIGQUIT => {
+                info!("SIGQUIT: immediate shutdown: closing every connection now");
+                shutting_down = true;
+                handle.shutdown(ShutdownMode::Immediate);
+            }
             libc::SIGTERM | libc::SIGINT if shutting_down => {
                 info!("second signal: closing everything now");
                 handle.shutdown(ShutdownMode::Immediate);

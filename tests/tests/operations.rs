@@ -127,6 +127,29 @@ fn sigterm_waits_for_clients_then_exits() {
 }
 
 #[test]
+fn sigquit_closes_everything_at_once_and_exits_cleanly() {
+    let (pg, mut proxy) = server_and_proxy(|config| config);
+    admin(&pg, "CREATE TABLE quit_log(v int)");
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    client
+        .batch_execute("BEGIN; INSERT INTO quit_log VALUES (1)")
+        .expect("open transaction");
+    proxy.signal(libc::SIGQUIT).expect("SIGQUIT");
+
+    // PgBouncer 1.23+: an immediate shutdown, not death by the signal (status 131).
+    let status = proxy
+        .wait_exit(SHORT)
+        .expect("proxy did not exit on SIGQUIT");
+    assert!(status.success(), "{status}");
+    assert!(
+        client.batch_execute("SELECT 1").is_err(),
+        "the client's connection was closed"
+    );
+    // Its open transaction was rolled back by the server, not committed.
+    assert_eq!(admin(&pg, "SELECT count(*) FROM quit_log"), "0");
+}
+
+#[test]
 fn sigint_waits_for_the_open_transaction_only() {
     // Raw sessions: the proxy may close right after COMMIT's ReadyForQuery (with a FATAL
     // 57P01), and what matters is that COMMIT's own result arrives before that.

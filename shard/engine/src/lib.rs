@@ -39,6 +39,7 @@ pub mod credentials;
 pub mod digests;
 pub mod engine;
 pub mod ids;
+pub mod inbox;
 pub mod listing;
 pub mod messages;
 pub mod names;

@@ -15,9 +15,7 @@ use crate::messages::{self, sqlstate};
 use crate::prepared::{Chunks, ClientStatements, Fallout};
 use crate::server::ServerState;
 use crate::server::login::{Credentials, LoginStep, ServerLogin};
-use crate::server::relay::is_shutdown_error;
 use crate::services::FailureCause;
-use crate::settings::MAX_IDLE_MESSAGE_BYTES;
 use crate::tracker::TxStatus;
 use pgtier_core::config::PoolMode;
 use pgtier_wire::session_state::Effects;
@@ -43,13 +41,13 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if !matches!(server.state, ServerState::Connecting { .. }) {
+        if !matches!(server.state(), ServerState::Connecting { .. }) {
             return;
         }
         if let Err(errno) = result {
             let message = format!(
                 "could not connect to server {}: {}",
-                server.addr,
+                server.addr(),
                 std::io::Error::from_raw_os_error(errno)
             );
             let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
@@ -67,7 +65,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
+        let pool = server.pool();
         let Some(key) = self.pools.key(pool) else {
             return;
         };
@@ -86,10 +84,7 @@ impl Engine {
             }
         }
         let startup = ServerLogin::startup_message(&key.server_user, dbname, &params);
-        server.state = ServerState::LoggingIn {
-            since: self.now,
-            login: Box::default(),
-        };
+        server.logging_in(self.now);
         self.send(Conn::Server(id), startup);
     }
 
@@ -97,15 +92,11 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let ServerState::LoggingIn { login, .. } = &mut server.state else {
-            return;
-        };
-        let Some(key) = self.pools.key(server.pool) else {
+        let Some(key) = self.pools.key(server.pool()) else {
             return;
         };
         let channel_binding = server
-            .tls
-            .as_deref()
+            .tls()
             .filter(|session| !session.is_handshaking())
             .and_then(|session| session.peer_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
@@ -130,7 +121,10 @@ impl Engine {
             channel_binding,
             key_cache: Some(&self.shared.scram_keys),
         };
-        match login.step(&mut server.input, credentials, self.random.as_mut()) {
+        let Some((login, input)) = server.login_mut() else {
+            return;
+        };
+        match login.step(input.buffer_mut(), credentials, self.random.as_mut()) {
             LoginStep::Continue { reply } => {
                 if let Some(reply) = reply {
                     self.send(Conn::Server(id), reply);
@@ -145,24 +139,15 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let ServerState::LoggingIn { login, .. } = std::mem::replace(
-            &mut server.state,
-            ServerState::Releasing {
-                since: self.now,
-                rolled_back: false,
-            },
-        ) else {
+        let Some(params) = server.logged_in(self.now) else {
             return;
         };
-        let backend = login.into_backend();
-        server.params = backend.tracked;
-        server.key = backend.key;
-        let pool = server.pool;
+        let pool = server.pool();
         debug!(pid = ?server.backend_pid(), "server login done");
-        self.pools.learn_welcome(pool, &backend.params);
+        self.pools.learn_welcome(pool, &params);
         let checkin = self.pools.opened(pool, id, self.now);
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.state = ServerState::Idle { since: self.now };
+            server.idle(self.now);
         }
         self.act_on_checkin(id, pool, checkin);
     }
@@ -173,14 +158,13 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
+        let pool = server.pool();
         self.stats.login_failures += 1;
         info!(
             database = %self.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
             "server login failed"
         );
-        server.state = ServerState::Closing;
-        server.input = bytes::BytesMut::new();
+        server.mark_closing();
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
@@ -199,14 +183,14 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        let pool = server.pool;
+        let pool = server.pool();
         if !self.report_replica_failure(pool, cause) {
             self.login_failed(id, error);
             return;
         }
         self.stats.login_failures += 1;
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.state = ServerState::Closing;
+            server.mark_closing();
         }
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
@@ -254,28 +238,21 @@ impl Engine {
             self.close_server(server_id);
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let welcoming = matches!(client.state(), ClientState::Welcoming { .. });
+        let Some(session) = client.session_mut() else {
             return;
         };
-        let welcoming = matches!(client.state, ClientState::Welcoming { .. });
-        let mut scan = server.relay.scan(
-            &server.input,
-            &mut server.tracker,
-            &mut server.params,
-            Some(&mut session.tracked),
-            max,
-        );
         let mut forwarded = Chunks::new();
-        scan.take_from(&mut server.input, &mut forwarded);
-        apply_fallout(&mut session.statements, server.relay.take_fallout());
+        let scan = server.relay_output(session.tracked_mut(), max, &mut forwarded);
+        apply_fallout(session.statements_slot(), server.relay_mut().take_fallout());
         let mut unpinned = false;
         // The values a confirmed clear sets back (RESET ALL, DISCARD ALL) come as
         // ParameterStatus: they are no new state.
-        let clearing = session.pins.is_clearing();
+        let clearing = session.pins().is_clearing();
         if let Some(status) = scan.last_status {
-            unpinned = session.pins.on_ready(status, scan.errors);
+            unpinned = session.pins_mut().on_ready(status, scan.errors);
             if status != TxStatus::Idle
-                && let Some(reads) = session.reads.as_mut()
+                && let Some(reads) = session.reads_mut()
             {
                 // On a replica only a read-only prefix went, so a block open now was opened
                 // READ ONLY: PostgreSQL refuses its writes as the primary would.
@@ -283,34 +260,27 @@ impl Engine {
             }
         }
         if scan.functions_changed {
-            self.routing.functions_changed(&session.database);
+            self.routing.functions_changed(session.database());
         }
-        let elapsed_us = session.query_started.map_or(0, |started| {
+        let elapsed_us = session.query_started().map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
         });
-        if scan.completed > 0 && !server.tracker.has_outstanding() {
-            session.query_started = None;
+        if scan.completed > 0 && !server.tracker().has_outstanding() {
+            session.query_ended();
         }
         // A transaction lasts from its server's link (transaction mode) or its first query
         // (session mode) to its idle ReadyForQuery.
-        let transaction_us = match session.transaction_started {
+        let transaction_us = match session.transaction_started() {
             Some(started) if scan.transactions > 0 => {
-                session.transaction_started = None;
+                session.transaction_ended();
                 self.now.saturating_duration_since(started).as_micros() as u64
             }
             _ => elapsed_us,
         };
-        if let Some(calls) = session.calls.as_deref_mut() {
-            calls.answered(
-                &scan.answered,
-                elapsed_us,
-                &session.database,
-                &mut self.digests,
-            );
-        }
-        let (class, mode, pinned) = (session.class, session.mode, session.pins_server());
-        let database = session.stats;
-        let pool = server.pool;
+        session.calls_answered(&scan.answered, elapsed_us, &mut self.digests);
+        let (class, mode, pinned) = (session.class(), session.mode(), session.pins_server());
+        let database = session.stats();
+        let pool = server.pool();
         for _ in 0..scan.completed {
             self.counters.record_query(class, elapsed_us);
             self.latency.record(class, elapsed_us);
@@ -364,7 +334,7 @@ impl Engine {
             let copying = self
                 .servers
                 .get(server_id.0)
-                .is_some_and(|server| server.tracker.copy_in());
+                .is_some_and(|server| server.tracker().copy_in());
             if scan.ready_seen || scan.errors > 0 || copying {
                 self.forward_held_input(server_id, client_id);
             }
@@ -393,12 +363,12 @@ impl Engine {
             return;
         };
         if server.client() != Some(client_id)
-            || (server.relay.holds_back_client() && !server.tracker.copy_in())
+            || (server.relay().holds_back_client() && !server.tracker().copy_in())
         {
             return;
         }
         let pending = self.clients.get(client_id.0).is_some_and(|client| {
-            !client.input.is_empty() && matches!(client.state, ClientState::Linked { .. })
+            !client.input().is_empty() && matches!(client.state(), ClientState::Linked { .. })
         });
         if pending {
             self.forward(client_id, server_id);
@@ -408,7 +378,7 @@ impl Engine {
     fn is_pinned(&self, id: ClientId) -> bool {
         self.clients
             .get(id.0)
-            .and_then(|client| client.session.as_ref())
+            .and_then(|client| client.session())
             .is_some_and(|session| session.pins_server())
     }
 
@@ -419,12 +389,11 @@ impl Engine {
         let queued = self
             .clients
             .get(client_id.0)
-            .map_or(0, |client| client.queued_bytes);
+            .map_or(0, |client| client.queued_bytes());
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if queued > limit && !server.paused {
-            server.paused = true;
+        if queued > limit && server.pause() {
             self.outbox.push(Action::PauseRecv(Conn::Server(server_id)));
         }
     }
@@ -452,21 +421,13 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let mut scan = server.relay.scan(
-            &server.input,
-            &mut server.tracker,
-            &mut server.params,
-            None,
-            max,
-        );
-        scan.take_from(&mut server.input, &mut Chunks::new());
         // Its client is gone: what the answers decided for its names concerns no one.
-        let _ = server.relay.take_fallout();
+        let scan = server.drain_output(max);
         if scan.malformed || scan.oversized.is_some() {
             self.close_server(id);
             return;
         }
-        match server.state {
+        match server.state() {
             ServerState::Checking { .. } if scan.idle => self.finish_check(id),
             ServerState::Releasing { .. } => self.advance_release(id),
             _ => {}
@@ -479,40 +440,8 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
-        let mut shutting_down = false;
-        let mut retire = false;
-        let limits = pgtier_wire::FrameLimits {
-            max_message_len: MAX_IDLE_MESSAGE_BYTES as u32,
-            ..pgtier_wire::FrameLimits::default()
-        };
-        loop {
-            let frame = match pgtier_wire::framing::split_message(&mut server.input, &limits) {
-                Ok(Some(frame)) => frame.bytes,
-                Ok(None) => break,
-                Err(_) => {
-                    retire = true;
-                    break;
-                }
-            };
-            match frame[0] {
-                b'S' => {
-                    if let Some((name, value)) = messages::parse_parameter_status(&frame[5..]) {
-                        server.params.set(name, value);
-                    }
-                }
-                b'N' | b'A' => {}
-                b'E' => {
-                    shutting_down = is_shutdown_error(&frame[5..]);
-                    retire = true;
-                    break;
-                }
-                _ => {
-                    retire = true;
-                    break;
-                }
-            }
-        }
+        let pool = server.pool();
+        let (retire, shutting_down) = server.read_idle_output();
         if shutting_down {
             self.report_replica_failure(pool, FailureCause::ServerShutdown);
         }
@@ -526,7 +455,7 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        match server.state {
+        match server.state() {
             ServerState::Closing => {}
             // Terminated on purpose: its backend is gone, its slot moves on.
             ServerState::Leaving { .. } | ServerState::Moving { .. } => self.close_server(id),
@@ -553,8 +482,8 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        let pool = server.pool;
-        match server.state {
+        let pool = server.pool();
+        match *server.state() {
             ServerState::Connecting { .. }
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => {
@@ -591,11 +520,9 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some(key) = server.key else {
+        let Some((key, addr)) = server.cancel_sent() else {
             return;
         };
-        server.cancels_pending += 1;
-        let addr = server.addr.clone();
         self.outbox.push(Action::SendCancel {
             server: id,
             addr,
@@ -607,7 +534,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        server.cancels_pending = server.cancels_pending.saturating_sub(1);
+        server.cancel_done();
         self.advance_release(id);
     }
 }

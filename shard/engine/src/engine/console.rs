@@ -7,7 +7,6 @@ use bytes::BytesMut;
 use pgtier_core::config::Config;
 
 use crate::action::Conn;
-use crate::client::ClientState;
 use crate::console_session::{Answerer, Handled};
 use crate::engine::Engine;
 use crate::ids::ClientId;
@@ -67,14 +66,14 @@ impl Engine {
             let Some(client) = self.clients.get_mut(id.0) else {
                 return;
             };
-            let ClientState::Console { session, .. } = &mut client.state else {
+            let Some((input, session)) = client.console_input_mut() else {
                 return;
             };
             if self.controls.is_asking(id) {
                 // Its control command waits for the shards; what follows waits behind it.
                 break;
             }
-            let header = match pgtier_wire::framing::peek_header(&client.input, &limits) {
+            let header = match pgtier_wire::framing::peek_header(input.bytes(), &limits) {
                 Ok(Some(header)) => header,
                 Ok(None) => break,
                 Err(_) => {
@@ -87,10 +86,10 @@ impl Engine {
                 self.close_client(id, None);
                 return;
             }
-            if client.input.len() < header.frame_len() {
+            if input.len() < header.frame_len() {
                 break;
             }
-            let body = &client.input[5..header.frame_len()];
+            let body = &input.bytes()[5..header.frame_len()];
             // PAUSE, KILL, SHUTDOWN... come as simple queries (psql, scripts); the extended
             // protocol is for drivers reading SHOW output.
             let admin = session.rights() == ConsoleRights::Admin;
@@ -99,7 +98,7 @@ impl Engine {
                 _ => None,
             };
             if let Some(request) = control {
-                let _ = client.input.split_to(header.frame_len());
+                let _ = input.buffer_mut().split_to(header.frame_len());
                 match request {
                     Ok(request) => {
                         if self.run_control(id, request, &mut out) {
@@ -131,10 +130,7 @@ impl Engine {
                 }
                 continue;
             }
-            let frame = client.input.split_to(header.frame_len());
-            let ClientState::Console { session, .. } = &mut client.state else {
-                return;
-            };
+            let frame = input.buffer_mut().split_to(header.frame_len());
             let mut answerer = SessionAnswerer {
                 console: self.console.as_mut(),
                 config: &self.config,
@@ -152,8 +148,8 @@ impl Engine {
                 let slot = self
                     .clients
                     .get(id.0)
-                    .and_then(|c| c.session.as_ref())
-                    .map(|s| s.stats);
+                    .and_then(|c| c.session())
+                    .map(|s| s.stats());
                 if let Some(slot) = slot {
                     self.databases.record_query(slot, 0);
                     self.databases.record_transaction(slot, 0);

@@ -305,10 +305,12 @@ impl Engine {
                 !server.is_closing() && self.server_in(ServerId(slot), scope)
             }),
             ControlOp::WaitClose(scope) => !self.servers.iter().any(|(slot, server)| {
-                server.close_needed && !server.is_closing() && self.server_in(ServerId(slot), scope)
+                server.close_needed()
+                    && !server.is_closing()
+                    && self.server_in(ServerId(slot), scope)
             }),
             ControlOp::Suspend => !self.clients.iter().any(|(_, client)| {
-                client.queued_bytes > 0 && !client.is_closing() && !client.is_console()
+                client.queued_bytes() > 0 && !client.is_closing() && !client.is_console()
             }),
             _ => true,
         }
@@ -344,7 +346,9 @@ impl Engine {
         let clients: Vec<ClientId> = self
             .clients
             .iter()
-            .filter(|(_, client)| !client.is_console() && !client.is_closing() && !client.paused)
+            .filter(|(_, client)| {
+                !client.is_console() && !client.is_closing() && !client.is_paused()
+            })
             .map(|(slot, _)| ClientId(slot))
             .collect();
         for id in clients {
@@ -353,7 +357,7 @@ impl Engine {
         let servers: Vec<ServerId> = self
             .servers
             .iter()
-            .filter(|(_, server)| server.stops_for_suspend() && !server.paused)
+            .filter(|(_, server)| server.stops_for_suspend() && !server.is_paused())
             .map(|(slot, _)| ServerId(slot))
             .collect();
         for id in servers {
@@ -364,15 +368,15 @@ impl Engine {
     fn server_in(&self, id: ServerId, scope: &Scope) -> bool {
         self.servers
             .get(id.0)
-            .and_then(|server| self.pools.key(server.pool))
+            .and_then(|server| self.pools.key(server.pool()))
             .is_some_and(|key| scope.covers(&key.database))
     }
 
     fn client_in(&self, id: ClientId, scope: &Scope) -> bool {
         self.clients
             .get(id.0)
-            .and_then(|client| client.session.as_ref())
-            .is_some_and(|session| scope.covers(&session.database))
+            .and_then(|client| client.session())
+            .is_some_and(|session| scope.covers(session.database()))
     }
 
     /// A client about to take a server: true (and it is held) when its database is paused.
@@ -383,10 +387,10 @@ impl Engine {
         if !suspended && !self.controls.gates.any_paused() {
             return false;
         }
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return false;
         };
-        if !suspended && !self.controls.gates.is_paused(&session.database) {
+        if !suspended && !self.controls.gates.is_paused(session.database()) {
             return false;
         }
         if !self.controls.is_paused_client(id) {
@@ -401,11 +405,11 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return false;
         };
-        server.close_needed
+        server.close_needed()
             || (self.controls.gates.any_paused()
                 && self
                     .pools
-                    .key(server.pool)
+                    .key(server.pool())
                     .is_some_and(|key| self.controls.gates.is_paused(&key.database)))
     }
 
@@ -428,7 +432,7 @@ impl Engine {
         for (id, since) in held {
             let still_waiting = self.clients.get(id.0).is_some_and(|client| {
                 matches!(
-                    client.state,
+                    client.state(),
                     ClientState::Joining { ticket: None, .. }
                         | ClientState::Queued { ticket: None, .. }
                 )
@@ -447,10 +451,10 @@ impl Engine {
     fn held_by_pause_check(&self, id: ClientId) -> bool {
         self.clients
             .get(id.0)
-            .and_then(|client| client.session.as_ref())
+            .and_then(|client| client.session())
             .is_some_and(|session| {
                 self.controls.gates.is_suspended()
-                    || self.controls.gates.is_paused(&session.database)
+                    || self.controls.gates.is_paused(session.database())
             })
     }
 
@@ -467,7 +471,7 @@ impl Engine {
         self.controls.paused_clients.retain(|(id, since)| {
             let waiting = clients.get(id.0).is_some_and(|client| {
                 matches!(
-                    client.state,
+                    client.state(),
                     ClientState::Joining { ticket: None, .. }
                         | ClientState::Queued { ticket: None, .. }
                 )
@@ -492,7 +496,7 @@ impl Engine {
         let idle: Vec<ServerId> = self
             .servers
             .iter()
-            .filter(|(_, server)| matches!(server.state, ServerState::Idle { .. }))
+            .filter(|(_, server)| matches!(server.state(), ServerState::Idle { .. }))
             .map(|(slot, _)| ServerId(slot))
             .filter(|id| self.server_in(*id, scope))
             .collect();
@@ -509,7 +513,7 @@ impl Engine {
         let idle: Vec<ServerId> = self
             .servers
             .iter()
-            .filter(|(_, server)| matches!(server.state, ServerState::Idle { .. }))
+            .filter(|(_, server)| matches!(server.state(), ServerState::Idle { .. }))
             .map(|(slot, _)| ServerId(slot))
             .filter(|id| self.closes_on_release(*id))
             .collect();
@@ -534,14 +538,14 @@ impl Engine {
             .collect();
         for id in &marked {
             if let Some(server) = self.servers.get_mut(id.0) {
-                server.close_needed = true;
+                server.mark_close_needed();
             }
         }
         for id in marked {
             if self
                 .servers
                 .get(id.0)
-                .is_some_and(|server| matches!(server.state, ServerState::Idle { .. }))
+                .is_some_and(|server| matches!(server.state(), ServerState::Idle { .. }))
             {
                 self.close_idle_server(id);
             }

@@ -148,8 +148,8 @@ fn housekeeping_drops_the_call_log_of_an_idle_client() {
         h.engine
             .clients
             .get(a.0)
-            .and_then(|client| client.session.as_ref())
-            .is_some_and(|session| session.calls.is_some())
+            .and_then(|client| client.session())
+            .is_some_and(|session| session.has_call_log())
     };
     assert!(!has_log(&h), "none before its first query");
     h.client_sends(a, &query("SELECT 1"));

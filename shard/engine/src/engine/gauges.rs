@@ -38,15 +38,14 @@ impl Engine {
         }
         for (_, client) in self.clients.iter() {
             let Some(gauge) = client
-                .session
-                .as_ref()
-                .and_then(|session| session.pool)
+                .session()
+                .and_then(|session| session.pool())
                 .and_then(|pool| by_pool.get(&pool))
                 .and_then(|index| gauges.get_mut(*index))
             else {
                 continue;
             };
-            match client.state {
+            match *client.state() {
                 ClientState::Queued { since, .. } | ClientState::Joining { since, .. } => {
                     gauge.clients_waiting += 1;
                     let waited = self.now.saturating_duration_since(since).as_micros() as u64;
@@ -62,12 +61,12 @@ impl Engine {
         let checks = !self.config.pgtier.server_check_query.is_empty();
         for (_, server) in self.servers.iter() {
             let Some(gauge) = by_pool
-                .get(&server.pool)
+                .get(&server.pool())
                 .and_then(|index| gauges.get_mut(*index))
             else {
                 continue;
             };
-            match server.state {
+            match *server.state() {
                 ServerState::Connecting { .. }
                 | ServerState::Negotiating { .. }
                 | ServerState::LoggingIn { .. } => gauge.servers_login += 1,

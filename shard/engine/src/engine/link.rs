@@ -15,13 +15,12 @@ use tracing::{debug, warn};
 use crate::action::{Action, Conn};
 use crate::addr::ServerAddr;
 use crate::client::ClientState;
-use crate::client::calls::CallNotes;
-use crate::client::forward::{ForwardEnd, ForwardLimits, Texts, Watch};
+use crate::client::forward::{ForwardEnd, ForwardLimits, ForwardOptions, ForwardShared};
 use crate::command::{Command, ShutdownMode};
 use crate::engine::{Engine, reads};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
-use crate::prepared::{Rewriter, StatementLimits};
+use crate::prepared::StatementLimits;
 use crate::server::release::ClientLeft;
 use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
 use crate::tracker::Tracker;
@@ -36,7 +35,7 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        match client.input.first().copied() {
+        match client.input().first() {
             None => {}
             Some(b'X') => self.close_client(id, None),
             // Refused before it takes a server: garbage never reaches one.
@@ -46,10 +45,7 @@ impl Engine {
             // A reader session's transaction is routed by its first whole unit.
             Some(_) if whole_unit_missing => {}
             Some(_) => {
-                client.state = ClientState::Queued {
-                    since: self.now,
-                    ticket: None,
-                };
+                client.queued(self.now);
                 self.need_server(id);
             }
         }
@@ -59,12 +55,11 @@ impl Engine {
     /// check when it sat idle long), else it parks in the pool's FIFO and a server is
     /// opened for it when the budgets allow.
     pub(super) fn need_server(&mut self, id: ClientId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         if session
-            .lease
-            .as_mut()
+            .lease_mut()
             .is_some_and(|lease| lease.replica_failed())
         {
             self.repin(id);
@@ -72,22 +67,17 @@ impl Engine {
         }
         // The recovery-tail drain moves only sessions that hold nothing on their replica
         // between transactions: transaction mode, not a reader entry, moves allowed.
-        let movable = session.mode == PoolMode::Transaction
-            && session.reads.is_none()
+        let movable = session.mode() == PoolMode::Transaction
+            && session.reads().is_none()
             && self.config.pgtier.repin_idle_sessions;
-        if movable
-            && session
-                .lease
-                .as_mut()
-                .is_some_and(|lease| lease.should_move())
-        {
+        if movable && session.lease_mut().is_some_and(|lease| lease.should_move()) {
             self.repin(id);
             return;
         }
-        if let Some(lease) = session.lease.as_mut() {
+        if let Some(lease) = session.lease_mut() {
             lease.transaction_started();
         }
-        let class = crate::class::wait_class(session.class);
+        let class = crate::class::wait_class(session.class());
         if self.held_by_pause(id) {
             return;
         }
@@ -97,8 +87,8 @@ impl Engine {
         let Some(pool) = self
             .clients
             .get(id.0)
-            .and_then(|c| c.session.as_ref())
-            .and_then(|s| s.pool)
+            .and_then(|c| c.session())
+            .and_then(|s| s.pool())
         else {
             return;
         };
@@ -113,14 +103,7 @@ impl Engine {
             .map(|timeout| self.now + timeout);
         let ticket = self.pools.park_as(pool, id, class, self.now, deadline);
         if let Some(client) = self.clients.get_mut(id.0) {
-            match &mut client.state {
-                ClientState::Joining { ticket: slot, .. }
-                | ClientState::Queued { ticket: slot, .. }
-                | ClientState::LookingUp { ticket: slot, .. } => {
-                    *slot = ticket;
-                }
-                _ => {}
-            }
+            client.parked(ticket);
         }
         self.open_for_waiters(pool);
     }
@@ -162,10 +145,10 @@ impl Engine {
         }
         let (mut linked, mut pinned) = (0usize, 0usize);
         for (_, client) in self.clients.iter() {
-            let Some(session) = client.session.as_ref() else {
+            let Some(session) = client.session() else {
                 continue;
             };
-            if session.pool == Some(pool) && client.server().is_some() {
+            if session.pool() == Some(pool) && client.server().is_some() {
                 linked += 1;
                 pinned += usize::from(session.pins_server());
             }
@@ -211,14 +194,7 @@ impl Engine {
     /// A waiter left the pool's queue (handed a server, failed, moved): its ticket is spent.
     fn clear_ticket(&mut self, id: ClientId) {
         if let Some(client) = self.clients.get_mut(id.0) {
-            match &mut client.state {
-                ClientState::Joining { ticket, .. }
-                | ClientState::Queued { ticket, .. }
-                | ClientState::LookingUp { ticket, .. } => {
-                    *ticket = None;
-                }
-                _ => {}
-            }
+            client.parked(None);
         }
     }
 
@@ -295,7 +271,7 @@ impl Engine {
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
         if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
-            server.relay.prepared = Some(Box::default());
+            server.relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = self.servers.insert(server) else {
             let error = messages::fatal(
@@ -362,12 +338,14 @@ impl Engine {
             return false;
         };
         let bytes = server.internal_query(&query);
-        server.state = ServerState::Checking { since: self.now };
-        server.lease = Some(Lease {
-            server: lease.server,
-            opened_at: lease.opened_at,
-            idle_since: lease.idle_since,
-        });
+        server.checking(
+            self.now,
+            Lease {
+                server: lease.server,
+                opened_at: lease.opened_at,
+                idle_since: lease.idle_since,
+            },
+        );
         self.send(Conn::Server(id), bytes);
         true
     }
@@ -378,7 +356,8 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let failed = server.relay.take_swallowed_error().is_some() || !server.tracker.is_idle();
+        let failed =
+            server.relay_mut().take_swallowed_error().is_some() || !server.tracker().is_idle();
         if failed {
             debug!(
                 shard = self.shard,
@@ -397,7 +376,7 @@ impl Engine {
             self.give_back(lease);
             return;
         };
-        let (since, joining) = match client.state {
+        let (since, joining) = match *client.state() {
             ClientState::Joining { since, .. } => (since, true),
             ClientState::Queued { since, .. } => (since, false),
             ClientState::LookingUp { .. } => {
@@ -412,11 +391,11 @@ impl Engine {
         };
         let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
         self.counters.record_wait(wait_us);
-        let Some(session) = client.session.as_mut() else {
+        let Some(session) = client.session_mut() else {
             return;
         };
-        self.databases.record_wait(session.stats, wait_us);
-        let reset = match session.mode {
+        self.databases.record_wait(session.stats(), wait_us);
+        let reset = match session.mode() {
             PoolMode::Session => Reset::Configured,
             PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
                 Reset::Configured
@@ -424,22 +403,25 @@ impl Engine {
             PoolMode::Transaction if session.pins_server() => Reset::SessionState,
             PoolMode::Transaction => Reset::None,
         };
-        session.transaction_started = Some(self.now);
+        session.transaction_began(self.now);
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        server.state = ServerState::Busy { client: id };
-        server.last_linked = Some(self.now);
-        server.lease = Some(lease);
-        server.reset = server.reset.max(reset);
+        server.serve(id, self.now, lease, reset);
         if joining {
-            client.state = ClientState::Welcoming { server: server_id };
+            client.welcoming(server_id);
             self.start_welcome(id, server_id);
             return;
         }
-        client.state = ClientState::Linked { server: server_id };
+        client.linked(server_id);
+        let Some(session) = client.session() else {
+            return;
+        };
         let mut sql = String::new();
-        if session.tracked.write_differences(&server.params, &mut sql) {
+        if session
+            .tracked()
+            .write_differences(server.params(), &mut sql)
+        {
             let bytes = server.internal_query(&sql);
             self.send(Conn::Server(server_id), bytes);
         }
@@ -451,11 +433,8 @@ impl Engine {
     fn give_back(&mut self, lease: Lease<ServerId>) {
         let id = lease.server;
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.lease = Some(lease);
-            server.state = ServerState::Releasing {
-                since: self.now,
-                rolled_back: false,
-            };
+            server.hold_lease(lease);
+            server.start_releasing(self.now);
         }
         self.advance_release(id);
     }
@@ -464,7 +443,7 @@ impl Engine {
     /// first (answer swallowed; `finish_welcome` follows it), or it is welcomed at once when
     /// the server already shows them.
     fn start_welcome(&mut self, id: ClientId, server_id: ServerId) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
         let Some(server) = self.servers.get_mut(server_id.0) else {
@@ -473,12 +452,12 @@ impl Engine {
         let mut sql = String::new();
         let defaults = self
             .pools
-            .welcome(server.pool)
+            .welcome(server.pool())
             .map(|welcome| welcome.tracked.clone())
             .unwrap_or_default();
         if !session
-            .tracked
-            .write_login_sets(&defaults, &server.params, &mut sql)
+            .tracked()
+            .write_login_sets(&defaults, server.params(), &mut sql)
         {
             self.finish_welcome(id, server_id);
             return;
@@ -499,78 +478,27 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        let Some(session) = client.session.as_mut() else {
-            return;
-        };
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        // In transaction mode, Query and Parse texts are classified: for the session state
-        // that pins the client (and the statements that undo it), and for the statements
-        // that drop named statements.
-        let rewriting = server.relay.prepared.is_some();
-        let watch =
-            (session.mode == PoolMode::Transaction && (pinning || rewriting)).then(|| Watch {
-                conforming_strings: session.tracked.standard_conforming_strings(),
-            });
-        let mut rewriter = server
-            .relay
-            .prepared
-            .as_deref_mut()
-            .map(|prepared| Rewriter {
-                names: &mut session.statements,
-                server: prepared,
-                registry: &mut self.statements,
-                scratch: &mut self.scratch,
-                limits: statement_limits,
-                injected: Default::default(),
-            });
-        let sizes = ForwardLimits {
-            max_message_bytes: max,
-            whole_message_bytes: whole_limit,
+        let shared = ForwardShared {
+            registry: &mut self.statements,
+            scratch: &mut self.scratch,
+            texts: &mut self.texts,
+            digests: &mut self.digests,
         };
-        if session.calls.is_none() && self.digests.enabled() {
-            session.calls = Some(Box::default());
-        }
-        let calls = CallNotes::of(
-            session.calls.as_deref_mut(),
-            &mut self.digests,
-            session.stats,
-            &session.database,
-        );
-        // A read on a replica gets only the read-only prefix it was routed with; the rest
-        // waits for the replica's release and is routed on its own.
-        let budget = session
-            .reads
-            .as_ref()
-            .and_then(|reads| reads.forward_budget());
-        let held = match budget {
-            Some(budget) if budget < client.input.len() => Some(client.input.split_off(budget)),
-            _ => None,
-        };
-        let before = client.input.len();
-        let out = session.forwarder.forward(
-            &mut client.input,
-            &mut server.tracker,
-            sizes,
-            watch,
-            Texts {
-                effects: &mut self.texts,
-                calls,
+        let options = ForwardOptions {
+            sizes: ForwardLimits {
+                max_message_bytes: max,
+                whole_message_bytes: whole_limit,
             },
-            rewriter.as_mut(),
-        );
-        drop(rewriter);
-        if let Some(reads) = session.reads.as_mut() {
-            reads.spent(before - client.input.len());
-        }
-        if let Some(held) = held {
-            client.input.unsplit(held);
-        }
-        if out.started {
-            session.query_started.get_or_insert(self.now);
-            session.transaction_started.get_or_insert(self.now);
-        }
+            statements: statement_limits,
+            pinning,
+            now: self.now,
+        };
+        let Some(out) = client.forward_to(server, shared, options) else {
+            return;
+        };
         if !out.vacate.is_empty() {
             // Before the statement goes: the closes are on their way when it arrives.
             self.vacate_databases(out.vacate);
@@ -608,12 +536,12 @@ impl Engine {
         let in_block = self
             .servers
             .get(server_id.0)
-            .is_some_and(|server| server.tracker.last_ready_in_block());
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            .is_some_and(|server| server.tracker().last_ready_in_block());
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         let was_pinned = session.pins_server();
-        session.pins.sent(effects, in_block);
+        session.pins_mut().sent(effects, in_block);
         if !effects.pins() {
             return;
         }
@@ -625,7 +553,7 @@ impl Engine {
             );
         }
         if let Some(server) = self.servers.get_mut(server_id.0) {
-            server.reset = server.reset.max(Reset::SessionState);
+            server.needs_reset(Reset::SessionState);
         }
     }
 
@@ -636,21 +564,14 @@ impl Engine {
             return;
         };
         let client_id = server.client();
-        server.state = ServerState::Releasing {
-            since: self.now,
-            rolled_back: false,
-        };
+        server.start_releasing(self.now);
         let closing_at_shutdown = self.shutdown >= Some(ShutdownMode::WaitForTransactions);
         if let Some(client_id) = client_id
             && let Some(client) = self.clients.get_mut(client_id.0)
         {
-            client.state = ClientState::Idle { since: self.now };
-            if let Some(session) = client.session.as_mut() {
-                session.query_started = None;
-                session.transaction_started = None;
-                if let Some(lease) = session.lease.as_mut() {
-                    lease.transaction_ended();
-                }
+            client.idle(self.now);
+            if let Some(session) = client.session_mut() {
+                session.went_idle();
             }
             self.end_reader_transaction(client_id);
         }
@@ -680,10 +601,7 @@ impl Engine {
         match server.client_left(cancel_on_disconnect) {
             ClientLeft::CloseNow => self.close_server(server_id),
             ClientLeft::Release { cancel } => {
-                server.state = ServerState::Releasing {
-                    since: self.now,
-                    rolled_back: false,
-                };
+                server.start_releasing(self.now);
                 if cancel {
                     self.send_cancel(server_id);
                 }
@@ -699,7 +617,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if !matches!(server.state, ServerState::Releasing { .. }) {
+        if !matches!(server.state(), ServerState::Releasing { .. }) {
             return;
         }
         match server.next_release_step(reset_query) {
@@ -736,23 +654,21 @@ impl Engine {
             return;
         };
         server.pooled();
-        let pool = server.pool;
-        let Some(lease) = server.lease.take() else {
+        let pool = server.pool();
+        if server.lease().is_none() {
             return;
-        };
+        }
         // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
         if self.shutdown > Some(ShutdownMode::WaitForClients) && self.pools.waiting(pool) == 0 {
-            server.lease = Some(lease);
             self.close_server(id);
             return;
         }
-        server.lease = Some(lease);
         if self.closes_on_release(id) {
             // PAUSE, KILL or RECONNECT: the server goes once released.
             self.close_server(id);
             return;
         }
-        let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.lease.take()) else {
+        let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.take_lease()) else {
             return;
         };
         let checkin = self.pools.checkin(pool, lease, self.now);
@@ -773,7 +689,7 @@ impl Engine {
             }
             Checkin::Pooled => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.state = ServerState::Idle { since: self.now };
+                    server.idle(self.now);
                 }
             }
             Checkin::Close {
@@ -793,7 +709,7 @@ impl Engine {
             }
             Checkin::HandOver { lease, to } => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.lease = Some(lease);
+                    server.hold_lease(lease);
                 }
                 self.hand_on(id, to);
             }
@@ -803,7 +719,7 @@ impl Engine {
     /// Closes a server whose budget the pool already settled (it decided the close).
     pub(super) fn close_unpooled(&mut self, id: ServerId) {
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.lease = None;
+            server.take_lease();
         }
         self.close_server_settled(id);
     }
@@ -819,11 +735,7 @@ impl Engine {
             ?to,
             "ending a server to hand its slot on"
         );
-        server.state = ServerState::Leaving {
-            since: self.now,
-            to,
-        };
-        server.paused = false;
+        server.leaving(self.now, to);
         self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         self.send(Conn::Server(id), Bytes::from_static(TERMINATE));
     }
@@ -836,8 +748,7 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        server.state = ServerState::Closing;
-        server.input = bytes::BytesMut::new();
+        server.mark_closing();
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
@@ -928,7 +839,7 @@ impl Engine {
         let id = closing.lease.server;
         if closing.leaving {
             if let Some(server) = self.servers.get_mut(id.0) {
-                server.lease = Some(closing.lease);
+                server.hold_lease(closing.lease);
             }
             self.leave_for(id, None);
         } else {
@@ -943,7 +854,7 @@ impl Engine {
         if let Release::Now(lease) = self.pools.release_for(key, from) {
             let id = lease.server;
             if let Some(server) = self.servers.get_mut(id.0) {
-                server.lease = Some(lease);
+                server.hold_lease(lease);
             }
             self.hand_on(id, from);
         }

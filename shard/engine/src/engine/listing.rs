@@ -56,80 +56,79 @@ impl Engine {
     }
 
     fn client_row(&self, index: crate::ids::SlotRef, client: &ClientConn) -> ClientRow {
-        let connected_for = self.now.saturating_duration_since(client.connected_at);
-        let session = client.session.as_ref();
-        let lease = session.and_then(|s| s.lease.as_ref());
-        let class = match (lease, &client.state) {
+        let connected_for = self.now.saturating_duration_since(client.connected_at());
+        let session = client.session();
+        let lease = session.and_then(|s| s.lease());
+        let class = match (lease, client.state()) {
             // The class the router serves it as (a rank below its last one is its last).
             (Some(lease), _) => pgtier_core::class::ClassSetting::from_rank(lease.class().0)
                 .map(pgtier_core::class::ClassSetting::as_str),
-            (None, ClientState::Routing { .. }) => session.map(|s| s.class.as_str()),
+            (None, ClientState::Routing { .. }) => session.map(|s| s.class().as_str()),
             (None, _) => None,
         };
         let server = client.server();
         let application_name = tracked_index("application_name")
-            .and_then(|i| session.and_then(|s| s.tracked.get(i)))
+            .and_then(|i| session.and_then(|s| s.tracked().get(i)))
             .map(str::to_string);
         ClientRow {
             id: crate::ids::ClientId(index),
-            addr: client.peer,
-            local_addr: client.local_addr,
-            database: session.map(|s| s.database.to_string()).unwrap_or_default(),
-            user: session.map(|s| s.user.to_string()).unwrap_or_default(),
+            addr: client.peer().cloned(),
+            local_addr: client.local_addr(),
+            database: session
+                .map(|s| s.database().to_string())
+                .unwrap_or_default(),
+            user: session.map(|s| s.user().to_string()).unwrap_or_default(),
             state: client.state_name(),
             class,
             replica: lease.map(|lease| lease.addr()),
-            connected_at: self.wall_time_of(client.connected_at),
+            connected_at: self.wall_time_of(client.connected_at()),
             connected_for,
-            request_at: self.wall_time_of(client.last_active),
+            request_at: self.wall_time_of(client.last_active()),
             waiting_for: waiting_since(client)
                 .map(|since| self.now.saturating_duration_since(since)),
             server,
             backend_pid: server
                 .and_then(|server| self.servers.get(server.0))
                 .and_then(ServerConn::backend_pid),
-            pinned: session.map(|s| s.pins.reasons()).unwrap_or_default(),
+            pinned: session.map(|s| s.pins().reasons()).unwrap_or_default(),
             prepared_statements: session
-                .and_then(|s| s.statements.as_ref())
+                .and_then(|s| s.statements())
                 .map_or(0, |statements| statements.len()),
-            tls: client
-                .tls
-                .as_ref()
-                .and_then(|tls| tls.session.description()),
+            tls: client.tls().and_then(|tls| tls.session.description()),
             application_name,
         }
     }
 
     fn server_row(&self, index: crate::ids::SlotRef, server: &ServerConn) -> ServerRow {
-        let key = self.pools.key(server.pool);
+        let key = self.pools.key(server.pool());
         ServerRow {
             id: crate::ids::ServerId(index),
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
             user: key.map(|k| k.server_user.to_string()).unwrap_or_default(),
             state: server.state_name(),
-            addr: server.addr.clone(),
-            local_addr: server.local_addr,
-            connected_at: self.wall_time_of(server.connected_at),
-            request_at: self.wall_time_of(server.last_linked.unwrap_or(server.connected_at)),
+            addr: server.addr().clone(),
+            local_addr: server.local_addr(),
+            connected_at: self.wall_time_of(server.connected_at()),
+            request_at: self.wall_time_of(server.last_linked().unwrap_or(server.connected_at())),
             client: server.client(),
             backend_pid: server.backend_pid(),
-            tls: server.tls.as_ref().and_then(|tls| tls.description()),
+            tls: server.tls().and_then(|tls| tls.description()),
             application_name: tracked_index("application_name")
-                .and_then(|i| server.params.get(i))
+                .and_then(|i| server.params().get(i))
                 .map(str::to_string),
-            close_needed: matches!(server.state, ServerState::Leaving { .. }),
-            being_canceled: server.cancels_pending > 0,
+            close_needed: matches!(server.state(), ServerState::Leaving { .. }),
+            being_canceled: server.cancels_pending() > 0,
         }
     }
 
     fn pool_rows(&self) -> Vec<PoolRow> {
         let mut tallies: HashMap<PoolId, PoolTally> = HashMap::new();
         for (_, client) in self.clients.iter() {
-            let Some(pool) = client.session.as_ref().and_then(|s| s.pool) else {
+            let Some(pool) = client.session().and_then(|s| s.pool()) else {
                 continue;
             };
             let tally = tallies.entry(pool).or_default();
-            match client.state {
+            match *client.state() {
                 ClientState::Idle { .. }
                 | ClientState::Linked { .. }
                 | ClientState::Welcoming { .. } => {
@@ -143,8 +142,8 @@ impl Engine {
             }
         }
         for (_, server) in self.servers.iter() {
-            let tally = tallies.entry(server.pool).or_default();
-            match server.state {
+            let tally = tallies.entry(server.pool()).or_default();
+            match *server.state() {
                 ServerState::Releasing { .. } => tally.servers_used += 1,
                 ServerState::Checking { .. } => tally.servers_tested += 1,
                 ServerState::Connecting { .. }
@@ -152,7 +151,7 @@ impl Engine {
                 | ServerState::LoggingIn { .. } => tally.servers_login += 1,
                 _ => {}
             }
-            if server.cancels_pending > 0 {
+            if server.cancels_pending() > 0 {
                 tally.servers_being_canceled += 1;
             }
         }
@@ -216,7 +215,7 @@ impl Engine {
 
 /// Since when a client has waited for a server or a replica, while it does.
 fn waiting_since(client: &ClientConn) -> Option<Instant> {
-    match client.state {
+    match *client.state() {
         ClientState::Queued { since, .. }
         | ClientState::Joining { since, .. }
         | ClientState::Routing { since, .. } => Some(since),

@@ -8,12 +8,11 @@ use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
 use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile, WaitOrder};
 
 use crate::action::Conn;
-use crate::class::{self, session_class};
+use crate::class::session_class;
 use crate::client::auth::{self, AuthContext, AuthStep};
 use crate::client::auth_method::{self, Method};
-use crate::client::forward::Forwarder;
 use crate::client::startup::{self, LoginRequest, StartupStep};
-use crate::client::{ClientState, Session};
+use crate::client::{ClientState, Session, SessionStart};
 use crate::console_session::ConsoleSession;
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId, SlotRef};
@@ -45,7 +44,7 @@ impl Engine {
             let Some(client) = self.clients.get_mut(id.0) else {
                 return;
             };
-            match startup::read_startup(&mut client.input, MAX_STARTUP_BYTES) {
+            match startup::read_startup(client.input_mut().buffer_mut(), MAX_STARTUP_BYTES) {
                 StartupStep::NeedMore => return,
                 StartupStep::Decline => {
                     self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
@@ -150,26 +149,15 @@ impl Engine {
             return;
         };
         let (user, database) = (self.names.intern(&user), self.names.intern(&database));
-        client.session = Some(Box::new(Session {
+        client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
             mode,
             class,
-            pool: None,
             startup_params: forwarded,
             tracked,
-            key: None,
-            lease: None,
-            pins: Default::default(),
-            statements: None,
-            forwarder: Forwarder::default(),
-            query_started: None,
-            transaction_started: None,
             stats,
-            reads: None,
-            // Made at its first call (`link`): an idle client holds no call log.
-            calls: None,
-        }));
+        })));
         self.start_authentication(id);
     }
 
@@ -190,10 +178,10 @@ impl Engine {
     /// The password exchange of `method` (none for trust), against the auth file's entry
     /// or the secret `auth_query` found.
     pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let (user, database) = (session.user.clone(), session.database.clone());
+        let (user, database) = (session.user().clone(), session.database().clone());
         let channel_binding = self.channel_binding_of(id);
         let context = AuthContext {
             user: &user,
@@ -207,7 +195,7 @@ impl Engine {
             Ok(None) => self.on_authenticated(id),
             Ok(Some((check, request))) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.state = ClientState::Authenticating(check);
+                    client.authenticating(check);
                 }
                 self.send(Conn::Client(id), request);
                 self.on_auth_bytes(id);
@@ -224,20 +212,20 @@ impl Engine {
         let Some(client) = self.clients.get(id.0) else {
             return Ok(Method::Trust);
         };
-        let Some(session) = client.session.as_ref() else {
+        let Some(session) = client.session() else {
             return Ok(Method::Trust);
         };
-        if auth_type == AuthType::Any && &*session.database != ADMIN_DATABASE {
+        if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
             // PgBouncer's `any` ignores the user name, so each database must name the
             // user its servers log in as.
             let forced = self
                 .config
-                .database(&session.database)
+                .database(session.database())
                 .is_some_and(|db| db.user.is_some());
             if !forced {
                 let message = format!(
                     "auth_type = any needs the database \"{}\" to set the user its servers log in as",
-                    session.database
+                    session.database()
                 );
                 return Err(messages::fatal(
                     sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
@@ -245,8 +233,8 @@ impl Engine {
                 ));
             }
         }
-        let tls = client.tls.is_some();
-        let addr = match client.peer {
+        let tls = client.tls().is_some();
+        let addr = match client.peer() {
             Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
             Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
             // A TCP client whose address could not be read matches no line rather than
@@ -262,16 +250,13 @@ impl Engine {
         let request = HbaRequest {
             addr,
             tls,
-            database: &session.database,
-            user: &session.user,
+            database: session.database(),
+            user: session.user(),
         };
         match auth_method::choose(auth_type, self.users.hba(), &request)? {
             Method::Cert => {
-                let name = client
-                    .tls
-                    .as_ref()
-                    .and_then(|tls| tls.session.peer_common_name());
-                auth_method::check_certificate(&session.user, tls, name.as_deref())?;
+                let name = client.tls().and_then(|tls| tls.session.peer_common_name());
+                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
                 Ok(Method::Trust)
             }
             method => Ok(method),
@@ -282,22 +267,18 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.input.is_empty() {
+        if client.input().is_empty() {
             return;
         }
-        let ClientState::Authenticating(check) =
-            std::mem::replace(&mut client.state, ClientState::Startup)
-        else {
+        let ClientState::Authenticating(check) = client.take_login_step() else {
             return;
         };
         let (user, database) = client
-            .session
-            .as_ref()
-            .map(|session| (session.user.clone(), session.database.clone()))
+            .session()
+            .map(|session| (session.user().clone(), session.database().clone()))
             .unwrap_or_default();
         let channel_binding = client
-            .tls
-            .as_ref()
+            .tls()
             .and_then(|tls| tls.session.local_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let context = AuthContext {
@@ -308,10 +289,10 @@ impl Engine {
             random: self.random.as_mut(),
             channel_binding,
         };
-        match check.step(&mut client.input, context) {
-            AuthStep::NeedMore(check) => client.state = ClientState::Authenticating(check),
+        match check.step(client.input_mut().buffer_mut(), context) {
+            AuthStep::NeedMore(check) => client.authenticating(check),
             AuthStep::Continue(check, reply) => {
-                client.state = ClientState::Authenticating(check);
+                client.authenticating(check);
                 self.send(Conn::Client(id), reply);
             }
             AuthStep::Passed {
@@ -333,26 +314,26 @@ impl Engine {
 
     /// The password is right: the console's welcome, or the admission and the pool.
     fn on_authenticated(&mut self, id: ClientId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        if &*session.database == ADMIN_DATABASE {
+        if &**session.database() == ADMIN_DATABASE {
             self.welcome_console(id);
             return;
         }
-        if !self.routing.is_routed(&session.database) {
+        if !self.routing.is_routed(session.database()) {
             self.join_pool(id);
             return;
         }
-        let Some(db) = self.config.database(&session.database) else {
+        let Some(db) = self.config.database(session.database()) else {
             return;
         };
         let options = session
-            .startup_params
+            .startup_params()
             .iter()
             .position(|(name, _)| name == "options");
-        let raw = options.map(|i| session.startup_params[i].1.as_str());
-        let class = match session_class(&self.config, db, &session.user, raw) {
+        let raw = options.map(|i| session.startup_params()[i].1.as_str());
+        let class = match session_class(&self.config, db, session.user(), raw) {
             Ok(class) => class,
             Err(error) => {
                 let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
@@ -365,15 +346,10 @@ impl Engine {
         // pgtier consumes the class option: PostgreSQL would take it as a placeholder
         // setting, but forwarding it would split one replica's pools by class for nothing.
         if let Some(i) = options {
-            match class::strip_class_option(&session.startup_params[i].1) {
-                Some(rest) => session.startup_params[i].1 = rest,
-                None => {
-                    session.startup_params.remove(i);
-                }
-            }
+            session.strip_class_option(i);
         }
-        session.class = class;
-        let database = session.database.clone();
+        session.classify(class);
+        let database = session.database().clone();
         let admission = self
             .routing
             .admit(&database, crate::class::tier(class), request_id(id));
@@ -386,10 +362,7 @@ impl Engine {
             Admission::Placed(lease) => self.admitted(id, lease),
             Admission::Pending => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.state = ClientState::Routing {
-                        since: self.now,
-                        request_id: request_id(id),
-                    };
+                    client.routing(self.now, request_id(id));
                 }
             }
             Admission::Refused(refusal) => self.refused(id, &refusal),
@@ -399,10 +372,10 @@ impl Engine {
     /// No replica for the session: a reader entry's session goes on without one (its
     /// primary serves every transaction); any other session is refused.
     fn refused(&mut self, id: ClientId, refusal: &crate::services::Refusal) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let reader_entry = self.config.database(&session.database).is_some_and(|db| {
+        let reader_entry = self.config.database(session.database()).is_some_and(|db| {
             matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
         });
         if !reader_entry {
@@ -410,19 +383,16 @@ impl Engine {
             return;
         }
         tracing::debug!(
-            database = %session.database,
+            database = %session.database(),
             reason = %refusal.message,
             "no replica admitted the session: its reads run on the primary"
         );
-        if session.pool.is_none() {
+        if session.pool().is_none() {
             self.join_pool(id);
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Queued {
-                since: self.now,
-                ticket: None,
-            };
+            client.queued(self.now);
         }
         self.need_server(id);
     }
@@ -430,48 +400,39 @@ impl Engine {
     /// The client holds a replica now: a first login continues to its welcome; a client
     /// moved off a failed replica queues on its new replica's pool.
     fn admitted(&mut self, id: ClientId, lease: Box<dyn crate::services::ReplicaLease>) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         tracing::debug!(
-            database = %session.database,
-            user = %session.user,
-            class = %session.class,
+            database = %session.database(),
+            user = %session.user(),
+            class = %session.class(),
             replica = %lease.addr(),
             "session admitted to a replica"
         );
-        session.lease = Some(lease);
+        session.admitted(lease);
         // Welcomed once its cancel key was issued.
-        let welcomed = session.key.is_some();
-        if session.reads.is_some() {
+        let welcomed = session.key().is_some();
+        if session.reads().is_some() {
             // A reader session keeps its pools: its next read is routed with the new lease.
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Queued {
-                    since: self.now,
-                    ticket: None,
-                };
+                client.queued(self.now);
             }
             self.need_server(id);
             return;
         }
-        match session.pool.take() {
+        match session.leave_pool() {
             None => self.join_pool(id),
             Some(old) => {
                 self.pools.unregister(old);
                 if self.register_pool(id).is_some() {
                     let since = self.now;
                     if let Some(client) = self.clients.get_mut(id.0) {
-                        client.state = if welcomed {
-                            ClientState::Queued {
-                                since,
-                                ticket: None,
-                            }
+                        if welcomed {
+                            client.queued(since);
                         } else {
-                            ClientState::Joining {
-                                since,
-                                ticket: None,
-                            }
-                        };
+                            client.joining(since);
+                        }
                     }
                     self.need_server(id);
                 }
@@ -482,7 +443,7 @@ impl Engine {
     pub(super) fn on_admission_reply(&mut self, reply: AdmissionReply) {
         let id = client_of(reply.request_id);
         let waiting = self.clients.get(id.0).is_some_and(|client| {
-            matches!(client.state, ClientState::Routing { request_id, .. } if request_id == reply.request_id)
+            matches!(client.state(), ClientState::Routing { request_id, .. } if *request_id == reply.request_id)
         });
         if !waiting {
             // The client left: dropping the lease gives its count back.
@@ -497,9 +458,9 @@ impl Engine {
     /// Finds or creates the client's pool and registers the client with it. `None` when
     /// it was refused (and is closing).
     pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
-        let session = self.clients.get(id.0)?.session.as_ref()?;
-        let Some(db) = self.config.database(&session.database) else {
-            let message = format!("database \"{}\" does not exist", session.database);
+        let session = self.clients.get(id.0)?.session()?;
+        let Some(db) = self.config.database(session.database()) else {
+            let message = format!("database \"{}\" does not exist", session.database());
             self.close_client(
                 id,
                 Some(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)),
@@ -511,19 +472,22 @@ impl Engine {
             pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry()
         );
         // A reader entry's session starts on its primary; each read picks its replica.
-        let target = match &session.lease {
+        let target = match session.lease() {
             Some(lease) if !reader_entry => ServerTarget::Replica(lease.addr()),
             _ => ServerTarget::Primary,
         };
-        let server_user = db.user.clone().unwrap_or_else(|| session.user.to_string());
+        let server_user = db
+            .user
+            .clone()
+            .unwrap_or_else(|| session.user().to_string());
         let profile = StartupProfile::from_parameters(
             session
-                .startup_params
+                .startup_params()
                 .iter()
                 .map(|(name, value)| (name.as_str(), value.as_str())),
         );
         let key = PoolKey::new(
-            (*session.database).into(),
+            (**session.database()).into(),
             server_user.as_str().into(),
             target,
             profile,
@@ -538,8 +502,8 @@ impl Engine {
         };
         match registered {
             Ok(pool) => {
-                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-                    session.pool = Some(pool);
+                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+                    session.joined(pool);
                 }
                 if reader_entry {
                     self.start_reader_session(id, pool);
@@ -568,16 +532,16 @@ impl Engine {
             self.close_client(id, Some(error));
             return;
         }
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         // A cached welcome serves only a client whose startup spellings the pool has seen
         // a server answer: it must be told the server's own values.
-        let cached = session.mode == PoolMode::Transaction
+        let cached = session.mode() == PoolMode::Transaction
             && match (self.pools.welcome(pool), self.pools.spellings(pool)) {
-                (Some(welcome), Some(spellings)) => {
-                    session.tracked.canonicalize(&welcome.tracked, spellings)
-                }
+                (Some(welcome), Some(spellings)) => session
+                    .tracked_mut()
+                    .canonicalize(&welcome.tracked, spellings),
                 _ => false,
             };
         if cached {
@@ -585,10 +549,7 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Joining {
-                since: self.now,
-                ticket: None,
-            };
+            client.joining(self.now);
         }
         self.need_server(id);
     }
@@ -626,7 +587,7 @@ impl Engine {
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
     /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return false;
         };
         let key = match self.keys.issue(id, pid, self.random.as_mut()) {
@@ -636,12 +597,12 @@ impl Engine {
                 return false;
             }
         };
-        session.key = Some(key);
+        session.welcomed(key);
         let mut out = BytesMut::with_capacity(512);
         messages::auth_ok(&mut out);
         for (name, value) in params {
             let value = tracked_index(name)
-                .and_then(|i| session.tracked.get(i))
+                .and_then(|i| session.tracked().get(i))
                 .unwrap_or(value);
             messages::parameter_status(&mut out, name, value);
         }
@@ -656,14 +617,14 @@ impl Engine {
         let Some(welcome) = self.pools.welcome(pool).cloned() else {
             return;
         };
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-            session.tracked.fill_from(&welcome.tracked);
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.tracked_mut().fill_from(&welcome.tracked);
         }
         if !self.welcome(id, &welcome.params, None) {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Idle { since: self.now };
+            client.idle(self.now);
         }
         self.on_idle_client_bytes(id);
     }
@@ -675,7 +636,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if let Some(error) = server.relay.take_swallowed_error() {
+        if let Some(error) = server.relay_mut().take_swallowed_error() {
             // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
             // FATAL 22023; the SET that applied it here failed the same way.
             self.release_server(server_id);
@@ -683,15 +644,15 @@ impl Engine {
             return;
         }
         let (pool, server_params, real_pid) =
-            (server.pool, server.params.clone(), server.backend_pid());
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            (server.pool(), server.params().clone(), server.backend_pid());
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        let mode = session.mode;
+        let mode = session.mode();
         if let Some(spellings) = self.pools.spellings_mut(pool) {
-            session.tracked.learn_spellings(&server_params, spellings);
+            session.tracked().learn_spellings(&server_params, spellings);
         }
-        session.tracked = server_params;
+        session.told(server_params);
         let params = self
             .pools
             .welcome(pool)
@@ -703,7 +664,7 @@ impl Engine {
         }
         if mode == PoolMode::Session {
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Linked { server: server_id };
+                client.linked(server_id);
             }
             self.forward(id, server_id);
         } else {
@@ -731,8 +692,8 @@ impl Engine {
         let user = self
             .clients
             .get(id.0)
-            .and_then(|c| c.session.as_ref())
-            .map(|s| s.user.clone())
+            .and_then(|c| c.session())
+            .map(|s| s.user().clone())
             .unwrap_or_default();
         let Some(rights) = self.console_rights(&user) else {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed");
@@ -759,10 +720,7 @@ impl Engine {
         if let Some(client) = self.clients.get_mut(id.0) {
             let max_named =
                 usize::try_from(self.config.pgtier.max_prepared_statements).unwrap_or(usize::MAX);
-            client.state = ClientState::Console {
-                listing: None,
-                session: Box::new(ConsoleSession::new(rights, max_named)),
-            };
+            client.console(Box::new(ConsoleSession::new(rights, max_named)));
         }
         self.on_console_bytes(id);
     }
@@ -774,17 +732,17 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let Some(session) = client.session_mut() else {
             return;
         };
-        let welcomed = session.key.is_some();
-        let Some(lease) = session.lease.take() else {
+        let welcomed = session.key().is_some();
+        let Some(lease) = session.take_lease() else {
             return;
         };
         // A reader session holds no state on its replica between transactions (session
         // mode and pinned sessions run on the primary): it always moves.
-        let reader = session.reads.is_some();
-        if welcomed && !reader && (!allowed || session.mode == PoolMode::Session) {
+        let reader = session.reads().is_some();
+        if welcomed && !reader && (!allowed || session.mode() == PoolMode::Session) {
             drop(lease);
             let error = messages::fatal(
                 sqlstate::CONNECTION_FAILURE,

@@ -16,7 +16,6 @@ use crate::client::lookup::{self, Answer, Found};
 use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
-use crate::server::ServerState;
 
 impl Engine {
     /// The `auth_user` whose server must look the client's secret up before `method` can
@@ -26,14 +25,18 @@ impl Engine {
         if matches!(method, Method::Trust | Method::Cert) {
             return None;
         }
-        let session = self.clients.get(id.0)?.session.as_ref()?;
-        if self.users.get(&session.user).is_some() {
+        let session = self.clients.get(id.0)?.session()?;
+        if self.users.get(session.user()).is_some() {
             return None;
         }
-        let auth_user = self.config.database(&session.database)?.auth_user.clone()?;
+        let auth_user = self
+            .config
+            .database(session.database())?
+            .auth_user
+            .clone()?;
         if self
             .lookups
-            .is_fresh(&session.database, &session.user, self.now)
+            .is_fresh(session.database(), session.user(), self.now)
         {
             return None;
         }
@@ -43,11 +46,11 @@ impl Engine {
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     pub(super) fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
         let key = PoolKey::new(
-            (*session.database).into(),
+            (**session.database()).into(),
             auth_user.into(),
             ServerTarget::Primary,
             StartupProfile::default(),
@@ -72,16 +75,10 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if let Some(session) = client.session.as_mut() {
-            session.pool = Some(pool);
+        if let Some(session) = client.session_mut() {
+            session.joined(pool);
         }
-        client.state = ClientState::LookingUp {
-            since,
-            ticket: None,
-            server: None,
-            answer: Box::default(),
-            method,
-        };
+        client.looking_up(since, Box::default(), method);
         if let Some(error) = self.pools.login_failure(pool, self.now).cloned() {
             // The auth_user's own login failed moments ago (a wrong password for it).
             self.close_client(id, Some(error));
@@ -99,18 +96,14 @@ impl Engine {
             return;
         };
         let user = client
-            .session
-            .as_ref()
-            .map(|session| session.user.clone())
+            .session()
+            .map(|session| session.user().clone())
             .unwrap_or_default();
-        if let ClientState::LookingUp { server, .. } = &mut client.state {
-            *server = Some(server_id);
-        }
+        client.lookup_runs_on(server_id);
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        server.state = ServerState::Busy { client: id };
-        server.lease = Some(lease);
+        server.looks_up_for(id, lease);
         self.send(Conn::Server(server_id), lookup::request(&query, &user));
     }
 
@@ -119,7 +112,7 @@ impl Engine {
     pub(super) fn is_looking_up(&self, client_id: ClientId) -> bool {
         self.clients
             .get(client_id.0)
-            .is_some_and(|client| matches!(client.state, ClientState::LookingUp { .. }))
+            .is_some_and(|client| matches!(client.state(), ClientState::LookingUp { .. }))
     }
 
     /// Bytes of the lookup's answer.
@@ -130,10 +123,10 @@ impl Engine {
         let Some(client) = self.clients.get_mut(client_id.0) else {
             return;
         };
-        let ClientState::LookingUp { answer, .. } = &mut client.state else {
+        let Some(answer) = client.lookup_answer_mut() else {
             return;
         };
-        match answer.read(&mut server.input) {
+        match answer.read(server.input_mut().buffer_mut()) {
             Answer::NeedMore => {}
             Answer::Malformed => {
                 self.server_failed(server_id, "server sent an invalid message", None);
@@ -148,16 +141,14 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        let ClientState::LookingUp { method, .. } =
-            std::mem::replace(&mut client.state, ClientState::Startup)
-        else {
+        let ClientState::LookingUp { method, .. } = client.take_login_step() else {
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let Some(session) = client.session_mut() else {
             return;
         };
-        let auth_pool = session.pool.take();
-        let (database, user) = (session.database.clone(), session.user.clone());
+        let auth_pool = session.leave_pool();
+        let (database, user) = (session.database().clone(), session.user().clone());
         if let Some(server) = self.servers.get_mut(server_id.0) {
             server.start_releasing(self.now);
         }

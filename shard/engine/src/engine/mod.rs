@@ -320,17 +320,17 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if let Some(session) = &client.session {
+        if let Some(session) = client.session() {
             self.databases
-                .record_bytes(session.stats, data.len() as u64, 0);
+                .record_bytes(session.stats(), data.len() as u64, 0);
         }
         if client.is_closing() {
             return;
         }
-        client.last_active = now;
-        let direct_tls = client.tls.is_none()
-            && matches!(client.state, ClientState::Startup)
-            && client.input.is_empty()
+        client.active(now);
+        let direct_tls = client.tls().is_none()
+            && matches!(client.state(), ClientState::Startup)
+            && client.input().is_empty()
             && data.first() == Some(&tls_io::TLS_HANDSHAKE_RECORD);
         if direct_tls && !self.begin_direct_tls(id) {
             return;
@@ -338,16 +338,14 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.tls.is_some() {
+        if client.tls().is_some() {
             // Ciphertext: its plaintext joins the input (`tls_io.rs`).
             if !self.client_tls_received(id, &data) {
                 self.release_consumed_client_input(id);
                 return;
             }
-        } else if client.input.is_empty() {
-            client.input = data;
         } else {
-            client.input.unsplit(data);
+            client.input_mut().received(data);
         }
         self.process_client(id);
         self.release_consumed_client_input(id);
@@ -357,11 +355,8 @@ impl Engine {
     /// the chunks split off it, until they are sent, shared), and an idle client should hold
     /// no input memory.
     fn release_consumed_client_input(&mut self, id: ClientId) {
-        if let Some(client) = self.clients.get_mut(id.0)
-            && client.input.is_empty()
-            && client.input.capacity() > 0
-        {
-            client.input = BytesMut::new();
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.input_mut().release_if_consumed();
         }
     }
 
@@ -379,11 +374,11 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if let Some(session) = &client.session {
-            self.databases.record_bytes(session.stats, 0, bytes as u64);
+        if let Some(session) = client.session() {
+            self.databases
+                .record_bytes(session.stats(), 0, bytes as u64);
         }
-        client.queued_bytes = client.queued_bytes.saturating_sub(bytes);
-        let queued = client.queued_bytes;
+        let queued = client.sent(bytes);
         if let Some(server) = client.server()
             && queued <= resume
         {
@@ -396,12 +391,12 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.local_addr = addr;
+                    client.set_local_addr(addr);
                 }
             }
             Conn::Server(id) => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.local_addr = addr;
+                    server.set_local_addr(addr);
                 }
             }
         }
@@ -424,22 +419,17 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        if server.tls.is_some() {
+        if server.tls().is_some() {
             if !self.server_tls_received(id, &data) {
                 return;
             }
-        } else if server.input.is_empty() {
-            server.input = data;
         } else {
-            server.input.unsplit(data);
+            server.input_mut().received(data);
         }
         self.process_server(id);
-        if let Some(server) = self.servers.get_mut(id.0)
-            && server.input.is_empty()
-            && server.input.capacity() > 0
-        {
+        if let Some(server) = self.servers.get_mut(id.0) {
             // As for clients: release the driver's receive buffer.
-            server.input = BytesMut::new();
+            server.input_mut().release_if_consumed();
         }
     }
 
@@ -545,7 +535,7 @@ impl Engine {
         if let Conn::Client(id) = conn
             && let Some(client) = self.clients.get_mut(id.0)
         {
-            client.queued_bytes += bytes.len();
+            client.queued_for_send(bytes.len());
         }
         self.outbox.send(conn, bytes);
     }
@@ -582,9 +572,7 @@ impl Engine {
             return;
         }
         let linger_until = linger.then_some(self.now + CLOSE_LINGER);
-        let previous = std::mem::replace(&mut client.state, ClientState::Closing { linger_until });
-        client.input = BytesMut::new();
-        let session = client.session.take();
+        let (previous, session) = client.begin_closing(linger_until);
         match previous {
             ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
                 if let Some(ticket) = ticket {
@@ -606,10 +594,10 @@ impl Engine {
             _ => {}
         }
         if let Some(session) = session {
-            if let Some(key) = session.key {
+            if let Some(key) = session.key() {
                 self.keys.forget(key);
             }
-            match &session.reads {
+            match session.reads() {
                 // A reader session registered its pool on the primary and each replica pool
                 // it read from (`session.pool` is one of them).
                 Some(reads) => {
@@ -618,7 +606,7 @@ impl Engine {
                     }
                 }
                 None => {
-                    if let Some(pool) = session.pool {
+                    if let Some(pool) = session.pool() {
                         self.pools.unregister(pool);
                     }
                 }
@@ -655,10 +643,8 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        let previous = std::mem::replace(&mut server.state, ServerState::Closing);
-        server.input = BytesMut::new();
-        let lease = server.lease.take();
-        let pool = server.pool;
+        let (previous, lease) = server.begin_closing();
+        let pool = server.pool();
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: CloseHow::Now,
@@ -671,7 +657,7 @@ impl Engine {
         let Some(client) = self.clients.get(id.0) else {
             return;
         };
-        match client.state {
+        match *client.state() {
             ClientState::Startup => self.on_startup_bytes(id),
             ClientState::Authenticating(_) => self.on_auth_bytes(id),
             ClientState::Idle { .. } => self.on_idle_client_bytes(id),
@@ -693,8 +679,7 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.input.len() > limit && !client.paused {
-            client.paused = true;
+        if client.pause_if_over(limit) {
             self.outbox.push(Action::PauseRecv(Conn::Client(id)));
         }
     }
@@ -704,8 +689,7 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.paused {
-            client.paused = false;
+        if client.unpause() {
             // Under SUSPEND it stays unread; RESUME reads it again.
             if !self.controls.gates.is_suspended() {
                 self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
@@ -718,11 +702,8 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if server.paused {
-            server.paused = false;
-            if !self.controls.gates.is_suspended() {
-                self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
-            }
+        if server.unpause() && !self.controls.gates.is_suspended() {
+            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }
 
@@ -731,7 +712,7 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        match server.state {
+        match *server.state() {
             ServerState::Negotiating { .. } => self.on_negotiation_answer(id),
             ServerState::LoggingIn { .. } => self.on_login_bytes(id),
             ServerState::Busy { client } => self.relay_to_client(id, client),
@@ -743,7 +724,7 @@ impl Engine {
             }
             ServerState::Leaving { .. } => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.input.clear();
+                    server.input_mut().clear();
                 }
             }
             // It spoke before its socket was detached: it is not clean any more, so it
@@ -762,15 +743,15 @@ impl Engine {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (slot, server) in self.servers.iter() {
             let id = ServerId(slot);
-            match server.state {
+            match *server.state() {
                 ServerState::Idle { .. } => {
-                    if !server.tracker.is_idle() || server.relay.owes_internal() {
+                    if !server.tracker().is_idle() || server.relay().owes_internal() {
                         return Err(format!("{id:?} is idle in its pool but owes answers"));
                     }
-                    if server.reset != crate::server::Reset::None {
+                    if server.reset() != crate::server::Reset::None {
                         return Err(format!("{id:?} is idle in its pool with a reset pending"));
                     }
-                    if server.lease.is_some() {
+                    if server.lease().is_some() {
                         return Err(format!("{id:?} is idle but its lease is not the pool's"));
                     }
                 }
@@ -781,7 +762,7 @@ impl Engine {
                             "{id:?} serves {client:?}, which is not linked to it"
                         ));
                     }
-                    if server.lease.is_none() {
+                    if server.lease().is_none() {
                         return Err(format!("{id:?} is busy without its lease"));
                     }
                 }

@@ -31,10 +31,7 @@ impl Engine {
             shard = self.shard,
             to, "moving an idle server to another shard"
         );
-        server.state = ServerState::Moving {
-            since: self.now,
-            to,
-        };
+        server.moving(self.now, to);
         self.outbox.push(Action::Detach(id));
     }
 
@@ -49,8 +46,8 @@ impl Engine {
         let moving = self
             .servers
             .get(id.0)
-            .and_then(|server| match server.state {
-                ServerState::Moving { to, .. } => Some((to, server.pool)),
+            .and_then(|server| match *server.state() {
+                ServerState::Moving { to, .. } => Some((to, server.pool())),
                 _ => None,
             });
         let Some((to, pool)) = moving else {
@@ -68,21 +65,7 @@ impl Engine {
             .pools
             .welcome(pool)
             .map(|welcome| welcome.params.clone());
-        let statements = server.holds_statements();
-        let lease = server.lease.as_ref();
-        let parcel = MovedServer {
-            key,
-            addr: server.addr,
-            params: server.params,
-            backend_key: server.key,
-            welcome,
-            statements,
-            opened_at: lease.map_or(server.connected_at, |lease| lease.opened_at),
-            idle_since: lease.map_or(self.now, |lease| lease.idle_since),
-            connected_at: server.connected_at,
-            last_linked: server.last_linked,
-            local_addr: server.local_addr,
-        };
+        let parcel = server.into_parcel(key, welcome, self.now);
         self.pools.moved(pool, to);
         self.outbox.push(Action::Post {
             shard: to,
@@ -124,15 +107,8 @@ impl Engine {
             }
         };
         let mode = self.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
-        let mut server = ServerConn::new(pool, parcel.addr, mode, parcel.connected_at);
-        if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
-            server.relay.prepared = Some(Box::default());
-        }
-        server.state = ServerState::Idle { since: self.now };
-        server.params = parcel.params;
-        server.key = parcel.backend_key;
-        server.last_linked = parcel.last_linked;
-        server.local_addr = parcel.local_addr;
+        let prepared = mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0;
+        let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, self.now);
         let Some(slot) = self.servers.insert(server) else {
             debug!(
                 shard = self.shard,
@@ -162,7 +138,7 @@ impl Engine {
             // release path (its lease counted as checked out meanwhile).
             if let Some(server) = self.servers.get_mut(id.0) {
                 let bytes = server.internal_query("DEALLOCATE ALL");
-                server.lease = Some(lease);
+                server.hold_lease(lease);
                 server.start_releasing(self.now);
                 self.send(crate::action::Conn::Server(id), bytes);
             }

@@ -75,11 +75,8 @@ pub(super) enum TxnRoute {
 impl Engine {
     /// A reader entry's session registered its pool on the primary.
     pub(super) fn start_reader_session(&mut self, id: ClientId, primary: PoolId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
-            return;
-        };
-        if session.reads.is_none() {
-            session.reads = Some(Box::new(ReaderSession::new(primary)));
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.become_reader(primary);
         }
     }
 
@@ -89,23 +86,26 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return false;
         };
-        let Some(session) = client.session.as_mut() else {
+        let Some(session) = client.session() else {
             return false;
         };
-        if session.mode != PoolMode::Transaction || session.pins_server() {
+        if session.mode() != PoolMode::Transaction
+            || session.pins_server()
+            || session.reads().is_none()
+        {
             return false;
         }
-        let Some(reads) = session.reads.as_mut() else {
-            return false;
-        };
         let unit = first_unit(
             &self.config,
             &*self.routing,
-            &session.database,
-            session.statements.as_deref(),
-            &client.input,
+            session.database(),
+            session.statements(),
+            client.input().bytes(),
         );
-        reads.scanned = Some((client.input.len(), unit));
+        let scanned = (client.input().len(), unit);
+        if let Some(reads) = client.session_mut().and_then(|s| s.reads_mut()) {
+            reads.scanned = Some(scanned);
+        }
         unit == Unit::Incomplete
     }
 
@@ -117,10 +117,10 @@ impl Engine {
         let Some(client) = self.clients.get(id.0) else {
             return TxnRoute::Go;
         };
-        let Some(session) = client.session.as_ref() else {
+        let Some(session) = client.session() else {
             return TxnRoute::Go;
         };
-        let Some(reads) = session.reads.as_ref() else {
+        let Some(reads) = session.reads() else {
             return TxnRoute::Go;
         };
         let primary = reads.primary;
@@ -128,18 +128,18 @@ impl Engine {
             ReadTxn::AwaitingReplica { since } => Some(since),
             _ => None,
         };
-        let unit = if session.mode != PoolMode::Transaction || session.pins_server() {
+        let unit = if session.mode() != PoolMode::Transaction || session.pins_server() {
             Unit::Primary
         } else {
             match scanned {
                 // The bytes `needs_whole_unit` just read, unchanged.
-                Some((len, unit)) if len == client.input.len() => unit,
+                Some((len, unit)) if len == client.input().len() => unit,
                 _ => first_unit(
                     &self.config,
                     &*self.routing,
-                    &session.database,
-                    session.statements.as_deref(),
-                    &client.input,
+                    session.database(),
+                    session.statements(),
+                    client.input().bytes(),
                 ),
             }
         };
@@ -156,7 +156,7 @@ impl Engine {
                 return TxnRoute::Go;
             }
         };
-        let Some(set) = reader_set(&self.config, &session.database) else {
+        let Some(set) = reader_set(&self.config, session.database()) else {
             self.run_on_primary(id, primary, true);
             return TxnRoute::Go;
         };
@@ -166,20 +166,20 @@ impl Engine {
             matches!(set.routing, Routing::Plb(_)) && !settings.plb_per_transaction;
         let after = if settings.read_your_writes {
             let user_write = match settings.read_your_writes_scope {
-                RywScope::User => self.routing.user_write(&session.database, &session.user),
+                RywScope::User => self.routing.user_write(session.database(), session.user()),
                 RywScope::Session => None,
             };
             reads.last_write.max(user_write)
         } else {
             None
         };
-        let leased = match &session.lease {
+        let leased = match session.lease() {
             Some(lease) if session_level_plb => Some(lease.addr()),
             _ => None,
         };
         let request = ReadRequest {
-            database: &session.database,
-            class: crate::class::tier(session.class),
+            database: session.database(),
+            class: crate::class::tier(session.class()),
             leased,
             after,
         };
@@ -228,17 +228,12 @@ impl Engine {
     }
 
     fn reads_mut(&mut self, id: ClientId) -> Option<&mut ReaderSession> {
-        self.clients
-            .get_mut(id.0)?
-            .session
-            .as_mut()?
-            .reads
-            .as_deref_mut()
+        self.clients.get_mut(id.0)?.session_mut()?.reads_mut()
     }
 
     fn set_pool(&mut self, id: ClientId, pool: PoolId) {
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-            session.pool = Some(pool);
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.joined(pool);
         }
     }
 
@@ -252,8 +247,8 @@ impl Engine {
     /// The session's pool on replica `addr`, registered on first use (same key as its
     /// primary pool but for the server).
     fn replica_pool(&mut self, id: ClientId, addr: std::net::SocketAddr) -> Option<PoolId> {
-        let session = self.clients.get(id.0)?.session.as_ref()?;
-        let reads = session.reads.as_ref()?;
+        let session = self.clients.get(id.0)?.session()?;
+        let reads = session.reads()?;
         if let Some(pool) = reads.replica_pool(addr) {
             return Some(pool);
         }
@@ -285,8 +280,8 @@ impl Engine {
             let waits = self
                 .clients
                 .get(id.0)
-                .and_then(|c| c.session.as_ref())
-                .and_then(|s| s.reads.as_ref())
+                .and_then(|c| c.session())
+                .and_then(|s| s.reads())
                 .is_some_and(|reads| matches!(reads.txn, ReadTxn::AwaitingReplica { .. }));
             if waits {
                 self.need_server(id);
@@ -315,20 +310,20 @@ impl Engine {
     /// given back, and a write on the primary becomes the target of its next reads.
     pub(super) fn end_reader_transaction(&mut self, id: ClientId) {
         let now = self.now;
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        let Some(reads) = session.reads.as_mut() else {
+        let Some(reads) = session.reads_mut() else {
             return;
         };
         if !reads.end_transaction(now) {
             return;
         }
-        let scope_user = reader_settings(&self.config, &session.database)
+        let scope_user = reader_settings(&self.config, session.database())
             .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
         if scope_user {
             self.routing
-                .note_user_write(&session.database, &session.user, now);
+                .note_user_write(session.database(), session.user(), now);
         }
     }
 }

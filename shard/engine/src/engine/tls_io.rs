@@ -26,7 +26,6 @@ use crate::action::{Action, CloseHow, Conn, Wire};
 use crate::client::ClientTls;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
-use crate::server::ServerState;
 use crate::tls::TlsSession;
 
 /// The first byte of a TLS handshake record (a ClientHello). No startup packet starts with
@@ -96,10 +95,9 @@ impl Engine {
             Conn::Client(id) => self
                 .clients
                 .get_mut(id.0)?
-                .tls
-                .as_mut()
+                .tls_mut()
                 .map(|tls| &mut tls.session),
-            Conn::Server(id) => self.servers.get_mut(id.0)?.tls.as_deref_mut(),
+            Conn::Server(id) => self.servers.get_mut(id.0)?.tls_mut(),
         }
     }
 
@@ -125,10 +123,10 @@ impl Engine {
         };
         match TlsSession::accept(acceptor) {
             Ok(session) => {
-                client.tls = Some(Box::new(ClientTls {
+                client.start_tls(ClientTls {
                     session,
                     direct: true,
-                }));
+                });
                 true
             }
             Err(error) => {
@@ -145,13 +143,9 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return false;
         };
-        let Some(tls) = client.tls.as_mut() else {
+        let Some((result, output, alpn_ok)) = client.tls_received(data) else {
             return false;
         };
-        let result = tls.session.receive(data, &mut client.input);
-        let output = tls.session.take_output();
-        let alpn_ok =
-            !tls.direct || tls.session.alpn_protocol() == Some(crate::tls::ALPN_POSTGRESQL);
         if let Some(output) = output {
             self.outbox.send_raw(Conn::Client(id), output);
         }
@@ -182,7 +176,7 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return false;
         };
-        if client.tls.is_some() {
+        if client.tls().is_some() {
             self.protocol_error(id, "SSL negotiation over an encrypted connection");
             return false;
         }
@@ -190,16 +184,16 @@ impl Engine {
             self.send(Conn::Client(id), Bytes::from_static(b"N"));
             return true;
         };
-        if !client.input.is_empty() {
+        if !client.input().is_empty() {
             self.protocol_error(id, "received unencrypted data after SSL request");
             return false;
         }
         match TlsSession::accept(acceptor) {
             Ok(session) => {
-                client.tls = Some(Box::new(ClientTls {
+                client.start_tls(ClientTls {
                     session,
                     direct: false,
-                }));
+                });
                 self.outbox
                     .send_raw(Conn::Client(id), Bytes::from_static(b"S"));
                 true
@@ -216,7 +210,7 @@ impl Engine {
     /// `hostssl`-only configuration would. Returns whether it was refused.
     pub(super) fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
         let mode = self.config.pgtier.client_tls_sslmode;
-        let plain = self.clients.get(id.0).is_some_and(|c| c.tls.is_none());
+        let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
         if !(plain && requires_tls(mode)) {
             return false;
         }
@@ -231,7 +225,7 @@ impl Engine {
 
     /// The SCRAM channel binding of pgtier's certificate, for a client on TLS.
     pub(super) fn channel_binding_of(&self, id: ClientId) -> Option<ChannelBinding> {
-        let tls = self.clients.get(id.0)?.tls.as_ref()?;
+        let tls = self.clients.get(id.0)?.tls()?;
         ChannelBinding::from_certificate(tls.session.local_certificate_der()?).ok()
     }
 
@@ -247,10 +241,10 @@ impl Engine {
             return false;
         };
         // As libpq: sslmode does not apply to a Unix-domain socket (the kernel is the channel).
-        if server.addr.unix_path().is_some() {
+        if server.addr().unix_path().is_some() {
             return false;
         }
-        server.state = ServerState::Negotiating { since: self.now };
+        server.negotiating(self.now);
         self.outbox
             .send_raw(Conn::Server(id), Bytes::from_static(SSL_REQUEST));
         true
@@ -262,16 +256,16 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some(&answer) = server.input.first() else {
+        let Some(answer) = server.input().first() else {
             return;
         };
-        if server.input.len() > 1 {
+        if server.input().len() > 1 {
             // Nothing may follow the answer before the handshake: it would be unencrypted
             // data an attacker in the middle could have put there.
             self.server_tls_failed(id, "server sent unencrypted data after the SSL answer");
             return;
         }
-        server.input.clear();
+        server.input_mut().clear();
         match answer {
             b'S' => {
                 let name = self.tls_server_name(id);
@@ -293,7 +287,7 @@ impl Engine {
                 if let Some(hello) = session.take_output() {
                     self.outbox.send_raw(Conn::Server(id), hello);
                 }
-                server.tls = Some(session);
+                server.start_tls(session);
                 self.start_server_login(id);
             }
             b'N' if !requires_tls(mode) => self.start_server_login(id),
@@ -314,11 +308,10 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return false;
         };
-        let Some(session) = server.tls.as_mut() else {
+        let Some((result, output)) = server.tls_received(data) else {
             return true;
         };
-        let result = session.receive(data, &mut server.input);
-        if let Some(output) = session.take_output() {
+        if let Some(output) = output {
             self.outbox.send_raw(Conn::Server(id), output);
         }
         match result {
@@ -342,13 +335,13 @@ impl Engine {
         };
         let configured = self
             .pools
-            .key(server.pool)
+            .key(server.pool())
             .and_then(|key| self.config.database(&key.database))
             .and_then(|db| match &db.servers {
                 pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
                 pgtier_core::config::ServerSet::Replicas(_) => None,
             });
-        configured.unwrap_or_else(|| server.addr.host_text())
+        configured.unwrap_or_else(|| server.addr().host_text())
     }
 
     /// TLS with a server failed before or during its login: the pool's waiters get the

@@ -48,12 +48,12 @@ impl ClientTimeouts {
         let over = |since: Instant, limit: Option<Duration>| {
             limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
         };
-        let query_started = client.session.as_ref().and_then(|s| s.query_started);
-        match client.state {
+        let query_started = client.session().and_then(|s| s.query_started());
+        match *client.state() {
             ClientState::Startup
             | ClientState::Authenticating(_)
             | ClientState::LookingUp { .. }
-                if over(client.connected_at, self.login) =>
+                if over(client.connected_at(), self.login) =>
             {
                 Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
             }
@@ -63,10 +63,10 @@ impl ClientTimeouts {
             ClientState::Routing { since, .. } if over(since, self.wait) => {
                 Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
             }
-            ClientState::Idle { since } if over(since.max(client.last_active), self.idle) => {
+            ClientState::Idle { since } if over(since.max(client.last_active()), self.idle) => {
                 Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
             }
-            ClientState::Console { .. } if over(client.last_active, self.idle) => {
+            ClientState::Console { .. } if over(client.last_active(), self.idle) => {
                 Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
             }
             ClientState::Linked { .. }
@@ -75,7 +75,7 @@ impl ClientTimeouts {
                 Some((sqlstate::QUERY_CANCELED, "query_timeout"))
             }
             ClientState::Linked { .. }
-                if in_transaction && over(client.last_active, self.idle_in_transaction) =>
+                if in_transaction && over(client.last_active(), self.idle_in_transaction) =>
             {
                 Some((
                     sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
@@ -146,13 +146,9 @@ impl Engine {
     /// the next instead of allocating one per transaction.
     fn drop_empty_call_logs(&mut self) {
         for client in self.clients.values_mut() {
-            if let Some(session) = client.session.as_deref_mut() {
-                if session
-                    .calls
-                    .as_deref()
-                    .is_some_and(|calls| calls.is_empty())
-                {
-                    session.calls = None;
+            if let Some(session) = client.session_mut() {
+                if session.calls_mut().is_some_and(|calls| calls.is_empty()) {
+                    session.drop_calls();
                 }
             }
         }
@@ -174,7 +170,7 @@ impl Engine {
             let id = ClientId(slot);
             if let ClientState::Closing {
                 linger_until: Some(until),
-            } = client.state
+            } = *client.state()
             {
                 if until <= self.now {
                     linger_over.push(id);
@@ -184,7 +180,7 @@ impl Engine {
             let in_transaction = client
                 .server()
                 .and_then(|server| self.servers.get(server.0))
-                .is_some_and(|server| server.tracker.idle_in_transaction());
+                .is_some_and(|server| server.tracker().idle_in_transaction());
             if let Some((code, name)) = limits.expired(client, in_transaction, self.now) {
                 expired.push((id, code, name));
             }
@@ -195,7 +191,7 @@ impl Engine {
         for id in linger_over {
             // Its final error could not be delivered in time: cut it off.
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Closing { linger_until: None };
+                client.closed_quietly();
             }
             self.outbox.push(Action::Close {
                 conn: Conn::Client(id),
@@ -214,7 +210,7 @@ impl Engine {
         let mut retire = Vec::new();
         for (slot, server) in self.servers.iter() {
             let id = ServerId(slot);
-            match &server.state {
+            match server.state() {
                 ServerState::Connecting { since }
                 | ServerState::Negotiating { since }
                 | ServerState::LoggingIn { since, .. }
@@ -250,13 +246,8 @@ impl Engine {
         while let Some(expired) = self.pools.poll_expired(self.now) {
             let id = expired.waiter;
             if let Some(client) = self.clients.get_mut(id.0) {
-                match &mut client.state {
-                    ClientState::Joining { ticket, .. }
-                    | ClientState::Queued { ticket, .. }
-                    | ClientState::LookingUp { ticket, .. } => {
-                        *ticket = None;
-                    }
-                    _ => continue,
+                if !client.unparked(true) {
+                    continue;
                 }
             }
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
@@ -329,10 +320,8 @@ impl Engine {
             self.pools.take_waiters(pool, &mut waiters);
             for id in waiters {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    match &mut client.state {
-                        ClientState::Joining { ticket, .. }
-                        | ClientState::Queued { ticket, .. } => *ticket = None,
-                        _ => continue,
+                    if !client.unparked(false) {
+                        continue;
                     }
                 }
                 unparked.push(id);
@@ -371,7 +360,7 @@ impl Engine {
                 continue;
             };
             let unused = matches!(
-                server.state,
+                server.state(),
                 ServerState::Idle { .. }
                     | ServerState::Connecting { .. }
                     | ServerState::Negotiating { .. }
@@ -535,7 +524,7 @@ impl Engine {
         let running = self
             .servers
             .get(server.0)
-            .is_some_and(|s| s.client() == Some(client) && s.tracker.has_outstanding());
+            .is_some_and(|s| s.client() == Some(client) && s.tracker().has_outstanding());
         if running {
             self.send_cancel(server);
         }

@@ -93,9 +93,10 @@ impl Engine {
         }
         let mut releasing = 0usize;
         for server in self.servers.values_mut() {
-            if pools.contains(&server.pool) && matches!(server.state, ServerState::Releasing { .. })
+            if pools.contains(&server.pool())
+                && matches!(server.state(), ServerState::Releasing { .. })
             {
-                server.close_needed = true;
+                server.mark_close_needed();
                 releasing += 1;
             }
         }

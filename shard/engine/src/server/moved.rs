@@ -64,6 +64,16 @@ pub struct MovedServer {
     pub(crate) local_addr: Option<SocketAddr>,
 }
 
+/// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
+/// what its lease is made of.
+#[derive(Debug)]
+pub struct Arrival {
+    pub welcome: Option<Vec<(String, String)>>,
+    pub statements: bool,
+    pub opened_at: Instant,
+    pub idle_since: Instant,
+}
+
 impl ServerConn {
     /// Whether this server may move to another shard whole: idle and clean (nothing owed,
     /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
@@ -91,6 +101,58 @@ impl ServerConn {
                 | ServerState::Closing
         );
         clean && portable && settled
+    }
+
+    /// Packs it for its new shard, its socket detached at `now`: what stays true of its
+    /// backend there (`key`: its pool's; `welcome`: its pool's first login's parameters).
+    pub fn into_parcel(
+        self,
+        key: PoolKey,
+        welcome: Option<Vec<(String, String)>>,
+        now: Instant,
+    ) -> MovedServer {
+        let statements = self.holds_statements();
+        let lease = self.lease.as_ref();
+        MovedServer {
+            key,
+            statements,
+            opened_at: lease.map_or(self.connected_at, |lease| lease.opened_at),
+            idle_since: lease.map_or(now, |lease| lease.idle_since),
+            addr: self.addr,
+            params: self.params,
+            backend_key: self.key,
+            welcome,
+            connected_at: self.connected_at,
+            last_linked: self.last_linked,
+            local_addr: self.local_addr,
+        }
+    }
+
+    /// A server that moved here, idle since `now` in `pool` (`mode` its pool mode, and
+    /// `prepared` whether statements are rewritten on it).
+    pub fn adopted(
+        pool: pgtier_pool::PoolId,
+        parcel: MovedServer,
+        mode: pgtier_core::config::PoolMode,
+        prepared: bool,
+        now: Instant,
+    ) -> (ServerConn, Arrival) {
+        let mut server = ServerConn::new(pool, parcel.addr, mode, parcel.connected_at);
+        if prepared {
+            server.relay.prepared = Some(Box::default());
+        }
+        server.state = ServerState::Idle { since: now };
+        server.params = parcel.params;
+        server.key = parcel.backend_key;
+        server.last_linked = parcel.last_linked;
+        server.local_addr = parcel.local_addr;
+        let arrival = Arrival {
+            welcome: parcel.welcome,
+            statements: parcel.statements,
+            opened_at: parcel.opened_at,
+            idle_since: parcel.idle_since,
+        };
+        (server, arrival)
     }
 
     /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
@@ -128,7 +190,7 @@ mod tests {
         let _ = owed.internal_query("ROLLBACK");
         assert!(!owed.is_movable(), "an internal answer is owed");
         let mut unread = server();
-        unread.input.extend_from_slice(b"N");
+        unread.input.received(bytes::BytesMut::from(&b"N"[..]));
         assert!(!unread.is_movable(), "bytes not read yet");
         let mut cancelled = server();
         cancelled.cancels_pending = 1;

@@ -66,11 +66,11 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        let Some(key) = self.pools.key(pool) else {
+        let Some(key) = self.linker.pools.key(pool) else {
             return;
         };
-        let entry = self.config.database(&key.database);
-        let dbname = super::vacate::server_dbname(&self.config, key);
+        let entry = self.env.config.database(&key.database);
+        let dbname = super::vacate::server_dbname(&self.env.config, key);
         let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
         // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
         // timezone) open every server of the entry. These are tracked parameters, so a client
@@ -92,7 +92,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some(key) = self.pools.key(server.pool()) else {
+        let Some(key) = self.linker.pools.key(server.pool()) else {
             return;
         };
         let channel_binding = server
@@ -101,25 +101,35 @@ impl Engine {
             .and_then(|session| session.peer_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let password = self
+            .env
             .config
             .database(&key.database)
             .and_then(|db| db.password.clone())
-            .or_else(|| self.users.get(&key.server_user))
+            .or_else(|| self.env.users.get(&key.server_user))
             .or_else(|| {
-                self.lookups
+                self.clients
+                    .logins
+                    .lookups
                     .secret(&key.database, &key.server_user)
                     .map(str::to_string)
             });
         let client_key = self
+            .clients
+            .logins
             .secrets
             .client_key(&key.server_user)
-            .or_else(|| self.lookups.client_key(&key.database, &key.server_user));
+            .or_else(|| {
+                self.clients
+                    .logins
+                    .lookups
+                    .client_key(&key.database, &key.server_user)
+            });
         let credentials = Credentials {
             user: &key.server_user,
             password: password.as_deref(),
             client_key,
             channel_binding,
-            key_cache: Some(&self.shared.scram_keys),
+            key_cache: Some(&self.env.shared.scram_keys),
         };
         let Some((login, input)) = server.login_mut() else {
             return;
@@ -144,8 +154,8 @@ impl Engine {
         };
         let pool = server.pool();
         debug!(pid = ?server.backend_pid(), "server login done");
-        self.pools.learn_welcome(pool, &params);
-        let checkin = self.pools.opened(pool, id, self.now);
+        self.linker.pools.learn_welcome(pool, &params);
+        let checkin = self.linker.pools.opened(pool, id, self.now);
         if let Some(server) = self.servers.get_mut(id.0) {
             server.idle(self.now);
         }
@@ -159,9 +169,9 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        self.stats.login_failures += 1;
+        self.stats.local.login_failures += 1;
         info!(
-            database = %self.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
+            database = %self.linker.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
             "server login failed"
         );
         server.mark_closing();
@@ -169,9 +179,10 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        self.pools
+        self.linker
+            .pools
             .open_failed(pool, self.login_retry_at(), Some(error.clone()));
-        if self.pools.counts(pool).servers() == 0 {
+        if self.linker.pools.counts(pool).servers() == 0 {
             self.fail_waiters(pool, error);
         }
     }
@@ -188,7 +199,7 @@ impl Engine {
             self.login_failed(id, error);
             return;
         }
-        self.stats.login_failures += 1;
+        self.stats.local.login_failures += 1;
         if let Some(server) = self.servers.get_mut(id.0) {
             server.mark_closing();
         }
@@ -196,7 +207,8 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        self.pools
+        self.linker
+            .pools
             .open_failed(pool, self.login_retry_at(), Some(error));
     }
 
@@ -207,7 +219,7 @@ impl Engine {
         pool: pgtier_pool::PoolId,
         cause: FailureCause,
     ) -> bool {
-        let Some(key) = self.pools.key(pool) else {
+        let Some(key) = self.linker.pools.key(pool) else {
             return false;
         };
         let ServerTarget::Replica(addr) = key.target else {
@@ -225,7 +237,7 @@ impl Engine {
             self.on_lookup_answer(server_id, client_id);
             return;
         }
-        let max = self.limits.max_server_message_bytes;
+        let max = self.env.limits.max_server_message_bytes;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -277,23 +289,28 @@ impl Engine {
             }
             _ => elapsed_us,
         };
-        session.calls_answered(&scan.answered, elapsed_us, &mut self.digests);
+        session.calls_answered(&scan.answered, elapsed_us, &mut self.stats.digests);
         let (class, mode, pinned) = (session.class(), session.mode(), session.pins_server());
         let database = session.stats();
         let pool = server.pool();
         for _ in 0..scan.completed {
-            self.counters.record_query(class, elapsed_us);
-            self.latency.record(class, elapsed_us);
-            self.databases.record_query(database, elapsed_us);
+            self.stats.counters.record_query(class, elapsed_us);
+            self.stats.latency.record(class, elapsed_us);
+            self.stats.databases.record_query(database, elapsed_us);
         }
         for _ in 0..scan.transactions {
-            self.counters.record_transaction(class, transaction_us);
-            self.databases.record_transaction(database, transaction_us);
+            self.stats
+                .counters
+                .record_transaction(class, transaction_us);
+            self.stats
+                .databases
+                .record_transaction(database, transaction_us);
         }
         if scan.completed > 0 {
             // A full batch goes to the shared totals now, so they lag by one batch at most.
-            self.counters
-                .maybe_flush(self.flush_policy, &self.shared.totals);
+            self.stats
+                .counters
+                .maybe_flush(self.stats.flush_policy, &self.env.shared.totals);
         }
         for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
@@ -323,7 +340,7 @@ impl Engine {
         if scan.session_param_changed
             && !clearing
             && mode == PoolMode::Transaction
-            && self.limits.pin_session_state
+            && self.env.limits.pin_session_state
         {
             self.pin_client(client_id, server_id, Effects::SET);
         }
@@ -345,7 +362,7 @@ impl Engine {
             return;
         }
         let shutting_down =
-            self.shutdown >= Some(crate::command::ShutdownMode::WaitForTransactions);
+            self.admin.shutdown >= Some(crate::command::ShutdownMode::WaitForTransactions);
         if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
         {
             self.release_server(server_id);
@@ -385,7 +402,7 @@ impl Engine {
     /// A client with more than `client_buffer_limit_bytes` queued pauses its server: a slow
     /// client never makes the proxy hold a whole huge result.
     fn apply_back_pressure(&mut self, server_id: ServerId, client_id: ClientId) {
-        let limit = self.limits.client_buffer_limit_bytes;
+        let limit = self.env.limits.client_buffer_limit_bytes;
         let queued = self
             .clients
             .get(client_id.0)
@@ -409,7 +426,7 @@ impl Engine {
         self.close_server(server_id);
         let message = format!(
             "server message of {len} bytes exceeds max_server_message_bytes ({})",
-            self.limits.max_server_message_bytes
+            self.env.limits.max_server_message_bytes
         );
         let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
         self.close_client(client_id, Some(error));
@@ -417,7 +434,7 @@ impl Engine {
 
     /// Swallows everything from a server without a client, then takes its next step.
     pub(super) fn drain_server(&mut self, id: ServerId) {
-        let max = self.limits.max_server_message_bytes;
+        let max = self.env.limits.max_server_message_bytes;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };

@@ -60,7 +60,7 @@ impl Engine {
             max_message_len: MAX_ADMIN_QUERY_BYTES,
             ..pgtier_wire::FrameLimits::default()
         };
-        let mut listing = self.listings.take_ready(id);
+        let mut listing = self.admin.listings.take_ready(id);
         let mut out = BytesMut::new();
         loop {
             let Some(client) = self.clients.get_mut(id.0) else {
@@ -69,7 +69,7 @@ impl Engine {
             let Some((input, session)) = client.console_input_mut() else {
                 return;
             };
-            if self.controls.is_asking(id) {
+            if self.admin.controls.is_asking(id) {
                 // Its control command waits for the shards; what follows waits behind it.
                 break;
             }
@@ -94,7 +94,7 @@ impl Engine {
             // protocol is for drivers reading SHOW output.
             let admin = session.rights() == ConsoleRights::Admin;
             let control = match (header.code, messages::query_text(body)) {
-                (b'Q', Some(query)) => self.console.control(query, admin, &self.config),
+                (b'Q', Some(query)) => self.admin.console.control(query, admin, &self.env.config),
                 _ => None,
             };
             if let Some(request) = control {
@@ -119,11 +119,11 @@ impl Engine {
             }
             let wants_listing = session
                 .query_to_run(header.code, body)
-                .is_some_and(|query| self.console.needs_listing(query));
+                .is_some_and(|query| self.admin.console.needs_listing(query));
             if wants_listing && listing.is_none() {
-                if !self.listings.is_gathering(id) {
+                if !self.admin.listings.is_gathering(id) {
                     self.start_listing(id);
-                    listing = self.listings.take_ready(id);
+                    listing = self.admin.listings.take_ready(id);
                 }
                 if listing.is_none() {
                     break;
@@ -132,9 +132,9 @@ impl Engine {
             }
             let frame = input.buffer_mut().split_to(header.frame_len());
             let mut answerer = SessionAnswerer {
-                console: self.console.as_mut(),
-                config: &self.config,
-                gates: &self.controls.gates,
+                console: self.admin.console.as_mut(),
+                config: &self.env.config,
+                gates: &self.admin.controls.gates,
                 rights: session.rights(),
                 listing: listing.as_ref(),
             };
@@ -151,8 +151,8 @@ impl Engine {
                     .and_then(|c| c.session())
                     .map(|s| s.stats());
                 if let Some(slot) = slot {
-                    self.databases.record_query(slot, 0);
-                    self.databases.record_transaction(slot, 0);
+                    self.stats.databases.record_query(slot, 0);
+                    self.stats.databases.record_transaction(slot, 0);
                 }
             }
             if wants_listing {

@@ -16,14 +16,14 @@ impl Engine {
     /// Publishes this shard's gauges, one per (database, server user).
     pub(super) fn publish_pool_gauges(&self) {
         let gauges = self.pool_gauges();
-        self.shared.pool_gauges.publish(self.shard, gauges);
+        self.env.shared.pool_gauges.publish(self.env.shard, gauges);
     }
 
     pub(crate) fn pool_gauges(&self) -> Vec<PoolGauge> {
         let mut gauges: Vec<PoolGauge> = Vec::new();
         let mut by_name: HashMap<(&str, &str), usize> = HashMap::new();
         let mut by_pool: HashMap<PoolId, usize> = HashMap::new();
-        for (pool, key, _) in self.pools.pools() {
+        for (pool, key, _) in self.linker.pools.pools() {
             let index = *by_name
                 .entry((&key.database, &key.server_user))
                 .or_insert_with(|| {
@@ -57,8 +57,8 @@ impl Engine {
                 _ => {}
             }
         }
-        let check_delay = self.config.pgtier.server_check_delay.duration();
-        let checks = !self.config.pgtier.server_check_query.is_empty();
+        let check_delay = self.env.config.pgtier.server_check_delay.duration();
+        let checks = !self.env.config.pgtier.server_check_query.is_empty();
         for (_, server) in self.servers.iter() {
             let Some(gauge) = by_pool
                 .get(&server.pool())

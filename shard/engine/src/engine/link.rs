@@ -69,7 +69,7 @@ impl Engine {
         // between transactions: transaction mode, not a reader entry, moves allowed.
         let movable = session.mode() == PoolMode::Transaction
             && session.reads().is_none()
-            && self.config.pgtier.repin_idle_sessions;
+            && self.env.config.pgtier.repin_idle_sessions;
         if movable && session.lease_mut().is_some_and(|lease| lease.should_move()) {
             self.repin(id);
             return;
@@ -92,16 +92,19 @@ impl Engine {
         else {
             return;
         };
-        while let Some(lease) = self.pools.checkout(pool) {
+        while let Some(lease) = self.linker.pools.checkout(pool) {
             if self.start_check_if_stale(&lease) {
                 continue;
             }
             self.link(id, lease);
             return;
         }
-        let deadline = Engine::enabled(self.config.pgtier.query_wait_timeout)
+        let deadline = Engine::enabled(self.env.config.pgtier.query_wait_timeout)
             .map(|timeout| self.now + timeout);
-        let ticket = self.pools.park_as(pool, id, class, self.now, deadline);
+        let ticket = self
+            .linker
+            .pools
+            .park_as(pool, id, class, self.now, deadline);
         if let Some(client) = self.clients.get_mut(id.0) {
             client.parked(ticket);
         }
@@ -113,7 +116,7 @@ impl Engine {
     /// server, an idle server of another pool under a full cap).
     pub(super) fn open_for_waiters(&mut self, pool: PoolId) {
         loop {
-            let counts = self.pools.counts(pool);
+            let counts = self.linker.pools.counts(pool);
             if counts.opening >= counts.waiting {
                 return;
             }
@@ -121,7 +124,7 @@ impl Engine {
                 self.fail_waiters(pool, error);
                 return;
             }
-            match self.pools.try_open(pool, self.now) {
+            match self.linker.pools.try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
@@ -140,7 +143,7 @@ impl Engine {
     /// A client waits on a full pool: if every server of the pool is held by a pinned client,
     /// no transaction will free one, and the operator should hear why (rate-limited).
     fn warn_if_pinned_out(&mut self, pool: PoolId) {
-        if !self.pinned_check.due(self.now) {
+        if !self.linker.pinned_check.due(self.now) {
             return;
         }
         let (mut linked, mut pinned) = (0usize, 0usize);
@@ -153,9 +156,9 @@ impl Engine {
                 pinned += usize::from(session.pins_server());
             }
         }
-        let counts = self.pools.counts(pool);
+        let counts = self.linker.pools.counts(pool);
         if linked > 0 && pinned == linked && linked >= counts.active as usize {
-            if let Some(key) = self.pools.key(pool) {
+            if let Some(key) = self.linker.pools.key(pool) {
                 warn!(
                     database = %key.database,
                     user = %key.server_user,
@@ -165,7 +168,7 @@ impl Engine {
                      session state (SHOW CLIENTS, column pinned, says which); raise the pool \
                      size or have clients undo their session state"
                 );
-                self.pinned_check.warned(self.now);
+                self.linker.pinned_check.warned(self.now);
             }
         }
     }
@@ -174,18 +177,18 @@ impl Engine {
     /// whose waiters are re-routed instead).
     fn failed_login_for(&self, pool: PoolId) -> Option<Bytes> {
         let replica = matches!(
-            self.pools.key(pool).map(|key| key.target),
+            self.linker.pools.key(pool).map(|key| key.target),
             Some(ServerTarget::Replica(_))
         );
         if replica {
             return None;
         }
-        self.pools.login_failure(pool, self.now).cloned()
+        self.linker.pools.login_failure(pool, self.now).cloned()
     }
 
     /// Fails every client waiting on a pool with `error`.
     pub(super) fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
-        while let Some(waiter) = self.pools.next_waiter(pool) {
+        while let Some(waiter) = self.linker.pools.next_waiter(pool) {
             self.clear_ticket(waiter);
             self.close_client(waiter, Some(error.clone()));
         }
@@ -201,17 +204,17 @@ impl Engine {
     /// The budget is spent and this shard has no server to give: the slots may sit on other
     /// shards, so ask them for one (at most once per housekeeping period).
     fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
-        let shards = self.shared.shards();
-        if shards < 2 || !self.pools.should_ask_others(pool, self.now) {
+        let shards = self.env.shared.shards();
+        if shards < 2 || !self.linker.pools.should_ask_others(pool, self.now) {
             return;
         }
-        let Some(key) = self.pools.key(pool).cloned().map(Arc::new) else {
+        let Some(key) = self.linker.pools.key(pool).cloned().map(Arc::new) else {
             return;
         };
-        for shard in (0..shards).filter(|shard| *shard != self.shard) {
+        for shard in (0..shards).filter(|shard| *shard != self.env.shard) {
             let command = Command::ReleaseIdle {
                 key: key.clone(),
-                from: self.shard,
+                from: self.env.shard,
             };
             self.outbox.push(Action::Post { shard, command });
         }
@@ -221,18 +224,18 @@ impl Engine {
     /// under the same cap (its counts come back once its backend is gone), else ask the
     /// other shards to.
     fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
-        if let Some(closing) = self.pools.evict_idle_sharing(pool, budget) {
+        if let Some(closing) = self.linker.pools.evict_idle_sharing(pool, budget) {
             debug!(
-                shard = self.shard,
+                shard = self.env.shard,
                 "ending an idle server to make room under a cap"
             );
             self.retire(closing);
             return;
         }
-        if self.shared.shards() < 2 || !self.pools.should_ask_others(pool, self.now) {
+        if self.env.shared.shards() < 2 || !self.linker.pools.should_ask_others(pool, self.now) {
             return;
         }
-        let Some(key) = self.pools.key(pool) else {
+        let Some(key) = self.linker.pools.key(pool) else {
             return;
         };
         let (database, user) = if budget == 0 {
@@ -240,7 +243,7 @@ impl Engine {
         } else {
             (None, Some(key.server_user.clone()))
         };
-        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+        for shard in (0..self.env.shared.shards()).filter(|shard| *shard != self.env.shard) {
             let command = Command::ReleaseIdleUnderCap {
                 database: database.clone(),
                 user: user.clone(),
@@ -251,7 +254,7 @@ impl Engine {
 
     /// Opens a server for `pool`; its budget slot was taken by `try_open`.
     pub(super) fn open_server(&mut self, pool: PoolId) {
-        let Some(key) = self.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools.key(pool).cloned() else {
             return;
         };
         let addr = match key.target {
@@ -263,14 +266,15 @@ impl Engine {
             Ok(addr) => addr,
             Err(message) => {
                 let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
-                self.pools
+                self.linker
+                    .pools
                     .open_failed(pool, self.login_retry_at(), Some(error.clone()));
                 self.fail_waiters(pool, error);
                 return;
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
-        if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
+        if mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0 {
             server.relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = self.servers.insert(server) else {
@@ -278,11 +282,13 @@ impl Engine {
                 sqlstate::TOO_MANY_CONNECTIONS,
                 "too many server connections on this worker",
             );
-            self.pools.open_failed(pool, self.now, Some(error.clone()));
+            self.linker
+                .pools
+                .open_failed(pool, self.now, Some(error.clone()));
             self.fail_waiters(pool, error);
             return;
         };
-        self.stats.servers_opened += 1;
+        self.stats.local.servers_opened += 1;
         self.outbox.push(Action::Connect {
             server: ServerId(slot),
             addr,
@@ -291,12 +297,14 @@ impl Engine {
 
     /// The address of a database entry's single server.
     fn primary_addr(&self, database: &str) -> Result<ServerAddr, String> {
-        let Some(db) = self.config.database(database) else {
+        let Some(db) = self.env.config.database(database) else {
             return Err(format!("database \"{database}\" does not exist"));
         };
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| self.resolver.resolve(host, port))
+                ServerAddr::of_host(host_port, |host, port| {
+                    self.servers.resolver.resolve(host, port)
+                })
             }
             pgtier_core::config::ServerSet::Replicas(set) => set
                 .primary
@@ -307,21 +315,22 @@ impl Engine {
     }
 
     pub(super) fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
-        self.config
+        self.env
+            .config
             .database(database)
-            .map_or(self.config.pgtier.pool_mode, |db| {
-                self.config.pool_mode(db, user)
+            .map_or(self.env.config.pgtier.pool_mode, |db| {
+                self.env.config.pool_mode(db, user)
             })
     }
 
     pub(super) fn login_retry_at(&self) -> std::time::Instant {
-        self.now + self.config.pgtier.server_login_retry.duration()
+        self.now + self.env.config.pgtier.server_login_retry.duration()
     }
 
     /// A server idle longer than `server_check_delay` runs `server_check_query` before a
     /// client gets it (PgBouncer's check): true when the check was started.
     fn start_check_if_stale(&mut self, lease: &Lease<ServerId>) -> bool {
-        let settings = &self.config.pgtier;
+        let settings = &self.env.config.pgtier;
         if settings.server_check_query.is_empty() {
             return false;
         }
@@ -360,7 +369,7 @@ impl Engine {
             server.relay_mut().take_swallowed_error().is_some() || !server.tracker().is_idle();
         if failed {
             debug!(
-                shard = self.shard,
+                shard = self.env.shard,
                 "server_check_query failed: closing the server"
             );
             self.close_server(id);
@@ -390,14 +399,14 @@ impl Engine {
             }
         };
         let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
-        self.counters.record_wait(wait_us);
+        self.stats.counters.record_wait(wait_us);
         let Some(session) = client.session_mut() else {
             return;
         };
-        self.databases.record_wait(session.stats(), wait_us);
+        self.stats.databases.record_wait(session.stats(), wait_us);
         let reset = match session.mode() {
             PoolMode::Session => Reset::Configured,
-            PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
+            PoolMode::Transaction if self.env.config.pgtier.server_reset_query_always => {
                 Reset::Configured
             }
             PoolMode::Transaction if session.pins_server() => Reset::SessionState,
@@ -451,6 +460,7 @@ impl Engine {
         };
         let mut sql = String::new();
         let defaults = self
+            .linker
             .pools
             .welcome(server.pool())
             .map(|welcome| welcome.tracked.clone())
@@ -468,24 +478,25 @@ impl Engine {
 
     /// Moves the client's complete (or streaming) messages to its server.
     pub(super) fn forward(&mut self, id: ClientId, server_id: ServerId) {
-        let max = self.limits.max_client_message_bytes;
-        let whole_limit = self.limits.client_input_limit_bytes;
+        let max = self.env.limits.max_client_message_bytes;
+        let whole_limit = self.env.limits.client_input_limit_bytes;
         let statement_limits = StatementLimits {
-            per_server: self.limits.max_prepared_statements,
-            client_bytes: self.limits.max_client_prepared_bytes,
+            per_server: self.env.limits.max_prepared_statements,
+            client_bytes: self.env.limits.max_client_prepared_bytes,
         };
-        let pinning = self.limits.pin_session_state;
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let pinning = self.env.limits.pin_session_state;
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        let Some(server) = self.servers.get_mut(server_id.0) else {
+        let Some((server, registry, scratch)) = self.servers.get_with_statements(server_id.0)
+        else {
             return;
         };
         let shared = ForwardShared {
-            registry: &mut self.statements,
-            scratch: &mut self.scratch,
-            texts: &mut self.texts,
-            digests: &mut self.digests,
+            registry,
+            scratch,
+            texts: &mut logins.texts,
+            digests: &mut self.stats.digests,
         };
         let options = ForwardOptions {
             sizes: ForwardLimits {
@@ -521,7 +532,7 @@ impl Engine {
             Some(ForwardEnd::TooManyStatements) => {
                 let message = format!(
                     "prepared statements of this connection exceed max_client_prepared_bytes ({})",
-                    self.limits.max_client_prepared_bytes
+                    self.env.limits.max_client_prepared_bytes
                 );
                 let error = messages::fatal(sqlstate::OUT_OF_MEMORY, &message);
                 self.close_client(id, Some(error));
@@ -565,7 +576,7 @@ impl Engine {
         };
         let client_id = server.client();
         server.start_releasing(self.now);
-        let closing_at_shutdown = self.shutdown >= Some(ShutdownMode::WaitForTransactions);
+        let closing_at_shutdown = self.admin.shutdown >= Some(ShutdownMode::WaitForTransactions);
         if let Some(client_id) = client_id
             && let Some(client) = self.clients.get_mut(client_id.0)
         {
@@ -591,7 +602,7 @@ impl Engine {
     /// A client left while linked to `server_id`: the server drains what it still owes (a
     /// running query cancelled), then takes the release path.
     pub(super) fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
-        let cancel_on_disconnect = self.config.pgtier.cancel_on_client_disconnect;
+        let cancel_on_disconnect = self.env.config.pgtier.cancel_on_client_disconnect;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -613,7 +624,7 @@ impl Engine {
     /// Takes the next step of a releasing server (see `crate::server::release`).
     pub(super) fn advance_release(&mut self, id: ServerId) {
         // Borrowed field by field, not cloned: this runs at the end of every transaction.
-        let reset_query = &self.config.pgtier.server_reset_query;
+        let reset_query = &self.env.config.pgtier.server_reset_query;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
@@ -636,17 +647,21 @@ impl Engine {
     /// released while another is being put back waits for it, so the chain of hand-offs a
     /// burst of logins makes stays one call deep.
     pub(super) fn return_to_pool(&mut self, id: ServerId) {
-        if let Some(queued) = self.returning.as_mut() {
+        if let Some(queued) = self.linker.returning.as_mut() {
             queued.push(id);
             return;
         }
-        self.returning = Some(Vec::new());
+        self.linker.returning = Some(Vec::new());
         let mut next = Some(id);
         while let Some(id) = next {
             self.return_one(id);
-            next = self.returning.as_mut().and_then(|queued| queued.pop());
+            next = self
+                .linker
+                .returning
+                .as_mut()
+                .and_then(|queued| queued.pop());
         }
-        self.returning = None;
+        self.linker.returning = None;
     }
 
     fn return_one(&mut self, id: ServerId) {
@@ -659,7 +674,9 @@ impl Engine {
             return;
         }
         // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
-        if self.shutdown > Some(ShutdownMode::WaitForClients) && self.pools.waiting(pool) == 0 {
+        if self.admin.shutdown > Some(ShutdownMode::WaitForClients)
+            && self.linker.pools.waiting(pool) == 0
+        {
             self.close_server(id);
             return;
         }
@@ -671,7 +688,7 @@ impl Engine {
         let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.take_lease()) else {
             return;
         };
-        let checkin = self.pools.checkin(pool, lease, self.now);
+        let checkin = self.linker.pools.checkin(pool, lease, self.now);
         self.act_on_checkin(id, pool, checkin);
     }
 
@@ -731,7 +748,7 @@ impl Engine {
             return;
         };
         debug!(
-            shard = self.shard,
+            shard = self.env.shard,
             ?to,
             "ending a server to hand its slot on"
         );
@@ -768,16 +785,18 @@ impl Engine {
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => {
                 // Counted as opening: an open that did not finish.
-                self.pools.open_failed(pool, self.now, None);
+                self.linker.pools.open_failed(pool, self.now, None);
                 self.open_for_waiters(pool);
             }
             ServerState::Idle { .. } => {
-                if self.pools.take_idle(pool, &id).is_some() && self.pools.closed(pool, self.now) {
+                if self.linker.pools.take_idle(pool, &id).is_some()
+                    && self.linker.pools.closed(pool, self.now)
+                {
                     self.open_server(pool);
                 }
             }
             ServerState::Leaving { .. } | ServerState::Moving { .. } => {
-                if let Some(grant) = self.pools.left(pool) {
+                if let Some(grant) = self.linker.pools.left(pool) {
                     let command = Command::SlotGranted {
                         key: Arc::new(grant.key),
                     };
@@ -791,7 +810,7 @@ impl Engine {
             ServerState::Checking { .. }
             | ServerState::Busy { .. }
             | ServerState::Releasing { .. } => {
-                if lease.is_some() && self.pools.closed(pool, self.now) {
+                if lease.is_some() && self.linker.pools.closed(pool, self.now) {
                     self.open_server(pool);
                 }
                 self.open_for_waiters_under_caps(pool);
@@ -804,10 +823,11 @@ impl Engine {
     /// A server of `pool` closed and gave its database and user counts back: pools of this
     /// shard under the same caps whose clients wait may open a server now.
     fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
-        let Some(key) = self.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools.key(pool).cloned() else {
             return;
         };
         let waiting: Vec<PoolId> = self
+            .linker
             .pools
             .pools()
             .filter(|(other, other_key, counts)| {
@@ -827,7 +847,7 @@ impl Engine {
     /// its idle servers up, so it is forgotten and a new key fits.
     pub(super) fn evict_a_pool(&mut self) {
         let mut closings = Vec::new();
-        self.pools.evict_for_room(&mut closings);
+        self.linker.pools.evict_for_room(&mut closings);
         for closing in closings {
             self.retire(closing);
         }
@@ -851,7 +871,7 @@ impl Engine {
     /// nobody waits here, else the next one to come back (moved whole when clean, else ended
     /// for its slot: `hand_on`).
     pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
-        if let Release::Now(lease) = self.pools.release_for(key, from) {
+        if let Release::Now(lease) = self.linker.pools.release_for(key, from) {
             let id = lease.server;
             if let Some(server) = self.servers.get_mut(id.0) {
                 server.hold_lease(lease);
@@ -863,13 +883,16 @@ impl Engine {
     /// Another shard handed this one a slot of `key`: open a server with it for the
     /// waiters, or give it back when nobody here needs it any more.
     pub(super) fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
-        let Some(pool) = self.pools.find(key) else {
+        let Some(pool) = self.linker.pools.find(key) else {
             pgtier_pool::give_back_slot(&self.pool_limits(key));
             return;
         };
-        debug!(shard = self.shard, "a server slot was handed to this shard");
-        self.pools.adopt_slot(key);
+        debug!(
+            shard = self.env.shard,
+            "a server slot was handed to this shard"
+        );
+        self.linker.pools.adopt_slot(key);
         self.open_for_waiters(pool);
-        self.pools.return_unused_slots(pool);
+        self.linker.pools.return_unused_slots(pool);
     }
 }

@@ -41,7 +41,7 @@ impl Engine {
             .map(|(index, server)| self.server_row(index, server))
             .collect();
         ShardListing {
-            shard: self.shard,
+            shard: self.env.shard,
             clients,
             servers,
             pools: self.pool_rows(),
@@ -100,7 +100,7 @@ impl Engine {
     }
 
     fn server_row(&self, index: crate::ids::SlotRef, server: &ServerConn) -> ServerRow {
-        let key = self.pools.key(server.pool());
+        let key = self.linker.pools.key(server.pool());
         ServerRow {
             id: crate::ids::ServerId(index),
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
@@ -155,7 +155,8 @@ impl Engine {
                 tally.servers_being_canceled += 1;
             }
         }
-        self.pools
+        self.linker
+            .pools
             .pools()
             .map(|(pool, key, counts)| {
                 let tally = tallies.remove(&pool).unwrap_or_default();
@@ -191,10 +192,13 @@ impl Engine {
     }
 
     fn primary_addr_for_listing(&self, database: &str) -> Option<ServerAddr> {
-        let db = self.config.database(database)?;
+        let db = self.env.config.database(database)?;
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| self.resolver.resolve(host, port)).ok()
+                ServerAddr::of_host(host_port, |host, port| {
+                    self.servers.resolver.resolve(host, port)
+                })
+                .ok()
             }
             pgtier_core::config::ServerSet::Replicas(set) => {
                 set.replicas.first().copied().map(ServerAddr::Tcp)
@@ -203,13 +207,14 @@ impl Engine {
     }
 
     fn mode_of_pool(&self, pool: PoolId) -> pgtier_core::config::PoolMode {
-        self.pools
+        self.linker
+            .pools
             .key(pool)
             .and_then(|key| {
-                let db = self.config.database(&key.database)?;
-                Some(self.config.pool_mode(db, &key.server_user))
+                let db = self.env.config.database(&key.database)?;
+                Some(self.env.config.pool_mode(db, &key.server_user))
             })
-            .unwrap_or(self.config.pgtier.pool_mode)
+            .unwrap_or(self.env.config.pgtier.pool_mode)
     }
 }
 

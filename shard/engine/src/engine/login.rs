@@ -94,7 +94,7 @@ impl Engine {
                     self.close_client(id, Some(error));
                     return;
                 }
-                _ if self.config.pgtier.ignores_startup_parameter(&name) => {}
+                _ if self.env.config.pgtier.ignores_startup_parameter(&name) => {}
                 _ => {
                     if !tracked.set(&name, &value) {
                         forwarded.push((name, value));
@@ -121,15 +121,15 @@ impl Engine {
         };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
-        if self.controls.gates.is_disabled(&database) {
+        if self.admin.controls.gates.is_disabled(&database) {
             // DISABLE db, with PgBouncer's words.
             let message = format!("database does not allow connections: {database}");
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message);
             self.close_client(id, Some(error));
             return;
         }
-        let mode = match self.config.database(&database) {
-            Some(db) => self.config.pool_mode(db, &user),
+        let mode = match self.env.config.database(&database) {
+            Some(db) => self.env.config.pool_mode(db, &user),
             None if admin => PoolMode::Session,
             None => {
                 let message = format!("database \"{database}\" does not exist");
@@ -139,16 +139,20 @@ impl Engine {
             }
         };
         let class = self
+            .env
             .config
             .database(&database)
             .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
-                self.config.class(db, &user)
+                self.env.config.class(db, &user)
             });
-        let stats = self.databases.slot(&database, &self.shared.databases);
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let stats = self
+            .stats
+            .databases
+            .slot(&database, &self.env.shared.databases);
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        let (user, database) = (self.names.intern(&user), self.names.intern(&database));
+        let (user, database) = (logins.names.intern(&user), logins.names.intern(&database));
         client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
@@ -185,9 +189,9 @@ impl Engine {
         let channel_binding = self.channel_binding_of(id);
         let context = AuthContext {
             user: &user,
-            users: &self.users,
-            looked_up: self.lookups.secret(&database, &user),
-            secrets: &mut self.secrets,
+            users: &self.env.users,
+            looked_up: self.clients.logins.lookups.secret(&database, &user),
+            secrets: &mut self.clients.logins.secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
@@ -208,7 +212,7 @@ impl Engine {
     /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
     /// the client with.
     fn auth_method(&self, id: ClientId) -> Result<Method, bytes::Bytes> {
-        let auth_type = self.config.pgtier.auth_type;
+        let auth_type = self.env.config.pgtier.auth_type;
         let Some(client) = self.clients.get(id.0) else {
             return Ok(Method::Trust);
         };
@@ -219,6 +223,7 @@ impl Engine {
             // PgBouncer's `any` ignores the user name, so each database must name the
             // user its servers log in as.
             let forced = self
+                .env
                 .config
                 .database(session.database())
                 .is_some_and(|db| db.user.is_some());
@@ -253,7 +258,7 @@ impl Engine {
             database: session.database(),
             user: session.user(),
         };
-        match auth_method::choose(auth_type, self.users.hba(), &request)? {
+        match auth_method::choose(auth_type, self.env.users.hba(), &request)? {
             Method::Cert => {
                 let name = client.tls().and_then(|tls| tls.session.peer_common_name());
                 auth_method::check_certificate(session.user(), tls, name.as_deref())?;
@@ -264,7 +269,7 @@ impl Engine {
     }
 
     pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
         if client.input().is_empty() {
@@ -283,9 +288,9 @@ impl Engine {
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let context = AuthContext {
             user: &user,
-            users: &self.users,
-            looked_up: self.lookups.secret(&database, &user),
-            secrets: &mut self.secrets,
+            users: &self.env.users,
+            looked_up: logins.lookups.secret(&database, &user),
+            secrets: &mut logins.secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
@@ -301,7 +306,10 @@ impl Engine {
             } => {
                 if let Some(key) = client_key {
                     // A looked-up SCRAM secret logs the client's servers in with it.
-                    self.lookups.remember_client_key(&database, &user, key);
+                    self.clients
+                        .logins
+                        .lookups
+                        .remember_client_key(&database, &user, key);
                 }
                 if let Some(final_message) = final_message {
                     self.send(Conn::Client(id), final_message);
@@ -325,7 +333,7 @@ impl Engine {
             self.join_pool(id);
             return;
         }
-        let Some(db) = self.config.database(session.database()) else {
+        let Some(db) = self.env.config.database(session.database()) else {
             return;
         };
         let options = session
@@ -333,7 +341,7 @@ impl Engine {
             .iter()
             .position(|(name, _)| name == "options");
         let raw = options.map(|i| session.startup_params()[i].1.as_str());
-        let class = match session_class(&self.config, db, session.user(), raw) {
+        let class = match session_class(&self.env.config, db, session.user(), raw) {
             Ok(class) => class,
             Err(error) => {
                 let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
@@ -375,7 +383,7 @@ impl Engine {
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let reader_entry = self.config.database(session.database()).is_some_and(|db| {
+        let reader_entry = self.env.config.database(session.database()).is_some_and(|db| {
             matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
         });
         if !reader_entry {
@@ -424,7 +432,7 @@ impl Engine {
         match session.leave_pool() {
             None => self.join_pool(id),
             Some(old) => {
-                self.pools.unregister(old);
+                self.linker.pools.unregister(old);
                 if self.register_pool(id).is_some() {
                     let since = self.now;
                     if let Some(client) = self.clients.get_mut(id.0) {
@@ -459,7 +467,7 @@ impl Engine {
     /// it was refused (and is closing).
     pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
         let session = self.clients.get(id.0)?.session()?;
-        let Some(db) = self.config.database(session.database()) else {
+        let Some(db) = self.env.config.database(session.database()) else {
             let message = format!("database \"{}\" does not exist", session.database());
             self.close_client(
                 id,
@@ -493,10 +501,10 @@ impl Engine {
             profile,
         );
         let limits = self.pool_limits(&key);
-        let registered = match self.pools.register(&key, &limits, self.now) {
+        let registered = match self.linker.pools.register(&key, &limits, self.now) {
             Err(PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.pools.register(&key, &limits, self.now)
+                self.linker.pools.register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -525,10 +533,10 @@ impl Engine {
             return;
         };
         let routed = matches!(
-            self.pools.key(pool).map(|key| key.target),
+            self.linker.pools.key(pool).map(|key| key.target),
             Some(ServerTarget::Replica(_))
         );
-        if !routed && let Some(error) = self.pools.login_failure(pool, self.now).cloned() {
+        if !routed && let Some(error) = self.linker.pools.login_failure(pool, self.now).cloned() {
             self.close_client(id, Some(error));
             return;
         }
@@ -538,7 +546,10 @@ impl Engine {
         // A cached welcome serves only a client whose startup spellings the pool has seen
         // a server answer: it must be told the server's own values.
         let cached = session.mode() == PoolMode::Transaction
-            && match (self.pools.welcome(pool), self.pools.spellings(pool)) {
+            && match (
+                self.linker.pools.welcome(pool),
+                self.linker.pools.spellings(pool),
+            ) {
                 (Some(welcome), Some(spellings)) => session
                     .tracked_mut()
                     .canonicalize(&welcome.tracked, spellings),
@@ -556,13 +567,14 @@ impl Engine {
 
     /// The pool limits of `key` from the current configuration.
     pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
-        let settings = &self.config.pgtier;
-        let db = self.config.database(&key.database);
+        let settings = &self.env.config.pgtier;
+        let db = self.env.config.database(&key.database);
         let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
         let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
         let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
-        let max_user = self.config.max_user_connections(&key.server_user);
+        let max_user = self.env.config.max_user_connections(&key.server_user);
         let budgets = self
+            .env
             .shared
             .budgets
             .for_key(key, pool_size, reserve, max_db, max_user);
@@ -573,7 +585,7 @@ impl Engine {
             reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
             server_idle_timeout: settings.server_idle_timeout.enabled(),
             server_lifetime: settings.server_lifetime.duration(),
-            max_spellings: self.limits.max_spellings_per_pool,
+            max_spellings: self.env.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
             wait_order: match settings.waiter_policy {
                 WaiterPolicy::Fifo => WaitOrder::Fifo,
@@ -587,10 +599,13 @@ impl Engine {
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
     /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return false;
         };
-        let key = match self.keys.issue(id, pid, self.random.as_mut()) {
+        let Some(session) = client.session_mut() else {
+            return false;
+        };
+        let key = match logins.keys.issue(id, pid, self.random.as_mut()) {
             Ok(key) => key,
             Err(error) => {
                 self.close_client(id, Some(auth::no_randomness(error)));
@@ -614,7 +629,7 @@ impl Engine {
 
     /// The welcome from the pool's cached parameters: no server needed.
     fn welcome_from_pool(&mut self, id: ClientId, pool: pgtier_pool::PoolId) {
-        let Some(welcome) = self.pools.welcome(pool).cloned() else {
+        let Some(welcome) = self.linker.pools.welcome(pool).cloned() else {
             return;
         };
         if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
@@ -649,11 +664,12 @@ impl Engine {
             return;
         };
         let mode = session.mode();
-        if let Some(spellings) = self.pools.spellings_mut(pool) {
+        if let Some(spellings) = self.linker.pools.spellings_mut(pool) {
             session.tracked().learn_spellings(&server_params, spellings);
         }
         session.told(server_params);
         let params = self
+            .linker
             .pools
             .welcome(pool)
             .map(|welcome| welcome.params.clone())
@@ -675,7 +691,7 @@ impl Engine {
     /// What a console user may run: `None` for a user neither in `admin_users` nor in
     /// `stats_users` (with `auth_type = any` everyone is an admin, as in PgBouncer).
     fn console_rights(&self, user: &str) -> Option<ConsoleRights> {
-        let settings = &self.config.pgtier;
+        let settings = &self.env.config.pgtier;
         if settings.auth_type == AuthType::Any || settings.is_admin(user) {
             Some(ConsoleRights::Admin)
         } else if settings.is_stats_user(user) {
@@ -718,8 +734,8 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            let max_named =
-                usize::try_from(self.config.pgtier.max_prepared_statements).unwrap_or(usize::MAX);
+            let max_named = usize::try_from(self.env.config.pgtier.max_prepared_statements)
+                .unwrap_or(usize::MAX);
             client.console(Box::new(ConsoleSession::new(rights, max_named)));
         }
         self.on_console_bytes(id);
@@ -728,7 +744,7 @@ impl Engine {
     /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
     /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
     pub(super) fn repin(&mut self, id: ClientId) {
-        let allowed = self.config.pgtier.repin_idle_sessions;
+        let allowed = self.env.config.pgtier.repin_idle_sessions;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };

@@ -26,15 +26,18 @@ impl Engine {
             return None;
         }
         let session = self.clients.get(id.0)?.session()?;
-        if self.users.get(session.user()).is_some() {
+        if self.env.users.get(session.user()).is_some() {
             return None;
         }
         let auth_user = self
+            .env
             .config
             .database(session.database())?
             .auth_user
             .clone()?;
         if self
+            .clients
+            .logins
             .lookups
             .is_fresh(session.database(), session.user(), self.now)
         {
@@ -56,10 +59,10 @@ impl Engine {
             StartupProfile::default(),
         );
         let limits = self.pool_limits(&key);
-        let registered = match self.pools.register(&key, &limits, self.now) {
+        let registered = match self.linker.pools.register(&key, &limits, self.now) {
             Err(PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.pools.register(&key, &limits, self.now)
+                self.linker.pools.register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -79,7 +82,7 @@ impl Engine {
             session.joined(pool);
         }
         client.looking_up(since, Box::default(), method);
-        if let Some(error) = self.pools.login_failure(pool, self.now).cloned() {
+        if let Some(error) = self.linker.pools.login_failure(pool, self.now).cloned() {
             // The auth_user's own login failed moments ago (a wrong password for it).
             self.close_client(id, Some(error));
             return;
@@ -91,7 +94,7 @@ impl Engine {
     /// goes out.
     pub(super) fn run_lookup(&mut self, id: ClientId, lease: Lease<ServerId>) {
         let server_id = lease.server;
-        let query = self.config.pgtier.auth_query.clone();
+        let query = self.env.config.pgtier.auth_query.clone();
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -154,11 +157,14 @@ impl Engine {
         }
         self.advance_release(server_id);
         if let Some(pool) = auth_pool {
-            self.pools.unregister(pool);
+            self.linker.pools.unregister(pool);
         }
         match result {
             Ok(found) => {
-                self.lookups.store(&database, &user, found, self.now);
+                self.clients
+                    .logins
+                    .lookups
+                    .store(&database, &user, found, self.now);
                 self.begin_exchange(id, method);
             }
             Err(error) => {

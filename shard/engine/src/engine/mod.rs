@@ -12,17 +12,21 @@
 //! client and server state machines (`crate::client`, `crate::server`), the pool
 //! (`pgtier_pool`), the cancel keys, the routing and console services.
 
+mod admin;
 #[cfg(test)]
 mod auth_tests;
 mod backend;
+mod clients;
 mod console;
-mod control;
-#[cfg(test)]
-mod control_tests;
 #[cfg(test)]
 mod digest_tests;
+mod env;
+mod gates;
+#[cfg(test)]
+mod gates_tests;
 mod gauges;
 mod link;
+mod linker;
 mod listing;
 mod login;
 mod lookup;
@@ -34,6 +38,8 @@ mod prepared_tests;
 mod reads;
 #[cfg(test)]
 mod reads_tests;
+mod servers;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod tls_io;
@@ -56,26 +62,22 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
-use pgtier_core::metrics::{ClassLatency, DatabaseTally, FlushPolicy, ShardCounters};
+use pgtier_core::metrics::FlushPolicy;
 use pgtier_pool::PoolSlice;
 use tracing::debug;
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
-use crate::cancel::CancelKeys;
-use crate::client::auth::SecretCache;
-use crate::client::pins::PinnedCheck;
 use crate::client::{ClientConn, ClientState};
 use crate::command::{Command, ShutdownMode};
-use crate::ids::{ClientId, ServerId, Slab};
+use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::random::Random;
-use crate::server::{ServerConn, ServerState};
+use crate::server::ServerState;
 use crate::services::{Console, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
-use crate::shared::{LocalStats, Shared};
+use crate::shared::Shared;
 use crate::userlist::UserList;
-use upkeep::Listings;
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
 pub trait Resolver {
@@ -113,64 +115,18 @@ pub struct EngineParts {
     pub tls: crate::tls::TlsSides,
 }
 
-/// One shard's session engine.
+/// One shard's session engine: an event router over its owners.
 pub struct Engine {
-    shard: usize,
-    config: Arc<Config>,
-    users: Arc<UserList>,
-    limits: Limits,
-    shared: Arc<Shared>,
-    clients: Slab<ClientConn>,
-    servers: Slab<ServerConn>,
-    pools: PoolSlice<ServerId, ClientId>,
-    keys: CancelKeys,
-    secrets: SecretCache,
-    /// Secrets found with `auth_query`.
-    lookups: crate::client::lookup::LookupCache,
-    /// Session-state effects of recently classified texts.
-    texts: crate::client::texts::TextCache,
-    /// Named statements of this shard's transaction-mode clients, interned.
-    statements: crate::prepared::Registry,
-    /// Where the messages pgtier writes of its own are built.
-    scratch: bytes::BytesMut,
-    /// TLS for clients and servers (replaced on reload).
-    tls: crate::tls::TlsSides,
-    /// When a full pool was last checked for being held entirely by pinned clients (the
-    /// check walks the clients, so it runs at most once a second, and warns once a minute).
-    pinned_check: PinnedCheck,
+    env: env::Env,
+    clients: clients::ClientTable,
+    servers: servers::ServerTable,
+    linker: linker::Linker,
+    admin: admin::Admin,
+    stats: stats::StatsSink,
     routing: Box<dyn Routing>,
-    console: Box<dyn Console>,
-    resolver: Box<dyn Resolver>,
     random: Box<dyn Random>,
     outbox: Outbox,
-    /// While a server is being put back: the servers released meanwhile, put back after it
-    /// (`link::return_to_pool`). A hand-off can release at once (a waiter welcomed without a
-    /// query), and a thousand such waiters would otherwise nest a thousand calls deep.
-    returning: Option<Vec<ServerId>>,
-    listings: Listings,
-    /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`control.rs`).
-    controls: control::Controls,
-    counters: ShardCounters,
-    /// Per-database counts not yet folded (`SHOW STATS`, the metrics endpoint).
-    databases: DatabaseTally,
-    /// Query digests not yet folded (`SHOW QUERIES`, the metrics endpoint).
-    digests: crate::digests::ShardDigests,
-    flush_policy: FlushPolicy,
-    stats: LocalStats,
-    /// Reader sessions whose read waits for a replica to catch up, and when they are next
-    /// routed again (`engine/reads.rs`).
-    read_waits: Vec<ClientId>,
-    /// Sessions' user and database names, shared.
-    names: crate::names::Names,
-    next_read_recheck: Option<Instant>,
-    latency: ClassLatency,
-    /// Start of the current observation interval (shard 0 closes intervals).
-    interval_started: Instant,
     next_housekeeping: Instant,
-    started: (Instant, SystemTime),
-    shutdown: Option<ShutdownMode>,
-    /// Pools registered before any client, for `min_pool_size` (`warmup.rs`).
-    warm: Vec<warmup::WarmPool>,
     /// The time of the event being handled.
     now: Instant,
 }
@@ -198,48 +154,38 @@ impl Engine {
             parts.shared.digests.clone(),
             crate::digests::DigestLimits::from_settings(&config.pgtier),
         );
+        let crate::tls::TlsSides {
+            acceptor,
+            connector,
+        } = parts.tls;
         let mut engine = Engine {
-            shard: parts.shard,
-            clients: Slab::with_capacity(config.pgtier.max_client_conn as usize + 64),
-            servers: Slab::with_capacity(max_servers(&config)),
-            pools: PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
-            keys: CancelKeys::new(parts.shard),
-            secrets: SecretCache::default(),
-            lookups: Default::default(),
-            texts: Default::default(),
-            statements: Default::default(),
-            scratch: bytes::BytesMut::new(),
-            tls: parts.tls,
-            pinned_check: PinnedCheck::default(),
-            flush_policy: FlushPolicy::from(&config.pgtier),
-            limits,
-            config,
-            users: parts.users,
-            shared: parts.shared,
+            clients: clients::ClientTable::new(
+                config.pgtier.max_client_conn as usize + 64,
+                parts.shard,
+                acceptor,
+            ),
+            servers: servers::ServerTable::new(max_servers(&config), parts.resolver, connector),
+            linker: linker::Linker::new(
+                PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
+                warm,
+            ),
+            admin: admin::Admin::new(parts.console),
+            stats: stats::StatsSink::new(digests, FlushPolicy::from(&config.pgtier), parts.now),
+            env: env::Env {
+                shard: parts.shard,
+                limits,
+                config,
+                users: parts.users,
+                shared: parts.shared,
+                started: (parts.now, parts.wall_now),
+            },
             routing: parts.routing,
-            console: parts.console,
-            resolver: parts.resolver,
             random: parts.random,
             outbox: Outbox::default(),
-            returning: None,
-            listings: Listings::default(),
-            controls: control::Controls::default(),
-            counters: ShardCounters::default(),
-            databases: DatabaseTally::default(),
-            digests,
-            stats: LocalStats::default(),
-            read_waits: Vec::new(),
-            names: Default::default(),
-            next_read_recheck: None,
-            latency: ClassLatency::default(),
-            interval_started: parts.now,
             next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
-            warm,
-            started: (parts.now, parts.wall_now),
-            shutdown: None,
             now: parts.now,
         };
-        let config = engine.config.clone();
+        let config = engine.env.config.clone();
         engine.configure_digests(&config.pgtier);
         engine
     }
@@ -267,12 +213,12 @@ impl Engine {
 
     /// Shutdown was asked for and nothing is left.
     pub fn is_finished(&self) -> bool {
-        self.shutdown.is_some() && self.clients.is_empty() && self.servers.is_empty()
+        self.admin.is_shutting_down() && self.clients.is_empty() && self.servers.is_empty()
     }
 
     /// Whether the listener should be closed (a shutdown began).
     pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.is_some()
+        self.admin.is_shutting_down()
     }
 
     pub fn client_count(&self) -> usize {
@@ -289,12 +235,12 @@ impl Engine {
     /// the driver closes the socket itself (this shard has no room for another).
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
-        self.stats.clients_accepted += 1;
-        let max = self.config.pgtier.max_client_conn;
-        let over = self.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
+        self.stats.local.clients_accepted += 1;
+        let max = self.env.config.pgtier.max_client_conn;
+        let over = self.env.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
         let client = ClientConn::new(peer, now);
         let Some(slot) = self.clients.insert(client) else {
-            self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+            self.env.shared.clients.fetch_sub(1, Ordering::AcqRel);
             return None;
         };
         let id = ClientId(slot);
@@ -304,7 +250,7 @@ impl Engine {
                 "no more connections allowed (max_client_conn)",
             );
             self.close_client(id, Some(error));
-        } else if self.shutdown > Some(ShutdownMode::WaitForClients) {
+        } else if self.admin.shutdown > Some(ShutdownMode::WaitForClients) {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
@@ -316,12 +262,13 @@ impl Engine {
     /// Bytes arrived from a client.
     pub fn handle_client_data(&mut self, now: Instant, id: ClientId, data: BytesMut) {
         self.now = now;
-        self.counters.record_bytes(data.len() as u64, 0);
+        self.stats.counters.record_bytes(data.len() as u64, 0);
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
         if let Some(session) = client.session() {
-            self.databases
+            self.stats
+                .databases
                 .record_bytes(session.stats(), data.len() as u64, 0);
         }
         if client.is_closing() {
@@ -369,13 +316,14 @@ impl Engine {
     /// `bytes` queued for the client were sent.
     pub fn handle_client_sent(&mut self, now: Instant, id: ClientId, bytes: usize) {
         self.now = now;
-        self.counters.record_bytes(0, bytes as u64);
-        let resume = self.limits.client_buffer_limit_bytes / 2;
+        self.stats.counters.record_bytes(0, bytes as u64);
+        let resume = self.env.limits.client_buffer_limit_bytes / 2;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
         if let Some(session) = client.session() {
-            self.databases
+            self.stats
+                .databases
                 .record_bytes(session.stats(), 0, bytes as u64);
         }
         let queued = client.sent(bytes);
@@ -467,7 +415,7 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if self.clients.remove(id.0).is_some() {
-                    self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+                    self.env.shared.clients.fetch_sub(1, Ordering::AcqRel);
                 }
             }
             Conn::Server(id) => {
@@ -508,22 +456,24 @@ impl Engine {
     /// Folds every pending count into the shared totals (at exit, and before the console
     /// answers).
     pub fn fold_counters(&mut self) {
-        self.counters.flush_into(&self.shared.totals);
-        self.databases.fold();
-        self.digests.fold();
-        self.stats.fold_into(&self.shared.stats);
+        self.stats.counters.flush_into(&self.env.shared.totals);
+        self.stats.databases.fold();
+        self.stats.digests.fold();
+        self.stats.local.fold_into(&self.env.shared.stats);
         self.fold_latency();
     }
 
     /// The digest settings of a (re)load: sessions that log in from now on follow
     /// `query_digests`.
     fn configure_digests(&mut self, settings: &pgtier_core::config::Settings) {
-        self.digests
+        self.stats
+            .digests
             .configure(crate::digests::DigestLimits::from_settings(settings));
-        self.shared
+        self.env
+            .shared
             .digests
             .set_capacity(settings.digest_store_capacity as usize);
-        self.shared.digest_metrics_top.store(
+        self.env.shared.digest_metrics_top.store(
             settings.digest_metrics_top as usize,
             std::sync::atomic::Ordering::Relaxed,
         );
@@ -540,9 +490,17 @@ impl Engine {
         self.outbox.send(conn, bytes);
     }
 
+    /// The TLS configurations in use, as a reload hands them on.
+    fn tls_sides(&self) -> crate::tls::TlsSides {
+        crate::tls::TlsSides {
+            acceptor: self.clients.logins.acceptor.clone(),
+            connector: self.servers.connector.clone(),
+        }
+    }
+
     fn wall_time(&self) -> SystemTime {
-        let since = self.now.saturating_duration_since(self.started.0);
-        self.started.1 + since
+        let since = self.now.saturating_duration_since(self.env.started.0);
+        self.env.started.1 + since
     }
 
     /// A timeout setting, `None` when disabled.
@@ -576,7 +534,7 @@ impl Engine {
         match previous {
             ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
                 if let Some(ticket) = ticket {
-                    self.pools.cancel_wait(ticket);
+                    self.linker.pools.cancel_wait(ticket);
                 }
             }
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
@@ -584,7 +542,7 @@ impl Engine {
             }
             ClientState::LookingUp { ticket, server, .. } => {
                 if let Some(ticket) = ticket {
-                    self.pools.cancel_wait(ticket);
+                    self.linker.pools.cancel_wait(ticket);
                 }
                 // Its lookup's answer may still be on the way: the server cannot be reused.
                 if let Some(server) = server {
@@ -595,19 +553,19 @@ impl Engine {
         }
         if let Some(session) = session {
             if let Some(key) = session.key() {
-                self.keys.forget(key);
+                self.clients.logins.keys.forget(key);
             }
             match session.reads() {
                 // A reader session registered its pool on the primary and each replica pool
                 // it read from (`session.pool` is one of them).
                 Some(reads) => {
                     for pool in reads.pools() {
-                        self.pools.unregister(pool);
+                        self.linker.pools.unregister(pool);
                     }
                 }
                 None => {
                     if let Some(pool) = session.pool() {
-                        self.pools.unregister(pool);
+                        self.linker.pools.unregister(pool);
                     }
                 }
             }
@@ -675,7 +633,7 @@ impl Engine {
     /// A client that sends while it waits keeps its bytes until it has a server; past the
     /// input limit it is paused, so a pipeline cannot make the engine hold unbounded data.
     fn hold_client_input(&mut self, id: ClientId) {
-        let limit = self.limits.client_input_limit_bytes;
+        let limit = self.env.limits.client_input_limit_bytes;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -691,7 +649,7 @@ impl Engine {
         };
         if client.unpause() {
             // Under SUSPEND it stays unread; RESUME reads it again.
-            if !self.controls.gates.is_suspended() {
+            if !self.admin.controls.gates.is_suspended() {
                 self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
             }
         }
@@ -702,7 +660,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if server.unpause() && !self.controls.gates.is_suspended() {
+        if server.unpause() && !self.admin.controls.gates.is_suspended() {
             self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }
@@ -785,7 +743,7 @@ impl Engine {
 
     /// Every budget slot is back (everyone left and every server closed).
     pub fn check_budgets_released(&self) -> Result<(), String> {
-        match self.shared.budgets.in_use() {
+        match self.env.shared.budgets.in_use() {
             0 => Ok(()),
             held => Err(format!("{held} budget slots are still held")),
         }

@@ -28,7 +28,7 @@ impl Engine {
             return;
         }
         debug!(
-            shard = self.shard,
+            shard = self.env.shard,
             to, "moving an idle server to another shard"
         );
         server.moving(self.now, to);
@@ -57,16 +57,19 @@ impl Engine {
             self.servers.remove(id.0);
             return Some(socket);
         };
-        let (Some(key), Some(server)) = (self.pools.key(pool).cloned(), self.servers.remove(id.0))
-        else {
+        let (Some(key), Some(server)) = (
+            self.linker.pools.key(pool).cloned(),
+            self.servers.remove(id.0),
+        ) else {
             return Some(socket);
         };
         let welcome = self
+            .linker
             .pools
             .welcome(pool)
             .map(|welcome| welcome.params.clone());
         let parcel = server.into_parcel(key, welcome, self.now);
-        self.pools.moved(pool, to);
+        self.linker.pools.moved(pool, to);
         self.outbox.push(Action::Post {
             shard: to,
             command: Command::ServerMoved {
@@ -85,20 +88,23 @@ impl Engine {
     pub(super) fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
         let parcel = *parcel;
         let limits = self.pool_limits(&parcel.key);
-        let (pool, registered) = match self.pools.find(&parcel.key) {
+        let (pool, registered) = match self.linker.pools.find(&parcel.key) {
             Some(pool) => (pool, false),
             None => {
-                let registered = match self.pools.register(&parcel.key, &limits, self.now) {
+                let registered = match self.linker.pools.register(&parcel.key, &limits, self.now) {
                     Err(PoolError::TooManyPools { .. }) => {
                         self.evict_a_pool();
-                        self.pools.register(&parcel.key, &limits, self.now)
+                        self.linker.pools.register(&parcel.key, &limits, self.now)
                     }
                     registered => registered,
                 };
                 match registered {
                     Ok(pool) => (pool, true),
                     Err(_) => {
-                        debug!(shard = self.shard, "no pool for a server that moved here");
+                        debug!(
+                            shard = self.env.shard,
+                            "no pool for a server that moved here"
+                        );
                         pgtier_pool::give_back_slot(&limits);
                         self.outbox.push(Action::CloseSocket(socket));
                         return;
@@ -107,32 +113,32 @@ impl Engine {
             }
         };
         let mode = self.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
-        let prepared = mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0;
+        let prepared = mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0;
         let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, self.now);
         let Some(slot) = self.servers.insert(server) else {
             debug!(
-                shard = self.shard,
+                shard = self.env.shard,
                 "no server slot for a server that moved here"
             );
             pgtier_pool::give_back_slot(&limits);
             self.outbox.push(Action::CloseSocket(socket));
             if registered {
-                self.pools.unregister(pool);
+                self.linker.pools.unregister(pool);
             }
             return;
         };
         let id = ServerId(slot);
-        self.stats.servers_moved_in += 1;
+        self.stats.local.servers_moved_in += 1;
         self.outbox.push(Action::Adopt { server: id, socket });
         if let Some(params) = parcel.welcome {
-            self.pools.learn_welcome(pool, &params);
+            self.linker.pools.learn_welcome(pool, &params);
         }
         let lease = Lease {
             server: id,
             opened_at: parcel.opened_at,
             idle_since: parcel.idle_since,
         };
-        if parcel.statements && self.pools.adopt_checked_out(pool) {
+        if parcel.statements && self.linker.pools.adopt_checked_out(pool) {
             // Statements named by the shard it left would collide with this shard's names:
             // they go first, and the server joins its pool once that is answered, by the
             // release path (its lease counted as checked out meanwhile).
@@ -143,12 +149,12 @@ impl Engine {
                 self.send(crate::action::Conn::Server(id), bytes);
             }
         } else {
-            let checkin = self.pools.adopt_server(pool, lease, self.now);
+            let checkin = self.linker.pools.adopt_server(pool, lease, self.now);
             self.act_on_checkin(id, pool, checkin);
         }
         if registered {
             // The pool lives on while it holds the server (or a waiter), as any pool does.
-            self.pools.unregister(pool);
+            self.linker.pools.unregister(pool);
         }
     }
 }

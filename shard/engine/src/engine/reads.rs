@@ -96,7 +96,7 @@ impl Engine {
             return false;
         }
         let unit = first_unit(
-            &self.config,
+            &self.env.config,
             &*self.routing,
             session.database(),
             session.statements(),
@@ -135,7 +135,7 @@ impl Engine {
                 // The bytes `needs_whole_unit` just read, unchanged.
                 Some((len, unit)) if len == client.input().len() => unit,
                 _ => first_unit(
-                    &self.config,
+                    &self.env.config,
                     &*self.routing,
                     session.database(),
                     session.statements(),
@@ -156,7 +156,7 @@ impl Engine {
                 return TxnRoute::Go;
             }
         };
-        let Some(set) = reader_set(&self.config, session.database()) else {
+        let Some(set) = reader_set(&self.env.config, session.database()) else {
             self.run_on_primary(id, primary, true);
             return TxnRoute::Go;
         };
@@ -197,19 +197,19 @@ impl Engine {
                     };
                 }
                 self.set_pool(id, pool);
-                self.stats.reads_on_replicas += 1;
+                self.stats.local.reads_on_replicas += 1;
                 TxnRoute::Go
             }
             ReadRoute::Primary => {
-                self.stats.reads_on_primary += 1;
+                self.stats.local.reads_on_primary += 1;
                 self.run_on_primary(id, primary, false);
                 TxnRoute::Go
             }
             ReadRoute::NotYet => {
                 let since = waiting_since.unwrap_or(now);
                 if now.saturating_duration_since(since) >= settings.read_your_writes_timeout {
-                    self.stats.reads_on_primary += 1;
-                    self.stats.read_waits_timed_out += 1;
+                    self.stats.local.reads_on_primary += 1;
+                    self.stats.local.read_waits_timed_out += 1;
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 }
@@ -217,10 +217,11 @@ impl Engine {
                     reads.txn = ReadTxn::AwaitingReplica { since };
                 }
                 if waiting_since.is_none() {
-                    self.stats.read_waits += 1;
+                    self.stats.local.read_waits += 1;
                 }
-                self.read_waits.push(id);
-                self.next_read_recheck
+                self.linker.read_waits.push(id);
+                self.linker
+                    .next_read_recheck
                     .get_or_insert(now + READ_RECHECK.min(settings.read_your_writes_timeout));
                 TxnRoute::Wait
             }
@@ -252,7 +253,7 @@ impl Engine {
         if let Some(pool) = reads.replica_pool(addr) {
             return Some(pool);
         }
-        let primary_key = self.pools.key(reads.primary)?.clone();
+        let primary_key = self.linker.pools.key(reads.primary)?.clone();
         let key = PoolKey::new(
             primary_key.database.clone(),
             primary_key.server_user.clone(),
@@ -260,10 +261,10 @@ impl Engine {
             primary_key.profile.clone(),
         );
         let limits = self.pool_limits(&key);
-        let registered = match self.pools.register(&key, &limits, self.now) {
+        let registered = match self.linker.pools.register(&key, &limits, self.now) {
             Err(pgtier_pool::PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.pools.register(&key, &limits, self.now)
+                self.linker.pools.register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -274,8 +275,8 @@ impl Engine {
 
     /// The timer: reads waiting for a replica to catch up are routed again.
     pub(super) fn recheck_read_waits(&mut self) {
-        self.next_read_recheck = None;
-        let waiting = std::mem::take(&mut self.read_waits);
+        self.linker.next_read_recheck = None;
+        let waiting = std::mem::take(&mut self.linker.read_waits);
         for id in waiting {
             let waits = self
                 .clients
@@ -303,7 +304,7 @@ impl Engine {
 
     /// The next time waiting reads are routed again.
     pub(super) fn read_recheck_at(&self) -> Option<Instant> {
-        self.next_read_recheck
+        self.linker.next_read_recheck
     }
 
     /// The client's transaction ended (its server is being released): its replica ticket is
@@ -319,7 +320,7 @@ impl Engine {
         if !reads.end_transaction(now) {
             return;
         }
-        let scope_user = reader_settings(&self.config, session.database())
+        let scope_user = reader_settings(&self.env.config, session.database())
             .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
         if scope_user {
             self.routing

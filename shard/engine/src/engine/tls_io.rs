@@ -113,10 +113,10 @@ impl Engine {
     /// A client whose first bytes are a TLS handshake (direct TLS): its session begins, or
     /// it is closed without a reply when TLS is not configured. Returns whether it goes on.
     pub(super) fn begin_direct_tls(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return false;
         };
-        let Some(acceptor) = self.tls.acceptor.as_ref() else {
+        let Some(acceptor) = logins.acceptor.as_ref() else {
             debug!(?id, "direct TLS attempted but TLS is not configured");
             self.close_client(id, None);
             return false;
@@ -173,14 +173,14 @@ impl Engine {
     /// An SSLRequest: `S` and a TLS session when TLS is configured, else `N`. Returns
     /// whether the startup goes on reading.
     pub(super) fn on_ssl_request(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return false;
         };
         if client.tls().is_some() {
             self.protocol_error(id, "SSL negotiation over an encrypted connection");
             return false;
         }
-        let Some(acceptor) = self.tls.acceptor.as_ref() else {
+        let Some(acceptor) = logins.acceptor.as_ref() else {
             self.send(Conn::Client(id), Bytes::from_static(b"N"));
             return true;
         };
@@ -209,7 +209,7 @@ impl Engine {
     /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
     /// `hostssl`-only configuration would. Returns whether it was refused.
     pub(super) fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
-        let mode = self.config.pgtier.client_tls_sslmode;
+        let mode = self.env.config.pgtier.client_tls_sslmode;
         let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
         if !(plain && requires_tls(mode)) {
             return false;
@@ -234,7 +234,7 @@ impl Engine {
     /// A server connected: an SSLRequest first when server TLS is on. Returns whether one
     /// was sent (the login then waits for its answer).
     pub(super) fn negotiate_server_tls(&mut self, id: ServerId) -> bool {
-        if self.tls.connector.is_none() {
+        if self.servers.connector.is_none() {
             return false;
         }
         let Some(server) = self.servers.get_mut(id.0) else {
@@ -252,7 +252,7 @@ impl Engine {
 
     /// The server's one-byte answer to the SSLRequest.
     pub(super) fn on_negotiation_answer(&mut self, id: ServerId) {
-        let mode = self.config.pgtier.server_tls_sslmode;
+        let mode = self.env.config.pgtier.server_tls_sslmode;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
@@ -269,7 +269,7 @@ impl Engine {
         match answer {
             b'S' => {
                 let name = self.tls_server_name(id);
-                let Some(connector) = self.tls.connector.as_ref() else {
+                let Some(connector) = self.servers.connector.as_ref() else {
                     return;
                 };
                 let session = match TlsSession::connect(connector, &name) {
@@ -334,9 +334,10 @@ impl Engine {
             return String::new();
         };
         let configured = self
+            .linker
             .pools
             .key(server.pool())
-            .and_then(|key| self.config.database(&key.database))
+            .and_then(|key| self.env.config.database(&key.database))
             .and_then(|db| match &db.servers {
                 pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
                 pgtier_core::config::ServerSet::Replicas(_) => None,

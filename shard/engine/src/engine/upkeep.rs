@@ -131,12 +131,12 @@ impl Engine {
         self.expire_listings();
         self.close_idle_servers_of_paused();
         self.progress_controls();
-        if self.shutdown.is_some() {
+        if self.admin.shutdown.is_some() {
             self.progress_shutdown();
         }
         self.fold_counters();
         self.drop_empty_call_logs();
-        if self.config.pgtier.metrics_port != 0 {
+        if self.env.config.pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
         }
     }
@@ -155,7 +155,7 @@ impl Engine {
     }
 
     fn check_client_timeouts(&mut self) {
-        let s = &self.config.pgtier;
+        let s = &self.env.config.pgtier;
         let limits = ClientTimeouts {
             login: Engine::enabled(s.client_login_timeout),
             wait: Engine::enabled(s.query_wait_timeout),
@@ -201,7 +201,7 @@ impl Engine {
     }
 
     fn check_server_timeouts(&mut self) {
-        let s = &self.config.pgtier;
+        let s = &self.env.config.pgtier;
         let connect = Engine::enabled(s.server_connect_timeout);
         let drain_limit = connect.unwrap_or(DEFAULT_DRAIN_LIMIT);
         let now = self.now;
@@ -243,7 +243,7 @@ impl Engine {
 
     /// Clients whose `query_wait_timeout` passed while parked.
     fn expire_waiters(&mut self) {
-        while let Some(expired) = self.pools.poll_expired(self.now) {
+        while let Some(expired) = self.linker.pools.poll_expired(self.now) {
             let id = expired.waiter;
             if let Some(client) = self.clients.get_mut(id.0) {
                 if !client.unparked(true) {
@@ -259,7 +259,7 @@ impl Engine {
     /// or asked for by another shard.
     fn close_idle_servers(&mut self) {
         let mut closing: Vec<Closing<ServerId>> = Vec::new();
-        self.pools.collect_closable(self.now, &mut closing);
+        self.linker.pools.collect_closable(self.now, &mut closing);
         for closing in closing {
             self.retire(closing);
         }
@@ -267,16 +267,17 @@ impl Engine {
 
     /// Warmup to `min_pool_size`, and pools whose clients wait with nothing being opened.
     fn open_wanted_servers(&mut self) {
-        if self.shutdown.is_some() {
+        if self.admin.shutdown.is_some() {
             return;
         }
         let mut opens: Vec<PoolId> = Vec::new();
-        self.pools.collect_opens(self.now, &mut opens);
+        self.linker.pools.collect_opens(self.now, &mut opens);
         // No warmup for a paused database: PAUSE waits for its servers to be gone.
         opens.retain(|pool| {
-            self.pools
+            self.linker
+                .pools
                 .key(*pool)
-                .is_none_or(|key| !self.controls.gates.is_paused(&key.database))
+                .is_none_or(|key| !self.admin.controls.gates.is_paused(&key.database))
         });
         for pool in opens {
             self.open_server(pool);
@@ -284,6 +285,7 @@ impl Engine {
         // Clients that still wait with nothing opening for them: their pool is full, and
         // the servers may sit on other shards, which are asked again (once per period).
         let starving: Vec<PoolId> = self
+            .linker
             .pools
             .pools()
             .filter(|(_, _, counts)| counts.waiting > 0 && counts.opening == 0)
@@ -297,6 +299,7 @@ impl Engine {
     /// Clients queued on pools of Down replicas are routed elsewhere, not failed.
     fn reroute_waiters_of_down_replicas(&mut self) {
         let down: Vec<PoolId> = self
+            .linker
             .pools
             .pools()
             .filter(|(_, key, counts)| {
@@ -317,7 +320,7 @@ impl Engine {
         let mut unparked = Vec::new();
         for pool in pools {
             let mut waiters = Vec::new();
-            self.pools.take_waiters(pool, &mut waiters);
+            self.linker.pools.take_waiters(pool, &mut waiters);
             for id in waiters {
                 if let Some(client) = self.clients.get_mut(id.0) {
                     if !client.unparked(false) {
@@ -333,7 +336,7 @@ impl Engine {
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client
     /// is left to use them.
     fn progress_shutdown(&mut self) {
-        let Some(mode) = self.shutdown else {
+        let Some(mode) = self.admin.shutdown else {
             return;
         };
         let clients: Vec<(ClientId, bool)> = self
@@ -388,27 +391,29 @@ impl Engine {
     pub(super) fn fold_latency(&mut self) {
         let mut recorded = false;
         for class in ClassSetting::ALL {
-            let local = self.latency.of(class);
+            let local = self.stats.latency.of(class);
             if local.count() > 0 {
-                self.shared.latency[class.index()].merge_from(local);
+                self.env.shared.latency[class.index()].merge_from(local);
                 recorded = true;
             }
         }
         if recorded {
-            self.latency.reset();
+            self.stats.latency.reset();
         }
-        if self.shard != 0 {
+        if self.env.shard != 0 {
             return;
         }
-        let period = self.config.pgtier.stats_period.duration();
-        let length = self.now.saturating_duration_since(self.interval_started);
+        let period = self.env.config.pgtier.stats_period.duration();
+        let length = self
+            .now
+            .saturating_duration_since(self.stats.interval_started);
         if length < period {
             return;
         }
         let mut histogram = LatencyHistogram::new();
         let mut latency = [Default::default(); CLASS_COUNT];
         for (class, summary) in latency.iter_mut().enumerate() {
-            self.shared.latency[class].take_into(&mut histogram);
+            self.env.shared.latency[class].take_into(&mut histogram);
             *summary = histogram.summary();
         }
         let stats = IntervalStats {
@@ -416,12 +421,13 @@ impl Engine {
             length,
             latency,
         };
-        self.shared.interval.store(Some(Arc::new(stats)));
-        self.shared.databases.close_interval(length);
-        self.shared
+        self.env.shared.interval.store(Some(Arc::new(stats)));
+        self.env.shared.databases.close_interval(length);
+        self.env
+            .shared
             .intervals
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.interval_started = self.now;
+        self.stats.interval_started = self.now;
     }
 
     // ---- commands ----
@@ -431,28 +437,34 @@ impl Engine {
             Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
             Command::Reload { config, users, tls } => {
                 // New connections use the new TLS configurations; running sessions keep theirs.
-                self.tls = tls;
-                self.limits = Limits::from_config(&config);
-                self.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
+                self.clients.logins.acceptor = tls.acceptor;
+                self.servers.connector = tls.connector;
+                self.env.limits = Limits::from_config(&config);
+                self.stats.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
                 self.configure_digests(&config.pgtier);
-                self.config = config;
-                self.users = users;
-                self.secrets.clear();
-                self.lookups.clear();
+                self.env.config = config;
+                self.env.users = users;
+                self.clients.logins.secrets.clear();
+                self.clients.logins.lookups.clear();
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
+                    .linker
                     .pools
                     .pools()
                     .map(|(pool, key, _)| (pool, key.clone()))
                     .collect();
                 for (pool, key) in keyed {
                     let limits = self.pool_limits(&key);
-                    self.pools.set_limits(pool, limits);
+                    self.linker.pools.set_limits(pool, limits);
                 }
                 self.reset_warm_pools();
-                info!(shard = self.shard, "configuration reloaded");
+                info!(shard = self.env.shard, "configuration reloaded");
             }
             Command::Shutdown(mode) => {
-                self.shutdown = Some(self.shutdown.map_or(mode, |current| current.max(mode)));
+                self.admin.shutdown = Some(
+                    self.admin
+                        .shutdown
+                        .map_or(mode, |current| current.max(mode)),
+                );
                 self.progress_shutdown();
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
@@ -460,12 +472,12 @@ impl Engine {
             Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {
                 let budget = match (database, user) {
-                    (Some(database), _) => self.shared.budgets.database(&database),
-                    (None, Some(user)) => self.shared.budgets.user(&user),
+                    (Some(database), _) => self.env.shared.budgets.database(&database),
+                    (None, Some(user)) => self.env.shared.budgets.user(&user),
                     (None, None) => None,
                 };
                 if let Some(budget) = budget
-                    && let Some(closing) = self.pools.release_idle_sharing(&budget)
+                    && let Some(closing) = self.linker.pools.release_idle_sharing(&budget)
                 {
                     self.retire(closing);
                 }
@@ -499,9 +511,9 @@ impl Engine {
     /// A CancelRequest arrived here; handled here or passed to the owning shard.
     pub(super) fn route_cancel(&mut self, key: CancelKey) {
         let owner = shard_of(key.secret);
-        if owner == self.shard {
+        if owner == self.env.shard {
             self.handle_cancel(key);
-        } else if owner < self.shared.shards() {
+        } else if owner < self.env.shared.shards() {
             self.outbox.push(Action::Post {
                 shard: owner,
                 command: Command::Cancel {
@@ -514,7 +526,7 @@ impl Engine {
 
     /// Forwards a cancel only if the key's client still has a server running its query.
     fn handle_cancel(&mut self, key: CancelKey) {
-        let Some(client) = self.keys.lookup(key) else {
+        let Some(client) = self.clients.logins.keys.lookup(key) else {
             tracing::debug!("cancel request with an unknown key");
             return;
         };
@@ -533,20 +545,20 @@ impl Engine {
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
     pub(super) fn start_listing(&mut self, id: ClientId) {
-        self.listings.next_request_id += 1;
-        let request_id = self.listings.next_request_id;
-        self.listings.pending.push(PendingListing {
+        self.admin.listings.next_request_id += 1;
+        let request_id = self.admin.listings.next_request_id;
+        self.admin.listings.pending.push(PendingListing {
             request_id,
             client: id,
             deadline: self.now + LISTING_WAIT,
-            parts: Vec::with_capacity(self.shared.shards()),
+            parts: Vec::with_capacity(self.env.shared.shards()),
             ready: None,
         });
-        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+        for shard in (0..self.env.shared.shards()).filter(|shard| *shard != self.env.shard) {
             self.outbox.push(Action::Post {
                 shard,
                 command: Command::ListSessions {
-                    from: self.shard,
+                    from: self.env.shard,
                     request_id,
                 },
             });
@@ -557,8 +569,9 @@ impl Engine {
 
     /// Adds one shard's rows; returns the console client once its listing is complete.
     fn add_listing_part(&mut self, request_id: u64, part: ShardListing) -> Option<ClientId> {
-        let shards = self.shared.shards();
+        let shards = self.env.shared.shards();
         let pending = self
+            .admin
             .listings
             .pending
             .iter_mut()
@@ -575,9 +588,9 @@ impl Engine {
     /// Listings past their deadline are answered with the rows that arrived.
     fn expire_listings(&mut self) {
         let now = self.now;
-        let shards = self.shared.shards();
+        let shards = self.env.shared.shards();
         let mut expired = Vec::new();
-        for pending in &mut self.listings.pending {
+        for pending in &mut self.admin.listings.pending {
             if pending.ready.is_none() && pending.deadline <= now {
                 let missing = (0..shards)
                     .filter(|shard| !pending.parts.iter().any(|p| p.shard == *shard))
@@ -591,7 +604,7 @@ impl Engine {
             if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {
                 self.on_console_bytes(client);
             } else {
-                self.listings.pending.retain(|p| p.client != client);
+                self.admin.listings.pending.retain(|p| p.client != client);
             }
         }
     }

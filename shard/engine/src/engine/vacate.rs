@@ -47,15 +47,15 @@ impl Engine {
     pub(super) fn vacate_databases(&mut self, targets: Vec<Target>) {
         for target in targets {
             info!(
-                shard = self.shard,
+                shard = self.env.shard,
                 database = %target.database,
                 statement = target.command.as_str(),
                 "a client's statement needs the database free of other sessions: \
                  closing pgtier's idle servers of it on every shard"
             );
             let database: Arc<str> = target.database.into();
-            for shard in 0..self.shared.shards() {
-                if shard == self.shard {
+            for shard in 0..self.env.shared.shards() {
+                if shard == self.env.shard {
                     self.vacate_database(&database);
                 } else {
                     self.outbox.push(Action::Post {
@@ -72,8 +72,9 @@ impl Engine {
     /// This shard's part: its idle servers of `database` close now, those being released
     /// close once released, and the warmup of their pools waits.
     pub(super) fn vacate_database(&mut self, database: &str) {
-        let config = Arc::clone(&self.config);
+        let config = Arc::clone(&self.env.config);
         let pools: Vec<PoolId> = self
+            .linker
             .pools
             .pools()
             .filter(|(_, key, _)| server_dbname(&config, key) == database)
@@ -85,7 +86,7 @@ impl Engine {
         let warmup_after = self.now + WARMUP_HOLD;
         let mut closing = Vec::new();
         for &pool in &pools {
-            self.pools.vacate(pool, warmup_after, &mut closing);
+            self.linker.pools.vacate(pool, warmup_after, &mut closing);
         }
         let closed = closing.len();
         for server in closing {
@@ -101,7 +102,7 @@ impl Engine {
             }
         }
         info!(
-            shard = self.shard,
+            shard = self.env.shard,
             database,
             closed,
             releasing,

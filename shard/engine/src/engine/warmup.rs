@@ -63,25 +63,26 @@ impl Engine {
     /// Down replica is up again) and drains those of Down replicas. Runs before the
     /// housekeeping pass opens what pools want.
     pub(super) fn keep_pools_warm(&mut self) {
-        if self.shutdown.is_some() {
+        if self.admin.shutdown.is_some() {
             return;
         }
-        let shards = self.shared.shards();
-        let mut warm = std::mem::take(&mut self.warm);
+        let shards = self.env.shared.shards();
+        let mut warm = std::mem::take(&mut self.linker.warm);
         for entry in &mut warm {
             let down = match entry.key.target {
                 ServerTarget::Replica(addr) => self.routing.is_down(&entry.key.database, addr),
                 ServerTarget::Primary => false,
             };
             if let Some(id) = entry.pool {
-                let current = !self.pools.is_draining(id) && self.pools.key(id) == Some(&entry.key);
+                let current = !self.linker.pools.is_draining(id)
+                    && self.linker.pools.key(id) == Some(&entry.key);
                 if current && !down {
                     continue;
                 }
                 if down {
-                    self.pools.drain(id);
+                    self.linker.pools.drain(id);
                 }
-                self.pools.unregister(id);
+                self.linker.pools.unregister(id);
                 entry.pool = None;
             }
             if down || !self.can_log_in_alone(&entry.key) {
@@ -89,17 +90,17 @@ impl Engine {
             }
             let limits = self.pool_limits(&entry.key);
             // Never evicts another pool for it: a warm pool waits for room like any other.
-            if let Ok(id) = self.pools.register(&entry.key, &limits, self.now) {
+            if let Ok(id) = self.linker.pools.register(&entry.key, &limits, self.now) {
                 let share = PoolSlice::<ServerId, ClientId>::warm_share(
                     limits.min_pool_size,
-                    self.shard,
+                    self.env.shard,
                     shards,
                 );
-                self.pools.keep_warm(id, share);
+                self.linker.pools.keep_warm(id, share);
                 entry.pool = Some(id);
             }
         }
-        self.warm = warm;
+        self.linker.warm = warm;
     }
 
     /// Whether a server of `key` can log in before any client did: not when the only
@@ -109,14 +110,18 @@ impl Engine {
     /// earlier would fail, and the failed login's memo would refuse that very client.
     fn can_log_in_alone(&self, key: &PoolKey) -> bool {
         let configured = self
+            .env
             .config
             .database(&key.database)
             .and_then(|db| db.password.clone());
-        let stored = configured.or_else(|| self.users.get(&key.server_user));
+        let stored = configured.or_else(|| self.env.users.get(&key.server_user));
         match stored {
-            Some(secret) if crate::credentials::is_scram_secret(&secret) => {
-                self.secrets.client_key(&key.server_user).is_some()
-            }
+            Some(secret) if crate::credentials::is_scram_secret(&secret) => self
+                .clients
+                .logins
+                .secrets
+                .client_key(&key.server_user)
+                .is_some(),
             _ => true,
         }
     }
@@ -124,11 +129,11 @@ impl Engine {
     /// A reload may change which pools are warm and their minimum: every warm registration
     /// is dropped, and the next housekeeping pass registers the new set.
     pub(super) fn reset_warm_pools(&mut self) {
-        for entry in std::mem::take(&mut self.warm) {
+        for entry in std::mem::take(&mut self.linker.warm) {
             if let Some(id) = entry.pool {
-                self.pools.unregister(id);
+                self.linker.pools.unregister(id);
             }
         }
-        self.warm = warm_pools(&self.config);
+        self.linker.warm = warm_pools(&self.env.config);
     }
 }

@@ -80,14 +80,14 @@ impl Engine {
                 false
             }
             ControlRequest::Set { config, key } => {
-                info!(shard = self.shard, setting = %key, "SET from the admin console");
-                for shard in 0..self.shared.shards() {
+                info!(shard = self.env.shard, setting = %key, "SET from the admin console");
+                for shard in 0..self.env.shared.shards() {
                     let command = Command::Reload {
                         config: config.clone(),
-                        users: self.users.clone(),
-                        tls: self.tls.clone(),
+                        users: self.env.users.clone(),
+                        tls: self.tls_sides(),
                     };
-                    if shard == self.shard {
+                    if shard == self.env.shard {
                         self.on_command(command);
                     } else {
                         self.outbox.push(Action::Post { shard, command });
@@ -99,13 +99,17 @@ impl Engine {
             ControlRequest::Op(ControlOp::Shutdown(mode)) => {
                 // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
                 // (holding no server) is among the clients closed at once.
-                info!(shard = self.shard, ?mode, "SHUTDOWN from the admin console");
+                info!(
+                    shard = self.env.shard,
+                    ?mode,
+                    "SHUTDOWN from the admin console"
+                );
                 complete(out, "SHUTDOWN");
                 messages::ready_for_query(out, b'I');
                 let answer = std::mem::take(out);
                 self.send(Conn::Client(id), answer.freeze());
-                for shard in 0..self.shared.shards() {
-                    if shard == self.shard {
+                for shard in 0..self.env.shared.shards() {
+                    if shard == self.env.shard {
                         self.on_command(Command::Shutdown(mode));
                     } else {
                         self.outbox.push(Action::Post {
@@ -117,11 +121,16 @@ impl Engine {
                 true
             }
             ControlRequest::Op(op) => {
-                if let Some(refusal) = self.controls.gates.refusal(&op, self.shutdown.is_some()) {
+                if let Some(refusal) = self
+                    .admin
+                    .controls
+                    .gates
+                    .refusal(&op, self.admin.shutdown.is_some())
+                {
                     console_error(out, &refusal);
                     return false;
                 }
-                info!(shard = self.shard, ?op, "admin command");
+                info!(shard = self.env.shard, ?op, "admin command");
                 let earlier = std::mem::take(out);
                 if !earlier.is_empty() {
                     self.send(Conn::Client(id), earlier.freeze());
@@ -134,17 +143,20 @@ impl Engine {
 
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
-        self.controls.next_request_id += 1;
-        let request_id = self.controls.next_request_id;
+        self.admin.controls.next_request_id += 1;
+        let request_id = self.admin.controls.next_request_id;
         let shards: Vec<usize> = match &op {
             ControlOp::KillClient { shard, .. } => vec![*shard],
-            _ => (0..self.shared.shards()).collect(),
+            _ => (0..self.env.shared.shards()).collect(),
         };
-        if shards.iter().any(|shard| *shard >= self.shared.shards()) {
+        if shards
+            .iter()
+            .any(|shard| *shard >= self.env.shared.shards())
+        {
             self.answer_console(id, op.tag(), Some("client not found".to_string()));
             return;
         }
-        self.controls.asked.push(Asked {
+        self.admin.controls.asked.push(Asked {
             request_id,
             client: id,
             tag: op.tag(),
@@ -152,13 +164,13 @@ impl Engine {
             error: None,
         });
         for shard in shards {
-            if shard == self.shard {
-                self.apply_control(self.shard, request_id, op.clone());
+            if shard == self.env.shard {
+                self.apply_control(self.env.shard, request_id, op.clone());
             } else {
                 self.outbox.push(Action::Post {
                     shard,
                     command: Command::Control {
-                        from: self.shard,
+                        from: self.env.shard,
                         request_id,
                         op: op.clone(),
                     },
@@ -172,15 +184,15 @@ impl Engine {
     pub(super) fn apply_control(&mut self, from: usize, request_id: u64, op: ControlOp) {
         let result = match &op {
             ControlOp::Pause(scope) => {
-                self.controls.gates.pause(scope);
+                self.admin.controls.gates.pause(scope);
                 self.hold_waiters_of(scope);
                 self.close_idle_servers_of(scope);
                 Ok(())
             }
             ControlOp::Resume(scope) => {
-                let was_suspended = self.controls.gates.is_suspended();
-                self.controls.gates.resume(scope);
-                if was_suspended && !self.controls.gates.is_suspended() {
+                let was_suspended = self.admin.controls.gates.is_suspended();
+                self.admin.controls.gates.resume(scope);
+                if was_suspended && !self.admin.controls.gates.is_suspended() {
                     self.resume_reading();
                 }
                 self.release_paused_clients();
@@ -193,21 +205,21 @@ impl Engine {
             ControlOp::WaitClose(_) => Ok(()),
             ControlOp::Kill(database) => {
                 let scope = Scope::Database(database.clone());
-                self.controls.gates.pause(&scope);
+                self.admin.controls.gates.pause(&scope);
                 self.kill_database(&scope);
                 Ok(())
             }
             ControlOp::KillClient { key, .. } => self.kill_client(*key),
             ControlOp::Disable(database) => {
-                self.controls.gates.set_disabled(database, true);
+                self.admin.controls.gates.set_disabled(database, true);
                 Ok(())
             }
             ControlOp::Enable(database) => {
-                self.controls.gates.set_disabled(database, false);
+                self.admin.controls.gates.set_disabled(database, false);
                 Ok(())
             }
             ControlOp::Suspend => {
-                self.controls.gates.suspend();
+                self.admin.controls.gates.suspend();
                 self.suspend_reading();
                 Ok(())
             }
@@ -221,7 +233,7 @@ impl Engine {
             Ok(()) if self.control_condition_holds(&op) => {
                 self.control_answered(from, request_id, None);
             }
-            Ok(()) => self.controls.waiting.push(Waiting {
+            Ok(()) => self.admin.controls.waiting.push(Waiting {
                 from,
                 request_id,
                 op,
@@ -231,7 +243,7 @@ impl Engine {
 
     /// Sends shard `from` this shard's answer to `request_id`.
     fn control_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
-        if from == self.shard {
+        if from == self.env.shard {
             self.on_control_done(request_id, error);
         } else {
             self.outbox.push(Action::Post {
@@ -244,6 +256,7 @@ impl Engine {
     /// One shard answered; the console session is answered once all did.
     pub(super) fn on_control_done(&mut self, request_id: u64, error: Option<String>) {
         let Some(index) = self
+            .admin
             .controls
             .asked
             .iter()
@@ -251,7 +264,7 @@ impl Engine {
         else {
             return;
         };
-        let asked = &mut self.controls.asked[index];
+        let asked = &mut self.admin.controls.asked[index];
         asked.missing = asked.missing.saturating_sub(1);
         if asked.error.is_none() {
             asked.error = error;
@@ -259,7 +272,7 @@ impl Engine {
         if asked.missing > 0 {
             return;
         }
-        let asked = self.controls.asked.swap_remove(index);
+        let asked = self.admin.controls.asked.swap_remove(index);
         self.answer_console(asked.client, asked.tag, asked.error);
     }
 
@@ -285,13 +298,13 @@ impl Engine {
     /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
     /// times out clients a pause held past `query_wait_timeout`.
     pub(super) fn progress_controls(&mut self) {
-        if !self.controls.waiting.is_empty() {
-            let waiting = std::mem::take(&mut self.controls.waiting);
+        if !self.admin.controls.waiting.is_empty() {
+            let waiting = std::mem::take(&mut self.admin.controls.waiting);
             for entry in waiting {
                 if self.control_condition_holds(&entry.op) {
                     self.control_answered(entry.from, entry.request_id, None);
                 } else {
-                    self.controls.waiting.push(entry);
+                    self.admin.controls.waiting.push(entry);
                 }
             }
         }
@@ -368,7 +381,7 @@ impl Engine {
     fn server_in(&self, id: ServerId, scope: &Scope) -> bool {
         self.servers
             .get(id.0)
-            .and_then(|server| self.pools.key(server.pool()))
+            .and_then(|server| self.linker.pools.key(server.pool()))
             .is_some_and(|key| scope.covers(&key.database))
     }
 
@@ -383,18 +396,18 @@ impl Engine {
     /// Under SUSPEND every database's new transactions wait, those of clients that
     /// connected since included.
     pub(super) fn held_by_pause(&mut self, id: ClientId) -> bool {
-        let suspended = self.controls.gates.is_suspended();
-        if !suspended && !self.controls.gates.any_paused() {
+        let suspended = self.admin.controls.gates.is_suspended();
+        if !suspended && !self.admin.controls.gates.any_paused() {
             return false;
         }
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return false;
         };
-        if !suspended && !self.controls.gates.is_paused(session.database()) {
+        if !suspended && !self.admin.controls.gates.is_paused(session.database()) {
             return false;
         }
-        if !self.controls.is_paused_client(id) {
-            self.controls.paused_clients.push((id, self.now));
+        if !self.admin.controls.is_paused_client(id) {
+            self.admin.controls.paused_clients.push((id, self.now));
         }
         true
     }
@@ -406,16 +419,18 @@ impl Engine {
             return false;
         };
         server.close_needed()
-            || (self.controls.gates.any_paused()
+            || (self.admin.controls.gates.any_paused()
                 && self
+                    .linker
                     .pools
                     .key(server.pool())
-                    .is_some_and(|key| self.controls.gates.is_paused(&key.database)))
+                    .is_some_and(|key| self.admin.controls.gates.is_paused(&key.database)))
     }
 
     /// Clients already parked in the pools of `scope` wait for the RESUME instead.
     fn hold_waiters_of(&mut self, scope: &Scope) {
         let pools: Vec<pgtier_pool::PoolId> = self
+            .linker
             .pools
             .pools()
             .filter(|(_, key, counts)| counts.waiting > 0 && scope.covers(&key.database))
@@ -428,7 +443,7 @@ impl Engine {
 
     /// RESUME: every held client whose database is no longer paused asks for its server.
     fn release_paused_clients(&mut self) {
-        let held = std::mem::take(&mut self.controls.paused_clients);
+        let held = std::mem::take(&mut self.admin.controls.paused_clients);
         for (id, since) in held {
             let still_waiting = self.clients.get(id.0).is_some_and(|client| {
                 matches!(
@@ -443,7 +458,7 @@ impl Engine {
             if self.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
                 self.need_server(id);
             } else {
-                self.controls.paused_clients.push((id, since));
+                self.admin.controls.paused_clients.push((id, since));
             }
         }
     }
@@ -453,22 +468,22 @@ impl Engine {
             .get(id.0)
             .and_then(|client| client.session())
             .is_some_and(|session| {
-                self.controls.gates.is_suspended()
-                    || self.controls.gates.is_paused(session.database())
+                self.admin.controls.gates.is_suspended()
+                    || self.admin.controls.gates.is_paused(session.database())
             })
     }
 
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
     /// clients that left are forgotten.
     fn expire_paused_clients(&mut self) {
-        if self.controls.paused_clients.is_empty() {
+        if self.admin.controls.paused_clients.is_empty() {
             return;
         }
-        let timeout = Engine::enabled(self.config.pgtier.query_wait_timeout);
+        let timeout = Engine::enabled(self.env.config.pgtier.query_wait_timeout);
         let now = self.now;
         let mut expired = Vec::new();
         let clients = &self.clients;
-        self.controls.paused_clients.retain(|(id, since)| {
+        self.admin.controls.paused_clients.retain(|(id, since)| {
             let waiting = clients.get(id.0).is_some_and(|client| {
                 matches!(
                     client.state(),
@@ -507,7 +522,7 @@ impl Engine {
 
     /// Idle servers of paused databases (one that finished its login during the pause).
     pub(super) fn close_idle_servers_of_paused(&mut self) {
-        if !self.controls.gates.any_paused() {
+        if !self.admin.controls.gates.any_paused() {
             return;
         }
         let idle: Vec<ServerId> = self

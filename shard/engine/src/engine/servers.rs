@@ -1,0 +1,90 @@
+//! The server table: every server connection of the shard, and what opening and feeding
+//! them needs — the resolver of configured hosts, the server TLS configuration, the
+//! registry of named statements interned for transaction-mode clients, and the scratch
+//! buffer pgtier's own messages are built in.
+
+use crate::engine::Resolver;
+use crate::ids::{Slab, SlotRef};
+use crate::server::ServerConn;
+use crate::tls::TlsConnector;
+
+/// The shard's servers and what connects them.
+pub(crate) struct ServerTable {
+    slab: Slab<ServerConn>,
+    /// Named statements of this shard's transaction-mode clients, interned.
+    pub(super) statements: crate::prepared::Registry,
+    /// Where the messages pgtier writes of its own are built.
+    pub(super) scratch: bytes::BytesMut,
+    pub(super) resolver: Box<dyn Resolver>,
+    /// TLS for servers (replaced on reload).
+    pub(super) connector: Option<TlsConnector>,
+}
+
+impl ServerTable {
+    pub(super) fn new(
+        capacity: usize,
+        resolver: Box<dyn Resolver>,
+        connector: Option<TlsConnector>,
+    ) -> ServerTable {
+        ServerTable {
+            slab: Slab::with_capacity(capacity),
+            statements: Default::default(),
+            scratch: bytes::BytesMut::new(),
+            resolver,
+            connector,
+        }
+    }
+
+    pub(crate) fn get(&self, slot: SlotRef) -> Option<&ServerConn> {
+        self.slab.get(slot)
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: SlotRef) -> Option<&mut ServerConn> {
+        self.slab.get_mut(slot)
+    }
+
+    /// A server with the statement registry and the scratch buffer, for a forward that
+    /// rewrites statements on it.
+    pub(super) fn get_with_statements(
+        &mut self,
+        slot: SlotRef,
+    ) -> Option<(
+        &mut ServerConn,
+        &mut crate::prepared::Registry,
+        &mut bytes::BytesMut,
+    )> {
+        Some((
+            self.slab.get_mut(slot)?,
+            &mut self.statements,
+            &mut self.scratch,
+        ))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (SlotRef, &ServerConn)> {
+        self.slab.iter()
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut ServerConn> {
+        self.slab.values_mut()
+    }
+
+    pub(super) fn insert(&mut self, server: ServerConn) -> Option<SlotRef> {
+        self.slab.insert(server)
+    }
+
+    pub(super) fn remove(&mut self, slot: SlotRef) -> Option<ServerConn> {
+        self.slab.remove(slot)
+    }
+
+    pub(super) fn slots(&self) -> Vec<SlotRef> {
+        self.slab.slots()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+}

@@ -10,6 +10,7 @@ use tracing::{debug, info, warn};
 use crate::action::{Action, Conn};
 use crate::client::ClientState;
 use crate::engine::Engine;
+use crate::engine::stats::Answers;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::prepared::{Chunks, ClientStatements, Fallout};
@@ -169,7 +170,7 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        self.stats.local.login_failures += 1;
+        self.stats.login_failed();
         info!(
             database = %self.linker.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
             "server login failed"
@@ -199,7 +200,7 @@ impl Engine {
             self.login_failed(id, error);
             return;
         }
-        self.stats.local.login_failures += 1;
+        self.stats.login_failed();
         if let Some(server) = self.servers.get_mut(id.0) {
             server.mark_closing();
         }
@@ -289,29 +290,19 @@ impl Engine {
             }
             _ => elapsed_us,
         };
-        session.calls_answered(&scan.answered, elapsed_us, &mut self.stats.digests);
+        session.calls_answered(&scan.answered, elapsed_us, self.stats.digests_mut());
         let (class, mode, pinned) = (session.class(), session.mode(), session.pins_server());
         let database = session.stats();
         let pool = server.pool();
-        for _ in 0..scan.completed {
-            self.stats.counters.record_query(class, elapsed_us);
-            self.stats.latency.record(class, elapsed_us);
-            self.stats.databases.record_query(database, elapsed_us);
-        }
-        for _ in 0..scan.transactions {
-            self.stats
-                .counters
-                .record_transaction(class, transaction_us);
-            self.stats
-                .databases
-                .record_transaction(database, transaction_us);
-        }
-        if scan.completed > 0 {
-            // A full batch goes to the shared totals now, so they lag by one batch at most.
-            self.stats
-                .counters
-                .maybe_flush(self.stats.flush_policy, &self.env.shared.totals);
-        }
+        let answers = Answers {
+            class,
+            database,
+            completed: scan.completed,
+            elapsed_us,
+            transactions: scan.transactions,
+            transaction_us,
+        };
+        self.stats.answered(answers, &self.env.shared);
         for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
         }

@@ -151,8 +151,7 @@ impl Engine {
                     .and_then(|c| c.session())
                     .map(|s| s.stats());
                 if let Some(slot) = slot {
-                    self.stats.databases.record_query(slot, 0);
-                    self.stats.databases.record_transaction(slot, 0);
+                    self.stats.console_query(slot);
                 }
             }
             if wants_listing {

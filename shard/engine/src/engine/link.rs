@@ -288,7 +288,7 @@ impl Engine {
             self.fail_waiters(pool, error);
             return;
         };
-        self.stats.local.servers_opened += 1;
+        self.stats.server_opened();
         self.outbox.push(Action::Connect {
             server: ServerId(slot),
             addr,
@@ -399,11 +399,11 @@ impl Engine {
             }
         };
         let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
-        self.stats.counters.record_wait(wait_us);
+        let database = client.session().map(|session| session.stats());
+        self.stats.waited(database, wait_us);
         let Some(session) = client.session_mut() else {
             return;
         };
-        self.stats.databases.record_wait(session.stats(), wait_us);
         let reset = match session.mode() {
             PoolMode::Session => Reset::Configured,
             PoolMode::Transaction if self.env.config.pgtier.server_reset_query_always => {
@@ -496,7 +496,7 @@ impl Engine {
             registry,
             scratch,
             texts: &mut logins.texts,
-            digests: &mut self.stats.digests,
+            digests: self.stats.digests_mut(),
         };
         let options = ForwardOptions {
             sizes: ForwardLimits {

@@ -145,10 +145,7 @@ impl Engine {
             .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
                 self.env.config.class(db, &user)
             });
-        let stats = self
-            .stats
-            .databases
-            .slot(&database, &self.env.shared.databases);
+        let stats = self.stats.database_slot(&database, &self.env.shared);
         let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };

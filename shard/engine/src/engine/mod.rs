@@ -62,7 +62,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
-use pgtier_core::metrics::FlushPolicy;
 use pgtier_pool::PoolSlice;
 use tracing::debug;
 
@@ -150,15 +149,11 @@ impl Engine {
         let config = parts.config;
         let limits = Limits::from_config(&config);
         let warm = warmup::warm_pools(&config);
-        let digests = crate::digests::ShardDigests::new(
-            parts.shared.digests.clone(),
-            crate::digests::DigestLimits::from_settings(&config.pgtier),
-        );
         let crate::tls::TlsSides {
             acceptor,
             connector,
         } = parts.tls;
-        let mut engine = Engine {
+        Engine {
             clients: clients::ClientTable::new(
                 config.pgtier.max_client_conn as usize + 64,
                 parts.shard,
@@ -170,7 +165,7 @@ impl Engine {
                 warm,
             ),
             admin: admin::Admin::new(parts.console),
-            stats: stats::StatsSink::new(digests, FlushPolicy::from(&config.pgtier), parts.now),
+            stats: stats::StatsSink::new(&config.pgtier, &parts.shared, parts.now),
             env: env::Env {
                 shard: parts.shard,
                 limits,
@@ -184,10 +179,7 @@ impl Engine {
             outbox: Outbox::default(),
             next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
             now: parts.now,
-        };
-        let config = engine.env.config.clone();
-        engine.configure_digests(&config.pgtier);
-        engine
+        }
     }
 
     // ---- outputs ----
@@ -235,7 +227,7 @@ impl Engine {
     /// the driver closes the socket itself (this shard has no room for another).
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
-        self.stats.local.clients_accepted += 1;
+        self.stats.client_accepted();
         let max = self.env.config.pgtier.max_client_conn;
         let over = self.env.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
         let client = ClientConn::new(peer, now);
@@ -262,15 +254,12 @@ impl Engine {
     /// Bytes arrived from a client.
     pub fn handle_client_data(&mut self, now: Instant, id: ClientId, data: BytesMut) {
         self.now = now;
-        self.stats.counters.record_bytes(data.len() as u64, 0);
         let Some(client) = self.clients.get_mut(id.0) else {
+            self.stats.bytes(None, data.len() as u64, 0);
             return;
         };
-        if let Some(session) = client.session() {
-            self.stats
-                .databases
-                .record_bytes(session.stats(), data.len() as u64, 0);
-        }
+        let database = client.session().map(|session| session.stats());
+        self.stats.bytes(database, data.len() as u64, 0);
         if client.is_closing() {
             return;
         }
@@ -316,16 +305,13 @@ impl Engine {
     /// `bytes` queued for the client were sent.
     pub fn handle_client_sent(&mut self, now: Instant, id: ClientId, bytes: usize) {
         self.now = now;
-        self.stats.counters.record_bytes(0, bytes as u64);
         let resume = self.env.limits.client_buffer_limit_bytes / 2;
         let Some(client) = self.clients.get_mut(id.0) else {
+            self.stats.bytes(None, 0, bytes as u64);
             return;
         };
-        if let Some(session) = client.session() {
-            self.stats
-                .databases
-                .record_bytes(session.stats(), 0, bytes as u64);
-        }
+        let database = client.session().map(|session| session.stats());
+        self.stats.bytes(database, 0, bytes as u64);
         let queued = client.sent(bytes);
         if let Some(server) = client.server()
             && queued <= resume
@@ -456,27 +442,11 @@ impl Engine {
     /// Folds every pending count into the shared totals (at exit, and before the console
     /// answers).
     pub fn fold_counters(&mut self) {
-        self.stats.counters.flush_into(&self.env.shared.totals);
-        self.stats.databases.fold();
-        self.stats.digests.fold();
-        self.stats.local.fold_into(&self.env.shared.stats);
-        self.fold_latency();
-    }
-
-    /// The digest settings of a (re)load: sessions that log in from now on follow
-    /// `query_digests`.
-    fn configure_digests(&mut self, settings: &pgtier_core::config::Settings) {
-        self.stats
-            .digests
-            .configure(crate::digests::DigestLimits::from_settings(settings));
-        self.env
-            .shared
-            .digests
-            .set_capacity(settings.digest_store_capacity as usize);
-        self.env.shared.digest_metrics_top.store(
-            settings.digest_metrics_top as usize,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let interval = (self.env.shard == 0).then(|| {
+            let period = self.env.config.pgtier.stats_period.duration();
+            (period, self.now, self.wall_time())
+        });
+        self.stats.fold(&self.env.shared, interval);
     }
 
     // ---- shared helpers of the flows ----

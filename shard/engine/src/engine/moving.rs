@@ -128,7 +128,7 @@ impl Engine {
             return;
         };
         let id = ServerId(slot);
-        self.stats.local.servers_moved_in += 1;
+        self.stats.server_moved_in();
         self.outbox.push(Action::Adopt { server: id, socket });
         if let Some(params) = parcel.welcome {
             self.linker.pools.learn_welcome(pool, &params);

@@ -197,19 +197,19 @@ impl Engine {
                     };
                 }
                 self.set_pool(id, pool);
-                self.stats.local.reads_on_replicas += 1;
+                self.stats.read_on_replica();
                 TxnRoute::Go
             }
             ReadRoute::Primary => {
-                self.stats.local.reads_on_primary += 1;
+                self.stats.read_on_primary();
                 self.run_on_primary(id, primary, false);
                 TxnRoute::Go
             }
             ReadRoute::NotYet => {
                 let since = waiting_since.unwrap_or(now);
                 if now.saturating_duration_since(since) >= settings.read_your_writes_timeout {
-                    self.stats.local.reads_on_primary += 1;
-                    self.stats.local.read_waits_timed_out += 1;
+                    self.stats.read_on_primary();
+                    self.stats.read_waited(true);
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 }
@@ -217,7 +217,7 @@ impl Engine {
                     reads.txn = ReadTxn::AwaitingReplica { since };
                 }
                 if waiting_since.is_none() {
-                    self.stats.local.read_waits += 1;
+                    self.stats.read_waited(false);
                 }
                 self.linker.read_waits.push(id);
                 self.linker

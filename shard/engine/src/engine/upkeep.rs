@@ -5,11 +5,8 @@
 //! every shard's rows for the admin console's sessions (`console.rs`), as `listing.rs`
 //! copies them out.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgtier_core::class::{CLASS_COUNT, ClassSetting};
-use pgtier_core::metrics::LatencyHistogram;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
 use pgtier_wire::SqlState;
 use tracing::info;
@@ -24,7 +21,6 @@ use crate::listing::{Listing, ShardListing};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
 use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
-use crate::shared::IntervalStats;
 
 /// PgBouncer's client timeouts, `None` where disabled.
 struct ClientTimeouts {
@@ -386,50 +382,6 @@ impl Engine {
         }
     }
 
-    /// Folds latency into the shared histograms; shard 0 closes the observation interval
-    /// when `stats_period` passed.
-    pub(super) fn fold_latency(&mut self) {
-        let mut recorded = false;
-        for class in ClassSetting::ALL {
-            let local = self.stats.latency.of(class);
-            if local.count() > 0 {
-                self.env.shared.latency[class.index()].merge_from(local);
-                recorded = true;
-            }
-        }
-        if recorded {
-            self.stats.latency.reset();
-        }
-        if self.env.shard != 0 {
-            return;
-        }
-        let period = self.env.config.pgtier.stats_period.duration();
-        let length = self
-            .now
-            .saturating_duration_since(self.stats.interval_started);
-        if length < period {
-            return;
-        }
-        let mut histogram = LatencyHistogram::new();
-        let mut latency = [Default::default(); CLASS_COUNT];
-        for (class, summary) in latency.iter_mut().enumerate() {
-            self.env.shared.latency[class].take_into(&mut histogram);
-            *summary = histogram.summary();
-        }
-        let stats = IntervalStats {
-            ended_at: self.wall_time(),
-            length,
-            latency,
-        };
-        self.env.shared.interval.store(Some(Arc::new(stats)));
-        self.env.shared.databases.close_interval(length);
-        self.env
-            .shared
-            .intervals
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.stats.interval_started = self.now;
-    }
-
     // ---- commands ----
 
     pub(super) fn on_command(&mut self, command: Command) {
@@ -440,8 +392,7 @@ impl Engine {
                 self.clients.logins.acceptor = tls.acceptor;
                 self.servers.connector = tls.connector;
                 self.env.limits = Limits::from_config(&config);
-                self.stats.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
-                self.configure_digests(&config.pgtier);
+                self.stats.configure(&config.pgtier, &self.env.shared);
                 self.env.config = config;
                 self.env.users = users;
                 self.clients.logins.secrets.clear();

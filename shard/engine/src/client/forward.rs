@@ -633,7 +633,7 @@ impl super::ClientConn {
     ) -> Option<Forwarded> {
         let session = self.session.as_deref_mut()?;
         let input = self.input.buffer_mut();
-        let (relay, tracker) = server.relay_and_tracker_mut();
+        let (relay, tracker) = server.backend_mut().relay_and_tracker_mut();
         // In transaction mode, Query and Parse texts are classified: for the session state
         // that pins the client (and the statements that undo it), and for the statements
         // that drop named statements.

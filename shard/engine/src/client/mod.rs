@@ -371,20 +371,85 @@ pub struct ClientConn {
     state: ClientState,
     /// Received bytes the engine has not consumed yet (a pipeline waiting for a server).
     input: Inbox,
-    /// Bytes handed to the driver for this client and not yet reported sent.
-    queued_bytes: usize,
-    /// Its receive is paused (too much input held while it waits).
-    paused: bool,
+    backlog: Backlog,
+    info: ClientInfo,
+    /// Set once the StartupMessage named user and database.
+    session: Option<Box<Session>>,
+    /// Its TLS session, once it asked for TLS (SSLRequest) or opened with a TLS handshake.
+    tls: Option<Box<ClientTls>>,
+}
+
+/// Where a client connected from, and when it was last heard of (listings, timeouts).
+#[derive(Debug)]
+pub struct ClientInfo {
     peer: Option<ClientAddr>,
     /// The local end of its socket (the listener it came through), for listings.
     local_addr: Option<std::net::SocketAddr>,
     connected_at: Instant,
     /// The last time bytes arrived (idle timeouts).
     last_active: Instant,
-    /// Set once the StartupMessage named user and database.
-    session: Option<Box<Session>>,
-    /// Its TLS session, once it asked for TLS (SSLRequest) or opened with a TLS handshake.
-    tls: Option<Box<ClientTls>>,
+}
+
+impl ClientInfo {
+    /// Bytes arrived from it at `now`.
+    pub fn active(&mut self, now: Instant) {
+        self.last_active = now;
+    }
+
+    pub fn last_active(&self) -> Instant {
+        self.last_active
+    }
+
+    pub fn connected_at(&self) -> Instant {
+        self.connected_at
+    }
+
+    pub fn peer(&self) -> Option<&ClientAddr> {
+        self.peer.as_ref()
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local_addr
+    }
+
+    /// The driver learned the local end of its socket.
+    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+        self.local_addr = addr;
+    }
+}
+
+/// A client's send backlog and receive pause: what was handed to the driver for it and not
+/// reported sent, and whether its receive is paused (too much input held while it waits).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    queued_bytes: usize,
+    paused: bool,
+}
+
+impl Backlog {
+    /// `bytes` were handed to the driver for it.
+    pub fn queued_for_send(&mut self, bytes: usize) {
+        self.queued_bytes += bytes;
+    }
+
+    /// The driver sent `bytes` of it: what is still queued.
+    pub fn sent(&mut self, bytes: usize) -> usize {
+        self.queued_bytes = self.queued_bytes.saturating_sub(bytes);
+        self.queued_bytes
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Its receive resumes: true when it was paused.
+    pub fn unpause(&mut self) -> bool {
+        std::mem::replace(&mut self.paused, false)
+    }
 }
 
 /// A client's TLS: its session, and whether it began with the handshake itself (PostgreSQL
@@ -400,12 +465,13 @@ impl ClientConn {
         ClientConn {
             state: ClientState::Startup,
             input: Inbox::default(),
-            queued_bytes: 0,
-            paused: false,
-            peer,
-            local_addr: None,
-            connected_at: now,
-            last_active: now,
+            backlog: Backlog::default(),
+            info: ClientInfo {
+                peer,
+                local_addr: None,
+                connected_at: now,
+                last_active: now,
+            },
             session: None,
             tls: None,
         }
@@ -577,19 +643,6 @@ impl ClientConn {
         };
     }
 
-    /// Its console session and the listing its query waits for, on the console.
-    pub fn console_mut(
-        &mut self,
-    ) -> Option<(
-        &mut Option<u64>,
-        &mut crate::console_session::ConsoleSession,
-    )> {
-        match &mut self.state {
-            ClientState::Console { listing, session } => Some((listing, session)),
-            _ => None,
-        }
-    }
-
     /// Its console session and its input, to read a statement from.
     pub fn console_input_mut(
         &mut self,
@@ -610,11 +663,6 @@ impl ClientConn {
         self.session.as_deref_mut()
     }
 
-    /// Its input and its session at once, for the steps that read the one into the other.
-    pub fn input_and_session_mut(&mut self) -> (&mut Inbox, Option<&mut Session>) {
-        (&mut self.input, self.session.as_deref_mut())
-    }
-
     // ---- its bytes ----
 
     pub fn input(&self) -> &Inbox {
@@ -625,67 +673,31 @@ impl ClientConn {
         &mut self.input
     }
 
-    /// Bytes arrived from it at `now`.
-    pub fn active(&mut self, now: Instant) {
-        self.last_active = now;
+    /// Where it connected from and when it was last heard of.
+    pub fn info(&self) -> &ClientInfo {
+        &self.info
     }
 
-    pub fn last_active(&self) -> Instant {
-        self.last_active
+    pub fn info_mut(&mut self) -> &mut ClientInfo {
+        &mut self.info
     }
 
-    pub fn connected_at(&self) -> Instant {
-        self.connected_at
+    /// What was queued for it and whether its receive is paused.
+    pub fn backlog(&self) -> &Backlog {
+        &self.backlog
     }
 
-    pub fn peer(&self) -> Option<&ClientAddr> {
-        self.peer.as_ref()
-    }
-
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.local_addr
-    }
-
-    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
-        self.local_addr = addr;
-    }
-
-    /// `bytes` were handed to the driver for it.
-    pub fn queued_for_send(&mut self, bytes: usize) {
-        self.queued_bytes += bytes;
-    }
-
-    /// The driver sent `bytes` of it: what is still queued.
-    pub fn sent(&mut self, bytes: usize) -> usize {
-        self.queued_bytes = self.queued_bytes.saturating_sub(bytes);
-        self.queued_bytes
-    }
-
-    pub fn queued_bytes(&self) -> usize {
-        self.queued_bytes
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.paused
+    pub fn backlog_mut(&mut self) -> &mut Backlog {
+        &mut self.backlog
     }
 
     /// It holds more than `limit` unread: true when its receive must pause now.
     pub fn pause_if_over(&mut self, limit: usize) -> bool {
-        if self.input.len() > limit && !self.paused {
-            self.paused = true;
+        if self.input.len() > limit && !self.backlog.paused {
+            self.backlog.paused = true;
             return true;
         }
         false
-    }
-
-    /// Its receive resumes: true when it was paused.
-    pub fn unpause(&mut self) -> bool {
-        std::mem::replace(&mut self.paused, false)
-    }
-
-    /// SUSPEND stopped reading it.
-    pub fn suspend(&mut self) {
-        self.paused = true;
     }
 
     // ---- its TLS ----

@@ -48,7 +48,7 @@ impl Engine {
         if let Err(errno) = result {
             let message = format!(
                 "could not connect to server {}: {}",
-                server.addr(),
+                server.info().addr(),
                 std::io::Error::from_raw_os_error(errno)
             );
             let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
@@ -97,6 +97,7 @@ impl Engine {
             return;
         };
         let channel_binding = server
+            .io()
             .tls()
             .filter(|session| !session.is_handshaking())
             .and_then(|session| session.peer_certificate_der())
@@ -154,7 +155,7 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        debug!(pid = ?server.backend_pid(), "server login done");
+        debug!(pid = ?server.backend().pid(), "server login done");
         self.linker.pools.learn_welcome(pool, &params);
         let checkin = self.linker.pools.opened(pool, id, self.now);
         if let Some(server) = self.servers.get_mut(id.0) {
@@ -257,7 +258,10 @@ impl Engine {
         };
         let mut forwarded = Chunks::new();
         let scan = server.relay_output(session.tracked_mut(), max, &mut forwarded);
-        apply_fallout(session.statements_slot(), server.relay_mut().take_fallout());
+        apply_fallout(
+            session.statements_slot(),
+            server.backend_mut().relay_mut().take_fallout(),
+        );
         let mut unpinned = false;
         // The values a confirmed clear sets back (RESET ALL, DISCARD ALL) come as
         // ParameterStatus: they are no new state.
@@ -278,7 +282,7 @@ impl Engine {
         let elapsed_us = session.query_started().map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
         });
-        if scan.completed > 0 && !server.tracker().has_outstanding() {
+        if scan.completed > 0 && !server.backend().tracker().has_outstanding() {
             session.query_ended();
         }
         // A transaction lasts from its server's link (transaction mode) or its first query
@@ -342,7 +346,7 @@ impl Engine {
             let copying = self
                 .servers
                 .get(server_id.0)
-                .is_some_and(|server| server.tracker().copy_in());
+                .is_some_and(|server| server.backend().tracker().copy_in());
             if scan.ready_seen || scan.errors > 0 || copying {
                 self.forward_held_input(server_id, client_id);
             }
@@ -371,7 +375,8 @@ impl Engine {
             return;
         };
         if server.client() != Some(client_id)
-            || (server.relay().holds_back_client() && !server.tracker().copy_in())
+            || (server.backend().relay().holds_back_client()
+                && !server.backend().tracker().copy_in())
         {
             return;
         }
@@ -397,11 +402,11 @@ impl Engine {
         let queued = self
             .clients
             .get(client_id.0)
-            .map_or(0, |client| client.queued_bytes());
+            .map_or(0, |client| client.backlog().queued_bytes());
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if queued > limit && server.pause() {
+        if queued > limit && server.io_mut().pause() {
             self.outbox.push(Action::PauseRecv(Conn::Server(server_id)));
         }
     }

@@ -323,7 +323,7 @@ impl Engine {
                     && self.server_in(ServerId(slot), scope)
             }),
             ControlOp::Suspend => !self.clients.iter().any(|(_, client)| {
-                client.queued_bytes() > 0 && !client.is_closing() && !client.is_console()
+                client.backlog().queued_bytes() > 0 && !client.is_closing() && !client.is_console()
             }),
             _ => true,
         }
@@ -360,7 +360,7 @@ impl Engine {
             .clients
             .iter()
             .filter(|(_, client)| {
-                !client.is_console() && !client.is_closing() && !client.is_paused()
+                !client.is_console() && !client.is_closing() && !client.backlog().is_paused()
             })
             .map(|(slot, _)| ClientId(slot))
             .collect();
@@ -370,7 +370,7 @@ impl Engine {
         let servers: Vec<ServerId> = self
             .servers
             .iter()
-            .filter(|(_, server)| server.stops_for_suspend() && !server.is_paused())
+            .filter(|(_, server)| server.stops_for_suspend() && !server.io().is_paused())
             .map(|(slot, _)| ServerId(slot))
             .collect();
         for id in servers {

@@ -275,7 +275,7 @@ impl Engine {
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
         if mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0 {
-            server.relay_mut().prepared = Some(Box::default());
+            server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = self.servers.insert(server) else {
             let error = messages::fatal(
@@ -346,7 +346,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return false;
         };
-        let bytes = server.internal_query(&query);
+        let bytes = server.backend_mut().internal_query(&query);
         server.checking(
             self.now,
             Lease {
@@ -365,8 +365,12 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let failed =
-            server.relay_mut().take_swallowed_error().is_some() || !server.tracker().is_idle();
+        let failed = server
+            .backend_mut()
+            .relay_mut()
+            .take_swallowed_error()
+            .is_some()
+            || !server.backend().tracker().is_idle();
         if failed {
             debug!(
                 shard = self.env.shard,
@@ -429,9 +433,9 @@ impl Engine {
         let mut sql = String::new();
         if session
             .tracked()
-            .write_differences(server.params(), &mut sql)
+            .write_differences(server.backend().params(), &mut sql)
         {
-            let bytes = server.internal_query(&sql);
+            let bytes = server.backend_mut().internal_query(&sql);
             self.send(Conn::Server(server_id), bytes);
         }
         self.resume_client(id);
@@ -467,12 +471,12 @@ impl Engine {
             .unwrap_or_default();
         if !session
             .tracked()
-            .write_login_sets(&defaults, server.params(), &mut sql)
+            .write_login_sets(&defaults, server.backend().params(), &mut sql)
         {
             self.finish_welcome(id, server_id);
             return;
         }
-        let bytes = server.internal_query(&sql);
+        let bytes = server.backend_mut().internal_query(&sql);
         self.send(Conn::Server(server_id), bytes);
     }
 
@@ -547,7 +551,7 @@ impl Engine {
         let in_block = self
             .servers
             .get(server_id.0)
-            .is_some_and(|server| server.tracker().last_ready_in_block());
+            .is_some_and(|server| server.backend().tracker().last_ready_in_block());
         let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
@@ -564,7 +568,7 @@ impl Engine {
             );
         }
         if let Some(server) = self.servers.get_mut(server_id.0) {
-            server.needs_reset(Reset::SessionState);
+            server.backend_mut().needs_reset(Reset::SessionState);
         }
     }
 

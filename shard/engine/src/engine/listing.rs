@@ -56,7 +56,9 @@ impl Engine {
     }
 
     fn client_row(&self, index: crate::ids::SlotRef, client: &ClientConn) -> ClientRow {
-        let connected_for = self.now.saturating_duration_since(client.connected_at());
+        let connected_for = self
+            .now
+            .saturating_duration_since(client.info().connected_at());
         let session = client.session();
         let lease = session.and_then(|s| s.lease());
         let class = match (lease, client.state()) {
@@ -72,8 +74,8 @@ impl Engine {
             .map(str::to_string);
         ClientRow {
             id: crate::ids::ClientId(index),
-            addr: client.peer().cloned(),
-            local_addr: client.local_addr(),
+            addr: client.info().peer().cloned(),
+            local_addr: client.info().local_addr(),
             database: session
                 .map(|s| s.database().to_string())
                 .unwrap_or_default(),
@@ -81,15 +83,15 @@ impl Engine {
             state: client.state_name(),
             class,
             replica: lease.map(|lease| lease.addr()),
-            connected_at: self.wall_time_of(client.connected_at()),
+            connected_at: self.wall_time_of(client.info().connected_at()),
             connected_for,
-            request_at: self.wall_time_of(client.last_active()),
+            request_at: self.wall_time_of(client.info().last_active()),
             waiting_for: waiting_since(client)
                 .map(|since| self.now.saturating_duration_since(since)),
             server,
             backend_pid: server
                 .and_then(|server| self.servers.get(server.0))
-                .and_then(ServerConn::backend_pid),
+                .and_then(|server| server.backend().pid()),
             pinned: session.map(|s| s.pins().reasons()).unwrap_or_default(),
             prepared_statements: session
                 .and_then(|s| s.statements())
@@ -106,15 +108,20 @@ impl Engine {
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
             user: key.map(|k| k.server_user.to_string()).unwrap_or_default(),
             state: server.state_name(),
-            addr: server.addr().clone(),
-            local_addr: server.local_addr(),
-            connected_at: self.wall_time_of(server.connected_at()),
-            request_at: self.wall_time_of(server.last_linked().unwrap_or(server.connected_at())),
+            addr: server.info().addr().clone(),
+            local_addr: server.info().local_addr(),
+            connected_at: self.wall_time_of(server.info().connected_at()),
+            request_at: self.wall_time_of(
+                server
+                    .info()
+                    .last_linked()
+                    .unwrap_or(server.info().connected_at()),
+            ),
             client: server.client(),
-            backend_pid: server.backend_pid(),
-            tls: server.tls().and_then(|tls| tls.description()),
+            backend_pid: server.backend().pid(),
+            tls: server.io().tls().and_then(|tls| tls.description()),
             application_name: tracked_index("application_name")
-                .and_then(|i| server.params().get(i))
+                .and_then(|i| server.backend().params().get(i))
                 .map(str::to_string),
             close_needed: matches!(server.state(), ServerState::Leaving { .. }),
             being_canceled: server.cancels_pending() > 0,

@@ -236,7 +236,7 @@ impl Engine {
             }
         }
         let tls = client.tls().is_some();
-        let addr = match client.peer() {
+        let addr = match client.info().peer() {
             Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
             Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
             // A TCP client whose address could not be read matches no line rather than
@@ -648,15 +648,18 @@ impl Engine {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if let Some(error) = server.relay_mut().take_swallowed_error() {
+        if let Some(error) = server.backend_mut().relay_mut().take_swallowed_error() {
             // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
             // FATAL 22023; the SET that applied it here failed the same way.
             self.release_server(server_id);
             self.close_client(id, Some(messages::error_as_fatal(&error)));
             return;
         }
-        let (pool, server_params, real_pid) =
-            (server.pool(), server.params().clone(), server.backend_pid());
+        let (pool, server_params, real_pid) = (
+            server.pool(),
+            server.backend().params().clone(),
+            server.backend().pid(),
+        );
         let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };

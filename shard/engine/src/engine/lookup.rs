@@ -129,7 +129,7 @@ impl Engine {
         let Some(answer) = client.lookup_answer_mut() else {
             return;
         };
-        match answer.read(server.input_mut().buffer_mut()) {
+        match answer.read(server.io_mut().input_mut().buffer_mut()) {
             Answer::NeedMore => {}
             Answer::Malformed => {
                 self.server_failed(server_id, "server sent an invalid message", None);

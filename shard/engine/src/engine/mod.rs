@@ -263,7 +263,7 @@ impl Engine {
         if client.is_closing() {
             return;
         }
-        client.active(now);
+        client.info_mut().active(now);
         let direct_tls = client.tls().is_none()
             && matches!(client.state(), ClientState::Startup)
             && client.input().is_empty()
@@ -312,7 +312,7 @@ impl Engine {
         };
         let database = client.session().map(|session| session.stats());
         self.stats.bytes(database, 0, bytes as u64);
-        let queued = client.sent(bytes);
+        let queued = client.backlog_mut().sent(bytes);
         if let Some(server) = client.server()
             && queued <= resume
         {
@@ -325,12 +325,12 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.set_local_addr(addr);
+                    client.info_mut().set_local_addr(addr);
                 }
             }
             Conn::Server(id) => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.set_local_addr(addr);
+                    server.info_mut().set_local_addr(addr);
                 }
             }
         }
@@ -353,17 +353,17 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        if server.tls().is_some() {
+        if server.io().tls().is_some() {
             if !self.server_tls_received(id, &data) {
                 return;
             }
         } else {
-            server.input_mut().received(data);
+            server.io_mut().input_mut().received(data);
         }
         self.process_server(id);
         if let Some(server) = self.servers.get_mut(id.0) {
             // As for clients: release the driver's receive buffer.
-            server.input_mut().release_if_consumed();
+            server.io_mut().input_mut().release_if_consumed();
         }
     }
 
@@ -455,7 +455,7 @@ impl Engine {
         if let Conn::Client(id) = conn
             && let Some(client) = self.clients.get_mut(id.0)
         {
-            client.queued_for_send(bytes.len());
+            client.backlog_mut().queued_for_send(bytes.len());
         }
         self.outbox.send(conn, bytes);
     }
@@ -617,7 +617,7 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.unpause() {
+        if client.backlog_mut().unpause() {
             // Under SUSPEND it stays unread; RESUME reads it again.
             if !self.admin.controls.gates.is_suspended() {
                 self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
@@ -630,7 +630,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if server.unpause() && !self.admin.controls.gates.is_suspended() {
+        if server.io_mut().unpause() && !self.admin.controls.gates.is_suspended() {
             self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }
@@ -652,7 +652,7 @@ impl Engine {
             }
             ServerState::Leaving { .. } => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.input_mut().clear();
+                    server.io_mut().input_mut().clear();
                 }
             }
             // It spoke before its socket was detached: it is not clean any more, so it
@@ -673,10 +673,12 @@ impl Engine {
             let id = ServerId(slot);
             match *server.state() {
                 ServerState::Idle { .. } => {
-                    if !server.tracker().is_idle() || server.relay().owes_internal() {
+                    if !server.backend().tracker().is_idle()
+                        || server.backend().relay().owes_internal()
+                    {
                         return Err(format!("{id:?} is idle in its pool but owes answers"));
                     }
-                    if server.reset() != crate::server::Reset::None {
+                    if server.backend().reset() != crate::server::Reset::None {
                         return Err(format!("{id:?} is idle in its pool with a reset pending"));
                     }
                     if server.lease().is_some() {

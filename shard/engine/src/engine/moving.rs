@@ -143,7 +143,7 @@ impl Engine {
             // they go first, and the server joins its pool once that is answered, by the
             // release path (its lease counted as checked out meanwhile).
             if let Some(server) = self.servers.get_mut(id.0) {
-                let bytes = server.internal_query("DEALLOCATE ALL");
+                let bytes = server.backend_mut().internal_query("DEALLOCATE ALL");
                 server.hold_lease(lease);
                 server.start_releasing(self.now);
                 self.send(crate::action::Conn::Server(id), bytes);

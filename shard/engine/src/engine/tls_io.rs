@@ -97,7 +97,7 @@ impl Engine {
                 .get_mut(id.0)?
                 .tls_mut()
                 .map(|tls| &mut tls.session),
-            Conn::Server(id) => self.servers.get_mut(id.0)?.tls_mut(),
+            Conn::Server(id) => self.servers.get_mut(id.0)?.io_mut().tls_mut(),
         }
     }
 
@@ -241,7 +241,7 @@ impl Engine {
             return false;
         };
         // As libpq: sslmode does not apply to a Unix-domain socket (the kernel is the channel).
-        if server.addr().unix_path().is_some() {
+        if server.info().addr().unix_path().is_some() {
             return false;
         }
         server.negotiating(self.now);
@@ -256,16 +256,16 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some(answer) = server.input().first() else {
+        let Some(answer) = server.io().input().first() else {
             return;
         };
-        if server.input().len() > 1 {
+        if server.io().input().len() > 1 {
             // Nothing may follow the answer before the handshake: it would be unencrypted
             // data an attacker in the middle could have put there.
             self.server_tls_failed(id, "server sent unencrypted data after the SSL answer");
             return;
         }
-        server.input_mut().clear();
+        server.io_mut().input_mut().clear();
         match answer {
             b'S' => {
                 let name = self.tls_server_name(id);
@@ -287,7 +287,7 @@ impl Engine {
                 if let Some(hello) = session.take_output() {
                     self.outbox.send_raw(Conn::Server(id), hello);
                 }
-                server.start_tls(session);
+                server.io_mut().start_tls(session);
                 self.start_server_login(id);
             }
             b'N' if !requires_tls(mode) => self.start_server_login(id),
@@ -308,7 +308,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return false;
         };
-        let Some((result, output)) = server.tls_received(data) else {
+        let Some((result, output)) = server.io_mut().tls_received(data) else {
             return true;
         };
         if let Some(output) = output {
@@ -342,7 +342,7 @@ impl Engine {
                 pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
                 pgtier_core::config::ServerSet::Replicas(_) => None,
             });
-        configured.unwrap_or_else(|| server.addr().host_text())
+        configured.unwrap_or_else(|| server.info().addr().host_text())
     }
 
     /// TLS with a server failed before or during its login: the pool's waiters get the

@@ -49,7 +49,7 @@ impl ClientTimeouts {
             ClientState::Startup
             | ClientState::Authenticating(_)
             | ClientState::LookingUp { .. }
-                if over(client.connected_at(), self.login) =>
+                if over(client.info().connected_at(), self.login) =>
             {
                 Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
             }
@@ -59,10 +59,12 @@ impl ClientTimeouts {
             ClientState::Routing { since, .. } if over(since, self.wait) => {
                 Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
             }
-            ClientState::Idle { since } if over(since.max(client.last_active()), self.idle) => {
+            ClientState::Idle { since }
+                if over(since.max(client.info().last_active()), self.idle) =>
+            {
                 Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
             }
-            ClientState::Console { .. } if over(client.last_active(), self.idle) => {
+            ClientState::Console { .. } if over(client.info().last_active(), self.idle) => {
                 Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
             }
             ClientState::Linked { .. }
@@ -71,7 +73,8 @@ impl ClientTimeouts {
                 Some((sqlstate::QUERY_CANCELED, "query_timeout"))
             }
             ClientState::Linked { .. }
-                if in_transaction && over(client.last_active(), self.idle_in_transaction) =>
+                if in_transaction
+                    && over(client.info().last_active(), self.idle_in_transaction) =>
             {
                 Some((
                     sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
@@ -176,7 +179,7 @@ impl Engine {
             let in_transaction = client
                 .server()
                 .and_then(|server| self.servers.get(server.0))
-                .is_some_and(|server| server.tracker().idle_in_transaction());
+                .is_some_and(|server| server.backend().tracker().idle_in_transaction());
             if let Some((code, name)) = limits.expired(client, in_transaction, self.now) {
                 expired.push((id, code, name));
             }
@@ -487,7 +490,7 @@ impl Engine {
         let running = self
             .servers
             .get(server.0)
-            .is_some_and(|s| s.client() == Some(client) && s.tracker().has_outstanding());
+            .is_some_and(|s| s.client() == Some(client) && s.backend().tracker().has_outstanding());
         if running {
             self.send_cancel(server);
         }

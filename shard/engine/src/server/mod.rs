@@ -65,35 +65,182 @@ pub enum ServerState {
 pub struct ServerConn {
     state: ServerState,
     pool: PoolId,
-    addr: ServerAddr,
     mode: PoolMode,
+    io: ServerIo,
+    backend: Backend,
+    info: ServerInfo,
+    /// Cancel requests sent for it whose connections have not finished: until then it is
+    /// not given to anyone else, so a late cancel can never hit another client's query.
+    cancels_pending: u32,
+    /// Its pool lease while it is out of the idle list.
+    lease: Option<Lease<ServerId>>,
+    /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
+    close_needed: bool,
+}
+
+/// A server's bytes in and its transport: what it sent and was not consumed yet, its TLS
+/// session, and whether its reading is paused.
+#[derive(Debug, Default)]
+pub struct ServerIo {
     /// Received bytes not consumed yet (the rest of a message whose start was forwarded
     /// streams through; whole messages wait here only while being read).
     input: Inbox,
+    /// Its TLS session, when the server accepted the SSLRequest.
+    tls: Option<Box<crate::tls::TlsSession>>,
+    /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
+    paused: bool,
+}
+
+impl ServerIo {
+    pub fn input(&self) -> &Inbox {
+        &self.input
+    }
+
+    pub fn input_mut(&mut self) -> &mut Inbox {
+        &mut self.input
+    }
+
+    pub fn tls(&self) -> Option<&crate::tls::TlsSession> {
+        self.tls.as_deref()
+    }
+
+    pub fn tls_mut(&mut self) -> Option<&mut crate::tls::TlsSession> {
+        self.tls.as_deref_mut()
+    }
+
+    /// The server accepted the SSLRequest: its TLS session began.
+    pub fn start_tls(&mut self, session: Box<crate::tls::TlsSession>) {
+        self.tls = Some(session);
+    }
+
+    /// Ciphertext from it: its plaintext joins its input. `None` without TLS.
+    pub fn tls_received(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(
+        Result<crate::tls::Received, crate::tls::TlsError>,
+        Option<Bytes>,
+    )> {
+        let session = self.tls.as_mut()?;
+        let result = session.receive(data, self.input.buffer_mut());
+        Some((result, session.take_output()))
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Its reading pauses: true when it was not paused yet.
+    pub fn pause(&mut self) -> bool {
+        !std::mem::replace(&mut self.paused, true)
+    }
+
+    /// Its reading resumes: true when it was paused.
+    pub fn unpause(&mut self) -> bool {
+        std::mem::replace(&mut self.paused, false)
+    }
+}
+
+/// What pgtier knows of a server's backend session: where its protocol exchange stands,
+/// the relay's walk of its output, its parameter values, its cancel key, and what must run
+/// before another client may have it.
+#[derive(Debug, Default)]
+pub struct Backend {
     tracker: Tracker,
     relay: Relay,
     /// The backend's current values of the tracked parameters.
     params: TrackedParams,
     /// The backend's own cancel key.
     key: Option<CancelKey>,
-    /// Cancel requests sent for it whose connections have not finished: until then it is
-    /// not given to anyone else, so a late cancel can never hit another client's query.
-    cancels_pending: u32,
     /// What must run before another client may have it.
     reset: Reset,
-    /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
-    paused: bool,
-    /// Its pool lease while it is out of the idle list.
-    lease: Option<Lease<ServerId>>,
-    /// Its TLS session, when the server accepted the SSLRequest.
-    tls: Option<Box<crate::tls::TlsSession>>,
-    /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
-    close_needed: bool,
+}
+
+impl Backend {
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    pub fn relay_mut(&mut self) -> &mut Relay {
+        &mut self.relay
+    }
+
+    /// Its relay and tracker at once, for the forward that writes to both.
+    pub fn relay_and_tracker_mut(&mut self) -> (&mut Relay, &mut Tracker) {
+        (&mut self.relay, &mut self.tracker)
+    }
+
+    /// The backend's current values of the tracked parameters.
+    pub fn params(&self) -> &TrackedParams {
+        &self.params
+    }
+
+    /// What must run before another client may have it.
+    pub fn reset(&self) -> Reset {
+        self.reset
+    }
+
+    /// Its client left `reset` to be run before the next one.
+    pub fn needs_reset(&mut self, reset: Reset) {
+        self.reset = self.reset.max(reset);
+    }
+
+    /// The backend pid, for listings.
+    pub fn pid(&self) -> Option<u32> {
+        self.key.map(|key| key.pid)
+    }
+
+    /// A query of the engine's own (answer swallowed): the bytes to send.
+    pub fn internal_query(&mut self, sql: &str) -> Bytes {
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        messages::query(&mut out, sql);
+        self.relay.expect_internal(&mut self.tracker);
+        if let Some(prepared) = self.relay.prepared.as_deref_mut() {
+            // A simple Query drops the server's unnamed statement.
+            prepared
+                .statements
+                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Empty);
+        }
+        out.freeze()
+    }
+}
+
+/// Where a server is and when it was used, for listings.
+#[derive(Debug)]
+pub struct ServerInfo {
+    addr: ServerAddr,
     /// When the connect was asked for, and when a client last got it (listings).
     connected_at: Instant,
     last_linked: Option<Instant>,
     /// The local end of its socket, once connected (listings).
     local_addr: Option<std::net::SocketAddr>,
+}
+
+impl ServerInfo {
+    pub fn addr(&self) -> &ServerAddr {
+        &self.addr
+    }
+
+    pub fn connected_at(&self) -> Instant {
+        self.connected_at
+    }
+
+    pub fn last_linked(&self) -> Option<Instant> {
+        self.last_linked
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local_addr
+    }
+
+    /// The driver learned the local end of its socket.
+    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+        self.local_addr = addr;
+    }
 }
 
 impl ServerConn {
@@ -102,22 +249,18 @@ impl ServerConn {
         ServerConn {
             state: ServerState::Connecting { since: now },
             pool,
-            addr,
             mode,
-            input: Inbox::default(),
-            tracker: Tracker::default(),
-            relay: Relay::default(),
-            params: TrackedParams::default(),
-            key: None,
+            io: ServerIo::default(),
+            backend: Backend::default(),
+            info: ServerInfo {
+                addr,
+                connected_at: now,
+                last_linked: None,
+                local_addr: None,
+            },
             cancels_pending: 0,
-            reset: Reset::None,
-            paused: false,
             lease: None,
-            tls: None,
             close_needed: false,
-            connected_at: now,
-            last_linked: None,
-            local_addr: None,
         }
     }
 
@@ -151,7 +294,7 @@ impl ServerConn {
     /// Its login and its input, while it logs in.
     pub fn login_mut(&mut self) -> Option<(&mut ServerLogin, &mut Inbox)> {
         match &mut self.state {
-            ServerState::LoggingIn { login, .. } => Some((login, &mut self.input)),
+            ServerState::LoggingIn { login, .. } => Some((login, &mut self.io.input)),
             _ => None,
         }
     }
@@ -170,8 +313,8 @@ impl ServerConn {
             return None;
         };
         let backend = login.into_backend();
-        self.params = backend.tracked;
-        self.key = backend.key;
+        self.backend.params = backend.tracked;
+        self.backend.key = backend.key;
         Some(backend.params)
     }
 
@@ -189,9 +332,9 @@ impl ServerConn {
     /// Serving `client` from `now` with `lease`; `reset` must run before the next client.
     pub fn serve(&mut self, client: ClientId, now: Instant, lease: Lease<ServerId>, reset: Reset) {
         self.state = ServerState::Busy { client };
-        self.last_linked = Some(now);
+        self.info.last_linked = Some(now);
         self.lease = Some(lease);
-        self.reset = self.reset.max(reset);
+        self.backend.reset = self.backend.reset.max(reset);
     }
 
     /// Runs a client's `auth_query` lookup with `lease` (not a link: nothing of the client
@@ -205,7 +348,7 @@ impl ServerConn {
     /// its backend closes the connection.
     pub fn leaving(&mut self, now: Instant, to: Option<usize>) {
         self.state = ServerState::Leaving { since: now, to };
-        self.paused = false;
+        self.io.paused = false;
     }
 
     /// Its socket is being detached at `now` to move whole to shard `to`.
@@ -217,80 +360,44 @@ impl ServerConn {
     /// back for its pool accounting.
     pub fn begin_closing(&mut self) -> (ServerState, Option<Lease<ServerId>>) {
         let previous = std::mem::replace(&mut self.state, ServerState::Closing);
-        self.input.discard();
+        self.io.input.discard();
         (previous, self.lease.take())
     }
 
     /// Its teardown begins with its pool accounting already settled.
     pub fn mark_closing(&mut self) {
         self.state = ServerState::Closing;
-        self.input.discard();
+        self.io.input.discard();
     }
 
     // ---- what it is ----
 
+    pub fn io(&self) -> &ServerIo {
+        &self.io
+    }
+
+    pub fn io_mut(&mut self) -> &mut ServerIo {
+        &mut self.io
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut Backend {
+        &mut self.backend
+    }
+
+    pub fn info(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    pub fn info_mut(&mut self) -> &mut ServerInfo {
+        &mut self.info
+    }
+
     pub fn pool(&self) -> PoolId {
         self.pool
-    }
-
-    pub fn addr(&self) -> &ServerAddr {
-        &self.addr
-    }
-
-    pub fn connected_at(&self) -> Instant {
-        self.connected_at
-    }
-
-    pub fn last_linked(&self) -> Option<Instant> {
-        self.last_linked
-    }
-
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.local_addr
-    }
-
-    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
-        self.local_addr = addr;
-    }
-
-    pub fn tracker(&self) -> &Tracker {
-        &self.tracker
-    }
-
-    pub fn relay(&self) -> &Relay {
-        &self.relay
-    }
-
-    pub fn relay_mut(&mut self) -> &mut Relay {
-        &mut self.relay
-    }
-
-    /// Its relay and tracker at once, for the forward that writes to both.
-    pub fn relay_and_tracker_mut(&mut self) -> (&mut Relay, &mut Tracker) {
-        (&mut self.relay, &mut self.tracker)
-    }
-
-    /// The backend's current values of the tracked parameters.
-    pub fn params(&self) -> &TrackedParams {
-        &self.params
-    }
-
-    pub fn input(&self) -> &Inbox {
-        &self.input
-    }
-
-    pub fn input_mut(&mut self) -> &mut Inbox {
-        &mut self.input
-    }
-
-    /// What must run before another client may have it.
-    pub fn reset(&self) -> Reset {
-        self.reset
-    }
-
-    /// Its client left `reset` to be run before the next one.
-    pub fn needs_reset(&mut self, reset: Reset) {
-        self.reset = self.reset.max(reset);
     }
 
     pub fn lease(&self) -> Option<&Lease<ServerId>> {
@@ -311,28 +418,14 @@ impl ServerConn {
     /// A cancel request goes for it: its backend key and address, when it has a key. It is
     /// not given to anyone else until the cancel connection finishes.
     pub fn cancel_sent(&mut self) -> Option<(CancelKey, ServerAddr)> {
-        let key = self.key?;
+        let key = self.backend.key?;
         self.cancels_pending += 1;
-        Some((key, self.addr.clone()))
+        Some((key, self.info.addr.clone()))
     }
 
     /// A cancel connection for it finished.
     pub fn cancel_done(&mut self) {
         self.cancels_pending = self.cancels_pending.saturating_sub(1);
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.paused
-    }
-
-    /// Its reading pauses: true when it was not paused yet.
-    pub fn pause(&mut self) -> bool {
-        !std::mem::replace(&mut self.paused, true)
-    }
-
-    /// Its reading resumes: true when it was paused.
-    pub fn unpause(&mut self) -> bool {
-        std::mem::replace(&mut self.paused, false)
     }
 
     /// RECONNECT marked it: it closes when next released.
@@ -350,32 +443,6 @@ impl ServerConn {
 
     // ---- its TLS ----
 
-    pub fn tls(&self) -> Option<&crate::tls::TlsSession> {
-        self.tls.as_deref()
-    }
-
-    pub fn tls_mut(&mut self) -> Option<&mut crate::tls::TlsSession> {
-        self.tls.as_deref_mut()
-    }
-
-    /// The server accepted the SSLRequest: its TLS session began.
-    pub fn start_tls(&mut self, session: Box<crate::tls::TlsSession>) {
-        self.tls = Some(session);
-    }
-
-    /// Ciphertext from it: its plaintext joins its input. `None` without TLS.
-    pub fn tls_received(
-        &mut self,
-        data: &[u8],
-    ) -> Option<(
-        Result<crate::tls::Received, crate::tls::TlsError>,
-        Option<Bytes>,
-    )> {
-        let session = self.tls.as_mut()?;
-        let result = session.receive(data, self.input.buffer_mut());
-        Some((result, session.take_output()))
-    }
-
     // ---- its output ----
 
     /// Walks its output for its client (whose tracked parameters follow it): what goes to
@@ -386,29 +453,32 @@ impl ServerConn {
         max: usize,
         forwarded: &mut crate::prepared::Chunks,
     ) -> relay::Scan {
-        let mut scan = self.relay.scan(
-            self.input.bytes(),
-            &mut self.tracker,
-            &mut self.params,
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
             Some(client_tracked),
             max,
         );
-        scan.take_from(self.input.buffer_mut(), forwarded);
+        scan.take_from(self.io.input.buffer_mut(), forwarded);
         scan
     }
 
     /// Swallows its output (it has no client): what its answers decided for a client's
     /// names concerns no one.
     pub fn drain_output(&mut self, max: usize) -> relay::Scan {
-        let mut scan = self.relay.scan(
-            self.input.bytes(),
-            &mut self.tracker,
-            &mut self.params,
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
             None,
             max,
         );
-        scan.take_from(self.input.buffer_mut(), &mut crate::prepared::Chunks::new());
-        let _ = self.relay.take_fallout();
+        scan.take_from(
+            self.io.input.buffer_mut(),
+            &mut crate::prepared::Chunks::new(),
+        );
+        let _ = self.backend.relay.take_fallout();
         scan
     }
 
@@ -421,16 +491,16 @@ impl ServerConn {
             ..pgtier_wire::FrameLimits::default()
         };
         loop {
-            let frame = match pgtier_wire::framing::split_message(self.input.buffer_mut(), &limits)
-            {
-                Ok(Some(frame)) => frame.bytes,
-                Ok(None) => return (false, false),
-                Err(_) => return (true, false),
-            };
+            let frame =
+                match pgtier_wire::framing::split_message(self.io.input.buffer_mut(), &limits) {
+                    Ok(Some(frame)) => frame.bytes,
+                    Ok(None) => return (false, false),
+                    Err(_) => return (true, false),
+                };
             match frame[0] {
                 b'S' => {
                     if let Some((name, value)) = messages::parse_parameter_status(&frame[5..]) {
-                        self.params.set(name, value);
+                        self.backend.params.set(name, value);
                     }
                 }
                 b'N' | b'A' => {}
@@ -462,25 +532,6 @@ impl ServerConn {
         )
     }
 
-    /// A query of the engine's own (answer swallowed): the bytes to send.
-    pub fn internal_query(&mut self, sql: &str) -> Bytes {
-        let mut out = BytesMut::with_capacity(sql.len() + 8);
-        messages::query(&mut out, sql);
-        self.relay.expect_internal(&mut self.tracker);
-        if let Some(prepared) = self.relay.prepared.as_deref_mut() {
-            // A simple Query drops the server's unnamed statement.
-            prepared
-                .statements
-                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Empty);
-        }
-        out.freeze()
-    }
-
-    /// The backend pid, for listings.
-    pub fn backend_pid(&self) -> Option<u32> {
-        self.key.map(|key| key.pid)
-    }
-
     /// The admin-console name of its state.
     pub fn state_name(&self) -> &'static str {
         match self.state {
@@ -509,9 +560,9 @@ mod tests {
             Instant::now(),
         );
         assert_eq!(server.state_name(), "login");
-        let bytes = server.internal_query("ROLLBACK");
+        let bytes = server.backend.internal_query("ROLLBACK");
         assert_eq!(&bytes[5..], b"ROLLBACK\0");
-        assert!(server.tracker.has_outstanding() && server.relay.owes_internal());
+        assert!(server.backend.tracker.has_outstanding() && server.backend.relay.owes_internal());
         assert_eq!(server.client(), None);
     }
 }

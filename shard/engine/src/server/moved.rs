@@ -79,16 +79,17 @@ impl ServerConn {
     /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
     /// marked by RECONNECT, no statement answer owed) and without TLS (see the module doc).
     pub fn is_movable(&self) -> bool {
-        let clean = self.input.is_empty()
-            && self.tracker.is_idle()
-            && !self.tracker.last_ready_in_block()
-            && !self.relay.owes_internal()
+        let clean = self.io.input.is_empty()
+            && self.backend.tracker.is_idle()
+            && !self.backend.tracker.last_ready_in_block()
+            && !self.backend.relay.owes_internal()
             && self.cancels_pending == 0
-            && self.reset == Reset::None
-            && !self.paused
+            && self.backend.reset == Reset::None
+            && !self.io.paused
             && !self.close_needed;
-        let portable = self.tls.is_none()
+        let portable = self.io.tls.is_none()
             && self
+                .backend
                 .relay
                 .prepared
                 .as_ref()
@@ -116,15 +117,15 @@ impl ServerConn {
         MovedServer {
             key,
             statements,
-            opened_at: lease.map_or(self.connected_at, |lease| lease.opened_at),
+            opened_at: lease.map_or(self.info.connected_at, |lease| lease.opened_at),
             idle_since: lease.map_or(now, |lease| lease.idle_since),
-            addr: self.addr,
-            params: self.params,
-            backend_key: self.key,
+            addr: self.info.addr,
+            params: self.backend.params,
+            backend_key: self.backend.key,
             welcome,
-            connected_at: self.connected_at,
-            last_linked: self.last_linked,
-            local_addr: self.local_addr,
+            connected_at: self.info.connected_at,
+            last_linked: self.info.last_linked,
+            local_addr: self.info.local_addr,
         }
     }
 
@@ -139,13 +140,13 @@ impl ServerConn {
     ) -> (ServerConn, Arrival) {
         let mut server = ServerConn::new(pool, parcel.addr, mode, parcel.connected_at);
         if prepared {
-            server.relay.prepared = Some(Box::default());
+            server.backend.relay.prepared = Some(Box::default());
         }
         server.state = ServerState::Idle { since: now };
-        server.params = parcel.params;
-        server.key = parcel.backend_key;
-        server.last_linked = parcel.last_linked;
-        server.local_addr = parcel.local_addr;
+        server.backend.params = parcel.params;
+        server.backend.key = parcel.backend_key;
+        server.info.last_linked = parcel.last_linked;
+        server.info.local_addr = parcel.local_addr;
         let arrival = Arrival {
             welcome: parcel.welcome,
             statements: parcel.statements,
@@ -158,7 +159,8 @@ impl ServerConn {
     /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
     /// numbering).
     pub fn holds_statements(&self) -> bool {
-        self.relay
+        self.backend
+            .relay
             .prepared
             .as_ref()
             .is_some_and(|prepared| !prepared.statements.is_empty())
@@ -187,10 +189,10 @@ mod tests {
     fn only_a_clean_server_without_tls_or_statements_moves() {
         assert!(server().is_movable());
         let mut owed = server();
-        let _ = owed.internal_query("ROLLBACK");
+        let _ = owed.backend.internal_query("ROLLBACK");
         assert!(!owed.is_movable(), "an internal answer is owed");
         let mut unread = server();
-        unread.input.received(bytes::BytesMut::from(&b"N"[..]));
+        unread.io.input.received(bytes::BytesMut::from(&b"N"[..]));
         assert!(!unread.is_movable(), "bytes not read yet");
         let mut cancelled = server();
         cancelled.cancels_pending = 1;
@@ -204,7 +206,7 @@ mod tests {
         };
         assert!(!logging_in.is_movable());
         let mut empty_cache = server();
-        empty_cache.relay.prepared = Some(Box::default());
+        empty_cache.backend.relay.prepared = Some(Box::default());
         assert!(
             empty_cache.is_movable(),
             "a statement cache moves (emptied on arrival)"

@@ -22,3 +22,12 @@ pub(crate) struct Env {
     /// The time of creation, monotonic and wall clock (for the console's timestamps).
     pub(super) started: (Instant, SystemTime),
 }
+
+impl Env {
+    /// The wall-clock time of monotonic `now` (derived from the time of creation, so the
+    /// engine reads no clock).
+    pub(super) fn wall_time(&self, now: Instant) -> SystemTime {
+        let since = now.saturating_duration_since(self.started.0);
+        self.started.1 + since
+    }
+}

@@ -8,17 +8,12 @@ use std::sync::Arc;
 use pgtier_pool::PoolId;
 
 use crate::client::ClientState;
-use crate::engine::Engine;
+use crate::engine::view::ShardView;
 use crate::pool_gauges::PoolGauge;
 use crate::server::ServerState;
 
-impl Engine {
-    /// Publishes this shard's gauges, one per (database, server user).
-    pub(super) fn publish_pool_gauges(&self) {
-        let gauges = self.pool_gauges();
-        self.env.shared.pool_gauges.publish(self.env.shard, gauges);
-    }
-
+impl ShardView<'_> {
+    /// This shard's gauges, one per (database, server user).
     pub(crate) fn pool_gauges(&self) -> Vec<PoolGauge> {
         let mut gauges: Vec<PoolGauge> = Vec::new();
         let mut by_name: HashMap<(&str, &str), usize> = HashMap::new();

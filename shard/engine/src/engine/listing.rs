@@ -10,7 +10,7 @@ use pgtier_pool::{PoolId, ServerTarget};
 
 use crate::addr::ServerAddr;
 use crate::client::{ClientConn, ClientState};
-use crate::engine::Engine;
+use crate::engine::view::ShardView;
 use crate::listing::{ClientRow, PoolRow, ServerRow, ShardListing};
 use crate::params::tracked_index;
 use crate::server::{ServerConn, ServerState};
@@ -27,7 +27,7 @@ struct PoolTally {
     servers_being_canceled: u32,
 }
 
-impl Engine {
+impl ShardView<'_> {
     /// This shard's client, server and pool rows.
     pub(crate) fn list_sessions(&self) -> ShardListing {
         let clients = self
@@ -50,7 +50,7 @@ impl Engine {
 
     /// The wall-clock time of monotonic instant `at` (listings print calendar times).
     fn wall_time_of(&self, at: Instant) -> SystemTime {
-        let wall_now = self.wall_time();
+        let wall_now = self.env.wall_time(self.now);
         let ago = self.now.saturating_duration_since(at);
         wall_now.checked_sub(ago).unwrap_or(wall_now)
     }

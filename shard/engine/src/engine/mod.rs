@@ -49,6 +49,7 @@ mod upkeep;
 mod vacate;
 #[cfg(test)]
 mod vacate_tests;
+mod view;
 #[cfg(test)]
 mod waiting_tests;
 mod warmup;
@@ -469,8 +470,34 @@ impl Engine {
     }
 
     fn wall_time(&self) -> SystemTime {
-        let since = self.now.saturating_duration_since(self.env.started.0);
-        self.env.started.1 + since
+        self.env.wall_time(self.now)
+    }
+
+    /// The shard as the reports read it.
+    fn view(&self) -> view::ShardView<'_> {
+        view::ShardView {
+            env: &self.env,
+            clients: &self.clients,
+            servers: &self.servers,
+            linker: &self.linker,
+            now: self.now,
+        }
+    }
+
+    /// This shard's client, server and pool rows (the console's listings).
+    pub(crate) fn list_sessions(&self) -> crate::listing::ShardListing {
+        self.view().list_sessions()
+    }
+
+    /// This shard's pool gauges, one per (database, server user).
+    pub(crate) fn pool_gauges(&self) -> Vec<crate::pool_gauges::PoolGauge> {
+        self.view().pool_gauges()
+    }
+
+    /// Publishes this shard's gauges for the metrics endpoint.
+    fn publish_pool_gauges(&self) {
+        let gauges = self.pool_gauges();
+        self.env.shared.pool_gauges.publish(self.env.shard, gauges);
     }
 
     /// A timeout setting, `None` when disabled.

@@ -67,7 +67,7 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        let Some(key) = self.linker.pools.key(pool) else {
+        let Some(key) = self.linker.pools().key(pool) else {
             return;
         };
         let entry = self.env.config.database(&key.database);
@@ -93,7 +93,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some(key) = self.linker.pools.key(server.pool()) else {
+        let Some(key) = self.linker.pools().key(server.pool()) else {
             return;
         };
         let channel_binding = server
@@ -156,8 +156,8 @@ impl Engine {
         };
         let pool = server.pool();
         debug!(pid = ?server.backend().pid(), "server login done");
-        self.linker.pools.learn_welcome(pool, &params);
-        let checkin = self.linker.pools.opened(pool, id, self.now);
+        self.linker.pools_mut().learn_welcome(pool, &params);
+        let checkin = self.linker.pools_mut().opened(pool, id, self.now);
         if let Some(server) = self.servers.get_mut(id.0) {
             server.idle(self.now);
         }
@@ -173,7 +173,7 @@ impl Engine {
         let pool = server.pool();
         self.stats.login_failed();
         info!(
-            database = %self.linker.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
+            database = %self.linker.pools().key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
             "server login failed"
         );
         server.mark_closing();
@@ -181,10 +181,11 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
+        let retry_at = self.login_retry_at();
         self.linker
-            .pools
-            .open_failed(pool, self.login_retry_at(), Some(error.clone()));
-        if self.linker.pools.counts(pool).servers() == 0 {
+            .pools_mut()
+            .open_failed(pool, retry_at, Some(error.clone()));
+        if self.linker.pools().counts(pool).servers() == 0 {
             self.fail_waiters(pool, error);
         }
     }
@@ -209,9 +210,10 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
+        let retry_at = self.login_retry_at();
         self.linker
-            .pools
-            .open_failed(pool, self.login_retry_at(), Some(error));
+            .pools_mut()
+            .open_failed(pool, retry_at, Some(error));
     }
 
     /// Tells the router that a connection to a pool's replica failed. False when the pool
@@ -221,7 +223,7 @@ impl Engine {
         pool: pgtier_pool::PoolId,
         cause: FailureCause,
     ) -> bool {
-        let Some(key) = self.linker.pools.key(pool) else {
+        let Some(key) = self.linker.pools().key(pool) else {
             return false;
         };
         let ServerTarget::Replica(addr) = key.target else {

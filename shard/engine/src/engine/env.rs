@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use pgtier_core::config::Config;
+use pgtier_core::config::{Config, WaiterPolicy};
+use pgtier_pool::{PoolKey, PoolLimits, WaitOrder};
 
 use crate::settings::Limits;
 use crate::shared::Shared;
@@ -24,6 +25,36 @@ pub(crate) struct Env {
 }
 
 impl Env {
+    /// The pool limits of `key` from the current configuration.
+    pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
+        let settings = &self.config.pgtier;
+        let db = self.config.database(&key.database);
+        let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
+        let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
+        let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
+        let max_user = self.config.max_user_connections(&key.server_user);
+        let budgets = self
+            .shared
+            .budgets
+            .for_key(key, pool_size, reserve, max_db, max_user);
+        PoolLimits {
+            pool_budget: budgets.pool,
+            shared_budgets: vec![budgets.database, budgets.user],
+            min_pool_size: db.map_or(settings.min_pool_size, |db| db.min_pool_size),
+            reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
+            server_idle_timeout: settings.server_idle_timeout.enabled(),
+            server_lifetime: settings.server_lifetime.duration(),
+            max_spellings: self.limits.max_spellings_per_pool,
+            ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
+            wait_order: match settings.waiter_policy {
+                WaiterPolicy::Fifo => WaitOrder::Fifo,
+                WaiterPolicy::Class => WaitOrder::Class {
+                    aging: settings.waiter_aging.duration(),
+                },
+            },
+        }
+    }
+
     /// The wall-clock time of monotonic `now` (derived from the time of creation, so the
     /// engine reads no clock).
     pub(super) fn wall_time(&self, now: Instant) -> SystemTime {

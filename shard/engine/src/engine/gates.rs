@@ -381,7 +381,7 @@ impl Engine {
     fn server_in(&self, id: ServerId, scope: &Scope) -> bool {
         self.servers
             .get(id.0)
-            .and_then(|server| self.linker.pools.key(server.pool()))
+            .and_then(|server| self.linker.pools().key(server.pool()))
             .is_some_and(|key| scope.covers(&key.database))
     }
 
@@ -422,7 +422,7 @@ impl Engine {
             || (self.admin.controls.gates.any_paused()
                 && self
                     .linker
-                    .pools
+                    .pools()
                     .key(server.pool())
                     .is_some_and(|key| self.admin.controls.gates.is_paused(&key.database)))
     }
@@ -431,7 +431,7 @@ impl Engine {
     fn hold_waiters_of(&mut self, scope: &Scope) {
         let pools: Vec<pgtier_pool::PoolId> = self
             .linker
-            .pools
+            .pools()
             .pools()
             .filter(|(_, key, counts)| counts.waiting > 0 && scope.covers(&key.database))
             .map(|(pool, _, _)| pool)

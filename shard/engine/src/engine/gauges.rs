@@ -18,7 +18,7 @@ impl ShardView<'_> {
         let mut gauges: Vec<PoolGauge> = Vec::new();
         let mut by_name: HashMap<(&str, &str), usize> = HashMap::new();
         let mut by_pool: HashMap<PoolId, usize> = HashMap::new();
-        for (pool, key, _) in self.linker.pools.pools() {
+        for (pool, key, _) in self.linker.pools().pools() {
             let index = *by_name
                 .entry((&key.database, &key.server_user))
                 .or_insert_with(|| {

@@ -92,7 +92,7 @@ impl Engine {
         else {
             return;
         };
-        while let Some(lease) = self.linker.pools.checkout(pool) {
+        while let Some(lease) = self.linker.pools_mut().checkout(pool) {
             if self.start_check_if_stale(&lease) {
                 continue;
             }
@@ -103,7 +103,7 @@ impl Engine {
             .map(|timeout| self.now + timeout);
         let ticket = self
             .linker
-            .pools
+            .pools_mut()
             .park_as(pool, id, class, self.now, deadline);
         if let Some(client) = self.clients.get_mut(id.0) {
             client.parked(ticket);
@@ -116,7 +116,7 @@ impl Engine {
     /// server, an idle server of another pool under a full cap).
     pub(super) fn open_for_waiters(&mut self, pool: PoolId) {
         loop {
-            let counts = self.linker.pools.counts(pool);
+            let counts = self.linker.pools().counts(pool);
             if counts.opening >= counts.waiting {
                 return;
             }
@@ -124,7 +124,7 @@ impl Engine {
                 self.fail_waiters(pool, error);
                 return;
             }
-            match self.linker.pools.try_open(pool, self.now) {
+            match self.linker.pools_mut().try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
@@ -143,7 +143,7 @@ impl Engine {
     /// A client waits on a full pool: if every server of the pool is held by a pinned client,
     /// no transaction will free one, and the operator should hear why (rate-limited).
     fn warn_if_pinned_out(&mut self, pool: PoolId) {
-        if !self.linker.pinned_check.due(self.now) {
+        if !self.linker.pinned_check_mut().due(self.now) {
             return;
         }
         let (mut linked, mut pinned) = (0usize, 0usize);
@@ -156,9 +156,9 @@ impl Engine {
                 pinned += usize::from(session.pins_server());
             }
         }
-        let counts = self.linker.pools.counts(pool);
+        let counts = self.linker.pools().counts(pool);
         if linked > 0 && pinned == linked && linked >= counts.active as usize {
-            if let Some(key) = self.linker.pools.key(pool) {
+            if let Some(key) = self.linker.pools().key(pool) {
                 warn!(
                     database = %key.database,
                     user = %key.server_user,
@@ -168,7 +168,7 @@ impl Engine {
                      session state (SHOW CLIENTS, column pinned, says which); raise the pool \
                      size or have clients undo their session state"
                 );
-                self.linker.pinned_check.warned(self.now);
+                self.linker.pinned_check_mut().warned(self.now);
             }
         }
     }
@@ -177,18 +177,18 @@ impl Engine {
     /// whose waiters are re-routed instead).
     fn failed_login_for(&self, pool: PoolId) -> Option<Bytes> {
         let replica = matches!(
-            self.linker.pools.key(pool).map(|key| key.target),
+            self.linker.pools().key(pool).map(|key| key.target),
             Some(ServerTarget::Replica(_))
         );
         if replica {
             return None;
         }
-        self.linker.pools.login_failure(pool, self.now).cloned()
+        self.linker.pools().login_failure(pool, self.now).cloned()
     }
 
     /// Fails every client waiting on a pool with `error`.
     pub(super) fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
-        while let Some(waiter) = self.linker.pools.next_waiter(pool) {
+        while let Some(waiter) = self.linker.pools_mut().next_waiter(pool) {
             self.clear_ticket(waiter);
             self.close_client(waiter, Some(error.clone()));
         }
@@ -205,10 +205,10 @@ impl Engine {
     /// shards, so ask them for one (at most once per housekeeping period).
     fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
         let shards = self.env.shared.shards();
-        if shards < 2 || !self.linker.pools.should_ask_others(pool, self.now) {
+        if shards < 2 || !self.linker.pools_mut().should_ask_others(pool, self.now) {
             return;
         }
-        let Some(key) = self.linker.pools.key(pool).cloned().map(Arc::new) else {
+        let Some(key) = self.linker.pools().key(pool).cloned().map(Arc::new) else {
             return;
         };
         for shard in (0..shards).filter(|shard| *shard != self.env.shard) {
@@ -224,7 +224,7 @@ impl Engine {
     /// under the same cap (its counts come back once its backend is gone), else ask the
     /// other shards to.
     fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
-        if let Some(closing) = self.linker.pools.evict_idle_sharing(pool, budget) {
+        if let Some(closing) = self.linker.pools_mut().evict_idle_sharing(pool, budget) {
             debug!(
                 shard = self.env.shard,
                 "ending an idle server to make room under a cap"
@@ -232,10 +232,12 @@ impl Engine {
             self.retire(closing);
             return;
         }
-        if self.env.shared.shards() < 2 || !self.linker.pools.should_ask_others(pool, self.now) {
+        if self.env.shared.shards() < 2
+            || !self.linker.pools_mut().should_ask_others(pool, self.now)
+        {
             return;
         }
-        let Some(key) = self.linker.pools.key(pool) else {
+        let Some(key) = self.linker.pools().key(pool) else {
             return;
         };
         let (database, user) = if budget == 0 {
@@ -254,7 +256,7 @@ impl Engine {
 
     /// Opens a server for `pool`; its budget slot was taken by `try_open`.
     pub(super) fn open_server(&mut self, pool: PoolId) {
-        let Some(key) = self.linker.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools().key(pool).cloned() else {
             return;
         };
         let addr = match key.target {
@@ -266,9 +268,10 @@ impl Engine {
             Ok(addr) => addr,
             Err(message) => {
                 let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                let retry_at = self.login_retry_at();
                 self.linker
-                    .pools
-                    .open_failed(pool, self.login_retry_at(), Some(error.clone()));
+                    .pools_mut()
+                    .open_failed(pool, retry_at, Some(error.clone()));
                 self.fail_waiters(pool, error);
                 return;
             }
@@ -283,7 +286,7 @@ impl Engine {
                 "too many server connections on this worker",
             );
             self.linker
-                .pools
+                .pools_mut()
                 .open_failed(pool, self.now, Some(error.clone()));
             self.fail_waiters(pool, error);
             return;
@@ -465,7 +468,7 @@ impl Engine {
         let mut sql = String::new();
         let defaults = self
             .linker
-            .pools
+            .pools()
             .welcome(server.pool())
             .map(|welcome| welcome.tracked.clone())
             .unwrap_or_default();
@@ -651,21 +654,15 @@ impl Engine {
     /// released while another is being put back waits for it, so the chain of hand-offs a
     /// burst of logins makes stays one call deep.
     pub(super) fn return_to_pool(&mut self, id: ServerId) {
-        if let Some(queued) = self.linker.returning.as_mut() {
-            queued.push(id);
+        if !self.linker.begin_return(id) {
             return;
         }
-        self.linker.returning = Some(Vec::new());
         let mut next = Some(id);
         while let Some(id) = next {
             self.return_one(id);
-            next = self
-                .linker
-                .returning
-                .as_mut()
-                .and_then(|queued| queued.pop());
+            next = self.linker.next_return();
         }
-        self.linker.returning = None;
+        self.linker.end_returns();
     }
 
     fn return_one(&mut self, id: ServerId) {
@@ -679,7 +676,7 @@ impl Engine {
         }
         // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
         if self.admin.shutdown > Some(ShutdownMode::WaitForClients)
-            && self.linker.pools.waiting(pool) == 0
+            && self.linker.pools().waiting(pool) == 0
         {
             self.close_server(id);
             return;
@@ -692,7 +689,7 @@ impl Engine {
         let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.take_lease()) else {
             return;
         };
-        let checkin = self.linker.pools.checkin(pool, lease, self.now);
+        let checkin = self.linker.pools_mut().checkin(pool, lease, self.now);
         self.act_on_checkin(id, pool, checkin);
     }
 
@@ -789,18 +786,18 @@ impl Engine {
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => {
                 // Counted as opening: an open that did not finish.
-                self.linker.pools.open_failed(pool, self.now, None);
+                self.linker.pools_mut().open_failed(pool, self.now, None);
                 self.open_for_waiters(pool);
             }
             ServerState::Idle { .. } => {
-                if self.linker.pools.take_idle(pool, &id).is_some()
-                    && self.linker.pools.closed(pool, self.now)
+                if self.linker.pools_mut().take_idle(pool, &id).is_some()
+                    && self.linker.pools_mut().closed(pool, self.now)
                 {
                     self.open_server(pool);
                 }
             }
             ServerState::Leaving { .. } | ServerState::Moving { .. } => {
-                if let Some(grant) = self.linker.pools.left(pool) {
+                if let Some(grant) = self.linker.pools_mut().left(pool) {
                     let command = Command::SlotGranted {
                         key: Arc::new(grant.key),
                     };
@@ -814,7 +811,7 @@ impl Engine {
             ServerState::Checking { .. }
             | ServerState::Busy { .. }
             | ServerState::Releasing { .. } => {
-                if lease.is_some() && self.linker.pools.closed(pool, self.now) {
+                if lease.is_some() && self.linker.pools_mut().closed(pool, self.now) {
                     self.open_server(pool);
                 }
                 self.open_for_waiters_under_caps(pool);
@@ -827,12 +824,12 @@ impl Engine {
     /// A server of `pool` closed and gave its database and user counts back: pools of this
     /// shard under the same caps whose clients wait may open a server now.
     fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
-        let Some(key) = self.linker.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools().key(pool).cloned() else {
             return;
         };
         let waiting: Vec<PoolId> = self
             .linker
-            .pools
+            .pools()
             .pools()
             .filter(|(other, other_key, counts)| {
                 *other != pool
@@ -851,7 +848,7 @@ impl Engine {
     /// its idle servers up, so it is forgotten and a new key fits.
     pub(super) fn evict_a_pool(&mut self) {
         let mut closings = Vec::new();
-        self.linker.pools.evict_for_room(&mut closings);
+        self.linker.pools_mut().evict_for_room(&mut closings);
         for closing in closings {
             self.retire(closing);
         }
@@ -875,7 +872,7 @@ impl Engine {
     /// nobody waits here, else the next one to come back (moved whole when clean, else ended
     /// for its slot: `hand_on`).
     pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
-        if let Release::Now(lease) = self.linker.pools.release_for(key, from) {
+        if let Release::Now(lease) = self.linker.pools_mut().release_for(key, from) {
             let id = lease.server;
             if let Some(server) = self.servers.get_mut(id.0) {
                 server.hold_lease(lease);
@@ -887,16 +884,16 @@ impl Engine {
     /// Another shard handed this one a slot of `key`: open a server with it for the
     /// waiters, or give it back when nobody here needs it any more.
     pub(super) fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
-        let Some(pool) = self.linker.pools.find(key) else {
-            pgtier_pool::give_back_slot(&self.pool_limits(key));
+        let Some(pool) = self.linker.pools().find(key) else {
+            pgtier_pool::give_back_slot(&self.env.pool_limits(key));
             return;
         };
         debug!(
             shard = self.env.shard,
             "a server slot was handed to this shard"
         );
-        self.linker.pools.adopt_slot(key);
+        self.linker.pools_mut().adopt_slot(key);
         self.open_for_waiters(pool);
-        self.linker.pools.return_unused_slots(pool);
+        self.linker.pools_mut().return_unused_slots(pool);
     }
 }

@@ -102,7 +102,7 @@ impl ShardView<'_> {
     }
 
     fn server_row(&self, index: crate::ids::SlotRef, server: &ServerConn) -> ServerRow {
-        let key = self.linker.pools.key(server.pool());
+        let key = self.linker.pools().key(server.pool());
         ServerRow {
             id: crate::ids::ServerId(index),
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
@@ -163,7 +163,7 @@ impl ShardView<'_> {
             }
         }
         self.linker
-            .pools
+            .pools()
             .pools()
             .map(|(pool, key, counts)| {
                 let tally = tallies.remove(&pool).unwrap_or_default();
@@ -215,7 +215,7 @@ impl ShardView<'_> {
 
     fn mode_of_pool(&self, pool: PoolId) -> pgtier_core::config::PoolMode {
         self.linker
-            .pools
+            .pools()
             .key(pool)
             .and_then(|key| {
                 let db = self.env.config.database(&key.database)?;

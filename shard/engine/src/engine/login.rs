@@ -3,9 +3,9 @@
 //! cached parameters, or from the server whose login values it waited for).
 
 use bytes::BytesMut;
-use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode, WaiterPolicy};
+use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode};
 use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
-use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile, WaitOrder};
+use pgtier_pool::{PoolError, PoolKey, ServerTarget, StartupProfile};
 
 use crate::action::Conn;
 use crate::class::session_class;
@@ -429,7 +429,7 @@ impl Engine {
         match session.leave_pool() {
             None => self.join_pool(id),
             Some(old) => {
-                self.linker.pools.unregister(old);
+                self.linker.pools_mut().unregister(old);
                 if self.register_pool(id).is_some() {
                     let since = self.now;
                     if let Some(client) = self.clients.get_mut(id.0) {
@@ -497,11 +497,11 @@ impl Engine {
             target,
             profile,
         );
-        let limits = self.pool_limits(&key);
-        let registered = match self.linker.pools.register(&key, &limits, self.now) {
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.linker.pools.register(&key, &limits, self.now)
+                self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -530,10 +530,10 @@ impl Engine {
             return;
         };
         let routed = matches!(
-            self.linker.pools.key(pool).map(|key| key.target),
+            self.linker.pools().key(pool).map(|key| key.target),
             Some(ServerTarget::Replica(_))
         );
-        if !routed && let Some(error) = self.linker.pools.login_failure(pool, self.now).cloned() {
+        if !routed && let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
             self.close_client(id, Some(error));
             return;
         }
@@ -544,8 +544,8 @@ impl Engine {
         // a server answer: it must be told the server's own values.
         let cached = session.mode() == PoolMode::Transaction
             && match (
-                self.linker.pools.welcome(pool),
-                self.linker.pools.spellings(pool),
+                self.linker.pools().welcome(pool),
+                self.linker.pools().spellings(pool),
             ) {
                 (Some(welcome), Some(spellings)) => session
                     .tracked_mut()
@@ -560,37 +560,6 @@ impl Engine {
             client.joining(self.now);
         }
         self.need_server(id);
-    }
-
-    /// The pool limits of `key` from the current configuration.
-    pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
-        let settings = &self.env.config.pgtier;
-        let db = self.env.config.database(&key.database);
-        let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
-        let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
-        let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
-        let max_user = self.env.config.max_user_connections(&key.server_user);
-        let budgets = self
-            .env
-            .shared
-            .budgets
-            .for_key(key, pool_size, reserve, max_db, max_user);
-        PoolLimits {
-            pool_budget: budgets.pool,
-            shared_budgets: vec![budgets.database, budgets.user],
-            min_pool_size: db.map_or(settings.min_pool_size, |db| db.min_pool_size),
-            reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
-            server_idle_timeout: settings.server_idle_timeout.enabled(),
-            server_lifetime: settings.server_lifetime.duration(),
-            max_spellings: self.env.limits.max_spellings_per_pool,
-            ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
-            wait_order: match settings.waiter_policy {
-                WaiterPolicy::Fifo => WaitOrder::Fifo,
-                WaiterPolicy::Class => WaitOrder::Class {
-                    aging: settings.waiter_aging.duration(),
-                },
-            },
-        }
     }
 
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
@@ -626,7 +595,7 @@ impl Engine {
 
     /// The welcome from the pool's cached parameters: no server needed.
     fn welcome_from_pool(&mut self, id: ClientId, pool: pgtier_pool::PoolId) {
-        let Some(welcome) = self.linker.pools.welcome(pool).cloned() else {
+        let Some(welcome) = self.linker.pools().welcome(pool).cloned() else {
             return;
         };
         if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
@@ -664,13 +633,13 @@ impl Engine {
             return;
         };
         let mode = session.mode();
-        if let Some(spellings) = self.linker.pools.spellings_mut(pool) {
+        if let Some(spellings) = self.linker.pools_mut().spellings_mut(pool) {
             session.tracked().learn_spellings(&server_params, spellings);
         }
         session.told(server_params);
         let params = self
             .linker
-            .pools
+            .pools()
             .welcome(pool)
             .map(|welcome| welcome.params.clone())
             .unwrap_or_default();

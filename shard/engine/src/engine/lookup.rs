@@ -58,11 +58,11 @@ impl Engine {
             ServerTarget::Primary,
             StartupProfile::default(),
         );
-        let limits = self.pool_limits(&key);
-        let registered = match self.linker.pools.register(&key, &limits, self.now) {
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.linker.pools.register(&key, &limits, self.now)
+                self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -82,7 +82,7 @@ impl Engine {
             session.joined(pool);
         }
         client.looking_up(since, Box::default(), method);
-        if let Some(error) = self.linker.pools.login_failure(pool, self.now).cloned() {
+        if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
             // The auth_user's own login failed moments ago (a wrong password for it).
             self.close_client(id, Some(error));
             return;
@@ -157,7 +157,7 @@ impl Engine {
         }
         self.advance_release(server_id);
         if let Some(pool) = auth_pool {
-            self.linker.pools.unregister(pool);
+            self.linker.pools_mut().unregister(pool);
         }
         match result {
             Ok(found) => {

@@ -52,7 +52,6 @@ mod vacate_tests;
 mod view;
 #[cfg(test)]
 mod waiting_tests;
-mod warmup;
 #[cfg(test)]
 mod warmup_tests;
 
@@ -149,7 +148,7 @@ impl Engine {
     pub fn new(parts: EngineParts) -> Engine {
         let config = parts.config;
         let limits = Limits::from_config(&config);
-        let warm = warmup::warm_pools(&config);
+        let warm = linker::warmup::warm_pools(&config);
         let crate::tls::TlsSides {
             acceptor,
             connector,
@@ -531,7 +530,7 @@ impl Engine {
         match previous {
             ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
                 if let Some(ticket) = ticket {
-                    self.linker.pools.cancel_wait(ticket);
+                    self.linker.pools_mut().cancel_wait(ticket);
                 }
             }
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
@@ -539,7 +538,7 @@ impl Engine {
             }
             ClientState::LookingUp { ticket, server, .. } => {
                 if let Some(ticket) = ticket {
-                    self.linker.pools.cancel_wait(ticket);
+                    self.linker.pools_mut().cancel_wait(ticket);
                 }
                 // Its lookup's answer may still be on the way: the server cannot be reused.
                 if let Some(server) = server {
@@ -557,12 +556,12 @@ impl Engine {
                 // it read from (`session.pool` is one of them).
                 Some(reads) => {
                     for pool in reads.pools() {
-                        self.linker.pools.unregister(pool);
+                        self.linker.pools_mut().unregister(pool);
                     }
                 }
                 None => {
                     if let Some(pool) = session.pool() {
-                        self.linker.pools.unregister(pool);
+                        self.linker.pools_mut().unregister(pool);
                     }
                 }
             }

@@ -58,18 +58,18 @@ impl Engine {
             return Some(socket);
         };
         let (Some(key), Some(server)) = (
-            self.linker.pools.key(pool).cloned(),
+            self.linker.pools().key(pool).cloned(),
             self.servers.remove(id.0),
         ) else {
             return Some(socket);
         };
         let welcome = self
             .linker
-            .pools
+            .pools()
             .welcome(pool)
             .map(|welcome| welcome.params.clone());
         let parcel = server.into_parcel(key, welcome, self.now);
-        self.linker.pools.moved(pool, to);
+        self.linker.pools_mut().moved(pool, to);
         self.outbox.push(Action::Post {
             shard: to,
             command: Command::ServerMoved {
@@ -87,17 +87,24 @@ impl Engine {
     /// join (too many pools, no server slot), its socket is closed and its slot given back.
     pub(super) fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
         let parcel = *parcel;
-        let limits = self.pool_limits(&parcel.key);
-        let (pool, registered) = match self.linker.pools.find(&parcel.key) {
+        let limits = self.env.pool_limits(&parcel.key);
+        let (pool, registered) = match self.linker.pools().find(&parcel.key) {
             Some(pool) => (pool, false),
             None => {
-                let registered = match self.linker.pools.register(&parcel.key, &limits, self.now) {
-                    Err(PoolError::TooManyPools { .. }) => {
-                        self.evict_a_pool();
-                        self.linker.pools.register(&parcel.key, &limits, self.now)
-                    }
-                    registered => registered,
-                };
+                let registered =
+                    match self
+                        .linker
+                        .pools_mut()
+                        .register(&parcel.key, &limits, self.now)
+                    {
+                        Err(PoolError::TooManyPools { .. }) => {
+                            self.evict_a_pool();
+                            self.linker
+                                .pools_mut()
+                                .register(&parcel.key, &limits, self.now)
+                        }
+                        registered => registered,
+                    };
                 match registered {
                     Ok(pool) => (pool, true),
                     Err(_) => {
@@ -123,7 +130,7 @@ impl Engine {
             pgtier_pool::give_back_slot(&limits);
             self.outbox.push(Action::CloseSocket(socket));
             if registered {
-                self.linker.pools.unregister(pool);
+                self.linker.pools_mut().unregister(pool);
             }
             return;
         };
@@ -131,14 +138,14 @@ impl Engine {
         self.stats.server_moved_in();
         self.outbox.push(Action::Adopt { server: id, socket });
         if let Some(params) = parcel.welcome {
-            self.linker.pools.learn_welcome(pool, &params);
+            self.linker.pools_mut().learn_welcome(pool, &params);
         }
         let lease = Lease {
             server: id,
             opened_at: parcel.opened_at,
             idle_since: parcel.idle_since,
         };
-        if parcel.statements && self.linker.pools.adopt_checked_out(pool) {
+        if parcel.statements && self.linker.pools_mut().adopt_checked_out(pool) {
             // Statements named by the shard it left would collide with this shard's names:
             // they go first, and the server joins its pool once that is answered, by the
             // release path (its lease counted as checked out meanwhile).
@@ -149,12 +156,12 @@ impl Engine {
                 self.send(crate::action::Conn::Server(id), bytes);
             }
         } else {
-            let checkin = self.linker.pools.adopt_server(pool, lease, self.now);
+            let checkin = self.linker.pools_mut().adopt_server(pool, lease, self.now);
             self.act_on_checkin(id, pool, checkin);
         }
         if registered {
             // The pool lives on while it holds the server (or a waiter), as any pool does.
-            self.linker.pools.unregister(pool);
+            self.linker.pools_mut().unregister(pool);
         }
     }
 }

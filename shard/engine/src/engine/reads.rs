@@ -219,10 +219,10 @@ impl Engine {
                 if waiting_since.is_none() {
                     self.stats.read_waited(false);
                 }
-                self.linker.read_waits.push(id);
-                self.linker
-                    .next_read_recheck
-                    .get_or_insert(now + READ_RECHECK.min(settings.read_your_writes_timeout));
+                self.linker.wait_for_replica(
+                    id,
+                    now + READ_RECHECK.min(settings.read_your_writes_timeout),
+                );
                 TxnRoute::Wait
             }
         }
@@ -253,18 +253,18 @@ impl Engine {
         if let Some(pool) = reads.replica_pool(addr) {
             return Some(pool);
         }
-        let primary_key = self.linker.pools.key(reads.primary)?.clone();
+        let primary_key = self.linker.pools().key(reads.primary)?.clone();
         let key = PoolKey::new(
             primary_key.database.clone(),
             primary_key.server_user.clone(),
             ServerTarget::Replica(addr),
             primary_key.profile.clone(),
         );
-        let limits = self.pool_limits(&key);
-        let registered = match self.linker.pools.register(&key, &limits, self.now) {
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(pgtier_pool::PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.linker.pools.register(&key, &limits, self.now)
+                self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
         };
@@ -275,8 +275,7 @@ impl Engine {
 
     /// The timer: reads waiting for a replica to catch up are routed again.
     pub(super) fn recheck_read_waits(&mut self) {
-        self.linker.next_read_recheck = None;
-        let waiting = std::mem::take(&mut self.linker.read_waits);
+        let waiting = self.linker.take_read_waits();
         for id in waiting {
             let waits = self
                 .clients
@@ -304,7 +303,7 @@ impl Engine {
 
     /// The next time waiting reads are routed again.
     pub(super) fn read_recheck_at(&self) -> Option<Instant> {
-        self.linker.next_read_recheck
+        self.linker.read_recheck_at()
     }
 
     /// The client's transaction ended (its server is being released): its replica ticket is

@@ -335,7 +335,7 @@ impl Engine {
         };
         let configured = self
             .linker
-            .pools
+            .pools()
             .key(server.pool())
             .and_then(|key| self.env.config.database(&key.database))
             .and_then(|db| match &db.servers {

@@ -124,7 +124,10 @@ impl Engine {
         self.check_server_timeouts();
         self.expire_waiters();
         self.close_idle_servers();
-        self.keep_pools_warm();
+        if !self.admin.is_shutting_down() {
+            self.linker
+                .keep_pools_warm(&self.env, &*self.routing, &self.clients.logins, self.now);
+        }
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
         self.expire_listings();
@@ -242,7 +245,7 @@ impl Engine {
 
     /// Clients whose `query_wait_timeout` passed while parked.
     fn expire_waiters(&mut self) {
-        while let Some(expired) = self.linker.pools.poll_expired(self.now) {
+        while let Some(expired) = self.linker.pools_mut().poll_expired(self.now) {
             let id = expired.waiter;
             if let Some(client) = self.clients.get_mut(id.0) {
                 if !client.unparked(true) {
@@ -258,7 +261,9 @@ impl Engine {
     /// or asked for by another shard.
     fn close_idle_servers(&mut self) {
         let mut closing: Vec<Closing<ServerId>> = Vec::new();
-        self.linker.pools.collect_closable(self.now, &mut closing);
+        self.linker
+            .pools_mut()
+            .collect_closable(self.now, &mut closing);
         for closing in closing {
             self.retire(closing);
         }
@@ -270,11 +275,11 @@ impl Engine {
             return;
         }
         let mut opens: Vec<PoolId> = Vec::new();
-        self.linker.pools.collect_opens(self.now, &mut opens);
+        self.linker.pools_mut().collect_opens(self.now, &mut opens);
         // No warmup for a paused database: PAUSE waits for its servers to be gone.
         opens.retain(|pool| {
             self.linker
-                .pools
+                .pools()
                 .key(*pool)
                 .is_none_or(|key| !self.admin.controls.gates.is_paused(&key.database))
         });
@@ -285,7 +290,7 @@ impl Engine {
         // the servers may sit on other shards, which are asked again (once per period).
         let starving: Vec<PoolId> = self
             .linker
-            .pools
+            .pools()
             .pools()
             .filter(|(_, _, counts)| counts.waiting > 0 && counts.opening == 0)
             .map(|(pool, _, _)| pool)
@@ -299,7 +304,7 @@ impl Engine {
     fn reroute_waiters_of_down_replicas(&mut self) {
         let down: Vec<PoolId> = self
             .linker
-            .pools
+            .pools()
             .pools()
             .filter(|(_, key, counts)| {
                 counts.waiting > 0
@@ -319,7 +324,7 @@ impl Engine {
         let mut unparked = Vec::new();
         for pool in pools {
             let mut waiters = Vec::new();
-            self.linker.pools.take_waiters(pool, &mut waiters);
+            self.linker.pools_mut().take_waiters(pool, &mut waiters);
             for id in waiters {
                 if let Some(client) = self.clients.get_mut(id.0) {
                     if !client.unparked(false) {
@@ -402,15 +407,15 @@ impl Engine {
                 self.clients.logins.lookups.clear();
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .linker
-                    .pools
+                    .pools()
                     .pools()
                     .map(|(pool, key, _)| (pool, key.clone()))
                     .collect();
                 for (pool, key) in keyed {
-                    let limits = self.pool_limits(&key);
-                    self.linker.pools.set_limits(pool, limits);
+                    let limits = self.env.pool_limits(&key);
+                    self.linker.pools_mut().set_limits(pool, limits);
                 }
-                self.reset_warm_pools();
+                self.linker.reset_warm_pools(&self.env.config);
                 info!(shard = self.env.shard, "configuration reloaded");
             }
             Command::Shutdown(mode) => {
@@ -431,7 +436,7 @@ impl Engine {
                     (None, None) => None,
                 };
                 if let Some(budget) = budget
-                    && let Some(closing) = self.linker.pools.release_idle_sharing(&budget)
+                    && let Some(closing) = self.linker.pools_mut().release_idle_sharing(&budget)
                 {
                     self.retire(closing);
                 }

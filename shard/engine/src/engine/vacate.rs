@@ -75,7 +75,7 @@ impl Engine {
         let config = Arc::clone(&self.env.config);
         let pools: Vec<PoolId> = self
             .linker
-            .pools
+            .pools()
             .pools()
             .filter(|(_, key, _)| server_dbname(&config, key) == database)
             .map(|(pool, _, _)| pool)
@@ -86,7 +86,9 @@ impl Engine {
         let warmup_after = self.now + WARMUP_HOLD;
         let mut closing = Vec::new();
         for &pool in &pools {
-            self.linker.pools.vacate(pool, warmup_after, &mut closing);
+            self.linker
+                .pools_mut()
+                .vacate(pool, warmup_after, &mut closing);
         }
         let closed = closing.len();
         for server in closing {

@@ -1,0 +1,104 @@
+//! The linker's state: the pools of the shard (who waits for which server, which servers
+//! are idle, the budgets), the servers being put back, the reads waiting for a replica to
+//! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
+//! that touches a client and a server together (`link.rs`).
+
+pub(super) mod warmup;
+
+use std::time::Instant;
+
+use pgtier_pool::PoolSlice;
+
+use crate::client::pins::PinnedCheck;
+use crate::ids::{ClientId, ServerId};
+
+/// What links clients and servers.
+pub(crate) struct Linker {
+    pools: PoolSlice<ServerId, ClientId>,
+    /// While a server is being put back: the servers released meanwhile, put back after it
+    /// (`link::return_to_pool`). A hand-off can release at once (a waiter welcomed without
+    /// a query), and a thousand such waiters would otherwise nest a thousand calls deep.
+    returning: Option<Vec<ServerId>>,
+    /// Reader sessions whose read waits for a replica to catch up, and when they are next
+    /// routed again (`reads.rs`).
+    read_waits: Vec<ClientId>,
+    next_read_recheck: Option<Instant>,
+    /// Pools registered before any client, for `min_pool_size` (`warmup.rs`).
+    warm: Vec<warmup::WarmPool>,
+    /// When a full pool was last checked for being held entirely by pinned clients (the
+    /// check walks the clients, so it runs at most once a second, and warns once a minute).
+    pinned_check: PinnedCheck,
+}
+
+impl Linker {
+    pub(in crate::engine) fn new(
+        pools: PoolSlice<ServerId, ClientId>,
+        warm: Vec<warmup::WarmPool>,
+    ) -> Linker {
+        Linker {
+            pools,
+            returning: None,
+            read_waits: Vec::new(),
+            next_read_recheck: None,
+            warm,
+            pinned_check: PinnedCheck::default(),
+        }
+    }
+
+    pub(in crate::engine) fn pools(&self) -> &PoolSlice<ServerId, ClientId> {
+        &self.pools
+    }
+
+    pub(in crate::engine) fn pools_mut(&mut self) -> &mut PoolSlice<ServerId, ClientId> {
+        &mut self.pools
+    }
+
+    /// When a full pool was last checked for being held by pinned clients.
+    pub(in crate::engine) fn pinned_check_mut(&mut self) -> &mut PinnedCheck {
+        &mut self.pinned_check
+    }
+
+    // ---- servers being put back ----
+
+    /// A server is to be put back: false when another is being put back already (this
+    /// one waits its turn, `next_return`); true when the caller puts it back now and then
+    /// drains the others.
+    pub(in crate::engine) fn begin_return(&mut self, id: ServerId) -> bool {
+        if let Some(queued) = self.returning.as_mut() {
+            queued.push(id);
+            return false;
+        }
+        self.returning = Some(Vec::new());
+        true
+    }
+
+    /// The next server released while one was being put back.
+    pub(in crate::engine) fn next_return(&mut self) -> Option<ServerId> {
+        self.returning.as_mut().and_then(|queued| queued.pop())
+    }
+
+    /// Every server released meanwhile was put back.
+    pub(in crate::engine) fn end_returns(&mut self) {
+        self.returning = None;
+    }
+
+    // ---- reads waiting for a replica ----
+
+    /// Reader session `id`'s read waits for a replica to catch up; the recheck timer is
+    /// armed for `at` unless it is already earlier.
+    pub(in crate::engine) fn wait_for_replica(&mut self, id: ClientId, at: Instant) {
+        self.read_waits.push(id);
+        self.next_read_recheck.get_or_insert(at);
+    }
+
+    /// The recheck timer fired: the sessions whose reads waited.
+    pub(in crate::engine) fn take_read_waits(&mut self) -> Vec<ClientId> {
+        self.next_read_recheck = None;
+        std::mem::take(&mut self.read_waits)
+    }
+
+    /// The next time waiting reads are routed again.
+    pub(in crate::engine) fn read_recheck_at(&self) -> Option<Instant> {
+        self.next_read_recheck
+    }
+}

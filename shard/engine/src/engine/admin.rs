@@ -3,15 +3,16 @@
 //! listings its sessions gather from every shard, and the shutdown under way.
 
 use crate::command::ShutdownMode;
+use crate::control::Gates;
 use crate::services::Console;
 
 /// The shard's admin state.
 pub(crate) struct Admin {
     /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`gates.rs`).
-    pub(super) controls: super::gates::Controls,
-    pub(super) listings: super::upkeep::Listings,
-    pub(super) console: Box<dyn Console>,
-    pub(super) shutdown: Option<ShutdownMode>,
+    controls: super::gates::Controls,
+    listings: super::upkeep::Listings,
+    console: Box<dyn Console>,
+    shutdown: Option<ShutdownMode>,
 }
 
 impl Admin {
@@ -27,5 +28,47 @@ impl Admin {
     /// Shutdown was asked for.
     pub(super) fn is_shutting_down(&self) -> bool {
         self.shutdown.is_some()
+    }
+
+    /// The shutdown under way, if any.
+    pub(super) fn shutdown(&self) -> Option<ShutdownMode> {
+        self.shutdown
+    }
+
+    /// A shutdown was asked for: the strictest mode asked so far applies.
+    pub(super) fn shut_down(&mut self, mode: ShutdownMode) {
+        self.shutdown = Some(self.shutdown.map_or(mode, |current| current.max(mode)));
+    }
+
+    /// The gates PAUSE, SUSPEND and DISABLE left.
+    pub(super) fn gates(&self) -> &Gates {
+        &self.controls.gates
+    }
+
+    pub(super) fn gates_mut(&mut self) -> &mut Gates {
+        &mut self.controls.gates
+    }
+
+    /// The admin commands in progress.
+    pub(super) fn controls(&self) -> &super::gates::Controls {
+        &self.controls
+    }
+
+    pub(super) fn controls_mut(&mut self) -> &mut super::gates::Controls {
+        &mut self.controls
+    }
+
+    /// The listings this shard's console sessions are gathering.
+    pub(super) fn listings_mut(&mut self) -> &mut super::upkeep::Listings {
+        &mut self.listings
+    }
+
+    /// The console service and the gates at once, for a session's statement.
+    pub(super) fn console_and_gates(&mut self) -> (&mut dyn Console, &Gates) {
+        (self.console.as_mut(), &self.controls.gates)
+    }
+
+    pub(super) fn console_mut(&mut self) -> &mut dyn Console {
+        self.console.as_mut()
     }
 }

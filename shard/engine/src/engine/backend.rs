@@ -359,7 +359,7 @@ impl Engine {
             return;
         }
         let shutting_down =
-            self.admin.shutdown >= Some(crate::command::ShutdownMode::WaitForTransactions);
+            self.admin.shutdown() >= Some(crate::command::ShutdownMode::WaitForTransactions);
         if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
         {
             self.release_server(server_id);

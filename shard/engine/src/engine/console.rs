@@ -60,7 +60,7 @@ impl Engine {
             max_message_len: MAX_ADMIN_QUERY_BYTES,
             ..pgtier_wire::FrameLimits::default()
         };
-        let mut listing = self.admin.listings.take_ready(id);
+        let mut listing = self.admin.listings_mut().take_ready(id);
         let mut out = BytesMut::new();
         loop {
             let Some(client) = self.clients.get_mut(id.0) else {
@@ -69,7 +69,7 @@ impl Engine {
             let Some((input, session)) = client.console_input_mut() else {
                 return;
             };
-            if self.admin.controls.is_asking(id) {
+            if self.admin.controls().is_asking(id) {
                 // Its control command waits for the shards; what follows waits behind it.
                 break;
             }
@@ -94,7 +94,11 @@ impl Engine {
             // protocol is for drivers reading SHOW output.
             let admin = session.rights() == ConsoleRights::Admin;
             let control = match (header.code, messages::query_text(body)) {
-                (b'Q', Some(query)) => self.admin.console.control(query, admin, &self.env.config),
+                (b'Q', Some(query)) => {
+                    self.admin
+                        .console_mut()
+                        .control(query, admin, &self.env.config)
+                }
                 _ => None,
             };
             if let Some(request) = control {
@@ -119,11 +123,11 @@ impl Engine {
             }
             let wants_listing = session
                 .query_to_run(header.code, body)
-                .is_some_and(|query| self.admin.console.needs_listing(query));
+                .is_some_and(|query| self.admin.console_mut().needs_listing(query));
             if wants_listing && listing.is_none() {
-                if !self.admin.listings.is_gathering(id) {
+                if !self.admin.listings_mut().is_gathering(id) {
                     self.start_listing(id);
-                    listing = self.admin.listings.take_ready(id);
+                    listing = self.admin.listings_mut().take_ready(id);
                 }
                 if listing.is_none() {
                     break;
@@ -131,10 +135,11 @@ impl Engine {
                 continue;
             }
             let frame = input.buffer_mut().split_to(header.frame_len());
+            let (console, gates) = self.admin.console_and_gates();
             let mut answerer = SessionAnswerer {
-                console: self.admin.console.as_mut(),
+                console,
                 config: &self.env.config,
-                gates: &self.admin.controls.gates,
+                gates,
                 rights: session.rights(),
                 listing: listing.as_ref(),
             };

@@ -123,9 +123,8 @@ impl Engine {
             ControlRequest::Op(op) => {
                 if let Some(refusal) = self
                     .admin
-                    .controls
-                    .gates
-                    .refusal(&op, self.admin.shutdown.is_some())
+                    .gates()
+                    .refusal(&op, self.admin.is_shutting_down())
                 {
                     console_error(out, &refusal);
                     return false;
@@ -143,8 +142,8 @@ impl Engine {
 
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
-        self.admin.controls.next_request_id += 1;
-        let request_id = self.admin.controls.next_request_id;
+        self.admin.controls_mut().next_request_id += 1;
+        let request_id = self.admin.controls_mut().next_request_id;
         let shards: Vec<usize> = match &op {
             ControlOp::KillClient { shard, .. } => vec![*shard],
             _ => (0..self.env.shared.shards()).collect(),
@@ -156,7 +155,7 @@ impl Engine {
             self.answer_console(id, op.tag(), Some("client not found".to_string()));
             return;
         }
-        self.admin.controls.asked.push(Asked {
+        self.admin.controls_mut().asked.push(Asked {
             request_id,
             client: id,
             tag: op.tag(),
@@ -184,15 +183,15 @@ impl Engine {
     pub(super) fn apply_control(&mut self, from: usize, request_id: u64, op: ControlOp) {
         let result = match &op {
             ControlOp::Pause(scope) => {
-                self.admin.controls.gates.pause(scope);
+                self.admin.gates_mut().pause(scope);
                 self.hold_waiters_of(scope);
                 self.close_idle_servers_of(scope);
                 Ok(())
             }
             ControlOp::Resume(scope) => {
-                let was_suspended = self.admin.controls.gates.is_suspended();
-                self.admin.controls.gates.resume(scope);
-                if was_suspended && !self.admin.controls.gates.is_suspended() {
+                let was_suspended = self.admin.gates().is_suspended();
+                self.admin.gates_mut().resume(scope);
+                if was_suspended && !self.admin.gates().is_suspended() {
                     self.resume_reading();
                 }
                 self.release_paused_clients();
@@ -205,21 +204,21 @@ impl Engine {
             ControlOp::WaitClose(_) => Ok(()),
             ControlOp::Kill(database) => {
                 let scope = Scope::Database(database.clone());
-                self.admin.controls.gates.pause(&scope);
+                self.admin.gates_mut().pause(&scope);
                 self.kill_database(&scope);
                 Ok(())
             }
             ControlOp::KillClient { key, .. } => self.kill_client(*key),
             ControlOp::Disable(database) => {
-                self.admin.controls.gates.set_disabled(database, true);
+                self.admin.gates_mut().set_disabled(database, true);
                 Ok(())
             }
             ControlOp::Enable(database) => {
-                self.admin.controls.gates.set_disabled(database, false);
+                self.admin.gates_mut().set_disabled(database, false);
                 Ok(())
             }
             ControlOp::Suspend => {
-                self.admin.controls.gates.suspend();
+                self.admin.gates_mut().suspend();
                 self.suspend_reading();
                 Ok(())
             }
@@ -233,7 +232,7 @@ impl Engine {
             Ok(()) if self.control_condition_holds(&op) => {
                 self.control_answered(from, request_id, None);
             }
-            Ok(()) => self.admin.controls.waiting.push(Waiting {
+            Ok(()) => self.admin.controls_mut().waiting.push(Waiting {
                 from,
                 request_id,
                 op,
@@ -257,14 +256,14 @@ impl Engine {
     pub(super) fn on_control_done(&mut self, request_id: u64, error: Option<String>) {
         let Some(index) = self
             .admin
-            .controls
+            .controls_mut()
             .asked
             .iter()
             .position(|asked| asked.request_id == request_id)
         else {
             return;
         };
-        let asked = &mut self.admin.controls.asked[index];
+        let asked = &mut self.admin.controls_mut().asked[index];
         asked.missing = asked.missing.saturating_sub(1);
         if asked.error.is_none() {
             asked.error = error;
@@ -272,7 +271,7 @@ impl Engine {
         if asked.missing > 0 {
             return;
         }
-        let asked = self.admin.controls.asked.swap_remove(index);
+        let asked = self.admin.controls_mut().asked.swap_remove(index);
         self.answer_console(asked.client, asked.tag, asked.error);
     }
 
@@ -298,13 +297,13 @@ impl Engine {
     /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
     /// times out clients a pause held past `query_wait_timeout`.
     pub(super) fn progress_controls(&mut self) {
-        if !self.admin.controls.waiting.is_empty() {
-            let waiting = std::mem::take(&mut self.admin.controls.waiting);
+        if !self.admin.controls_mut().waiting.is_empty() {
+            let waiting = std::mem::take(&mut self.admin.controls_mut().waiting);
             for entry in waiting {
                 if self.control_condition_holds(&entry.op) {
                     self.control_answered(entry.from, entry.request_id, None);
                 } else {
-                    self.admin.controls.waiting.push(entry);
+                    self.admin.controls_mut().waiting.push(entry);
                 }
             }
         }
@@ -396,18 +395,21 @@ impl Engine {
     /// Under SUSPEND every database's new transactions wait, those of clients that
     /// connected since included.
     pub(super) fn held_by_pause(&mut self, id: ClientId) -> bool {
-        let suspended = self.admin.controls.gates.is_suspended();
-        if !suspended && !self.admin.controls.gates.any_paused() {
+        let suspended = self.admin.gates().is_suspended();
+        if !suspended && !self.admin.gates().any_paused() {
             return false;
         }
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return false;
         };
-        if !suspended && !self.admin.controls.gates.is_paused(session.database()) {
+        if !suspended && !self.admin.gates().is_paused(session.database()) {
             return false;
         }
-        if !self.admin.controls.is_paused_client(id) {
-            self.admin.controls.paused_clients.push((id, self.now));
+        if !self.admin.controls().is_paused_client(id) {
+            self.admin
+                .controls_mut()
+                .paused_clients
+                .push((id, self.now));
         }
         true
     }
@@ -419,12 +421,12 @@ impl Engine {
             return false;
         };
         server.close_needed()
-            || (self.admin.controls.gates.any_paused()
+            || (self.admin.gates().any_paused()
                 && self
                     .linker
                     .pools()
                     .key(server.pool())
-                    .is_some_and(|key| self.admin.controls.gates.is_paused(&key.database)))
+                    .is_some_and(|key| self.admin.gates().is_paused(&key.database)))
     }
 
     /// Clients already parked in the pools of `scope` wait for the RESUME instead.
@@ -443,7 +445,7 @@ impl Engine {
 
     /// RESUME: every held client whose database is no longer paused asks for its server.
     fn release_paused_clients(&mut self) {
-        let held = std::mem::take(&mut self.admin.controls.paused_clients);
+        let held = std::mem::take(&mut self.admin.controls_mut().paused_clients);
         for (id, since) in held {
             let still_waiting = self.clients.get(id.0).is_some_and(|client| {
                 matches!(
@@ -458,7 +460,7 @@ impl Engine {
             if self.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
                 self.need_server(id);
             } else {
-                self.admin.controls.paused_clients.push((id, since));
+                self.admin.controls_mut().paused_clients.push((id, since));
             }
         }
     }
@@ -468,38 +470,41 @@ impl Engine {
             .get(id.0)
             .and_then(|client| client.session())
             .is_some_and(|session| {
-                self.admin.controls.gates.is_suspended()
-                    || self.admin.controls.gates.is_paused(session.database())
+                self.admin.gates().is_suspended()
+                    || self.admin.gates().is_paused(session.database())
             })
     }
 
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
     /// clients that left are forgotten.
     fn expire_paused_clients(&mut self) {
-        if self.admin.controls.paused_clients.is_empty() {
+        if self.admin.controls_mut().paused_clients.is_empty() {
             return;
         }
         let timeout = Engine::enabled(self.env.config.pgtier.query_wait_timeout);
         let now = self.now;
         let mut expired = Vec::new();
         let clients = &self.clients;
-        self.admin.controls.paused_clients.retain(|(id, since)| {
-            let waiting = clients.get(id.0).is_some_and(|client| {
-                matches!(
-                    client.state(),
-                    ClientState::Joining { ticket: None, .. }
-                        | ClientState::Queued { ticket: None, .. }
-                )
+        self.admin
+            .controls_mut()
+            .paused_clients
+            .retain(|(id, since)| {
+                let waiting = clients.get(id.0).is_some_and(|client| {
+                    matches!(
+                        client.state(),
+                        ClientState::Joining { ticket: None, .. }
+                            | ClientState::Queued { ticket: None, .. }
+                    )
+                });
+                if !waiting {
+                    return false;
+                }
+                if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
+                    expired.push(*id);
+                    return false;
+                }
+                true
             });
-            if !waiting {
-                return false;
-            }
-            if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
-                expired.push(*id);
-                return false;
-            }
-            true
-        });
         for id in expired {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
             self.close_client(id, Some(error));
@@ -522,7 +527,7 @@ impl Engine {
 
     /// Idle servers of paused databases (one that finished its login during the pause).
     pub(super) fn close_idle_servers_of_paused(&mut self) {
-        if !self.admin.controls.gates.any_paused() {
+        if !self.admin.gates().any_paused() {
             return;
         }
         let idle: Vec<ServerId> = self

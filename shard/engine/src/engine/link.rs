@@ -583,7 +583,7 @@ impl Engine {
         };
         let client_id = server.client();
         server.start_releasing(self.now);
-        let closing_at_shutdown = self.admin.shutdown >= Some(ShutdownMode::WaitForTransactions);
+        let closing_at_shutdown = self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions);
         if let Some(client_id) = client_id
             && let Some(client) = self.clients.get_mut(client_id.0)
         {
@@ -675,7 +675,7 @@ impl Engine {
             return;
         }
         // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
-        if self.admin.shutdown > Some(ShutdownMode::WaitForClients)
+        if self.admin.shutdown() > Some(ShutdownMode::WaitForClients)
             && self.linker.pools().waiting(pool) == 0
         {
             self.close_server(id);

@@ -121,7 +121,7 @@ impl Engine {
         };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
-        if self.admin.controls.gates.is_disabled(&database) {
+        if self.admin.gates().is_disabled(&database) {
             // DISABLE db, with PgBouncer's words.
             let message = format!("database does not allow connections: {database}");
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message);

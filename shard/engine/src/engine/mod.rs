@@ -242,7 +242,7 @@ impl Engine {
                 "no more connections allowed (max_client_conn)",
             );
             self.close_client(id, Some(error));
-        } else if self.admin.shutdown > Some(ShutdownMode::WaitForClients) {
+        } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
@@ -645,7 +645,7 @@ impl Engine {
         };
         if client.backlog_mut().unpause() {
             // Under SUSPEND it stays unread; RESUME reads it again.
-            if !self.admin.controls.gates.is_suspended() {
+            if !self.admin.gates().is_suspended() {
                 self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
             }
         }
@@ -656,7 +656,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if server.io_mut().unpause() && !self.admin.controls.gates.is_suspended() {
+        if server.io_mut().unpause() && !self.admin.gates().is_suspended() {
             self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }

@@ -133,7 +133,7 @@ impl Engine {
         self.expire_listings();
         self.close_idle_servers_of_paused();
         self.progress_controls();
-        if self.admin.shutdown.is_some() {
+        if self.admin.is_shutting_down() {
             self.progress_shutdown();
         }
         self.fold_counters();
@@ -271,7 +271,7 @@ impl Engine {
 
     /// Warmup to `min_pool_size`, and pools whose clients wait with nothing being opened.
     fn open_wanted_servers(&mut self) {
-        if self.admin.shutdown.is_some() {
+        if self.admin.is_shutting_down() {
             return;
         }
         let mut opens: Vec<PoolId> = Vec::new();
@@ -281,7 +281,7 @@ impl Engine {
             self.linker
                 .pools()
                 .key(*pool)
-                .is_none_or(|key| !self.admin.controls.gates.is_paused(&key.database))
+                .is_none_or(|key| !self.admin.gates().is_paused(&key.database))
         });
         for pool in opens {
             self.open_server(pool);
@@ -340,7 +340,7 @@ impl Engine {
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client
     /// is left to use them.
     fn progress_shutdown(&mut self) {
-        let Some(mode) = self.admin.shutdown else {
+        let Some(mode) = self.admin.shutdown() else {
             return;
         };
         let clients: Vec<(ClientId, bool)> = self
@@ -419,11 +419,7 @@ impl Engine {
                 info!(shard = self.env.shard, "configuration reloaded");
             }
             Command::Shutdown(mode) => {
-                self.admin.shutdown = Some(
-                    self.admin
-                        .shutdown
-                        .map_or(mode, |current| current.max(mode)),
-                );
+                self.admin.shut_down(mode);
                 self.progress_shutdown();
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
@@ -504,9 +500,9 @@ impl Engine {
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
     pub(super) fn start_listing(&mut self, id: ClientId) {
-        self.admin.listings.next_request_id += 1;
-        let request_id = self.admin.listings.next_request_id;
-        self.admin.listings.pending.push(PendingListing {
+        self.admin.listings_mut().next_request_id += 1;
+        let request_id = self.admin.listings_mut().next_request_id;
+        self.admin.listings_mut().pending.push(PendingListing {
             request_id,
             client: id,
             deadline: self.now + LISTING_WAIT,
@@ -531,7 +527,7 @@ impl Engine {
         let shards = self.env.shared.shards();
         let pending = self
             .admin
-            .listings
+            .listings_mut()
             .pending
             .iter_mut()
             .find(|p| p.request_id == request_id && p.ready.is_none())?;
@@ -549,7 +545,7 @@ impl Engine {
         let now = self.now;
         let shards = self.env.shared.shards();
         let mut expired = Vec::new();
-        for pending in &mut self.admin.listings.pending {
+        for pending in &mut self.admin.listings_mut().pending {
             if pending.ready.is_none() && pending.deadline <= now {
                 let missing = (0..shards)
                     .filter(|shard| !pending.parts.iter().any(|p| p.shard == *shard))
@@ -563,7 +559,10 @@ impl Engine {
             if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {
                 self.on_console_bytes(client);
             } else {
-                self.admin.listings.pending.retain(|p| p.client != client);
+                self.admin
+                    .listings_mut()
+                    .pending
+                    .retain(|p| p.client != client);
             }
         }
     }

@@ -110,20 +110,20 @@ impl Engine {
             .or_else(|| self.env.users.get(&key.server_user))
             .or_else(|| {
                 self.clients
-                    .logins
-                    .lookups
+                    .logins()
+                    .lookups()
                     .secret(&key.database, &key.server_user)
                     .map(str::to_string)
             });
         let client_key = self
             .clients
-            .logins
-            .secrets
+            .logins()
+            .secrets()
             .client_key(&key.server_user)
             .or_else(|| {
                 self.clients
-                    .logins
-                    .lookups
+                    .logins()
+                    .lookups()
                     .client_key(&key.database, &key.server_user)
             });
         let credentials = Credentials {

@@ -12,21 +12,21 @@ use crate::tls::TlsAcceptor;
 /// The shard's clients and their login caches.
 pub(crate) struct ClientTable {
     slab: Slab<ClientConn>,
-    pub(super) logins: Logins,
+    logins: Logins,
 }
 
 /// What logins consult, beside the clients themselves.
 pub(crate) struct Logins {
-    pub(super) secrets: SecretCache,
+    secrets: SecretCache,
     /// Secrets found with `auth_query`.
-    pub(super) lookups: crate::client::lookup::LookupCache,
+    lookups: crate::client::lookup::LookupCache,
     /// Session-state effects of recently classified texts.
-    pub(super) texts: crate::client::texts::TextCache,
+    texts: crate::client::texts::TextCache,
     /// Sessions' user and database names, shared.
-    pub(super) names: crate::names::Names,
-    pub(super) keys: CancelKeys,
+    names: crate::names::Names,
+    keys: CancelKeys,
     /// TLS for clients (replaced on reload).
-    pub(super) acceptor: Option<TlsAcceptor>,
+    acceptor: Option<TlsAcceptor>,
 }
 
 impl ClientTable {
@@ -42,6 +42,14 @@ impl ClientTable {
                 acceptor,
             },
         }
+    }
+
+    pub(super) fn logins(&self) -> &Logins {
+        &self.logins
+    }
+
+    pub(super) fn logins_mut(&mut self) -> &mut Logins {
+        &mut self.logins
     }
 
     /// A client and the login caches at once, for the steps that read the one into the
@@ -87,5 +95,63 @@ impl ClientTable {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.slab.is_empty()
+    }
+}
+
+impl Logins {
+    /// The secrets of the auth file's users, and what their logins taught.
+    pub(super) fn secrets(&self) -> &SecretCache {
+        &self.secrets
+    }
+
+    /// The secrets found with `auth_query`.
+    pub(super) fn lookups(&self) -> &crate::client::lookup::LookupCache {
+        &self.lookups
+    }
+
+    pub(super) fn lookups_mut(&mut self) -> &mut crate::client::lookup::LookupCache {
+        &mut self.lookups
+    }
+
+    /// What a password exchange of `user` on `database` reads: the secret `auth_query`
+    /// found, if any, and the secret cache it may learn into.
+    pub(super) fn auth_caches(
+        &mut self,
+        database: &str,
+        user: &str,
+    ) -> (Option<&str>, &mut SecretCache) {
+        (self.lookups.secret(database, user), &mut self.secrets)
+    }
+
+    /// Session-state effects of recently classified texts.
+    pub(super) fn texts_mut(&mut self) -> &mut crate::client::texts::TextCache {
+        &mut self.texts
+    }
+
+    /// A user or database name, shared with every session of the same name.
+    pub(super) fn intern(&mut self, name: &str) -> std::sync::Arc<str> {
+        self.names.intern(name)
+    }
+
+    /// The cancel keys handed to this shard's clients.
+    pub(super) fn keys(&self) -> &CancelKeys {
+        &self.keys
+    }
+
+    pub(super) fn keys_mut(&mut self) -> &mut CancelKeys {
+        &mut self.keys
+    }
+
+    /// TLS for clients, when configured.
+    pub(super) fn acceptor(&self) -> Option<&TlsAcceptor> {
+        self.acceptor.as_ref()
+    }
+
+    /// A reload: new connections use the new TLS configuration, and secrets are read
+    /// again from the new auth file and `auth_query`.
+    pub(super) fn reloaded(&mut self, acceptor: Option<TlsAcceptor>) {
+        self.acceptor = acceptor;
+        self.secrets.clear();
+        self.lookups.clear();
     }
 }

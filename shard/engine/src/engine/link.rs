@@ -305,9 +305,7 @@ impl Engine {
         };
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| {
-                    self.servers.resolver.resolve(host, port)
-                })
+                ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port))
             }
             pgtier_core::config::ServerSet::Replicas(set) => set
                 .primary
@@ -502,7 +500,7 @@ impl Engine {
         let shared = ForwardShared {
             registry,
             scratch,
-            texts: &mut logins.texts,
+            texts: logins.texts_mut(),
             digests: self.stats.digests_mut(),
         };
         let options = ForwardOptions {

@@ -202,10 +202,7 @@ impl ShardView<'_> {
         let db = self.env.config.database(database)?;
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| {
-                    self.servers.resolver.resolve(host, port)
-                })
-                .ok()
+                ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port)).ok()
             }
             pgtier_core::config::ServerSet::Replicas(set) => {
                 set.replicas.first().copied().map(ServerAddr::Tcp)

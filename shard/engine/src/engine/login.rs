@@ -149,7 +149,7 @@ impl Engine {
         let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        let (user, database) = (logins.names.intern(&user), logins.names.intern(&database));
+        let (user, database) = (logins.intern(&user), logins.intern(&database));
         client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
@@ -184,11 +184,12 @@ impl Engine {
         };
         let (user, database) = (session.user().clone(), session.database().clone());
         let channel_binding = self.channel_binding_of(id);
+        let (looked_up, secrets) = self.clients.logins_mut().auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
             users: &self.env.users,
-            looked_up: self.clients.logins.lookups.secret(&database, &user),
-            secrets: &mut self.clients.logins.secrets,
+            looked_up,
+            secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
@@ -283,11 +284,12 @@ impl Engine {
             .tls()
             .and_then(|tls| tls.session.local_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
+        let (looked_up, secrets) = logins.auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
             users: &self.env.users,
-            looked_up: logins.lookups.secret(&database, &user),
-            secrets: &mut logins.secrets,
+            looked_up,
+            secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
@@ -304,8 +306,8 @@ impl Engine {
                 if let Some(key) = client_key {
                     // A looked-up SCRAM secret logs the client's servers in with it.
                     self.clients
-                        .logins
-                        .lookups
+                        .logins_mut()
+                        .lookups_mut()
                         .remember_client_key(&database, &user, key);
                 }
                 if let Some(final_message) = final_message {
@@ -571,7 +573,7 @@ impl Engine {
         let Some(session) = client.session_mut() else {
             return false;
         };
-        let key = match logins.keys.issue(id, pid, self.random.as_mut()) {
+        let key = match logins.keys_mut().issue(id, pid, self.random.as_mut()) {
             Ok(key) => key,
             Err(error) => {
                 self.close_client(id, Some(auth::no_randomness(error)));

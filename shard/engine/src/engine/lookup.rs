@@ -37,8 +37,8 @@ impl Engine {
             .clone()?;
         if self
             .clients
-            .logins
-            .lookups
+            .logins()
+            .lookups()
             .is_fresh(session.database(), session.user(), self.now)
         {
             return None;
@@ -162,8 +162,8 @@ impl Engine {
         match result {
             Ok(found) => {
                 self.clients
-                    .logins
-                    .lookups
+                    .logins_mut()
+                    .lookups_mut()
                     .store(&database, &user, found, self.now);
                 self.begin_exchange(id, method);
             }

@@ -463,8 +463,8 @@ impl Engine {
     /// The TLS configurations in use, as a reload hands them on.
     fn tls_sides(&self) -> crate::tls::TlsSides {
         crate::tls::TlsSides {
-            acceptor: self.clients.logins.acceptor.clone(),
-            connector: self.servers.connector.clone(),
+            acceptor: self.clients.logins().acceptor().cloned(),
+            connector: self.servers.connector().cloned(),
         }
     }
 
@@ -549,7 +549,7 @@ impl Engine {
         }
         if let Some(session) = session {
             if let Some(key) = session.key() {
-                self.clients.logins.keys.forget(key);
+                self.clients.logins_mut().keys_mut().forget(key);
             }
             match session.reads() {
                 // A reader session registered its pool on the primary and each replica pool

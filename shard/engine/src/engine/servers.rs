@@ -12,12 +12,12 @@ use crate::tls::TlsConnector;
 pub(crate) struct ServerTable {
     slab: Slab<ServerConn>,
     /// Named statements of this shard's transaction-mode clients, interned.
-    pub(super) statements: crate::prepared::Registry,
+    statements: crate::prepared::Registry,
     /// Where the messages pgtier writes of its own are built.
-    pub(super) scratch: bytes::BytesMut,
-    pub(super) resolver: Box<dyn Resolver>,
+    scratch: bytes::BytesMut,
+    resolver: Box<dyn Resolver>,
     /// TLS for servers (replaced on reload).
-    pub(super) connector: Option<TlsConnector>,
+    connector: Option<TlsConnector>,
 }
 
 impl ServerTable {
@@ -58,6 +58,21 @@ impl ServerTable {
             &mut self.statements,
             &mut self.scratch,
         ))
+    }
+
+    /// Resolves a configured host name (the driver's resolver).
+    pub(super) fn resolve(&self, host: &str, port: u16) -> Result<std::net::SocketAddr, String> {
+        self.resolver.resolve(host, port)
+    }
+
+    /// TLS for servers, when configured.
+    pub(super) fn connector(&self) -> Option<&TlsConnector> {
+        self.connector.as_ref()
+    }
+
+    /// A reload: new server connections use the new TLS configuration.
+    pub(super) fn reloaded(&mut self, connector: Option<TlsConnector>) {
+        self.connector = connector;
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (SlotRef, &ServerConn)> {

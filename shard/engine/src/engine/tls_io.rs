@@ -116,7 +116,7 @@ impl Engine {
         let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return false;
         };
-        let Some(acceptor) = logins.acceptor.as_ref() else {
+        let Some(acceptor) = logins.acceptor() else {
             debug!(?id, "direct TLS attempted but TLS is not configured");
             self.close_client(id, None);
             return false;
@@ -180,7 +180,7 @@ impl Engine {
             self.protocol_error(id, "SSL negotiation over an encrypted connection");
             return false;
         }
-        let Some(acceptor) = logins.acceptor.as_ref() else {
+        let Some(acceptor) = logins.acceptor() else {
             self.send(Conn::Client(id), Bytes::from_static(b"N"));
             return true;
         };
@@ -234,7 +234,7 @@ impl Engine {
     /// A server connected: an SSLRequest first when server TLS is on. Returns whether one
     /// was sent (the login then waits for its answer).
     pub(super) fn negotiate_server_tls(&mut self, id: ServerId) -> bool {
-        if self.servers.connector.is_none() {
+        if self.servers.connector().is_none() {
             return false;
         }
         let Some(server) = self.servers.get_mut(id.0) else {
@@ -269,7 +269,7 @@ impl Engine {
         match answer {
             b'S' => {
                 let name = self.tls_server_name(id);
-                let Some(connector) = self.servers.connector.as_ref() else {
+                let Some(connector) = self.servers.connector() else {
                     return;
                 };
                 let session = match TlsSession::connect(connector, &name) {

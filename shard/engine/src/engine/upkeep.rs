@@ -126,7 +126,7 @@ impl Engine {
         self.close_idle_servers();
         if !self.admin.is_shutting_down() {
             self.linker
-                .keep_pools_warm(&self.env, &*self.routing, &self.clients.logins, self.now);
+                .keep_pools_warm(&self.env, &*self.routing, self.clients.logins(), self.now);
         }
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
@@ -397,14 +397,12 @@ impl Engine {
             Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
             Command::Reload { config, users, tls } => {
                 // New connections use the new TLS configurations; running sessions keep theirs.
-                self.clients.logins.acceptor = tls.acceptor;
-                self.servers.connector = tls.connector;
+                self.clients.logins_mut().reloaded(tls.acceptor);
+                self.servers.reloaded(tls.connector);
                 self.env.limits = Limits::from_config(&config);
                 self.stats.configure(&config.pgtier, &self.env.shared);
                 self.env.config = config;
                 self.env.users = users;
-                self.clients.logins.secrets.clear();
-                self.clients.logins.lookups.clear();
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .linker
                     .pools()
@@ -481,7 +479,7 @@ impl Engine {
 
     /// Forwards a cancel only if the key's client still has a server running its query.
     fn handle_cancel(&mut self, key: CancelKey) {
-        let Some(client) = self.clients.logins.keys.lookup(key) else {
+        let Some(client) = self.clients.logins().keys().lookup(key) else {
             tracing::debug!("cancel request with an unknown key");
             return;
         };

@@ -133,7 +133,7 @@ fn can_log_in_alone(env: &Env, logins: &Logins, key: &PoolKey) -> bool {
     let stored = configured.or_else(|| env.users.get(&key.server_user));
     match stored {
         Some(secret) if crate::credentials::is_scram_secret(&secret) => {
-            logins.secrets.client_key(&key.server_user).is_some()
+            logins.secrets().client_key(&key.server_user).is_some()
         }
         _ => true,
     }

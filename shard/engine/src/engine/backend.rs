@@ -181,7 +181,7 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        let retry_at = self.login_retry_at();
+        let retry_at = self.env.login_retry_at(self.now);
         self.linker
             .pools_mut()
             .open_failed(pool, retry_at, Some(error.clone()));
@@ -210,7 +210,7 @@ impl Engine {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        let retry_at = self.login_retry_at();
+        let retry_at = self.env.login_retry_at(self.now);
         self.linker
             .pools_mut()
             .open_failed(pool, retry_at, Some(error));
@@ -237,7 +237,7 @@ impl Engine {
     /// Moves server output to the linked client; releases the server at the end of a
     /// transaction in transaction mode.
     pub(super) fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
-        if self.is_looking_up(client_id) {
+        if self.clients.is_looking_up(client_id) {
             self.on_lookup_answer(server_id, client_id);
             return;
         }
@@ -360,7 +360,8 @@ impl Engine {
         }
         let shutting_down =
             self.admin.shutdown() >= Some(crate::command::ShutdownMode::WaitForTransactions);
-        if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
+        if (mode == PoolMode::Transaction && !pinned && !self.clients.is_pinned(client_id))
+            || shutting_down
         {
             self.release_server(server_id);
         } else if scan.ready_seen {
@@ -388,13 +389,6 @@ impl Engine {
         if pending {
             self.forward(client_id, server_id);
         }
-    }
-
-    fn is_pinned(&self, id: ClientId) -> bool {
-        self.clients
-            .get(id.0)
-            .and_then(|client| client.session())
-            .is_some_and(|session| session.pins_server())
     }
 
     /// A client with more than `client_buffer_limit_bytes` queued pauses its server: a slow

@@ -96,6 +96,84 @@ impl ClientTable {
     pub(crate) fn is_empty(&self) -> bool {
         self.slab.is_empty()
     }
+
+    /// Whether `client_id` is waiting for its lookup's answer (`relay_to_client` hands the
+    /// server's bytes here instead of to the client).
+    pub(super) fn is_looking_up(&self, client_id: crate::ids::ClientId) -> bool {
+        self.get(client_id.0).is_some_and(|client| {
+            matches!(client.state(), crate::client::ClientState::LookingUp { .. })
+        })
+    }
+
+    /// A waiter left the pool's queue (handed a server, failed, moved): its ticket is spent.
+    pub(super) fn clear_ticket(&mut self, id: crate::ids::ClientId) {
+        if let Some(client) = self.get_mut(id.0) {
+            client.parked(None);
+        }
+    }
+
+    pub(super) fn reads_mut(
+        &mut self,
+        id: crate::ids::ClientId,
+    ) -> Option<&mut crate::client::reads::ReaderSession> {
+        self.get_mut(id.0)?.session_mut()?.reads_mut()
+    }
+
+    pub(super) fn set_pool(&mut self, id: crate::ids::ClientId, pool: pgtier_pool::PoolId) {
+        if let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.joined(pool);
+        }
+    }
+
+    /// A reader entry's session registered its pool on the primary.
+    pub(super) fn start_reader_session(
+        &mut self,
+        id: crate::ids::ClientId,
+        primary: pgtier_pool::PoolId,
+    ) {
+        if let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.become_reader(primary);
+        }
+    }
+
+    /// The SCRAM channel binding of pgtier's certificate, for a client on TLS.
+    pub(super) fn channel_binding_of(
+        &self,
+        id: crate::ids::ClientId,
+    ) -> Option<pgtier_wire::auth::ChannelBinding> {
+        let tls = self.get(id.0)?.tls()?;
+        pgtier_wire::auth::ChannelBinding::from_certificate(tls.session.local_certificate_der()?)
+            .ok()
+    }
+
+    pub(super) fn is_pinned(&self, id: crate::ids::ClientId) -> bool {
+        self.get(id.0)
+            .and_then(|client| client.session())
+            .is_some_and(|session| session.pins_server())
+    }
+
+    /// Gives back the call logs that remember nothing, so an idle client holds none. Done
+    /// here rather than at each answer: a busy session keeps its log from one transaction to
+    /// the next instead of allocating one per transaction.
+    pub(super) fn drop_empty_call_logs(&mut self) {
+        for client in self.values_mut() {
+            if let Some(session) = client.session_mut() {
+                if session.calls_mut().is_some_and(|calls| calls.is_empty()) {
+                    session.drop_calls();
+                }
+            }
+        }
+    }
+
+    pub(super) fn client_in(
+        &self,
+        id: crate::ids::ClientId,
+        scope: &crate::control::Scope,
+    ) -> bool {
+        self.get(id.0)
+            .and_then(|client| client.session())
+            .is_some_and(|session| scope.covers(session.database()))
+    }
 }
 
 impl Logins {

@@ -61,4 +61,29 @@ impl Env {
         let since = now.saturating_duration_since(self.started.0);
         self.started.1 + since
     }
+
+    pub(super) fn pool_mode_of(&self, database: &str, user: &str) -> pgtier_core::config::PoolMode {
+        self.config
+            .database(database)
+            .map_or(self.config.pgtier.pool_mode, |db| {
+                self.config.pool_mode(db, user)
+            })
+    }
+
+    pub(super) fn login_retry_at(&self, now: std::time::Instant) -> std::time::Instant {
+        now + self.config.pgtier.server_login_retry.duration()
+    }
+
+    /// What a console user may run: `None` for a user neither in `admin_users` nor in
+    /// `stats_users` (with `auth_type = any` everyone is an admin, as in PgBouncer).
+    pub(super) fn console_rights(&self, user: &str) -> Option<crate::services::ConsoleRights> {
+        let settings = &self.config.pgtier;
+        if settings.auth_type == pgtier_core::config::AuthType::Any || settings.is_admin(user) {
+            Some(crate::services::ConsoleRights::Admin)
+        } else if settings.is_stats_user(user) {
+            Some(crate::services::ConsoleRights::Stats)
+        } else {
+            None
+        }
+    }
 }

@@ -384,13 +384,6 @@ impl Engine {
             .is_some_and(|key| scope.covers(&key.database))
     }
 
-    fn client_in(&self, id: ClientId, scope: &Scope) -> bool {
-        self.clients
-            .get(id.0)
-            .and_then(|client| client.session())
-            .is_some_and(|session| scope.covers(session.database()))
-    }
-
     /// A client about to take a server: true (and it is held) when its database is paused.
     /// Under SUSPEND every database's new transactions wait, those of clients that
     /// connected since included.
@@ -457,7 +450,7 @@ impl Engine {
             if !still_waiting {
                 continue;
             }
-            if self.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
+            if self.clients.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
                 self.need_server(id);
             } else {
                 self.admin.controls_mut().paused_clients.push((id, since));
@@ -579,7 +572,7 @@ impl Engine {
             .clients
             .iter()
             .map(|(slot, _)| ClientId(slot))
-            .filter(|id| self.client_in(*id, scope))
+            .filter(|id| self.clients.client_in(*id, scope))
             .collect();
         for id in clients {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "database removed");

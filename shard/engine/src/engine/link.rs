@@ -120,7 +120,7 @@ impl Engine {
             if counts.opening >= counts.waiting {
                 return;
             }
-            if let Some(error) = self.failed_login_for(pool) {
+            if let Some(error) = self.linker.failed_login_for(pool, self.now) {
                 self.fail_waiters(pool, error);
                 return;
             }
@@ -173,31 +173,11 @@ impl Engine {
         }
     }
 
-    /// The memoed login failure of a pool whose clients must get it now (not on a replica,
-    /// whose waiters are re-routed instead).
-    fn failed_login_for(&self, pool: PoolId) -> Option<Bytes> {
-        let replica = matches!(
-            self.linker.pools().key(pool).map(|key| key.target),
-            Some(ServerTarget::Replica(_))
-        );
-        if replica {
-            return None;
-        }
-        self.linker.pools().login_failure(pool, self.now).cloned()
-    }
-
     /// Fails every client waiting on a pool with `error`.
     pub(super) fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
         while let Some(waiter) = self.linker.pools_mut().next_waiter(pool) {
-            self.clear_ticket(waiter);
+            self.clients.clear_ticket(waiter);
             self.close_client(waiter, Some(error.clone()));
-        }
-    }
-
-    /// A waiter left the pool's queue (handed a server, failed, moved): its ticket is spent.
-    fn clear_ticket(&mut self, id: ClientId) {
-        if let Some(client) = self.clients.get_mut(id.0) {
-            client.parked(None);
         }
     }
 
@@ -263,12 +243,12 @@ impl Engine {
             ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
             ServerTarget::Primary => self.primary_addr(&key.database),
         };
-        let mode = self.pool_mode_of(&key.database, &key.server_user);
+        let mode = self.env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
             Ok(addr) => addr,
             Err(message) => {
                 let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
-                let retry_at = self.login_retry_at();
+                let retry_at = self.env.login_retry_at(self.now);
                 self.linker
                     .pools_mut()
                     .open_failed(pool, retry_at, Some(error.clone()));
@@ -313,19 +293,6 @@ impl Engine {
                 .map(ServerAddr::Tcp)
                 .ok_or_else(|| "replica set is empty".to_string()),
         }
-    }
-
-    pub(super) fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
-        self.env
-            .config
-            .database(database)
-            .map_or(self.env.config.pgtier.pool_mode, |db| {
-                self.env.config.pool_mode(db, user)
-            })
-    }
-
-    pub(super) fn login_retry_at(&self) -> std::time::Instant {
-        self.now + self.env.config.pgtier.server_login_retry.duration()
     }
 
     /// A server idle longer than `server_check_delay` runs `server_check_query` before a
@@ -700,7 +667,7 @@ impl Engine {
     ) {
         match checkin {
             Checkin::Handoff { waiter, lease } => {
-                self.clear_ticket(waiter);
+                self.clients.clear_ticket(waiter);
                 self.link(waiter, lease);
             }
             Checkin::Pooled => {

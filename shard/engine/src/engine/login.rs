@@ -18,7 +18,7 @@ use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
-use crate::services::{Admission, AdmissionReply, ConsoleRights, Refusal};
+use crate::services::{Admission, AdmissionReply, Refusal};
 use crate::settings::MAX_STARTUP_BYTES;
 
 /// The request id of a client's admission: its slot, so a reply finds the client (or finds
@@ -183,7 +183,7 @@ impl Engine {
             return;
         };
         let (user, database) = (session.user().clone(), session.database().clone());
-        let channel_binding = self.channel_binding_of(id);
+        let channel_binding = self.clients.channel_binding_of(id);
         let (looked_up, secrets) = self.clients.logins_mut().auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
@@ -513,7 +513,7 @@ impl Engine {
                     session.joined(pool);
                 }
                 if reader_entry {
-                    self.start_reader_session(id, pool);
+                    self.clients.start_reader_session(id, pool);
                 }
                 Some(pool)
             }
@@ -659,19 +659,6 @@ impl Engine {
         }
     }
 
-    /// What a console user may run: `None` for a user neither in `admin_users` nor in
-    /// `stats_users` (with `auth_type = any` everyone is an admin, as in PgBouncer).
-    fn console_rights(&self, user: &str) -> Option<ConsoleRights> {
-        let settings = &self.env.config.pgtier;
-        if settings.auth_type == AuthType::Any || settings.is_admin(user) {
-            Some(ConsoleRights::Admin)
-        } else if settings.is_stats_user(user) {
-            Some(ConsoleRights::Stats)
-        } else {
-            None
-        }
-    }
-
     /// The admin console's welcome, once the password is right: pgtier's own parameters,
     /// the ones drivers read at connect (psycopg2, JDBC, libpq). A user without console
     /// rights gets PgBouncer's refusal.
@@ -682,7 +669,7 @@ impl Engine {
             .and_then(|c| c.session())
             .map(|s| s.user().clone())
             .unwrap_or_default();
-        let Some(rights) = self.console_rights(&user) else {
+        let Some(rights) = self.env.console_rights(&user) else {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed");
             self.close_client(id, Some(error));
             return;

@@ -110,14 +110,6 @@ impl Engine {
         self.send(Conn::Server(server_id), lookup::request(&query, &user));
     }
 
-    /// Whether `client_id` is waiting for its lookup's answer (`relay_to_client` hands the
-    /// server's bytes here instead of to the client).
-    pub(super) fn is_looking_up(&self, client_id: ClientId) -> bool {
-        self.clients
-            .get(client_id.0)
-            .is_some_and(|client| matches!(client.state(), ClientState::LookingUp { .. }))
-    }
-
     /// Bytes of the lookup's answer.
     pub(super) fn on_lookup_answer(&mut self, server_id: ServerId, client_id: ClientId) {
         let Some(server) = self.servers.get_mut(server_id.0) else {

@@ -119,7 +119,9 @@ impl Engine {
                 }
             }
         };
-        let mode = self.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
+        let mode = self
+            .env
+            .pool_mode_of(&parcel.key.database, &parcel.key.server_user);
         let prepared = mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0;
         let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, self.now);
         let Some(slot) = self.servers.insert(server) else {

@@ -12,7 +12,7 @@ use pgtier_core::config::{
 };
 use pgtier_pool::{PoolId, PoolKey, ServerTarget};
 
-use crate::client::reads::{ReadTxn, ReaderSession, Unit, scan_unit};
+use crate::client::reads::{ReadTxn, Unit, scan_unit};
 use crate::engine::Engine;
 use crate::ids::ClientId;
 use crate::prepared::ClientStatements;
@@ -73,13 +73,6 @@ pub(super) enum TxnRoute {
 }
 
 impl Engine {
-    /// A reader entry's session registered its pool on the primary.
-    pub(super) fn start_reader_session(&mut self, id: ClientId, primary: PoolId) {
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
-            session.become_reader(primary);
-        }
-    }
-
     /// Whether a reader session's next transaction must wait for more of its first unit
     /// before it can be routed.
     pub(super) fn needs_whole_unit(&mut self, id: ClientId) -> bool {
@@ -113,7 +106,10 @@ impl Engine {
     /// keep theirs).
     pub(super) fn route_transaction(&mut self, id: ClientId) -> TxnRoute {
         let now = self.now;
-        let scanned = self.reads_mut(id).and_then(|reads| reads.scanned.take());
+        let scanned = self
+            .clients
+            .reads_mut(id)
+            .and_then(|reads| reads.scanned.take());
         let Some(client) = self.clients.get(id.0) else {
             return TxnRoute::Go;
         };
@@ -190,13 +186,13 @@ impl Engine {
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 };
-                if let Some(reads) = self.reads_mut(id) {
+                if let Some(reads) = self.clients.reads_mut(id) {
                     reads.txn = ReadTxn::OnReplica {
                         ticket,
                         budget: Some(bytes),
                     };
                 }
-                self.set_pool(id, pool);
+                self.clients.set_pool(id, pool);
                 self.stats.read_on_replica();
                 TxnRoute::Go
             }
@@ -213,7 +209,7 @@ impl Engine {
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 }
-                if let Some(reads) = self.reads_mut(id) {
+                if let Some(reads) = self.clients.reads_mut(id) {
                     reads.txn = ReadTxn::AwaitingReplica { since };
                 }
                 if waiting_since.is_none() {
@@ -228,21 +224,11 @@ impl Engine {
         }
     }
 
-    fn reads_mut(&mut self, id: ClientId) -> Option<&mut ReaderSession> {
-        self.clients.get_mut(id.0)?.session_mut()?.reads_mut()
-    }
-
-    fn set_pool(&mut self, id: ClientId, pool: PoolId) {
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
-            session.joined(pool);
-        }
-    }
-
     fn run_on_primary(&mut self, id: ClientId, primary: PoolId, write: bool) {
-        if let Some(reads) = self.reads_mut(id) {
+        if let Some(reads) = self.clients.reads_mut(id) {
             reads.txn = ReadTxn::OnPrimary { write };
         }
-        self.set_pool(id, primary);
+        self.clients.set_pool(id, primary);
     }
 
     /// The session's pool on replica `addr`, registered on first use (same key as its
@@ -269,7 +255,7 @@ impl Engine {
             registered => registered,
         };
         let pool = registered.ok()?;
-        self.reads_mut(id)?.replicas.push((addr, pool));
+        self.clients.reads_mut(id)?.replicas.push((addr, pool));
         Some(pool)
     }
 
@@ -292,7 +278,7 @@ impl Engine {
     /// Clients taken off the pool of a replica that went Down: a reader session's read is
     /// routed again (elsewhere); other sessions move with their lease.
     pub(super) fn reroute(&mut self, id: ClientId) {
-        match self.reads_mut(id) {
+        match self.clients.reads_mut(id) {
             Some(reads) => {
                 reads.txn = ReadTxn::Between;
                 self.need_server(id);

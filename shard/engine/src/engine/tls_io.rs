@@ -18,7 +18,6 @@
 
 use bytes::Bytes;
 use pgtier_core::config::SslMode;
-use pgtier_wire::auth::ChannelBinding;
 use tracing::debug;
 
 use super::Engine;
@@ -221,12 +220,6 @@ impl Engine {
         let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
         self.close_client(id, Some(error));
         true
-    }
-
-    /// The SCRAM channel binding of pgtier's certificate, for a client on TLS.
-    pub(super) fn channel_binding_of(&self, id: ClientId) -> Option<ChannelBinding> {
-        let tls = self.clients.get(id.0)?.tls()?;
-        ChannelBinding::from_certificate(tls.session.local_certificate_der()?).ok()
     }
 
     // ---- servers ----

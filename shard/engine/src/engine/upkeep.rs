@@ -137,22 +137,9 @@ impl Engine {
             self.progress_shutdown();
         }
         self.fold_counters();
-        self.drop_empty_call_logs();
+        self.clients.drop_empty_call_logs();
         if self.env.config.pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
-        }
-    }
-
-    /// Gives back the call logs that remember nothing, so an idle client holds none. Done
-    /// here rather than at each answer: a busy session keeps its log from one transaction to
-    /// the next instead of allocating one per transaction.
-    fn drop_empty_call_logs(&mut self) {
-        for client in self.clients.values_mut() {
-            if let Some(session) = client.session_mut() {
-                if session.calls_mut().is_some_and(|calls| calls.is_empty()) {
-                    session.drop_calls();
-                }
-            }
         }
     }
 

@@ -101,4 +101,21 @@ impl Linker {
     pub(in crate::engine) fn read_recheck_at(&self) -> Option<Instant> {
         self.next_read_recheck
     }
+
+    /// The memoed login failure of a pool whose clients must get it now (not on a replica,
+    /// whose waiters are re-routed instead).
+    pub(in crate::engine) fn failed_login_for(
+        &self,
+        pool: pgtier_pool::PoolId,
+        now: Instant,
+    ) -> Option<bytes::Bytes> {
+        let replica = matches!(
+            self.pools().key(pool).map(|key| key.target),
+            Some(pgtier_pool::ServerTarget::Replica(_))
+        );
+        if replica {
+            return None;
+        }
+        self.pools().login_failure(pool, now).cloned()
+    }
 }

@@ -71,7 +71,7 @@ impl Engine {
             return;
         };
         let entry = self.env.config.database(&key.database);
-        let dbname = super::vacate::server_dbname(&self.env.config, key);
+        let dbname = super::linker::vacate::server_dbname(&self.env.config, key);
         let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
         // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
         // timezone) open every server of the entry. These are tracked parameters, so a client

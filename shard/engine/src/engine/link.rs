@@ -861,4 +861,53 @@ impl Engine {
         self.open_for_waiters(pool);
         self.linker.pools_mut().return_unused_slots(pool);
     }
+
+    /// A client's statement about to be forwarded needs these databases free
+    /// (`linker::vacate`): every shard (this one at once, the others through their
+    /// mailboxes) closes its idle servers of them.
+    pub(super) fn vacate_databases(&mut self, targets: Vec<pgtier_wire::database_ddl::Target>) {
+        for target in targets {
+            tracing::info!(
+                shard = self.env.shard,
+                database = %target.database,
+                statement = target.command.as_str(),
+                "a client's statement needs the database free of other sessions: \
+                 closing pgtier's idle servers of it on every shard"
+            );
+            let database: Arc<str> = target.database.into();
+            for shard in 0..self.env.shared.shards() {
+                if shard == self.env.shard {
+                    self.vacate_database(&database);
+                } else {
+                    self.outbox.push(Action::Post {
+                        shard,
+                        command: Command::VacateDatabase {
+                            database: Arc::clone(&database),
+                        },
+                    });
+                }
+            }
+        }
+    }
+
+    /// This shard's part: its idle servers of `database` close now, those being released
+    /// close once released, and the warmup of their pools waits.
+    pub(super) fn vacate_database(&mut self, database: &str) {
+        let Some((pools, closing)) = self.linker.vacate(&self.env.config, database, self.now)
+        else {
+            return;
+        };
+        let closed = closing.len();
+        for server in closing {
+            self.retire(server);
+        }
+        let releasing = self.servers.close_when_released(&pools);
+        tracing::info!(
+            shard = self.env.shard,
+            database,
+            closed,
+            releasing,
+            "closed idle servers of the database for a client's statement"
+        );
+    }
 }

@@ -46,7 +46,6 @@ mod tls_io;
 #[cfg(test)]
 mod tls_tests;
 mod upkeep;
-mod vacate;
 #[cfg(test)]
 mod vacate_tests;
 mod view;

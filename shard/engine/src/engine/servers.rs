@@ -75,12 +75,23 @@ impl ServerTable {
         self.connector = connector;
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (SlotRef, &ServerConn)> {
-        self.slab.iter()
+    /// The servers of `pools` still finishing with a departed client close once released
+    /// instead of going back (a database is being vacated): how many.
+    pub(super) fn close_when_released(&mut self, pools: &[pgtier_pool::PoolId]) -> usize {
+        let mut releasing = 0usize;
+        for server in self.slab.values_mut() {
+            if pools.contains(&server.pool())
+                && matches!(server.state(), crate::server::ServerState::Releasing { .. })
+            {
+                server.mark_close_needed();
+                releasing += 1;
+            }
+        }
+        releasing
     }
 
-    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut ServerConn> {
-        self.slab.values_mut()
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (SlotRef, &ServerConn)> {
+        self.slab.iter()
     }
 
     pub(super) fn insert(&mut self, server: ServerConn) -> Option<SlotRef> {

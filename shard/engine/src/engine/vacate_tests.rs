@@ -127,6 +127,6 @@ fn other_databases_are_untouched_and_the_warmup_waits() {
         0,
         "no refill while held"
     );
-    pair.advance(super::vacate::WARMUP_HOLD);
+    pair.advance(super::linker::vacate::WARMUP_HOLD);
     assert_eq!(pair.shards[1].live_servers().len(), 1, "the warmup resumes");
 }

@@ -3,6 +3,7 @@
 //! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
 //! that touches a client and a server together (`link.rs`).
 
+pub(super) mod vacate;
 pub(super) mod warmup;
 
 use std::time::Instant;

@@ -10,7 +10,7 @@ use crate::services::Console;
 pub(crate) struct Admin {
     /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`gates.rs`).
     controls: super::gates::Controls,
-    listings: super::upkeep::Listings,
+    listings: super::listings::Listings,
     console: Box<dyn Console>,
     shutdown: Option<ShutdownMode>,
 }
@@ -59,7 +59,7 @@ impl Admin {
     }
 
     /// The listings this shard's console sessions are gathering.
-    pub(super) fn listings_mut(&mut self) -> &mut super::upkeep::Listings {
+    pub(super) fn listings_mut(&mut self) -> &mut super::listings::Listings {
         &mut self.listings
     }
 

@@ -28,6 +28,7 @@ mod gauges;
 mod link;
 mod linker;
 mod listing;
+mod listings;
 mod login;
 mod lookup;
 mod moving;
@@ -42,6 +43,7 @@ mod servers;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod timeouts;
 mod tls_io;
 #[cfg(test)]
 mod tls_tests;

@@ -5,118 +5,18 @@
 //! every shard's rows for the admin console's sessions (`console.rs`), as `listing.rs`
 //! copies them out.
 
-use std::time::{Duration, Instant};
-
 use pgtier_pool::{Closing, PoolId, ServerTarget};
-use pgtier_wire::SqlState;
 use tracing::info;
 
 use crate::action::{Action, CloseHow, Conn};
 use crate::cancel::{CancelKey, shard_of};
-use crate::client::ClientState;
 use crate::command::{Command, ShutdownMode};
 use crate::engine::Engine;
+use crate::engine::timeouts::ClientTimeouts;
 use crate::ids::{ClientId, ServerId};
-use crate::listing::{Listing, ShardListing};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
 use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
-
-/// PgBouncer's client timeouts, `None` where disabled.
-struct ClientTimeouts {
-    login: Option<Duration>,
-    wait: Option<Duration>,
-    idle: Option<Duration>,
-    idle_in_transaction: Option<Duration>,
-    query: Option<Duration>,
-    /// An `auth_query` lookup, from parking on the `auth_user` pool to its answer.
-    lookup: Option<Duration>,
-}
-
-impl ClientTimeouts {
-    /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
-    fn expired(
-        &self,
-        client: &crate::client::ClientConn,
-        in_transaction: bool,
-        now: Instant,
-    ) -> Option<(SqlState, &'static str)> {
-        let over = |since: Instant, limit: Option<Duration>| {
-            limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
-        };
-        let query_started = client.session().and_then(|s| s.query_started());
-        match *client.state() {
-            ClientState::Startup
-            | ClientState::Authenticating(_)
-            | ClientState::LookingUp { .. }
-                if over(client.info().connected_at(), self.login) =>
-            {
-                Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
-            }
-            ClientState::LookingUp { since, .. } if over(since, self.lookup) => {
-                Some((sqlstate::CONNECTION_FAILURE, "server_connect_timeout"))
-            }
-            ClientState::Routing { since, .. } if over(since, self.wait) => {
-                Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
-            }
-            ClientState::Idle { since }
-                if over(since.max(client.info().last_active()), self.idle) =>
-            {
-                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
-            }
-            ClientState::Console { .. } if over(client.info().last_active(), self.idle) => {
-                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
-            }
-            ClientState::Linked { .. }
-                if query_started.is_some_and(|started| over(started, self.query)) =>
-            {
-                Some((sqlstate::QUERY_CANCELED, "query_timeout"))
-            }
-            ClientState::Linked { .. }
-                if in_transaction
-                    && over(client.info().last_active(), self.idle_in_transaction) =>
-            {
-                Some((
-                    sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
-                    "idle_transaction_timeout",
-                ))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// A listing being gathered for one console session.
-#[derive(Debug)]
-struct PendingListing {
-    request_id: u64,
-    client: ClientId,
-    deadline: Instant,
-    parts: Vec<ShardListing>,
-    /// Set once every shard answered or the deadline passed.
-    ready: Option<Listing>,
-}
-
-/// The listings this shard's console sessions are gathering.
-#[derive(Debug, Default)]
-pub struct Listings {
-    next_request_id: u64,
-    pending: Vec<PendingListing>,
-}
-
-impl Listings {
-    pub(super) fn take_ready(&mut self, client: ClientId) -> Option<Listing> {
-        let index = self
-            .pending
-            .iter()
-            .position(|p| p.client == client && p.ready.is_some())?;
-        self.pending.swap_remove(index).ready
-    }
-
-    pub(super) fn is_gathering(&self, client: ClientId) -> bool {
-        self.pending.iter().any(|p| p.client == client)
-    }
-}
 
 impl Engine {
     pub(super) fn housekeeping(&mut self) {
@@ -144,36 +44,8 @@ impl Engine {
     }
 
     fn check_client_timeouts(&mut self) {
-        let s = &self.env.config.pgtier;
-        let limits = ClientTimeouts {
-            login: Engine::enabled(s.client_login_timeout),
-            wait: Engine::enabled(s.query_wait_timeout),
-            idle: Engine::enabled(s.client_idle_timeout),
-            idle_in_transaction: Engine::enabled(s.idle_transaction_timeout),
-            query: Engine::enabled(s.query_timeout),
-            lookup: Engine::enabled(s.server_connect_timeout),
-        };
-        let mut expired: Vec<(ClientId, SqlState, &'static str)> = Vec::new();
-        let mut linger_over = Vec::new();
-        for (slot, client) in self.clients.iter() {
-            let id = ClientId(slot);
-            if let ClientState::Closing {
-                linger_until: Some(until),
-            } = *client.state()
-            {
-                if until <= self.now {
-                    linger_over.push(id);
-                }
-                continue;
-            }
-            let in_transaction = client
-                .server()
-                .and_then(|server| self.servers.get(server.0))
-                .is_some_and(|server| server.backend().tracker().idle_in_transaction());
-            if let Some((code, name)) = limits.expired(client, in_transaction, self.now) {
-                expired.push((id, code, name));
-            }
-        }
+        let limits = ClientTimeouts::from_settings(&self.env.config.pgtier);
+        let (expired, linger_over) = self.clients.timed_out(&limits, &self.servers, self.now);
         for (id, code, message) in expired {
             self.close_client(id, Some(messages::fatal(code, message)));
         }
@@ -190,34 +62,9 @@ impl Engine {
     }
 
     fn check_server_timeouts(&mut self) {
-        let s = &self.env.config.pgtier;
-        let connect = Engine::enabled(s.server_connect_timeout);
+        let connect = Engine::enabled(self.env.config.pgtier.server_connect_timeout);
         let drain_limit = connect.unwrap_or(DEFAULT_DRAIN_LIMIT);
-        let now = self.now;
-        let over = |since: Instant, limit: Duration| now.saturating_duration_since(since) > limit;
-        let mut failed = Vec::new();
-        let mut retire = Vec::new();
-        for (slot, server) in self.servers.iter() {
-            let id = ServerId(slot);
-            match server.state() {
-                ServerState::Connecting { since }
-                | ServerState::Negotiating { since }
-                | ServerState::LoggingIn { since, .. }
-                    if connect.is_some_and(|limit| over(*since, limit)) =>
-                {
-                    failed.push(id);
-                }
-                ServerState::Releasing { since, .. }
-                | ServerState::Checking { since }
-                | ServerState::Leaving { since, .. }
-                | ServerState::Moving { since, .. }
-                    if over(*since, drain_limit) =>
-                {
-                    retire.push(id);
-                }
-                _ => {}
-            }
-        }
+        let (failed, retire) = self.servers.timed_out(connect, drain_limit, self.now);
         for id in failed {
             self.server_failed(
                 id,
@@ -431,7 +278,12 @@ impl Engine {
                 });
             }
             Command::Listed { request_id, part } => {
-                if let Some(client) = self.add_listing_part(request_id, *part) {
+                let shards = self.env.shared.shards();
+                if let Some(client) = self
+                    .admin
+                    .listings_mut()
+                    .add_part(request_id, *part, shards)
+                {
                     self.on_console_bytes(client);
                 }
             }
@@ -485,15 +337,11 @@ impl Engine {
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
     pub(super) fn start_listing(&mut self, id: ClientId) {
-        self.admin.listings_mut().next_request_id += 1;
-        let request_id = self.admin.listings_mut().next_request_id;
-        self.admin.listings_mut().pending.push(PendingListing {
-            request_id,
-            client: id,
-            deadline: self.now + LISTING_WAIT,
-            parts: Vec::with_capacity(self.env.shared.shards()),
-            ready: None,
-        });
+        let shards = self.env.shared.shards();
+        let request_id = self
+            .admin
+            .listings_mut()
+            .start(id, self.now + LISTING_WAIT, shards);
         for shard in (0..self.env.shared.shards()).filter(|shard| *shard != self.env.shard) {
             self.outbox.push(Action::Post {
                 shard,
@@ -504,50 +352,18 @@ impl Engine {
             });
         }
         let own = self.list_sessions();
-        self.add_listing_part(request_id, own);
-    }
-
-    /// Adds one shard's rows; returns the console client once its listing is complete.
-    fn add_listing_part(&mut self, request_id: u64, part: ShardListing) -> Option<ClientId> {
-        let shards = self.env.shared.shards();
-        let pending = self
-            .admin
-            .listings_mut()
-            .pending
-            .iter_mut()
-            .find(|p| p.request_id == request_id && p.ready.is_none())?;
-        pending.parts.push(part);
-        if pending.parts.len() < shards {
-            return None;
-        }
-        let parts = std::mem::take(&mut pending.parts);
-        pending.ready = Some(Listing::new(parts, Vec::new()));
-        Some(pending.client)
+        self.admin.listings_mut().add_part(request_id, own, shards);
     }
 
     /// Listings past their deadline are answered with the rows that arrived.
     fn expire_listings(&mut self) {
-        let now = self.now;
         let shards = self.env.shared.shards();
-        let mut expired = Vec::new();
-        for pending in &mut self.admin.listings_mut().pending {
-            if pending.ready.is_none() && pending.deadline <= now {
-                let missing = (0..shards)
-                    .filter(|shard| !pending.parts.iter().any(|p| p.shard == *shard))
-                    .collect();
-                let parts = std::mem::take(&mut pending.parts);
-                pending.ready = Some(Listing::new(parts, missing));
-                expired.push(pending.client);
-            }
-        }
+        let expired = self.admin.listings_mut().expire(self.now, shards);
         for client in expired {
             if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {
                 self.on_console_bytes(client);
             } else {
-                self.admin
-                    .listings_mut()
-                    .pending
-                    .retain(|p| p.client != client);
+                self.admin.listings_mut().forget(client);
             }
         }
     }

@@ -12,7 +12,7 @@ use pgtier_core::config::{ADMIN_DATABASE, Config, RoutingKind, ServerSet};
 use crate::admin::format::{ConnKind, ConnPtr, format_ptr, pgbouncer_time};
 use crate::admin::result::{Column, int4, text};
 use crate::admin::show::ResultSet;
-use pgtier_engine::control::Gates;
+use pgtier_engine::gates::Gates;
 pub use pgtier_engine::listing::{ClientRow, Listing, PoolRow, ServerRow, ShardListing};
 
 type Row = Vec<Option<String>>;

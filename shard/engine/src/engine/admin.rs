@@ -3,13 +3,13 @@
 //! listings its sessions gather from every shard, and the shutdown under way.
 
 use crate::command::ShutdownMode;
-use crate::control::Gates;
+use crate::gates::Gates;
 use crate::services::Console;
 
 /// The shard's admin state.
 pub(crate) struct Admin {
     /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`gates.rs`).
-    controls: super::gates::Controls,
+    ops: super::gates::AdminOps,
     listings: super::listings::Listings,
     console: Box<dyn Console>,
     shutdown: Option<ShutdownMode>,
@@ -18,7 +18,7 @@ pub(crate) struct Admin {
 impl Admin {
     pub(super) fn new(console: Box<dyn Console>) -> Admin {
         Admin {
-            controls: Default::default(),
+            ops: Default::default(),
             listings: Default::default(),
             console,
             shutdown: None,
@@ -42,20 +42,20 @@ impl Admin {
 
     /// The gates PAUSE, SUSPEND and DISABLE left.
     pub(super) fn gates(&self) -> &Gates {
-        &self.controls.gates
+        &self.ops.gates
     }
 
     pub(super) fn gates_mut(&mut self) -> &mut Gates {
-        &mut self.controls.gates
+        &mut self.ops.gates
     }
 
     /// The admin commands in progress.
-    pub(super) fn controls(&self) -> &super::gates::Controls {
-        &self.controls
+    pub(super) fn ops(&self) -> &super::gates::AdminOps {
+        &self.ops
     }
 
-    pub(super) fn controls_mut(&mut self) -> &mut super::gates::Controls {
-        &mut self.controls
+    pub(super) fn ops_mut(&mut self) -> &mut super::gates::AdminOps {
+        &mut self.ops
     }
 
     /// The listings this shard's console sessions are gathering.
@@ -65,7 +65,7 @@ impl Admin {
 
     /// The console service and the gates at once, for a session's statement.
     pub(super) fn console_and_gates(&mut self) -> (&mut dyn Console, &Gates) {
-        (self.console.as_mut(), &self.controls.gates)
+        (self.console.as_mut(), &self.ops.gates)
     }
 
     pub(super) fn console_mut(&mut self) -> &mut dyn Console {

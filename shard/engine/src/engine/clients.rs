@@ -165,11 +165,7 @@ impl ClientTable {
         }
     }
 
-    pub(super) fn client_in(
-        &self,
-        id: crate::ids::ClientId,
-        scope: &crate::control::Scope,
-    ) -> bool {
+    pub(super) fn client_in(&self, id: crate::ids::ClientId, scope: &crate::gates::Scope) -> bool {
         self.get(id.0)
             .and_then(|client| client.session())
             .is_some_and(|session| scope.covers(session.database()))

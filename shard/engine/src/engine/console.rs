@@ -21,7 +21,7 @@ const MAX_ADMIN_QUERY_BYTES: u32 = 64 * 1024;
 struct SessionAnswerer<'a> {
     console: &'a mut dyn Console,
     config: &'a Config,
-    gates: &'a crate::control::Gates,
+    gates: &'a crate::gates::Gates,
     rights: ConsoleRights,
     listing: Option<&'a Listing>,
 }
@@ -69,8 +69,8 @@ impl Engine {
             let Some((input, session)) = client.console_input_mut() else {
                 return;
             };
-            if self.admin.controls().is_asking(id) {
-                // Its control command waits for the shards; what follows waits behind it.
+            if self.admin.ops().is_asking(id) {
+                // Its admin command waits for the shards; what follows waits behind it.
                 break;
             }
             let header = match pgtier_wire::framing::peek_header(input.bytes(), &limits) {
@@ -93,7 +93,7 @@ impl Engine {
             // PAUSE, KILL, SHUTDOWN... come as simple queries (psql, scripts); the extended
             // protocol is for drivers reading SHOW output.
             let admin = session.rights() == ConsoleRights::Admin;
-            let control = match (header.code, messages::query_text(body)) {
+            let admin_op = match (header.code, messages::query_text(body)) {
                 (b'Q', Some(query)) => {
                     self.admin
                         .console_mut()
@@ -101,11 +101,11 @@ impl Engine {
                 }
                 _ => None,
             };
-            if let Some(request) = control {
+            if let Some(request) = admin_op {
                 let _ = input.buffer_mut().split_to(header.frame_len());
                 match request {
                     Ok(request) => {
-                        if self.run_control(id, request, &mut out) {
+                        if self.run_admin_op(id, request, &mut out) {
                             break;
                         }
                     }

@@ -1,4 +1,4 @@
-//! The process-controlling admin commands on this shard (`crate::control`): the console
+//! The process-controlling admin commands on this shard (`crate::gates`): the console
 //! session that ran one waits here until every shard answered; each shard applies the ops it
 //! is posted, keeps the per-database gates, holds the clients a PAUSE makes wait, and answers
 //! a waiting op once its condition holds on this shard.
@@ -13,8 +13,8 @@ use tracing::info;
 use crate::action::{Action, Conn};
 use crate::client::ClientState;
 use crate::command::Command;
-use crate::control::{ControlOp, ControlRequest, Gates, Scope, client_key};
 use crate::engine::Engine;
+use crate::gates::{ControlOp, ControlRequest, Gates, Scope, client_key};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
@@ -39,9 +39,9 @@ struct Waiting {
     op: ControlOp,
 }
 
-/// This shard's part of the control commands.
+/// This shard's part of the admin commands.
 #[derive(Debug, Default)]
-pub struct Controls {
+pub struct AdminOps {
     pub(super) gates: Gates,
     next_request_id: u64,
     asked: Vec<Asked>,
@@ -50,7 +50,7 @@ pub struct Controls {
     paused_clients: Vec<(ClientId, Instant)>,
 }
 
-impl Controls {
+impl AdminOps {
     /// Whether console session `client` waits for an op's answer.
     pub(super) fn is_asking(&self, client: ClientId) -> bool {
         self.asked.iter().any(|asked| asked.client == client)
@@ -63,12 +63,12 @@ impl Controls {
 }
 
 impl Engine {
-    /// A console statement the console recognized as a control command; `out` gets the
+    /// A console statement the console recognized as an admin command; `out` gets the
     /// answer when it is immediate. Returns true when the op went to the shards: its answer
     /// (and ReadyForQuery) is sent by `answer_console`, which goes on with the session's
     /// next queries, so what `out` held is sent first (for SHUTDOWN, which answers at once,
     /// nothing more of the session is read).
-    pub(super) fn run_control(
+    pub(super) fn run_admin_op(
         &mut self,
         id: ClientId,
         request: ControlRequest,
@@ -142,8 +142,8 @@ impl Engine {
 
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
-        self.admin.controls_mut().next_request_id += 1;
-        let request_id = self.admin.controls_mut().next_request_id;
+        self.admin.ops_mut().next_request_id += 1;
+        let request_id = self.admin.ops_mut().next_request_id;
         let shards: Vec<usize> = match &op {
             ControlOp::KillClient { shard, .. } => vec![*shard],
             _ => (0..self.env.shared.shards()).collect(),
@@ -155,7 +155,7 @@ impl Engine {
             self.answer_console(id, op.tag(), Some("client not found".to_string()));
             return;
         }
-        self.admin.controls_mut().asked.push(Asked {
+        self.admin.ops_mut().asked.push(Asked {
             request_id,
             client: id,
             tag: op.tag(),
@@ -164,7 +164,7 @@ impl Engine {
         });
         for shard in shards {
             if shard == self.env.shard {
-                self.apply_control(self.env.shard, request_id, op.clone());
+                self.apply_admin_op(self.env.shard, request_id, op.clone());
             } else {
                 self.outbox.push(Action::Post {
                     shard,
@@ -180,7 +180,7 @@ impl Engine {
 
     /// Applies an op posted by shard `from` (maybe this one); answers now or once its
     /// condition holds.
-    pub(super) fn apply_control(&mut self, from: usize, request_id: u64, op: ControlOp) {
+    pub(super) fn apply_admin_op(&mut self, from: usize, request_id: u64, op: ControlOp) {
         let result = match &op {
             ControlOp::Pause(scope) => {
                 self.admin.gates_mut().pause(scope);
@@ -228,11 +228,11 @@ impl Engine {
             }
         };
         match result {
-            Err(error) => self.control_answered(from, request_id, Some(error)),
-            Ok(()) if self.control_condition_holds(&op) => {
-                self.control_answered(from, request_id, None);
+            Err(error) => self.admin_op_answered(from, request_id, Some(error)),
+            Ok(()) if self.admin_op_condition_holds(&op) => {
+                self.admin_op_answered(from, request_id, None);
             }
-            Ok(()) => self.admin.controls_mut().waiting.push(Waiting {
+            Ok(()) => self.admin.ops_mut().waiting.push(Waiting {
                 from,
                 request_id,
                 op,
@@ -241,9 +241,9 @@ impl Engine {
     }
 
     /// Sends shard `from` this shard's answer to `request_id`.
-    fn control_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
+    fn admin_op_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
         if from == self.env.shard {
-            self.on_control_done(request_id, error);
+            self.on_admin_op_done(request_id, error);
         } else {
             self.outbox.push(Action::Post {
                 shard: from,
@@ -253,17 +253,17 @@ impl Engine {
     }
 
     /// One shard answered; the console session is answered once all did.
-    pub(super) fn on_control_done(&mut self, request_id: u64, error: Option<String>) {
+    pub(super) fn on_admin_op_done(&mut self, request_id: u64, error: Option<String>) {
         let Some(index) = self
             .admin
-            .controls_mut()
+            .ops_mut()
             .asked
             .iter()
             .position(|asked| asked.request_id == request_id)
         else {
             return;
         };
-        let asked = &mut self.admin.controls_mut().asked[index];
+        let asked = &mut self.admin.ops_mut().asked[index];
         asked.missing = asked.missing.saturating_sub(1);
         if asked.error.is_none() {
             asked.error = error;
@@ -271,7 +271,7 @@ impl Engine {
         if asked.missing > 0 {
             return;
         }
-        let asked = self.admin.controls_mut().asked.swap_remove(index);
+        let asked = self.admin.ops_mut().asked.swap_remove(index);
         self.answer_console(asked.client, asked.tag, asked.error);
     }
 
@@ -296,14 +296,14 @@ impl Engine {
 
     /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
     /// times out clients a pause held past `query_wait_timeout`.
-    pub(super) fn progress_controls(&mut self) {
-        if !self.admin.controls_mut().waiting.is_empty() {
-            let waiting = std::mem::take(&mut self.admin.controls_mut().waiting);
+    pub(super) fn progress_admin_ops(&mut self) {
+        if !self.admin.ops_mut().waiting.is_empty() {
+            let waiting = std::mem::take(&mut self.admin.ops_mut().waiting);
             for entry in waiting {
-                if self.control_condition_holds(&entry.op) {
-                    self.control_answered(entry.from, entry.request_id, None);
+                if self.admin_op_condition_holds(&entry.op) {
+                    self.admin_op_answered(entry.from, entry.request_id, None);
                 } else {
-                    self.admin.controls_mut().waiting.push(entry);
+                    self.admin.ops_mut().waiting.push(entry);
                 }
             }
         }
@@ -311,7 +311,7 @@ impl Engine {
     }
 
     /// Whether an op's condition holds on this shard.
-    fn control_condition_holds(&self, op: &ControlOp) -> bool {
+    fn admin_op_condition_holds(&self, op: &ControlOp) -> bool {
         match op {
             ControlOp::Pause(scope) => !self.servers.iter().any(|(slot, server)| {
                 !server.is_closing() && self.server_in(ServerId(slot), scope)
@@ -398,11 +398,8 @@ impl Engine {
         if !suspended && !self.admin.gates().is_paused(session.database()) {
             return false;
         }
-        if !self.admin.controls().is_paused_client(id) {
-            self.admin
-                .controls_mut()
-                .paused_clients
-                .push((id, self.now));
+        if !self.admin.ops().is_paused_client(id) {
+            self.admin.ops_mut().paused_clients.push((id, self.now));
         }
         true
     }
@@ -438,7 +435,7 @@ impl Engine {
 
     /// RESUME: every held client whose database is no longer paused asks for its server.
     fn release_paused_clients(&mut self) {
-        let held = std::mem::take(&mut self.admin.controls_mut().paused_clients);
+        let held = std::mem::take(&mut self.admin.ops_mut().paused_clients);
         for (id, since) in held {
             let still_waiting = self.clients.get(id.0).is_some_and(|client| {
                 matches!(
@@ -453,7 +450,7 @@ impl Engine {
             if self.clients.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
                 self.need_server(id);
             } else {
-                self.admin.controls_mut().paused_clients.push((id, since));
+                self.admin.ops_mut().paused_clients.push((id, since));
             }
         }
     }
@@ -471,33 +468,30 @@ impl Engine {
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
     /// clients that left are forgotten.
     fn expire_paused_clients(&mut self) {
-        if self.admin.controls_mut().paused_clients.is_empty() {
+        if self.admin.ops_mut().paused_clients.is_empty() {
             return;
         }
         let timeout = Engine::enabled(self.env.config.pgtier.query_wait_timeout);
         let now = self.now;
         let mut expired = Vec::new();
         let clients = &self.clients;
-        self.admin
-            .controls_mut()
-            .paused_clients
-            .retain(|(id, since)| {
-                let waiting = clients.get(id.0).is_some_and(|client| {
-                    matches!(
-                        client.state(),
-                        ClientState::Joining { ticket: None, .. }
-                            | ClientState::Queued { ticket: None, .. }
-                    )
-                });
-                if !waiting {
-                    return false;
-                }
-                if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
-                    expired.push(*id);
-                    return false;
-                }
-                true
+        self.admin.ops_mut().paused_clients.retain(|(id, since)| {
+            let waiting = clients.get(id.0).is_some_and(|client| {
+                matches!(
+                    client.state(),
+                    ClientState::Joining { ticket: None, .. }
+                        | ClientState::Queued { ticket: None, .. }
+                )
             });
+            if !waiting {
+                return false;
+            }
+            if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
+                expired.push(*id);
+                return false;
+            }
+            true
+        });
         for id in expired {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
             self.close_client(id, Some(error));

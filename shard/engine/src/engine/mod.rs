@@ -408,7 +408,7 @@ impl Engine {
             Conn::Server(id) => {
                 self.servers.remove(id.0);
                 // A PAUSE or WAIT_CLOSE may have waited for this one.
-                self.progress_controls();
+                self.progress_admin_ops();
             }
         }
     }

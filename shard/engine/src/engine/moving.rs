@@ -78,7 +78,7 @@ impl Engine {
             },
         });
         // A PAUSE or WAIT_CLOSE may have waited for this one.
-        self.progress_controls();
+        self.progress_admin_ops();
         None
     }
 

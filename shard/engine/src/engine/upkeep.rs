@@ -32,7 +32,7 @@ impl Engine {
         self.reroute_waiters_of_down_replicas();
         self.expire_listings();
         self.close_idle_servers_of_paused();
-        self.progress_controls();
+        self.progress_admin_ops();
         if self.admin.is_shutting_down() {
             self.progress_shutdown();
         }
@@ -291,9 +291,9 @@ impl Engine {
                 from,
                 request_id,
                 op,
-            } => self.apply_control(from, request_id, op),
+            } => self.apply_admin_op(from, request_id, op),
             Command::ControlDone { request_id, error } => {
-                self.on_control_done(request_id, error);
+                self.on_admin_op_done(request_id, error);
             }
         }
     }

@@ -5,12 +5,28 @@
 //! [`Engine::poll_action`], and [`Engine::poll_timeout`] says when to call
 //! [`Engine::handle_timeout`] next. The engine never touches a socket, a clock or a thread.
 //!
-//! The flows live beside this file, one per concern: `login.rs` (a client from startup to
-//! its welcome), `link.rs` (servers given to clients and taken back), `backend.rs` (server
-//! connections: login, output, failures), `upkeep.rs` (timers, mailbox commands, cancel,
-//! the console, shutdown). The decisions themselves are in the owners they call: the
-//! client and server state machines (`crate::client`, `crate::server`), the pool
-//! (`pgtier_pool`), the cancel keys, the routing and console services.
+//! The engine holds owners, each with private state, and routes events between them:
+//! - `clients.rs`, the client table: the client slab, the login caches (secrets,
+//!   `auth_query` answers, texts, names), the cancel keys, client TLS;
+//! - `servers.rs`, the server table: the server slab, the resolver, server TLS, the
+//!   statement registry;
+//! - `linker/`, the linker's state: the pools, the servers being put back, reads waiting
+//!   for a replica, warm pools, vacated databases;
+//! - `admin.rs`: the gates and admin commands in progress, the console, the listings
+//!   (`listings.rs`), the shutdown;
+//! - `stats.rs`, the stats sink: counters, per-database tally, digests, latency;
+//! - `env.rs`: the configuration and what is derived from it.
+//!
+//! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`);
+//! timeouts are found by the tables (`timeouts.rs`). The flows that still take the whole
+//! engine live beside this file, one per concern: `login.rs` and `lookup.rs` (a client
+//! from startup to its welcome), `link.rs` (the one place that touches a client and a
+//! server together: servers given to clients and taken back), `reads.rs` (where a reader
+//! session's transaction runs), `moving.rs` (servers handed to other shards), `backend.rs`
+//! (server connections: login, output, failures), `tls_io.rs` (TLS records), `gates.rs`
+//! and `console.rs` (admin commands and console sessions), `upkeep.rs` (timers, mailbox
+//! commands, cancel, shutdown). The decisions themselves are in the state machines they
+//! call (`crate::client`, `crate::server`), the pool (`pgtier_pool`) and the services.
 
 mod admin;
 #[cfg(test)]

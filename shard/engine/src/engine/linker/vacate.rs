@@ -1,14 +1,13 @@
-//! Vacating a database for a client's DDL (the linker's part: which pools, which idle
-//! servers). The pooler never blocks a client's own database DDL. PostgreSQL refuses
-//! `DROP DATABASE x`, `ALTER DATABASE x RENAME`, `ALTER DATABASE x SET TABLESPACE` and `CREATE DATABASE y
-//! TEMPLATE x` (55006) while other sessions are connected to `x`, and waits about 5 s for
-//! them to leave first. Through pgtier those sessions are often only its idle pooled
-//! servers of `x`, left by clients that have gone. So when forwarding finds such a statement
-//! (`pgtier_wire::database_ddl`), every shard closes its idle servers of `x` (Terminate,
-//! then the close) before the statement leaves this shard: the backends are gone within
-//! PostgreSQL's wait. A server still finishing with a departed client closes at its release
-//! instead of going back. Servers in use by other clients stay: PostgreSQL's answer about
-//! them is the true one.
+//! Vacating a database for a client's DDL (the linker's part: which pools, which idle servers). The
+//! pooler never blocks a client's own database DDL. PostgreSQL refuses `DROP DATABASE x`, `ALTER
+//! DATABASE x RENAME`, `ALTER DATABASE x SET TABLESPACE` and `CREATE DATABASE y TEMPLATE x` (55006)
+//! while other sessions are connected to `x`, and waits about 5 s for them to leave first. Through
+//! pgtier those sessions are often only its idle pooled servers of `x`, left by clients that have
+//! gone. So when forwarding finds such a statement (`pgtier_wire::database_ddl`), every shard
+//! closes its idle servers of `x` (Terminate, then the close) before the statement leaves this
+//! shard: the backends are gone within PostgreSQL's wait. A server still finishing with a departed
+//! client closes at its release instead of going back. Servers in use by other clients stay:
+//! PostgreSQL's answer about them is the true one.
 //!
 //! `x` is the PostgreSQL database the servers are connected to (an entry's `dbname`), not
 //! the entry's name. The warmup of the emptied pools (`min_pool_size`) waits

@@ -3,8 +3,6 @@
 //! is posted, keeps the per-database gates, holds the clients a PAUSE makes wait, and answers
 //! a waiting op once its condition holds on this shard.
 
-use std::time::Instant;
-
 use bytes::BytesMut;
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::CommandComplete;
@@ -14,53 +12,10 @@ use crate::action::{Action, Conn};
 use crate::client::ClientState;
 use crate::command::Command;
 use crate::engine::Engine;
-use crate::gates::{ControlOp, ControlRequest, Gates, Scope, client_key};
+use crate::gates::{ControlOp, ControlRequest, Scope, client_key};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
-
-/// A console session waiting for every shard's answer to its op.
-#[derive(Debug)]
-struct Asked {
-    request_id: u64,
-    client: ClientId,
-    tag: &'static str,
-    /// Shards that have not answered yet.
-    missing: usize,
-    /// The first refusal a shard answered with.
-    error: Option<String>,
-}
-
-/// An op applied here whose condition does not hold yet; answered to shard `from`.
-#[derive(Debug)]
-struct Waiting {
-    from: usize,
-    request_id: u64,
-    op: ControlOp,
-}
-
-/// This shard's part of the admin commands.
-#[derive(Debug, Default)]
-pub struct AdminOps {
-    pub(super) gates: Gates,
-    next_request_id: u64,
-    asked: Vec<Asked>,
-    waiting: Vec<Waiting>,
-    /// Clients whose next transaction (or welcome) waits for a RESUME, since when.
-    paused_clients: Vec<(ClientId, Instant)>,
-}
-
-impl AdminOps {
-    /// Whether console session `client` waits for an op's answer.
-    pub(super) fn is_asking(&self, client: ClientId) -> bool {
-        self.asked.iter().any(|asked| asked.client == client)
-    }
-
-    /// Clients held by a pause (for the listings).
-    pub(super) fn is_paused_client(&self, client: ClientId) -> bool {
-        self.paused_clients.iter().any(|(id, _)| *id == client)
-    }
-}
 
 impl Engine {
     /// A console statement the console recognized as an admin command; `out` gets the
@@ -142,8 +97,6 @@ impl Engine {
 
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
-        self.admin.ops_mut().next_request_id += 1;
-        let request_id = self.admin.ops_mut().next_request_id;
         let shards: Vec<usize> = match &op {
             ControlOp::KillClient { shard, .. } => vec![*shard],
             _ => (0..self.env.shared.shards()).collect(),
@@ -155,13 +108,7 @@ impl Engine {
             self.answer_console(id, op.tag(), Some("client not found".to_string()));
             return;
         }
-        self.admin.ops_mut().asked.push(Asked {
-            request_id,
-            client: id,
-            tag: op.tag(),
-            missing: shards.len(),
-            error: None,
-        });
+        let request_id = self.admin.ops_mut().ask(id, op.tag(), shards.len());
         for shard in shards {
             if shard == self.env.shard {
                 self.apply_admin_op(self.env.shard, request_id, op.clone());
@@ -232,11 +179,7 @@ impl Engine {
             Ok(()) if self.admin_op_condition_holds(&op) => {
                 self.admin_op_answered(from, request_id, None);
             }
-            Ok(()) => self.admin.ops_mut().waiting.push(Waiting {
-                from,
-                request_id,
-                op,
-            }),
+            Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
         }
     }
 
@@ -254,25 +197,9 @@ impl Engine {
 
     /// One shard answered; the console session is answered once all did.
     pub(super) fn on_admin_op_done(&mut self, request_id: u64, error: Option<String>) {
-        let Some(index) = self
-            .admin
-            .ops_mut()
-            .asked
-            .iter()
-            .position(|asked| asked.request_id == request_id)
-        else {
-            return;
-        };
-        let asked = &mut self.admin.ops_mut().asked[index];
-        asked.missing = asked.missing.saturating_sub(1);
-        if asked.error.is_none() {
-            asked.error = error;
+        if let Some((client, tag, error)) = self.admin.ops_mut().answered(request_id, error) {
+            self.answer_console(client, tag, error);
         }
-        if asked.missing > 0 {
-            return;
-        }
-        let asked = self.admin.ops_mut().asked.swap_remove(index);
-        self.answer_console(asked.client, asked.tag, asked.error);
     }
 
     /// Answers a console session's op and goes on with its pipelined queries.
@@ -297,14 +224,11 @@ impl Engine {
     /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
     /// times out clients a pause held past `query_wait_timeout`.
     pub(super) fn progress_admin_ops(&mut self) {
-        if !self.admin.ops_mut().waiting.is_empty() {
-            let waiting = std::mem::take(&mut self.admin.ops_mut().waiting);
-            for entry in waiting {
-                if self.admin_op_condition_holds(&entry.op) {
-                    self.admin_op_answered(entry.from, entry.request_id, None);
-                } else {
-                    self.admin.ops_mut().waiting.push(entry);
-                }
+        for (from, request_id, op) in self.admin.ops_mut().take_waiting() {
+            if self.admin_op_condition_holds(&op) {
+                self.admin_op_answered(from, request_id, None);
+            } else {
+                self.admin.ops_mut().wait(from, request_id, op);
             }
         }
         self.expire_paused_clients();
@@ -398,9 +322,7 @@ impl Engine {
         if !suspended && !self.admin.gates().is_paused(session.database()) {
             return false;
         }
-        if !self.admin.ops().is_paused_client(id) {
-            self.admin.ops_mut().paused_clients.push((id, self.now));
-        }
+        self.admin.ops_mut().hold(id, self.now);
         true
     }
 
@@ -435,7 +357,7 @@ impl Engine {
 
     /// RESUME: every held client whose database is no longer paused asks for its server.
     fn release_paused_clients(&mut self) {
-        let held = std::mem::take(&mut self.admin.ops_mut().paused_clients);
+        let held = self.admin.ops_mut().take_held();
         for (id, since) in held {
             let still_waiting = self.clients.get(id.0).is_some_and(|client| {
                 matches!(
@@ -450,7 +372,7 @@ impl Engine {
             if self.clients.client_in(id, &Scope::All) && !self.held_by_pause_check(id) {
                 self.need_server(id);
             } else {
-                self.admin.ops_mut().paused_clients.push((id, since));
+                self.admin.ops_mut().hold(id, since);
             }
         }
     }
@@ -468,29 +390,16 @@ impl Engine {
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
     /// clients that left are forgotten.
     fn expire_paused_clients(&mut self) {
-        if self.admin.ops_mut().paused_clients.is_empty() {
-            return;
-        }
         let timeout = Engine::enabled(self.env.config.pgtier.query_wait_timeout);
-        let now = self.now;
-        let mut expired = Vec::new();
         let clients = &self.clients;
-        self.admin.ops_mut().paused_clients.retain(|(id, since)| {
-            let waiting = clients.get(id.0).is_some_and(|client| {
+        let expired = self.admin.ops_mut().expire_held(self.now, timeout, |id| {
+            clients.get(id.0).is_some_and(|client| {
                 matches!(
                     client.state(),
                     ClientState::Joining { ticket: None, .. }
                         | ClientState::Queued { ticket: None, .. }
                 )
-            });
-            if !waiting {
-                return false;
-            }
-            if timeout.is_some_and(|limit| now.saturating_duration_since(*since) > limit) {
-                expired.push(*id);
-                return false;
-            }
-            true
+            })
         });
         for id in expired {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");

@@ -70,8 +70,8 @@ impl Engine {
         let Some(key) = self.linker.pools().key(pool) else {
             return;
         };
-        let entry = self.env.config.database(&key.database);
-        let dbname = super::linker::vacate::server_dbname(&self.env.config, key);
+        let entry = self.env.config().database(&key.database);
+        let dbname = super::linker::vacate::server_dbname(self.env.config(), key);
         let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
         // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
         // timezone) open every server of the entry. These are tracked parameters, so a client
@@ -104,10 +104,10 @@ impl Engine {
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let password = self
             .env
-            .config
+            .config()
             .database(&key.database)
             .and_then(|db| db.password.clone())
-            .or_else(|| self.env.users.get(&key.server_user))
+            .or_else(|| self.env.users().get(&key.server_user))
             .or_else(|| {
                 self.clients
                     .logins()
@@ -131,7 +131,7 @@ impl Engine {
             password: password.as_deref(),
             client_key,
             channel_binding,
-            key_cache: Some(&self.env.shared.scram_keys),
+            key_cache: Some(&self.env.shared().scram_keys),
         };
         let Some((login, input)) = server.login_mut() else {
             return;
@@ -241,7 +241,7 @@ impl Engine {
             self.on_lookup_answer(server_id, client_id);
             return;
         }
-        let max = self.env.limits.max_server_message_bytes;
+        let max = self.env.limits().max_server_message_bytes;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -308,7 +308,7 @@ impl Engine {
             transactions: scan.transactions,
             transaction_us,
         };
-        self.stats.answered(answers, &self.env.shared);
+        self.stats.answered(answers, self.env.shared());
         for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
         }
@@ -337,7 +337,7 @@ impl Engine {
         if scan.session_param_changed
             && !clearing
             && mode == PoolMode::Transaction
-            && self.env.limits.pin_session_state
+            && self.env.limits().pin_session_state
         {
             self.pin_client(client_id, server_id, Effects::SET);
         }
@@ -394,7 +394,7 @@ impl Engine {
     /// A client with more than `client_buffer_limit_bytes` queued pauses its server: a slow
     /// client never makes the proxy hold a whole huge result.
     fn apply_back_pressure(&mut self, server_id: ServerId, client_id: ClientId) {
-        let limit = self.env.limits.client_buffer_limit_bytes;
+        let limit = self.env.limits().client_buffer_limit_bytes;
         let queued = self
             .clients
             .get(client_id.0)
@@ -418,7 +418,7 @@ impl Engine {
         self.close_server(server_id);
         let message = format!(
             "server message of {len} bytes exceeds max_server_message_bytes ({})",
-            self.env.limits.max_server_message_bytes
+            self.env.limits().max_server_message_bytes
         );
         let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
         self.close_client(client_id, Some(error));
@@ -426,7 +426,7 @@ impl Engine {
 
     /// Swallows everything from a server without a client, then takes its next step.
     pub(super) fn drain_server(&mut self, id: ServerId) {
-        let max = self.env.limits.max_server_message_bytes;
+        let max = self.env.limits().max_server_message_bytes;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };

@@ -97,7 +97,7 @@ impl Engine {
                 (b'Q', Some(query)) => {
                     self.admin
                         .console_mut()
-                        .control(query, admin, &self.env.config)
+                        .control(query, admin, self.env.config())
                 }
                 _ => None,
             };
@@ -138,7 +138,7 @@ impl Engine {
             let (console, gates) = self.admin.console_and_gates();
             let mut answerer = SessionAnswerer {
                 console,
-                config: &self.env.config,
+                config: self.env.config(),
                 gates,
                 rights: session.rights(),
                 listing: listing.as_ref(),

@@ -19,7 +19,7 @@ fn digests(h: &mut Harness) -> HashMap<String, DigestCounts> {
     h.engine.fold_counters();
     h.engine
         .env
-        .shared
+        .shared()
         .digests
         .top_by_time(100)
         .into_iter()
@@ -112,7 +112,7 @@ fn a_full_map_folds_into_the_store_at_once() {
         h.client_sends(a, &query(sql));
     }
     assert_eq!(
-        h.engine.env.shared.digests.len(),
+        h.engine.env.shared().digests.len(),
         2,
         "the third text found the map full: the first two were folded"
     );

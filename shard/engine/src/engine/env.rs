@@ -15,16 +15,63 @@ use crate::userlist::UserList;
 /// The shard's settings and shared state.
 pub(crate) struct Env {
     /// This shard's index; cancel secrets carry it.
-    pub(super) shard: usize,
-    pub(super) config: Arc<Config>,
-    pub(super) users: Arc<UserList>,
-    pub(super) limits: Limits,
-    pub(super) shared: Arc<Shared>,
+    shard: usize,
+    config: Arc<Config>,
+    users: Arc<UserList>,
+    limits: Limits,
+    shared: Arc<Shared>,
     /// The time of creation, monotonic and wall clock (for the console's timestamps).
-    pub(super) started: (Instant, SystemTime),
+    started: (Instant, SystemTime),
 }
 
 impl Env {
+    pub(super) fn new(
+        shard: usize,
+        config: Arc<Config>,
+        users: Arc<UserList>,
+        shared: Arc<Shared>,
+        started: (Instant, SystemTime),
+    ) -> Env {
+        Env {
+            shard,
+            limits: Limits::from_config(&config),
+            config,
+            users,
+            shared,
+            started,
+        }
+    }
+
+    /// This shard's index; cancel secrets carry it.
+    pub(super) fn shard(&self) -> usize {
+        self.shard
+    }
+
+    pub(super) fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    pub(super) fn users(&self) -> &Arc<UserList> {
+        &self.users
+    }
+
+    /// The limits derived from the configuration.
+    pub(super) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The state shared with the other shards.
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// A reload: the new configuration and user list, and the limits derived anew.
+    pub(super) fn reload(&mut self, config: Arc<Config>, users: Arc<UserList>) {
+        self.limits = Limits::from_config(&config);
+        self.config = config;
+        self.users = users;
+    }
+
     /// The pool limits of `key` from the current configuration.
     pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
         let settings = &self.config.pgtier;

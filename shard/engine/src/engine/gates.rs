@@ -35,14 +35,14 @@ impl Engine {
                 false
             }
             ControlRequest::Set { config, key } => {
-                info!(shard = self.env.shard, setting = %key, "SET from the admin console");
-                for shard in 0..self.env.shared.shards() {
+                info!(shard = self.env.shard(), setting = %key, "SET from the admin console");
+                for shard in 0..self.env.shared().shards() {
                     let command = Command::Reload {
                         config: config.clone(),
-                        users: self.env.users.clone(),
+                        users: self.env.users().clone(),
                         tls: self.tls_sides(),
                     };
-                    if shard == self.env.shard {
+                    if shard == self.env.shard() {
                         self.on_command(command);
                     } else {
                         self.outbox.push(Action::Post { shard, command });
@@ -55,7 +55,7 @@ impl Engine {
                 // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
                 // (holding no server) is among the clients closed at once.
                 info!(
-                    shard = self.env.shard,
+                    shard = self.env.shard(),
                     ?mode,
                     "SHUTDOWN from the admin console"
                 );
@@ -63,8 +63,8 @@ impl Engine {
                 messages::ready_for_query(out, b'I');
                 let answer = std::mem::take(out);
                 self.send(Conn::Client(id), answer.freeze());
-                for shard in 0..self.env.shared.shards() {
-                    if shard == self.env.shard {
+                for shard in 0..self.env.shared().shards() {
+                    if shard == self.env.shard() {
                         self.on_command(Command::Shutdown(mode));
                     } else {
                         self.outbox.push(Action::Post {
@@ -84,7 +84,7 @@ impl Engine {
                     console_error(out, &refusal);
                     return false;
                 }
-                info!(shard = self.env.shard, ?op, "admin command");
+                info!(shard = self.env.shard(), ?op, "admin command");
                 let earlier = std::mem::take(out);
                 if !earlier.is_empty() {
                     self.send(Conn::Client(id), earlier.freeze());
@@ -99,24 +99,24 @@ impl Engine {
     fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
         let shards: Vec<usize> = match &op {
             ControlOp::KillClient { shard, .. } => vec![*shard],
-            _ => (0..self.env.shared.shards()).collect(),
+            _ => (0..self.env.shared().shards()).collect(),
         };
         if shards
             .iter()
-            .any(|shard| *shard >= self.env.shared.shards())
+            .any(|shard| *shard >= self.env.shared().shards())
         {
             self.answer_console(id, op.tag(), Some("client not found".to_string()));
             return;
         }
         let request_id = self.admin.ops_mut().ask(id, op.tag(), shards.len());
         for shard in shards {
-            if shard == self.env.shard {
-                self.apply_admin_op(self.env.shard, request_id, op.clone());
+            if shard == self.env.shard() {
+                self.apply_admin_op(self.env.shard(), request_id, op.clone());
             } else {
                 self.outbox.push(Action::Post {
                     shard,
                     command: Command::Control {
-                        from: self.env.shard,
+                        from: self.env.shard(),
                         request_id,
                         op: op.clone(),
                     },
@@ -185,7 +185,7 @@ impl Engine {
 
     /// Sends shard `from` this shard's answer to `request_id`.
     fn admin_op_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
-        if from == self.env.shard {
+        if from == self.env.shard() {
             self.on_admin_op_done(request_id, error);
         } else {
             self.outbox.push(Action::Post {
@@ -390,7 +390,7 @@ impl Engine {
     /// Held clients past `query_wait_timeout` are closed as PgBouncer closes waiting ones;
     /// clients that left are forgotten.
     fn expire_paused_clients(&mut self) {
-        let timeout = Engine::enabled(self.env.config.pgtier.query_wait_timeout);
+        let timeout = Engine::enabled(self.env.config().pgtier.query_wait_timeout);
         let clients = &self.clients;
         let expired = self.admin.ops_mut().expire_held(self.now, timeout, |id| {
             clients.get(id.0).is_some_and(|client| {

@@ -52,8 +52,8 @@ impl ShardView<'_> {
                 _ => {}
             }
         }
-        let check_delay = self.env.config.pgtier.server_check_delay.duration();
-        let checks = !self.env.config.pgtier.server_check_query.is_empty();
+        let check_delay = self.env.config().pgtier.server_check_delay.duration();
+        let checks = !self.env.config().pgtier.server_check_query.is_empty();
         for (_, server) in self.servers.iter() {
             let Some(gauge) = by_pool
                 .get(&server.pool())

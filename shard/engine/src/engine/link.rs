@@ -69,7 +69,7 @@ impl Engine {
         // between transactions: transaction mode, not a reader entry, moves allowed.
         let movable = session.mode() == PoolMode::Transaction
             && session.reads().is_none()
-            && self.env.config.pgtier.repin_idle_sessions;
+            && self.env.config().pgtier.repin_idle_sessions;
         if movable && session.lease_mut().is_some_and(|lease| lease.should_move()) {
             self.repin(id);
             return;
@@ -99,7 +99,7 @@ impl Engine {
             self.link(id, lease);
             return;
         }
-        let deadline = Engine::enabled(self.env.config.pgtier.query_wait_timeout)
+        let deadline = Engine::enabled(self.env.config().pgtier.query_wait_timeout)
             .map(|timeout| self.now + timeout);
         let ticket = self
             .linker
@@ -184,17 +184,17 @@ impl Engine {
     /// The budget is spent and this shard has no server to give: the slots may sit on other
     /// shards, so ask them for one (at most once per housekeeping period).
     fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
-        let shards = self.env.shared.shards();
+        let shards = self.env.shared().shards();
         if shards < 2 || !self.linker.pools_mut().should_ask_others(pool, self.now) {
             return;
         }
         let Some(key) = self.linker.pools().key(pool).cloned().map(Arc::new) else {
             return;
         };
-        for shard in (0..shards).filter(|shard| *shard != self.env.shard) {
+        for shard in (0..shards).filter(|shard| *shard != self.env.shard()) {
             let command = Command::ReleaseIdle {
                 key: key.clone(),
-                from: self.env.shard,
+                from: self.env.shard(),
             };
             self.outbox.push(Action::Post { shard, command });
         }
@@ -206,13 +206,13 @@ impl Engine {
     fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
         if let Some(closing) = self.linker.pools_mut().evict_idle_sharing(pool, budget) {
             debug!(
-                shard = self.env.shard,
+                shard = self.env.shard(),
                 "ending an idle server to make room under a cap"
             );
             self.retire(closing);
             return;
         }
-        if self.env.shared.shards() < 2
+        if self.env.shared().shards() < 2
             || !self.linker.pools_mut().should_ask_others(pool, self.now)
         {
             return;
@@ -225,7 +225,7 @@ impl Engine {
         } else {
             (None, Some(key.server_user.clone()))
         };
-        for shard in (0..self.env.shared.shards()).filter(|shard| *shard != self.env.shard) {
+        for shard in (0..self.env.shared().shards()).filter(|shard| *shard != self.env.shard()) {
             let command = Command::ReleaseIdleUnderCap {
                 database: database.clone(),
                 user: user.clone(),
@@ -257,7 +257,7 @@ impl Engine {
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
-        if mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0 {
+        if mode == PoolMode::Transaction && self.env.limits().max_prepared_statements > 0 {
             server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = self.servers.insert(server) else {
@@ -280,7 +280,7 @@ impl Engine {
 
     /// The address of a database entry's single server.
     fn primary_addr(&self, database: &str) -> Result<ServerAddr, String> {
-        let Some(db) = self.env.config.database(database) else {
+        let Some(db) = self.env.config().database(database) else {
             return Err(format!("database \"{database}\" does not exist"));
         };
         match &db.servers {
@@ -298,7 +298,7 @@ impl Engine {
     /// A server idle longer than `server_check_delay` runs `server_check_query` before a
     /// client gets it (PgBouncer's check): true when the check was started.
     fn start_check_if_stale(&mut self, lease: &Lease<ServerId>) -> bool {
-        let settings = &self.env.config.pgtier;
+        let settings = &self.env.config().pgtier;
         if settings.server_check_query.is_empty() {
             return false;
         }
@@ -341,7 +341,7 @@ impl Engine {
             || !server.backend().tracker().is_idle();
         if failed {
             debug!(
-                shard = self.env.shard,
+                shard = self.env.shard(),
                 "server_check_query failed: closing the server"
             );
             self.close_server(id);
@@ -378,7 +378,7 @@ impl Engine {
         };
         let reset = match session.mode() {
             PoolMode::Session => Reset::Configured,
-            PoolMode::Transaction if self.env.config.pgtier.server_reset_query_always => {
+            PoolMode::Transaction if self.env.config().pgtier.server_reset_query_always => {
                 Reset::Configured
             }
             PoolMode::Transaction if session.pins_server() => Reset::SessionState,
@@ -450,13 +450,13 @@ impl Engine {
 
     /// Moves the client's complete (or streaming) messages to its server.
     pub(super) fn forward(&mut self, id: ClientId, server_id: ServerId) {
-        let max = self.env.limits.max_client_message_bytes;
-        let whole_limit = self.env.limits.client_input_limit_bytes;
+        let max = self.env.limits().max_client_message_bytes;
+        let whole_limit = self.env.limits().client_input_limit_bytes;
         let statement_limits = StatementLimits {
-            per_server: self.env.limits.max_prepared_statements,
-            client_bytes: self.env.limits.max_client_prepared_bytes,
+            per_server: self.env.limits().max_prepared_statements,
+            client_bytes: self.env.limits().max_client_prepared_bytes,
         };
-        let pinning = self.env.limits.pin_session_state;
+        let pinning = self.env.limits().pin_session_state;
         let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
@@ -504,7 +504,7 @@ impl Engine {
             Some(ForwardEnd::TooManyStatements) => {
                 let message = format!(
                     "prepared statements of this connection exceed max_client_prepared_bytes ({})",
-                    self.env.limits.max_client_prepared_bytes
+                    self.env.limits().max_client_prepared_bytes
                 );
                 let error = messages::fatal(sqlstate::OUT_OF_MEMORY, &message);
                 self.close_client(id, Some(error));
@@ -574,7 +574,7 @@ impl Engine {
     /// A client left while linked to `server_id`: the server drains what it still owes (a
     /// running query cancelled), then takes the release path.
     pub(super) fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
-        let cancel_on_disconnect = self.env.config.pgtier.cancel_on_client_disconnect;
+        let cancel_on_disconnect = self.env.config().pgtier.cancel_on_client_disconnect;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -596,7 +596,7 @@ impl Engine {
     /// Takes the next step of a releasing server (see `crate::server::release`).
     pub(super) fn advance_release(&mut self, id: ServerId) {
         // Borrowed field by field, not cloned: this runs at the end of every transaction.
-        let reset_query = &self.env.config.pgtier.server_reset_query;
+        let reset_query = &self.env.config().pgtier.server_reset_query;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
@@ -714,7 +714,7 @@ impl Engine {
             return;
         };
         debug!(
-            shard = self.env.shard,
+            shard = self.env.shard(),
             ?to,
             "ending a server to hand its slot on"
         );
@@ -854,7 +854,7 @@ impl Engine {
             return;
         };
         debug!(
-            shard = self.env.shard,
+            shard = self.env.shard(),
             "a server slot was handed to this shard"
         );
         self.linker.pools_mut().adopt_slot(key);
@@ -868,15 +868,15 @@ impl Engine {
     pub(super) fn vacate_databases(&mut self, targets: Vec<pgtier_wire::database_ddl::Target>) {
         for target in targets {
             tracing::info!(
-                shard = self.env.shard,
+                shard = self.env.shard(),
                 database = %target.database,
                 statement = target.command.as_str(),
                 "a client's statement needs the database free of other sessions: \
                  closing pgtier's idle servers of it on every shard"
             );
             let database: Arc<str> = target.database.into();
-            for shard in 0..self.env.shared.shards() {
-                if shard == self.env.shard {
+            for shard in 0..self.env.shared().shards() {
+                if shard == self.env.shard() {
                     self.vacate_database(&database);
                 } else {
                     self.outbox.push(Action::Post {
@@ -893,7 +893,7 @@ impl Engine {
     /// This shard's part: its idle servers of `database` close now, those being released
     /// close once released, and the warmup of their pools waits.
     pub(super) fn vacate_database(&mut self, database: &str) {
-        let Some((pools, closing)) = self.linker.vacate(&self.env.config, database, self.now)
+        let Some((pools, closing)) = self.linker.vacate(self.env.config(), database, self.now)
         else {
             return;
         };
@@ -903,7 +903,7 @@ impl Engine {
         }
         let releasing = self.servers.close_when_released(&pools);
         tracing::info!(
-            shard = self.env.shard,
+            shard = self.env.shard(),
             database,
             closed,
             releasing,

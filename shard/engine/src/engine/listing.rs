@@ -41,7 +41,7 @@ impl ShardView<'_> {
             .map(|(index, server)| self.server_row(index, server))
             .collect();
         ShardListing {
-            shard: self.env.shard,
+            shard: self.env.shard(),
             clients,
             servers,
             pools: self.pool_rows(),
@@ -199,7 +199,7 @@ impl ShardView<'_> {
     }
 
     fn primary_addr_for_listing(&self, database: &str) -> Option<ServerAddr> {
-        let db = self.env.config.database(database)?;
+        let db = self.env.config().database(database)?;
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
                 ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port)).ok()
@@ -215,10 +215,10 @@ impl ShardView<'_> {
             .pools()
             .key(pool)
             .and_then(|key| {
-                let db = self.env.config.database(&key.database)?;
-                Some(self.env.config.pool_mode(db, &key.server_user))
+                let db = self.env.config().database(&key.database)?;
+                Some(self.env.config().pool_mode(db, &key.server_user))
             })
-            .unwrap_or(self.env.config.pgtier.pool_mode)
+            .unwrap_or(self.env.config().pgtier.pool_mode)
     }
 }
 

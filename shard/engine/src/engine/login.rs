@@ -94,7 +94,7 @@ impl Engine {
                     self.close_client(id, Some(error));
                     return;
                 }
-                _ if self.env.config.pgtier.ignores_startup_parameter(&name) => {}
+                _ if self.env.config().pgtier.ignores_startup_parameter(&name) => {}
                 _ => {
                     if !tracked.set(&name, &value) {
                         forwarded.push((name, value));
@@ -128,8 +128,8 @@ impl Engine {
             self.close_client(id, Some(error));
             return;
         }
-        let mode = match self.env.config.database(&database) {
-            Some(db) => self.env.config.pool_mode(db, &user),
+        let mode = match self.env.config().database(&database) {
+            Some(db) => self.env.config().pool_mode(db, &user),
             None if admin => PoolMode::Session,
             None => {
                 let message = format!("database \"{database}\" does not exist");
@@ -140,12 +140,12 @@ impl Engine {
         };
         let class = self
             .env
-            .config
+            .config()
             .database(&database)
             .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
-                self.env.config.class(db, &user)
+                self.env.config().class(db, &user)
             });
-        let stats = self.stats.database_slot(&database, &self.env.shared);
+        let stats = self.stats.database_slot(&database, self.env.shared());
         let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
@@ -187,7 +187,7 @@ impl Engine {
         let (looked_up, secrets) = self.clients.logins_mut().auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
-            users: &self.env.users,
+            users: self.env.users(),
             looked_up,
             secrets,
             random: self.random.as_mut(),
@@ -210,7 +210,7 @@ impl Engine {
     /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
     /// the client with.
     fn auth_method(&self, id: ClientId) -> Result<Method, bytes::Bytes> {
-        let auth_type = self.env.config.pgtier.auth_type;
+        let auth_type = self.env.config().pgtier.auth_type;
         let Some(client) = self.clients.get(id.0) else {
             return Ok(Method::Trust);
         };
@@ -222,7 +222,7 @@ impl Engine {
             // user its servers log in as.
             let forced = self
                 .env
-                .config
+                .config()
                 .database(session.database())
                 .is_some_and(|db| db.user.is_some());
             if !forced {
@@ -256,7 +256,7 @@ impl Engine {
             database: session.database(),
             user: session.user(),
         };
-        match auth_method::choose(auth_type, self.env.users.hba(), &request)? {
+        match auth_method::choose(auth_type, self.env.users().hba(), &request)? {
             Method::Cert => {
                 let name = client.tls().and_then(|tls| tls.session.peer_common_name());
                 auth_method::check_certificate(session.user(), tls, name.as_deref())?;
@@ -287,7 +287,7 @@ impl Engine {
         let (looked_up, secrets) = logins.auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
-            users: &self.env.users,
+            users: self.env.users(),
             looked_up,
             secrets,
             random: self.random.as_mut(),
@@ -332,7 +332,7 @@ impl Engine {
             self.join_pool(id);
             return;
         }
-        let Some(db) = self.env.config.database(session.database()) else {
+        let Some(db) = self.env.config().database(session.database()) else {
             return;
         };
         let options = session
@@ -340,7 +340,7 @@ impl Engine {
             .iter()
             .position(|(name, _)| name == "options");
         let raw = options.map(|i| session.startup_params()[i].1.as_str());
-        let class = match session_class(&self.env.config, db, session.user(), raw) {
+        let class = match session_class(self.env.config(), db, session.user(), raw) {
             Ok(class) => class,
             Err(error) => {
                 let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
@@ -382,7 +382,7 @@ impl Engine {
         let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let reader_entry = self.env.config.database(session.database()).is_some_and(|db| {
+        let reader_entry = self.env.config().database(session.database()).is_some_and(|db| {
             matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
         });
         if !reader_entry {
@@ -466,7 +466,7 @@ impl Engine {
     /// it was refused (and is closing).
     pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
         let session = self.clients.get(id.0)?.session()?;
-        let Some(db) = self.env.config.database(session.database()) else {
+        let Some(db) = self.env.config().database(session.database()) else {
             let message = format!("database \"{}\" does not exist", session.database());
             self.close_client(
                 id,
@@ -692,7 +692,7 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            let max_named = usize::try_from(self.env.config.pgtier.max_prepared_statements)
+            let max_named = usize::try_from(self.env.config().pgtier.max_prepared_statements)
                 .unwrap_or(usize::MAX);
             client.console(Box::new(ConsoleSession::new(rights, max_named)));
         }
@@ -702,7 +702,7 @@ impl Engine {
     /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
     /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
     pub(super) fn repin(&mut self, id: ClientId) {
-        let allowed = self.env.config.pgtier.repin_idle_sessions;
+        let allowed = self.env.config().pgtier.repin_idle_sessions;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };

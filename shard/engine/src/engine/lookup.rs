@@ -26,12 +26,12 @@ impl Engine {
             return None;
         }
         let session = self.clients.get(id.0)?.session()?;
-        if self.env.users.get(session.user()).is_some() {
+        if self.env.users().get(session.user()).is_some() {
             return None;
         }
         let auth_user = self
             .env
-            .config
+            .config()
             .database(session.database())?
             .auth_user
             .clone()?;
@@ -94,7 +94,7 @@ impl Engine {
     /// goes out.
     pub(super) fn run_lookup(&mut self, id: ClientId, lease: Lease<ServerId>) {
         let server_id = lease.server;
-        let query = self.env.config.pgtier.auth_query.clone();
+        let query = self.env.config().pgtier.auth_query.clone();
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };

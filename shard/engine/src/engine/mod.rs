@@ -183,14 +183,13 @@ impl Engine {
             ),
             admin: admin::Admin::new(parts.console),
             stats: stats::StatsSink::new(&config.pgtier, &parts.shared, parts.now),
-            env: env::Env {
-                shard: parts.shard,
-                limits,
+            env: env::Env::new(
+                parts.shard,
                 config,
-                users: parts.users,
-                shared: parts.shared,
-                started: (parts.now, parts.wall_now),
-            },
+                parts.users,
+                parts.shared,
+                (parts.now, parts.wall_now),
+            ),
             routing: parts.routing,
             random: parts.random,
             outbox: Outbox::default(),
@@ -245,11 +244,11 @@ impl Engine {
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
         self.stats.client_accepted();
-        let max = self.env.config.pgtier.max_client_conn;
-        let over = self.env.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
+        let max = self.env.config().pgtier.max_client_conn;
+        let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
         let client = ClientConn::new(peer, now);
         let Some(slot) = self.clients.insert(client) else {
-            self.env.shared.clients.fetch_sub(1, Ordering::AcqRel);
+            self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
             return None;
         };
         let id = ClientId(slot);
@@ -322,7 +321,7 @@ impl Engine {
     /// `bytes` queued for the client were sent.
     pub fn handle_client_sent(&mut self, now: Instant, id: ClientId, bytes: usize) {
         self.now = now;
-        let resume = self.env.limits.client_buffer_limit_bytes / 2;
+        let resume = self.env.limits().client_buffer_limit_bytes / 2;
         let Some(client) = self.clients.get_mut(id.0) else {
             self.stats.bytes(None, 0, bytes as u64);
             return;
@@ -418,7 +417,7 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if self.clients.remove(id.0).is_some() {
-                    self.env.shared.clients.fetch_sub(1, Ordering::AcqRel);
+                    self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
                 }
             }
             Conn::Server(id) => {
@@ -459,11 +458,11 @@ impl Engine {
     /// Folds every pending count into the shared totals (at exit, and before the console
     /// answers).
     pub fn fold_counters(&mut self) {
-        let interval = (self.env.shard == 0).then(|| {
-            let period = self.env.config.pgtier.stats_period.duration();
+        let interval = (self.env.shard() == 0).then(|| {
+            let period = self.env.config().pgtier.stats_period.duration();
             (period, self.now, self.wall_time())
         });
-        self.stats.fold(&self.env.shared, interval);
+        self.stats.fold(self.env.shared(), interval);
     }
 
     // ---- shared helpers of the flows ----
@@ -513,7 +512,10 @@ impl Engine {
     /// Publishes this shard's gauges for the metrics endpoint.
     fn publish_pool_gauges(&self) {
         let gauges = self.pool_gauges();
-        self.env.shared.pool_gauges.publish(self.env.shard, gauges);
+        self.env
+            .shared()
+            .pool_gauges
+            .publish(self.env.shard(), gauges);
     }
 
     /// A timeout setting, `None` when disabled.
@@ -646,7 +648,7 @@ impl Engine {
     /// A client that sends while it waits keeps its bytes until it has a server; past the
     /// input limit it is paused, so a pipeline cannot make the engine hold unbounded data.
     fn hold_client_input(&mut self, id: ClientId) {
-        let limit = self.env.limits.client_input_limit_bytes;
+        let limit = self.env.limits().client_input_limit_bytes;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -758,7 +760,7 @@ impl Engine {
 
     /// Every budget slot is back (everyone left and every server closed).
     pub fn check_budgets_released(&self) -> Result<(), String> {
-        match self.env.shared.budgets.in_use() {
+        match self.env.shared().budgets.in_use() {
             0 => Ok(()),
             held => Err(format!("{held} budget slots are still held")),
         }

@@ -28,7 +28,7 @@ impl Engine {
             return;
         }
         debug!(
-            shard = self.env.shard,
+            shard = self.env.shard(),
             to, "moving an idle server to another shard"
         );
         server.moving(self.now, to);
@@ -109,7 +109,7 @@ impl Engine {
                     Ok(pool) => (pool, true),
                     Err(_) => {
                         debug!(
-                            shard = self.env.shard,
+                            shard = self.env.shard(),
                             "no pool for a server that moved here"
                         );
                         pgtier_pool::give_back_slot(&limits);
@@ -122,11 +122,12 @@ impl Engine {
         let mode = self
             .env
             .pool_mode_of(&parcel.key.database, &parcel.key.server_user);
-        let prepared = mode == PoolMode::Transaction && self.env.limits.max_prepared_statements > 0;
+        let prepared =
+            mode == PoolMode::Transaction && self.env.limits().max_prepared_statements > 0;
         let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, self.now);
         let Some(slot) = self.servers.insert(server) else {
             debug!(
-                shard = self.env.shard,
+                shard = self.env.shard(),
                 "no server slot for a server that moved here"
             );
             pgtier_pool::give_back_slot(&limits);

@@ -89,7 +89,7 @@ impl Engine {
             return false;
         }
         let unit = first_unit(
-            &self.env.config,
+            self.env.config(),
             &*self.routing,
             session.database(),
             session.statements(),
@@ -131,7 +131,7 @@ impl Engine {
                 // The bytes `needs_whole_unit` just read, unchanged.
                 Some((len, unit)) if len == client.input().len() => unit,
                 _ => first_unit(
-                    &self.env.config,
+                    self.env.config(),
                     &*self.routing,
                     session.database(),
                     session.statements(),
@@ -152,7 +152,7 @@ impl Engine {
                 return TxnRoute::Go;
             }
         };
-        let Some(set) = reader_set(&self.env.config, session.database()) else {
+        let Some(set) = reader_set(self.env.config(), session.database()) else {
             self.run_on_primary(id, primary, true);
             return TxnRoute::Go;
         };
@@ -305,7 +305,7 @@ impl Engine {
         if !reads.end_transaction(now) {
             return;
         }
-        let scope_user = reader_settings(&self.env.config, session.database())
+        let scope_user = reader_settings(self.env.config(), session.database())
             .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
         if scope_user {
             self.routing

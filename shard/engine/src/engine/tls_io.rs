@@ -208,7 +208,7 @@ impl Engine {
     /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
     /// `hostssl`-only configuration would. Returns whether it was refused.
     pub(super) fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
-        let mode = self.env.config.pgtier.client_tls_sslmode;
+        let mode = self.env.config().pgtier.client_tls_sslmode;
         let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
         if !(plain && requires_tls(mode)) {
             return false;
@@ -245,7 +245,7 @@ impl Engine {
 
     /// The server's one-byte answer to the SSLRequest.
     pub(super) fn on_negotiation_answer(&mut self, id: ServerId) {
-        let mode = self.env.config.pgtier.server_tls_sslmode;
+        let mode = self.env.config().pgtier.server_tls_sslmode;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
@@ -330,7 +330,7 @@ impl Engine {
             .linker
             .pools()
             .key(server.pool())
-            .and_then(|key| self.env.config.database(&key.database))
+            .and_then(|key| self.env.config().database(&key.database))
             .and_then(|db| match &db.servers {
                 pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
                 pgtier_core::config::ServerSet::Replicas(_) => None,

@@ -16,7 +16,7 @@ use crate::engine::timeouts::ClientTimeouts;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
-use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
+use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT};
 
 impl Engine {
     pub(super) fn housekeeping(&mut self) {
@@ -38,13 +38,13 @@ impl Engine {
         }
         self.fold_counters();
         self.clients.drop_empty_call_logs();
-        if self.env.config.pgtier.metrics_port != 0 {
+        if self.env.config().pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
         }
     }
 
     fn check_client_timeouts(&mut self) {
-        let limits = ClientTimeouts::from_settings(&self.env.config.pgtier);
+        let limits = ClientTimeouts::from_settings(&self.env.config().pgtier);
         let (expired, linger_over) = self.clients.timed_out(&limits, &self.servers, self.now);
         for (id, code, message) in expired {
             self.close_client(id, Some(messages::fatal(code, message)));
@@ -62,7 +62,7 @@ impl Engine {
     }
 
     fn check_server_timeouts(&mut self) {
-        let connect = Engine::enabled(self.env.config.pgtier.server_connect_timeout);
+        let connect = Engine::enabled(self.env.config().pgtier.server_connect_timeout);
         let drain_limit = connect.unwrap_or(DEFAULT_DRAIN_LIMIT);
         let (failed, retire) = self.servers.timed_out(connect, drain_limit, self.now);
         for id in failed {
@@ -233,10 +233,8 @@ impl Engine {
                 // New connections use the new TLS configurations; running sessions keep theirs.
                 self.clients.logins_mut().reloaded(tls.acceptor);
                 self.servers.reloaded(tls.connector);
-                self.env.limits = Limits::from_config(&config);
-                self.stats.configure(&config.pgtier, &self.env.shared);
-                self.env.config = config;
-                self.env.users = users;
+                self.stats.configure(&config.pgtier, self.env.shared());
+                self.env.reload(config, users);
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .linker
                     .pools()
@@ -247,8 +245,8 @@ impl Engine {
                     let limits = self.env.pool_limits(&key);
                     self.linker.pools_mut().set_limits(pool, limits);
                 }
-                self.linker.reset_warm_pools(&self.env.config);
-                info!(shard = self.env.shard, "configuration reloaded");
+                self.linker.reset_warm_pools(self.env.config());
+                info!(shard = self.env.shard(), "configuration reloaded");
             }
             Command::Shutdown(mode) => {
                 self.admin.shut_down(mode);
@@ -259,8 +257,8 @@ impl Engine {
             Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {
                 let budget = match (database, user) {
-                    (Some(database), _) => self.env.shared.budgets.database(&database),
-                    (None, Some(user)) => self.env.shared.budgets.user(&user),
+                    (Some(database), _) => self.env.shared().budgets.database(&database),
+                    (None, Some(user)) => self.env.shared().budgets.user(&user),
                     (None, None) => None,
                 };
                 if let Some(budget) = budget
@@ -278,7 +276,7 @@ impl Engine {
                 });
             }
             Command::Listed { request_id, part } => {
-                let shards = self.env.shared.shards();
+                let shards = self.env.shared().shards();
                 if let Some(client) = self
                     .admin
                     .listings_mut()
@@ -303,9 +301,9 @@ impl Engine {
     /// A CancelRequest arrived here; handled here or passed to the owning shard.
     pub(super) fn route_cancel(&mut self, key: CancelKey) {
         let owner = shard_of(key.secret);
-        if owner == self.env.shard {
+        if owner == self.env.shard() {
             self.handle_cancel(key);
-        } else if owner < self.env.shared.shards() {
+        } else if owner < self.env.shared().shards() {
             self.outbox.push(Action::Post {
                 shard: owner,
                 command: Command::Cancel {
@@ -337,16 +335,16 @@ impl Engine {
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
     pub(super) fn start_listing(&mut self, id: ClientId) {
-        let shards = self.env.shared.shards();
+        let shards = self.env.shared().shards();
         let request_id = self
             .admin
             .listings_mut()
             .start(id, self.now + LISTING_WAIT, shards);
-        for shard in (0..self.env.shared.shards()).filter(|shard| *shard != self.env.shard) {
+        for shard in (0..self.env.shared().shards()).filter(|shard| *shard != self.env.shard()) {
             self.outbox.push(Action::Post {
                 shard,
                 command: Command::ListSessions {
-                    from: self.env.shard,
+                    from: self.env.shard(),
                     request_id,
                 },
             });
@@ -357,7 +355,7 @@ impl Engine {
 
     /// Listings past their deadline are answered with the rows that arrived.
     fn expire_listings(&mut self) {
-        let shards = self.env.shared.shards();
+        let shards = self.env.shared().shards();
         let expired = self.admin.listings_mut().expire(self.now, shards);
         for client in expired {
             if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {

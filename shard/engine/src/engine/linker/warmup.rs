@@ -72,7 +72,7 @@ impl Linker {
         logins: &Logins,
         now: std::time::Instant,
     ) {
-        let shards = env.shared.shards();
+        let shards = env.shared().shards();
         let mut warm = std::mem::take(&mut self.warm);
         for entry in &mut warm {
             let down = match entry.key.target {
@@ -98,7 +98,7 @@ impl Linker {
             if let Ok(id) = self.pools.register(&entry.key, &limits, now) {
                 let share = PoolSlice::<ServerId, ClientId>::warm_share(
                     limits.min_pool_size,
-                    env.shard,
+                    env.shard(),
                     shards,
                 );
                 self.pools.keep_warm(id, share);
@@ -127,10 +127,10 @@ impl Linker {
 /// earlier would fail, and the failed login's memo would refuse that very client.
 fn can_log_in_alone(env: &Env, logins: &Logins, key: &PoolKey) -> bool {
     let configured = env
-        .config
+        .config()
         .database(&key.database)
         .and_then(|db| db.password.clone());
-    let stored = configured.or_else(|| env.users.get(&key.server_user));
+    let stored = configured.or_else(|| env.users().get(&key.server_user));
     match stored {
         Some(secret) if crate::credentials::is_scram_secret(&secret) => {
             logins.secrets().client_key(&key.server_user).is_some()

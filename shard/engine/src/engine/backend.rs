@@ -4,7 +4,6 @@
 //! reported to the replica router when the server is a replica.
 
 use bytes::Bytes;
-use pgtier_pool::ServerTarget;
 use tracing::{debug, info, warn};
 
 use crate::action::{Action, Conn};
@@ -198,7 +197,10 @@ impl Engine {
             return;
         };
         let pool = server.pool();
-        if !self.report_replica_failure(pool, cause) {
+        if !self
+            .linker
+            .report_replica_failure(pool, cause, &*self.routing)
+        {
             self.login_failed(id, error);
             return;
         }
@@ -214,24 +216,6 @@ impl Engine {
         self.linker
             .pools_mut()
             .open_failed(pool, retry_at, Some(error));
-    }
-
-    /// Tells the router that a connection to a pool's replica failed. False when the pool
-    /// is not on a replica.
-    pub(super) fn report_replica_failure(
-        &self,
-        pool: pgtier_pool::PoolId,
-        cause: FailureCause,
-    ) -> bool {
-        let Some(key) = self.linker.pools().key(pool) else {
-            return false;
-        };
-        let ServerTarget::Replica(addr) = key.target else {
-            return false;
-        };
-        debug!(replica = %addr, ?cause, "server connection to a replica failed");
-        self.routing.report_failure(&key.database, addr, cause);
-        true
     }
 
     /// Moves server output to the linked client; releases the server at the end of a
@@ -320,7 +304,11 @@ impl Engine {
             // The backend is exiting: the client sees its FATAL and then the end of the
             // connection, exactly as from PostgreSQL, with nothing of pgtier's own after it.
             if scan.shutdown_forwarded {
-                self.report_replica_failure(pool, FailureCause::ServerShutdown);
+                self.linker.report_replica_failure(
+                    pool,
+                    FailureCause::ServerShutdown,
+                    &*self.routing,
+                );
             }
             self.close_server(server_id);
             self.close_client_after_flush(client_id);
@@ -452,7 +440,8 @@ impl Engine {
         let pool = server.pool();
         let (retire, shutting_down) = server.read_idle_output();
         if shutting_down {
-            self.report_replica_failure(pool, FailureCause::ServerShutdown);
+            self.linker
+                .report_replica_failure(pool, FailureCause::ServerShutdown, &*self.routing);
         }
         if retire {
             self.close_server(id);
@@ -503,8 +492,10 @@ impl Engine {
                 }
             }
             ServerState::Busy { client } => {
-                let on_replica =
-                    cause.is_some_and(|cause| self.report_replica_failure(pool, cause));
+                let on_replica = cause.is_some_and(|cause| {
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing)
+                });
                 self.close_server(id);
                 let message = if on_replica {
                     format!("the replica serving this connection failed: {message}")
@@ -516,7 +507,8 @@ impl Engine {
             }
             _ => {
                 if let Some(cause) = cause {
-                    self.report_replica_failure(pool, cause);
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing);
                 }
                 self.close_server(id);
             }

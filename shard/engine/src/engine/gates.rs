@@ -350,7 +350,7 @@ impl Engine {
             .filter(|(_, key, counts)| counts.waiting > 0 && scope.covers(&key.database))
             .map(|(pool, _, _)| pool)
             .collect();
-        for id in self.unpark_waiters(pools) {
+        for id in self.linker.unpark_waiters(pools, &mut self.clients) {
             self.held_by_pause(id);
         }
     }

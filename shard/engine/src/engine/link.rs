@@ -10,7 +10,7 @@ use bytes::Bytes;
 use pgtier_core::config::PoolMode;
 use pgtier_pool::{Checkin, Lease, PoolId, Release, ServerTarget};
 use pgtier_wire::session_state::Effects;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::action::{Action, Conn};
 use crate::addr::ServerAddr;
@@ -128,7 +128,8 @@ impl Engine {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
-                    self.warn_if_pinned_out(pool);
+                    self.linker
+                        .warn_if_pinned_out(pool, &self.clients, self.now);
                     self.ask_other_shards_for_a_server(pool);
                     return;
                 }
@@ -136,39 +137,6 @@ impl Engine {
                     self.make_room_under_cap(pool, budget);
                     return;
                 }
-            }
-        }
-    }
-
-    /// A client waits on a full pool: if every server of the pool is held by a pinned client,
-    /// no transaction will free one, and the operator should hear why (rate-limited).
-    fn warn_if_pinned_out(&mut self, pool: PoolId) {
-        if !self.linker.pinned_check_mut().due(self.now) {
-            return;
-        }
-        let (mut linked, mut pinned) = (0usize, 0usize);
-        for (_, client) in self.clients.iter() {
-            let Some(session) = client.session() else {
-                continue;
-            };
-            if session.pool() == Some(pool) && client.server().is_some() {
-                linked += 1;
-                pinned += usize::from(session.pins_server());
-            }
-        }
-        let counts = self.linker.pools().counts(pool);
-        if linked > 0 && pinned == linked && linked >= counts.active as usize {
-            if let Some(key) = self.linker.pools().key(pool) {
-                warn!(
-                    database = %key.database,
-                    user = %key.server_user,
-                    servers = linked,
-                    waiting = counts.waiting,
-                    "pool exhausted by pinned clients: every server is held by a client with \
-                     session state (SHOW CLIENTS, column pinned, says which); raise the pool \
-                     size or have clients undo their session state"
-                );
-                self.linker.pinned_check_mut().warned(self.now);
             }
         }
     }
@@ -241,7 +209,7 @@ impl Engine {
         };
         let addr = match key.target {
             ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
-            ServerTarget::Primary => self.primary_addr(&key.database),
+            ServerTarget::Primary => primary_addr(&self.env, &self.servers, &key.database),
         };
         let mode = self.env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
@@ -276,23 +244,6 @@ impl Engine {
             server: ServerId(slot),
             addr,
         });
-    }
-
-    /// The address of a database entry's single server.
-    fn primary_addr(&self, database: &str) -> Result<ServerAddr, String> {
-        let Some(db) = self.env.config().database(database) else {
-            return Err(format!("database \"{database}\" does not exist"));
-        };
-        match &db.servers {
-            pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port))
-            }
-            pgtier_core::config::ServerSet::Replicas(set) => set
-                .primary
-                .or_else(|| set.replicas.first().copied())
-                .map(ServerAddr::Tcp)
-                .ok_or_else(|| "replica set is empty".to_string()),
-        }
     }
 
     /// A server idle longer than `server_check_delay` runs `server_check_query` before a
@@ -909,5 +860,26 @@ impl Engine {
             releasing,
             "closed idle servers of the database for a client's statement"
         );
+    }
+}
+
+/// The address of a database entry's single server.
+fn primary_addr(
+    env: &super::env::Env,
+    servers: &super::servers::ServerTable,
+    database: &str,
+) -> Result<ServerAddr, String> {
+    let Some(db) = env.config().database(database) else {
+        return Err(format!("database \"{database}\" does not exist"));
+    };
+    match &db.servers {
+        pgtier_core::config::ServerSet::Single(host_port) => {
+            ServerAddr::of_host(host_port, |host, port| servers.resolve(host, port))
+        }
+        pgtier_core::config::ServerSet::Replicas(set) => set
+            .primary
+            .or_else(|| set.replicas.first().copied())
+            .map(ServerAddr::Tcp)
+            .ok_or_else(|| "replica set is empty".to_string()),
     }
 }

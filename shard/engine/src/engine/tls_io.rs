@@ -261,7 +261,11 @@ impl Engine {
         server.io_mut().input_mut().clear();
         match answer {
             b'S' => {
-                let name = self.tls_server_name(id);
+                let name = self
+                    .servers
+                    .get(id.0)
+                    .map(|server| tls_server_name(&self.env, &self.linker, server))
+                    .unwrap_or_default();
                 let Some(connector) = self.servers.connector() else {
                     return;
                 };
@@ -320,28 +324,28 @@ impl Engine {
         }
     }
 
-    /// The name a server's certificate is checked against: the configured host, or the
-    /// address of a replica.
-    fn tls_server_name(&self, id: ServerId) -> String {
-        let Some(server) = self.servers.get(id.0) else {
-            return String::new();
-        };
-        let configured = self
-            .linker
-            .pools()
-            .key(server.pool())
-            .and_then(|key| self.env.config().database(&key.database))
-            .and_then(|db| match &db.servers {
-                pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
-                pgtier_core::config::ServerSet::Replicas(_) => None,
-            });
-        configured.unwrap_or_else(|| server.info().addr().host_text())
-    }
-
     /// TLS with a server failed before or during its login: the pool's waiters get the
     /// reason (08006), as for any failed login.
     fn server_tls_failed(&mut self, id: ServerId, why: &str) {
         debug!(?id, why, "server TLS failed");
         self.server_failed(id, why, None);
     }
+}
+
+/// The name a server's certificate is checked against: the configured host, or the
+/// address of a replica.
+fn tls_server_name(
+    env: &super::env::Env,
+    linker: &super::linker::Linker,
+    server: &crate::server::ServerConn,
+) -> String {
+    let configured = linker
+        .pools()
+        .key(server.pool())
+        .and_then(|key| env.config().database(&key.database))
+        .and_then(|db| match &db.servers {
+            pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
+            pgtier_core::config::ServerSet::Replicas(_) => None,
+        });
+    configured.unwrap_or_else(|| server.info().addr().host_text())
 }

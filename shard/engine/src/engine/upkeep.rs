@@ -147,28 +147,9 @@ impl Engine {
             })
             .map(|(pool, _, _)| pool)
             .collect();
-        for id in self.unpark_waiters(down) {
+        for id in self.linker.unpark_waiters(down, &mut self.clients) {
             self.reroute(id);
         }
-    }
-
-    /// Takes every client parked on `pools` off them (their tickets are void): the clients
-    /// the caller must now place elsewhere (re-route, hold for a RESUME).
-    pub(super) fn unpark_waiters(&mut self, pools: Vec<PoolId>) -> Vec<ClientId> {
-        let mut unparked = Vec::new();
-        for pool in pools {
-            let mut waiters = Vec::new();
-            self.linker.pools_mut().take_waiters(pool, &mut waiters);
-            for id in waiters {
-                if let Some(client) = self.clients.get_mut(id.0) {
-                    if !client.unparked(false) {
-                        continue;
-                    }
-                }
-                unparked.push(id);
-            }
-        }
-        unparked
     }
 
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client

@@ -54,11 +54,6 @@ impl Linker {
         &mut self.pools
     }
 
-    /// When a full pool was last checked for being held by pinned clients.
-    pub(in crate::engine) fn pinned_check_mut(&mut self) -> &mut PinnedCheck {
-        &mut self.pinned_check
-    }
-
     // ---- servers being put back ----
 
     /// A server is to be put back: false when another is being put back already (this
@@ -118,5 +113,85 @@ impl Linker {
             return None;
         }
         self.pools().login_failure(pool, now).cloned()
+    }
+
+    /// Tells the router that a connection to a pool's replica failed. False when the pool
+    /// is not on a replica.
+    pub(in crate::engine) fn report_replica_failure(
+        &self,
+        pool: pgtier_pool::PoolId,
+        cause: crate::services::FailureCause,
+        routing: &dyn crate::services::Routing,
+    ) -> bool {
+        let Some(key) = self.pools().key(pool) else {
+            return false;
+        };
+        let pgtier_pool::ServerTarget::Replica(addr) = key.target else {
+            return false;
+        };
+        tracing::debug!(replica = %addr, ?cause, "server connection to a replica failed");
+        routing.report_failure(&key.database, addr, cause);
+        true
+    }
+
+    /// A client waits on a full pool: if every server of the pool is held by a pinned client,
+    /// no transaction will free one, and the operator should hear why (rate-limited).
+    pub(in crate::engine) fn warn_if_pinned_out(
+        &mut self,
+        pool: pgtier_pool::PoolId,
+        clients: &crate::engine::clients::ClientTable,
+        now: Instant,
+    ) {
+        if !self.pinned_check.due(now) {
+            return;
+        }
+        let (mut linked, mut pinned) = (0usize, 0usize);
+        for (_, client) in clients.iter() {
+            let Some(session) = client.session() else {
+                continue;
+            };
+            if session.pool() == Some(pool) && client.server().is_some() {
+                linked += 1;
+                pinned += usize::from(session.pins_server());
+            }
+        }
+        let counts = self.pools.counts(pool);
+        if linked > 0 && pinned == linked && linked >= counts.active as usize {
+            if let Some(key) = self.pools.key(pool) {
+                tracing::warn!(
+                    database = %key.database,
+                    user = %key.server_user,
+                    servers = linked,
+                    waiting = counts.waiting,
+                    "pool exhausted by pinned clients: every server is held by a client with \
+                     session state (SHOW CLIENTS, column pinned, says which); raise the pool \
+                     size or have clients undo their session state"
+                );
+                self.pinned_check.warned(now);
+            }
+        }
+    }
+
+    /// Takes every client parked on `pools` off them (their tickets are void): the clients
+    /// the caller must now place elsewhere (re-route, hold for a RESUME).
+    pub(in crate::engine) fn unpark_waiters(
+        &mut self,
+        pools: Vec<pgtier_pool::PoolId>,
+        clients: &mut crate::engine::clients::ClientTable,
+    ) -> Vec<ClientId> {
+        let mut unparked = Vec::new();
+        for pool in pools {
+            let mut waiters = Vec::new();
+            self.pools.take_waiters(pool, &mut waiters);
+            for id in waiters {
+                if let Some(client) = clients.get_mut(id.0) {
+                    if !client.unparked(false) {
+                        continue;
+                    }
+                }
+                unparked.push(id);
+            }
+        }
+        unparked
     }
 }

@@ -19,21 +19,20 @@
 //!
 //! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`);
 //! timeouts are found by the tables (`timeouts.rs`). The flows that still take the whole
-//! engine live beside this file, one per concern: `login.rs` and `lookup.rs` (a client
-//! from startup to its welcome), `link.rs` (the one place that touches a client and a
+//! engine live beside this file, one per concern: `login.rs` (a client from startup to its
+//! welcome, `auth_query` included), `link.rs` (the one place that touches a client and a
 //! server together: servers given to clients and taken back), `reads.rs` (where a reader
 //! session's transaction runs), `moving.rs` (servers handed to other shards), `backend.rs`
 //! (server connections: login, output, failures), `tls_io.rs` (TLS records), `gates.rs`
-//! and `console.rs` (admin commands and console sessions), `upkeep.rs` (timers, mailbox
-//! commands, cancel, shutdown). The decisions themselves are in the state machines they
-//! call (`crate::client`, `crate::server`), the pool (`pgtier_pool`) and the services.
+//! (the admin console: its sessions and the commands they run), `upkeep.rs` (timers,
+//! mailbox commands, cancel, shutdown). The decisions themselves are in the state machines
+//! they call (`crate::client`, `crate::server`), the pool (`pgtier_pool`) and the services.
 
 mod admin;
 #[cfg(test)]
 mod auth_tests;
 mod backend;
 mod clients;
-mod console;
 #[cfg(test)]
 mod digest_tests;
 mod env;
@@ -46,7 +45,6 @@ mod linker;
 mod listing;
 mod listings;
 mod login;
-mod lookup;
 mod moving;
 #[cfg(test)]
 mod moving_tests;

@@ -2,8 +2,8 @@
 //! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
 //! clients of Down replicas re-routed, counters folded; the commands other shards and the
 //! process send (cancel, reload, shutdown, slot handover, listings); and the gathering of
-//! every shard's rows for the admin console's sessions (`console.rs`), as `listing.rs`
-//! copies them out.
+//! every shard's rows for the admin console's sessions (`gates.rs`, `listings.rs`), as
+//! `listing.rs` copies them out.
 
 use pgtier_pool::{Closing, PoolId, ServerTarget};
 use tracing::info;

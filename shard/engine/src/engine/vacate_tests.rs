@@ -1,4 +1,4 @@
-//! Table tests of a client's database DDL (`engine/vacate.rs`) through two kernel-less
+//! Table tests of a client's database DDL (`engine/linker/vacate.rs`) through two kernel-less
 //! drivers sharing one set of budgets (`testing::Pair`): the idle servers of the database
 //! the statement names (by its PostgreSQL name, not the entry's) get Terminate and close on
 //! both shards before the statement is answered; a server a client is using stays; servers

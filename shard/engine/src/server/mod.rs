@@ -207,6 +207,32 @@ impl Backend {
         }
         out.freeze()
     }
+
+    /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
+    /// numbering).
+    pub fn holds_statements(&self) -> bool {
+        self.relay
+            .prepared
+            .as_ref()
+            .is_some_and(|prepared| !prepared.statements.is_empty())
+    }
+
+    /// The reset query may drop the server's named statements (`DISCARD ALL` does): what
+    /// the cache believes follows it. Should the query fail, the server is closed anyway.
+    pub(super) fn statements_reset_by(&mut self, query: &str) {
+        let Some(prepared) = self.relay.prepared.as_mut() else {
+            return;
+        };
+        let effects = pgtier_wire::session_state::classify_query(query.as_bytes());
+        if effects.intersects(
+            pgtier_wire::session_state::Effects::DISCARD_ALL
+                .union(pgtier_wire::session_state::Effects::DEALLOCATE_ALL),
+        ) {
+            prepared.statements.clear();
+        } else if effects.intersects(pgtier_wire::session_state::Effects::DEALLOCATE) {
+            prepared.statements.all_unknown();
+        }
+    }
 }
 
 /// Where a server is and when it was used, for listings.

@@ -112,7 +112,7 @@ impl ServerConn {
         welcome: Option<Vec<(String, String)>>,
         now: Instant,
     ) -> MovedServer {
-        let statements = self.holds_statements();
+        let statements = self.backend.holds_statements();
         let lease = self.lease.as_ref();
         MovedServer {
             key,
@@ -154,16 +154,6 @@ impl ServerConn {
             idle_since: parcel.idle_since,
         };
         (server, arrival)
-    }
-
-    /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
-    /// numbering).
-    pub fn holds_statements(&self) -> bool {
-        self.backend
-            .relay
-            .prepared
-            .as_ref()
-            .is_some_and(|prepared| !prepared.statements.is_empty())
     }
 }
 
@@ -211,7 +201,7 @@ mod tests {
             empty_cache.is_movable(),
             "a statement cache moves (emptied on arrival)"
         );
-        assert!(!empty_cache.holds_statements());
+        assert!(!empty_cache.backend().holds_statements());
     }
 
     #[test]

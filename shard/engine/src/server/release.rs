@@ -6,8 +6,6 @@
 
 use pgtier_core::config::PoolMode;
 
-use pgtier_wire::session_state::Effects;
-
 use crate::server::{ServerConn, ServerState};
 use crate::tracker::ServerPhase;
 
@@ -91,7 +89,7 @@ impl ServerConn {
                     Reset::SessionState if reset_query.is_empty() => "DISCARD ALL",
                     Reset::Configured | Reset::SessionState => reset_query,
                 };
-                self.statements_reset_by(query);
+                self.backend.statements_reset_by(query);
                 ReleaseStep::Query(self.backend.internal_query(query))
             }
             ServerPhase::InTransaction(_) => match &mut self.state {
@@ -102,20 +100,6 @@ impl ServerConn {
                 _ => ReleaseStep::Close("still inside a transaction after its rollback"),
             },
             _ => ReleaseStep::Close("left inside a protocol exchange it cannot finish"),
-        }
-    }
-
-    /// The reset query may drop the server's named statements (`DISCARD ALL` does): what
-    /// the cache believes follows it. Should the query fail, the server is closed anyway.
-    fn statements_reset_by(&mut self, query: &str) {
-        let Some(prepared) = self.backend.relay.prepared.as_mut() else {
-            return;
-        };
-        let effects = pgtier_wire::session_state::classify_query(query.as_bytes());
-        if effects.intersects(Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL)) {
-            prepared.statements.clear();
-        } else if effects.intersects(Effects::DEALLOCATE) {
-            prepared.statements.all_unknown();
         }
     }
 

@@ -31,7 +31,7 @@ const TERMINATE: &[u8] = b"X\0\0\0\x04";
 impl Engine {
     /// A welcomed client between transactions sent bytes: it needs a server (or it left).
     pub(super) fn on_idle_client_bytes(&mut self, id: ClientId) {
-        let whole_unit_missing = self.needs_whole_unit(id);
+        let whole_unit_missing = self.clients.needs_whole_unit(id, &self.env, &*self.routing);
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
@@ -81,7 +81,20 @@ impl Engine {
         if self.held_by_pause(id) {
             return;
         }
-        if let reads::TxnRoute::Wait = self.route_transaction(id) {
+        let mut router = reads::TxnRouter {
+            clients: &mut self.clients,
+            linker: &mut self.linker,
+            stats: &mut self.stats,
+            env: &self.env,
+            routing: &*self.routing,
+            now: self.now,
+            evicted: Vec::new(),
+        };
+        let route = router.route_transaction(id);
+        for closing in router.evicted {
+            self.retire(closing);
+        }
+        if let reads::TxnRoute::Wait = route {
             return;
         }
         let Some(pool) = self
@@ -507,7 +520,8 @@ impl Engine {
             if let Some(session) = client.session_mut() {
                 session.went_idle();
             }
-            self.end_reader_transaction(client_id);
+            self.clients
+                .end_reader_transaction(client_id, &self.env, &*self.routing, self.now);
         }
         self.advance_release(server_id);
         let Some(client_id) = client_id else {
@@ -860,6 +874,39 @@ impl Engine {
             releasing,
             "closed idle servers of the database for a client's statement"
         );
+    }
+
+    /// The timer: reads waiting for a replica to catch up are routed again.
+    pub(super) fn recheck_read_waits(&mut self) {
+        let waiting = self.linker.take_read_waits();
+        for id in waiting {
+            let waits = self
+                .clients
+                .get(id.0)
+                .and_then(|c| c.session())
+                .and_then(|s| s.reads())
+                .is_some_and(|reads| {
+                    matches!(
+                        reads.txn,
+                        crate::client::reads::ReadTxn::AwaitingReplica { .. }
+                    )
+                });
+            if waits {
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// Clients taken off the pool of a replica that went Down: a reader session's read is
+    /// routed again (elsewhere); other sessions move with their lease.
+    pub(super) fn reroute(&mut self, id: ClientId) {
+        match self.clients.reads_mut(id) {
+            Some(reads) => {
+                reads.txn = crate::client::reads::ReadTxn::Between;
+                self.need_server(id);
+            }
+            None => self.repin(id),
+        }
     }
 }
 

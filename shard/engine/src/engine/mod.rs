@@ -18,15 +18,16 @@
 //! - `env.rs`: the configuration and what is derived from it.
 //!
 //! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`);
-//! timeouts are found by the tables (`timeouts.rs`). The flows that still take the whole
-//! engine live beside this file, one per concern: `login.rs` (a client from startup to its
-//! welcome, `auth_query` included), `link.rs` (the one place that touches a client and a
-//! server together: servers given to clients and taken back), `reads.rs` (where a reader
-//! session's transaction runs), `moving.rs` (servers handed to other shards), `backend.rs`
-//! (server connections: login, output, failures), `tls_io.rs` (TLS records), `gates.rs`
-//! (the admin console: its sessions and the commands they run), `upkeep.rs` (timers,
-//! mailbox commands, cancel, shutdown). The decisions themselves are in the state machines
-//! they call (`crate::client`, `crate::server`), the pool (`pgtier_pool`) and the services.
+//! timeouts are found by the tables (`timeouts.rs`); a reader session's transaction is
+//! routed by a borrow of the three owners it changes (`reads.rs`). The flows that still take
+//! the whole engine live beside this file, one per concern: `login.rs` (a client from
+//! startup to its welcome, `auth_query` included), `link.rs` (the one place that touches a
+//! client and a server together: servers given to clients and taken back), `moving.rs`
+//! (servers handed to other shards), `backend.rs` (server connections: login, output,
+//! failures), `tls_io.rs` (TLS records), `gates.rs` (the admin console: its sessions and
+//! the commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The
+//! decisions themselves are in the state machines they call (`crate::client`,
+//! `crate::server`), the pool (`pgtier_pool`) and the services.
 
 mod admin;
 #[cfg(test)]
@@ -211,7 +212,7 @@ impl Engine {
 
     /// When `handle_timeout` must run next.
     pub fn poll_timeout(&self) -> Instant {
-        match self.read_recheck_at() {
+        match self.linker.read_recheck_at() {
             Some(at) => at.min(self.next_housekeeping),
             None => self.next_housekeeping,
         }
@@ -429,7 +430,7 @@ impl Engine {
     /// Housekeeping: timeouts, warmup, expiring waiters and listings, counter folds.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        if self.read_recheck_at().is_some_and(|at| now >= at) {
+        if self.linker.read_recheck_at().is_some_and(|at| now >= at) {
             self.recheck_read_waits();
         }
         if now < self.next_housekeeping {

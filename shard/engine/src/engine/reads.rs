@@ -4,17 +4,24 @@
 //! with the session's read-your-writes target; everything else — writes, session mode,
 //! sessions pinned by session state — goes to the primary. A read whose target no replica
 //! has replayed waits (`read_your_writes_timeout`), then runs on the primary.
+//!
+//! The routing of one transaction ([`TxnRouter`]) borrows the three owners it changes;
+//! the client table reads a session's first unit and ends its reads. The engine retires
+//! what a new replica pool made room with, and re-routes waiting reads (`link.rs`).
 
 use std::time::{Duration, Instant};
 
 use pgtier_core::config::{
     Config, PoolMode, ReadSettings, ReplicaSet, Routing, RywScope, ServerSet,
 };
-use pgtier_pool::{PoolId, PoolKey, ServerTarget};
+use pgtier_pool::{Closing, PoolId, PoolKey, ServerTarget};
 
+use super::clients::ClientTable;
+use super::env::Env;
+use super::linker::Linker;
+use super::stats::StatsSink;
 use crate::client::reads::{ReadTxn, Unit, scan_unit};
-use crate::engine::Engine;
-use crate::ids::ClientId;
+use crate::ids::{ClientId, ServerId};
 use crate::prepared::ClientStatements;
 use crate::read_functions::EntryFunctions;
 use crate::services::{ReadRequest, ReadRoute};
@@ -72,36 +79,21 @@ pub(super) enum TxnRoute {
     Wait,
 }
 
-impl Engine {
-    /// Whether a reader session's next transaction must wait for more of its first unit
-    /// before it can be routed.
-    pub(super) fn needs_whole_unit(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return false;
-        };
-        let Some(session) = client.session() else {
-            return false;
-        };
-        if session.mode() != PoolMode::Transaction
-            || session.pins_server()
-            || session.reads().is_none()
-        {
-            return false;
-        }
-        let unit = first_unit(
-            self.env.config(),
-            &*self.routing,
-            session.database(),
-            session.statements(),
-            client.input().bytes(),
-        );
-        let scanned = (client.input().len(), unit);
-        if let Some(reads) = client.session_mut().and_then(|s| s.reads_mut()) {
-            reads.scanned = Some(scanned);
-        }
-        unit == Unit::Incomplete
-    }
+/// What routing a reader session's transaction reads and changes: the client table (its
+/// session), the linker (its pools, its wait for a replica) and the stats sink, with the
+/// settings, the routing service and the time.
+pub(super) struct TxnRouter<'a> {
+    pub(super) clients: &'a mut ClientTable,
+    pub(super) linker: &'a mut Linker,
+    pub(super) stats: &'a mut StatsSink,
+    pub(super) env: &'a Env,
+    pub(super) routing: &'a dyn crate::services::Routing,
+    pub(super) now: Instant,
+    /// Idle servers given up to make room for a replica pool: the engine retires them.
+    pub(super) evicted: Vec<Closing<ServerId>>,
+}
 
+impl TxnRouter<'_> {
     /// Sets the pool client `id`'s next transaction runs on (reader sessions only; others
     /// keep theirs).
     pub(super) fn route_transaction(&mut self, id: ClientId) -> TxnRoute {
@@ -132,7 +124,7 @@ impl Engine {
                 Some((len, unit)) if len == client.input().len() => unit,
                 _ => first_unit(
                     self.env.config(),
-                    &*self.routing,
+                    self.routing,
                     session.database(),
                     session.statements(),
                     client.input().bytes(),
@@ -249,7 +241,8 @@ impl Engine {
         let limits = self.env.pool_limits(&key);
         let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(pgtier_pool::PoolError::TooManyPools { .. }) => {
-                self.evict_a_pool();
+                // The idle servers given up are retired by the engine once routed.
+                self.linker.pools_mut().evict_for_room(&mut self.evicted);
                 self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
@@ -258,45 +251,53 @@ impl Engine {
         self.clients.reads_mut(id)?.replicas.push((addr, pool));
         Some(pool)
     }
+}
 
-    /// The timer: reads waiting for a replica to catch up are routed again.
-    pub(super) fn recheck_read_waits(&mut self) {
-        let waiting = self.linker.take_read_waits();
-        for id in waiting {
-            let waits = self
-                .clients
-                .get(id.0)
-                .and_then(|c| c.session())
-                .and_then(|s| s.reads())
-                .is_some_and(|reads| matches!(reads.txn, ReadTxn::AwaitingReplica { .. }));
-            if waits {
-                self.need_server(id);
-            }
+impl ClientTable {
+    /// Whether a reader session's next transaction must wait for more of its first unit
+    /// before it can be routed.
+    pub(super) fn needs_whole_unit(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        routing: &dyn crate::services::Routing,
+    ) -> bool {
+        let Some(client) = self.get_mut(id.0) else {
+            return false;
+        };
+        let Some(session) = client.session() else {
+            return false;
+        };
+        if session.mode() != PoolMode::Transaction
+            || session.pins_server()
+            || session.reads().is_none()
+        {
+            return false;
         }
-    }
-
-    /// Clients taken off the pool of a replica that went Down: a reader session's read is
-    /// routed again (elsewhere); other sessions move with their lease.
-    pub(super) fn reroute(&mut self, id: ClientId) {
-        match self.clients.reads_mut(id) {
-            Some(reads) => {
-                reads.txn = ReadTxn::Between;
-                self.need_server(id);
-            }
-            None => self.repin(id),
+        let unit = first_unit(
+            env.config(),
+            routing,
+            session.database(),
+            session.statements(),
+            client.input().bytes(),
+        );
+        let scanned = (client.input().len(), unit);
+        if let Some(reads) = client.session_mut().and_then(|s| s.reads_mut()) {
+            reads.scanned = Some(scanned);
         }
-    }
-
-    /// The next time waiting reads are routed again.
-    pub(super) fn read_recheck_at(&self) -> Option<Instant> {
-        self.linker.read_recheck_at()
+        unit == Unit::Incomplete
     }
 
     /// The client's transaction ended (its server is being released): its replica ticket is
     /// given back, and a write on the primary becomes the target of its next reads.
-    pub(super) fn end_reader_transaction(&mut self, id: ClientId) {
-        let now = self.now;
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
+    pub(super) fn end_reader_transaction(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        routing: &dyn crate::services::Routing,
+        now: Instant,
+    ) {
+        let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         let Some(reads) = session.reads_mut() else {
@@ -305,11 +306,10 @@ impl Engine {
         if !reads.end_transaction(now) {
             return;
         }
-        let scope_user = reader_settings(self.env.config(), session.database())
+        let scope_user = reader_settings(env.config(), session.database())
             .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
         if scope_user {
-            self.routing
-                .note_user_write(session.database(), session.user(), now);
+            routing.note_user_write(session.database(), session.user(), now);
         }
     }
 }

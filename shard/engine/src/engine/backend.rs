@@ -10,6 +10,7 @@ use crate::action::{Action, Conn};
 use crate::client::ClientState;
 use crate::engine::Engine;
 use crate::engine::stats::Answers;
+use crate::engine::tls_io::{Negotiation, tls_server_name};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::prepared::{Chunks, ClientStatements, Fallout};
@@ -54,7 +55,7 @@ impl Engine {
             self.server_unreachable(id, error, connect_failure_cause(errno));
             return;
         }
-        if self.negotiate_server_tls(id) {
+        if self.servers.negotiate_tls(id, self.now, &mut self.outbox) {
             return;
         }
         self.start_server_login(id);
@@ -537,6 +538,28 @@ impl Engine {
         };
         server.cancel_done();
         self.advance_release(id);
+    }
+
+    /// The server's one-byte answer to the SSLRequest (`tls_io.rs`).
+    pub(super) fn on_negotiation_answer(&mut self, id: ServerId) {
+        let mode = self.env.config().pgtier.server_tls_sslmode;
+        let (env, linker) = (&self.env, &self.linker);
+        let name = |server: &crate::server::ServerConn| tls_server_name(env, linker, server);
+        match self
+            .servers
+            .negotiation_answer(id, mode, name, &mut self.outbox)
+        {
+            Negotiation::Wait => {}
+            Negotiation::StartLogin => self.start_server_login(id),
+            Negotiation::Failed(why) => self.server_tls_failed(id, &why),
+        }
+    }
+
+    /// TLS with a server failed before or during its login: the pool's waiters get the
+    /// reason (08006), as for any failed login.
+    pub(super) fn server_tls_failed(&mut self, id: ServerId, why: &str) {
+        debug!(?id, why, "server TLS failed");
+        self.server_failed(id, why, None);
     }
 }
 

@@ -25,6 +25,7 @@ use crate::client::startup::{self, LoginRequest, StartupStep};
 use crate::client::{ClientState, Session, SessionStart};
 use crate::console_session::ConsoleSession;
 use crate::engine::Engine;
+use crate::engine::tls_io::{SslAnswer, requires_tls};
 use crate::ids::{ClientId, ServerId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
@@ -60,8 +61,24 @@ impl Engine {
                     self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
                 }
                 StartupStep::SslRequest => {
-                    if !self.on_ssl_request(id) {
-                        return;
+                    match self.clients.answer_ssl_request(id, &mut self.outbox) {
+                        SslAnswer::Encrypted => {}
+                        SslAnswer::Declined => {
+                            self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
+                        }
+                        SslAnswer::AlreadyEncrypted => {
+                            self.protocol_error(id, "SSL negotiation over an encrypted connection");
+                            return;
+                        }
+                        SslAnswer::DataAfterRequest => {
+                            self.protocol_error(id, "received unencrypted data after SSL request");
+                            return;
+                        }
+                        SslAnswer::Refused => {
+                            self.close_client(id, None);
+                            return;
+                        }
+                        SslAnswer::Gone => return,
                     }
                 }
                 StartupStep::Cancel(key) => {
@@ -737,6 +754,23 @@ impl Engine {
         }
         let admission = self.routing.repin(lease, request_id(id));
         self.apply_admission(id, admission);
+    }
+
+    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
+    /// `hostssl`-only configuration would. Returns whether it was refused.
+    fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
+        let mode = self.env.config().pgtier.client_tls_sslmode;
+        let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
+        if !(plain && requires_tls(mode)) {
+            return false;
+        }
+        let message = format!(
+            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
+            mode.as_str()
+        );
+        let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
+        self.close_client(id, Some(error));
+        true
     }
 }
 

@@ -17,17 +17,17 @@
 //! - `stats.rs`, the stats sink: counters, per-database tally, digests, latency;
 //! - `env.rs`: the configuration and what is derived from it.
 //!
-//! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`);
-//! timeouts are found by the tables (`timeouts.rs`); a reader session's transaction is
-//! routed by a borrow of the three owners it changes (`reads.rs`). The flows that still take
-//! the whole engine live beside this file, one per concern: `login.rs` (a client from
-//! startup to its welcome, `auth_query` included), `link.rs` (the one place that touches a
-//! client and a server together: servers given to clients and taken back), `moving.rs`
-//! (servers handed to other shards), `backend.rs` (server connections: login, output,
-//! failures), `tls_io.rs` (TLS records), `gates.rs` (the admin console: its sessions and
-//! the commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The
-//! decisions themselves are in the state machines they call (`crate::client`,
-//! `crate::server`), the pool (`pgtier_pool`) and the services.
+//! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`); timeouts
+//! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
+//! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
+//! sessions (`tls_io.rs`). The flows that still take the whole engine live beside this file,
+//! one per concern: `login.rs` (a client from startup to its welcome, `auth_query` included),
+//! `link.rs` (the one place that touches a client and a server together: servers given to
+//! clients and taken back), `moving.rs` (servers handed to other shards), `backend.rs` (server
+//! connections: login, output, failures), `gates.rs` (the admin console: its sessions and the
+//! commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The decisions
+//! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
+//! (`pgtier_pool`) and the services.
 
 mod admin;
 #[cfg(test)]
@@ -204,8 +204,17 @@ impl Engine {
         loop {
             let (action, wire) = self.outbox.pop()?;
             // On a TLS connection protocol bytes leave as TLS records (`tls_io.rs`).
-            if let Some(action) = self.seal(action, wire) {
-                return Some(action);
+            match tls_io::seal(
+                &mut self.clients,
+                &mut self.servers,
+                &mut self.outbox,
+                action,
+                wire,
+            ) {
+                Ok(Some(action)) => return Some(action),
+                Ok(None) => {}
+                Err(Conn::Client(id)) => self.close_client_after_flush(id),
+                Err(Conn::Server(id)) => self.server_tls_failed(id, "TLS send refused"),
             }
         }
     }
@@ -283,15 +292,34 @@ impl Engine {
             && matches!(client.state(), ClientState::Startup)
             && client.input().is_empty()
             && data.first() == Some(&tls_io::TLS_HANDSHAKE_RECORD);
-        if direct_tls && !self.begin_direct_tls(id) {
-            return;
+        if direct_tls {
+            match self.clients.begin_direct_tls(id) {
+                tls_io::TlsStart::Started => {}
+                tls_io::TlsStart::NotConfigured | tls_io::TlsStart::Refused => {
+                    self.close_client(id, None);
+                    return;
+                }
+                tls_io::TlsStart::Gone => return,
+            }
         }
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
         if client.tls().is_some() {
             // Ciphertext: its plaintext joins the input (`tls_io.rs`).
-            if !self.client_tls_received(id, &data) {
+            let more = match self.clients.tls_received(id, &data, &mut self.outbox) {
+                tls_io::ClientTlsRead::Plaintext(more) => more,
+                tls_io::ClientTlsRead::Failed => {
+                    self.close_client_after_flush(id);
+                    false
+                }
+                tls_io::ClientTlsRead::Closed => {
+                    self.close_client(id, None);
+                    false
+                }
+                tls_io::ClientTlsRead::Gone => false,
+            };
+            if !more {
                 self.release_consumed_client_input(id);
                 return;
             }
@@ -369,8 +397,13 @@ impl Engine {
             return;
         }
         if server.io().tls().is_some() {
-            if !self.server_tls_received(id, &data) {
-                return;
+            match self.servers.tls_received(id, &data, &mut self.outbox) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(why) => {
+                    self.server_tls_failed(id, &why);
+                    return;
+                }
             }
         } else {
             server.io_mut().input_mut().received(data);

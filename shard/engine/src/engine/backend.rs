@@ -522,9 +522,10 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let Some((key, addr)) = server.cancel_sent() else {
+        let Some(key) = server.backend_mut().cancel_sent() else {
             return;
         };
+        let addr = server.info().addr().clone();
         self.outbox.push(Action::SendCancel {
             server: id,
             addr,
@@ -536,7 +537,7 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        server.cancel_done();
+        server.backend_mut().cancel_done();
         self.advance_release(id);
     }
 

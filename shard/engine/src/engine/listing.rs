@@ -124,7 +124,7 @@ impl ShardView<'_> {
                 .and_then(|i| server.backend().params().get(i))
                 .map(str::to_string),
             close_needed: matches!(server.state(), ServerState::Leaving { .. }),
-            being_canceled: server.cancels_pending() > 0,
+            being_canceled: server.backend().cancels_pending() > 0,
         }
     }
 
@@ -158,7 +158,7 @@ impl ShardView<'_> {
                 | ServerState::LoggingIn { .. } => tally.servers_login += 1,
                 _ => {}
             }
-            if server.cancels_pending() > 0 {
+            if server.backend().cancels_pending() > 0 {
                 tally.servers_being_canceled += 1;
             }
         }

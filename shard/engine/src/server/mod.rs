@@ -69,9 +69,6 @@ pub struct ServerConn {
     io: ServerIo,
     backend: Backend,
     info: ServerInfo,
-    /// Cancel requests sent for it whose connections have not finished: until then it is
-    /// not given to anyone else, so a late cancel can never hit another client's query.
-    cancels_pending: u32,
     /// Its pool lease while it is out of the idle list.
     lease: Option<Lease<ServerId>>,
     /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
@@ -154,6 +151,9 @@ pub struct Backend {
     key: Option<CancelKey>,
     /// What must run before another client may have it.
     reset: Reset,
+    /// Cancel requests sent for it whose connections have not finished: until then it is
+    /// not given to anyone else, so a late cancel can never hit another client's query.
+    cancels_pending: u32,
 }
 
 impl Backend {
@@ -233,6 +233,24 @@ impl Backend {
             prepared.statements.all_unknown();
         }
     }
+
+    /// A cancel request goes for what it runs: its backend key, when it has one. It is not
+    /// given to anyone else until the cancel connection finishes.
+    pub fn cancel_sent(&mut self) -> Option<CancelKey> {
+        let key = self.key?;
+        self.cancels_pending += 1;
+        Some(key)
+    }
+
+    /// A cancel connection for it finished.
+    pub fn cancel_done(&mut self) {
+        self.cancels_pending = self.cancels_pending.saturating_sub(1);
+    }
+
+    /// Cancel requests sent for it whose connections have not finished.
+    pub fn cancels_pending(&self) -> u32 {
+        self.cancels_pending
+    }
 }
 
 /// Where a server is and when it was used, for listings.
@@ -284,7 +302,6 @@ impl ServerConn {
                 last_linked: None,
                 local_addr: None,
             },
-            cancels_pending: 0,
             lease: None,
             close_needed: false,
         }
@@ -441,26 +458,9 @@ impl ServerConn {
 
     // ---- cancels, back-pressure, RECONNECT ----
 
-    /// A cancel request goes for it: its backend key and address, when it has a key. It is
-    /// not given to anyone else until the cancel connection finishes.
-    pub fn cancel_sent(&mut self) -> Option<(CancelKey, ServerAddr)> {
-        let key = self.backend.key?;
-        self.cancels_pending += 1;
-        Some((key, self.info.addr.clone()))
-    }
-
-    /// A cancel connection for it finished.
-    pub fn cancel_done(&mut self) {
-        self.cancels_pending = self.cancels_pending.saturating_sub(1);
-    }
-
     /// RECONNECT marked it: it closes when next released.
     pub fn mark_close_needed(&mut self) {
         self.close_needed = true;
-    }
-
-    pub fn cancels_pending(&self) -> u32 {
-        self.cancels_pending
     }
 
     pub fn close_needed(&self) -> bool {

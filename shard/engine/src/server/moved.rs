@@ -83,7 +83,7 @@ impl ServerConn {
             && self.backend.tracker.is_idle()
             && !self.backend.tracker.last_ready_in_block()
             && !self.backend.relay.owes_internal()
-            && self.cancels_pending == 0
+            && self.backend.cancels_pending == 0
             && self.backend.reset == Reset::None
             && !self.io.paused
             && !self.close_needed;
@@ -185,7 +185,7 @@ mod tests {
         unread.io.input.received(bytes::BytesMut::from(&b"N"[..]));
         assert!(!unread.is_movable(), "bytes not read yet");
         let mut cancelled = server();
-        cancelled.cancels_pending = 1;
+        cancelled.backend.cancels_pending = 1;
         assert!(!cancelled.is_movable(), "a cancel is on its way");
         let mut marked = server();
         marked.close_needed = true;

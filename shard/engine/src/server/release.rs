@@ -71,7 +71,7 @@ impl ServerConn {
         if self.backend.tracker.has_outstanding()
             || self.backend.relay.owes_internal()
             || self.backend.relay.owes_statement_answers()
-            || self.cancels_pending > 0
+            || self.backend.cancels_pending > 0
         {
             return ReleaseStep::Wait;
         }
@@ -231,13 +231,13 @@ mod tests {
             .tracker
             .on_server_message(b'Z', b"I")
             .expect("owed");
-        server.cancels_pending = 1;
+        server.backend.cancels_pending = 1;
         assert_eq!(
             server.next_release_step(""),
             ReleaseStep::Wait,
             "a cancel is on its way"
         );
-        server.cancels_pending = 0;
+        server.backend.cancels_pending = 0;
         assert_eq!(server.next_release_step(""), ReleaseStep::Pool);
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Checkin, Lease, PoolId, Release, ServerTarget};
+use pgtier_pool::{Checkin, Lease, PoolError, PoolId, Release, ServerTarget};
 use pgtier_wire::session_state::Effects;
 use tracing::debug;
 
@@ -17,10 +17,12 @@ use crate::addr::ServerAddr;
 use crate::client::ClientState;
 use crate::client::forward::{ForwardEnd, ForwardLimits, ForwardOptions, ForwardShared};
 use crate::command::{Command, ShutdownMode};
+use crate::engine::moving::Arrived;
 use crate::engine::{Engine, reads};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::prepared::StatementLimits;
+use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::server::release::ClientLeft;
 use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
 use crate::tracker::Tracker;
@@ -906,6 +908,90 @@ impl Engine {
                 self.need_server(id);
             }
             None => self.repin(id),
+        }
+    }
+
+    /// Server `id` (holding its lease, counted as leaving for shard `to`) goes to shard `to`:
+    /// whole when it is clean (its socket is detached first, `moving.rs`), else it is ended
+    /// and its slot goes once its connection is closed.
+    pub(super) fn hand_on(&mut self, id: ServerId, to: usize) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if !server.is_movable() {
+            self.leave_for(id, Some(to));
+            return;
+        }
+        debug!(
+            shard = self.env.shard(),
+            to, "moving an idle server to another shard"
+        );
+        server.moving(self.now, to);
+        self.outbox.push(Action::Detach(id));
+    }
+
+    /// A server arrived from another shard (or came back undelivered): it becomes a server
+    /// of its pool here (`moving.rs`), given to the oldest waiter or kept idle. Without a
+    /// pool it cannot join (too many pools, no server slot), its socket is closed and its
+    /// slot given back.
+    pub(super) fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
+        let parcel = *parcel;
+        let limits = self.env.pool_limits(&parcel.key);
+        let (pool, registered) = match self.linker.pools().find(&parcel.key) {
+            Some(pool) => (pool, false),
+            None => {
+                let registered =
+                    match self
+                        .linker
+                        .pools_mut()
+                        .register(&parcel.key, &limits, self.now)
+                    {
+                        Err(PoolError::TooManyPools { .. }) => {
+                            self.evict_a_pool();
+                            self.linker
+                                .pools_mut()
+                                .register(&parcel.key, &limits, self.now)
+                        }
+                        registered => registered,
+                    };
+                match registered {
+                    Ok(pool) => (pool, true),
+                    Err(_) => {
+                        debug!(
+                            shard = self.env.shard(),
+                            "no pool for a server that moved here"
+                        );
+                        pgtier_pool::give_back_slot(&limits);
+                        self.outbox.push(Action::CloseSocket(socket));
+                        return;
+                    }
+                }
+            }
+        };
+        let arrived = self.linker.arrive(
+            &mut self.servers,
+            &mut self.outbox,
+            &self.env,
+            self.now,
+            pool,
+            &limits,
+            parcel,
+            socket,
+        );
+        match arrived {
+            Arrived::NoSlot => {}
+            Arrived::Deallocate { id, bytes } => {
+                self.stats.server_moved_in();
+                self.send(Conn::Server(id), bytes);
+            }
+            Arrived::Checkin { id, checkin } => {
+                self.stats.server_moved_in();
+                self.act_on_checkin(id, pool, checkin);
+            }
+        }
+        if registered {
+            // The pool lives on while it holds the server (or a waiter), as any pool does.
+            self.linker.pools_mut().unregister(pool);
         }
     }
 }

@@ -20,10 +20,11 @@
 //! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`); timeouts
 //! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
 //! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
-//! sessions (`tls_io.rs`). The flows that still take the whole engine live beside this file,
-//! one per concern: `login.rs` (a client from startup to its welcome, `auth_query` included),
-//! `link.rs` (the one place that touches a client and a server together: servers given to
-//! clients and taken back), `moving.rs` (servers handed to other shards), `backend.rs` (server
+//! sessions (`tls_io.rs`); the linker and the server table pack and place servers that move
+//! between shards (`moving.rs`). The flows that still take the whole engine live beside this
+//! file, one per concern: `login.rs` (a client from startup to its welcome, `auth_query`
+//! included), `link.rs` (the one place that touches a client and a server together: servers
+//! given to clients and taken back, and handed to other shards), `backend.rs` (server
 //! connections: login, output, failures), `gates.rs` (the admin console: its sessions and the
 //! commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The decisions
 //! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
@@ -426,7 +427,29 @@ impl Engine {
         socket: crate::server::moved::DetachedSocket,
     ) -> Option<crate::server::moved::DetachedSocket> {
         self.now = now;
-        self.on_detached(id, socket)
+        match self.linker.pack(&mut self.servers, id, now) {
+            moving::Packed::NotMoving => {
+                // Closed while the driver detached it: its accounting is settled (or is
+                // now); the connection is gone from the driver's table, so nothing else
+                // frees it.
+                self.close_server(id);
+                self.servers.remove(id.0);
+                Some(socket)
+            }
+            moving::Packed::Gone => Some(socket),
+            moving::Packed::Parcel { to, parcel } => {
+                self.outbox.push(Action::Post {
+                    shard: to,
+                    command: Command::ServerMoved {
+                        server: parcel,
+                        socket,
+                    },
+                });
+                // A PAUSE or WAIT_CLOSE may have waited for this one.
+                self.progress_admin_ops();
+                None
+            }
+        }
     }
 
     /// The server's connection ended or failed (`errno` when the socket reported one).

@@ -974,12 +974,14 @@ impl Engine {
             &self.env,
             self.now,
             pool,
-            &limits,
-            parcel,
-            socket,
+            (parcel, socket),
         );
         match arrived {
-            Arrived::NoSlot => {}
+            Arrived::NoSlot(socket) => {
+                pgtier_pool::give_back_slot(&limits);
+                self.outbox.push(Action::CloseSocket(socket));
+            }
+            Arrived::Placed => self.stats.server_moved_in(),
             Arrived::Deallocate { id, bytes } => {
                 self.stats.server_moved_in();
                 self.send(Conn::Server(id), bytes);

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Checkin, Lease, PoolId, PoolLimits};
+use pgtier_pool::{Checkin, Lease, PoolId};
 use tracing::debug;
 
 use super::env::Env;
@@ -34,11 +34,13 @@ pub(super) enum Packed {
 
 /// A server that arrived, placed.
 pub(super) enum Arrived {
-    /// No server slot here: its socket is closed and its slot given back.
-    NoSlot,
+    /// No server slot here: the engine closes its socket and gives its slot back.
+    NoSlot(DetachedSocket),
     /// It may hold statements named by the shard it left: `DEALLOCATE ALL` goes first, and
     /// it joins its pool once that is answered.
     Deallocate { id: ServerId, bytes: bytes::Bytes },
+    /// It is in the table, nothing more to do.
+    Placed,
     /// The pool decided where it goes.
     Checkin {
         id: ServerId,
@@ -73,9 +75,8 @@ impl Linker {
         }
     }
 
-    /// A server arrived from another shard (or came back undelivered) for `pool` (`limits`
-    /// its limits): it becomes a server of the pool here.
-    #[allow(clippy::too_many_arguments)]
+    /// A server arrived from another shard (or came back undelivered) for `pool`: it
+    /// becomes a server of the pool here.
     pub(super) fn arrive(
         &mut self,
         servers: &mut ServerTable,
@@ -83,9 +84,7 @@ impl Linker {
         env: &Env,
         now: Instant,
         pool: PoolId,
-        limits: &PoolLimits,
-        parcel: MovedServer,
-        socket: DetachedSocket,
+        (parcel, socket): (MovedServer, DetachedSocket),
     ) -> Arrived {
         let mode = env.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
         let prepared = mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0;
@@ -95,9 +94,7 @@ impl Linker {
                 shard = env.shard(),
                 "no server slot for a server that moved here"
             );
-            pgtier_pool::give_back_slot(limits);
-            outbox.push(Action::CloseSocket(socket));
-            return Arrived::NoSlot;
+            return Arrived::NoSlot(socket);
         };
         let id = ServerId(slot);
         outbox.push(Action::Adopt { server: id, socket });
@@ -119,7 +116,8 @@ impl Linker {
                 server.start_releasing(now);
                 return Arrived::Deallocate { id, bytes };
             }
-            return Arrived::NoSlot;
+            // Not reached: the server was inserted just now.
+            return Arrived::Placed;
         }
         let checkin = self.pools_mut().adopt_server(pool, lease, now);
         Arrived::Checkin { id, checkin }

@@ -516,23 +516,6 @@ impl Engine {
         }
     }
 
-    /// Sends a CancelRequest with the server's real key for what it is running; it is not
-    /// given to anyone else until the cancel connection finishes.
-    pub(super) fn send_cancel(&mut self, id: ServerId) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        let Some(key) = server.backend_mut().cancel_sent() else {
-            return;
-        };
-        let addr = server.info().addr().clone();
-        self.outbox.push(Action::SendCancel {
-            server: id,
-            addr,
-            request: messages::cancel_request(key.pid, key.secret),
-        });
-    }
-
     pub(super) fn on_cancel_done(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;

@@ -27,9 +27,6 @@ use crate::server::release::ClientLeft;
 use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
 use crate::tracker::Tracker;
 
-/// A Terminate message: a server ended on purpose closes its connection after it.
-const TERMINATE: &[u8] = b"X\0\0\0\x04";
-
 impl Engine {
     /// A welcomed client between transactions sent bytes: it needs a server (or it left).
     pub(super) fn on_idle_client_bytes(&mut self, id: ClientId) {
@@ -553,7 +550,7 @@ impl Engine {
             ClientLeft::Release { cancel } => {
                 server.start_releasing(self.now);
                 if cancel {
-                    self.send_cancel(server_id);
+                    self.servers.send_cancel(server_id, &mut self.outbox);
                 }
                 self.advance_release(server_id);
             }
@@ -671,38 +668,7 @@ impl Engine {
         if let Some(server) = self.servers.get_mut(id.0) {
             server.take_lease();
         }
-        self.close_server_settled(id);
-    }
-
-    /// Ends `id` so its slot goes to shard `to` (`None`: back to the budgets, to make room
-    /// under a cap): Terminate now; the slot moves when the server closes the connection.
-    pub(super) fn leave_for(&mut self, id: ServerId, to: Option<usize>) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        debug!(
-            shard = self.env.shard(),
-            ?to,
-            "ending a server to hand its slot on"
-        );
-        server.leaving(self.now, to);
-        self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
-        self.send(Conn::Server(id), Bytes::from_static(TERMINATE));
-    }
-
-    /// Closes a server without touching pool accounting (already settled).
-    fn close_server_settled(&mut self, id: ServerId) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        if server.is_closing() {
-            return;
-        }
-        server.mark_closing();
-        self.outbox.push(Action::Close {
-            conn: Conn::Server(id),
-            how: crate::action::CloseHow::Now,
-        });
+        self.servers.close_settled(id, &mut self.outbox);
     }
 
     /// The pool accounting of a server that is closing, by the state it was in.
@@ -794,7 +760,7 @@ impl Engine {
             if let Some(server) = self.servers.get_mut(id.0) {
                 server.hold_lease(closing.lease);
             }
-            self.leave_for(id, None);
+            self.servers.leave_for(id, None, self.now, &mut self.outbox);
         } else {
             self.close_unpooled(id);
         }
@@ -919,7 +885,8 @@ impl Engine {
             return;
         };
         if !server.is_movable() {
-            self.leave_for(id, Some(to));
+            self.servers
+                .leave_for(id, Some(to), self.now, &mut self.outbox);
             return;
         }
         debug!(

@@ -176,7 +176,12 @@ impl Engine {
                 parts.shard,
                 acceptor,
             ),
-            servers: servers::ServerTable::new(max_servers(&config), parts.resolver, connector),
+            servers: servers::ServerTable::new(
+                parts.shard,
+                max_servers(&config),
+                parts.resolver,
+                connector,
+            ),
             linker: linker::Linker::new(
                 PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
                 warm,

@@ -3,13 +3,21 @@
 //! registry of named statements interned for transaction-mode clients, and the scratch
 //! buffer pgtier's own messages are built in.
 
+use bytes::Bytes;
+
+use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::engine::Resolver;
-use crate::ids::{Slab, SlotRef};
+use crate::ids::{ServerId, Slab, SlotRef};
 use crate::server::ServerConn;
 use crate::tls::TlsConnector;
 
+/// A Terminate message: a server ended on purpose closes its connection after it.
+const TERMINATE: &[u8] = b"X\0\0\0\x04";
+
 /// The shard's servers and what connects them.
 pub(crate) struct ServerTable {
+    /// This shard's index, for the log.
+    shard: usize,
     slab: Slab<ServerConn>,
     /// Named statements of this shard's transaction-mode clients, interned.
     statements: crate::prepared::Registry,
@@ -22,11 +30,13 @@ pub(crate) struct ServerTable {
 
 impl ServerTable {
     pub(super) fn new(
+        shard: usize,
         capacity: usize,
         resolver: Box<dyn Resolver>,
         connector: Option<TlsConnector>,
     ) -> ServerTable {
         ServerTable {
+            shard,
             slab: Slab::with_capacity(capacity),
             statements: Default::default(),
             scratch: bytes::BytesMut::new(),
@@ -112,5 +122,59 @@ impl ServerTable {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.slab.is_empty()
+    }
+
+    /// Closes a server without touching pool accounting (already settled).
+    pub(super) fn close_settled(&mut self, id: ServerId, outbox: &mut Outbox) {
+        let Some(server) = self.get_mut(id.0) else {
+            return;
+        };
+        if server.is_closing() {
+            return;
+        }
+        server.mark_closing();
+        outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: CloseHow::Now,
+        });
+    }
+
+    /// Sends a CancelRequest with the server's real key for what it is running; it is not
+    /// given to anyone else until the cancel connection finishes.
+    pub(super) fn send_cancel(&mut self, id: ServerId, outbox: &mut Outbox) {
+        let Some(server) = self.get_mut(id.0) else {
+            return;
+        };
+        let Some(key) = server.backend_mut().cancel_sent() else {
+            return;
+        };
+        let addr = server.info().addr().clone();
+        outbox.push(Action::SendCancel {
+            server: id,
+            addr,
+            request: crate::messages::cancel_request(key.pid, key.secret),
+        });
+    }
+
+    /// Ends `id` so its slot goes to shard `to` (`None`: back to the budgets, to make room
+    /// under a cap): Terminate now; the slot moves when the server closes the connection.
+    pub(super) fn leave_for(
+        &mut self,
+        id: ServerId,
+        to: Option<usize>,
+        now: std::time::Instant,
+        outbox: &mut Outbox,
+    ) {
+        let Some(server) = self.slab.get_mut(id.0) else {
+            return;
+        };
+        tracing::debug!(
+            shard = self.shard,
+            ?to,
+            "ending a server to hand its slot on"
+        );
+        server.leaving(now, to);
+        outbox.push(Action::ResumeRecv(Conn::Server(id)));
+        outbox.send(Conn::Server(id), Bytes::from_static(TERMINATE));
     }
 }

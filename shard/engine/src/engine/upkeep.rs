@@ -309,7 +309,7 @@ impl Engine {
             .get(server.0)
             .is_some_and(|s| s.client() == Some(client) && s.backend().tracker().has_outstanding());
         if running {
-            self.send_cancel(server);
+            self.servers.send_cancel(server, &mut self.outbox);
         }
     }
 

@@ -80,21 +80,29 @@ impl Engine {
         if self.held_by_pause(id) {
             return;
         }
-        let mut router = reads::TxnRouter {
-            clients: &mut self.clients,
-            linker: &mut self.linker,
-            stats: &mut self.stats,
-            env: &self.env,
-            routing: &*self.routing,
-            now: self.now,
-            evicted: Vec::new(),
-        };
-        let route = router.route_transaction(id);
-        for closing in router.evicted {
-            self.retire(closing);
-        }
-        if let reads::TxnRoute::Wait = route {
-            return;
+        // Only a reader session's transaction is routed; the others keep their pool.
+        let reader = self
+            .clients
+            .get(id.0)
+            .and_then(|c| c.session())
+            .is_some_and(|s| s.reads().is_some());
+        if reader {
+            let mut router = reads::TxnRouter {
+                clients: &mut self.clients,
+                linker: &mut self.linker,
+                stats: &mut self.stats,
+                env: &self.env,
+                routing: &*self.routing,
+                now: self.now,
+                evicted: Vec::new(),
+            };
+            let route = router.route_transaction(id);
+            for closing in router.evicted {
+                self.retire(closing);
+            }
+            if let reads::TxnRoute::Wait = route {
+                return;
+            }
         }
         let Some(pool) = self
             .clients

@@ -16,7 +16,10 @@ use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::CommandComplete;
 use tracing::info;
 
-use crate::action::{Action, Conn};
+use super::clients::ClientTable;
+use super::linker::Linker;
+use super::servers::ServerTable;
+use crate::action::{Action, Conn, Outbox};
 use crate::client::ClientState;
 use crate::command::Command;
 use crate::console_session::{Answerer, Handled};
@@ -150,7 +153,7 @@ impl Engine {
                 let was_suspended = self.admin.gates().is_suspended();
                 self.admin.gates_mut().resume(scope);
                 if was_suspended && !self.admin.gates().is_suspended() {
-                    self.resume_reading();
+                    resume_reading(&self.clients, &self.servers, &mut self.outbox);
                 }
                 self.release_paused_clients();
                 Ok(())
@@ -177,7 +180,7 @@ impl Engine {
             }
             ControlOp::Suspend => {
                 self.admin.gates_mut().suspend();
-                self.suspend_reading();
+                suspend_reading(&self.clients, &self.servers, &mut self.outbox);
                 Ok(())
             }
             ControlOp::Shutdown(mode) => {
@@ -187,7 +190,7 @@ impl Engine {
         };
         match result {
             Err(error) => self.admin_op_answered(from, request_id, Some(error)),
-            Ok(()) if self.admin_op_condition_holds(&op) => {
+            Ok(()) if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) => {
                 self.admin_op_answered(from, request_id, None);
             }
             Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
@@ -236,87 +239,13 @@ impl Engine {
     /// times out clients a pause held past `query_wait_timeout`.
     pub(super) fn progress_admin_ops(&mut self) {
         for (from, request_id, op) in self.admin.ops_mut().take_waiting() {
-            if self.admin_op_condition_holds(&op) {
+            if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) {
                 self.admin_op_answered(from, request_id, None);
             } else {
                 self.admin.ops_mut().wait(from, request_id, op);
             }
         }
         self.expire_paused_clients();
-    }
-
-    /// Whether an op's condition holds on this shard.
-    fn admin_op_condition_holds(&self, op: &ControlOp) -> bool {
-        match op {
-            ControlOp::Pause(scope) => !self.servers.iter().any(|(slot, server)| {
-                !server.is_closing() && self.server_in(ServerId(slot), scope)
-            }),
-            ControlOp::WaitClose(scope) => !self.servers.iter().any(|(slot, server)| {
-                server.close_needed()
-                    && !server.is_closing()
-                    && self.server_in(ServerId(slot), scope)
-            }),
-            ControlOp::Suspend => !self.clients.iter().any(|(_, client)| {
-                client.backlog().queued_bytes() > 0 && !client.is_closing() && !client.is_console()
-            }),
-            _ => true,
-        }
-    }
-
-    /// SUSPEND: no connection of this shard is read any more but the console sessions (and
-    /// servers still logging in or leaving, whose replies pgtier itself waits for). What a
-    /// receive already in flight brings is still relayed, and the clients' queues drain.
-    fn suspend_reading(&mut self) {
-        let clients: Vec<ClientId> = self
-            .clients
-            .iter()
-            .filter(|(_, client)| !client.is_console() && !client.is_closing())
-            .map(|(slot, _)| ClientId(slot))
-            .collect();
-        for id in clients {
-            self.outbox.push(Action::PauseRecv(Conn::Client(id)));
-        }
-        let servers: Vec<ServerId> = self
-            .servers
-            .iter()
-            .filter(|(_, server)| server.stops_for_suspend())
-            .map(|(slot, _)| ServerId(slot))
-            .collect();
-        for id in servers {
-            self.outbox.push(Action::PauseRecv(Conn::Server(id)));
-        }
-    }
-
-    /// RESUME after SUSPEND: every connection is read again, but those still paused for
-    /// their own reasons (a client over its input limit, a server held by a slow client).
-    fn resume_reading(&mut self) {
-        let clients: Vec<ClientId> = self
-            .clients
-            .iter()
-            .filter(|(_, client)| {
-                !client.is_console() && !client.is_closing() && !client.backlog().is_paused()
-            })
-            .map(|(slot, _)| ClientId(slot))
-            .collect();
-        for id in clients {
-            self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
-        }
-        let servers: Vec<ServerId> = self
-            .servers
-            .iter()
-            .filter(|(_, server)| server.stops_for_suspend() && !server.io().is_paused())
-            .map(|(slot, _)| ServerId(slot))
-            .collect();
-        for id in servers {
-            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
-        }
-    }
-
-    fn server_in(&self, id: ServerId, scope: &Scope) -> bool {
-        self.servers
-            .get(id.0)
-            .and_then(|server| self.linker.pools().key(server.pool()))
-            .is_some_and(|key| scope.covers(&key.database))
     }
 
     /// A client about to take a server: true (and it is held) when its database is paused.
@@ -425,7 +354,7 @@ impl Engine {
             .iter()
             .filter(|(_, server)| matches!(server.state(), ServerState::Idle { .. }))
             .map(|(slot, _)| ServerId(slot))
-            .filter(|id| self.server_in(*id, scope))
+            .filter(|id| server_in(&self.servers, &self.linker, *id, scope))
             .collect();
         for id in idle {
             self.close_idle_server(id);
@@ -461,7 +390,7 @@ impl Engine {
             .servers
             .iter()
             .map(|(slot, _)| ServerId(slot))
-            .filter(|id| self.server_in(*id, scope))
+            .filter(|id| server_in(&self.servers, &self.linker, *id, scope))
             .collect();
         for id in &marked {
             if let Some(server) = self.servers.get_mut(id.0) {
@@ -496,7 +425,7 @@ impl Engine {
             .servers
             .iter()
             .map(|(slot, _)| ServerId(slot))
-            .filter(|id| self.server_in(*id, scope))
+            .filter(|id| server_in(&self.servers, &self.linker, *id, scope))
             .collect();
         for id in servers {
             self.close_server(id);
@@ -535,6 +464,82 @@ fn console_error(out: &mut BytesMut, message: &str) {
         message,
     )
     .encode_error(out);
+}
+
+/// SUSPEND: no connection of this shard is read any more but the console sessions (and
+/// servers still logging in or leaving, whose replies pgtier itself waits for). What a
+/// receive already in flight brings is still relayed, and the clients' queues drain.
+fn suspend_reading(clients: &ClientTable, servers: &ServerTable, outbox: &mut Outbox) {
+    let clients: Vec<ClientId> = clients
+        .iter()
+        .filter(|(_, client)| !client.is_console() && !client.is_closing())
+        .map(|(slot, _)| ClientId(slot))
+        .collect();
+    for id in clients {
+        outbox.push(Action::PauseRecv(Conn::Client(id)));
+    }
+    let servers: Vec<ServerId> = servers
+        .iter()
+        .filter(|(_, server)| server.stops_for_suspend())
+        .map(|(slot, _)| ServerId(slot))
+        .collect();
+    for id in servers {
+        outbox.push(Action::PauseRecv(Conn::Server(id)));
+    }
+}
+
+/// RESUME after SUSPEND: every connection is read again, but those still paused for
+/// their own reasons (a client over its input limit, a server held by a slow client).
+fn resume_reading(clients: &ClientTable, servers: &ServerTable, outbox: &mut Outbox) {
+    let clients: Vec<ClientId> = clients
+        .iter()
+        .filter(|(_, client)| {
+            !client.is_console() && !client.is_closing() && !client.backlog().is_paused()
+        })
+        .map(|(slot, _)| ClientId(slot))
+        .collect();
+    for id in clients {
+        outbox.push(Action::ResumeRecv(Conn::Client(id)));
+    }
+    let servers: Vec<ServerId> = servers
+        .iter()
+        .filter(|(_, server)| server.stops_for_suspend() && !server.io().is_paused())
+        .map(|(slot, _)| ServerId(slot))
+        .collect();
+    for id in servers {
+        outbox.push(Action::ResumeRecv(Conn::Server(id)));
+    }
+}
+
+/// Whether server `id` is of a database `scope` covers.
+fn server_in(servers: &ServerTable, linker: &Linker, id: ServerId, scope: &Scope) -> bool {
+    servers
+        .get(id.0)
+        .and_then(|server| linker.pools().key(server.pool()))
+        .is_some_and(|key| scope.covers(&key.database))
+}
+
+/// Whether an op's condition holds on this shard.
+fn admin_op_condition_holds(
+    clients: &ClientTable,
+    servers: &ServerTable,
+    linker: &Linker,
+    op: &ControlOp,
+) -> bool {
+    match op {
+        ControlOp::Pause(scope) => !servers.iter().any(|(slot, server)| {
+            !server.is_closing() && server_in(servers, linker, ServerId(slot), scope)
+        }),
+        ControlOp::WaitClose(scope) => !servers.iter().any(|(slot, server)| {
+            server.close_needed()
+                && !server.is_closing()
+                && server_in(servers, linker, ServerId(slot), scope)
+        }),
+        ControlOp::Suspend => !clients.iter().any(|(_, client)| {
+            client.backlog().queued_bytes() > 0 && !client.is_closing() && !client.is_console()
+        }),
+        _ => true,
+    }
 }
 
 // ---- console sessions: their messages, and the statements the console service answers ----

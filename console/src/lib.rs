@@ -82,7 +82,7 @@ pub struct AdminView<'a> {
     pub config: Option<&'a Config>,
     pub state: PoolerState,
     /// What PAUSE, KILL and DISABLE hold (`None`: nothing is paused or disabled).
-    pub gates: Option<&'a pgtier_engine::control::Gates>,
+    pub gates: Option<&'a pgtier_engine::gates::Gates>,
 }
 
 /// What [`answer`] produced.

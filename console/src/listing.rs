@@ -12,7 +12,7 @@ use pgtier_core::config::{ADMIN_DATABASE, Config, RoutingKind, ServerSet};
 use crate::format::{ConnKind, ConnPtr, format_ptr, pgbouncer_time};
 use crate::result::ResultSet;
 use crate::result::{Column, int4, text};
-use pgtier_engine::control::Gates;
+use pgtier_engine::gates::Gates;
 pub use pgtier_engine::listing::{ClientRow, Listing, PoolRow, ServerRow, ShardListing};
 
 type Row = Vec<Option<String>>;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pgtier_core::config::{ADMIN_DATABASE, Config, Seconds, Settings};
 use pgtier_engine::ShutdownMode;
-use pgtier_engine::control::{ControlOp, ControlRequest, Scope};
+use pgtier_engine::gates::{ControlOp, ControlRequest, Scope};
 use pgtier_engine::services::Refusal;
 use pgtier_wire::sqlstate;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::BytesMut;
-use pgtier_engine::control::ControlRequest;
+use pgtier_engine::gates::ControlRequest;
 use pgtier_engine::services::Refusal;
 use pgtier_engine::{Console, ConsoleRequest, StatementAnswer};
 
@@ -136,7 +136,7 @@ mod tests {
             "pgtier.toml",
         )
         .expect("config");
-        let gates = pgtier_engine::control::Gates::default();
+        let gates = pgtier_engine::gates::Gates::default();
         let request = ConsoleRequest {
             query: "SHOW VERSION",
             rights: ConsoleRights::Stats,

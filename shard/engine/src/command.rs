@@ -84,7 +84,7 @@ pub enum Command {
     Control {
         from: usize,
         request_id: u64,
-        op: crate::control::ControlOp,
+        op: crate::gates::ControlOp,
     },
     /// This shard's answer to the control command `request_id` (`error`: refused here).
     ControlDone {

@@ -200,7 +200,7 @@ pub struct ConsoleRequest<'a> {
     /// The configuration the engine runs with.
     pub config: &'a pgtier_core::config::Config,
     /// What PAUSE, KILL and DISABLE hold on this shard (every shard holds the same).
-    pub gates: &'a crate::control::Gates,
+    pub gates: &'a crate::gates::Gates,
 }
 
 /// The answer to one extended-protocol statement, split where the protocol splits it.
@@ -232,7 +232,7 @@ pub trait Console {
         _query: &str,
         _admin: bool,
         _config: &pgtier_core::config::Config,
-    ) -> Option<Result<crate::control::ControlRequest, Refusal>> {
+    ) -> Option<Result<crate::gates::ControlRequest, Refusal>> {
         None
     }
 }

@@ -600,3 +600,99 @@ mod tests {
         assert_eq!(input.len(), 3);
     }
 }
+
+/// The shard's own caches and registries a forward writes to.
+pub struct ForwardShared<'a> {
+    /// Named statements of the shard's transaction-mode clients, interned.
+    pub registry: &'a mut crate::prepared::Registry,
+    /// Where the messages pgtier writes of its own are built.
+    pub scratch: &'a mut BytesMut,
+    /// Session-state effects of recently classified texts.
+    pub texts: &'a mut TextCache,
+    pub digests: &'a mut crate::digests::ShardDigests,
+}
+
+/// The settings a forward follows.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardOptions {
+    pub sizes: ForwardLimits,
+    pub statements: crate::prepared::StatementLimits,
+    /// `pin_session_state`: texts are classified for the session state they create.
+    pub pinning: bool,
+    pub now: std::time::Instant,
+}
+
+impl super::ClientConn {
+    /// Moves the client's complete (or streaming) messages to `server`, its server. `None`
+    /// when it has no session.
+    pub fn forward_to(
+        &mut self,
+        server: &mut crate::server::ServerConn,
+        shared: ForwardShared<'_>,
+        options: ForwardOptions,
+    ) -> Option<Forwarded> {
+        let session = self.session.as_deref_mut()?;
+        let input = self.input.buffer_mut();
+        let (relay, tracker) = server.backend_mut().relay_and_tracker_mut();
+        // In transaction mode, Query and Parse texts are classified: for the session state
+        // that pins the client (and the statements that undo it), and for the statements
+        // that drop named statements.
+        let rewriting = relay.prepared.is_some();
+        let watch = (session.mode == pgtier_core::config::PoolMode::Transaction
+            && (options.pinning || rewriting))
+            .then(|| Watch {
+                conforming_strings: session.tracked.standard_conforming_strings(),
+            });
+        let mut rewriter = relay.prepared.as_deref_mut().map(|prepared| Rewriter {
+            names: &mut session.statements,
+            server: prepared,
+            registry: shared.registry,
+            scratch: shared.scratch,
+            limits: options.statements,
+            injected: Default::default(),
+        });
+        if session.calls.is_none() && shared.digests.enabled() {
+            session.calls = Some(Box::default());
+        }
+        let calls = CallNotes::of(
+            session.calls.as_deref_mut(),
+            shared.digests,
+            session.stats,
+            &session.database,
+        );
+        // A read on a replica gets only the read-only prefix it was routed with; the rest
+        // waits for the replica's release and is routed on its own.
+        let budget = session
+            .reads
+            .as_ref()
+            .and_then(|reads| reads.forward_budget());
+        let held = match budget {
+            Some(budget) if budget < input.len() => Some(input.split_off(budget)),
+            _ => None,
+        };
+        let before = input.len();
+        let out = session.forwarder.forward(
+            input,
+            tracker,
+            options.sizes,
+            watch,
+            Texts {
+                effects: shared.texts,
+                calls,
+            },
+            rewriter.as_mut(),
+        );
+        drop(rewriter);
+        if let Some(reads) = session.reads.as_mut() {
+            reads.spent(before - input.len());
+        }
+        if let Some(held) = held {
+            input.unsplit(held);
+        }
+        if out.started {
+            session.query_started.get_or_insert(options.now);
+            session.transaction_started.get_or_insert(options.now);
+        }
+        Some(out)
+    }
+}

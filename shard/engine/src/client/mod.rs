@@ -15,13 +15,13 @@ pub mod texts;
 use crate::addr::ClientAddr;
 use std::time::Instant;
 
-use bytes::BytesMut;
 use pgtier_core::class::ClassSetting;
 use pgtier_core::config::PoolMode;
 use pgtier_pool::{PoolId, WaitTicket};
 
 use crate::cancel::CancelKey;
 use crate::ids::ServerId;
+use crate::inbox::Inbox;
 use crate::params::TrackedParams;
 use crate::prepared::ClientStatements;
 use crate::services::ReplicaLease;
@@ -84,68 +84,372 @@ pub enum ClientState {
 #[derive(Debug)]
 pub struct Session {
     /// Shared with every session of the same name (`crate::names`).
+    user: std::sync::Arc<str>,
+    database: std::sync::Arc<str>,
+    mode: PoolMode,
+    /// The class its traffic counts under.
+    class: ClassSetting,
+    /// Its pool (on a replica-set entry, the pool of its replica).
+    pool: Option<PoolId>,
+    /// Untracked startup parameters: its pool key's profile, kept for a re-pin.
+    startup_params: Vec<(String, String)>,
+    /// The tracked parameters as it was told them (re-applied on each server).
+    tracked: TrackedParams,
+    /// The BackendKeyData it was given.
+    key: Option<CancelKey>,
+    /// Its hold on a replica, on a replica-set entry.
+    lease: Option<Box<dyn ReplicaLease>>,
+    /// In transaction mode, the session state it created (a plain SET, LISTEN, a temp
+    /// table...): it keeps its server until the state is gone.
+    pins: Pins,
+    /// In transaction mode, its named prepared statements (created at its first).
+    statements: Option<Box<ClientStatements>>,
+    forwarder: Forwarder,
+    /// When its current query started, if one runs (query_timeout, latency).
+    query_started: Option<Instant>,
+    /// In a transaction since it last got a server at the start of one (latency of
+    /// transactions).
+    transaction_started: Option<Instant>,
+    /// Its database's slot in the shard's per-database tally (resolved once, at startup).
+    stats: pgtier_core::metrics::DatabaseSlot,
+    /// On an entry with a primary and replicas: its pools there and where its transaction
+    /// runs (set when its pool on the primary is registered).
+    reads: Option<Box<reads::ReaderSession>>,
+    /// Its calls in flight, for query digests (`None` with `query_digests` off).
+    calls: Option<Box<calls::CallLog>>,
+}
+
+/// What a StartupMessage names: the session it begins.
+pub struct SessionStart {
     pub user: std::sync::Arc<str>,
     pub database: std::sync::Arc<str>,
     pub mode: PoolMode,
-    /// The class its traffic counts under.
     pub class: ClassSetting,
-    /// Its pool (on a replica-set entry, the pool of its replica).
-    pub pool: Option<PoolId>,
-    /// Untracked startup parameters: its pool key's profile, kept for a re-pin.
     pub startup_params: Vec<(String, String)>,
-    /// The tracked parameters as it was told them (re-applied on each server).
     pub tracked: TrackedParams,
-    /// The BackendKeyData it was given.
-    pub key: Option<CancelKey>,
-    /// Its hold on a replica, on a replica-set entry.
-    pub lease: Option<Box<dyn ReplicaLease>>,
-    /// In transaction mode, the session state it created (a plain SET, LISTEN, a temp
-    /// table...): it keeps its server until the state is gone.
-    pub pins: Pins,
-    /// In transaction mode, its named prepared statements (created at its first).
-    pub statements: Option<Box<ClientStatements>>,
-    pub forwarder: Forwarder,
-    /// When its current query started, if one runs (query_timeout, latency).
-    pub query_started: Option<Instant>,
-    /// In a transaction since it last got a server at the start of one (latency of
-    /// transactions).
-    pub transaction_started: Option<Instant>,
-    /// Its database's slot in the shard's per-database tally (resolved once, at startup).
     pub stats: pgtier_core::metrics::DatabaseSlot,
-    /// On an entry with a primary and replicas: its pools there and where its transaction
-    /// runs (set when its pool on the primary is registered).
-    pub reads: Option<Box<reads::ReaderSession>>,
-    /// Its calls in flight, for query digests (`None` with `query_digests` off).
-    pub calls: Option<Box<calls::CallLog>>,
 }
 
 impl Session {
+    pub fn new(start: SessionStart) -> Session {
+        Session {
+            user: start.user,
+            database: start.database,
+            mode: start.mode,
+            class: start.class,
+            pool: None,
+            startup_params: start.startup_params,
+            tracked: start.tracked,
+            key: None,
+            lease: None,
+            pins: Pins::default(),
+            statements: None,
+            forwarder: Forwarder::default(),
+            query_started: None,
+            transaction_started: None,
+            stats: start.stats,
+            reads: None,
+            // Made at its first call (`link`): an idle client holds no call log.
+            calls: None,
+        }
+    }
+
+    pub fn user(&self) -> &std::sync::Arc<str> {
+        &self.user
+    }
+
+    pub fn database(&self) -> &std::sync::Arc<str> {
+        &self.database
+    }
+
+    pub fn mode(&self) -> PoolMode {
+        self.mode
+    }
+
+    pub fn class(&self) -> ClassSetting {
+        self.class
+    }
+
+    /// Its class, decided once the password was right.
+    pub fn classify(&mut self, class: ClassSetting) {
+        self.class = class;
+    }
+
+    pub fn pool(&self) -> Option<PoolId> {
+        self.pool
+    }
+
+    /// It registered with `pool`.
+    pub fn joined(&mut self, pool: PoolId) {
+        self.pool = Some(pool);
+    }
+
+    /// It leaves its pool (to register again, or after an `auth_query` lookup).
+    pub fn leave_pool(&mut self) -> Option<PoolId> {
+        self.pool.take()
+    }
+
+    pub fn startup_params(&self) -> &[(String, String)] {
+        &self.startup_params
+    }
+
+    /// pgtier consumes the class option of the startup parameter `i` (`options`): the rest
+    /// of it stays, or the parameter goes when nothing is left.
+    pub fn strip_class_option(&mut self, i: usize) {
+        match crate::class::strip_class_option(&self.startup_params[i].1) {
+            Some(rest) => self.startup_params[i].1 = rest,
+            None => {
+                self.startup_params.remove(i);
+            }
+        }
+    }
+
+    pub fn tracked(&self) -> &TrackedParams {
+        &self.tracked
+    }
+
+    pub fn tracked_mut(&mut self) -> &mut TrackedParams {
+        &mut self.tracked
+    }
+
+    /// It was told the server's values of the tracked parameters.
+    pub fn told(&mut self, tracked: TrackedParams) {
+        self.tracked = tracked;
+    }
+
+    pub fn key(&self) -> Option<CancelKey> {
+        self.key
+    }
+
+    /// It was welcomed with this BackendKeyData.
+    pub fn welcomed(&mut self, key: CancelKey) {
+        self.key = Some(key);
+    }
+
+    pub fn lease(&self) -> Option<&dyn ReplicaLease> {
+        self.lease.as_deref()
+    }
+
+    pub fn lease_mut(&mut self) -> Option<&mut (dyn ReplicaLease + 'static)> {
+        self.lease.as_deref_mut()
+    }
+
+    /// It was admitted to a replica.
+    pub fn admitted(&mut self, lease: Box<dyn ReplicaLease>) {
+        self.lease = Some(lease);
+    }
+
+    /// Its replica lease, taken to move it elsewhere.
+    pub fn take_lease(&mut self) -> Option<Box<dyn ReplicaLease>> {
+        self.lease.take()
+    }
+
+    pub fn pins(&self) -> &Pins {
+        &self.pins
+    }
+
+    pub fn pins_mut(&mut self) -> &mut Pins {
+        &mut self.pins
+    }
+
     /// It created session state and keeps its server between transactions.
     pub fn pins_server(&self) -> bool {
         self.pins.is_pinned()
+    }
+
+    pub fn statements(&self) -> Option<&ClientStatements> {
+        self.statements.as_deref()
+    }
+
+    /// The statements' slot, filled by the rewriter at its first named statement.
+    pub fn statements_slot(&mut self) -> &mut Option<Box<ClientStatements>> {
+        &mut self.statements
+    }
+
+    pub fn query_started(&self) -> Option<Instant> {
+        self.query_started
+    }
+
+    pub fn transaction_started(&self) -> Option<Instant> {
+        self.transaction_started
+    }
+
+    /// It got a server at the start of a transaction.
+    pub fn transaction_began(&mut self, now: Instant) {
+        self.transaction_started = Some(now);
+    }
+
+    /// Its query ended: when it had started.
+    pub fn query_ended(&mut self) -> Option<Instant> {
+        self.query_started.take()
+    }
+
+    /// Its transaction ended: when it had started.
+    pub fn transaction_ended(&mut self) -> Option<Instant> {
+        self.transaction_started.take()
+    }
+
+    /// It went idle between transactions: no query or transaction runs, and its replica
+    /// is told.
+    pub fn went_idle(&mut self) {
+        self.query_started = None;
+        self.transaction_started = None;
+        if let Some(lease) = self.lease.as_mut() {
+            lease.transaction_ended();
+        }
+    }
+
+    /// Its database's slot in the shard's per-database tally.
+    pub fn stats(&self) -> pgtier_core::metrics::DatabaseSlot {
+        self.stats
+    }
+
+    pub fn reads(&self) -> Option<&reads::ReaderSession> {
+        self.reads.as_deref()
+    }
+
+    pub fn reads_mut(&mut self) -> Option<&mut reads::ReaderSession> {
+        self.reads.as_deref_mut()
+    }
+
+    /// On a reader entry: its reads are routed from now on, starting on `primary`.
+    pub fn become_reader(&mut self, primary: PoolId) {
+        if self.reads.is_none() {
+            self.reads = Some(Box::new(reads::ReaderSession::new(primary)));
+        }
+    }
+
+    pub fn calls_mut(&mut self) -> Option<&mut calls::CallLog> {
+        self.calls.as_deref_mut()
+    }
+
+    /// Its calls in flight were answered (`answered`, in `time_us`): each complete one goes
+    /// to the query digests.
+    pub fn calls_answered(
+        &mut self,
+        answered: &[crate::server::relay::Answered],
+        time_us: u64,
+        digests: &mut crate::digests::ShardDigests,
+    ) {
+        if let Some(calls) = self.calls.as_deref_mut() {
+            calls.answered(answered, time_us, &self.database, digests);
+        }
+    }
+
+    /// Its calls' notes for a forward: its log (made at its first call when digests are on),
+    /// the digests, its database.
+    pub fn call_notes<'a>(
+        &'a mut self,
+        digests: &'a mut crate::digests::ShardDigests,
+    ) -> Option<calls::CallNotes<'a>> {
+        if self.calls.is_none() && digests.enabled() {
+            self.calls = Some(Box::default());
+        }
+        calls::CallNotes::of(
+            self.calls.as_deref_mut(),
+            digests,
+            self.stats,
+            &self.database,
+        )
+    }
+
+    /// It holds a call log (tests: an idle client holds none).
+    #[cfg(test)]
+    pub fn has_call_log(&self) -> bool {
+        self.calls.is_some()
+    }
+
+    /// Its call log is dropped (digests turned off, or it had nothing in flight).
+    pub fn drop_calls(&mut self) {
+        self.calls = None;
     }
 }
 
 /// One client connection.
 #[derive(Debug)]
 pub struct ClientConn {
-    pub(crate) state: ClientState,
+    state: ClientState,
     /// Received bytes the engine has not consumed yet (a pipeline waiting for a server).
-    pub(crate) input: BytesMut,
-    /// Bytes handed to the driver for this client and not yet reported sent.
-    pub(crate) queued_bytes: usize,
-    /// Its receive is paused (too much input held while it waits).
-    pub(crate) paused: bool,
-    pub(crate) peer: Option<ClientAddr>,
-    /// The local end of its socket (the listener it came through), for listings.
-    pub(crate) local_addr: Option<std::net::SocketAddr>,
-    pub(crate) connected_at: Instant,
-    /// The last time bytes arrived (idle timeouts).
-    pub(crate) last_active: Instant,
+    input: Inbox,
+    backlog: Backlog,
+    info: ClientInfo,
     /// Set once the StartupMessage named user and database.
-    pub(crate) session: Option<Box<Session>>,
+    session: Option<Box<Session>>,
     /// Its TLS session, once it asked for TLS (SSLRequest) or opened with a TLS handshake.
-    pub(crate) tls: Option<Box<ClientTls>>,
+    tls: Option<Box<ClientTls>>,
+}
+
+/// Where a client connected from, and when it was last heard of (listings, timeouts).
+#[derive(Debug)]
+pub struct ClientInfo {
+    peer: Option<ClientAddr>,
+    /// The local end of its socket (the listener it came through), for listings.
+    local_addr: Option<std::net::SocketAddr>,
+    connected_at: Instant,
+    /// The last time bytes arrived (idle timeouts).
+    last_active: Instant,
+}
+
+impl ClientInfo {
+    /// Bytes arrived from it at `now`.
+    pub fn active(&mut self, now: Instant) {
+        self.last_active = now;
+    }
+
+    pub fn last_active(&self) -> Instant {
+        self.last_active
+    }
+
+    pub fn connected_at(&self) -> Instant {
+        self.connected_at
+    }
+
+    pub fn peer(&self) -> Option<&ClientAddr> {
+        self.peer.as_ref()
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local_addr
+    }
+
+    /// The driver learned the local end of its socket.
+    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+        self.local_addr = addr;
+    }
+}
+
+/// A client's send backlog and receive pause: what was handed to the driver for it and not
+/// reported sent, and whether its receive is paused (too much input held while it waits).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    queued_bytes: usize,
+    paused: bool,
+}
+
+impl Backlog {
+    /// `bytes` were handed to the driver for it.
+    pub fn queued_for_send(&mut self, bytes: usize) {
+        self.queued_bytes += bytes;
+    }
+
+    /// The driver sent `bytes` of it: what is still queued.
+    pub fn sent(&mut self, bytes: usize) -> usize {
+        self.queued_bytes = self.queued_bytes.saturating_sub(bytes);
+        self.queued_bytes
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Its receive resumes: true when it was paused.
+    pub fn unpause(&mut self) -> bool {
+        std::mem::replace(&mut self.paused, false)
+    }
 }
 
 /// A client's TLS: its session, and whether it began with the handshake itself (PostgreSQL
@@ -160,16 +464,21 @@ impl ClientConn {
     pub fn new(peer: Option<ClientAddr>, now: Instant) -> ClientConn {
         ClientConn {
             state: ClientState::Startup,
-            input: BytesMut::new(),
-            queued_bytes: 0,
-            paused: false,
-            peer,
-            local_addr: None,
-            connected_at: now,
-            last_active: now,
+            input: Inbox::default(),
+            backlog: Backlog::default(),
+            info: ClientInfo {
+                peer,
+                local_addr: None,
+                connected_at: now,
+                last_active: now,
+            },
             session: None,
             tls: None,
         }
+    }
+
+    pub fn state(&self) -> &ClientState {
+        &self.state
     }
 
     /// The server it is linked to (welcoming or linked).
@@ -203,6 +512,225 @@ impl ClientConn {
             ClientState::Closing { .. } => "closing",
         }
     }
+
+    // ---- transitions ----
+
+    /// Its teardown begins: its input is dropped, and its previous state and session are
+    /// handed back for what they held to be given back.
+    pub fn begin_closing(
+        &mut self,
+        linger_until: Option<Instant>,
+    ) -> (ClientState, Option<Box<Session>>) {
+        let previous = std::mem::replace(&mut self.state, ClientState::Closing { linger_until });
+        self.input.discard();
+        (previous, self.session.take())
+    }
+
+    /// Closed at shutdown with nothing of its own left to give back.
+    pub fn closed_quietly(&mut self) {
+        self.state = ClientState::Closing { linger_until: None };
+    }
+
+    /// Its StartupMessage named who it is.
+    pub fn start_session(&mut self, session: Box<Session>) {
+        self.session = Some(session);
+    }
+
+    /// The login step in progress (its password check, its lookup), taken out to be
+    /// advanced; it is `Startup` meanwhile and gets its next state from the step's outcome.
+    pub fn take_login_step(&mut self) -> ClientState {
+        std::mem::replace(&mut self.state, ClientState::Startup)
+    }
+
+    /// Its password exchange goes on with `check`.
+    pub fn authenticating(&mut self, check: PasswordCheck) {
+        self.state = ClientState::Authenticating(check);
+    }
+
+    /// Its secret is being looked up (`auth_query`) since `since`.
+    pub fn looking_up(&mut self, since: Instant, answer: Box<AnswerReader>, method: Method) {
+        self.state = ClientState::LookingUp {
+            since,
+            ticket: None,
+            server: None,
+            answer,
+            method,
+        };
+    }
+
+    /// Its lookup runs on `server` now.
+    pub fn lookup_runs_on(&mut self, on: ServerId) {
+        if let ClientState::LookingUp { server, .. } = &mut self.state {
+            *server = Some(on);
+        }
+    }
+
+    /// The reader of its lookup's answer, while it looks up.
+    pub fn lookup_answer_mut(&mut self) -> Option<&mut AnswerReader> {
+        match &mut self.state {
+            ClientState::LookingUp { answer, .. } => Some(answer),
+            _ => None,
+        }
+    }
+
+    /// Its replica admission was asked of the control shard at `since`.
+    pub fn routing(&mut self, since: Instant, request_id: u64) {
+        self.state = ClientState::Routing { since, request_id };
+    }
+
+    /// Logged in, it waits since `since` for the server that makes its welcome.
+    pub fn joining(&mut self, since: Instant) {
+        self.state = ClientState::Joining {
+            since,
+            ticket: None,
+        };
+    }
+
+    /// Welcomed, it waits since `since` for a server for its next query.
+    pub fn queued(&mut self, since: Instant) {
+        self.state = ClientState::Queued {
+            since,
+            ticket: None,
+        };
+    }
+
+    /// It parked in its pool's queue (`ticket`), or left it (`None`).
+    pub fn parked(&mut self, ticket: Option<WaitTicket>) {
+        match &mut self.state {
+            ClientState::Joining { ticket: slot, .. }
+            | ClientState::Queued { ticket: slot, .. }
+            | ClientState::LookingUp { ticket: slot, .. } => *slot = ticket,
+            _ => {}
+        }
+    }
+
+    /// It is taken off its pool's queue, its ticket void: true when it was parked
+    /// (`lookups`: a client parked for its `auth_query` lookup counts too).
+    pub fn unparked(&mut self, lookups: bool) -> bool {
+        match &mut self.state {
+            ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
+                *ticket = None;
+                true
+            }
+            ClientState::LookingUp { ticket, .. } if lookups => {
+                *ticket = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Its first server applies its startup values.
+    pub fn welcoming(&mut self, server: ServerId) {
+        self.state = ClientState::Welcoming { server };
+    }
+
+    /// Linked to `server`: bytes flow both ways.
+    pub fn linked(&mut self, server: ServerId) {
+        self.state = ClientState::Linked { server };
+    }
+
+    /// Welcomed and holding no server since `since`.
+    pub fn idle(&mut self, since: Instant) {
+        self.state = ClientState::Idle { since };
+    }
+
+    /// On the admin console from now on.
+    pub fn console(&mut self, session: Box<crate::console_session::ConsoleSession>) {
+        self.state = ClientState::Console {
+            listing: None,
+            session,
+        };
+    }
+
+    /// Its console session and its input, to read a statement from.
+    pub fn console_input_mut(
+        &mut self,
+    ) -> Option<(&mut Inbox, &mut crate::console_session::ConsoleSession)> {
+        match &mut self.state {
+            ClientState::Console { session, .. } => Some((&mut self.input, session)),
+            _ => None,
+        }
+    }
+
+    // ---- its session ----
+
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_deref()
+    }
+
+    pub fn session_mut(&mut self) -> Option<&mut Session> {
+        self.session.as_deref_mut()
+    }
+
+    // ---- its bytes ----
+
+    pub fn input(&self) -> &Inbox {
+        &self.input
+    }
+
+    pub fn input_mut(&mut self) -> &mut Inbox {
+        &mut self.input
+    }
+
+    /// Where it connected from and when it was last heard of.
+    pub fn info(&self) -> &ClientInfo {
+        &self.info
+    }
+
+    pub fn info_mut(&mut self) -> &mut ClientInfo {
+        &mut self.info
+    }
+
+    /// What was queued for it and whether its receive is paused.
+    pub fn backlog(&self) -> &Backlog {
+        &self.backlog
+    }
+
+    pub fn backlog_mut(&mut self) -> &mut Backlog {
+        &mut self.backlog
+    }
+
+    /// It holds more than `limit` unread: true when its receive must pause now.
+    pub fn pause_if_over(&mut self, limit: usize) -> bool {
+        if self.input.len() > limit && !self.backlog.paused {
+            self.backlog.paused = true;
+            return true;
+        }
+        false
+    }
+
+    // ---- its TLS ----
+
+    pub fn tls(&self) -> Option<&ClientTls> {
+        self.tls.as_deref()
+    }
+
+    pub fn tls_mut(&mut self) -> Option<&mut ClientTls> {
+        self.tls.as_deref_mut()
+    }
+
+    /// Its TLS session began.
+    pub fn start_tls(&mut self, tls: ClientTls) {
+        self.tls = Some(Box::new(tls));
+    }
+
+    /// Ciphertext from it: its plaintext joins its input.
+    pub fn tls_received(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(
+        Result<crate::tls::Received, crate::tls::TlsError>,
+        Option<bytes::Bytes>,
+        bool,
+    )> {
+        let tls = self.tls.as_mut()?;
+        let result = tls.session.receive(data, self.input.buffer_mut());
+        let output = tls.session.take_output();
+        let alpn_ok =
+            !tls.direct || tls.session.alpn_protocol() == Some(crate::tls::ALPN_POSTGRESQL);
+        Some((result, output, alpn_ok))
+    }
 }
 
 #[cfg(test)]
@@ -219,14 +747,14 @@ mod tests {
             index: 4,
             generation: 1,
         });
-        client.state = ClientState::Welcoming { server };
+        client.welcoming(server);
         assert_eq!(client.server(), Some(server));
-        client.state = ClientState::Linked { server };
+        client.linked(server);
         assert_eq!(
             (client.server(), client.state_name()),
             (Some(server), "active")
         );
-        client.state = ClientState::Closing { linger_until: None };
+        client.closed_quietly();
         assert!(client.is_closing() && client.server().is_none());
     }
 }

@@ -276,7 +276,7 @@ fn a_failing_auth_query_refuses_the_login_and_the_server_goes_back() {
     h.server_sends(server, &login);
     assert!(
         matches!(
-            h.engine.clients.get(id.0).map(|c| &c.state),
+            h.engine.clients.get(id.0).map(|c| c.state()),
             Some(ClientState::LookingUp {
                 server: Some(_),
                 ..

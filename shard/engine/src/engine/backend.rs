@@ -4,20 +4,19 @@
 //! reported to the replica router when the server is a replica.
 
 use bytes::Bytes;
-use pgtier_pool::ServerTarget;
 use tracing::{debug, info, warn};
 
 use crate::action::{Action, Conn};
 use crate::client::ClientState;
 use crate::engine::Engine;
+use crate::engine::stats::Answers;
+use crate::engine::tls_io::{Negotiation, tls_server_name};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::prepared::{Chunks, ClientStatements, Fallout};
 use crate::server::ServerState;
 use crate::server::login::{Credentials, LoginStep, ServerLogin};
-use crate::server::relay::is_shutdown_error;
 use crate::services::FailureCause;
-use crate::settings::MAX_IDLE_MESSAGE_BYTES;
 use crate::tracker::TxStatus;
 use pgtier_core::config::PoolMode;
 use pgtier_wire::session_state::Effects;
@@ -43,20 +42,20 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if !matches!(server.state, ServerState::Connecting { .. }) {
+        if !matches!(server.state(), ServerState::Connecting { .. }) {
             return;
         }
         if let Err(errno) = result {
             let message = format!(
                 "could not connect to server {}: {}",
-                server.addr,
+                server.info().addr(),
                 std::io::Error::from_raw_os_error(errno)
             );
             let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
             self.server_unreachable(id, error, connect_failure_cause(errno));
             return;
         }
-        if self.negotiate_server_tls(id) {
+        if self.servers.negotiate_tls(id, self.now, &mut self.outbox) {
             return;
         }
         self.start_server_login(id);
@@ -67,12 +66,12 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
-        let Some(key) = self.pools.key(pool) else {
+        let pool = server.pool();
+        let Some(key) = self.linker.pools().key(pool) else {
             return;
         };
-        let entry = self.config.database(&key.database);
-        let dbname = super::vacate::server_dbname(&self.config, key);
+        let entry = self.env.config().database(&key.database);
+        let dbname = super::linker::vacate::server_dbname(self.env.config(), key);
         let mut params: Vec<(&str, &str)> = key.profile.parameters().collect();
         // The entry's connect parameters (pgbouncer.ini's client_encoding, datestyle,
         // timezone) open every server of the entry. These are tracked parameters, so a client
@@ -86,10 +85,7 @@ impl Engine {
             }
         }
         let startup = ServerLogin::startup_message(&key.server_user, dbname, &params);
-        server.state = ServerState::LoggingIn {
-            since: self.now,
-            login: Box::default(),
-        };
+        server.logging_in(self.now);
         self.send(Conn::Server(id), startup);
     }
 
@@ -97,40 +93,50 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let ServerState::LoggingIn { login, .. } = &mut server.state else {
-            return;
-        };
-        let Some(key) = self.pools.key(server.pool) else {
+        let Some(key) = self.linker.pools().key(server.pool()) else {
             return;
         };
         let channel_binding = server
-            .tls
-            .as_deref()
+            .io()
+            .tls()
             .filter(|session| !session.is_handshaking())
             .and_then(|session| session.peer_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
         let password = self
-            .config
+            .env
+            .config()
             .database(&key.database)
             .and_then(|db| db.password.clone())
-            .or_else(|| self.users.get(&key.server_user))
+            .or_else(|| self.env.users().get(&key.server_user))
             .or_else(|| {
-                self.lookups
+                self.clients
+                    .logins()
+                    .lookups()
                     .secret(&key.database, &key.server_user)
                     .map(str::to_string)
             });
         let client_key = self
-            .secrets
+            .clients
+            .logins()
+            .secrets()
             .client_key(&key.server_user)
-            .or_else(|| self.lookups.client_key(&key.database, &key.server_user));
+            .or_else(|| {
+                self.clients
+                    .logins()
+                    .lookups()
+                    .client_key(&key.database, &key.server_user)
+            });
         let credentials = Credentials {
             user: &key.server_user,
             password: password.as_deref(),
             client_key,
             channel_binding,
-            key_cache: Some(&self.shared.scram_keys),
+            key_cache: Some(&self.env.shared().scram_keys),
         };
-        match login.step(&mut server.input, credentials, self.random.as_mut()) {
+        let Some((login, input)) = server.login_mut() else {
+            return;
+        };
+        match login.step(input.buffer_mut(), credentials, self.random.as_mut()) {
             LoginStep::Continue { reply } => {
                 if let Some(reply) = reply {
                     self.send(Conn::Server(id), reply);
@@ -145,24 +151,15 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let ServerState::LoggingIn { login, .. } = std::mem::replace(
-            &mut server.state,
-            ServerState::Releasing {
-                since: self.now,
-                rolled_back: false,
-            },
-        ) else {
+        let Some(params) = server.logged_in(self.now) else {
             return;
         };
-        let backend = login.into_backend();
-        server.params = backend.tracked;
-        server.key = backend.key;
-        let pool = server.pool;
-        debug!(pid = ?server.backend_pid(), "server login done");
-        self.pools.learn_welcome(pool, &backend.params);
-        let checkin = self.pools.opened(pool, id, self.now);
+        let pool = server.pool();
+        debug!(pid = ?server.backend().pid(), "server login done");
+        self.linker.pools_mut().learn_welcome(pool, &params);
+        let checkin = self.linker.pools_mut().opened(pool, id, self.now);
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.state = ServerState::Idle { since: self.now };
+            server.idle(self.now);
         }
         self.act_on_checkin(id, pool, checkin);
     }
@@ -173,21 +170,22 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
-        self.stats.login_failures += 1;
+        let pool = server.pool();
+        self.stats.login_failed();
         info!(
-            database = %self.pools.key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
+            database = %self.linker.pools().key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
             "server login failed"
         );
-        server.state = ServerState::Closing;
-        server.input = bytes::BytesMut::new();
+        server.mark_closing();
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        self.pools
-            .open_failed(pool, self.login_retry_at(), Some(error.clone()));
-        if self.pools.counts(pool).servers() == 0 {
+        let retry_at = self.env.login_retry_at(self.now);
+        self.linker
+            .pools_mut()
+            .open_failed(pool, retry_at, Some(error.clone()));
+        if self.linker.pools().counts(pool).servers() == 0 {
             self.fail_waiters(pool, error);
         }
     }
@@ -199,49 +197,36 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        let pool = server.pool;
-        if !self.report_replica_failure(pool, cause) {
+        let pool = server.pool();
+        if !self
+            .linker
+            .report_replica_failure(pool, cause, &*self.routing)
+        {
             self.login_failed(id, error);
             return;
         }
-        self.stats.login_failures += 1;
+        self.stats.login_failed();
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.state = ServerState::Closing;
+            server.mark_closing();
         }
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: crate::action::CloseHow::Now,
         });
-        self.pools
-            .open_failed(pool, self.login_retry_at(), Some(error));
-    }
-
-    /// Tells the router that a connection to a pool's replica failed. False when the pool
-    /// is not on a replica.
-    pub(super) fn report_replica_failure(
-        &self,
-        pool: pgtier_pool::PoolId,
-        cause: FailureCause,
-    ) -> bool {
-        let Some(key) = self.pools.key(pool) else {
-            return false;
-        };
-        let ServerTarget::Replica(addr) = key.target else {
-            return false;
-        };
-        debug!(replica = %addr, ?cause, "server connection to a replica failed");
-        self.routing.report_failure(&key.database, addr, cause);
-        true
+        let retry_at = self.env.login_retry_at(self.now);
+        self.linker
+            .pools_mut()
+            .open_failed(pool, retry_at, Some(error));
     }
 
     /// Moves server output to the linked client; releases the server at the end of a
     /// transaction in transaction mode.
     pub(super) fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
-        if self.is_looking_up(client_id) {
+        if self.clients.is_looking_up(client_id) {
             self.on_lookup_answer(server_id, client_id);
             return;
         }
-        let max = self.limits.max_server_message_bytes;
+        let max = self.env.limits().max_server_message_bytes;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -254,28 +239,24 @@ impl Engine {
             self.close_server(server_id);
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let welcoming = matches!(client.state(), ClientState::Welcoming { .. });
+        let Some(session) = client.session_mut() else {
             return;
         };
-        let welcoming = matches!(client.state, ClientState::Welcoming { .. });
-        let mut scan = server.relay.scan(
-            &server.input,
-            &mut server.tracker,
-            &mut server.params,
-            Some(&mut session.tracked),
-            max,
-        );
         let mut forwarded = Chunks::new();
-        scan.take_from(&mut server.input, &mut forwarded);
-        apply_fallout(&mut session.statements, server.relay.take_fallout());
+        let scan = server.relay_output(session.tracked_mut(), max, &mut forwarded);
+        apply_fallout(
+            session.statements_slot(),
+            server.backend_mut().relay_mut().take_fallout(),
+        );
         let mut unpinned = false;
         // The values a confirmed clear sets back (RESET ALL, DISCARD ALL) come as
         // ParameterStatus: they are no new state.
-        let clearing = session.pins.is_clearing();
+        let clearing = session.pins().is_clearing();
         if let Some(status) = scan.last_status {
-            unpinned = session.pins.on_ready(status, scan.errors);
+            unpinned = session.pins_mut().on_ready(status, scan.errors);
             if status != TxStatus::Idle
-                && let Some(reads) = session.reads.as_mut()
+                && let Some(reads) = session.reads_mut()
             {
                 // On a replica only a read-only prefix went, so a block open now was opened
                 // READ ONLY: PostgreSQL refuses its writes as the primary would.
@@ -283,48 +264,36 @@ impl Engine {
             }
         }
         if scan.functions_changed {
-            self.routing.functions_changed(&session.database);
+            self.routing.functions_changed(session.database());
         }
-        let elapsed_us = session.query_started.map_or(0, |started| {
+        let elapsed_us = session.query_started().map_or(0, |started| {
             self.now.saturating_duration_since(started).as_micros() as u64
         });
-        if scan.completed > 0 && !server.tracker.has_outstanding() {
-            session.query_started = None;
+        if scan.completed > 0 && !server.backend().tracker().has_outstanding() {
+            session.query_ended();
         }
         // A transaction lasts from its server's link (transaction mode) or its first query
         // (session mode) to its idle ReadyForQuery.
-        let transaction_us = match session.transaction_started {
+        let transaction_us = match session.transaction_started() {
             Some(started) if scan.transactions > 0 => {
-                session.transaction_started = None;
+                session.transaction_ended();
                 self.now.saturating_duration_since(started).as_micros() as u64
             }
             _ => elapsed_us,
         };
-        if let Some(calls) = session.calls.as_deref_mut() {
-            calls.answered(
-                &scan.answered,
-                elapsed_us,
-                &session.database,
-                &mut self.digests,
-            );
-        }
-        let (class, mode, pinned) = (session.class, session.mode, session.pins_server());
-        let database = session.stats;
-        let pool = server.pool;
-        for _ in 0..scan.completed {
-            self.counters.record_query(class, elapsed_us);
-            self.latency.record(class, elapsed_us);
-            self.databases.record_query(database, elapsed_us);
-        }
-        for _ in 0..scan.transactions {
-            self.counters.record_transaction(class, transaction_us);
-            self.databases.record_transaction(database, transaction_us);
-        }
-        if scan.completed > 0 {
-            // A full batch goes to the shared totals now, so they lag by one batch at most.
-            self.counters
-                .maybe_flush(self.flush_policy, &self.shared.totals);
-        }
+        session.calls_answered(&scan.answered, elapsed_us, self.stats.digests_mut());
+        let (class, mode, pinned) = (session.class(), session.mode(), session.pins_server());
+        let database = session.stats();
+        let pool = server.pool();
+        let answers = Answers {
+            class,
+            database,
+            completed: scan.completed,
+            elapsed_us,
+            transactions: scan.transactions,
+            transaction_us,
+        };
+        self.stats.answered(answers, self.env.shared());
         for bytes in forwarded {
             self.send(Conn::Client(client_id), bytes);
         }
@@ -336,7 +305,11 @@ impl Engine {
             // The backend is exiting: the client sees its FATAL and then the end of the
             // connection, exactly as from PostgreSQL, with nothing of pgtier's own after it.
             if scan.shutdown_forwarded {
-                self.report_replica_failure(pool, FailureCause::ServerShutdown);
+                self.linker.report_replica_failure(
+                    pool,
+                    FailureCause::ServerShutdown,
+                    &*self.routing,
+                );
             }
             self.close_server(server_id);
             self.close_client_after_flush(client_id);
@@ -353,7 +326,7 @@ impl Engine {
         if scan.session_param_changed
             && !clearing
             && mode == PoolMode::Transaction
-            && self.limits.pin_session_state
+            && self.env.limits().pin_session_state
         {
             self.pin_client(client_id, server_id, Effects::SET);
         }
@@ -364,7 +337,7 @@ impl Engine {
             let copying = self
                 .servers
                 .get(server_id.0)
-                .is_some_and(|server| server.tracker.copy_in());
+                .is_some_and(|server| server.backend().tracker().copy_in());
             if scan.ready_seen || scan.errors > 0 || copying {
                 self.forward_held_input(server_id, client_id);
             }
@@ -375,8 +348,9 @@ impl Engine {
             return;
         }
         let shutting_down =
-            self.shutdown >= Some(crate::command::ShutdownMode::WaitForTransactions);
-        if (mode == PoolMode::Transaction && !pinned && !self.is_pinned(client_id)) || shutting_down
+            self.admin.shutdown() >= Some(crate::command::ShutdownMode::WaitForTransactions);
+        if (mode == PoolMode::Transaction && !pinned && !self.clients.is_pinned(client_id))
+            || shutting_down
         {
             self.release_server(server_id);
         } else if scan.ready_seen {
@@ -393,38 +367,31 @@ impl Engine {
             return;
         };
         if server.client() != Some(client_id)
-            || (server.relay.holds_back_client() && !server.tracker.copy_in())
+            || (server.backend().relay().holds_back_client()
+                && !server.backend().tracker().copy_in())
         {
             return;
         }
         let pending = self.clients.get(client_id.0).is_some_and(|client| {
-            !client.input.is_empty() && matches!(client.state, ClientState::Linked { .. })
+            !client.input().is_empty() && matches!(client.state(), ClientState::Linked { .. })
         });
         if pending {
             self.forward(client_id, server_id);
         }
     }
 
-    fn is_pinned(&self, id: ClientId) -> bool {
-        self.clients
-            .get(id.0)
-            .and_then(|client| client.session.as_ref())
-            .is_some_and(|session| session.pins_server())
-    }
-
     /// A client with more than `client_buffer_limit_bytes` queued pauses its server: a slow
     /// client never makes the proxy hold a whole huge result.
     fn apply_back_pressure(&mut self, server_id: ServerId, client_id: ClientId) {
-        let limit = self.limits.client_buffer_limit_bytes;
+        let limit = self.env.limits().client_buffer_limit_bytes;
         let queued = self
             .clients
             .get(client_id.0)
-            .map_or(0, |client| client.queued_bytes);
+            .map_or(0, |client| client.backlog().queued_bytes());
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if queued > limit && !server.paused {
-            server.paused = true;
+        if queued > limit && server.io_mut().pause() {
             self.outbox.push(Action::PauseRecv(Conn::Server(server_id)));
         }
     }
@@ -440,7 +407,7 @@ impl Engine {
         self.close_server(server_id);
         let message = format!(
             "server message of {len} bytes exceeds max_server_message_bytes ({})",
-            self.limits.max_server_message_bytes
+            self.env.limits().max_server_message_bytes
         );
         let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
         self.close_client(client_id, Some(error));
@@ -448,25 +415,17 @@ impl Engine {
 
     /// Swallows everything from a server without a client, then takes its next step.
     pub(super) fn drain_server(&mut self, id: ServerId) {
-        let max = self.limits.max_server_message_bytes;
+        let max = self.env.limits().max_server_message_bytes;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let mut scan = server.relay.scan(
-            &server.input,
-            &mut server.tracker,
-            &mut server.params,
-            None,
-            max,
-        );
-        scan.take_from(&mut server.input, &mut Chunks::new());
         // Its client is gone: what the answers decided for its names concerns no one.
-        let _ = server.relay.take_fallout();
+        let scan = server.drain_output(max);
         if scan.malformed || scan.oversized.is_some() {
             self.close_server(id);
             return;
         }
-        match server.state {
+        match server.state() {
             ServerState::Checking { .. } if scan.idle => self.finish_check(id),
             ServerState::Releasing { .. } => self.advance_release(id),
             _ => {}
@@ -479,42 +438,11 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let pool = server.pool;
-        let mut shutting_down = false;
-        let mut retire = false;
-        let limits = pgtier_wire::FrameLimits {
-            max_message_len: MAX_IDLE_MESSAGE_BYTES as u32,
-            ..pgtier_wire::FrameLimits::default()
-        };
-        loop {
-            let frame = match pgtier_wire::framing::split_message(&mut server.input, &limits) {
-                Ok(Some(frame)) => frame.bytes,
-                Ok(None) => break,
-                Err(_) => {
-                    retire = true;
-                    break;
-                }
-            };
-            match frame[0] {
-                b'S' => {
-                    if let Some((name, value)) = messages::parse_parameter_status(&frame[5..]) {
-                        server.params.set(name, value);
-                    }
-                }
-                b'N' | b'A' => {}
-                b'E' => {
-                    shutting_down = is_shutdown_error(&frame[5..]);
-                    retire = true;
-                    break;
-                }
-                _ => {
-                    retire = true;
-                    break;
-                }
-            }
-        }
+        let pool = server.pool();
+        let (retire, shutting_down) = server.read_idle_output();
         if shutting_down {
-            self.report_replica_failure(pool, FailureCause::ServerShutdown);
+            self.linker
+                .report_replica_failure(pool, FailureCause::ServerShutdown, &*self.routing);
         }
         if retire {
             self.close_server(id);
@@ -526,7 +454,7 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        match server.state {
+        match server.state() {
             ServerState::Closing => {}
             // Terminated on purpose: its backend is gone, its slot moves on.
             ServerState::Leaving { .. } | ServerState::Moving { .. } => self.close_server(id),
@@ -553,8 +481,8 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        let pool = server.pool;
-        match server.state {
+        let pool = server.pool();
+        match *server.state() {
             ServerState::Connecting { .. }
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => {
@@ -565,8 +493,10 @@ impl Engine {
                 }
             }
             ServerState::Busy { client } => {
-                let on_replica =
-                    cause.is_some_and(|cause| self.report_replica_failure(pool, cause));
+                let on_replica = cause.is_some_and(|cause| {
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing)
+                });
                 self.close_server(id);
                 let message = if on_replica {
                     format!("the replica serving this connection failed: {message}")
@@ -578,37 +508,42 @@ impl Engine {
             }
             _ => {
                 if let Some(cause) = cause {
-                    self.report_replica_failure(pool, cause);
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing);
                 }
                 self.close_server(id);
             }
         }
     }
 
-    /// Sends a CancelRequest with the server's real key for what it is running; it is not
-    /// given to anyone else until the cancel connection finishes.
-    pub(super) fn send_cancel(&mut self, id: ServerId) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        let Some(key) = server.key else {
-            return;
-        };
-        server.cancels_pending += 1;
-        let addr = server.addr.clone();
-        self.outbox.push(Action::SendCancel {
-            server: id,
-            addr,
-            request: messages::cancel_request(key.pid, key.secret),
-        });
-    }
-
     pub(super) fn on_cancel_done(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        server.cancels_pending = server.cancels_pending.saturating_sub(1);
+        server.backend_mut().cancel_done();
         self.advance_release(id);
+    }
+
+    /// The server's one-byte answer to the SSLRequest (`tls_io.rs`).
+    pub(super) fn on_negotiation_answer(&mut self, id: ServerId) {
+        let mode = self.env.config().pgtier.server_tls_sslmode;
+        let (env, linker) = (&self.env, &self.linker);
+        let name = |server: &crate::server::ServerConn| tls_server_name(env, linker, server);
+        match self
+            .servers
+            .negotiation_answer(id, mode, name, &mut self.outbox)
+        {
+            Negotiation::Wait => {}
+            Negotiation::StartLogin => self.start_server_login(id),
+            Negotiation::Failed(why) => self.server_tls_failed(id, &why),
+        }
+    }
+
+    /// TLS with a server failed before or during its login: the pool's waiters get the
+    /// reason (08006), as for any failed login.
+    pub(super) fn server_tls_failed(&mut self, id: ServerId, why: &str) {
+        debug!(?id, why, "server TLS failed");
+        self.server_failed(id, why, None);
     }
 }
 

@@ -18,7 +18,8 @@ fn pipeline(messages: &[Vec<u8>]) -> Vec<u8> {
 fn digests(h: &mut Harness) -> HashMap<String, DigestCounts> {
     h.engine.fold_counters();
     h.engine
-        .shared
+        .env
+        .shared()
         .digests
         .top_by_time(100)
         .into_iter()
@@ -111,7 +112,7 @@ fn a_full_map_folds_into_the_store_at_once() {
         h.client_sends(a, &query(sql));
     }
     assert_eq!(
-        h.engine.shared.digests.len(),
+        h.engine.env.shared().digests.len(),
         2,
         "the third text found the map full: the first two were folded"
     );
@@ -148,8 +149,8 @@ fn housekeeping_drops_the_call_log_of_an_idle_client() {
         h.engine
             .clients
             .get(a.0)
-            .and_then(|client| client.session.as_ref())
-            .is_some_and(|session| session.calls.is_some())
+            .and_then(|client| client.session())
+            .is_some_and(|session| session.has_call_log())
     };
     assert!(!has_log(&h), "none before its first query");
     h.client_sends(a, &query("SELECT 1"));

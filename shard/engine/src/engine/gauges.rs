@@ -8,22 +8,17 @@ use std::sync::Arc;
 use pgtier_pool::PoolId;
 
 use crate::client::ClientState;
-use crate::engine::Engine;
+use crate::engine::view::ShardView;
 use crate::pool_gauges::PoolGauge;
 use crate::server::ServerState;
 
-impl Engine {
-    /// Publishes this shard's gauges, one per (database, server user).
-    pub(super) fn publish_pool_gauges(&self) {
-        let gauges = self.pool_gauges();
-        self.shared.pool_gauges.publish(self.shard, gauges);
-    }
-
+impl ShardView<'_> {
+    /// This shard's gauges, one per (database, server user).
     pub(crate) fn pool_gauges(&self) -> Vec<PoolGauge> {
         let mut gauges: Vec<PoolGauge> = Vec::new();
         let mut by_name: HashMap<(&str, &str), usize> = HashMap::new();
         let mut by_pool: HashMap<PoolId, usize> = HashMap::new();
-        for (pool, key, _) in self.pools.pools() {
+        for (pool, key, _) in self.linker.pools().pools() {
             let index = *by_name
                 .entry((&key.database, &key.server_user))
                 .or_insert_with(|| {
@@ -38,15 +33,14 @@ impl Engine {
         }
         for (_, client) in self.clients.iter() {
             let Some(gauge) = client
-                .session
-                .as_ref()
-                .and_then(|session| session.pool)
+                .session()
+                .and_then(|session| session.pool())
                 .and_then(|pool| by_pool.get(&pool))
                 .and_then(|index| gauges.get_mut(*index))
             else {
                 continue;
             };
-            match client.state {
+            match *client.state() {
                 ClientState::Queued { since, .. } | ClientState::Joining { since, .. } => {
                     gauge.clients_waiting += 1;
                     let waited = self.now.saturating_duration_since(since).as_micros() as u64;
@@ -58,16 +52,16 @@ impl Engine {
                 _ => {}
             }
         }
-        let check_delay = self.config.pgtier.server_check_delay.duration();
-        let checks = !self.config.pgtier.server_check_query.is_empty();
+        let check_delay = self.env.config().pgtier.server_check_delay.duration();
+        let checks = !self.env.config().pgtier.server_check_query.is_empty();
         for (_, server) in self.servers.iter() {
             let Some(gauge) = by_pool
-                .get(&server.pool)
+                .get(&server.pool())
                 .and_then(|index| gauges.get_mut(*index))
             else {
                 continue;
             };
-            match server.state {
+            match *server.state() {
                 ServerState::Connecting { .. }
                 | ServerState::Negotiating { .. }
                 | ServerState::LoggingIn { .. } => gauge.servers_login += 1,

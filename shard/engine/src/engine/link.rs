@@ -8,35 +8,33 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Checkin, Lease, PoolId, Release, ServerTarget};
+use pgtier_pool::{Checkin, Lease, PoolError, PoolId, Release, ServerTarget};
 use pgtier_wire::session_state::Effects;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::action::{Action, Conn};
 use crate::addr::ServerAddr;
 use crate::client::ClientState;
-use crate::client::calls::CallNotes;
-use crate::client::forward::{ForwardEnd, ForwardLimits, Texts, Watch};
+use crate::client::forward::{ForwardEnd, ForwardLimits, ForwardOptions, ForwardShared};
 use crate::command::{Command, ShutdownMode};
+use crate::engine::moving::Arrived;
 use crate::engine::{Engine, reads};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
-use crate::prepared::{Rewriter, StatementLimits};
+use crate::prepared::StatementLimits;
+use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::server::release::ClientLeft;
 use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
 use crate::tracker::Tracker;
 
-/// A Terminate message: a server ended on purpose closes its connection after it.
-const TERMINATE: &[u8] = b"X\0\0\0\x04";
-
 impl Engine {
     /// A welcomed client between transactions sent bytes: it needs a server (or it left).
     pub(super) fn on_idle_client_bytes(&mut self, id: ClientId) {
-        let whole_unit_missing = self.needs_whole_unit(id);
+        let whole_unit_missing = self.clients.needs_whole_unit(id, &self.env, &*self.routing);
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        match client.input.first().copied() {
+        match client.input().first() {
             None => {}
             Some(b'X') => self.close_client(id, None),
             // Refused before it takes a server: garbage never reaches one.
@@ -46,10 +44,7 @@ impl Engine {
             // A reader session's transaction is routed by its first whole unit.
             Some(_) if whole_unit_missing => {}
             Some(_) => {
-                client.state = ClientState::Queued {
-                    since: self.now,
-                    ticket: None,
-                };
+                client.queued(self.now);
                 self.need_server(id);
             }
         }
@@ -59,12 +54,11 @@ impl Engine {
     /// check when it sat idle long), else it parks in the pool's FIFO and a server is
     /// opened for it when the budgets allow.
     pub(super) fn need_server(&mut self, id: ClientId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         if session
-            .lease
-            .as_mut()
+            .lease_mut()
             .is_some_and(|lease| lease.replica_failed())
         {
             self.repin(id);
@@ -72,55 +66,67 @@ impl Engine {
         }
         // The recovery-tail drain moves only sessions that hold nothing on their replica
         // between transactions: transaction mode, not a reader entry, moves allowed.
-        let movable = session.mode == PoolMode::Transaction
-            && session.reads.is_none()
-            && self.config.pgtier.repin_idle_sessions;
-        if movable
-            && session
-                .lease
-                .as_mut()
-                .is_some_and(|lease| lease.should_move())
-        {
+        let movable = session.mode() == PoolMode::Transaction
+            && session.reads().is_none()
+            && self.env.config().pgtier.repin_idle_sessions;
+        if movable && session.lease_mut().is_some_and(|lease| lease.should_move()) {
             self.repin(id);
             return;
         }
-        if let Some(lease) = session.lease.as_mut() {
+        if let Some(lease) = session.lease_mut() {
             lease.transaction_started();
         }
-        let class = crate::class::wait_class(session.class);
+        let class = crate::class::wait_class(session.class());
         if self.held_by_pause(id) {
             return;
         }
-        if let reads::TxnRoute::Wait = self.route_transaction(id) {
-            return;
+        // Only a reader session's transaction is routed; the others keep their pool.
+        let reader = self
+            .clients
+            .get(id.0)
+            .and_then(|c| c.session())
+            .is_some_and(|s| s.reads().is_some());
+        if reader {
+            let mut router = reads::TxnRouter {
+                clients: &mut self.clients,
+                linker: &mut self.linker,
+                stats: &mut self.stats,
+                env: &self.env,
+                routing: &*self.routing,
+                now: self.now,
+                evicted: Vec::new(),
+            };
+            let route = router.route_transaction(id);
+            for closing in router.evicted {
+                self.retire(closing);
+            }
+            if let reads::TxnRoute::Wait = route {
+                return;
+            }
         }
         let Some(pool) = self
             .clients
             .get(id.0)
-            .and_then(|c| c.session.as_ref())
-            .and_then(|s| s.pool)
+            .and_then(|c| c.session())
+            .and_then(|s| s.pool())
         else {
             return;
         };
-        while let Some(lease) = self.pools.checkout(pool) {
+        while let Some(lease) = self.linker.pools_mut().checkout(pool) {
             if self.start_check_if_stale(&lease) {
                 continue;
             }
             self.link(id, lease);
             return;
         }
-        let deadline = Engine::enabled(self.config.pgtier.query_wait_timeout)
+        let deadline = Engine::enabled(self.env.config().pgtier.query_wait_timeout)
             .map(|timeout| self.now + timeout);
-        let ticket = self.pools.park_as(pool, id, class, self.now, deadline);
+        let ticket = self
+            .linker
+            .pools_mut()
+            .park_as(pool, id, class, self.now, deadline);
         if let Some(client) = self.clients.get_mut(id.0) {
-            match &mut client.state {
-                ClientState::Joining { ticket: slot, .. }
-                | ClientState::Queued { ticket: slot, .. }
-                | ClientState::LookingUp { ticket: slot, .. } => {
-                    *slot = ticket;
-                }
-                _ => {}
-            }
+            client.parked(ticket);
         }
         self.open_for_waiters(pool);
     }
@@ -130,19 +136,20 @@ impl Engine {
     /// server, an idle server of another pool under a full cap).
     pub(super) fn open_for_waiters(&mut self, pool: PoolId) {
         loop {
-            let counts = self.pools.counts(pool);
+            let counts = self.linker.pools().counts(pool);
             if counts.opening >= counts.waiting {
                 return;
             }
-            if let Some(error) = self.failed_login_for(pool) {
+            if let Some(error) = self.linker.failed_login_for(pool, self.now) {
                 self.fail_waiters(pool, error);
                 return;
             }
-            match self.pools.try_open(pool, self.now) {
+            match self.linker.pools_mut().try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
-                    self.warn_if_pinned_out(pool);
+                    self.linker
+                        .warn_if_pinned_out(pool, &self.clients, self.now);
                     self.ask_other_shards_for_a_server(pool);
                     return;
                 }
@@ -154,88 +161,28 @@ impl Engine {
         }
     }
 
-    /// A client waits on a full pool: if every server of the pool is held by a pinned client,
-    /// no transaction will free one, and the operator should hear why (rate-limited).
-    fn warn_if_pinned_out(&mut self, pool: PoolId) {
-        if !self.pinned_check.due(self.now) {
-            return;
-        }
-        let (mut linked, mut pinned) = (0usize, 0usize);
-        for (_, client) in self.clients.iter() {
-            let Some(session) = client.session.as_ref() else {
-                continue;
-            };
-            if session.pool == Some(pool) && client.server().is_some() {
-                linked += 1;
-                pinned += usize::from(session.pins_server());
-            }
-        }
-        let counts = self.pools.counts(pool);
-        if linked > 0 && pinned == linked && linked >= counts.active as usize {
-            if let Some(key) = self.pools.key(pool) {
-                warn!(
-                    database = %key.database,
-                    user = %key.server_user,
-                    servers = linked,
-                    waiting = counts.waiting,
-                    "pool exhausted by pinned clients: every server is held by a client with \
-                     session state (SHOW CLIENTS, column pinned, says which); raise the pool \
-                     size or have clients undo their session state"
-                );
-                self.pinned_check.warned(self.now);
-            }
-        }
-    }
-
-    /// The memoed login failure of a pool whose clients must get it now (not on a replica,
-    /// whose waiters are re-routed instead).
-    fn failed_login_for(&self, pool: PoolId) -> Option<Bytes> {
-        let replica = matches!(
-            self.pools.key(pool).map(|key| key.target),
-            Some(ServerTarget::Replica(_))
-        );
-        if replica {
-            return None;
-        }
-        self.pools.login_failure(pool, self.now).cloned()
-    }
-
     /// Fails every client waiting on a pool with `error`.
     pub(super) fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
-        while let Some(waiter) = self.pools.next_waiter(pool) {
-            self.clear_ticket(waiter);
+        while let Some(waiter) = self.linker.pools_mut().next_waiter(pool) {
+            self.clients.clear_ticket(waiter);
             self.close_client(waiter, Some(error.clone()));
-        }
-    }
-
-    /// A waiter left the pool's queue (handed a server, failed, moved): its ticket is spent.
-    fn clear_ticket(&mut self, id: ClientId) {
-        if let Some(client) = self.clients.get_mut(id.0) {
-            match &mut client.state {
-                ClientState::Joining { ticket, .. }
-                | ClientState::Queued { ticket, .. }
-                | ClientState::LookingUp { ticket, .. } => {
-                    *ticket = None;
-                }
-                _ => {}
-            }
         }
     }
 
     /// The budget is spent and this shard has no server to give: the slots may sit on other
     /// shards, so ask them for one (at most once per housekeeping period).
     fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
-        let shards = self.shared.shards();
-        if shards < 2 || !self.pools.should_ask_others(pool, self.now) {
+        let shards = self.env.shared().shards();
+        if shards < 2 || !self.linker.pools_mut().should_ask_others(pool, self.now) {
             return;
         }
-        let Some(key) = self.pools.key(pool).cloned().map(Arc::new) else {
+        let Some(key) = self.linker.pools().key(pool).cloned().map(Arc::new) else {
             return;
         };
-        for shard in (0..shards).filter(|shard| *shard != self.shard) {
+        for shard in (0..shards).filter(|shard| *shard != self.env.shard()) {
             let command = Command::ReleaseIdle {
                 key: key.clone(),
-                from: self.shard,
+                from: self.env.shard(),
             };
             self.outbox.push(Action::Post { shard, command });
         }
@@ -245,18 +192,20 @@ impl Engine {
     /// under the same cap (its counts come back once its backend is gone), else ask the
     /// other shards to.
     fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
-        if let Some(closing) = self.pools.evict_idle_sharing(pool, budget) {
+        if let Some(closing) = self.linker.pools_mut().evict_idle_sharing(pool, budget) {
             debug!(
-                shard = self.shard,
+                shard = self.env.shard(),
                 "ending an idle server to make room under a cap"
             );
             self.retire(closing);
             return;
         }
-        if self.shared.shards() < 2 || !self.pools.should_ask_others(pool, self.now) {
+        if self.env.shared().shards() < 2
+            || !self.linker.pools_mut().should_ask_others(pool, self.now)
+        {
             return;
         }
-        let Some(key) = self.pools.key(pool) else {
+        let Some(key) = self.linker.pools().key(pool) else {
             return;
         };
         let (database, user) = if budget == 0 {
@@ -264,7 +213,7 @@ impl Engine {
         } else {
             (None, Some(key.server_user.clone()))
         };
-        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+        for shard in (0..self.env.shared().shards()).filter(|shard| *shard != self.env.shard()) {
             let command = Command::ReleaseIdleUnderCap {
                 database: database.clone(),
                 user: user.clone(),
@@ -275,77 +224,52 @@ impl Engine {
 
     /// Opens a server for `pool`; its budget slot was taken by `try_open`.
     pub(super) fn open_server(&mut self, pool: PoolId) {
-        let Some(key) = self.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools().key(pool).cloned() else {
             return;
         };
         let addr = match key.target {
             ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
-            ServerTarget::Primary => self.primary_addr(&key.database),
+            ServerTarget::Primary => primary_addr(&self.env, &self.servers, &key.database),
         };
-        let mode = self.pool_mode_of(&key.database, &key.server_user);
+        let mode = self.env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
             Ok(addr) => addr,
             Err(message) => {
                 let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
-                self.pools
-                    .open_failed(pool, self.login_retry_at(), Some(error.clone()));
+                let retry_at = self.env.login_retry_at(self.now);
+                self.linker
+                    .pools_mut()
+                    .open_failed(pool, retry_at, Some(error.clone()));
                 self.fail_waiters(pool, error);
                 return;
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
-        if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
-            server.relay.prepared = Some(Box::default());
+        if mode == PoolMode::Transaction && self.env.limits().max_prepared_statements > 0 {
+            server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = self.servers.insert(server) else {
             let error = messages::fatal(
                 sqlstate::TOO_MANY_CONNECTIONS,
                 "too many server connections on this worker",
             );
-            self.pools.open_failed(pool, self.now, Some(error.clone()));
+            self.linker
+                .pools_mut()
+                .open_failed(pool, self.now, Some(error.clone()));
             self.fail_waiters(pool, error);
             return;
         };
-        self.stats.servers_opened += 1;
+        self.stats.server_opened();
         self.outbox.push(Action::Connect {
             server: ServerId(slot),
             addr,
         });
     }
 
-    /// The address of a database entry's single server.
-    fn primary_addr(&self, database: &str) -> Result<ServerAddr, String> {
-        let Some(db) = self.config.database(database) else {
-            return Err(format!("database \"{database}\" does not exist"));
-        };
-        match &db.servers {
-            pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| self.resolver.resolve(host, port))
-            }
-            pgtier_core::config::ServerSet::Replicas(set) => set
-                .primary
-                .or_else(|| set.replicas.first().copied())
-                .map(ServerAddr::Tcp)
-                .ok_or_else(|| "replica set is empty".to_string()),
-        }
-    }
-
-    pub(super) fn pool_mode_of(&self, database: &str, user: &str) -> PoolMode {
-        self.config
-            .database(database)
-            .map_or(self.config.pgtier.pool_mode, |db| {
-                self.config.pool_mode(db, user)
-            })
-    }
-
-    pub(super) fn login_retry_at(&self) -> std::time::Instant {
-        self.now + self.config.pgtier.server_login_retry.duration()
-    }
-
     /// A server idle longer than `server_check_delay` runs `server_check_query` before a
     /// client gets it (PgBouncer's check): true when the check was started.
     fn start_check_if_stale(&mut self, lease: &Lease<ServerId>) -> bool {
-        let settings = &self.config.pgtier;
+        let settings = &self.env.config().pgtier;
         if settings.server_check_query.is_empty() {
             return false;
         }
@@ -361,13 +285,15 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return false;
         };
-        let bytes = server.internal_query(&query);
-        server.state = ServerState::Checking { since: self.now };
-        server.lease = Some(Lease {
-            server: lease.server,
-            opened_at: lease.opened_at,
-            idle_since: lease.idle_since,
-        });
+        let bytes = server.backend_mut().internal_query(&query);
+        server.checking(
+            self.now,
+            Lease {
+                server: lease.server,
+                opened_at: lease.opened_at,
+                idle_since: lease.idle_since,
+            },
+        );
         self.send(Conn::Server(id), bytes);
         true
     }
@@ -378,10 +304,15 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        let failed = server.relay.take_swallowed_error().is_some() || !server.tracker.is_idle();
+        let failed = server
+            .backend_mut()
+            .relay_mut()
+            .take_swallowed_error()
+            .is_some()
+            || !server.backend().tracker().is_idle();
         if failed {
             debug!(
-                shard = self.shard,
+                shard = self.env.shard(),
                 "server_check_query failed: closing the server"
             );
             self.close_server(id);
@@ -397,7 +328,7 @@ impl Engine {
             self.give_back(lease);
             return;
         };
-        let (since, joining) = match client.state {
+        let (since, joining) = match *client.state() {
             ClientState::Joining { since, .. } => (since, true),
             ClientState::Queued { since, .. } => (since, false),
             ClientState::LookingUp { .. } => {
@@ -411,36 +342,39 @@ impl Engine {
             }
         };
         let wait_us = self.now.saturating_duration_since(since).as_micros() as u64;
-        self.counters.record_wait(wait_us);
-        let Some(session) = client.session.as_mut() else {
+        let database = client.session().map(|session| session.stats());
+        self.stats.waited(database, wait_us);
+        let Some(session) = client.session_mut() else {
             return;
         };
-        self.databases.record_wait(session.stats, wait_us);
-        let reset = match session.mode {
+        let reset = match session.mode() {
             PoolMode::Session => Reset::Configured,
-            PoolMode::Transaction if self.config.pgtier.server_reset_query_always => {
+            PoolMode::Transaction if self.env.config().pgtier.server_reset_query_always => {
                 Reset::Configured
             }
             PoolMode::Transaction if session.pins_server() => Reset::SessionState,
             PoolMode::Transaction => Reset::None,
         };
-        session.transaction_started = Some(self.now);
+        session.transaction_began(self.now);
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        server.state = ServerState::Busy { client: id };
-        server.last_linked = Some(self.now);
-        server.lease = Some(lease);
-        server.reset = server.reset.max(reset);
+        server.serve(id, self.now, lease, reset);
         if joining {
-            client.state = ClientState::Welcoming { server: server_id };
+            client.welcoming(server_id);
             self.start_welcome(id, server_id);
             return;
         }
-        client.state = ClientState::Linked { server: server_id };
+        client.linked(server_id);
+        let Some(session) = client.session() else {
+            return;
+        };
         let mut sql = String::new();
-        if session.tracked.write_differences(&server.params, &mut sql) {
-            let bytes = server.internal_query(&sql);
+        if session
+            .tracked()
+            .write_differences(server.backend().params(), &mut sql)
+        {
+            let bytes = server.backend_mut().internal_query(&sql);
             self.send(Conn::Server(server_id), bytes);
         }
         self.resume_client(id);
@@ -451,11 +385,8 @@ impl Engine {
     fn give_back(&mut self, lease: Lease<ServerId>) {
         let id = lease.server;
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.lease = Some(lease);
-            server.state = ServerState::Releasing {
-                since: self.now,
-                rolled_back: false,
-            };
+            server.hold_lease(lease);
+            server.start_releasing(self.now);
         }
         self.advance_release(id);
     }
@@ -464,7 +395,7 @@ impl Engine {
     /// first (answer swallowed; `finish_welcome` follows it), or it is welcomed at once when
     /// the server already shows them.
     fn start_welcome(&mut self, id: ClientId, server_id: ServerId) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
         let Some(server) = self.servers.get_mut(server_id.0) else {
@@ -472,105 +403,56 @@ impl Engine {
         };
         let mut sql = String::new();
         let defaults = self
-            .pools
-            .welcome(server.pool)
+            .linker
+            .pools()
+            .welcome(server.pool())
             .map(|welcome| welcome.tracked.clone())
             .unwrap_or_default();
         if !session
-            .tracked
-            .write_login_sets(&defaults, &server.params, &mut sql)
+            .tracked()
+            .write_login_sets(&defaults, server.backend().params(), &mut sql)
         {
             self.finish_welcome(id, server_id);
             return;
         }
-        let bytes = server.internal_query(&sql);
+        let bytes = server.backend_mut().internal_query(&sql);
         self.send(Conn::Server(server_id), bytes);
     }
 
     /// Moves the client's complete (or streaming) messages to its server.
     pub(super) fn forward(&mut self, id: ClientId, server_id: ServerId) {
-        let max = self.limits.max_client_message_bytes;
-        let whole_limit = self.limits.client_input_limit_bytes;
+        let max = self.env.limits().max_client_message_bytes;
+        let whole_limit = self.env.limits().client_input_limit_bytes;
         let statement_limits = StatementLimits {
-            per_server: self.limits.max_prepared_statements,
-            client_bytes: self.limits.max_client_prepared_bytes,
+            per_server: self.env.limits().max_prepared_statements,
+            client_bytes: self.env.limits().max_client_prepared_bytes,
         };
-        let pinning = self.limits.pin_session_state;
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let pinning = self.env.limits().pin_session_state;
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let Some((server, registry, scratch)) = self.servers.get_with_statements(server_id.0)
+        else {
             return;
         };
-        let Some(server) = self.servers.get_mut(server_id.0) else {
-            return;
+        let shared = ForwardShared {
+            registry,
+            scratch,
+            texts: logins.texts_mut(),
+            digests: self.stats.digests_mut(),
         };
-        // In transaction mode, Query and Parse texts are classified: for the session state
-        // that pins the client (and the statements that undo it), and for the statements
-        // that drop named statements.
-        let rewriting = server.relay.prepared.is_some();
-        let watch =
-            (session.mode == PoolMode::Transaction && (pinning || rewriting)).then(|| Watch {
-                conforming_strings: session.tracked.standard_conforming_strings(),
-            });
-        let mut rewriter = server
-            .relay
-            .prepared
-            .as_deref_mut()
-            .map(|prepared| Rewriter {
-                names: &mut session.statements,
-                server: prepared,
-                registry: &mut self.statements,
-                scratch: &mut self.scratch,
-                limits: statement_limits,
-                injected: Default::default(),
-            });
-        let sizes = ForwardLimits {
-            max_message_bytes: max,
-            whole_message_bytes: whole_limit,
-        };
-        if session.calls.is_none() && self.digests.enabled() {
-            session.calls = Some(Box::default());
-        }
-        let calls = CallNotes::of(
-            session.calls.as_deref_mut(),
-            &mut self.digests,
-            session.stats,
-            &session.database,
-        );
-        // A read on a replica gets only the read-only prefix it was routed with; the rest
-        // waits for the replica's release and is routed on its own.
-        let budget = session
-            .reads
-            .as_ref()
-            .and_then(|reads| reads.forward_budget());
-        let held = match budget {
-            Some(budget) if budget < client.input.len() => Some(client.input.split_off(budget)),
-            _ => None,
-        };
-        let before = client.input.len();
-        let out = session.forwarder.forward(
-            &mut client.input,
-            &mut server.tracker,
-            sizes,
-            watch,
-            Texts {
-                effects: &mut self.texts,
-                calls,
+        let options = ForwardOptions {
+            sizes: ForwardLimits {
+                max_message_bytes: max,
+                whole_message_bytes: whole_limit,
             },
-            rewriter.as_mut(),
-        );
-        drop(rewriter);
-        if let Some(reads) = session.reads.as_mut() {
-            reads.spent(before - client.input.len());
-        }
-        if let Some(held) = held {
-            client.input.unsplit(held);
-        }
-        if out.started {
-            session.query_started.get_or_insert(self.now);
-            session.transaction_started.get_or_insert(self.now);
-        }
+            statements: statement_limits,
+            pinning,
+            now: self.now,
+        };
+        let Some(out) = client.forward_to(server, shared, options) else {
+            return;
+        };
         if !out.vacate.is_empty() {
             // Before the statement goes: the closes are on their way when it arrives.
             self.vacate_databases(out.vacate);
@@ -593,7 +475,7 @@ impl Engine {
             Some(ForwardEnd::TooManyStatements) => {
                 let message = format!(
                     "prepared statements of this connection exceed max_client_prepared_bytes ({})",
-                    self.limits.max_client_prepared_bytes
+                    self.env.limits().max_client_prepared_bytes
                 );
                 let error = messages::fatal(sqlstate::OUT_OF_MEMORY, &message);
                 self.close_client(id, Some(error));
@@ -608,12 +490,12 @@ impl Engine {
         let in_block = self
             .servers
             .get(server_id.0)
-            .is_some_and(|server| server.tracker.last_ready_in_block());
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+            .is_some_and(|server| server.backend().tracker().last_ready_in_block());
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         let was_pinned = session.pins_server();
-        session.pins.sent(effects, in_block);
+        session.pins_mut().sent(effects, in_block);
         if !effects.pins() {
             return;
         }
@@ -625,7 +507,7 @@ impl Engine {
             );
         }
         if let Some(server) = self.servers.get_mut(server_id.0) {
-            server.reset = server.reset.max(Reset::SessionState);
+            server.backend_mut().needs_reset(Reset::SessionState);
         }
     }
 
@@ -636,23 +518,17 @@ impl Engine {
             return;
         };
         let client_id = server.client();
-        server.state = ServerState::Releasing {
-            since: self.now,
-            rolled_back: false,
-        };
-        let closing_at_shutdown = self.shutdown >= Some(ShutdownMode::WaitForTransactions);
+        server.start_releasing(self.now);
+        let closing_at_shutdown = self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions);
         if let Some(client_id) = client_id
             && let Some(client) = self.clients.get_mut(client_id.0)
         {
-            client.state = ClientState::Idle { since: self.now };
-            if let Some(session) = client.session.as_mut() {
-                session.query_started = None;
-                session.transaction_started = None;
-                if let Some(lease) = session.lease.as_mut() {
-                    lease.transaction_ended();
-                }
+            client.idle(self.now);
+            if let Some(session) = client.session_mut() {
+                session.went_idle();
             }
-            self.end_reader_transaction(client_id);
+            self.clients
+                .end_reader_transaction(client_id, &self.env, &*self.routing, self.now);
         }
         self.advance_release(server_id);
         let Some(client_id) = client_id else {
@@ -670,7 +546,7 @@ impl Engine {
     /// A client left while linked to `server_id`: the server drains what it still owes (a
     /// running query cancelled), then takes the release path.
     pub(super) fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
-        let cancel_on_disconnect = self.config.pgtier.cancel_on_client_disconnect;
+        let cancel_on_disconnect = self.env.config().pgtier.cancel_on_client_disconnect;
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
@@ -680,12 +556,9 @@ impl Engine {
         match server.client_left(cancel_on_disconnect) {
             ClientLeft::CloseNow => self.close_server(server_id),
             ClientLeft::Release { cancel } => {
-                server.state = ServerState::Releasing {
-                    since: self.now,
-                    rolled_back: false,
-                };
+                server.start_releasing(self.now);
                 if cancel {
-                    self.send_cancel(server_id);
+                    self.servers.send_cancel(server_id, &mut self.outbox);
                 }
                 self.advance_release(server_id);
             }
@@ -695,11 +568,11 @@ impl Engine {
     /// Takes the next step of a releasing server (see `crate::server::release`).
     pub(super) fn advance_release(&mut self, id: ServerId) {
         // Borrowed field by field, not cloned: this runs at the end of every transaction.
-        let reset_query = &self.config.pgtier.server_reset_query;
+        let reset_query = &self.env.config().pgtier.server_reset_query;
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if !matches!(server.state, ServerState::Releasing { .. }) {
+        if !matches!(server.state(), ServerState::Releasing { .. }) {
             return;
         }
         match server.next_release_step(reset_query) {
@@ -718,17 +591,15 @@ impl Engine {
     /// released while another is being put back waits for it, so the chain of hand-offs a
     /// burst of logins makes stays one call deep.
     pub(super) fn return_to_pool(&mut self, id: ServerId) {
-        if let Some(queued) = self.returning.as_mut() {
-            queued.push(id);
+        if !self.linker.begin_return(id) {
             return;
         }
-        self.returning = Some(Vec::new());
         let mut next = Some(id);
         while let Some(id) = next {
             self.return_one(id);
-            next = self.returning.as_mut().and_then(|queued| queued.pop());
+            next = self.linker.next_return();
         }
-        self.returning = None;
+        self.linker.end_returns();
     }
 
     fn return_one(&mut self, id: ServerId) {
@@ -736,26 +607,26 @@ impl Engine {
             return;
         };
         server.pooled();
-        let pool = server.pool;
-        let Some(lease) = server.lease.take() else {
+        let pool = server.pool();
+        if server.lease().is_none() {
             return;
-        };
+        }
         // Under WAIT_FOR_CLIENTS the pool keeps serving the clients that stay.
-        if self.shutdown > Some(ShutdownMode::WaitForClients) && self.pools.waiting(pool) == 0 {
-            server.lease = Some(lease);
+        if self.admin.shutdown() > Some(ShutdownMode::WaitForClients)
+            && self.linker.pools().waiting(pool) == 0
+        {
             self.close_server(id);
             return;
         }
-        server.lease = Some(lease);
         if self.closes_on_release(id) {
             // PAUSE, KILL or RECONNECT: the server goes once released.
             self.close_server(id);
             return;
         }
-        let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.lease.take()) else {
+        let Some(lease) = self.servers.get_mut(id.0).and_then(|s| s.take_lease()) else {
             return;
         };
-        let checkin = self.pools.checkin(pool, lease, self.now);
+        let checkin = self.linker.pools_mut().checkin(pool, lease, self.now);
         self.act_on_checkin(id, pool, checkin);
     }
 
@@ -768,12 +639,12 @@ impl Engine {
     ) {
         match checkin {
             Checkin::Handoff { waiter, lease } => {
-                self.clear_ticket(waiter);
+                self.clients.clear_ticket(waiter);
                 self.link(waiter, lease);
             }
             Checkin::Pooled => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.state = ServerState::Idle { since: self.now };
+                    server.idle(self.now);
                 }
             }
             Checkin::Close {
@@ -793,7 +664,7 @@ impl Engine {
             }
             Checkin::HandOver { lease, to } => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.lease = Some(lease);
+                    server.hold_lease(lease);
                 }
                 self.hand_on(id, to);
             }
@@ -803,45 +674,9 @@ impl Engine {
     /// Closes a server whose budget the pool already settled (it decided the close).
     pub(super) fn close_unpooled(&mut self, id: ServerId) {
         if let Some(server) = self.servers.get_mut(id.0) {
-            server.lease = None;
+            server.take_lease();
         }
-        self.close_server_settled(id);
-    }
-
-    /// Ends `id` so its slot goes to shard `to` (`None`: back to the budgets, to make room
-    /// under a cap): Terminate now; the slot moves when the server closes the connection.
-    pub(super) fn leave_for(&mut self, id: ServerId, to: Option<usize>) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        debug!(
-            shard = self.shard,
-            ?to,
-            "ending a server to hand its slot on"
-        );
-        server.state = ServerState::Leaving {
-            since: self.now,
-            to,
-        };
-        server.paused = false;
-        self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
-        self.send(Conn::Server(id), Bytes::from_static(TERMINATE));
-    }
-
-    /// Closes a server without touching pool accounting (already settled).
-    fn close_server_settled(&mut self, id: ServerId) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        if server.is_closing() {
-            return;
-        }
-        server.state = ServerState::Closing;
-        server.input = bytes::BytesMut::new();
-        self.outbox.push(Action::Close {
-            conn: Conn::Server(id),
-            how: crate::action::CloseHow::Now,
-        });
+        self.servers.close_settled(id, &mut self.outbox);
     }
 
     /// The pool accounting of a server that is closing, by the state it was in.
@@ -857,16 +692,18 @@ impl Engine {
             | ServerState::Negotiating { .. }
             | ServerState::LoggingIn { .. } => {
                 // Counted as opening: an open that did not finish.
-                self.pools.open_failed(pool, self.now, None);
+                self.linker.pools_mut().open_failed(pool, self.now, None);
                 self.open_for_waiters(pool);
             }
             ServerState::Idle { .. } => {
-                if self.pools.take_idle(pool, &id).is_some() && self.pools.closed(pool, self.now) {
+                if self.linker.pools_mut().take_idle(pool, &id).is_some()
+                    && self.linker.pools_mut().closed(pool, self.now)
+                {
                     self.open_server(pool);
                 }
             }
             ServerState::Leaving { .. } | ServerState::Moving { .. } => {
-                if let Some(grant) = self.pools.left(pool) {
+                if let Some(grant) = self.linker.pools_mut().left(pool) {
                     let command = Command::SlotGranted {
                         key: Arc::new(grant.key),
                     };
@@ -880,7 +717,7 @@ impl Engine {
             ServerState::Checking { .. }
             | ServerState::Busy { .. }
             | ServerState::Releasing { .. } => {
-                if lease.is_some() && self.pools.closed(pool, self.now) {
+                if lease.is_some() && self.linker.pools_mut().closed(pool, self.now) {
                     self.open_server(pool);
                 }
                 self.open_for_waiters_under_caps(pool);
@@ -893,11 +730,12 @@ impl Engine {
     /// A server of `pool` closed and gave its database and user counts back: pools of this
     /// shard under the same caps whose clients wait may open a server now.
     fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
-        let Some(key) = self.pools.key(pool).cloned() else {
+        let Some(key) = self.linker.pools().key(pool).cloned() else {
             return;
         };
         let waiting: Vec<PoolId> = self
-            .pools
+            .linker
+            .pools()
             .pools()
             .filter(|(other, other_key, counts)| {
                 *other != pool
@@ -916,7 +754,7 @@ impl Engine {
     /// its idle servers up, so it is forgotten and a new key fits.
     pub(super) fn evict_a_pool(&mut self) {
         let mut closings = Vec::new();
-        self.pools.evict_for_room(&mut closings);
+        self.linker.pools_mut().evict_for_room(&mut closings);
         for closing in closings {
             self.retire(closing);
         }
@@ -928,9 +766,9 @@ impl Engine {
         let id = closing.lease.server;
         if closing.leaving {
             if let Some(server) = self.servers.get_mut(id.0) {
-                server.lease = Some(closing.lease);
+                server.hold_lease(closing.lease);
             }
-            self.leave_for(id, None);
+            self.servers.leave_for(id, None, self.now, &mut self.outbox);
         } else {
             self.close_unpooled(id);
         }
@@ -940,10 +778,10 @@ impl Engine {
     /// nobody waits here, else the next one to come back (moved whole when clean, else ended
     /// for its slot: `hand_on`).
     pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
-        if let Release::Now(lease) = self.pools.release_for(key, from) {
+        if let Release::Now(lease) = self.linker.pools_mut().release_for(key, from) {
             let id = lease.server;
             if let Some(server) = self.servers.get_mut(id.0) {
-                server.lease = Some(lease);
+                server.hold_lease(lease);
             }
             self.hand_on(id, from);
         }
@@ -952,13 +790,206 @@ impl Engine {
     /// Another shard handed this one a slot of `key`: open a server with it for the
     /// waiters, or give it back when nobody here needs it any more.
     pub(super) fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
-        let Some(pool) = self.pools.find(key) else {
-            pgtier_pool::give_back_slot(&self.pool_limits(key));
+        let Some(pool) = self.linker.pools().find(key) else {
+            pgtier_pool::give_back_slot(&self.env.pool_limits(key));
             return;
         };
-        debug!(shard = self.shard, "a server slot was handed to this shard");
-        self.pools.adopt_slot(key);
+        debug!(
+            shard = self.env.shard(),
+            "a server slot was handed to this shard"
+        );
+        self.linker.pools_mut().adopt_slot(key);
         self.open_for_waiters(pool);
-        self.pools.return_unused_slots(pool);
+        self.linker.pools_mut().return_unused_slots(pool);
+    }
+
+    /// A client's statement about to be forwarded needs these databases free
+    /// (`linker::vacate`): every shard (this one at once, the others through their
+    /// mailboxes) closes its idle servers of them.
+    pub(super) fn vacate_databases(&mut self, targets: Vec<pgtier_wire::database_ddl::Target>) {
+        for target in targets {
+            tracing::info!(
+                shard = self.env.shard(),
+                database = %target.database,
+                statement = target.command.as_str(),
+                "a client's statement needs the database free of other sessions: \
+                 closing pgtier's idle servers of it on every shard"
+            );
+            let database: Arc<str> = target.database.into();
+            for shard in 0..self.env.shared().shards() {
+                if shard == self.env.shard() {
+                    self.vacate_database(&database);
+                } else {
+                    self.outbox.push(Action::Post {
+                        shard,
+                        command: Command::VacateDatabase {
+                            database: Arc::clone(&database),
+                        },
+                    });
+                }
+            }
+        }
+    }
+
+    /// This shard's part: its idle servers of `database` close now, those being released
+    /// close once released, and the warmup of their pools waits.
+    pub(super) fn vacate_database(&mut self, database: &str) {
+        let Some((pools, closing)) = self.linker.vacate(self.env.config(), database, self.now)
+        else {
+            return;
+        };
+        let closed = closing.len();
+        for server in closing {
+            self.retire(server);
+        }
+        let releasing = self.servers.close_when_released(&pools);
+        tracing::info!(
+            shard = self.env.shard(),
+            database,
+            closed,
+            releasing,
+            "closed idle servers of the database for a client's statement"
+        );
+    }
+
+    /// The timer: reads waiting for a replica to catch up are routed again.
+    pub(super) fn recheck_read_waits(&mut self) {
+        let waiting = self.linker.take_read_waits();
+        for id in waiting {
+            let waits = self
+                .clients
+                .get(id.0)
+                .and_then(|c| c.session())
+                .and_then(|s| s.reads())
+                .is_some_and(|reads| {
+                    matches!(
+                        reads.txn,
+                        crate::client::reads::ReadTxn::AwaitingReplica { .. }
+                    )
+                });
+            if waits {
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// Clients taken off the pool of a replica that went Down: a reader session's read is
+    /// routed again (elsewhere); other sessions move with their lease.
+    pub(super) fn reroute(&mut self, id: ClientId) {
+        match self.clients.reads_mut(id) {
+            Some(reads) => {
+                reads.txn = crate::client::reads::ReadTxn::Between;
+                self.need_server(id);
+            }
+            None => self.repin(id),
+        }
+    }
+
+    /// Server `id` (holding its lease, counted as leaving for shard `to`) goes to shard `to`:
+    /// whole when it is clean (its socket is detached first, `moving.rs`), else it is ended
+    /// and its slot goes once its connection is closed.
+    pub(super) fn hand_on(&mut self, id: ServerId, to: usize) {
+        let Some(server) = self.servers.get_mut(id.0) else {
+            return;
+        };
+        if !server.is_movable() {
+            self.servers
+                .leave_for(id, Some(to), self.now, &mut self.outbox);
+            return;
+        }
+        debug!(
+            shard = self.env.shard(),
+            to, "moving an idle server to another shard"
+        );
+        server.moving(self.now, to);
+        self.outbox.push(Action::Detach(id));
+    }
+
+    /// A server arrived from another shard (or came back undelivered): it becomes a server
+    /// of its pool here (`moving.rs`), given to the oldest waiter or kept idle. Without a
+    /// pool it cannot join (too many pools, no server slot), its socket is closed and its
+    /// slot given back.
+    pub(super) fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
+        let parcel = *parcel;
+        let limits = self.env.pool_limits(&parcel.key);
+        let (pool, registered) = match self.linker.pools().find(&parcel.key) {
+            Some(pool) => (pool, false),
+            None => {
+                let registered =
+                    match self
+                        .linker
+                        .pools_mut()
+                        .register(&parcel.key, &limits, self.now)
+                    {
+                        Err(PoolError::TooManyPools { .. }) => {
+                            self.evict_a_pool();
+                            self.linker
+                                .pools_mut()
+                                .register(&parcel.key, &limits, self.now)
+                        }
+                        registered => registered,
+                    };
+                match registered {
+                    Ok(pool) => (pool, true),
+                    Err(_) => {
+                        debug!(
+                            shard = self.env.shard(),
+                            "no pool for a server that moved here"
+                        );
+                        pgtier_pool::give_back_slot(&limits);
+                        self.outbox.push(Action::CloseSocket(socket));
+                        return;
+                    }
+                }
+            }
+        };
+        let arrived = self.linker.arrive(
+            &mut self.servers,
+            &mut self.outbox,
+            &self.env,
+            self.now,
+            pool,
+            (parcel, socket),
+        );
+        match arrived {
+            Arrived::NoSlot(socket) => {
+                pgtier_pool::give_back_slot(&limits);
+                self.outbox.push(Action::CloseSocket(socket));
+            }
+            Arrived::Placed => self.stats.server_moved_in(),
+            Arrived::Deallocate { id, bytes } => {
+                self.stats.server_moved_in();
+                self.send(Conn::Server(id), bytes);
+            }
+            Arrived::Checkin { id, checkin } => {
+                self.stats.server_moved_in();
+                self.act_on_checkin(id, pool, checkin);
+            }
+        }
+        if registered {
+            // The pool lives on while it holds the server (or a waiter), as any pool does.
+            self.linker.pools_mut().unregister(pool);
+        }
+    }
+}
+
+/// The address of a database entry's single server.
+fn primary_addr(
+    env: &super::env::Env,
+    servers: &super::servers::ServerTable,
+    database: &str,
+) -> Result<ServerAddr, String> {
+    let Some(db) = env.config().database(database) else {
+        return Err(format!("database \"{database}\" does not exist"));
+    };
+    match &db.servers {
+        pgtier_core::config::ServerSet::Single(host_port) => {
+            ServerAddr::of_host(host_port, |host, port| servers.resolve(host, port))
+        }
+        pgtier_core::config::ServerSet::Replicas(set) => set
+            .primary
+            .or_else(|| set.replicas.first().copied())
+            .map(ServerAddr::Tcp)
+            .ok_or_else(|| "replica set is empty".to_string()),
     }
 }

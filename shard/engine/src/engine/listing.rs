@@ -10,7 +10,7 @@ use pgtier_pool::{PoolId, ServerTarget};
 
 use crate::addr::ServerAddr;
 use crate::client::{ClientConn, ClientState};
-use crate::engine::Engine;
+use crate::engine::view::ShardView;
 use crate::listing::{ClientRow, PoolRow, ServerRow, ShardListing};
 use crate::params::tracked_index;
 use crate::server::{ServerConn, ServerState};
@@ -27,7 +27,7 @@ struct PoolTally {
     servers_being_canceled: u32,
 }
 
-impl Engine {
+impl ShardView<'_> {
     /// This shard's client, server and pool rows.
     pub(crate) fn list_sessions(&self) -> ShardListing {
         let clients = self
@@ -41,7 +41,7 @@ impl Engine {
             .map(|(index, server)| self.server_row(index, server))
             .collect();
         ShardListing {
-            shard: self.shard,
+            shard: self.env.shard(),
             clients,
             servers,
             pools: self.pool_rows(),
@@ -50,86 +50,92 @@ impl Engine {
 
     /// The wall-clock time of monotonic instant `at` (listings print calendar times).
     fn wall_time_of(&self, at: Instant) -> SystemTime {
-        let wall_now = self.wall_time();
+        let wall_now = self.env.wall_time(self.now);
         let ago = self.now.saturating_duration_since(at);
         wall_now.checked_sub(ago).unwrap_or(wall_now)
     }
 
     fn client_row(&self, index: crate::ids::SlotRef, client: &ClientConn) -> ClientRow {
-        let connected_for = self.now.saturating_duration_since(client.connected_at);
-        let session = client.session.as_ref();
-        let lease = session.and_then(|s| s.lease.as_ref());
-        let class = match (lease, &client.state) {
+        let connected_for = self
+            .now
+            .saturating_duration_since(client.info().connected_at());
+        let session = client.session();
+        let lease = session.and_then(|s| s.lease());
+        let class = match (lease, client.state()) {
             // The class the router serves it as (a rank below its last one is its last).
             (Some(lease), _) => pgtier_core::class::ClassSetting::from_rank(lease.class().0)
                 .map(pgtier_core::class::ClassSetting::as_str),
-            (None, ClientState::Routing { .. }) => session.map(|s| s.class.as_str()),
+            (None, ClientState::Routing { .. }) => session.map(|s| s.class().as_str()),
             (None, _) => None,
         };
         let server = client.server();
         let application_name = tracked_index("application_name")
-            .and_then(|i| session.and_then(|s| s.tracked.get(i)))
+            .and_then(|i| session.and_then(|s| s.tracked().get(i)))
             .map(str::to_string);
         ClientRow {
             id: crate::ids::ClientId(index),
-            addr: client.peer,
-            local_addr: client.local_addr,
-            database: session.map(|s| s.database.to_string()).unwrap_or_default(),
-            user: session.map(|s| s.user.to_string()).unwrap_or_default(),
+            addr: client.info().peer().cloned(),
+            local_addr: client.info().local_addr(),
+            database: session
+                .map(|s| s.database().to_string())
+                .unwrap_or_default(),
+            user: session.map(|s| s.user().to_string()).unwrap_or_default(),
             state: client.state_name(),
             class,
             replica: lease.map(|lease| lease.addr()),
-            connected_at: self.wall_time_of(client.connected_at),
+            connected_at: self.wall_time_of(client.info().connected_at()),
             connected_for,
-            request_at: self.wall_time_of(client.last_active),
+            request_at: self.wall_time_of(client.info().last_active()),
             waiting_for: waiting_since(client)
                 .map(|since| self.now.saturating_duration_since(since)),
             server,
             backend_pid: server
                 .and_then(|server| self.servers.get(server.0))
-                .and_then(ServerConn::backend_pid),
-            pinned: session.map(|s| s.pins.reasons()).unwrap_or_default(),
+                .and_then(|server| server.backend().pid()),
+            pinned: session.map(|s| s.pins().reasons()).unwrap_or_default(),
             prepared_statements: session
-                .and_then(|s| s.statements.as_ref())
+                .and_then(|s| s.statements())
                 .map_or(0, |statements| statements.len()),
-            tls: client
-                .tls
-                .as_ref()
-                .and_then(|tls| tls.session.description()),
+            tls: client.tls().and_then(|tls| tls.session.description()),
             application_name,
         }
     }
 
     fn server_row(&self, index: crate::ids::SlotRef, server: &ServerConn) -> ServerRow {
-        let key = self.pools.key(server.pool);
+        let key = self.linker.pools().key(server.pool());
         ServerRow {
             id: crate::ids::ServerId(index),
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
             user: key.map(|k| k.server_user.to_string()).unwrap_or_default(),
             state: server.state_name(),
-            addr: server.addr.clone(),
-            local_addr: server.local_addr,
-            connected_at: self.wall_time_of(server.connected_at),
-            request_at: self.wall_time_of(server.last_linked.unwrap_or(server.connected_at)),
+            addr: server.info().addr().clone(),
+            local_addr: server.info().local_addr(),
+            connected_at: self.wall_time_of(server.info().connected_at()),
+            request_at: self.wall_time_of(
+                server
+                    .info()
+                    .last_linked()
+                    .unwrap_or(server.info().connected_at()),
+            ),
             client: server.client(),
-            backend_pid: server.backend_pid(),
-            tls: server.tls.as_ref().and_then(|tls| tls.description()),
+            backend_pid: server.backend().pid(),
+            tls: server.io().tls().and_then(|tls| tls.description()),
             application_name: tracked_index("application_name")
-                .and_then(|i| server.params.get(i))
+                .and_then(|i| server.backend().params().get(i))
                 .map(str::to_string),
-            close_needed: matches!(server.state, ServerState::Leaving { .. }),
-            being_canceled: server.cancels_pending > 0,
+            close_needed: matches!(server.state(), ServerState::Leaving { .. }),
+            being_canceled: server.backend().cancels_pending() > 0,
         }
     }
 
     fn pool_rows(&self) -> Vec<PoolRow> {
         let mut tallies: HashMap<PoolId, PoolTally> = HashMap::new();
         for (_, client) in self.clients.iter() {
-            let Some(pool) = client.session.as_ref().and_then(|s| s.pool) else {
+            let Some(pool) = client.session().and_then(|s| s.pool()) else {
                 continue;
             };
             let tally = tallies.entry(pool).or_default();
-            match client.state {
+            match *client.state() {
                 ClientState::Idle { .. }
                 | ClientState::Linked { .. }
                 | ClientState::Welcoming { .. } => {
@@ -143,8 +149,8 @@ impl Engine {
             }
         }
         for (_, server) in self.servers.iter() {
-            let tally = tallies.entry(server.pool).or_default();
-            match server.state {
+            let tally = tallies.entry(server.pool()).or_default();
+            match *server.state() {
                 ServerState::Releasing { .. } => tally.servers_used += 1,
                 ServerState::Checking { .. } => tally.servers_tested += 1,
                 ServerState::Connecting { .. }
@@ -152,11 +158,12 @@ impl Engine {
                 | ServerState::LoggingIn { .. } => tally.servers_login += 1,
                 _ => {}
             }
-            if server.cancels_pending > 0 {
+            if server.backend().cancels_pending() > 0 {
                 tally.servers_being_canceled += 1;
             }
         }
-        self.pools
+        self.linker
+            .pools()
             .pools()
             .map(|(pool, key, counts)| {
                 let tally = tallies.remove(&pool).unwrap_or_default();
@@ -192,10 +199,10 @@ impl Engine {
     }
 
     fn primary_addr_for_listing(&self, database: &str) -> Option<ServerAddr> {
-        let db = self.config.database(database)?;
+        let db = self.env.config().database(database)?;
         match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => {
-                ServerAddr::of_host(host_port, |host, port| self.resolver.resolve(host, port)).ok()
+                ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port)).ok()
             }
             pgtier_core::config::ServerSet::Replicas(set) => {
                 set.replicas.first().copied().map(ServerAddr::Tcp)
@@ -204,19 +211,20 @@ impl Engine {
     }
 
     fn mode_of_pool(&self, pool: PoolId) -> pgtier_core::config::PoolMode {
-        self.pools
+        self.linker
+            .pools()
             .key(pool)
             .and_then(|key| {
-                let db = self.config.database(&key.database)?;
-                Some(self.config.pool_mode(db, &key.server_user))
+                let db = self.env.config().database(&key.database)?;
+                Some(self.env.config().pool_mode(db, &key.server_user))
             })
-            .unwrap_or(self.config.pgtier.pool_mode)
+            .unwrap_or(self.env.config().pgtier.pool_mode)
     }
 }
 
 /// Since when a client has waited for a server or a replica, while it does.
 fn waiting_since(client: &ClientConn) -> Option<Instant> {
-    match client.state {
+    match *client.state() {
         ClientState::Queued { since, .. }
         | ClientState::Joining { since, .. }
         | ClientState::Routing { since, .. } => Some(since),

@@ -1,25 +1,35 @@
 //! A client from its first byte to its welcome: startup packets, the password exchange, the
 //! replica admission on a replica-set entry, its pool, and the welcome (from the pool's
 //! cached parameters, or from the server whose login values it waited for).
+//!
+//! `auth_query`: a client the auth file does not list, on a database with an `auth_user`,
+//! parks on the pool of (database, auth_user) like any client waiting for a server; the
+//! server it gets runs `auth_query` for the client's name and goes back to the pool, and
+//! the client's password exchange checks the secret found. The lookup is bounded like any
+//! use of a pool (its size, `query_wait_timeout` while parked) and as a whole by
+//! `server_connect_timeout`; the secrets found are cached (`client::lookup`), so only a
+//! login storm of new users reaches the server.
 
 use bytes::BytesMut;
-use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode, WaiterPolicy};
+use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode};
 use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
-use pgtier_pool::{PoolError, PoolKey, PoolLimits, ServerTarget, StartupProfile, WaitOrder};
+use pgtier_pool::{Lease, PoolError, PoolKey, ServerTarget, StartupProfile};
+use tracing::warn;
 
 use crate::action::Conn;
-use crate::class::{self, session_class};
+use crate::class::session_class;
 use crate::client::auth::{self, AuthContext, AuthStep};
 use crate::client::auth_method::{self, Method};
-use crate::client::forward::Forwarder;
+use crate::client::lookup::{self, Answer, Found};
 use crate::client::startup::{self, LoginRequest, StartupStep};
-use crate::client::{ClientState, Session};
+use crate::client::{ClientState, Session, SessionStart};
 use crate::console_session::ConsoleSession;
 use crate::engine::Engine;
+use crate::engine::tls_io::{SslAnswer, requires_tls};
 use crate::ids::{ClientId, ServerId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
-use crate::services::{Admission, AdmissionReply, ConsoleRights, Refusal};
+use crate::services::{Admission, AdmissionReply, Refusal};
 use crate::settings::MAX_STARTUP_BYTES;
 
 /// The request id of a client's admission: its slot, so a reply finds the client (or finds
@@ -45,14 +55,30 @@ impl Engine {
             let Some(client) = self.clients.get_mut(id.0) else {
                 return;
             };
-            match startup::read_startup(&mut client.input, MAX_STARTUP_BYTES) {
+            match startup::read_startup(client.input_mut().buffer_mut(), MAX_STARTUP_BYTES) {
                 StartupStep::NeedMore => return,
                 StartupStep::Decline => {
                     self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
                 }
                 StartupStep::SslRequest => {
-                    if !self.on_ssl_request(id) {
-                        return;
+                    match self.clients.answer_ssl_request(id, &mut self.outbox) {
+                        SslAnswer::Encrypted => {}
+                        SslAnswer::Declined => {
+                            self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
+                        }
+                        SslAnswer::AlreadyEncrypted => {
+                            self.protocol_error(id, "SSL negotiation over an encrypted connection");
+                            return;
+                        }
+                        SslAnswer::DataAfterRequest => {
+                            self.protocol_error(id, "received unencrypted data after SSL request");
+                            return;
+                        }
+                        SslAnswer::Refused => {
+                            self.close_client(id, None);
+                            return;
+                        }
+                        SslAnswer::Gone => return,
                     }
                 }
                 StartupStep::Cancel(key) => {
@@ -95,7 +121,7 @@ impl Engine {
                     self.close_client(id, Some(error));
                     return;
                 }
-                _ if self.config.pgtier.ignores_startup_parameter(&name) => {}
+                _ if self.env.config().pgtier.ignores_startup_parameter(&name) => {}
                 _ => {
                     if !tracked.set(&name, &value) {
                         forwarded.push((name, value));
@@ -122,15 +148,15 @@ impl Engine {
         };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
-        if self.controls.gates.is_disabled(&database) {
+        if self.admin.gates().is_disabled(&database) {
             // DISABLE db, with PgBouncer's words.
             let message = format!("database does not allow connections: {database}");
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message);
             self.close_client(id, Some(error));
             return;
         }
-        let mode = match self.config.database(&database) {
-            Some(db) => self.config.pool_mode(db, &user),
+        let mode = match self.env.config().database(&database) {
+            Some(db) => self.env.config().pool_mode(db, &user),
             None if admin => PoolMode::Session,
             None => {
                 let message = format!("database \"{database}\" does not exist");
@@ -140,36 +166,26 @@ impl Engine {
             }
         };
         let class = self
-            .config
+            .env
+            .config()
             .database(&database)
             .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
-                self.config.class(db, &user)
+                self.env.config().class(db, &user)
             });
-        let stats = self.databases.slot(&database, &self.shared.databases);
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let stats = self.stats.database_slot(&database, self.env.shared());
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        let (user, database) = (self.names.intern(&user), self.names.intern(&database));
-        client.session = Some(Box::new(Session {
+        let (user, database) = (logins.intern(&user), logins.intern(&database));
+        client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
             mode,
             class,
-            pool: None,
             startup_params: forwarded,
             tracked,
-            key: None,
-            lease: None,
-            pins: Default::default(),
-            statements: None,
-            forwarder: Forwarder::default(),
-            query_started: None,
-            transaction_started: None,
             stats,
-            reads: None,
-            // Made at its first call (`link`): an idle client holds no call log.
-            calls: None,
-        }));
+        })));
         self.start_authentication(id);
     }
 
@@ -190,16 +206,17 @@ impl Engine {
     /// The password exchange of `method` (none for trust), against the auth file's entry
     /// or the secret `auth_query` found.
     pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session.as_ref()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let (user, database) = (session.user.clone(), session.database.clone());
-        let channel_binding = self.channel_binding_of(id);
+        let (user, database) = (session.user().clone(), session.database().clone());
+        let channel_binding = self.clients.channel_binding_of(id);
+        let (looked_up, secrets) = self.clients.logins_mut().auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
-            users: &self.users,
-            looked_up: self.lookups.secret(&database, &user),
-            secrets: &mut self.secrets,
+            users: self.env.users(),
+            looked_up,
+            secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
@@ -207,7 +224,7 @@ impl Engine {
             Ok(None) => self.on_authenticated(id),
             Ok(Some((check, request))) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.state = ClientState::Authenticating(check);
+                    client.authenticating(check);
                 }
                 self.send(Conn::Client(id), request);
                 self.on_auth_bytes(id);
@@ -220,24 +237,25 @@ impl Engine {
     /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
     /// the client with.
     fn auth_method(&self, id: ClientId) -> Result<Method, bytes::Bytes> {
-        let auth_type = self.config.pgtier.auth_type;
+        let auth_type = self.env.config().pgtier.auth_type;
         let Some(client) = self.clients.get(id.0) else {
             return Ok(Method::Trust);
         };
-        let Some(session) = client.session.as_ref() else {
+        let Some(session) = client.session() else {
             return Ok(Method::Trust);
         };
-        if auth_type == AuthType::Any && &*session.database != ADMIN_DATABASE {
+        if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
             // PgBouncer's `any` ignores the user name, so each database must name the
             // user its servers log in as.
             let forced = self
-                .config
-                .database(&session.database)
+                .env
+                .config()
+                .database(session.database())
                 .is_some_and(|db| db.user.is_some());
             if !forced {
                 let message = format!(
                     "auth_type = any needs the database \"{}\" to set the user its servers log in as",
-                    session.database
+                    session.database()
                 );
                 return Err(messages::fatal(
                     sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
@@ -245,8 +263,8 @@ impl Engine {
                 ));
             }
         }
-        let tls = client.tls.is_some();
-        let addr = match client.peer {
+        let tls = client.tls().is_some();
+        let addr = match client.info().peer() {
             Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
             Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
             // A TCP client whose address could not be read matches no line rather than
@@ -262,16 +280,13 @@ impl Engine {
         let request = HbaRequest {
             addr,
             tls,
-            database: &session.database,
-            user: &session.user,
+            database: session.database(),
+            user: session.user(),
         };
-        match auth_method::choose(auth_type, self.users.hba(), &request)? {
+        match auth_method::choose(auth_type, self.env.users().hba(), &request)? {
             Method::Cert => {
-                let name = client
-                    .tls
-                    .as_ref()
-                    .and_then(|tls| tls.session.peer_common_name());
-                auth_method::check_certificate(&session.user, tls, name.as_deref())?;
+                let name = client.tls().and_then(|tls| tls.session.peer_common_name());
+                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
                 Ok(Method::Trust)
             }
             method => Ok(method),
@@ -279,39 +294,36 @@ impl Engine {
     }
 
     pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
-        let Some(client) = self.clients.get_mut(id.0) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return;
         };
-        if client.input.is_empty() {
+        if client.input().is_empty() {
             return;
         }
-        let ClientState::Authenticating(check) =
-            std::mem::replace(&mut client.state, ClientState::Startup)
-        else {
+        let ClientState::Authenticating(check) = client.take_login_step() else {
             return;
         };
         let (user, database) = client
-            .session
-            .as_ref()
-            .map(|session| (session.user.clone(), session.database.clone()))
+            .session()
+            .map(|session| (session.user().clone(), session.database().clone()))
             .unwrap_or_default();
         let channel_binding = client
-            .tls
-            .as_ref()
+            .tls()
             .and_then(|tls| tls.session.local_certificate_der())
             .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
+        let (looked_up, secrets) = logins.auth_caches(&database, &user);
         let context = AuthContext {
             user: &user,
-            users: &self.users,
-            looked_up: self.lookups.secret(&database, &user),
-            secrets: &mut self.secrets,
+            users: self.env.users(),
+            looked_up,
+            secrets,
             random: self.random.as_mut(),
             channel_binding,
         };
-        match check.step(&mut client.input, context) {
-            AuthStep::NeedMore(check) => client.state = ClientState::Authenticating(check),
+        match check.step(client.input_mut().buffer_mut(), context) {
+            AuthStep::NeedMore(check) => client.authenticating(check),
             AuthStep::Continue(check, reply) => {
-                client.state = ClientState::Authenticating(check);
+                client.authenticating(check);
                 self.send(Conn::Client(id), reply);
             }
             AuthStep::Passed {
@@ -320,7 +332,10 @@ impl Engine {
             } => {
                 if let Some(key) = client_key {
                     // A looked-up SCRAM secret logs the client's servers in with it.
-                    self.lookups.remember_client_key(&database, &user, key);
+                    self.clients
+                        .logins_mut()
+                        .lookups_mut()
+                        .remember_client_key(&database, &user, key);
                 }
                 if let Some(final_message) = final_message {
                     self.send(Conn::Client(id), final_message);
@@ -333,26 +348,26 @@ impl Engine {
 
     /// The password is right: the console's welcome, or the admission and the pool.
     fn on_authenticated(&mut self, id: ClientId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        if &*session.database == ADMIN_DATABASE {
+        if &**session.database() == ADMIN_DATABASE {
             self.welcome_console(id);
             return;
         }
-        if !self.routing.is_routed(&session.database) {
+        if !self.routing.is_routed(session.database()) {
             self.join_pool(id);
             return;
         }
-        let Some(db) = self.config.database(&session.database) else {
+        let Some(db) = self.env.config().database(session.database()) else {
             return;
         };
         let options = session
-            .startup_params
+            .startup_params()
             .iter()
             .position(|(name, _)| name == "options");
-        let raw = options.map(|i| session.startup_params[i].1.as_str());
-        let class = match session_class(&self.config, db, &session.user, raw) {
+        let raw = options.map(|i| session.startup_params()[i].1.as_str());
+        let class = match session_class(self.env.config(), db, session.user(), raw) {
             Ok(class) => class,
             Err(error) => {
                 let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
@@ -365,15 +380,10 @@ impl Engine {
         // pgtier consumes the class option: PostgreSQL would take it as a placeholder
         // setting, but forwarding it would split one replica's pools by class for nothing.
         if let Some(i) = options {
-            match class::strip_class_option(&session.startup_params[i].1) {
-                Some(rest) => session.startup_params[i].1 = rest,
-                None => {
-                    session.startup_params.remove(i);
-                }
-            }
+            session.strip_class_option(i);
         }
-        session.class = class;
-        let database = session.database.clone();
+        session.classify(class);
+        let database = session.database().clone();
         let admission = self
             .routing
             .admit(&database, crate::class::tier(class), request_id(id));
@@ -386,10 +396,7 @@ impl Engine {
             Admission::Placed(lease) => self.admitted(id, lease),
             Admission::Pending => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.state = ClientState::Routing {
-                        since: self.now,
-                        request_id: request_id(id),
-                    };
+                    client.routing(self.now, request_id(id));
                 }
             }
             Admission::Refused(refusal) => self.refused(id, &refusal),
@@ -399,10 +406,10 @@ impl Engine {
     /// No replica for the session: a reader entry's session goes on without one (its
     /// primary serves every transaction); any other session is refused.
     fn refused(&mut self, id: ClientId, refusal: &crate::services::Refusal) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
             return;
         };
-        let reader_entry = self.config.database(&session.database).is_some_and(|db| {
+        let reader_entry = self.env.config().database(session.database()).is_some_and(|db| {
             matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
         });
         if !reader_entry {
@@ -410,19 +417,16 @@ impl Engine {
             return;
         }
         tracing::debug!(
-            database = %session.database,
+            database = %session.database(),
             reason = %refusal.message,
             "no replica admitted the session: its reads run on the primary"
         );
-        if session.pool.is_none() {
+        if session.pool().is_none() {
             self.join_pool(id);
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Queued {
-                since: self.now,
-                ticket: None,
-            };
+            client.queued(self.now);
         }
         self.need_server(id);
     }
@@ -430,48 +434,39 @@ impl Engine {
     /// The client holds a replica now: a first login continues to its welcome; a client
     /// moved off a failed replica queues on its new replica's pool.
     fn admitted(&mut self, id: ClientId, lease: Box<dyn crate::services::ReplicaLease>) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         tracing::debug!(
-            database = %session.database,
-            user = %session.user,
-            class = %session.class,
+            database = %session.database(),
+            user = %session.user(),
+            class = %session.class(),
             replica = %lease.addr(),
             "session admitted to a replica"
         );
-        session.lease = Some(lease);
+        session.admitted(lease);
         // Welcomed once its cancel key was issued.
-        let welcomed = session.key.is_some();
-        if session.reads.is_some() {
+        let welcomed = session.key().is_some();
+        if session.reads().is_some() {
             // A reader session keeps its pools: its next read is routed with the new lease.
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Queued {
-                    since: self.now,
-                    ticket: None,
-                };
+                client.queued(self.now);
             }
             self.need_server(id);
             return;
         }
-        match session.pool.take() {
+        match session.leave_pool() {
             None => self.join_pool(id),
             Some(old) => {
-                self.pools.unregister(old);
+                self.linker.pools_mut().unregister(old);
                 if self.register_pool(id).is_some() {
                     let since = self.now;
                     if let Some(client) = self.clients.get_mut(id.0) {
-                        client.state = if welcomed {
-                            ClientState::Queued {
-                                since,
-                                ticket: None,
-                            }
+                        if welcomed {
+                            client.queued(since);
                         } else {
-                            ClientState::Joining {
-                                since,
-                                ticket: None,
-                            }
-                        };
+                            client.joining(since);
+                        }
                     }
                     self.need_server(id);
                 }
@@ -482,7 +477,7 @@ impl Engine {
     pub(super) fn on_admission_reply(&mut self, reply: AdmissionReply) {
         let id = client_of(reply.request_id);
         let waiting = self.clients.get(id.0).is_some_and(|client| {
-            matches!(client.state, ClientState::Routing { request_id, .. } if request_id == reply.request_id)
+            matches!(client.state(), ClientState::Routing { request_id, .. } if *request_id == reply.request_id)
         });
         if !waiting {
             // The client left: dropping the lease gives its count back.
@@ -497,9 +492,9 @@ impl Engine {
     /// Finds or creates the client's pool and registers the client with it. `None` when
     /// it was refused (and is closing).
     pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
-        let session = self.clients.get(id.0)?.session.as_ref()?;
-        let Some(db) = self.config.database(&session.database) else {
-            let message = format!("database \"{}\" does not exist", session.database);
+        let session = self.clients.get(id.0)?.session()?;
+        let Some(db) = self.env.config().database(session.database()) else {
+            let message = format!("database \"{}\" does not exist", session.database());
             self.close_client(
                 id,
                 Some(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)),
@@ -511,38 +506,41 @@ impl Engine {
             pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry()
         );
         // A reader entry's session starts on its primary; each read picks its replica.
-        let target = match &session.lease {
+        let target = match session.lease() {
             Some(lease) if !reader_entry => ServerTarget::Replica(lease.addr()),
             _ => ServerTarget::Primary,
         };
-        let server_user = db.user.clone().unwrap_or_else(|| session.user.to_string());
+        let server_user = db
+            .user
+            .clone()
+            .unwrap_or_else(|| session.user().to_string());
         let profile = StartupProfile::from_parameters(
             session
-                .startup_params
+                .startup_params()
                 .iter()
                 .map(|(name, value)| (name.as_str(), value.as_str())),
         );
         let key = PoolKey::new(
-            (*session.database).into(),
+            (**session.database()).into(),
             server_user.as_str().into(),
             target,
             profile,
         );
-        let limits = self.pool_limits(&key);
-        let registered = match self.pools.register(&key, &limits, self.now) {
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(PoolError::TooManyPools { .. }) => {
                 self.evict_a_pool();
-                self.pools.register(&key, &limits, self.now)
+                self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
         };
         match registered {
             Ok(pool) => {
-                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-                    session.pool = Some(pool);
+                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+                    session.joined(pool);
                 }
                 if reader_entry {
-                    self.start_reader_session(id, pool);
+                    self.clients.start_reader_session(id, pool);
                 }
                 Some(pool)
             }
@@ -561,23 +559,26 @@ impl Engine {
             return;
         };
         let routed = matches!(
-            self.pools.key(pool).map(|key| key.target),
+            self.linker.pools().key(pool).map(|key| key.target),
             Some(ServerTarget::Replica(_))
         );
-        if !routed && let Some(error) = self.pools.login_failure(pool, self.now).cloned() {
+        if !routed && let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
             self.close_client(id, Some(error));
             return;
         }
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
         // A cached welcome serves only a client whose startup spellings the pool has seen
         // a server answer: it must be told the server's own values.
-        let cached = session.mode == PoolMode::Transaction
-            && match (self.pools.welcome(pool), self.pools.spellings(pool)) {
-                (Some(welcome), Some(spellings)) => {
-                    session.tracked.canonicalize(&welcome.tracked, spellings)
-                }
+        let cached = session.mode() == PoolMode::Transaction
+            && match (
+                self.linker.pools().welcome(pool),
+                self.linker.pools().spellings(pool),
+            ) {
+                (Some(welcome), Some(spellings)) => session
+                    .tracked_mut()
+                    .canonicalize(&welcome.tracked, spellings),
                 _ => false,
             };
         if cached {
@@ -585,63 +586,33 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Joining {
-                since: self.now,
-                ticket: None,
-            };
+            client.joining(self.now);
         }
         self.need_server(id);
-    }
-
-    /// The pool limits of `key` from the current configuration.
-    pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
-        let settings = &self.config.pgtier;
-        let db = self.config.database(&key.database);
-        let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
-        let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
-        let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
-        let max_user = self.config.max_user_connections(&key.server_user);
-        let budgets = self
-            .shared
-            .budgets
-            .for_key(key, pool_size, reserve, max_db, max_user);
-        PoolLimits {
-            pool_budget: budgets.pool,
-            shared_budgets: vec![budgets.database, budgets.user],
-            min_pool_size: db.map_or(settings.min_pool_size, |db| db.min_pool_size),
-            reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
-            server_idle_timeout: settings.server_idle_timeout.enabled(),
-            server_lifetime: settings.server_lifetime.duration(),
-            max_spellings: self.limits.max_spellings_per_pool,
-            ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
-            wait_order: match settings.waiter_policy {
-                WaiterPolicy::Fifo => WaitOrder::Fifo,
-                WaiterPolicy::Class => WaitOrder::Class {
-                    aging: settings.waiter_aging.duration(),
-                },
-            },
-        }
     }
 
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
     /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
             return false;
         };
-        let key = match self.keys.issue(id, pid, self.random.as_mut()) {
+        let Some(session) = client.session_mut() else {
+            return false;
+        };
+        let key = match logins.keys_mut().issue(id, pid, self.random.as_mut()) {
             Ok(key) => key,
             Err(error) => {
                 self.close_client(id, Some(auth::no_randomness(error)));
                 return false;
             }
         };
-        session.key = Some(key);
+        session.welcomed(key);
         let mut out = BytesMut::with_capacity(512);
         messages::auth_ok(&mut out);
         for (name, value) in params {
             let value = tracked_index(name)
-                .and_then(|i| session.tracked.get(i))
+                .and_then(|i| session.tracked().get(i))
                 .unwrap_or(value);
             messages::parameter_status(&mut out, name, value);
         }
@@ -653,17 +624,17 @@ impl Engine {
 
     /// The welcome from the pool's cached parameters: no server needed.
     fn welcome_from_pool(&mut self, id: ClientId, pool: pgtier_pool::PoolId) {
-        let Some(welcome) = self.pools.welcome(pool).cloned() else {
+        let Some(welcome) = self.linker.pools().welcome(pool).cloned() else {
             return;
         };
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-            session.tracked.fill_from(&welcome.tracked);
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.tracked_mut().fill_from(&welcome.tracked);
         }
         if !self.welcome(id, &welcome.params, None) {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            client.state = ClientState::Idle { since: self.now };
+            client.idle(self.now);
         }
         self.on_idle_client_bytes(id);
     }
@@ -675,25 +646,29 @@ impl Engine {
         let Some(server) = self.servers.get_mut(server_id.0) else {
             return;
         };
-        if let Some(error) = server.relay.take_swallowed_error() {
+        if let Some(error) = server.backend_mut().relay_mut().take_swallowed_error() {
             // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
             // FATAL 22023; the SET that applied it here failed the same way.
             self.release_server(server_id);
             self.close_client(id, Some(messages::error_as_fatal(&error)));
             return;
         }
-        let (pool, server_params, real_pid) =
-            (server.pool, server.params.clone(), server.backend_pid());
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+        let (pool, server_params, real_pid) = (
+            server.pool(),
+            server.backend().params().clone(),
+            server.backend().pid(),
+        );
+        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        let mode = session.mode;
-        if let Some(spellings) = self.pools.spellings_mut(pool) {
-            session.tracked.learn_spellings(&server_params, spellings);
+        let mode = session.mode();
+        if let Some(spellings) = self.linker.pools_mut().spellings_mut(pool) {
+            session.tracked().learn_spellings(&server_params, spellings);
         }
-        session.tracked = server_params;
+        session.told(server_params);
         let params = self
-            .pools
+            .linker
+            .pools()
             .welcome(pool)
             .map(|welcome| welcome.params.clone())
             .unwrap_or_default();
@@ -703,24 +678,11 @@ impl Engine {
         }
         if mode == PoolMode::Session {
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Linked { server: server_id };
+                client.linked(server_id);
             }
             self.forward(id, server_id);
         } else {
             self.release_server(server_id);
-        }
-    }
-
-    /// What a console user may run: `None` for a user neither in `admin_users` nor in
-    /// `stats_users` (with `auth_type = any` everyone is an admin, as in PgBouncer).
-    fn console_rights(&self, user: &str) -> Option<ConsoleRights> {
-        let settings = &self.config.pgtier;
-        if settings.auth_type == AuthType::Any || settings.is_admin(user) {
-            Some(ConsoleRights::Admin)
-        } else if settings.is_stats_user(user) {
-            Some(ConsoleRights::Stats)
-        } else {
-            None
         }
     }
 
@@ -731,10 +693,10 @@ impl Engine {
         let user = self
             .clients
             .get(id.0)
-            .and_then(|c| c.session.as_ref())
-            .map(|s| s.user.clone())
+            .and_then(|c| c.session())
+            .map(|s| s.user().clone())
             .unwrap_or_default();
-        let Some(rights) = self.console_rights(&user) else {
+        let Some(rights) = self.env.console_rights(&user) else {
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed");
             self.close_client(id, Some(error));
             return;
@@ -757,12 +719,9 @@ impl Engine {
             return;
         }
         if let Some(client) = self.clients.get_mut(id.0) {
-            let max_named =
-                usize::try_from(self.config.pgtier.max_prepared_statements).unwrap_or(usize::MAX);
-            client.state = ClientState::Console {
-                listing: None,
-                session: Box::new(ConsoleSession::new(rights, max_named)),
-            };
+            let max_named = usize::try_from(self.env.config().pgtier.max_prepared_statements)
+                .unwrap_or(usize::MAX);
+            client.console(Box::new(ConsoleSession::new(rights, max_named)));
         }
         self.on_console_bytes(id);
     }
@@ -770,21 +729,21 @@ impl Engine {
     /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
     /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
     pub(super) fn repin(&mut self, id: ClientId) {
-        let allowed = self.config.pgtier.repin_idle_sessions;
+        let allowed = self.env.config().pgtier.repin_idle_sessions;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        let Some(session) = client.session.as_mut() else {
+        let Some(session) = client.session_mut() else {
             return;
         };
-        let welcomed = session.key.is_some();
-        let Some(lease) = session.lease.take() else {
+        let welcomed = session.key().is_some();
+        let Some(lease) = session.take_lease() else {
             return;
         };
         // A reader session holds no state on its replica between transactions (session
         // mode and pinned sessions run on the primary): it always moves.
-        let reader = session.reads.is_some();
-        if welcomed && !reader && (!allowed || session.mode == PoolMode::Session) {
+        let reader = session.reads().is_some();
+        if welcomed && !reader && (!allowed || session.mode() == PoolMode::Session) {
             drop(lease);
             let error = messages::fatal(
                 sqlstate::CONNECTION_FAILURE,
@@ -795,5 +754,178 @@ impl Engine {
         }
         let admission = self.routing.repin(lease, request_id(id));
         self.apply_admission(id, admission);
+    }
+
+    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
+    /// `hostssl`-only configuration would. Returns whether it was refused.
+    fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
+        let mode = self.env.config().pgtier.client_tls_sslmode;
+        let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
+        if !(plain && requires_tls(mode)) {
+            return false;
+        }
+        let message = format!(
+            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
+            mode.as_str()
+        );
+        let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
+        self.close_client(id, Some(error));
+        true
+    }
+}
+
+// ---- auth_query: a client's secret looked up on a server of the auth_user pool ----
+
+impl Engine {
+    /// The `auth_user` whose server must look the client's secret up before `method` can
+    /// check it: a password method, a user the auth file does not list, a database with an
+    /// `auth_user`, and no secret found recently.
+    pub(super) fn lookup_user_for(&self, id: ClientId, method: Method) -> Option<String> {
+        if matches!(method, Method::Trust | Method::Cert) {
+            return None;
+        }
+        let session = self.clients.get(id.0)?.session()?;
+        if self.env.users().get(session.user()).is_some() {
+            return None;
+        }
+        let auth_user = self
+            .env
+            .config()
+            .database(session.database())?
+            .auth_user
+            .clone()?;
+        if self
+            .clients
+            .logins()
+            .lookups()
+            .is_fresh(session.database(), session.user(), self.now)
+        {
+            return None;
+        }
+        Some(auth_user)
+    }
+
+    /// Parks the client on the `auth_user` pool of its database for a server to run the
+    /// lookup on.
+    pub(super) fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
+            return;
+        };
+        let key = PoolKey::new(
+            (**session.database()).into(),
+            auth_user.into(),
+            ServerTarget::Primary,
+            StartupProfile::default(),
+        );
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
+            Err(PoolError::TooManyPools { .. }) => {
+                self.evict_a_pool();
+                self.linker.pools_mut().register(&key, &limits, self.now)
+            }
+            registered => registered,
+        };
+        let pool = match registered {
+            Ok(pool) => pool,
+            Err(error) => {
+                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        let since = self.now;
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        if let Some(session) = client.session_mut() {
+            session.joined(pool);
+        }
+        client.looking_up(since, Box::default(), method);
+        if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
+            // The auth_user's own login failed moments ago (a wrong password for it).
+            self.close_client(id, Some(error));
+            return;
+        }
+        self.need_server(id);
+    }
+
+    /// A server of the `auth_user` pool for a client waiting to be looked up: the query
+    /// goes out.
+    pub(super) fn run_lookup(&mut self, id: ClientId, lease: Lease<ServerId>) {
+        let server_id = lease.server;
+        let query = self.env.config().pgtier.auth_query.clone();
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let user = client
+            .session()
+            .map(|session| session.user().clone())
+            .unwrap_or_default();
+        client.lookup_runs_on(server_id);
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        server.looks_up_for(id, lease);
+        self.send(Conn::Server(server_id), lookup::request(&query, &user));
+    }
+
+    /// Bytes of the lookup's answer.
+    pub(super) fn on_lookup_answer(&mut self, server_id: ServerId, client_id: ClientId) {
+        let Some(server) = self.servers.get_mut(server_id.0) else {
+            return;
+        };
+        let Some(client) = self.clients.get_mut(client_id.0) else {
+            return;
+        };
+        let Some(answer) = client.lookup_answer_mut() else {
+            return;
+        };
+        match answer.read(server.io_mut().input_mut().buffer_mut()) {
+            Answer::NeedMore => {}
+            Answer::Malformed => {
+                self.server_failed(server_id, "server sent an invalid message", None);
+            }
+            Answer::Done(result) => self.finish_lookup(client_id, server_id, result),
+        }
+    }
+
+    /// The answer is complete: the server goes back to its pool, the secret into the cache,
+    /// and the client on to its password exchange.
+    fn finish_lookup(&mut self, id: ClientId, server_id: ServerId, result: Result<Found, String>) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let ClientState::LookingUp { method, .. } = client.take_login_step() else {
+            return;
+        };
+        let Some(session) = client.session_mut() else {
+            return;
+        };
+        let auth_pool = session.leave_pool();
+        let (database, user) = (session.database().clone(), session.user().clone());
+        if let Some(server) = self.servers.get_mut(server_id.0) {
+            server.start_releasing(self.now);
+        }
+        self.advance_release(server_id);
+        if let Some(pool) = auth_pool {
+            self.linker.pools_mut().unregister(pool);
+        }
+        match result {
+            Ok(found) => {
+                self.clients
+                    .logins_mut()
+                    .lookups_mut()
+                    .store(&database, &user, found, self.now);
+                self.begin_exchange(id, method);
+            }
+            Err(error) => {
+                warn!(%database, %user, %error, "auth_query failed");
+                let error = messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "authentication lookup (auth_query) failed; see pgtier's log",
+                );
+                self.close_client(id, Some(error));
+            }
+        }
     }
 }

@@ -5,27 +5,48 @@
 //! [`Engine::poll_action`], and [`Engine::poll_timeout`] says when to call
 //! [`Engine::handle_timeout`] next. The engine never touches a socket, a clock or a thread.
 //!
-//! The flows live beside this file, one per concern: `login.rs` (a client from startup to
-//! its welcome), `link.rs` (servers given to clients and taken back), `backend.rs` (server
-//! connections: login, output, failures), `upkeep.rs` (timers, mailbox commands, cancel,
-//! the console, shutdown). The decisions themselves are in the owners they call: the
-//! client and server state machines (`crate::client`, `crate::server`), the pool
-//! (`pgtier_pool`), the cancel keys, the routing and console services.
+//! The engine holds owners, each with private state, and routes events between them:
+//! - `clients.rs`, the client table: the client slab, the login caches (secrets,
+//!   `auth_query` answers, texts, names), the cancel keys, client TLS;
+//! - `servers.rs`, the server table: the server slab, the resolver, server TLS, the
+//!   statement registry;
+//! - `linker/`, the linker's state: the pools, the servers being put back, reads waiting
+//!   for a replica, warm pools, vacated databases;
+//! - `admin.rs`: the gates and admin commands in progress, the console, the listings
+//!   (`listings.rs`), the shutdown;
+//! - `stats.rs`, the stats sink: counters, per-database tally, digests, latency;
+//! - `env.rs`: the configuration and what is derived from it.
+//!
+//! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`); timeouts
+//! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
+//! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
+//! sessions (`tls_io.rs`); the linker and the server table pack and place servers that move
+//! between shards (`moving.rs`). The flows that still take the whole engine live beside this
+//! file, one per concern: `login.rs` (a client from startup to its welcome, `auth_query`
+//! included), `link.rs` (the one place that touches a client and a server together: servers
+//! given to clients and taken back, and handed to other shards), `backend.rs` (server
+//! connections: login, output, failures), `gates.rs` (the admin console: its sessions and the
+//! commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The decisions
+//! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
+//! (`pgtier_pool`) and the services.
 
+mod admin;
 #[cfg(test)]
 mod auth_tests;
 mod backend;
-mod console;
-mod control;
-#[cfg(test)]
-mod control_tests;
+mod clients;
 #[cfg(test)]
 mod digest_tests;
+mod env;
+mod gates;
+#[cfg(test)]
+mod gates_tests;
 mod gauges;
 mod link;
+mod linker;
 mod listing;
+mod listings;
 mod login;
-mod lookup;
 mod moving;
 #[cfg(test)]
 mod moving_tests;
@@ -34,18 +55,20 @@ mod prepared_tests;
 mod reads;
 #[cfg(test)]
 mod reads_tests;
+mod servers;
+mod stats;
 #[cfg(test)]
 mod tests;
+mod timeouts;
 mod tls_io;
 #[cfg(test)]
 mod tls_tests;
 mod upkeep;
-mod vacate;
 #[cfg(test)]
 mod vacate_tests;
+mod view;
 #[cfg(test)]
 mod waiting_tests;
-mod warmup;
 #[cfg(test)]
 mod warmup_tests;
 
@@ -56,26 +79,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
-use pgtier_core::metrics::{ClassLatency, DatabaseTally, FlushPolicy, ShardCounters};
 use pgtier_pool::PoolSlice;
 use tracing::debug;
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
-use crate::cancel::CancelKeys;
-use crate::client::auth::SecretCache;
-use crate::client::pins::PinnedCheck;
 use crate::client::{ClientConn, ClientState};
 use crate::command::{Command, ShutdownMode};
-use crate::ids::{ClientId, ServerId, Slab};
+use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::random::Random;
-use crate::server::{ServerConn, ServerState};
+use crate::server::ServerState;
 use crate::services::{Console, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
-use crate::shared::{LocalStats, Shared};
+use crate::shared::Shared;
 use crate::userlist::UserList;
-use upkeep::Listings;
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
 pub trait Resolver {
@@ -113,64 +131,18 @@ pub struct EngineParts {
     pub tls: crate::tls::TlsSides,
 }
 
-/// One shard's session engine.
+/// One shard's session engine: an event router over its owners.
 pub struct Engine {
-    shard: usize,
-    config: Arc<Config>,
-    users: Arc<UserList>,
-    limits: Limits,
-    shared: Arc<Shared>,
-    clients: Slab<ClientConn>,
-    servers: Slab<ServerConn>,
-    pools: PoolSlice<ServerId, ClientId>,
-    keys: CancelKeys,
-    secrets: SecretCache,
-    /// Secrets found with `auth_query`.
-    lookups: crate::client::lookup::LookupCache,
-    /// Session-state effects of recently classified texts.
-    texts: crate::client::texts::TextCache,
-    /// Named statements of this shard's transaction-mode clients, interned.
-    statements: crate::prepared::Registry,
-    /// Where the messages pgtier writes of its own are built.
-    scratch: bytes::BytesMut,
-    /// TLS for clients and servers (replaced on reload).
-    tls: crate::tls::TlsSides,
-    /// When a full pool was last checked for being held entirely by pinned clients (the
-    /// check walks the clients, so it runs at most once a second, and warns once a minute).
-    pinned_check: PinnedCheck,
+    env: env::Env,
+    clients: clients::ClientTable,
+    servers: servers::ServerTable,
+    linker: linker::Linker,
+    admin: admin::Admin,
+    stats: stats::StatsSink,
     routing: Box<dyn Routing>,
-    console: Box<dyn Console>,
-    resolver: Box<dyn Resolver>,
     random: Box<dyn Random>,
     outbox: Outbox,
-    /// While a server is being put back: the servers released meanwhile, put back after it
-    /// (`link::return_to_pool`). A hand-off can release at once (a waiter welcomed without a
-    /// query), and a thousand such waiters would otherwise nest a thousand calls deep.
-    returning: Option<Vec<ServerId>>,
-    listings: Listings,
-    /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`control.rs`).
-    controls: control::Controls,
-    counters: ShardCounters,
-    /// Per-database counts not yet folded (`SHOW STATS`, the metrics endpoint).
-    databases: DatabaseTally,
-    /// Query digests not yet folded (`SHOW QUERIES`, the metrics endpoint).
-    digests: crate::digests::ShardDigests,
-    flush_policy: FlushPolicy,
-    stats: LocalStats,
-    /// Reader sessions whose read waits for a replica to catch up, and when they are next
-    /// routed again (`engine/reads.rs`).
-    read_waits: Vec<ClientId>,
-    /// Sessions' user and database names, shared.
-    names: crate::names::Names,
-    next_read_recheck: Option<Instant>,
-    latency: ClassLatency,
-    /// Start of the current observation interval (shard 0 closes intervals).
-    interval_started: Instant,
     next_housekeeping: Instant,
-    started: (Instant, SystemTime),
-    shutdown: Option<ShutdownMode>,
-    /// Pools registered before any client, for `min_pool_size` (`warmup.rs`).
-    warm: Vec<warmup::WarmPool>,
     /// The time of the event being handled.
     now: Instant,
 }
@@ -193,55 +165,42 @@ impl Engine {
     pub fn new(parts: EngineParts) -> Engine {
         let config = parts.config;
         let limits = Limits::from_config(&config);
-        let warm = warmup::warm_pools(&config);
-        let digests = crate::digests::ShardDigests::new(
-            parts.shared.digests.clone(),
-            crate::digests::DigestLimits::from_settings(&config.pgtier),
-        );
-        let mut engine = Engine {
-            shard: parts.shard,
-            clients: Slab::with_capacity(config.pgtier.max_client_conn as usize + 64),
-            servers: Slab::with_capacity(max_servers(&config)),
-            pools: PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
-            keys: CancelKeys::new(parts.shard),
-            secrets: SecretCache::default(),
-            lookups: Default::default(),
-            texts: Default::default(),
-            statements: Default::default(),
-            scratch: bytes::BytesMut::new(),
-            tls: parts.tls,
-            pinned_check: PinnedCheck::default(),
-            flush_policy: FlushPolicy::from(&config.pgtier),
-            limits,
-            config,
-            users: parts.users,
-            shared: parts.shared,
+        let warm = linker::warmup::warm_pools(&config);
+        let crate::tls::TlsSides {
+            acceptor,
+            connector,
+        } = parts.tls;
+        Engine {
+            clients: clients::ClientTable::new(
+                config.pgtier.max_client_conn as usize + 64,
+                parts.shard,
+                acceptor,
+            ),
+            servers: servers::ServerTable::new(
+                parts.shard,
+                max_servers(&config),
+                parts.resolver,
+                connector,
+            ),
+            linker: linker::Linker::new(
+                PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
+                warm,
+            ),
+            admin: admin::Admin::new(parts.console),
+            stats: stats::StatsSink::new(&config.pgtier, &parts.shared, parts.now),
+            env: env::Env::new(
+                parts.shard,
+                config,
+                parts.users,
+                parts.shared,
+                (parts.now, parts.wall_now),
+            ),
             routing: parts.routing,
-            console: parts.console,
-            resolver: parts.resolver,
             random: parts.random,
             outbox: Outbox::default(),
-            returning: None,
-            listings: Listings::default(),
-            controls: control::Controls::default(),
-            counters: ShardCounters::default(),
-            databases: DatabaseTally::default(),
-            digests,
-            stats: LocalStats::default(),
-            read_waits: Vec::new(),
-            names: Default::default(),
-            next_read_recheck: None,
-            latency: ClassLatency::default(),
-            interval_started: parts.now,
             next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
-            warm,
-            started: (parts.now, parts.wall_now),
-            shutdown: None,
             now: parts.now,
-        };
-        let config = engine.config.clone();
-        engine.configure_digests(&config.pgtier);
-        engine
+        }
     }
 
     // ---- outputs ----
@@ -251,15 +210,24 @@ impl Engine {
         loop {
             let (action, wire) = self.outbox.pop()?;
             // On a TLS connection protocol bytes leave as TLS records (`tls_io.rs`).
-            if let Some(action) = self.seal(action, wire) {
-                return Some(action);
+            match tls_io::seal(
+                &mut self.clients,
+                &mut self.servers,
+                &mut self.outbox,
+                action,
+                wire,
+            ) {
+                Ok(Some(action)) => return Some(action),
+                Ok(None) => {}
+                Err(Conn::Client(id)) => self.close_client_after_flush(id),
+                Err(Conn::Server(id)) => self.server_tls_failed(id, "TLS send refused"),
             }
         }
     }
 
     /// When `handle_timeout` must run next.
     pub fn poll_timeout(&self) -> Instant {
-        match self.read_recheck_at() {
+        match self.linker.read_recheck_at() {
             Some(at) => at.min(self.next_housekeeping),
             None => self.next_housekeeping,
         }
@@ -267,12 +235,12 @@ impl Engine {
 
     /// Shutdown was asked for and nothing is left.
     pub fn is_finished(&self) -> bool {
-        self.shutdown.is_some() && self.clients.is_empty() && self.servers.is_empty()
+        self.admin.is_shutting_down() && self.clients.is_empty() && self.servers.is_empty()
     }
 
     /// Whether the listener should be closed (a shutdown began).
     pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.is_some()
+        self.admin.is_shutting_down()
     }
 
     pub fn client_count(&self) -> usize {
@@ -289,12 +257,12 @@ impl Engine {
     /// the driver closes the socket itself (this shard has no room for another).
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
-        self.stats.clients_accepted += 1;
-        let max = self.config.pgtier.max_client_conn;
-        let over = self.shared.clients.fetch_add(1, Ordering::AcqRel) >= max;
+        self.stats.client_accepted();
+        let max = self.env.config().pgtier.max_client_conn;
+        let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
         let client = ClientConn::new(peer, now);
         let Some(slot) = self.clients.insert(client) else {
-            self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+            self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
             return None;
         };
         let id = ClientId(slot);
@@ -304,7 +272,7 @@ impl Engine {
                 "no more connections allowed (max_client_conn)",
             );
             self.close_client(id, Some(error));
-        } else if self.shutdown > Some(ShutdownMode::WaitForClients) {
+        } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
@@ -316,38 +284,53 @@ impl Engine {
     /// Bytes arrived from a client.
     pub fn handle_client_data(&mut self, now: Instant, id: ClientId, data: BytesMut) {
         self.now = now;
-        self.counters.record_bytes(data.len() as u64, 0);
         let Some(client) = self.clients.get_mut(id.0) else {
+            self.stats.bytes(None, data.len() as u64, 0);
             return;
         };
-        if let Some(session) = &client.session {
-            self.databases
-                .record_bytes(session.stats, data.len() as u64, 0);
-        }
+        let database = client.session().map(|session| session.stats());
+        self.stats.bytes(database, data.len() as u64, 0);
         if client.is_closing() {
             return;
         }
-        client.last_active = now;
-        let direct_tls = client.tls.is_none()
-            && matches!(client.state, ClientState::Startup)
-            && client.input.is_empty()
+        client.info_mut().active(now);
+        let direct_tls = client.tls().is_none()
+            && matches!(client.state(), ClientState::Startup)
+            && client.input().is_empty()
             && data.first() == Some(&tls_io::TLS_HANDSHAKE_RECORD);
-        if direct_tls && !self.begin_direct_tls(id) {
-            return;
+        if direct_tls {
+            match self.clients.begin_direct_tls(id) {
+                tls_io::TlsStart::Started => {}
+                tls_io::TlsStart::NotConfigured | tls_io::TlsStart::Refused => {
+                    self.close_client(id, None);
+                    return;
+                }
+                tls_io::TlsStart::Gone => return,
+            }
         }
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.tls.is_some() {
+        if client.tls().is_some() {
             // Ciphertext: its plaintext joins the input (`tls_io.rs`).
-            if !self.client_tls_received(id, &data) {
+            let more = match self.clients.tls_received(id, &data, &mut self.outbox) {
+                tls_io::ClientTlsRead::Plaintext(more) => more,
+                tls_io::ClientTlsRead::Failed => {
+                    self.close_client_after_flush(id);
+                    false
+                }
+                tls_io::ClientTlsRead::Closed => {
+                    self.close_client(id, None);
+                    false
+                }
+                tls_io::ClientTlsRead::Gone => false,
+            };
+            if !more {
                 self.release_consumed_client_input(id);
                 return;
             }
-        } else if client.input.is_empty() {
-            client.input = data;
         } else {
-            client.input.unsplit(data);
+            client.input_mut().received(data);
         }
         self.process_client(id);
         self.release_consumed_client_input(id);
@@ -357,11 +340,8 @@ impl Engine {
     /// the chunks split off it, until they are sent, shared), and an idle client should hold
     /// no input memory.
     fn release_consumed_client_input(&mut self, id: ClientId) {
-        if let Some(client) = self.clients.get_mut(id.0)
-            && client.input.is_empty()
-            && client.input.capacity() > 0
-        {
-            client.input = BytesMut::new();
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.input_mut().release_if_consumed();
         }
     }
 
@@ -374,16 +354,14 @@ impl Engine {
     /// `bytes` queued for the client were sent.
     pub fn handle_client_sent(&mut self, now: Instant, id: ClientId, bytes: usize) {
         self.now = now;
-        self.counters.record_bytes(0, bytes as u64);
-        let resume = self.limits.client_buffer_limit_bytes / 2;
+        let resume = self.env.limits().client_buffer_limit_bytes / 2;
         let Some(client) = self.clients.get_mut(id.0) else {
+            self.stats.bytes(None, 0, bytes as u64);
             return;
         };
-        if let Some(session) = &client.session {
-            self.databases.record_bytes(session.stats, 0, bytes as u64);
-        }
-        client.queued_bytes = client.queued_bytes.saturating_sub(bytes);
-        let queued = client.queued_bytes;
+        let database = client.session().map(|session| session.stats());
+        self.stats.bytes(database, 0, bytes as u64);
+        let queued = client.backlog_mut().sent(bytes);
         if let Some(server) = client.server()
             && queued <= resume
         {
@@ -396,12 +374,12 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.local_addr = addr;
+                    client.info_mut().set_local_addr(addr);
                 }
             }
             Conn::Server(id) => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.local_addr = addr;
+                    server.info_mut().set_local_addr(addr);
                 }
             }
         }
@@ -424,22 +402,22 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        if server.tls.is_some() {
-            if !self.server_tls_received(id, &data) {
-                return;
+        if server.io().tls().is_some() {
+            match self.servers.tls_received(id, &data, &mut self.outbox) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(why) => {
+                    self.server_tls_failed(id, &why);
+                    return;
+                }
             }
-        } else if server.input.is_empty() {
-            server.input = data;
         } else {
-            server.input.unsplit(data);
+            server.io_mut().input_mut().received(data);
         }
         self.process_server(id);
-        if let Some(server) = self.servers.get_mut(id.0)
-            && server.input.is_empty()
-            && server.input.capacity() > 0
-        {
+        if let Some(server) = self.servers.get_mut(id.0) {
             // As for clients: release the driver's receive buffer.
-            server.input = BytesMut::new();
+            server.io_mut().input_mut().release_if_consumed();
         }
     }
 
@@ -454,7 +432,29 @@ impl Engine {
         socket: crate::server::moved::DetachedSocket,
     ) -> Option<crate::server::moved::DetachedSocket> {
         self.now = now;
-        self.on_detached(id, socket)
+        match self.linker.pack(&mut self.servers, id, now) {
+            moving::Packed::NotMoving => {
+                // Closed while the driver detached it: its accounting is settled (or is
+                // now); the connection is gone from the driver's table, so nothing else
+                // frees it.
+                self.close_server(id);
+                self.servers.remove(id.0);
+                Some(socket)
+            }
+            moving::Packed::Gone => Some(socket),
+            moving::Packed::Parcel { to, parcel } => {
+                self.outbox.push(Action::Post {
+                    shard: to,
+                    command: Command::ServerMoved {
+                        server: parcel,
+                        socket,
+                    },
+                });
+                // A PAUSE or WAIT_CLOSE may have waited for this one.
+                self.progress_admin_ops();
+                None
+            }
+        }
     }
 
     /// The server's connection ended or failed (`errno` when the socket reported one).
@@ -477,13 +477,13 @@ impl Engine {
         match conn {
             Conn::Client(id) => {
                 if self.clients.remove(id.0).is_some() {
-                    self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+                    self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
                 }
             }
             Conn::Server(id) => {
                 self.servers.remove(id.0);
                 // A PAUSE or WAIT_CLOSE may have waited for this one.
-                self.progress_controls();
+                self.progress_admin_ops();
             }
         }
     }
@@ -491,7 +491,7 @@ impl Engine {
     /// Housekeeping: timeouts, warmup, expiring waiters and listings, counter folds.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        if self.read_recheck_at().is_some_and(|at| now >= at) {
+        if self.linker.read_recheck_at().is_some_and(|at| now >= at) {
             self.recheck_read_waits();
         }
         if now < self.next_housekeeping {
@@ -518,25 +518,11 @@ impl Engine {
     /// Folds every pending count into the shared totals (at exit, and before the console
     /// answers).
     pub fn fold_counters(&mut self) {
-        self.counters.flush_into(&self.shared.totals);
-        self.databases.fold();
-        self.digests.fold();
-        self.stats.fold_into(&self.shared.stats);
-        self.fold_latency();
-    }
-
-    /// The digest settings of a (re)load: sessions that log in from now on follow
-    /// `query_digests`.
-    fn configure_digests(&mut self, settings: &pgtier_core::config::Settings) {
-        self.digests
-            .configure(crate::digests::DigestLimits::from_settings(settings));
-        self.shared
-            .digests
-            .set_capacity(settings.digest_store_capacity as usize);
-        self.shared.digest_metrics_top.store(
-            settings.digest_metrics_top as usize,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let interval = (self.env.shard() == 0).then(|| {
+            let period = self.env.config().pgtier.stats_period.duration();
+            (period, self.now, self.wall_time())
+        });
+        self.stats.fold(self.env.shared(), interval);
     }
 
     // ---- shared helpers of the flows ----
@@ -545,14 +531,51 @@ impl Engine {
         if let Conn::Client(id) = conn
             && let Some(client) = self.clients.get_mut(id.0)
         {
-            client.queued_bytes += bytes.len();
+            client.backlog_mut().queued_for_send(bytes.len());
         }
         self.outbox.send(conn, bytes);
     }
 
+    /// The TLS configurations in use, as a reload hands them on.
+    fn tls_sides(&self) -> crate::tls::TlsSides {
+        crate::tls::TlsSides {
+            acceptor: self.clients.logins().acceptor().cloned(),
+            connector: self.servers.connector().cloned(),
+        }
+    }
+
     fn wall_time(&self) -> SystemTime {
-        let since = self.now.saturating_duration_since(self.started.0);
-        self.started.1 + since
+        self.env.wall_time(self.now)
+    }
+
+    /// The shard as the reports read it.
+    fn view(&self) -> view::ShardView<'_> {
+        view::ShardView {
+            env: &self.env,
+            clients: &self.clients,
+            servers: &self.servers,
+            linker: &self.linker,
+            now: self.now,
+        }
+    }
+
+    /// This shard's client, server and pool rows (the console's listings).
+    pub(crate) fn list_sessions(&self) -> crate::listing::ShardListing {
+        self.view().list_sessions()
+    }
+
+    /// This shard's pool gauges, one per (database, server user).
+    pub(crate) fn pool_gauges(&self) -> Vec<crate::pool_gauges::PoolGauge> {
+        self.view().pool_gauges()
+    }
+
+    /// Publishes this shard's gauges for the metrics endpoint.
+    fn publish_pool_gauges(&self) {
+        let gauges = self.pool_gauges();
+        self.env
+            .shared()
+            .pool_gauges
+            .publish(self.env.shard(), gauges);
     }
 
     /// A timeout setting, `None` when disabled.
@@ -582,13 +605,11 @@ impl Engine {
             return;
         }
         let linger_until = linger.then_some(self.now + CLOSE_LINGER);
-        let previous = std::mem::replace(&mut client.state, ClientState::Closing { linger_until });
-        client.input = BytesMut::new();
-        let session = client.session.take();
+        let (previous, session) = client.begin_closing(linger_until);
         match previous {
             ClientState::Joining { ticket, .. } | ClientState::Queued { ticket, .. } => {
                 if let Some(ticket) = ticket {
-                    self.pools.cancel_wait(ticket);
+                    self.linker.pools_mut().cancel_wait(ticket);
                 }
             }
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
@@ -596,7 +617,7 @@ impl Engine {
             }
             ClientState::LookingUp { ticket, server, .. } => {
                 if let Some(ticket) = ticket {
-                    self.pools.cancel_wait(ticket);
+                    self.linker.pools_mut().cancel_wait(ticket);
                 }
                 // Its lookup's answer may still be on the way: the server cannot be reused.
                 if let Some(server) = server {
@@ -606,20 +627,20 @@ impl Engine {
             _ => {}
         }
         if let Some(session) = session {
-            if let Some(key) = session.key {
-                self.keys.forget(key);
+            if let Some(key) = session.key() {
+                self.clients.logins_mut().keys_mut().forget(key);
             }
-            match &session.reads {
+            match session.reads() {
                 // A reader session registered its pool on the primary and each replica pool
                 // it read from (`session.pool` is one of them).
                 Some(reads) => {
                     for pool in reads.pools() {
-                        self.pools.unregister(pool);
+                        self.linker.pools_mut().unregister(pool);
                     }
                 }
                 None => {
-                    if let Some(pool) = session.pool {
-                        self.pools.unregister(pool);
+                    if let Some(pool) = session.pool() {
+                        self.linker.pools_mut().unregister(pool);
                     }
                 }
             }
@@ -655,10 +676,8 @@ impl Engine {
         if server.is_closing() {
             return;
         }
-        let previous = std::mem::replace(&mut server.state, ServerState::Closing);
-        server.input = BytesMut::new();
-        let lease = server.lease.take();
-        let pool = server.pool;
+        let (previous, lease) = server.begin_closing();
+        let pool = server.pool();
         self.outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: CloseHow::Now,
@@ -671,7 +690,7 @@ impl Engine {
         let Some(client) = self.clients.get(id.0) else {
             return;
         };
-        match client.state {
+        match *client.state() {
             ClientState::Startup => self.on_startup_bytes(id),
             ClientState::Authenticating(_) => self.on_auth_bytes(id),
             ClientState::Idle { .. } => self.on_idle_client_bytes(id),
@@ -689,12 +708,11 @@ impl Engine {
     /// A client that sends while it waits keeps its bytes until it has a server; past the
     /// input limit it is paused, so a pipeline cannot make the engine hold unbounded data.
     fn hold_client_input(&mut self, id: ClientId) {
-        let limit = self.limits.client_input_limit_bytes;
+        let limit = self.env.limits().client_input_limit_bytes;
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.input.len() > limit && !client.paused {
-            client.paused = true;
+        if client.pause_if_over(limit) {
             self.outbox.push(Action::PauseRecv(Conn::Client(id)));
         }
     }
@@ -704,10 +722,9 @@ impl Engine {
         let Some(client) = self.clients.get_mut(id.0) else {
             return;
         };
-        if client.paused {
-            client.paused = false;
+        if client.backlog_mut().unpause() {
             // Under SUSPEND it stays unread; RESUME reads it again.
-            if !self.controls.gates.is_suspended() {
+            if !self.admin.gates().is_suspended() {
                 self.outbox.push(Action::ResumeRecv(Conn::Client(id)));
             }
         }
@@ -718,11 +735,8 @@ impl Engine {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
         };
-        if server.paused {
-            server.paused = false;
-            if !self.controls.gates.is_suspended() {
-                self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
-            }
+        if server.io_mut().unpause() && !self.admin.gates().is_suspended() {
+            self.outbox.push(Action::ResumeRecv(Conn::Server(id)));
         }
     }
 
@@ -731,7 +745,7 @@ impl Engine {
         let Some(server) = self.servers.get(id.0) else {
             return;
         };
-        match server.state {
+        match *server.state() {
             ServerState::Negotiating { .. } => self.on_negotiation_answer(id),
             ServerState::LoggingIn { .. } => self.on_login_bytes(id),
             ServerState::Busy { client } => self.relay_to_client(id, client),
@@ -743,7 +757,7 @@ impl Engine {
             }
             ServerState::Leaving { .. } => {
                 if let Some(server) = self.servers.get_mut(id.0) {
-                    server.input.clear();
+                    server.io_mut().input_mut().clear();
                 }
             }
             // It spoke before its socket was detached: it is not clean any more, so it
@@ -762,15 +776,17 @@ impl Engine {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (slot, server) in self.servers.iter() {
             let id = ServerId(slot);
-            match server.state {
+            match *server.state() {
                 ServerState::Idle { .. } => {
-                    if !server.tracker.is_idle() || server.relay.owes_internal() {
+                    if !server.backend().tracker().is_idle()
+                        || server.backend().relay().owes_internal()
+                    {
                         return Err(format!("{id:?} is idle in its pool but owes answers"));
                     }
-                    if server.reset != crate::server::Reset::None {
+                    if server.backend().reset() != crate::server::Reset::None {
                         return Err(format!("{id:?} is idle in its pool with a reset pending"));
                     }
-                    if server.lease.is_some() {
+                    if server.lease().is_some() {
                         return Err(format!("{id:?} is idle but its lease is not the pool's"));
                     }
                 }
@@ -781,7 +797,7 @@ impl Engine {
                             "{id:?} serves {client:?}, which is not linked to it"
                         ));
                     }
-                    if server.lease.is_none() {
+                    if server.lease().is_none() {
                         return Err(format!("{id:?} is busy without its lease"));
                     }
                 }
@@ -804,7 +820,7 @@ impl Engine {
 
     /// Every budget slot is back (everyone left and every server closed).
     pub fn check_budgets_released(&self) -> Result<(), String> {
-        match self.shared.budgets.in_use() {
+        match self.env.shared().budgets.in_use() {
             0 => Ok(()),
             held => Err(format!("{held} budget slots are still held")),
         }

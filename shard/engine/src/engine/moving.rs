@@ -3,176 +3,123 @@
 //! server another shard gave arrives here and is placed in its pool like one coming back.
 //! The slot moves with the server: the budgets count it throughout, on the giving shard as
 //! leaving, then in the `Command::ServerMoved` in transit, then on the taking shard.
+//!
+//! The steps here are the server table's and the linker's: a server is packed for its new
+//! shard, and one that arrives is placed in its pool; the engine posts, closes and hands
+//! the arrival to its pool's waiters (`link.rs`).
+
+use std::time::Instant;
 
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Lease, PoolError};
+use pgtier_pool::{Checkin, Lease, PoolId};
 use tracing::debug;
 
-use crate::action::Action;
-use crate::command::Command;
-use crate::engine::Engine;
-use crate::ids::ServerId;
+use super::env::Env;
+use super::linker::Linker;
+use super::servers::ServerTable;
+use crate::action::{Action, Outbox};
+use crate::ids::{ClientId, ServerId};
 use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::server::{ServerConn, ServerState};
 
-impl Engine {
-    /// Server `id` (holding its lease, counted as leaving for shard `to`) goes to shard `to`:
-    /// whole when it is clean (its socket is detached first), else it is ended and its slot
-    /// goes once its connection is closed.
-    pub(super) fn hand_on(&mut self, id: ServerId, to: usize) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        if !server.is_movable() {
-            self.leave_for(id, Some(to));
-            return;
-        }
-        debug!(
-            shard = self.shard,
-            to, "moving an idle server to another shard"
-        );
-        server.state = ServerState::Moving {
-            since: self.now,
-            to,
-        };
-        self.outbox.push(Action::Detach(id));
-    }
+/// A detached server, packed or not.
+pub(super) enum Packed {
+    /// It is not moving any more (it was closed in between): the engine closes it.
+    NotMoving,
+    /// It or its pool is gone.
+    Gone,
+    /// Its parcel, for shard `to` (boxed as `Command::ServerMoved` carries it).
+    Parcel { to: usize, parcel: Box<MovedServer> },
+}
 
-    /// The driver detached moving server `id`'s socket: the server leaves this shard with
-    /// what it knows of its backend. The socket comes back (for the driver to close) when
-    /// the server is not moving any more (it was closed in between).
-    pub(super) fn on_detached(
-        &mut self,
+/// A server that arrived, placed.
+pub(super) enum Arrived {
+    /// No server slot here: the engine closes its socket and gives its slot back.
+    NoSlot(DetachedSocket),
+    /// It may hold statements named by the shard it left: `DEALLOCATE ALL` goes first, and
+    /// it joins its pool once that is answered.
+    Deallocate { id: ServerId, bytes: bytes::Bytes },
+    /// It is in the table, nothing more to do.
+    Placed,
+    /// The pool decided where it goes.
+    Checkin {
         id: ServerId,
-        socket: DetachedSocket,
-    ) -> Option<DetachedSocket> {
-        let moving = self
-            .servers
-            .get(id.0)
-            .and_then(|server| match server.state {
-                ServerState::Moving { to, .. } => Some((to, server.pool)),
-                _ => None,
-            });
+        checkin: Checkin<ServerId, ClientId>,
+    },
+}
+
+impl Linker {
+    /// The driver detached moving server `id`'s socket: the server leaves the table with
+    /// what it knows of its backend, and its pool counts it as moved.
+    pub(super) fn pack(&mut self, servers: &mut ServerTable, id: ServerId, now: Instant) -> Packed {
+        let moving = servers.get(id.0).and_then(|server| match *server.state() {
+            ServerState::Moving { to, .. } => Some((to, server.pool())),
+            _ => None,
+        });
         let Some((to, pool)) = moving else {
-            // Closed while the driver detached it: its accounting is settled (or is now);
-            // the connection is gone from the driver's table, so nothing else frees it.
-            self.close_server(id);
-            self.servers.remove(id.0);
-            return Some(socket);
+            return Packed::NotMoving;
         };
-        let (Some(key), Some(server)) = (self.pools.key(pool).cloned(), self.servers.remove(id.0))
+        let (Some(key), Some(server)) = (self.pools().key(pool).cloned(), servers.remove(id.0))
         else {
-            return Some(socket);
+            return Packed::Gone;
         };
         let welcome = self
-            .pools
+            .pools()
             .welcome(pool)
             .map(|welcome| welcome.params.clone());
-        let statements = server.holds_statements();
-        let lease = server.lease.as_ref();
-        let parcel = MovedServer {
-            key,
-            addr: server.addr,
-            params: server.params,
-            backend_key: server.key,
-            welcome,
-            statements,
-            opened_at: lease.map_or(server.connected_at, |lease| lease.opened_at),
-            idle_since: lease.map_or(self.now, |lease| lease.idle_since),
-            connected_at: server.connected_at,
-            last_linked: server.last_linked,
-            local_addr: server.local_addr,
-        };
-        self.pools.moved(pool, to);
-        self.outbox.push(Action::Post {
-            shard: to,
-            command: Command::ServerMoved {
-                server: Box::new(parcel),
-                socket,
-            },
-        });
-        // A PAUSE or WAIT_CLOSE may have waited for this one.
-        self.progress_controls();
-        None
+        let parcel = server.into_parcel(key, welcome, now);
+        self.pools_mut().moved(pool, to);
+        Packed::Parcel {
+            to,
+            parcel: Box::new(parcel),
+        }
     }
 
-    /// A server arrived from another shard (or came back undelivered): it becomes a server
-    /// of its pool here, given to the oldest waiter or kept idle. Without a pool it cannot
-    /// join (too many pools, no server slot), its socket is closed and its slot given back.
-    pub(super) fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
-        let parcel = *parcel;
-        let limits = self.pool_limits(&parcel.key);
-        let (pool, registered) = match self.pools.find(&parcel.key) {
-            Some(pool) => (pool, false),
-            None => {
-                let registered = match self.pools.register(&parcel.key, &limits, self.now) {
-                    Err(PoolError::TooManyPools { .. }) => {
-                        self.evict_a_pool();
-                        self.pools.register(&parcel.key, &limits, self.now)
-                    }
-                    registered => registered,
-                };
-                match registered {
-                    Ok(pool) => (pool, true),
-                    Err(_) => {
-                        debug!(shard = self.shard, "no pool for a server that moved here");
-                        pgtier_pool::give_back_slot(&limits);
-                        self.outbox.push(Action::CloseSocket(socket));
-                        return;
-                    }
-                }
-            }
-        };
-        let mode = self.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
-        let mut server = ServerConn::new(pool, parcel.addr, mode, parcel.connected_at);
-        if mode == PoolMode::Transaction && self.limits.max_prepared_statements > 0 {
-            server.relay.prepared = Some(Box::default());
-        }
-        server.state = ServerState::Idle { since: self.now };
-        server.params = parcel.params;
-        server.key = parcel.backend_key;
-        server.last_linked = parcel.last_linked;
-        server.local_addr = parcel.local_addr;
-        let Some(slot) = self.servers.insert(server) else {
+    /// A server arrived from another shard (or came back undelivered) for `pool`: it
+    /// becomes a server of the pool here.
+    pub(super) fn arrive(
+        &mut self,
+        servers: &mut ServerTable,
+        outbox: &mut Outbox,
+        env: &Env,
+        now: Instant,
+        pool: PoolId,
+        (parcel, socket): (MovedServer, DetachedSocket),
+    ) -> Arrived {
+        let mode = env.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
+        let prepared = mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0;
+        let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, now);
+        let Some(slot) = servers.insert(server) else {
             debug!(
-                shard = self.shard,
+                shard = env.shard(),
                 "no server slot for a server that moved here"
             );
-            pgtier_pool::give_back_slot(&limits);
-            self.outbox.push(Action::CloseSocket(socket));
-            if registered {
-                self.pools.unregister(pool);
-            }
-            return;
+            return Arrived::NoSlot(socket);
         };
         let id = ServerId(slot);
-        self.stats.servers_moved_in += 1;
-        self.outbox.push(Action::Adopt { server: id, socket });
+        outbox.push(Action::Adopt { server: id, socket });
         if let Some(params) = parcel.welcome {
-            self.pools.learn_welcome(pool, &params);
+            self.pools_mut().learn_welcome(pool, &params);
         }
         let lease = Lease {
             server: id,
             opened_at: parcel.opened_at,
             idle_since: parcel.idle_since,
         };
-        if parcel.statements && self.pools.adopt_checked_out(pool) {
+        if parcel.statements && self.pools_mut().adopt_checked_out(pool) {
             // Statements named by the shard it left would collide with this shard's names:
             // they go first, and the server joins its pool once that is answered, by the
             // release path (its lease counted as checked out meanwhile).
-            if let Some(server) = self.servers.get_mut(id.0) {
-                let bytes = server.internal_query("DEALLOCATE ALL");
-                server.lease = Some(lease);
-                server.start_releasing(self.now);
-                self.send(crate::action::Conn::Server(id), bytes);
+            if let Some(server) = servers.get_mut(id.0) {
+                let bytes = server.backend_mut().internal_query("DEALLOCATE ALL");
+                server.hold_lease(lease);
+                server.start_releasing(now);
+                return Arrived::Deallocate { id, bytes };
             }
-        } else {
-            let checkin = self.pools.adopt_server(pool, lease, self.now);
-            self.act_on_checkin(id, pool, checkin);
+            // Not reached: the server was inserted just now.
+            return Arrived::Placed;
         }
-        if registered {
-            // The pool lives on while it holds the server (or a waiter), as any pool does.
-            self.pools.unregister(pool);
-        }
+        let checkin = self.pools_mut().adopt_server(pool, lease, now);
+        Arrived::Checkin { id, checkin }
     }
 }

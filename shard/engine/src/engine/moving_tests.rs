@@ -30,7 +30,7 @@ fn two_clients_one_server(pair: &mut Pair) -> (crate::ClientId, crate::ClientId,
 /// Servers counted in the budgets: each holds a slot of its pool's budget and of its
 /// database's and user's caps.
 fn budget_in_use(pair: &Pair) -> u32 {
-    pair.shards[0].engine.shared.budgets.in_use() / 3
+    pair.shards[0].engine.env.shared().budgets.in_use() / 3
 }
 
 #[test]

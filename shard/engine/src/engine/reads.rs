@@ -4,17 +4,24 @@
 //! with the session's read-your-writes target; everything else — writes, session mode,
 //! sessions pinned by session state — goes to the primary. A read whose target no replica
 //! has replayed waits (`read_your_writes_timeout`), then runs on the primary.
+//!
+//! The routing of one transaction ([`TxnRouter`]) borrows the three owners it changes;
+//! the client table reads a session's first unit and ends its reads. The engine retires
+//! what a new replica pool made room with, and re-routes waiting reads (`link.rs`).
 
 use std::time::{Duration, Instant};
 
 use pgtier_core::config::{
     Config, PoolMode, ReadSettings, ReplicaSet, Routing, RywScope, ServerSet,
 };
-use pgtier_pool::{PoolId, PoolKey, ServerTarget};
+use pgtier_pool::{Closing, PoolId, PoolKey, ServerTarget};
 
-use crate::client::reads::{ReadTxn, ReaderSession, Unit, scan_unit};
-use crate::engine::Engine;
-use crate::ids::ClientId;
+use super::clients::ClientTable;
+use super::env::Env;
+use super::linker::Linker;
+use super::stats::StatsSink;
+use crate::client::reads::{ReadTxn, Unit, scan_unit};
+use crate::ids::{ClientId, ServerId};
 use crate::prepared::ClientStatements;
 use crate::read_functions::EntryFunctions;
 use crate::services::{ReadRequest, ReadRoute};
@@ -72,55 +79,36 @@ pub(super) enum TxnRoute {
     Wait,
 }
 
-impl Engine {
-    /// A reader entry's session registered its pool on the primary.
-    pub(super) fn start_reader_session(&mut self, id: ClientId, primary: PoolId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
-            return;
-        };
-        if session.reads.is_none() {
-            session.reads = Some(Box::new(ReaderSession::new(primary)));
-        }
-    }
+/// What routing a reader session's transaction reads and changes: the client table (its
+/// session), the linker (its pools, its wait for a replica) and the stats sink, with the
+/// settings, the routing service and the time.
+pub(super) struct TxnRouter<'a> {
+    pub(super) clients: &'a mut ClientTable,
+    pub(super) linker: &'a mut Linker,
+    pub(super) stats: &'a mut StatsSink,
+    pub(super) env: &'a Env,
+    pub(super) routing: &'a dyn crate::services::Routing,
+    pub(super) now: Instant,
+    /// Idle servers given up to make room for a replica pool: the engine retires them.
+    pub(super) evicted: Vec<Closing<ServerId>>,
+}
 
-    /// Whether a reader session's next transaction must wait for more of its first unit
-    /// before it can be routed.
-    pub(super) fn needs_whole_unit(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return false;
-        };
-        let Some(session) = client.session.as_mut() else {
-            return false;
-        };
-        if session.mode != PoolMode::Transaction || session.pins_server() {
-            return false;
-        }
-        let Some(reads) = session.reads.as_mut() else {
-            return false;
-        };
-        let unit = first_unit(
-            &self.config,
-            &*self.routing,
-            &session.database,
-            session.statements.as_deref(),
-            &client.input,
-        );
-        reads.scanned = Some((client.input.len(), unit));
-        unit == Unit::Incomplete
-    }
-
+impl TxnRouter<'_> {
     /// Sets the pool client `id`'s next transaction runs on (reader sessions only; others
     /// keep theirs).
     pub(super) fn route_transaction(&mut self, id: ClientId) -> TxnRoute {
         let now = self.now;
-        let scanned = self.reads_mut(id).and_then(|reads| reads.scanned.take());
+        let scanned = self
+            .clients
+            .reads_mut(id)
+            .and_then(|reads| reads.scanned.take());
         let Some(client) = self.clients.get(id.0) else {
             return TxnRoute::Go;
         };
-        let Some(session) = client.session.as_ref() else {
+        let Some(session) = client.session() else {
             return TxnRoute::Go;
         };
-        let Some(reads) = session.reads.as_ref() else {
+        let Some(reads) = session.reads() else {
             return TxnRoute::Go;
         };
         let primary = reads.primary;
@@ -128,18 +116,18 @@ impl Engine {
             ReadTxn::AwaitingReplica { since } => Some(since),
             _ => None,
         };
-        let unit = if session.mode != PoolMode::Transaction || session.pins_server() {
+        let unit = if session.mode() != PoolMode::Transaction || session.pins_server() {
             Unit::Primary
         } else {
             match scanned {
                 // The bytes `needs_whole_unit` just read, unchanged.
-                Some((len, unit)) if len == client.input.len() => unit,
+                Some((len, unit)) if len == client.input().len() => unit,
                 _ => first_unit(
-                    &self.config,
-                    &*self.routing,
-                    &session.database,
-                    session.statements.as_deref(),
-                    &client.input,
+                    self.env.config(),
+                    self.routing,
+                    session.database(),
+                    session.statements(),
+                    client.input().bytes(),
                 ),
             }
         };
@@ -156,7 +144,7 @@ impl Engine {
                 return TxnRoute::Go;
             }
         };
-        let Some(set) = reader_set(&self.config, &session.database) else {
+        let Some(set) = reader_set(self.env.config(), session.database()) else {
             self.run_on_primary(id, primary, true);
             return TxnRoute::Go;
         };
@@ -166,20 +154,20 @@ impl Engine {
             matches!(set.routing, Routing::Plb(_)) && !settings.plb_per_transaction;
         let after = if settings.read_your_writes {
             let user_write = match settings.read_your_writes_scope {
-                RywScope::User => self.routing.user_write(&session.database, &session.user),
+                RywScope::User => self.routing.user_write(session.database(), session.user()),
                 RywScope::Session => None,
             };
             reads.last_write.max(user_write)
         } else {
             None
         };
-        let leased = match &session.lease {
+        let leased = match session.lease() {
             Some(lease) if session_level_plb => Some(lease.addr()),
             _ => None,
         };
         let request = ReadRequest {
-            database: &session.database,
-            class: crate::class::tier(session.class),
+            database: session.database(),
+            class: crate::class::tier(session.class()),
             leased,
             after,
         };
@@ -190,145 +178,138 @@ impl Engine {
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 };
-                if let Some(reads) = self.reads_mut(id) {
+                if let Some(reads) = self.clients.reads_mut(id) {
                     reads.txn = ReadTxn::OnReplica {
                         ticket,
                         budget: Some(bytes),
                     };
                 }
-                self.set_pool(id, pool);
-                self.stats.reads_on_replicas += 1;
+                self.clients.set_pool(id, pool);
+                self.stats.read_on_replica();
                 TxnRoute::Go
             }
             ReadRoute::Primary => {
-                self.stats.reads_on_primary += 1;
+                self.stats.read_on_primary();
                 self.run_on_primary(id, primary, false);
                 TxnRoute::Go
             }
             ReadRoute::NotYet => {
                 let since = waiting_since.unwrap_or(now);
                 if now.saturating_duration_since(since) >= settings.read_your_writes_timeout {
-                    self.stats.reads_on_primary += 1;
-                    self.stats.read_waits_timed_out += 1;
+                    self.stats.read_on_primary();
+                    self.stats.read_waited(true);
                     self.run_on_primary(id, primary, false);
                     return TxnRoute::Go;
                 }
-                if let Some(reads) = self.reads_mut(id) {
+                if let Some(reads) = self.clients.reads_mut(id) {
                     reads.txn = ReadTxn::AwaitingReplica { since };
                 }
                 if waiting_since.is_none() {
-                    self.stats.read_waits += 1;
+                    self.stats.read_waited(false);
                 }
-                self.read_waits.push(id);
-                self.next_read_recheck
-                    .get_or_insert(now + READ_RECHECK.min(settings.read_your_writes_timeout));
+                self.linker.wait_for_replica(
+                    id,
+                    now + READ_RECHECK.min(settings.read_your_writes_timeout),
+                );
                 TxnRoute::Wait
             }
         }
     }
 
-    fn reads_mut(&mut self, id: ClientId) -> Option<&mut ReaderSession> {
-        self.clients
-            .get_mut(id.0)?
-            .session
-            .as_mut()?
-            .reads
-            .as_deref_mut()
-    }
-
-    fn set_pool(&mut self, id: ClientId, pool: PoolId) {
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) {
-            session.pool = Some(pool);
-        }
-    }
-
     fn run_on_primary(&mut self, id: ClientId, primary: PoolId, write: bool) {
-        if let Some(reads) = self.reads_mut(id) {
+        if let Some(reads) = self.clients.reads_mut(id) {
             reads.txn = ReadTxn::OnPrimary { write };
         }
-        self.set_pool(id, primary);
+        self.clients.set_pool(id, primary);
     }
 
     /// The session's pool on replica `addr`, registered on first use (same key as its
     /// primary pool but for the server).
     fn replica_pool(&mut self, id: ClientId, addr: std::net::SocketAddr) -> Option<PoolId> {
-        let session = self.clients.get(id.0)?.session.as_ref()?;
-        let reads = session.reads.as_ref()?;
+        let session = self.clients.get(id.0)?.session()?;
+        let reads = session.reads()?;
         if let Some(pool) = reads.replica_pool(addr) {
             return Some(pool);
         }
-        let primary_key = self.pools.key(reads.primary)?.clone();
+        let primary_key = self.linker.pools().key(reads.primary)?.clone();
         let key = PoolKey::new(
             primary_key.database.clone(),
             primary_key.server_user.clone(),
             ServerTarget::Replica(addr),
             primary_key.profile.clone(),
         );
-        let limits = self.pool_limits(&key);
-        let registered = match self.pools.register(&key, &limits, self.now) {
+        let limits = self.env.pool_limits(&key);
+        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
             Err(pgtier_pool::PoolError::TooManyPools { .. }) => {
-                self.evict_a_pool();
-                self.pools.register(&key, &limits, self.now)
+                // The idle servers given up are retired by the engine once routed.
+                self.linker.pools_mut().evict_for_room(&mut self.evicted);
+                self.linker.pools_mut().register(&key, &limits, self.now)
             }
             registered => registered,
         };
         let pool = registered.ok()?;
-        self.reads_mut(id)?.replicas.push((addr, pool));
+        self.clients.reads_mut(id)?.replicas.push((addr, pool));
         Some(pool)
     }
+}
 
-    /// The timer: reads waiting for a replica to catch up are routed again.
-    pub(super) fn recheck_read_waits(&mut self) {
-        self.next_read_recheck = None;
-        let waiting = std::mem::take(&mut self.read_waits);
-        for id in waiting {
-            let waits = self
-                .clients
-                .get(id.0)
-                .and_then(|c| c.session.as_ref())
-                .and_then(|s| s.reads.as_ref())
-                .is_some_and(|reads| matches!(reads.txn, ReadTxn::AwaitingReplica { .. }));
-            if waits {
-                self.need_server(id);
-            }
+impl ClientTable {
+    /// Whether a reader session's next transaction must wait for more of its first unit
+    /// before it can be routed.
+    pub(super) fn needs_whole_unit(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        routing: &dyn crate::services::Routing,
+    ) -> bool {
+        let Some(client) = self.get_mut(id.0) else {
+            return false;
+        };
+        let Some(session) = client.session() else {
+            return false;
+        };
+        if session.mode() != PoolMode::Transaction
+            || session.pins_server()
+            || session.reads().is_none()
+        {
+            return false;
         }
-    }
-
-    /// Clients taken off the pool of a replica that went Down: a reader session's read is
-    /// routed again (elsewhere); other sessions move with their lease.
-    pub(super) fn reroute(&mut self, id: ClientId) {
-        match self.reads_mut(id) {
-            Some(reads) => {
-                reads.txn = ReadTxn::Between;
-                self.need_server(id);
-            }
-            None => self.repin(id),
+        let unit = first_unit(
+            env.config(),
+            routing,
+            session.database(),
+            session.statements(),
+            client.input().bytes(),
+        );
+        let scanned = (client.input().len(), unit);
+        if let Some(reads) = client.session_mut().and_then(|s| s.reads_mut()) {
+            reads.scanned = Some(scanned);
         }
-    }
-
-    /// The next time waiting reads are routed again.
-    pub(super) fn read_recheck_at(&self) -> Option<Instant> {
-        self.next_read_recheck
+        unit == Unit::Incomplete
     }
 
     /// The client's transaction ended (its server is being released): its replica ticket is
     /// given back, and a write on the primary becomes the target of its next reads.
-    pub(super) fn end_reader_transaction(&mut self, id: ClientId) {
-        let now = self.now;
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session.as_mut()) else {
+    pub(super) fn end_reader_transaction(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        routing: &dyn crate::services::Routing,
+        now: Instant,
+    ) {
+        let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) else {
             return;
         };
-        let Some(reads) = session.reads.as_mut() else {
+        let Some(reads) = session.reads_mut() else {
             return;
         };
         if !reads.end_transaction(now) {
             return;
         }
-        let scope_user = reader_settings(&self.config, &session.database)
+        let scope_user = reader_settings(env.config(), session.database())
             .is_some_and(|s| s.read_your_writes && s.read_your_writes_scope == RywScope::User);
         if scope_user {
-            self.routing
-                .note_user_write(&session.database, &session.user, now);
+            routing.note_user_write(session.database(), session.user(), now);
         }
     }
 }

@@ -819,7 +819,7 @@ fn per_database_statistics_and_pool_gauges_follow_the_traffic() {
         assert_eq!(h.client_tags(a), "TDCZ");
     }
     h.engine.fold_counters();
-    let stats = h.engine.shared.databases.stats();
+    let stats = h.engine.env.shared().databases.stats();
     assert_eq!(stats.len(), 1, "{stats:?}");
     let db = &stats[0];
     assert_eq!(&*db.database, "db");
@@ -844,10 +844,10 @@ fn a_full_counter_batch_is_folded_at_once() {
     let (a, _) = h.login("alice", "db");
     h.client_sends(a, &query("SELECT 1"));
     assert_eq!(h.client_tags(a), "TDCZ");
-    assert_eq!(h.engine.shared.totals.snapshot().total_queries(), 0);
+    assert_eq!(h.engine.env.shared().totals.snapshot().total_queries(), 0);
     h.client_sends(a, &query("SELECT 1"));
     assert_eq!(h.client_tags(a), "TDCZ");
-    assert_eq!(h.engine.shared.totals.snapshot().total_queries(), 2);
+    assert_eq!(h.engine.env.shared().totals.snapshot().total_queries(), 2);
 }
 
 /// A burst of logins that all wait for the pool's first server: each is welcomed and the

@@ -1,6 +1,6 @@
 //! TLS on both sides of the engine, as a layer under the protocol: what a TLS connection
 //! receives is decrypted before anything reads it, and what the engine sends it leaves as
-//! TLS records ([`Engine::seal`], run by `Engine::poll_action`). Plain connections pass
+//! TLS records ([`seal`], run by `Engine::poll_action`). Plain connections pass
 //! through untouched, so only TLS connections lose the zero-copy path.
 //!
 //! Negotiation, as PostgreSQL does it:
@@ -15,18 +15,20 @@
 //!   plain text unless the mode requires TLS, which fails the login.
 //! - Over TLS, SCRAM-SHA-256-PLUS (`tls-server-end-point`) is offered to clients and used
 //!   with servers that offer it.
+//!
+//! The client and server tables hold the TLS configurations and sessions: here they start,
+//! feed and seal them and say what happened; the engine closes what failed.
 
 use bytes::Bytes;
 use pgtier_core::config::SslMode;
-use pgtier_wire::auth::ChannelBinding;
 use tracing::debug;
 
-use super::Engine;
-use crate::action::{Action, CloseHow, Conn, Wire};
+use super::clients::ClientTable;
+use super::servers::ServerTable;
+use crate::action::{Action, CloseHow, Conn, Outbox, Wire};
 use crate::client::ClientTls;
 use crate::ids::{ClientId, ServerId};
-use crate::messages::{self, sqlstate};
-use crate::server::ServerState;
+use crate::server::ServerConn;
 use crate::tls::TlsSession;
 
 /// The first byte of a TLS handshake record (a ClientHello). No startup packet starts with
@@ -37,324 +39,334 @@ pub(super) const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 const SSL_REQUEST: &[u8] = &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 
 /// Whether a mode refuses plain text.
-fn requires_tls(mode: SslMode) -> bool {
+pub(super) fn requires_tls(mode: SslMode) -> bool {
     matches!(
         mode,
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
     )
 }
 
-impl Engine {
-    /// An action on its way to the driver: on a TLS connection a `Send` of protocol bytes is
-    /// encrypted (nothing goes out while the handshake still runs: the session keeps it),
-    /// and a closing flush is preceded by close_notify. `None`: nothing to do for now.
-    pub(super) fn seal(&mut self, action: Action, wire: Wire) -> Option<Action> {
-        match action {
-            Action::Send { conn, bytes } if wire == Wire::Plain => {
-                let Some(session) = self.tls_session(conn) else {
-                    return Some(Action::Send { conn, bytes });
-                };
-                match session.send(&bytes) {
-                    Ok(()) => session
-                        .take_output()
-                        .map(|bytes| Action::Send { conn, bytes }),
-                    Err(error) => {
-                        debug!(?conn, %error, "TLS send refused");
-                        self.tls_failed(conn, "TLS send refused");
-                        None
-                    }
+/// An action on its way to the driver: on a TLS connection a `Send` of protocol bytes is
+/// encrypted (nothing goes out while the handshake still runs: the session keeps it), and a
+/// closing flush is preceded by close_notify. `Ok(None)`: nothing to do for now; `Err`: the
+/// connection's TLS refused the bytes (it must close).
+pub(super) fn seal(
+    clients: &mut ClientTable,
+    servers: &mut ServerTable,
+    outbox: &mut Outbox,
+    action: Action,
+    wire: Wire,
+) -> Result<Option<Action>, Conn> {
+    match action {
+        Action::Send { conn, bytes } if wire == Wire::Plain => {
+            let Some(session) = tls_session(clients, servers, conn) else {
+                return Ok(Some(Action::Send { conn, bytes }));
+            };
+            match session.send(&bytes) {
+                Ok(()) => Ok(session
+                    .take_output()
+                    .map(|bytes| Action::Send { conn, bytes })),
+                Err(error) => {
+                    debug!(?conn, %error, "TLS send refused");
+                    Err(conn)
                 }
             }
-            Action::Close {
+        }
+        Action::Close {
+            conn,
+            how: CloseHow::Flush,
+        } if wire == Wire::Plain => {
+            if let Some(session) = tls_session(clients, servers, conn)
+                && !session.is_handshaking()
+            {
+                session.close_notify();
+                if let Some(bytes) = session.take_output() {
+                    let close = Action::Close {
+                        conn,
+                        how: CloseHow::Flush,
+                    };
+                    outbox.push_front(close, Wire::Raw);
+                    return Ok(Some(Action::Send { conn, bytes }));
+                }
+            }
+            Ok(Some(Action::Close {
                 conn,
                 how: CloseHow::Flush,
-            } if wire == Wire::Plain => {
-                if let Some(session) = self.tls_session(conn)
-                    && !session.is_handshaking()
-                {
-                    session.close_notify();
-                    if let Some(bytes) = session.take_output() {
-                        let close = Action::Close {
-                            conn,
-                            how: CloseHow::Flush,
-                        };
-                        self.outbox.push_front(close, Wire::Raw);
-                        return Some(Action::Send { conn, bytes });
-                    }
-                }
-                Some(Action::Close {
-                    conn,
-                    how: CloseHow::Flush,
-                })
-            }
-            action => Some(action),
+            }))
         }
+        action => Ok(Some(action)),
     }
+}
 
-    fn tls_session(&mut self, conn: Conn) -> Option<&mut TlsSession> {
-        match conn {
-            Conn::Client(id) => self
-                .clients
-                .get_mut(id.0)?
-                .tls
-                .as_mut()
-                .map(|tls| &mut tls.session),
-            Conn::Server(id) => self.servers.get_mut(id.0)?.tls.as_deref_mut(),
-        }
+fn tls_session<'a>(
+    clients: &'a mut ClientTable,
+    servers: &'a mut ServerTable,
+    conn: Conn,
+) -> Option<&'a mut TlsSession> {
+    match conn {
+        Conn::Client(id) => clients.get_mut(id.0)?.tls_mut().map(|tls| &mut tls.session),
+        Conn::Server(id) => servers.get_mut(id.0)?.io_mut().tls_mut(),
     }
+}
 
-    fn tls_failed(&mut self, conn: Conn, why: &str) {
-        match conn {
-            Conn::Client(id) => self.close_client_after_flush(id),
-            Conn::Server(id) => self.server_tls_failed(id, why),
-        }
-    }
+// ---- clients ----
 
-    // ---- clients ----
+/// How a client's TLS session began.
+pub(super) enum TlsStart {
+    Started,
+    /// TLS is not configured: the client is closed without a reply.
+    NotConfigured,
+    /// The session could not be made: the client is closed.
+    Refused,
+    Gone,
+}
 
-    /// A client whose first bytes are a TLS handshake (direct TLS): its session begins, or
-    /// it is closed without a reply when TLS is not configured. Returns whether it goes on.
-    pub(super) fn begin_direct_tls(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return false;
+/// What a client's ciphertext gave.
+pub(super) enum ClientTlsRead {
+    /// Whether plaintext may be waiting in its input.
+    Plaintext(bool),
+    /// Its TLS failed (the alert is queued): it closes after it.
+    Failed,
+    /// It sent close_notify, or opened with direct TLS without ALPN `postgresql`: it closes.
+    Closed,
+    Gone,
+}
+
+/// The answer to a client's SSLRequest.
+pub(super) enum SslAnswer {
+    /// `S` was sent and its session began.
+    Encrypted,
+    /// TLS is not configured: it gets `N`.
+    Declined,
+    /// It is on TLS already.
+    AlreadyEncrypted,
+    /// Bytes followed the SSLRequest before the answer (08P01).
+    DataAfterRequest,
+    /// The session could not be made: the client is closed.
+    Refused,
+    Gone,
+}
+
+impl ClientTable {
+    /// A client whose first bytes are a TLS handshake (direct TLS): its session begins.
+    pub(super) fn begin_direct_tls(&mut self, id: ClientId) -> TlsStart {
+        let Some((client, logins)) = self.get_with_logins(id.0) else {
+            return TlsStart::Gone;
         };
-        let Some(acceptor) = self.tls.acceptor.as_ref() else {
+        let Some(acceptor) = logins.acceptor() else {
             debug!(?id, "direct TLS attempted but TLS is not configured");
-            self.close_client(id, None);
-            return false;
+            return TlsStart::NotConfigured;
         };
         match TlsSession::accept(acceptor) {
             Ok(session) => {
-                client.tls = Some(Box::new(ClientTls {
+                client.start_tls(ClientTls {
                     session,
                     direct: true,
-                }));
-                true
+                });
+                TlsStart::Started
             }
             Err(error) => {
                 debug!(?id, %error, "TLS session refused");
-                self.close_client(id, None);
-                false
+                TlsStart::Refused
             }
         }
     }
 
-    /// Ciphertext from a client on TLS. Returns whether plaintext may be waiting in its
-    /// input for the protocol to read.
-    pub(super) fn client_tls_received(&mut self, id: ClientId, data: &[u8]) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return false;
+    /// Ciphertext from a client on TLS: its plaintext joins its input, what its session
+    /// answers goes to `outbox`.
+    pub(super) fn tls_received(
+        &mut self,
+        id: ClientId,
+        data: &[u8],
+        outbox: &mut Outbox,
+    ) -> ClientTlsRead {
+        let Some(client) = self.get_mut(id.0) else {
+            return ClientTlsRead::Gone;
         };
-        let Some(tls) = client.tls.as_mut() else {
-            return false;
+        let Some((result, output, alpn_ok)) = client.tls_received(data) else {
+            return ClientTlsRead::Gone;
         };
-        let result = tls.session.receive(data, &mut client.input);
-        let output = tls.session.take_output();
-        let alpn_ok =
-            !tls.direct || tls.session.alpn_protocol() == Some(crate::tls::ALPN_POSTGRESQL);
         if let Some(output) = output {
-            self.outbox.send_raw(Conn::Client(id), output);
+            outbox.send_raw(Conn::Client(id), output);
         }
         match result {
             Err(error) => {
                 debug!(?id, %error, "client TLS failed");
-                self.close_client_after_flush(id);
-                false
+                ClientTlsRead::Failed
             }
-            Ok(received) if received.peer_closed => {
-                self.close_client(id, None);
-                false
-            }
+            Ok(received) if received.peer_closed => ClientTlsRead::Closed,
             Ok(received) => {
                 if received.handshake_finished && !alpn_ok {
                     debug!(?id, "direct TLS without ALPN postgresql");
-                    self.close_client(id, None);
-                    return false;
+                    return ClientTlsRead::Closed;
                 }
-                received.plaintext_bytes > 0
+                ClientTlsRead::Plaintext(received.plaintext_bytes > 0)
             }
         }
     }
 
-    /// An SSLRequest: `S` and a TLS session when TLS is configured, else `N`. Returns
-    /// whether the startup goes on reading.
-    pub(super) fn on_ssl_request(&mut self, id: ClientId) -> bool {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return false;
+    /// An SSLRequest: `S` and a TLS session when TLS is configured.
+    pub(super) fn answer_ssl_request(&mut self, id: ClientId, outbox: &mut Outbox) -> SslAnswer {
+        let Some((client, logins)) = self.get_with_logins(id.0) else {
+            return SslAnswer::Gone;
         };
-        if client.tls.is_some() {
-            self.protocol_error(id, "SSL negotiation over an encrypted connection");
-            return false;
+        if client.tls().is_some() {
+            return SslAnswer::AlreadyEncrypted;
         }
-        let Some(acceptor) = self.tls.acceptor.as_ref() else {
-            self.send(Conn::Client(id), Bytes::from_static(b"N"));
-            return true;
+        let Some(acceptor) = logins.acceptor() else {
+            return SslAnswer::Declined;
         };
-        if !client.input.is_empty() {
-            self.protocol_error(id, "received unencrypted data after SSL request");
-            return false;
+        if !client.input().is_empty() {
+            return SslAnswer::DataAfterRequest;
         }
         match TlsSession::accept(acceptor) {
             Ok(session) => {
-                client.tls = Some(Box::new(ClientTls {
+                client.start_tls(ClientTls {
                     session,
                     direct: false,
-                }));
-                self.outbox
-                    .send_raw(Conn::Client(id), Bytes::from_static(b"S"));
-                true
+                });
+                outbox.send_raw(Conn::Client(id), Bytes::from_static(b"S"));
+                SslAnswer::Encrypted
             }
             Err(error) => {
                 debug!(?id, %error, "TLS session refused");
-                self.close_client(id, None);
-                false
+                SslAnswer::Refused
             }
         }
     }
+}
 
-    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
-    /// `hostssl`-only configuration would. Returns whether it was refused.
-    pub(super) fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
-        let mode = self.config.pgtier.client_tls_sslmode;
-        let plain = self.clients.get(id.0).is_some_and(|c| c.tls.is_none());
-        if !(plain && requires_tls(mode)) {
-            return false;
-        }
-        let message = format!(
-            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
-            mode.as_str()
-        );
-        let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
-        self.close_client(id, Some(error));
-        true
-    }
+// ---- servers ----
 
-    /// The SCRAM channel binding of pgtier's certificate, for a client on TLS.
-    pub(super) fn channel_binding_of(&self, id: ClientId) -> Option<ChannelBinding> {
-        let tls = self.clients.get(id.0)?.tls.as_ref()?;
-        ChannelBinding::from_certificate(tls.session.local_certificate_der()?).ok()
-    }
+/// What a server's answer to the SSLRequest leads to.
+pub(super) enum Negotiation {
+    /// The answer has not arrived (or the server is gone).
+    Wait,
+    /// Its login goes on (over TLS when it said `S`).
+    StartLogin,
+    /// TLS with it failed, for this reason.
+    Failed(String),
+}
 
-    // ---- servers ----
-
+impl ServerTable {
     /// A server connected: an SSLRequest first when server TLS is on. Returns whether one
     /// was sent (the login then waits for its answer).
-    pub(super) fn negotiate_server_tls(&mut self, id: ServerId) -> bool {
-        if self.tls.connector.is_none() {
+    pub(super) fn negotiate_tls(
+        &mut self,
+        id: ServerId,
+        now: std::time::Instant,
+        outbox: &mut Outbox,
+    ) -> bool {
+        if self.connector().is_none() {
             return false;
         }
-        let Some(server) = self.servers.get_mut(id.0) else {
+        let Some(server) = self.get_mut(id.0) else {
             return false;
         };
         // As libpq: sslmode does not apply to a Unix-domain socket (the kernel is the channel).
-        if server.addr.unix_path().is_some() {
+        if server.info().addr().unix_path().is_some() {
             return false;
         }
-        server.state = ServerState::Negotiating { since: self.now };
-        self.outbox
-            .send_raw(Conn::Server(id), Bytes::from_static(SSL_REQUEST));
+        server.negotiating(now);
+        outbox.send_raw(Conn::Server(id), Bytes::from_static(SSL_REQUEST));
         true
     }
 
-    /// The server's one-byte answer to the SSLRequest.
-    pub(super) fn on_negotiation_answer(&mut self, id: ServerId) {
-        let mode = self.config.pgtier.server_tls_sslmode;
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
+    /// The server's one-byte answer to the SSLRequest, under `server_tls_sslmode = mode`;
+    /// `name` says what its certificate is checked against.
+    pub(super) fn negotiation_answer(
+        &mut self,
+        id: ServerId,
+        mode: SslMode,
+        name: impl FnOnce(&ServerConn) -> String,
+        outbox: &mut Outbox,
+    ) -> Negotiation {
+        let Some(server) = self.get_mut(id.0) else {
+            return Negotiation::Wait;
         };
-        let Some(&answer) = server.input.first() else {
-            return;
+        let Some(answer) = server.io().input().first() else {
+            return Negotiation::Wait;
         };
-        if server.input.len() > 1 {
+        if server.io().input().len() > 1 {
             // Nothing may follow the answer before the handshake: it would be unencrypted
             // data an attacker in the middle could have put there.
-            self.server_tls_failed(id, "server sent unencrypted data after the SSL answer");
-            return;
+            return Negotiation::Failed(
+                "server sent unencrypted data after the SSL answer".to_string(),
+            );
         }
-        server.input.clear();
+        server.io_mut().input_mut().clear();
         match answer {
             b'S' => {
-                let name = self.tls_server_name(id);
-                let Some(connector) = self.tls.connector.as_ref() else {
-                    return;
+                let name = name(server);
+                let Some(connector) = self.connector() else {
+                    return Negotiation::Wait;
                 };
                 let session = match TlsSession::connect(connector, &name) {
                     Ok(session) => session,
                     Err(error) => {
-                        let why = format!("TLS to server {name} refused: {error}");
-                        self.server_tls_failed(id, &why);
-                        return;
+                        return Negotiation::Failed(format!(
+                            "TLS to server {name} refused: {error}"
+                        ));
                     }
                 };
-                let Some(server) = self.servers.get_mut(id.0) else {
-                    return;
+                let Some(server) = self.get_mut(id.0) else {
+                    return Negotiation::Wait;
                 };
                 let mut session = Box::new(session);
                 if let Some(hello) = session.take_output() {
-                    self.outbox.send_raw(Conn::Server(id), hello);
+                    outbox.send_raw(Conn::Server(id), hello);
                 }
-                server.tls = Some(session);
-                self.start_server_login(id);
+                server.io_mut().start_tls(session);
+                Negotiation::StartLogin
             }
-            b'N' if !requires_tls(mode) => self.start_server_login(id),
-            b'N' => {
-                let why = format!(
-                    "server does not support TLS, and server_tls_sslmode = {}",
-                    mode.as_str()
-                );
-                self.server_tls_failed(id, &why);
-            }
-            _ => self.server_tls_failed(id, "unexpected answer from server to SSL request"),
+            b'N' if !requires_tls(mode) => Negotiation::StartLogin,
+            b'N' => Negotiation::Failed(format!(
+                "server does not support TLS, and server_tls_sslmode = {}",
+                mode.as_str()
+            )),
+            _ => Negotiation::Failed("unexpected answer from server to SSL request".to_string()),
         }
     }
 
-    /// Bytes from a server on TLS: its plaintext joins the server's input. Returns whether
-    /// plaintext may be waiting.
-    pub(super) fn server_tls_received(&mut self, id: ServerId, data: &[u8]) -> bool {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return false;
+    /// Bytes from a server on TLS: its plaintext joins its input. `Ok`: whether plaintext
+    /// may be waiting; `Err`: why its TLS failed.
+    pub(super) fn tls_received(
+        &mut self,
+        id: ServerId,
+        data: &[u8],
+        outbox: &mut Outbox,
+    ) -> Result<bool, String> {
+        let Some(server) = self.get_mut(id.0) else {
+            return Ok(false);
         };
-        let Some(session) = server.tls.as_mut() else {
-            return true;
+        let Some((result, output)) = server.io_mut().tls_received(data) else {
+            return Ok(true);
         };
-        let result = session.receive(data, &mut server.input);
-        if let Some(output) = session.take_output() {
-            self.outbox.send_raw(Conn::Server(id), output);
+        if let Some(output) = output {
+            outbox.send_raw(Conn::Server(id), output);
         }
         match result {
-            Err(error) => {
-                self.server_tls_failed(id, &format!("TLS with server failed: {error}"));
-                false
-            }
-            Ok(received) if received.peer_closed => {
-                // The server's plaintext before its close_notify is still read.
-                received.plaintext_bytes > 0
-            }
-            Ok(received) => received.plaintext_bytes > 0,
+            Err(error) => Err(format!("TLS with server failed: {error}")),
+            // The server's plaintext before its close_notify is still read.
+            Ok(received) => Ok(received.plaintext_bytes > 0),
         }
     }
+}
 
-    /// The name a server's certificate is checked against: the configured host, or the
-    /// address of a replica.
-    fn tls_server_name(&self, id: ServerId) -> String {
-        let Some(server) = self.servers.get(id.0) else {
-            return String::new();
-        };
-        let configured = self
-            .pools
-            .key(server.pool)
-            .and_then(|key| self.config.database(&key.database))
-            .and_then(|db| match &db.servers {
-                pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
-                pgtier_core::config::ServerSet::Replicas(_) => None,
-            });
-        configured.unwrap_or_else(|| server.addr.host_text())
-    }
-
-    /// TLS with a server failed before or during its login: the pool's waiters get the
-    /// reason (08006), as for any failed login.
-    fn server_tls_failed(&mut self, id: ServerId, why: &str) {
-        debug!(?id, why, "server TLS failed");
-        self.server_failed(id, why, None);
-    }
+/// The name a server's certificate is checked against: the configured host, or the
+/// address of a replica.
+pub(super) fn tls_server_name(
+    env: &super::env::Env,
+    linker: &super::linker::Linker,
+    server: &crate::server::ServerConn,
+) -> String {
+    let configured = linker
+        .pools()
+        .key(server.pool())
+        .and_then(|key| env.config().database(&key.database))
+        .and_then(|db| match &db.servers {
+            pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
+            pgtier_core::config::ServerSet::Replicas(_) => None,
+        });
+    configured.unwrap_or_else(|| server.info().addr().host_text())
 }

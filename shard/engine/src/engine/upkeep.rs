@@ -2,122 +2,21 @@
 //! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
 //! clients of Down replicas re-routed, counters folded; the commands other shards and the
 //! process send (cancel, reload, shutdown, slot handover, listings); and the gathering of
-//! every shard's rows for the admin console's sessions (`console.rs`), as `listing.rs`
-//! copies them out.
+//! every shard's rows for the admin console's sessions (`gates.rs`, `listings.rs`), as
+//! `listing.rs` copies them out.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use pgtier_core::class::{CLASS_COUNT, ClassSetting};
-use pgtier_core::metrics::LatencyHistogram;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
-use pgtier_wire::SqlState;
 use tracing::info;
 
 use crate::action::{Action, CloseHow, Conn};
 use crate::cancel::{CancelKey, shard_of};
-use crate::client::ClientState;
 use crate::command::{Command, ShutdownMode};
 use crate::engine::Engine;
+use crate::engine::timeouts::ClientTimeouts;
 use crate::ids::{ClientId, ServerId};
-use crate::listing::{Listing, ShardListing};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
-use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT, Limits};
-use crate::shared::IntervalStats;
-
-/// PgBouncer's client timeouts, `None` where disabled.
-struct ClientTimeouts {
-    login: Option<Duration>,
-    wait: Option<Duration>,
-    idle: Option<Duration>,
-    idle_in_transaction: Option<Duration>,
-    query: Option<Duration>,
-    /// An `auth_query` lookup, from parking on the `auth_user` pool to its answer.
-    lookup: Option<Duration>,
-}
-
-impl ClientTimeouts {
-    /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
-    fn expired(
-        &self,
-        client: &crate::client::ClientConn,
-        in_transaction: bool,
-        now: Instant,
-    ) -> Option<(SqlState, &'static str)> {
-        let over = |since: Instant, limit: Option<Duration>| {
-            limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
-        };
-        let query_started = client.session.as_ref().and_then(|s| s.query_started);
-        match client.state {
-            ClientState::Startup
-            | ClientState::Authenticating(_)
-            | ClientState::LookingUp { .. }
-                if over(client.connected_at, self.login) =>
-            {
-                Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
-            }
-            ClientState::LookingUp { since, .. } if over(since, self.lookup) => {
-                Some((sqlstate::CONNECTION_FAILURE, "server_connect_timeout"))
-            }
-            ClientState::Routing { since, .. } if over(since, self.wait) => {
-                Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
-            }
-            ClientState::Idle { since } if over(since.max(client.last_active), self.idle) => {
-                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
-            }
-            ClientState::Console { .. } if over(client.last_active, self.idle) => {
-                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
-            }
-            ClientState::Linked { .. }
-                if query_started.is_some_and(|started| over(started, self.query)) =>
-            {
-                Some((sqlstate::QUERY_CANCELED, "query_timeout"))
-            }
-            ClientState::Linked { .. }
-                if in_transaction && over(client.last_active, self.idle_in_transaction) =>
-            {
-                Some((
-                    sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
-                    "idle_transaction_timeout",
-                ))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// A listing being gathered for one console session.
-#[derive(Debug)]
-struct PendingListing {
-    request_id: u64,
-    client: ClientId,
-    deadline: Instant,
-    parts: Vec<ShardListing>,
-    /// Set once every shard answered or the deadline passed.
-    ready: Option<Listing>,
-}
-
-/// The listings this shard's console sessions are gathering.
-#[derive(Debug, Default)]
-pub struct Listings {
-    next_request_id: u64,
-    pending: Vec<PendingListing>,
-}
-
-impl Listings {
-    pub(super) fn take_ready(&mut self, client: ClientId) -> Option<Listing> {
-        let index = self
-            .pending
-            .iter()
-            .position(|p| p.client == client && p.ready.is_some())?;
-        self.pending.swap_remove(index).ready
-    }
-
-    pub(super) fn is_gathering(&self, client: ClientId) -> bool {
-        self.pending.iter().any(|p| p.client == client)
-    }
-}
+use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT};
 
 impl Engine {
     pub(super) fn housekeeping(&mut self) {
@@ -125,77 +24,35 @@ impl Engine {
         self.check_server_timeouts();
         self.expire_waiters();
         self.close_idle_servers();
-        self.keep_pools_warm();
+        if !self.admin.is_shutting_down() {
+            self.linker
+                .keep_pools_warm(&self.env, &*self.routing, self.clients.logins(), self.now);
+        }
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
         self.expire_listings();
         self.close_idle_servers_of_paused();
-        self.progress_controls();
-        if self.shutdown.is_some() {
+        self.progress_admin_ops();
+        if self.admin.is_shutting_down() {
             self.progress_shutdown();
         }
         self.fold_counters();
-        self.drop_empty_call_logs();
-        if self.config.pgtier.metrics_port != 0 {
+        self.clients.drop_empty_call_logs();
+        if self.env.config().pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
         }
     }
 
-    /// Gives back the call logs that remember nothing, so an idle client holds none. Done
-    /// here rather than at each answer: a busy session keeps its log from one transaction to
-    /// the next instead of allocating one per transaction.
-    fn drop_empty_call_logs(&mut self) {
-        for client in self.clients.values_mut() {
-            if let Some(session) = client.session.as_deref_mut() {
-                if session
-                    .calls
-                    .as_deref()
-                    .is_some_and(|calls| calls.is_empty())
-                {
-                    session.calls = None;
-                }
-            }
-        }
-    }
-
     fn check_client_timeouts(&mut self) {
-        let s = &self.config.pgtier;
-        let limits = ClientTimeouts {
-            login: Engine::enabled(s.client_login_timeout),
-            wait: Engine::enabled(s.query_wait_timeout),
-            idle: Engine::enabled(s.client_idle_timeout),
-            idle_in_transaction: Engine::enabled(s.idle_transaction_timeout),
-            query: Engine::enabled(s.query_timeout),
-            lookup: Engine::enabled(s.server_connect_timeout),
-        };
-        let mut expired: Vec<(ClientId, SqlState, &'static str)> = Vec::new();
-        let mut linger_over = Vec::new();
-        for (slot, client) in self.clients.iter() {
-            let id = ClientId(slot);
-            if let ClientState::Closing {
-                linger_until: Some(until),
-            } = client.state
-            {
-                if until <= self.now {
-                    linger_over.push(id);
-                }
-                continue;
-            }
-            let in_transaction = client
-                .server()
-                .and_then(|server| self.servers.get(server.0))
-                .is_some_and(|server| server.tracker.idle_in_transaction());
-            if let Some((code, name)) = limits.expired(client, in_transaction, self.now) {
-                expired.push((id, code, name));
-            }
-        }
+        let limits = ClientTimeouts::from_settings(&self.env.config().pgtier);
+        let (expired, linger_over) = self.clients.timed_out(&limits, &self.servers, self.now);
         for (id, code, message) in expired {
             self.close_client(id, Some(messages::fatal(code, message)));
         }
         for id in linger_over {
             // Its final error could not be delivered in time: cut it off.
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.state = ClientState::Closing { linger_until: None };
+                client.closed_quietly();
             }
             self.outbox.push(Action::Close {
                 conn: Conn::Client(id),
@@ -205,34 +62,9 @@ impl Engine {
     }
 
     fn check_server_timeouts(&mut self) {
-        let s = &self.config.pgtier;
-        let connect = Engine::enabled(s.server_connect_timeout);
+        let connect = Engine::enabled(self.env.config().pgtier.server_connect_timeout);
         let drain_limit = connect.unwrap_or(DEFAULT_DRAIN_LIMIT);
-        let now = self.now;
-        let over = |since: Instant, limit: Duration| now.saturating_duration_since(since) > limit;
-        let mut failed = Vec::new();
-        let mut retire = Vec::new();
-        for (slot, server) in self.servers.iter() {
-            let id = ServerId(slot);
-            match &server.state {
-                ServerState::Connecting { since }
-                | ServerState::Negotiating { since }
-                | ServerState::LoggingIn { since, .. }
-                    if connect.is_some_and(|limit| over(*since, limit)) =>
-                {
-                    failed.push(id);
-                }
-                ServerState::Releasing { since, .. }
-                | ServerState::Checking { since }
-                | ServerState::Leaving { since, .. }
-                | ServerState::Moving { since, .. }
-                    if over(*since, drain_limit) =>
-                {
-                    retire.push(id);
-                }
-                _ => {}
-            }
-        }
+        let (failed, retire) = self.servers.timed_out(connect, drain_limit, self.now);
         for id in failed {
             self.server_failed(
                 id,
@@ -247,16 +79,11 @@ impl Engine {
 
     /// Clients whose `query_wait_timeout` passed while parked.
     fn expire_waiters(&mut self) {
-        while let Some(expired) = self.pools.poll_expired(self.now) {
+        while let Some(expired) = self.linker.pools_mut().poll_expired(self.now) {
             let id = expired.waiter;
             if let Some(client) = self.clients.get_mut(id.0) {
-                match &mut client.state {
-                    ClientState::Joining { ticket, .. }
-                    | ClientState::Queued { ticket, .. }
-                    | ClientState::LookingUp { ticket, .. } => {
-                        *ticket = None;
-                    }
-                    _ => continue,
+                if !client.unparked(true) {
+                    continue;
                 }
             }
             let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
@@ -268,7 +95,9 @@ impl Engine {
     /// or asked for by another shard.
     fn close_idle_servers(&mut self) {
         let mut closing: Vec<Closing<ServerId>> = Vec::new();
-        self.pools.collect_closable(self.now, &mut closing);
+        self.linker
+            .pools_mut()
+            .collect_closable(self.now, &mut closing);
         for closing in closing {
             self.retire(closing);
         }
@@ -276,16 +105,17 @@ impl Engine {
 
     /// Warmup to `min_pool_size`, and pools whose clients wait with nothing being opened.
     fn open_wanted_servers(&mut self) {
-        if self.shutdown.is_some() {
+        if self.admin.is_shutting_down() {
             return;
         }
         let mut opens: Vec<PoolId> = Vec::new();
-        self.pools.collect_opens(self.now, &mut opens);
+        self.linker.pools_mut().collect_opens(self.now, &mut opens);
         // No warmup for a paused database: PAUSE waits for its servers to be gone.
         opens.retain(|pool| {
-            self.pools
+            self.linker
+                .pools()
                 .key(*pool)
-                .is_none_or(|key| !self.controls.gates.is_paused(&key.database))
+                .is_none_or(|key| !self.admin.gates().is_paused(&key.database))
         });
         for pool in opens {
             self.open_server(pool);
@@ -293,7 +123,8 @@ impl Engine {
         // Clients that still wait with nothing opening for them: their pool is full, and
         // the servers may sit on other shards, which are asked again (once per period).
         let starving: Vec<PoolId> = self
-            .pools
+            .linker
+            .pools()
             .pools()
             .filter(|(_, _, counts)| counts.waiting > 0 && counts.opening == 0)
             .map(|(pool, _, _)| pool)
@@ -306,7 +137,8 @@ impl Engine {
     /// Clients queued on pools of Down replicas are routed elsewhere, not failed.
     fn reroute_waiters_of_down_replicas(&mut self) {
         let down: Vec<PoolId> = self
-            .pools
+            .linker
+            .pools()
             .pools()
             .filter(|(_, key, counts)| {
                 counts.waiting > 0
@@ -315,36 +147,15 @@ impl Engine {
             })
             .map(|(pool, _, _)| pool)
             .collect();
-        for id in self.unpark_waiters(down) {
+        for id in self.linker.unpark_waiters(down, &mut self.clients) {
             self.reroute(id);
         }
-    }
-
-    /// Takes every client parked on `pools` off them (their tickets are void): the clients
-    /// the caller must now place elsewhere (re-route, hold for a RESUME).
-    pub(super) fn unpark_waiters(&mut self, pools: Vec<PoolId>) -> Vec<ClientId> {
-        let mut unparked = Vec::new();
-        for pool in pools {
-            let mut waiters = Vec::new();
-            self.pools.take_waiters(pool, &mut waiters);
-            for id in waiters {
-                if let Some(client) = self.clients.get_mut(id.0) {
-                    match &mut client.state {
-                        ClientState::Joining { ticket, .. }
-                        | ClientState::Queued { ticket, .. } => *ticket = None,
-                        _ => continue,
-                    }
-                }
-                unparked.push(id);
-            }
-        }
-        unparked
     }
 
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client
     /// is left to use them.
     fn progress_shutdown(&mut self) {
-        let Some(mode) = self.shutdown else {
+        let Some(mode) = self.admin.shutdown() else {
             return;
         };
         let clients: Vec<(ClientId, bool)> = self
@@ -371,7 +182,7 @@ impl Engine {
                 continue;
             };
             let unused = matches!(
-                server.state,
+                server.state(),
                 ServerState::Idle { .. }
                     | ServerState::Connecting { .. }
                     | ServerState::Negotiating { .. }
@@ -394,47 +205,6 @@ impl Engine {
         }
     }
 
-    /// Folds latency into the shared histograms; shard 0 closes the observation interval
-    /// when `stats_period` passed.
-    pub(super) fn fold_latency(&mut self) {
-        let mut recorded = false;
-        for class in ClassSetting::ALL {
-            let local = self.latency.of(class);
-            if local.count() > 0 {
-                self.shared.latency[class.index()].merge_from(local);
-                recorded = true;
-            }
-        }
-        if recorded {
-            self.latency.reset();
-        }
-        if self.shard != 0 {
-            return;
-        }
-        let period = self.config.pgtier.stats_period.duration();
-        let length = self.now.saturating_duration_since(self.interval_started);
-        if length < period {
-            return;
-        }
-        let mut histogram = LatencyHistogram::new();
-        let mut latency = [Default::default(); CLASS_COUNT];
-        for (class, summary) in latency.iter_mut().enumerate() {
-            self.shared.latency[class].take_into(&mut histogram);
-            *summary = histogram.summary();
-        }
-        let stats = IntervalStats {
-            ended_at: self.wall_time(),
-            length,
-            latency,
-        };
-        self.shared.interval.store(Some(Arc::new(stats)));
-        self.shared.databases.close_interval(length);
-        self.shared
-            .intervals
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.interval_started = self.now;
-    }
-
     // ---- commands ----
 
     pub(super) fn on_command(&mut self, command: Command) {
@@ -442,28 +212,25 @@ impl Engine {
             Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
             Command::Reload { config, users, tls } => {
                 // New connections use the new TLS configurations; running sessions keep theirs.
-                self.tls = tls;
-                self.limits = Limits::from_config(&config);
-                self.flush_policy = pgtier_core::metrics::FlushPolicy::from(&config.pgtier);
-                self.configure_digests(&config.pgtier);
-                self.config = config;
-                self.users = users;
-                self.secrets.clear();
-                self.lookups.clear();
+                self.clients.logins_mut().reloaded(tls.acceptor);
+                self.servers.reloaded(tls.connector);
+                self.stats.configure(&config.pgtier, self.env.shared());
+                self.env.reload(config, users);
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
-                    .pools
+                    .linker
+                    .pools()
                     .pools()
                     .map(|(pool, key, _)| (pool, key.clone()))
                     .collect();
                 for (pool, key) in keyed {
-                    let limits = self.pool_limits(&key);
-                    self.pools.set_limits(pool, limits);
+                    let limits = self.env.pool_limits(&key);
+                    self.linker.pools_mut().set_limits(pool, limits);
                 }
-                self.reset_warm_pools();
-                info!(shard = self.shard, "configuration reloaded");
+                self.linker.reset_warm_pools(self.env.config());
+                info!(shard = self.env.shard(), "configuration reloaded");
             }
             Command::Shutdown(mode) => {
-                self.shutdown = Some(self.shutdown.map_or(mode, |current| current.max(mode)));
+                self.admin.shut_down(mode);
                 self.progress_shutdown();
             }
             Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
@@ -471,12 +238,12 @@ impl Engine {
             Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {
                 let budget = match (database, user) {
-                    (Some(database), _) => self.shared.budgets.database(&database),
-                    (None, Some(user)) => self.shared.budgets.user(&user),
+                    (Some(database), _) => self.env.shared().budgets.database(&database),
+                    (None, Some(user)) => self.env.shared().budgets.user(&user),
                     (None, None) => None,
                 };
                 if let Some(budget) = budget
-                    && let Some(closing) = self.pools.release_idle_sharing(&budget)
+                    && let Some(closing) = self.linker.pools_mut().release_idle_sharing(&budget)
                 {
                     self.retire(closing);
                 }
@@ -490,7 +257,12 @@ impl Engine {
                 });
             }
             Command::Listed { request_id, part } => {
-                if let Some(client) = self.add_listing_part(request_id, *part) {
+                let shards = self.env.shared().shards();
+                if let Some(client) = self
+                    .admin
+                    .listings_mut()
+                    .add_part(request_id, *part, shards)
+                {
                     self.on_console_bytes(client);
                 }
             }
@@ -498,9 +270,9 @@ impl Engine {
                 from,
                 request_id,
                 op,
-            } => self.apply_control(from, request_id, op),
+            } => self.apply_admin_op(from, request_id, op),
             Command::ControlDone { request_id, error } => {
-                self.on_control_done(request_id, error);
+                self.on_admin_op_done(request_id, error);
             }
         }
     }
@@ -510,9 +282,9 @@ impl Engine {
     /// A CancelRequest arrived here; handled here or passed to the owning shard.
     pub(super) fn route_cancel(&mut self, key: CancelKey) {
         let owner = shard_of(key.secret);
-        if owner == self.shard {
+        if owner == self.env.shard() {
             self.handle_cancel(key);
-        } else if owner < self.shared.shards() {
+        } else if owner < self.env.shared().shards() {
             self.outbox.push(Action::Post {
                 shard: owner,
                 command: Command::Cancel {
@@ -525,7 +297,7 @@ impl Engine {
 
     /// Forwards a cancel only if the key's client still has a server running its query.
     fn handle_cancel(&mut self, key: CancelKey) {
-        let Some(client) = self.keys.lookup(key) else {
+        let Some(client) = self.clients.logins().keys().lookup(key) else {
             tracing::debug!("cancel request with an unknown key");
             return;
         };
@@ -535,74 +307,42 @@ impl Engine {
         let running = self
             .servers
             .get(server.0)
-            .is_some_and(|s| s.client() == Some(client) && s.tracker.has_outstanding());
+            .is_some_and(|s| s.client() == Some(client) && s.backend().tracker().has_outstanding());
         if running {
-            self.send_cancel(server);
+            self.servers.send_cancel(server, &mut self.outbox);
         }
     }
 
     /// Starts gathering rows for console session `id`: this shard's now, the others'
     /// through their mailboxes.
     pub(super) fn start_listing(&mut self, id: ClientId) {
-        self.listings.next_request_id += 1;
-        let request_id = self.listings.next_request_id;
-        self.listings.pending.push(PendingListing {
-            request_id,
-            client: id,
-            deadline: self.now + LISTING_WAIT,
-            parts: Vec::with_capacity(self.shared.shards()),
-            ready: None,
-        });
-        for shard in (0..self.shared.shards()).filter(|shard| *shard != self.shard) {
+        let shards = self.env.shared().shards();
+        let request_id = self
+            .admin
+            .listings_mut()
+            .start(id, self.now + LISTING_WAIT, shards);
+        for shard in (0..self.env.shared().shards()).filter(|shard| *shard != self.env.shard()) {
             self.outbox.push(Action::Post {
                 shard,
                 command: Command::ListSessions {
-                    from: self.shard,
+                    from: self.env.shard(),
                     request_id,
                 },
             });
         }
         let own = self.list_sessions();
-        self.add_listing_part(request_id, own);
-    }
-
-    /// Adds one shard's rows; returns the console client once its listing is complete.
-    fn add_listing_part(&mut self, request_id: u64, part: ShardListing) -> Option<ClientId> {
-        let shards = self.shared.shards();
-        let pending = self
-            .listings
-            .pending
-            .iter_mut()
-            .find(|p| p.request_id == request_id && p.ready.is_none())?;
-        pending.parts.push(part);
-        if pending.parts.len() < shards {
-            return None;
-        }
-        let parts = std::mem::take(&mut pending.parts);
-        pending.ready = Some(Listing::new(parts, Vec::new()));
-        Some(pending.client)
+        self.admin.listings_mut().add_part(request_id, own, shards);
     }
 
     /// Listings past their deadline are answered with the rows that arrived.
     fn expire_listings(&mut self) {
-        let now = self.now;
-        let shards = self.shared.shards();
-        let mut expired = Vec::new();
-        for pending in &mut self.listings.pending {
-            if pending.ready.is_none() && pending.deadline <= now {
-                let missing = (0..shards)
-                    .filter(|shard| !pending.parts.iter().any(|p| p.shard == *shard))
-                    .collect();
-                let parts = std::mem::take(&mut pending.parts);
-                pending.ready = Some(Listing::new(parts, missing));
-                expired.push(pending.client);
-            }
-        }
+        let shards = self.env.shared().shards();
+        let expired = self.admin.listings_mut().expire(self.now, shards);
         for client in expired {
             if self.clients.get(client.0).is_some_and(|c| !c.is_closing()) {
                 self.on_console_bytes(client);
             } else {
-                self.listings.pending.retain(|p| p.client != client);
+                self.admin.listings_mut().forget(client);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Table tests of a client's database DDL (`engine/vacate.rs`) through two kernel-less
+//! Table tests of a client's database DDL (`engine/linker/vacate.rs`) through two kernel-less
 //! drivers sharing one set of budgets (`testing::Pair`): the idle servers of the database
 //! the statement names (by its PostgreSQL name, not the entry's) get Terminate and close on
 //! both shards before the statement is answered; a server a client is using stays; servers
@@ -127,6 +127,6 @@ fn other_databases_are_untouched_and_the_warmup_waits() {
         0,
         "no refill while held"
     );
-    pair.advance(super::vacate::WARMUP_HOLD);
+    pair.advance(super::linker::vacate::WARMUP_HOLD);
     assert_eq!(pair.shards[1].live_servers().len(), 1, "the warmup resumes");
 }

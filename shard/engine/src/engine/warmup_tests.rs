@@ -1,4 +1,4 @@
-//! Table tests of the pools kept warm before any client (`engine/warmup.rs`): a forced-user
+//! Table tests of the pools kept warm before any client (`engine/linker/warmup.rs`): a forced-user
 //! entry's `min_pool_size` servers open at the first housekeeping pass, split between the
 //! shards so that they add up to the minimum; a replica's warm pool is drained while the
 //! replica is Down and warms again once it is up; a forced user known only by its SCRAM

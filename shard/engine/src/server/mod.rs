@@ -16,6 +16,7 @@ use pgtier_pool::{Lease, PoolId};
 
 use crate::cancel::CancelKey;
 use crate::ids::{ClientId, ServerId};
+use crate::inbox::Inbox;
 use crate::messages;
 use crate::params::TrackedParams;
 use crate::tracker::Tracker;
@@ -62,37 +63,228 @@ pub enum ServerState {
 /// One server connection.
 #[derive(Debug)]
 pub struct ServerConn {
-    pub(crate) state: ServerState,
-    pub(crate) pool: PoolId,
-    pub(crate) addr: ServerAddr,
-    pub(crate) mode: PoolMode,
+    state: ServerState,
+    pool: PoolId,
+    mode: PoolMode,
+    io: ServerIo,
+    backend: Backend,
+    info: ServerInfo,
+    /// Its pool lease while it is out of the idle list.
+    lease: Option<Lease<ServerId>>,
+    /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
+    close_needed: bool,
+}
+
+/// A server's bytes in and its transport: what it sent and was not consumed yet, its TLS
+/// session, and whether its reading is paused.
+#[derive(Debug, Default)]
+pub struct ServerIo {
     /// Received bytes not consumed yet (the rest of a message whose start was forwarded
     /// streams through; whole messages wait here only while being read).
-    pub(crate) input: BytesMut,
-    pub(crate) tracker: Tracker,
-    pub(crate) relay: Relay,
+    input: Inbox,
+    /// Its TLS session, when the server accepted the SSLRequest.
+    tls: Option<Box<crate::tls::TlsSession>>,
+    /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
+    paused: bool,
+}
+
+impl ServerIo {
+    pub fn input(&self) -> &Inbox {
+        &self.input
+    }
+
+    pub fn input_mut(&mut self) -> &mut Inbox {
+        &mut self.input
+    }
+
+    pub fn tls(&self) -> Option<&crate::tls::TlsSession> {
+        self.tls.as_deref()
+    }
+
+    pub fn tls_mut(&mut self) -> Option<&mut crate::tls::TlsSession> {
+        self.tls.as_deref_mut()
+    }
+
+    /// The server accepted the SSLRequest: its TLS session began.
+    pub fn start_tls(&mut self, session: Box<crate::tls::TlsSession>) {
+        self.tls = Some(session);
+    }
+
+    /// Ciphertext from it: its plaintext joins its input. `None` without TLS.
+    pub fn tls_received(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(
+        Result<crate::tls::Received, crate::tls::TlsError>,
+        Option<Bytes>,
+    )> {
+        let session = self.tls.as_mut()?;
+        let result = session.receive(data, self.input.buffer_mut());
+        Some((result, session.take_output()))
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Its reading pauses: true when it was not paused yet.
+    pub fn pause(&mut self) -> bool {
+        !std::mem::replace(&mut self.paused, true)
+    }
+
+    /// Its reading resumes: true when it was paused.
+    pub fn unpause(&mut self) -> bool {
+        std::mem::replace(&mut self.paused, false)
+    }
+}
+
+/// What pgtier knows of a server's backend session: where its protocol exchange stands,
+/// the relay's walk of its output, its parameter values, its cancel key, and what must run
+/// before another client may have it.
+#[derive(Debug, Default)]
+pub struct Backend {
+    tracker: Tracker,
+    relay: Relay,
     /// The backend's current values of the tracked parameters.
-    pub(crate) params: TrackedParams,
+    params: TrackedParams,
     /// The backend's own cancel key.
-    pub(crate) key: Option<CancelKey>,
+    key: Option<CancelKey>,
+    /// What must run before another client may have it.
+    reset: Reset,
     /// Cancel requests sent for it whose connections have not finished: until then it is
     /// not given to anyone else, so a late cancel can never hit another client's query.
-    pub(crate) cancels_pending: u32,
+    cancels_pending: u32,
+}
+
+impl Backend {
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    pub fn relay_mut(&mut self) -> &mut Relay {
+        &mut self.relay
+    }
+
+    /// Its relay and tracker at once, for the forward that writes to both.
+    pub fn relay_and_tracker_mut(&mut self) -> (&mut Relay, &mut Tracker) {
+        (&mut self.relay, &mut self.tracker)
+    }
+
+    /// The backend's current values of the tracked parameters.
+    pub fn params(&self) -> &TrackedParams {
+        &self.params
+    }
+
     /// What must run before another client may have it.
-    pub(crate) reset: Reset,
-    /// Its output is paused: its client has more queued than `client_buffer_limit_bytes`.
-    pub(crate) paused: bool,
-    /// Its pool lease while it is out of the idle list.
-    pub(crate) lease: Option<Lease<ServerId>>,
-    /// Its TLS session, when the server accepted the SSLRequest.
-    pub(crate) tls: Option<Box<crate::tls::TlsSession>>,
-    /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
-    pub(crate) close_needed: bool,
+    pub fn reset(&self) -> Reset {
+        self.reset
+    }
+
+    /// Its client left `reset` to be run before the next one.
+    pub fn needs_reset(&mut self, reset: Reset) {
+        self.reset = self.reset.max(reset);
+    }
+
+    /// The backend pid, for listings.
+    pub fn pid(&self) -> Option<u32> {
+        self.key.map(|key| key.pid)
+    }
+
+    /// A query of the engine's own (answer swallowed): the bytes to send.
+    pub fn internal_query(&mut self, sql: &str) -> Bytes {
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        messages::query(&mut out, sql);
+        self.relay.expect_internal(&mut self.tracker);
+        if let Some(prepared) = self.relay.prepared.as_deref_mut() {
+            // A simple Query drops the server's unnamed statement.
+            prepared
+                .statements
+                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Empty);
+        }
+        out.freeze()
+    }
+
+    /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
+    /// numbering).
+    pub fn holds_statements(&self) -> bool {
+        self.relay
+            .prepared
+            .as_ref()
+            .is_some_and(|prepared| !prepared.statements.is_empty())
+    }
+
+    /// The reset query may drop the server's named statements (`DISCARD ALL` does): what
+    /// the cache believes follows it. Should the query fail, the server is closed anyway.
+    pub(super) fn statements_reset_by(&mut self, query: &str) {
+        let Some(prepared) = self.relay.prepared.as_mut() else {
+            return;
+        };
+        let effects = pgtier_wire::session_state::classify_query(query.as_bytes());
+        if effects.intersects(
+            pgtier_wire::session_state::Effects::DISCARD_ALL
+                .union(pgtier_wire::session_state::Effects::DEALLOCATE_ALL),
+        ) {
+            prepared.statements.clear();
+        } else if effects.intersects(pgtier_wire::session_state::Effects::DEALLOCATE) {
+            prepared.statements.all_unknown();
+        }
+    }
+
+    /// A cancel request goes for what it runs: its backend key, when it has one. It is not
+    /// given to anyone else until the cancel connection finishes.
+    pub fn cancel_sent(&mut self) -> Option<CancelKey> {
+        let key = self.key?;
+        self.cancels_pending += 1;
+        Some(key)
+    }
+
+    /// A cancel connection for it finished.
+    pub fn cancel_done(&mut self) {
+        self.cancels_pending = self.cancels_pending.saturating_sub(1);
+    }
+
+    /// Cancel requests sent for it whose connections have not finished.
+    pub fn cancels_pending(&self) -> u32 {
+        self.cancels_pending
+    }
+}
+
+/// Where a server is and when it was used, for listings.
+#[derive(Debug)]
+pub struct ServerInfo {
+    addr: ServerAddr,
     /// When the connect was asked for, and when a client last got it (listings).
-    pub(crate) connected_at: Instant,
-    pub(crate) last_linked: Option<Instant>,
+    connected_at: Instant,
+    last_linked: Option<Instant>,
     /// The local end of its socket, once connected (listings).
-    pub(crate) local_addr: Option<std::net::SocketAddr>,
+    local_addr: Option<std::net::SocketAddr>,
+}
+
+impl ServerInfo {
+    pub fn addr(&self) -> &ServerAddr {
+        &self.addr
+    }
+
+    pub fn connected_at(&self) -> Instant {
+        self.connected_at
+    }
+
+    pub fn last_linked(&self) -> Option<Instant> {
+        self.last_linked
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local_addr
+    }
+
+    /// The driver learned the local end of its socket.
+    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+        self.local_addr = addr;
+    }
 }
 
 impl ServerConn {
@@ -101,24 +293,25 @@ impl ServerConn {
         ServerConn {
             state: ServerState::Connecting { since: now },
             pool,
-            addr,
             mode,
-            input: BytesMut::new(),
-            tracker: Tracker::default(),
-            relay: Relay::default(),
-            params: TrackedParams::default(),
-            key: None,
-            cancels_pending: 0,
-            reset: Reset::None,
-            paused: false,
+            io: ServerIo::default(),
+            backend: Backend::default(),
+            info: ServerInfo {
+                addr,
+                connected_at: now,
+                last_linked: None,
+                local_addr: None,
+            },
             lease: None,
-            tls: None,
             close_needed: false,
-            connected_at: now,
-            last_linked: None,
-            local_addr: None,
         }
     }
+
+    pub fn state(&self) -> &ServerState {
+        &self.state
+    }
+
+    // ---- transitions ----
 
     /// It starts releasing now (its client left, or its transaction ended).
     pub fn start_releasing(&mut self, now: Instant) {
@@ -126,6 +319,221 @@ impl ServerConn {
             since: now,
             rolled_back: false,
         };
+    }
+
+    /// Connected, its SSLRequest sent at `now`.
+    pub fn negotiating(&mut self, now: Instant) {
+        self.state = ServerState::Negotiating { since: now };
+    }
+
+    /// Its StartupMessage was sent at `now`.
+    pub fn logging_in(&mut self, now: Instant) {
+        self.state = ServerState::LoggingIn {
+            since: now,
+            login: Box::default(),
+        };
+    }
+
+    /// Its login and its input, while it logs in.
+    pub fn login_mut(&mut self) -> Option<(&mut ServerLogin, &mut Inbox)> {
+        match &mut self.state {
+            ServerState::LoggingIn { login, .. } => Some((login, &mut self.io.input)),
+            _ => None,
+        }
+    }
+
+    /// Its login finished: it learns its backend's values and key, and the login's
+    /// parameters are handed back for the pool's welcome. It is `Releasing` until the pool
+    /// says where it goes.
+    pub fn logged_in(&mut self, now: Instant) -> Option<Vec<(String, String)>> {
+        let ServerState::LoggingIn { login, .. } = std::mem::replace(
+            &mut self.state,
+            ServerState::Releasing {
+                since: now,
+                rolled_back: false,
+            },
+        ) else {
+            return None;
+        };
+        let backend = login.into_backend();
+        self.backend.params = backend.tracked;
+        self.backend.key = backend.key;
+        Some(backend.params)
+    }
+
+    /// In its pool's idle list since `now`.
+    pub fn idle(&mut self, now: Instant) {
+        self.state = ServerState::Idle { since: now };
+    }
+
+    /// Running `server_check_query` since `now`, holding `lease` out of the idle list.
+    pub fn checking(&mut self, now: Instant, lease: Lease<ServerId>) {
+        self.state = ServerState::Checking { since: now };
+        self.lease = Some(lease);
+    }
+
+    /// Serving `client` from `now` with `lease`; `reset` must run before the next client.
+    pub fn serve(&mut self, client: ClientId, now: Instant, lease: Lease<ServerId>, reset: Reset) {
+        self.state = ServerState::Busy { client };
+        self.info.last_linked = Some(now);
+        self.lease = Some(lease);
+        self.backend.reset = self.backend.reset.max(reset);
+    }
+
+    /// Runs a client's `auth_query` lookup with `lease` (not a link: nothing of the client
+    /// stays on it).
+    pub fn looks_up_for(&mut self, client: ClientId, lease: Lease<ServerId>) {
+        self.state = ServerState::Busy { client };
+        self.lease = Some(lease);
+    }
+
+    /// Terminate goes to it at `now` so its slot can go to shard `to`; it is read until
+    /// its backend closes the connection.
+    pub fn leaving(&mut self, now: Instant, to: Option<usize>) {
+        self.state = ServerState::Leaving { since: now, to };
+        self.io.paused = false;
+    }
+
+    /// Its socket is being detached at `now` to move whole to shard `to`.
+    pub fn moving(&mut self, now: Instant, to: usize) {
+        self.state = ServerState::Moving { since: now, to };
+    }
+
+    /// Its teardown begins: its input is dropped; its previous state and lease are handed
+    /// back for its pool accounting.
+    pub fn begin_closing(&mut self) -> (ServerState, Option<Lease<ServerId>>) {
+        let previous = std::mem::replace(&mut self.state, ServerState::Closing);
+        self.io.input.discard();
+        (previous, self.lease.take())
+    }
+
+    /// Its teardown begins with its pool accounting already settled.
+    pub fn mark_closing(&mut self) {
+        self.state = ServerState::Closing;
+        self.io.input.discard();
+    }
+
+    // ---- what it is ----
+
+    pub fn io(&self) -> &ServerIo {
+        &self.io
+    }
+
+    pub fn io_mut(&mut self) -> &mut ServerIo {
+        &mut self.io
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut Backend {
+        &mut self.backend
+    }
+
+    pub fn info(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    pub fn info_mut(&mut self) -> &mut ServerInfo {
+        &mut self.info
+    }
+
+    pub fn pool(&self) -> PoolId {
+        self.pool
+    }
+
+    pub fn lease(&self) -> Option<&Lease<ServerId>> {
+        self.lease.as_ref()
+    }
+
+    /// It holds `lease` out of the pool's idle list.
+    pub fn hold_lease(&mut self, lease: Lease<ServerId>) {
+        self.lease = Some(lease);
+    }
+
+    pub fn take_lease(&mut self) -> Option<Lease<ServerId>> {
+        self.lease.take()
+    }
+
+    // ---- cancels, back-pressure, RECONNECT ----
+
+    /// RECONNECT marked it: it closes when next released.
+    pub fn mark_close_needed(&mut self) {
+        self.close_needed = true;
+    }
+
+    pub fn close_needed(&self) -> bool {
+        self.close_needed
+    }
+
+    // ---- its TLS ----
+
+    // ---- its output ----
+
+    /// Walks its output for its client (whose tracked parameters follow it): what goes to
+    /// the client is taken into `forwarded`.
+    pub fn relay_output(
+        &mut self,
+        client_tracked: &mut TrackedParams,
+        max: usize,
+        forwarded: &mut crate::prepared::Chunks,
+    ) -> relay::Scan {
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
+            Some(client_tracked),
+            max,
+        );
+        scan.take_from(self.io.input.buffer_mut(), forwarded);
+        scan
+    }
+
+    /// Swallows its output (it has no client): what its answers decided for a client's
+    /// names concerns no one.
+    pub fn drain_output(&mut self, max: usize) -> relay::Scan {
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
+            None,
+            max,
+        );
+        scan.take_from(
+            self.io.input.buffer_mut(),
+            &mut crate::prepared::Chunks::new(),
+        );
+        let _ = self.backend.relay.take_fallout();
+        scan
+    }
+
+    /// Reads what an idle server said: parameter changes and notices are fine. Returns
+    /// (retire, shutting_down): anything else (typically a FATAL before the backend exits)
+    /// retires it, and `shutting_down` says whether that was a shutdown error.
+    pub fn read_idle_output(&mut self) -> (bool, bool) {
+        let limits = pgtier_wire::FrameLimits {
+            max_message_len: crate::settings::MAX_IDLE_MESSAGE_BYTES as u32,
+            ..pgtier_wire::FrameLimits::default()
+        };
+        loop {
+            let frame =
+                match pgtier_wire::framing::split_message(self.io.input.buffer_mut(), &limits) {
+                    Ok(Some(frame)) => frame.bytes,
+                    Ok(None) => return (false, false),
+                    Err(_) => return (true, false),
+                };
+            match frame[0] {
+                b'S' => {
+                    if let Some((name, value)) = messages::parse_parameter_status(&frame[5..]) {
+                        self.backend.params.set(name, value);
+                    }
+                }
+                b'N' | b'A' => {}
+                b'E' => return (true, relay::is_shutdown_error(&frame[5..])),
+                _ => return (true, false),
+            }
+        }
     }
 
     /// The client it serves, if any.
@@ -148,25 +556,6 @@ impl ServerConn {
             self.state,
             ServerState::Idle { .. } | ServerState::Busy { .. }
         )
-    }
-
-    /// A query of the engine's own (answer swallowed): the bytes to send.
-    pub fn internal_query(&mut self, sql: &str) -> Bytes {
-        let mut out = BytesMut::with_capacity(sql.len() + 8);
-        messages::query(&mut out, sql);
-        self.relay.expect_internal(&mut self.tracker);
-        if let Some(prepared) = self.relay.prepared.as_deref_mut() {
-            // A simple Query drops the server's unnamed statement.
-            prepared
-                .statements
-                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Empty);
-        }
-        out.freeze()
-    }
-
-    /// The backend pid, for listings.
-    pub fn backend_pid(&self) -> Option<u32> {
-        self.key.map(|key| key.pid)
     }
 
     /// The admin-console name of its state.
@@ -197,9 +586,9 @@ mod tests {
             Instant::now(),
         );
         assert_eq!(server.state_name(), "login");
-        let bytes = server.internal_query("ROLLBACK");
+        let bytes = server.backend.internal_query("ROLLBACK");
         assert_eq!(&bytes[5..], b"ROLLBACK\0");
-        assert!(server.tracker.has_outstanding() && server.relay.owes_internal());
+        assert!(server.backend.tracker.has_outstanding() && server.backend.relay.owes_internal());
         assert_eq!(server.client(), None);
     }
 }

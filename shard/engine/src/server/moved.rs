@@ -64,21 +64,32 @@ pub struct MovedServer {
     pub(crate) local_addr: Option<SocketAddr>,
 }
 
+/// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
+/// what its lease is made of.
+#[derive(Debug)]
+pub struct Arrival {
+    pub welcome: Option<Vec<(String, String)>>,
+    pub statements: bool,
+    pub opened_at: Instant,
+    pub idle_since: Instant,
+}
+
 impl ServerConn {
     /// Whether this server may move to another shard whole: idle and clean (nothing owed,
     /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
     /// marked by RECONNECT, no statement answer owed) and without TLS (see the module doc).
     pub fn is_movable(&self) -> bool {
-        let clean = self.input.is_empty()
-            && self.tracker.is_idle()
-            && !self.tracker.last_ready_in_block()
-            && !self.relay.owes_internal()
-            && self.cancels_pending == 0
-            && self.reset == Reset::None
-            && !self.paused
+        let clean = self.io.input.is_empty()
+            && self.backend.tracker.is_idle()
+            && !self.backend.tracker.last_ready_in_block()
+            && !self.backend.relay.owes_internal()
+            && self.backend.cancels_pending == 0
+            && self.backend.reset == Reset::None
+            && !self.io.paused
             && !self.close_needed;
-        let portable = self.tls.is_none()
+        let portable = self.io.tls.is_none()
             && self
+                .backend
                 .relay
                 .prepared
                 .as_ref()
@@ -93,13 +104,56 @@ impl ServerConn {
         clean && portable && settled
     }
 
-    /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
-    /// numbering).
-    pub fn holds_statements(&self) -> bool {
-        self.relay
-            .prepared
-            .as_ref()
-            .is_some_and(|prepared| !prepared.statements.is_empty())
+    /// Packs it for its new shard, its socket detached at `now`: what stays true of its
+    /// backend there (`key`: its pool's; `welcome`: its pool's first login's parameters).
+    pub fn into_parcel(
+        self,
+        key: PoolKey,
+        welcome: Option<Vec<(String, String)>>,
+        now: Instant,
+    ) -> MovedServer {
+        let statements = self.backend.holds_statements();
+        let lease = self.lease.as_ref();
+        MovedServer {
+            key,
+            statements,
+            opened_at: lease.map_or(self.info.connected_at, |lease| lease.opened_at),
+            idle_since: lease.map_or(now, |lease| lease.idle_since),
+            addr: self.info.addr,
+            params: self.backend.params,
+            backend_key: self.backend.key,
+            welcome,
+            connected_at: self.info.connected_at,
+            last_linked: self.info.last_linked,
+            local_addr: self.info.local_addr,
+        }
+    }
+
+    /// A server that moved here, idle since `now` in `pool` (`mode` its pool mode, and
+    /// `prepared` whether statements are rewritten on it).
+    pub fn adopted(
+        pool: pgtier_pool::PoolId,
+        parcel: MovedServer,
+        mode: pgtier_core::config::PoolMode,
+        prepared: bool,
+        now: Instant,
+    ) -> (ServerConn, Arrival) {
+        let mut server = ServerConn::new(pool, parcel.addr, mode, parcel.connected_at);
+        if prepared {
+            server.backend.relay.prepared = Some(Box::default());
+        }
+        server.state = ServerState::Idle { since: now };
+        server.backend.params = parcel.params;
+        server.backend.key = parcel.backend_key;
+        server.info.last_linked = parcel.last_linked;
+        server.info.local_addr = parcel.local_addr;
+        let arrival = Arrival {
+            welcome: parcel.welcome,
+            statements: parcel.statements,
+            opened_at: parcel.opened_at,
+            idle_since: parcel.idle_since,
+        };
+        (server, arrival)
     }
 }
 
@@ -125,13 +179,13 @@ mod tests {
     fn only_a_clean_server_without_tls_or_statements_moves() {
         assert!(server().is_movable());
         let mut owed = server();
-        let _ = owed.internal_query("ROLLBACK");
+        let _ = owed.backend.internal_query("ROLLBACK");
         assert!(!owed.is_movable(), "an internal answer is owed");
         let mut unread = server();
-        unread.input.extend_from_slice(b"N");
+        unread.io.input.received(bytes::BytesMut::from(&b"N"[..]));
         assert!(!unread.is_movable(), "bytes not read yet");
         let mut cancelled = server();
-        cancelled.cancels_pending = 1;
+        cancelled.backend.cancels_pending = 1;
         assert!(!cancelled.is_movable(), "a cancel is on its way");
         let mut marked = server();
         marked.close_needed = true;
@@ -142,12 +196,12 @@ mod tests {
         };
         assert!(!logging_in.is_movable());
         let mut empty_cache = server();
-        empty_cache.relay.prepared = Some(Box::default());
+        empty_cache.backend.relay.prepared = Some(Box::default());
         assert!(
             empty_cache.is_movable(),
             "a statement cache moves (emptied on arrival)"
         );
-        assert!(!empty_cache.holds_statements());
+        assert!(!empty_cache.backend().holds_statements());
     }
 
     #[test]

@@ -6,15 +6,14 @@
 
 use pgtier_core::config::PoolMode;
 
-use pgtier_wire::session_state::Effects;
-
 use crate::server::{ServerConn, ServerState};
 use crate::tracker::ServerPhase;
 
 /// What a server must run before another client may have it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reset {
     /// Its client could not have left session state on it (transaction mode, not pinned).
+    #[default]
     None,
     /// PgBouncer's rule: `server_reset_query`, if set, in session mode (and in transaction
     /// mode with `server_reset_query_always`).
@@ -54,14 +53,14 @@ pub enum ClientLeft {
 impl ServerConn {
     /// Its client is gone; `cancel_on_disconnect` is the setting of that name.
     pub fn client_left(&mut self, cancel_on_disconnect: bool) -> ClientLeft {
-        if self.paused || self.tracker.copy_in() {
+        if self.io.paused || self.backend.tracker.copy_in() {
             return ClientLeft::CloseNow;
         }
-        if self.mode == PoolMode::Session && !self.tracker.is_idle() {
-            self.reset = Reset::Close;
+        if self.mode == PoolMode::Session && !self.backend.tracker.is_idle() {
+            self.backend.reset = Reset::Close;
         }
         ClientLeft::Release {
-            cancel: cancel_on_disconnect && self.tracker.has_outstanding(),
+            cancel: cancel_on_disconnect && self.backend.tracker.has_outstanding(),
         }
     }
 
@@ -69,34 +68,34 @@ impl ServerConn {
     /// and after every answer it gets while releasing. `reset_query` is
     /// `server_reset_query`.
     pub fn next_release_step(&mut self, reset_query: &str) -> ReleaseStep {
-        if self.tracker.has_outstanding()
-            || self.relay.owes_internal()
-            || self.relay.owes_statement_answers()
-            || self.cancels_pending > 0
+        if self.backend.tracker.has_outstanding()
+            || self.backend.relay.owes_internal()
+            || self.backend.relay.owes_statement_answers()
+            || self.backend.cancels_pending > 0
         {
             return ReleaseStep::Wait;
         }
-        if self.reset == Reset::Close {
+        if self.backend.reset == Reset::Close {
             return ReleaseStep::Close("its session-mode client left it unclean");
         }
-        if self.relay.take_swallowed_error().is_some() {
+        if self.backend.relay.take_swallowed_error().is_some() {
             return ReleaseStep::Close("a rollback or reset of pgtier's failed");
         }
-        match self.tracker.phase() {
+        match self.backend.tracker.phase() {
             ServerPhase::Idle => {
-                let query = match std::mem::replace(&mut self.reset, Reset::None) {
+                let query = match std::mem::replace(&mut self.backend.reset, Reset::None) {
                     Reset::None | Reset::Close => return ReleaseStep::Pool,
                     Reset::Configured if reset_query.is_empty() => return ReleaseStep::Pool,
                     Reset::SessionState if reset_query.is_empty() => "DISCARD ALL",
                     Reset::Configured | Reset::SessionState => reset_query,
                 };
-                self.statements_reset_by(query);
-                ReleaseStep::Query(self.internal_query(query))
+                self.backend.statements_reset_by(query);
+                ReleaseStep::Query(self.backend.internal_query(query))
             }
             ServerPhase::InTransaction(_) => match &mut self.state {
                 ServerState::Releasing { rolled_back, .. } if !*rolled_back => {
                     *rolled_back = true;
-                    ReleaseStep::Query(self.internal_query("ROLLBACK"))
+                    ReleaseStep::Query(self.backend.internal_query("ROLLBACK"))
                 }
                 _ => ReleaseStep::Close("still inside a transaction after its rollback"),
             },
@@ -104,24 +103,10 @@ impl ServerConn {
         }
     }
 
-    /// The reset query may drop the server's named statements (`DISCARD ALL` does): what
-    /// the cache believes follows it. Should the query fail, the server is closed anyway.
-    fn statements_reset_by(&mut self, query: &str) {
-        let Some(prepared) = self.relay.prepared.as_mut() else {
-            return;
-        };
-        let effects = pgtier_wire::session_state::classify_query(query.as_bytes());
-        if effects.intersects(Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL)) {
-            prepared.statements.clear();
-        } else if effects.intersects(Effects::DEALLOCATE) {
-            prepared.statements.all_unknown();
-        }
-    }
-
     /// It goes back to the pool clean: per-client marks are cleared.
     pub fn pooled(&mut self) {
-        self.reset = Reset::None;
-        let _ = self.relay.take_swallowed_error();
+        self.backend.reset = Reset::None;
+        let _ = self.backend.relay.take_swallowed_error();
     }
 }
 
@@ -143,18 +128,26 @@ mod tests {
     /// The server answers the oldest request with ReadyForQuery(`status`).
     fn answer(server: &mut ServerConn, status: u8) {
         let frame = [b'Z', 0, 0, 0, 5, status];
-        server.relay.scan(
+        server.backend.relay.scan(
             &frame,
-            &mut server.tracker,
-            &mut server.params,
+            &mut server.backend.tracker,
+            &mut server.backend.params,
             None,
             1 << 20,
         );
     }
 
     fn begin(server: &mut ServerConn) {
-        server.tracker.on_client_message(b'Q').expect("query");
-        server.tracker.on_server_message(b'Z', b"T").expect("owed");
+        server
+            .backend
+            .tracker
+            .on_client_message(b'Q')
+            .expect("query");
+        server
+            .backend
+            .tracker
+            .on_server_message(b'Z', b"T")
+            .expect("owed");
     }
 
     #[test]
@@ -166,7 +159,7 @@ mod tests {
     #[test]
     fn a_session_server_is_reset_then_pooled() {
         let mut server = server(PoolMode::Session);
-        server.reset = Reset::Configured;
+        server.backend.reset = Reset::Configured;
         let ReleaseStep::Query(query) = server.next_release_step("DISCARD ALL") else {
             panic!("reset");
         };
@@ -179,7 +172,7 @@ mod tests {
     #[test]
     fn pinned_state_is_discarded_even_without_a_reset_query() {
         let mut server = server(PoolMode::Transaction);
-        server.reset = Reset::SessionState;
+        server.backend.reset = Reset::SessionState;
         let ReleaseStep::Query(query) = server.next_release_step("") else {
             panic!("reset");
         };
@@ -219,7 +212,11 @@ mod tests {
     #[test]
     fn a_running_query_is_cancelled_and_waited_for() {
         let mut server = server(PoolMode::Transaction);
-        server.tracker.on_client_message(b'Q').expect("query");
+        server
+            .backend
+            .tracker
+            .on_client_message(b'Q')
+            .expect("query");
         assert_eq!(
             server.client_left(true),
             ClientLeft::Release { cancel: true }
@@ -229,25 +226,34 @@ mod tests {
             ClientLeft::Release { cancel: false }
         );
         assert_eq!(server.next_release_step(""), ReleaseStep::Wait);
-        server.tracker.on_server_message(b'Z', b"I").expect("owed");
-        server.cancels_pending = 1;
+        server
+            .backend
+            .tracker
+            .on_server_message(b'Z', b"I")
+            .expect("owed");
+        server.backend.cancels_pending = 1;
         assert_eq!(
             server.next_release_step(""),
             ReleaseStep::Wait,
             "a cancel is on its way"
         );
-        server.cancels_pending = 0;
+        server.backend.cancels_pending = 0;
         assert_eq!(server.next_release_step(""), ReleaseStep::Pool);
     }
 
     #[test]
     fn a_paused_result_or_copy_in_closes_at_once() {
         let mut paused = server(PoolMode::Transaction);
-        paused.paused = true;
+        paused.io.paused = true;
         assert_eq!(paused.client_left(true), ClientLeft::CloseNow);
         let mut copying = server(PoolMode::Transaction);
-        copying.tracker.on_client_message(b'Q').expect("query");
         copying
+            .backend
+            .tracker
+            .on_client_message(b'Q')
+            .expect("query");
+        copying
+            .backend
             .tracker
             .on_server_message(b'G', &[])
             .expect("copy in");
@@ -257,7 +263,11 @@ mod tests {
     #[test]
     fn an_unsynced_sequence_closes() {
         let mut server = server(PoolMode::Transaction);
-        server.tracker.on_client_message(b'P').expect("parse");
+        server
+            .backend
+            .tracker
+            .on_client_message(b'P')
+            .expect("parse");
         assert!(matches!(
             server.next_release_step(""),
             ReleaseStep::Close(_)
@@ -267,7 +277,7 @@ mod tests {
     #[test]
     fn a_failed_reset_closes() {
         let mut server = server(PoolMode::Session);
-        server.reset = Reset::Configured;
+        server.backend.reset = Reset::Configured;
         let ReleaseStep::Query(_) = server.next_release_step("SELECT 1/0") else {
             panic!("reset");
         };
@@ -276,10 +286,10 @@ mod tests {
         data.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
         data.extend_from_slice(fields);
         data.extend_from_slice(&[b'Z', 0, 0, 0, 5, b'I']);
-        server.relay.scan(
+        server.backend.relay.scan(
             &data,
-            &mut server.tracker,
-            &mut server.params,
+            &mut server.backend.tracker,
+            &mut server.backend.params,
             None,
             1 << 20,
         );

@@ -7,7 +7,7 @@ use bytes::BytesMut;
 
 use crate::ShutdownMode;
 use crate::action::Conn;
-use crate::control::{ControlOp, ControlRequest, Scope};
+use crate::gates::{ControlOp, ControlRequest, Scope};
 use crate::services::{Console, ConsoleRequest, Refusal, StatementAnswer};
 use crate::testing::{Harness, config, query};
 

@@ -14,12 +14,15 @@
 use pgtier_core::config::{Config, ServerSet};
 use pgtier_pool::{PoolId, PoolKey, PoolSlice, ServerTarget, StartupProfile};
 
-use crate::engine::Engine;
+use super::Linker;
+use crate::engine::clients::Logins;
+use crate::engine::env::Env;
 use crate::ids::{ClientId, ServerId};
+use crate::services::Routing;
 
 /// One pool this shard keeps warm.
 #[derive(Debug)]
-pub(super) struct WarmPool {
+pub(in crate::engine) struct WarmPool {
     key: PoolKey,
     /// This shard's registration of it, while it holds one.
     pool: Option<PoolId>,
@@ -28,7 +31,7 @@ pub(super) struct WarmPool {
 /// The pools the configuration says to keep warm: entries with a forced `user` and a
 /// `min_pool_size`; for a replica set, one per replica. (A reader entry's primary pool is
 /// warmed once a client made it exist.)
-pub(super) fn warm_pools(config: &Config) -> Vec<WarmPool> {
+pub(in crate::engine) fn warm_pools(config: &Config) -> Vec<WarmPool> {
     let mut warm = Vec::new();
     for (name, db) in &config.databases {
         let Some(user) = db.user.as_deref() else {
@@ -58,19 +61,22 @@ pub(super) fn warm_pools(config: &Config) -> Vec<WarmPool> {
     warm
 }
 
-impl Engine {
+impl Linker {
     /// Registers the warm pools this shard does not hold (at start, after a reload, once a
     /// Down replica is up again) and drains those of Down replicas. Runs before the
     /// housekeeping pass opens what pools want.
-    pub(super) fn keep_pools_warm(&mut self) {
-        if self.shutdown.is_some() {
-            return;
-        }
-        let shards = self.shared.shards();
+    pub(in crate::engine) fn keep_pools_warm(
+        &mut self,
+        env: &Env,
+        routing: &dyn Routing,
+        logins: &Logins,
+        now: std::time::Instant,
+    ) {
+        let shards = env.shared().shards();
         let mut warm = std::mem::take(&mut self.warm);
         for entry in &mut warm {
             let down = match entry.key.target {
-                ServerTarget::Replica(addr) => self.routing.is_down(&entry.key.database, addr),
+                ServerTarget::Replica(addr) => routing.is_down(&entry.key.database, addr),
                 ServerTarget::Primary => false,
             };
             if let Some(id) = entry.pool {
@@ -84,15 +90,15 @@ impl Engine {
                 self.pools.unregister(id);
                 entry.pool = None;
             }
-            if down || !self.can_log_in_alone(&entry.key) {
+            if down || !can_log_in_alone(env, logins, &entry.key) {
                 continue;
             }
-            let limits = self.pool_limits(&entry.key);
+            let limits = env.pool_limits(&entry.key);
             // Never evicts another pool for it: a warm pool waits for room like any other.
-            if let Ok(id) = self.pools.register(&entry.key, &limits, self.now) {
+            if let Ok(id) = self.pools.register(&entry.key, &limits, now) {
                 let share = PoolSlice::<ServerId, ClientId>::warm_share(
                     limits.min_pool_size,
-                    self.shard,
+                    env.shard(),
                     shards,
                 );
                 self.pools.keep_warm(id, share);
@@ -102,33 +108,33 @@ impl Engine {
         self.warm = warm;
     }
 
-    /// Whether a server of `key` can log in before any client did: not when the only
-    /// credential of its user is a SCRAM secret from the auth file, whose ClientKey pgtier
-    /// learns from a client's proof (`credentials::server_login`). Such a pool is warmed
-    /// once a client of that user has logged in (the next pass sees the key); trying
-    /// earlier would fail, and the failed login's memo would refuse that very client.
-    fn can_log_in_alone(&self, key: &PoolKey) -> bool {
-        let configured = self
-            .config
-            .database(&key.database)
-            .and_then(|db| db.password.clone());
-        let stored = configured.or_else(|| self.users.get(&key.server_user));
-        match stored {
-            Some(secret) if crate::credentials::is_scram_secret(&secret) => {
-                self.secrets.client_key(&key.server_user).is_some()
-            }
-            _ => true,
-        }
-    }
-
     /// A reload may change which pools are warm and their minimum: every warm registration
     /// is dropped, and the next housekeeping pass registers the new set.
-    pub(super) fn reset_warm_pools(&mut self) {
+    pub(in crate::engine) fn reset_warm_pools(&mut self, config: &Config) {
         for entry in std::mem::take(&mut self.warm) {
             if let Some(id) = entry.pool {
                 self.pools.unregister(id);
             }
         }
-        self.warm = warm_pools(&self.config);
+        self.warm = warm_pools(config);
+    }
+}
+
+/// Whether a server of `key` can log in before any client did: not when the only
+/// credential of its user is a SCRAM secret from the auth file, whose ClientKey pgtier
+/// learns from a client's proof (`credentials::server_login`). Such a pool is warmed
+/// once a client of that user has logged in (the next pass sees the key); trying
+/// earlier would fail, and the failed login's memo would refuse that very client.
+fn can_log_in_alone(env: &Env, logins: &Logins, key: &PoolKey) -> bool {
+    let configured = env
+        .config()
+        .database(&key.database)
+        .and_then(|db| db.password.clone());
+    let stored = configured.or_else(|| env.users().get(&key.server_user));
+    match stored {
+        Some(secret) if crate::credentials::is_scram_secret(&secret) => {
+            logins.secrets().client_key(&key.server_user).is_some()
+        }
+        _ => true,
     }
 }

@@ -1,0 +1,166 @@
+//! PgBouncer's timeouts as the tables find them: the clients past a login, wait, idle or
+//! query limit (and those whose final error lingered too long), and the servers past their
+//! connect or drain limit. The engine closes what they report.
+
+use std::time::{Duration, Instant};
+
+use pgtier_core::config::Settings;
+use pgtier_wire::SqlState;
+
+use super::clients::ClientTable;
+use super::servers::ServerTable;
+use crate::client::ClientState;
+use crate::ids::{ClientId, ServerId};
+use crate::messages::sqlstate;
+use crate::server::ServerState;
+
+/// PgBouncer's client timeouts, `None` where disabled.
+pub(super) struct ClientTimeouts {
+    login: Option<Duration>,
+    wait: Option<Duration>,
+    idle: Option<Duration>,
+    idle_in_transaction: Option<Duration>,
+    query: Option<Duration>,
+    /// An `auth_query` lookup, from parking on the `auth_user` pool to its answer.
+    lookup: Option<Duration>,
+}
+
+impl ClientTimeouts {
+    /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
+    fn expired(
+        &self,
+        client: &crate::client::ClientConn,
+        in_transaction: bool,
+        now: Instant,
+    ) -> Option<(SqlState, &'static str)> {
+        let over = |since: Instant, limit: Option<Duration>| {
+            limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
+        };
+        let query_started = client.session().and_then(|s| s.query_started());
+        match *client.state() {
+            ClientState::Startup
+            | ClientState::Authenticating(_)
+            | ClientState::LookingUp { .. }
+                if over(client.info().connected_at(), self.login) =>
+            {
+                Some((sqlstate::PROTOCOL_VIOLATION, "client_login_timeout"))
+            }
+            ClientState::LookingUp { since, .. } if over(since, self.lookup) => {
+                Some((sqlstate::CONNECTION_FAILURE, "server_connect_timeout"))
+            }
+            ClientState::Routing { since, .. } if over(since, self.wait) => {
+                Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
+            }
+            ClientState::Idle { since }
+                if over(since.max(client.info().last_active()), self.idle) =>
+            {
+                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
+            }
+            ClientState::Console { .. } if over(client.info().last_active(), self.idle) => {
+                Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
+            }
+            ClientState::Linked { .. }
+                if query_started.is_some_and(|started| over(started, self.query)) =>
+            {
+                Some((sqlstate::QUERY_CANCELED, "query_timeout"))
+            }
+            ClientState::Linked { .. }
+                if in_transaction
+                    && over(client.info().last_active(), self.idle_in_transaction) =>
+            {
+                Some((
+                    sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                    "idle_transaction_timeout",
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl ClientTimeouts {
+    pub(super) fn from_settings(s: &Settings) -> ClientTimeouts {
+        ClientTimeouts {
+            login: s.client_login_timeout.enabled(),
+            wait: s.query_wait_timeout.enabled(),
+            idle: s.client_idle_timeout.enabled(),
+            idle_in_transaction: s.idle_transaction_timeout.enabled(),
+            query: s.query_timeout.enabled(),
+            lookup: s.server_connect_timeout.enabled(),
+        }
+    }
+}
+
+/// The clients past a timeout, with the SQLSTATE and setting name each is closed with.
+pub(super) type Expired = Vec<(ClientId, SqlState, &'static str)>;
+
+impl ClientTable {
+    /// The clients past a timeout at `now` (`servers`: whether a linked one is idle in a
+    /// transaction), and the closing ones whose final error lingered past its time.
+    pub(super) fn timed_out(
+        &self,
+        limits: &ClientTimeouts,
+        servers: &ServerTable,
+        now: Instant,
+    ) -> (Expired, Vec<ClientId>) {
+        let mut expired: Expired = Vec::new();
+        let mut linger_over = Vec::new();
+        for (slot, client) in self.iter() {
+            let id = ClientId(slot);
+            if let ClientState::Closing {
+                linger_until: Some(until),
+            } = *client.state()
+            {
+                if until <= now {
+                    linger_over.push(id);
+                }
+                continue;
+            }
+            let in_transaction = client
+                .server()
+                .and_then(|server| servers.get(server.0))
+                .is_some_and(|server| server.backend().tracker().idle_in_transaction());
+            if let Some((code, name)) = limits.expired(client, in_transaction, now) {
+                expired.push((id, code, name));
+            }
+        }
+        (expired, linger_over)
+    }
+}
+
+impl ServerTable {
+    /// The servers past `server_connect_timeout` while connecting or logging in (they
+    /// failed), and those draining, checked or leaving past `drain_limit` (they retire).
+    pub(super) fn timed_out(
+        &self,
+        connect: Option<Duration>,
+        drain_limit: Duration,
+        now: Instant,
+    ) -> (Vec<ServerId>, Vec<ServerId>) {
+        let over = |since: Instant, limit: Duration| now.saturating_duration_since(since) > limit;
+        let mut failed = Vec::new();
+        let mut retire = Vec::new();
+        for (slot, server) in self.iter() {
+            let id = ServerId(slot);
+            match server.state() {
+                ServerState::Connecting { since }
+                | ServerState::Negotiating { since }
+                | ServerState::LoggingIn { since, .. }
+                    if connect.is_some_and(|limit| over(*since, limit)) =>
+                {
+                    failed.push(id);
+                }
+                ServerState::Releasing { since, .. }
+                | ServerState::Checking { since }
+                | ServerState::Leaving { since, .. }
+                | ServerState::Moving { since, .. }
+                    if over(*since, drain_limit) =>
+                {
+                    retire.push(id);
+                }
+                _ => {}
+            }
+        }
+        (failed, retire)
+    }
+}

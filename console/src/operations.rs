@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pgtier_core::config::{ADMIN_DATABASE, Config, Seconds, Settings};
 use pgtier_engine::ShutdownMode;
-use pgtier_engine::gates::{ControlOp, ControlRequest, Scope};
+use pgtier_engine::gates::{AdminOp, AdminRequest, Scope};
 use pgtier_engine::services::Refusal;
 use pgtier_wire::sqlstate;
 
@@ -20,7 +20,7 @@ const PGBOUNCER_DATABASE: &str = "pgbouncer";
 /// What a process-controlling statement became, before the rights check and the side effects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
-    Op(ControlOp),
+    Op(AdminOp),
     Reload,
     Set { key: String, value: String },
 }
@@ -42,16 +42,16 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
     let parsed = match verb.as_str() {
         "SET" => parse_set(arg).ok_or_else(invalid),
         "RELOAD" if arg.is_empty() => Ok(Parsed::Reload),
-        "SUSPEND" if arg.is_empty() => Ok(Parsed::Op(ControlOp::Suspend)),
+        "SUSPEND" if arg.is_empty() => Ok(Parsed::Op(AdminOp::Suspend)),
         "SHUTDOWN" => match arg.to_ascii_uppercase().as_str() {
             "" => Ok(ShutdownMode::Immediate),
             "WAIT_FOR_SERVERS" => Ok(ShutdownMode::WaitForTransactions),
             "WAIT_FOR_CLIENTS" => Ok(ShutdownMode::WaitForClients),
             _ => Err(invalid()),
         }
-        .map(|mode| Parsed::Op(ControlOp::Shutdown(mode))),
+        .map(|mode| Parsed::Op(AdminOp::Shutdown(mode))),
         "KILL_CLIENT" => match parse_ptr(arg) {
-            Some(ptr) if ptr.kind == ConnKind::Client => Ok(Parsed::Op(ControlOp::KillClient {
+            Some(ptr) if ptr.kind == ConnKind::Client => Ok(Parsed::Op(AdminOp::KillClient {
                 shard: usize::from(ptr.shard),
                 key: (u64::from(ptr.generation) << 32) | u64::from(ptr.index),
             })),
@@ -83,11 +83,11 @@ pub(crate) fn into_request(
     parsed: Parsed,
     config: &Config,
     reload: impl FnOnce() -> Result<(), String>,
-) -> Result<ControlRequest, Refusal> {
+) -> Result<AdminRequest, Refusal> {
     match parsed {
-        Parsed::Op(op) => Ok(ControlRequest::Op(op)),
+        Parsed::Op(op) => Ok(AdminRequest::Op(op)),
         Parsed::Reload => match reload() {
-            Ok(()) => Ok(ControlRequest::Reloaded),
+            Ok(()) => Ok(AdminRequest::Reloaded),
             Err(message) => Err(Refusal {
                 code: pgtier_wire::SqlState::new(b"F0000"),
                 message: format!("RELOAD failed: {message}"),
@@ -101,7 +101,7 @@ pub(crate) fn into_request(
                 })?;
             let mut config = config.clone();
             config.pgtier = settings;
-            Ok(ControlRequest::Set {
+            Ok(AdminRequest::Set {
                 config: Arc::new(config),
                 key,
             })
@@ -153,7 +153,7 @@ fn optional_word(arg: &str) -> Option<&str> {
     )
 }
 
-fn database_op(verb: &str, database: Option<&str>, config: &Config) -> Result<ControlOp, Refusal> {
+fn database_op(verb: &str, database: Option<&str>, config: &Config) -> Result<AdminOp, Refusal> {
     if let Some(name) = database {
         if name.split_ascii_whitespace().count() != 1 {
             return Err(refusal(&format!(
@@ -170,13 +170,13 @@ fn database_op(verb: &str, database: Option<&str>, config: &Config) -> Result<Co
     }
     let scope = Scope::of(database);
     Ok(match (verb, database) {
-        ("PAUSE", _) => ControlOp::Pause(scope),
-        ("RESUME", _) => ControlOp::Resume(scope),
-        ("RECONNECT", _) => ControlOp::Reconnect(scope),
-        ("WAIT_CLOSE", _) => ControlOp::WaitClose(scope),
-        ("KILL", Some(name)) => ControlOp::Kill(name.to_string()),
-        ("ENABLE", Some(name)) => ControlOp::Enable(name.to_string()),
-        ("DISABLE", Some(name)) => ControlOp::Disable(name.to_string()),
+        ("PAUSE", _) => AdminOp::Pause(scope),
+        ("RESUME", _) => AdminOp::Resume(scope),
+        ("RECONNECT", _) => AdminOp::Reconnect(scope),
+        ("WAIT_CLOSE", _) => AdminOp::WaitClose(scope),
+        ("KILL", Some(name)) => AdminOp::Kill(name.to_string()),
+        ("ENABLE", Some(name)) => AdminOp::Enable(name.to_string()),
+        ("DISABLE", Some(name)) => AdminOp::Disable(name.to_string()),
         _ => return Err(refusal("a database is required")),
     })
 }
@@ -288,15 +288,15 @@ mod tests {
     fn database_commands_take_an_optional_or_required_database() {
         assert_eq!(
             run("pause"),
-            Some(Ok(Parsed::Op(ControlOp::Pause(Scope::All))))
+            Some(Ok(Parsed::Op(AdminOp::Pause(Scope::All))))
         );
         assert_eq!(
             run("PAUSE app;"),
-            Some(Ok(Parsed::Op(ControlOp::Pause(Scope::of(Some("app"))))))
+            Some(Ok(Parsed::Op(AdminOp::Pause(Scope::of(Some("app"))))))
         );
         assert_eq!(
             run("kill app"),
-            Some(Ok(Parsed::Op(ControlOp::Kill("app".into()))))
+            Some(Ok(Parsed::Op(AdminOp::Kill("app".into()))))
         );
         assert_eq!(refused("KILL"), "a database is required");
         assert_eq!(refused("DISABLE"), "a database is required");
@@ -328,13 +328,13 @@ mod tests {
             ),
             ("SHUTDOWN WAIT_FOR_CLIENTS", ShutdownMode::WaitForClients),
         ] {
-            assert_eq!(run(text), Some(Ok(Parsed::Op(ControlOp::Shutdown(mode)))));
+            assert_eq!(run(text), Some(Ok(Parsed::Op(AdminOp::Shutdown(mode)))));
         }
     }
 
     #[test]
     fn suspend_parses_and_takes_no_argument() {
-        assert_eq!(run("SUSPEND"), Some(Ok(Parsed::Op(ControlOp::Suspend))));
+        assert_eq!(run("SUSPEND"), Some(Ok(Parsed::Op(AdminOp::Suspend))));
         assert!(refused("SUSPEND now").starts_with("invalid command"));
     }
 
@@ -373,7 +373,7 @@ mod tests {
     fn kill_client_takes_a_pointer() {
         assert_eq!(
             run("KILL_CLIENT 0x300010000002a"),
-            Some(Ok(Parsed::Op(ControlOp::KillClient {
+            Some(Ok(Parsed::Op(AdminOp::KillClient {
                 shard: 3,
                 key: 0x1_0000_002a
             })))

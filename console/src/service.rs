@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::BytesMut;
-use pgtier_engine::gates::ControlRequest;
+use pgtier_engine::gates::AdminRequest;
 use pgtier_engine::services::Refusal;
 use pgtier_engine::{Console, ConsoleRequest, StatementAnswer};
 
@@ -93,12 +93,12 @@ impl Console for ShardConsole {
         crate::answer_statement(request.query, request.rights, request.formats, &view)
     }
 
-    fn control(
+    fn admin_command(
         &mut self,
         query: &str,
         admin: bool,
         config: &pgtier_core::config::Config,
-    ) -> Option<Result<ControlRequest, Refusal>> {
+    ) -> Option<Result<AdminRequest, Refusal>> {
         let parsed = match crate::operations::parse(query, admin, config)? {
             Ok(parsed) => parsed,
             Err(refusal) => return Some(Err(refusal)),

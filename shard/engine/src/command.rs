@@ -7,22 +7,10 @@ use std::sync::Arc;
 use pgtier_core::config::Config;
 use pgtier_pool::PoolKey;
 
+use crate::gates::ShutdownMode;
 use crate::listing::ShardListing;
 use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::userlist::UserList;
-
-/// How a shutdown treats clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ShutdownMode {
-    /// SIGTERM, `SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, wait until every client has
-    /// left.
-    WaitForClients,
-    /// SIGINT, `SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, close each client once its
-    /// transaction is over, exit once no server is in use.
-    WaitForTransactions,
-    /// `SHUTDOWN`, or a second signal: close everything now.
-    Immediate,
-}
 
 /// A message to one shard.
 #[derive(Debug)]
@@ -80,14 +68,14 @@ pub enum Command {
         part: Box<ShardListing>,
     },
     /// An admin session on shard `from` ran a process-controlling command: apply it here
-    /// and answer with `ControlDone` once its condition holds here.
-    Control {
+    /// and answer with `AdminDone` once its condition holds here.
+    Admin {
         from: usize,
         request_id: u64,
-        op: crate::gates::ControlOp,
+        op: crate::gates::AdminOp,
     },
-    /// This shard's answer to the control command `request_id` (`error`: refused here).
-    ControlDone {
+    /// This shard's answer to the admin command `request_id` (`error`: refused here).
+    AdminDone {
         request_id: u64,
         error: Option<String>,
     },

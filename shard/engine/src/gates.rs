@@ -2,15 +2,13 @@
 //! RECONNECT, KILL, KILL_CLIENT, ENABLE, DISABLE, WAIT_CLOSE, SUSPEND, SHUTDOWN, RELOAD,
 //! SET), and the gates they leave behind on each shard (paused, disabled, suspended).
 //!
-//! The admin console parses a statement into a [`ControlOp`] (`shard/src/admin/control.rs`);
-//! the console session's shard posts it to every shard (`Command::Control`), each shard
-//! applies it and answers (`Command::ControlDone`) once the op's condition holds there (for
+//! The admin console parses a statement into an [`AdminOp`] (`console/src/operations.rs`);
+//! the console session's shard posts it to every shard (`Command::Admin`), each shard
+//! applies it and answers (`Command::AdminDone`) once the op's condition holds there (for
 //! PAUSE: none of the database's servers is left; for WAIT_CLOSE: none is marked to close),
 //! and the console session is answered when every shard did.
 
 use std::collections::HashSet;
-
-use crate::command::ShutdownMode;
 
 /// Which databases an op covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,9 +34,22 @@ impl Scope {
     }
 }
 
+/// How a shutdown treats clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ShutdownMode {
+    /// SIGTERM, `SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, wait until every client has
+    /// left.
+    WaitForClients,
+    /// SIGINT, `SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, close each client once its
+    /// transaction is over, exit once no server is in use.
+    WaitForTransactions,
+    /// `SHUTDOWN`, or a second signal: close everything now.
+    Immediate,
+}
+
 /// One process-controlling command, already checked against the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ControlOp {
+pub enum AdminOp {
     /// New transactions of the scope wait; servers close once released. Answered when none
     /// of the scope's servers is left.
     Pause(Scope),
@@ -64,29 +75,29 @@ pub enum ControlOp {
     Shutdown(ShutdownMode),
 }
 
-impl ControlOp {
+impl AdminOp {
     /// The CommandComplete tag PgBouncer answers it with.
     pub fn tag(&self) -> &'static str {
         match self {
-            ControlOp::Pause(_) => "PAUSE",
-            ControlOp::Resume(_) => "RESUME",
-            ControlOp::Reconnect(_) => "RECONNECT",
-            ControlOp::WaitClose(_) => "WAIT_CLOSE",
-            ControlOp::Kill(_) => "KILL",
-            ControlOp::KillClient { .. } => "KILL_CLIENT",
-            ControlOp::Disable(_) => "DISABLE",
-            ControlOp::Enable(_) => "ENABLE",
-            ControlOp::Suspend => "SUSPEND",
-            ControlOp::Shutdown(_) => "SHUTDOWN",
+            AdminOp::Pause(_) => "PAUSE",
+            AdminOp::Resume(_) => "RESUME",
+            AdminOp::Reconnect(_) => "RECONNECT",
+            AdminOp::WaitClose(_) => "WAIT_CLOSE",
+            AdminOp::Kill(_) => "KILL",
+            AdminOp::KillClient { .. } => "KILL_CLIENT",
+            AdminOp::Disable(_) => "DISABLE",
+            AdminOp::Enable(_) => "ENABLE",
+            AdminOp::Suspend => "SUSPEND",
+            AdminOp::Shutdown(_) => "SHUTDOWN",
         }
     }
 }
 
 /// What the console made of a statement that is not a SHOW.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ControlRequest {
+pub enum AdminRequest {
     /// Run on every shard.
-    Op(ControlOp),
+    Op(AdminOp),
     /// RELOAD: the process rereads its files (the console asked the main thread).
     Reloaded,
     /// SET: a new configuration for every shard.
@@ -174,16 +185,16 @@ impl Gates {
     }
 
     /// Refusal of `op` given the current gates, with PgBouncer's text.
-    pub fn refusal(&self, op: &ControlOp, shutting_down: bool) -> Option<String> {
+    pub fn refusal(&self, op: &AdminOp, shutting_down: bool) -> Option<String> {
         match op {
-            ControlOp::Pause(_) | ControlOp::Suspend if self.paused_all || self.suspended => {
+            AdminOp::Pause(_) | AdminOp::Suspend if self.paused_all || self.suspended => {
                 Some("already suspended/paused".to_string())
             }
-            ControlOp::Resume(_) if shutting_down => Some("pooler is shutting down".to_string()),
-            ControlOp::Resume(Scope::All) if !self.paused_all && !self.suspended => {
+            AdminOp::Resume(_) if shutting_down => Some("pooler is shutting down".to_string()),
+            AdminOp::Resume(Scope::All) if !self.paused_all && !self.suspended => {
                 Some("pooler is not paused/suspended".to_string())
             }
-            ControlOp::Resume(Scope::Database(name)) if !self.is_paused(name) => {
+            AdminOp::Resume(Scope::Database(name)) if !self.is_paused(name) => {
                 Some(format!("database {name} is not paused"))
             }
             _ => None,
@@ -209,25 +220,23 @@ mod tests {
         assert!(gates.is_paused("app") && !gates.is_paused("other"));
         assert_eq!(
             gates
-                .refusal(&ControlOp::Resume(Scope::All), false)
+                .refusal(&AdminOp::Resume(Scope::All), false)
                 .as_deref(),
             Some("pooler is not paused/suspended"),
             "as PgBouncer: the global pause and a database's are apart"
         );
-        assert_eq!(gates.refusal(&ControlOp::Pause(Scope::All), false), None);
+        assert_eq!(gates.refusal(&AdminOp::Pause(Scope::All), false), None);
         gates.resume(&Scope::of(Some("app")));
         assert!(!gates.any_paused());
         gates.pause(&Scope::All);
         assert_eq!(
-            gates
-                .refusal(&ControlOp::Pause(Scope::All), false)
-                .as_deref(),
+            gates.refusal(&AdminOp::Pause(Scope::All), false).as_deref(),
             Some("already suspended/paused")
         );
         assert!(gates.is_paused("anything"));
         assert_eq!(
             gates
-                .refusal(&ControlOp::Resume(Scope::of(Some("x"))), false)
+                .refusal(&AdminOp::Resume(Scope::of(Some("x"))), false)
                 .as_deref(),
             None,
             "every database is paused"
@@ -239,20 +248,18 @@ mod tests {
         let gates = Gates::default();
         assert_eq!(
             gates
-                .refusal(&ControlOp::Resume(Scope::All), false)
+                .refusal(&AdminOp::Resume(Scope::All), false)
                 .as_deref(),
             Some("pooler is not paused/suspended")
         );
         assert_eq!(
             gates
-                .refusal(&ControlOp::Resume(Scope::of(Some("app"))), false)
+                .refusal(&AdminOp::Resume(Scope::of(Some("app"))), false)
                 .as_deref(),
             Some("database app is not paused")
         );
         assert_eq!(
-            gates
-                .refusal(&ControlOp::Resume(Scope::All), true)
-                .as_deref(),
+            gates.refusal(&AdminOp::Resume(Scope::All), true).as_deref(),
             Some("pooler is shutting down")
         );
     }
@@ -262,16 +269,14 @@ mod tests {
         let mut gates = Gates::default();
         gates.suspend();
         assert_eq!(
-            gates.refusal(&ControlOp::Suspend, false).as_deref(),
+            gates.refusal(&AdminOp::Suspend, false).as_deref(),
             Some("already suspended/paused")
         );
         assert_eq!(
-            gates
-                .refusal(&ControlOp::Pause(Scope::All), false)
-                .as_deref(),
+            gates.refusal(&AdminOp::Pause(Scope::All), false).as_deref(),
             Some("already suspended/paused")
         );
-        assert_eq!(gates.refusal(&ControlOp::Resume(Scope::All), false), None);
+        assert_eq!(gates.refusal(&AdminOp::Resume(Scope::All), false), None);
         gates.resume(&Scope::All);
         assert!(!gates.is_suspended());
     }

@@ -64,8 +64,9 @@ pub mod testing;
 
 pub use action::{Action, CloseHow, Conn};
 pub use addr::{ClientAddr, ServerAddr};
-pub use command::{Command, ShutdownMode};
+pub use command::Command;
 pub use engine::{Engine, EngineParts, IpOnly, Resolver};
+pub use gates::ShutdownMode;
 pub use ids::{ClientId, ServerId, SlotRef};
 pub use random::{Random, RandomUnavailable};
 pub use server::moved::{DetachedSocket, MovedServer};

@@ -227,12 +227,12 @@ pub trait Console {
     /// rights, unknown database, bad syntax). `admin`: the session's user is in
     /// `admin_users`. RELOAD is requested here (the process rereads its files); SET builds
     /// the new configuration from `config`.
-    fn control(
+    fn admin_command(
         &mut self,
         _query: &str,
         _admin: bool,
         _config: &pgtier_core::config::Config,
-    ) -> Option<Result<crate::gates::ControlRequest, Refusal>> {
+    ) -> Option<Result<crate::gates::AdminRequest, Refusal>> {
         None
     }
 }

@@ -4,9 +4,9 @@
 
 use std::time::Instant;
 
-use crate::command::ShutdownMode;
-use crate::gates::ControlOp;
+use crate::gates::AdminOp;
 use crate::gates::Gates;
+use crate::gates::ShutdownMode;
 use crate::ids::ClientId;
 use crate::services::Console;
 
@@ -94,7 +94,7 @@ struct Asked {
 struct Waiting {
     from: usize,
     request_id: u64,
-    op: ControlOp,
+    op: AdminOp,
 }
 
 /// This shard's part of the admin commands.
@@ -158,7 +158,7 @@ impl AdminOps {
     }
 
     /// An op applied here waits for its condition; answered to shard `from`.
-    pub(super) fn wait(&mut self, from: usize, request_id: u64, op: ControlOp) {
+    pub(super) fn wait(&mut self, from: usize, request_id: u64, op: AdminOp) {
         self.waiting.push(Waiting {
             from,
             request_id,
@@ -167,7 +167,7 @@ impl AdminOps {
     }
 
     /// The ops waiting here, to be checked again (each waits again with `wait`).
-    pub(super) fn take_waiting(&mut self) -> Vec<(usize, u64, ControlOp)> {
+    pub(super) fn take_waiting(&mut self) -> Vec<(usize, u64, AdminOp)> {
         std::mem::take(&mut self.waiting)
             .into_iter()
             .map(|waiting| (waiting.from, waiting.request_id, waiting.op))

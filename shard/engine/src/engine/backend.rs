@@ -348,7 +348,7 @@ impl Engine {
             return;
         }
         let shutting_down =
-            self.admin.shutdown() >= Some(crate::command::ShutdownMode::WaitForTransactions);
+            self.admin.shutdown() >= Some(crate::gates::ShutdownMode::WaitForTransactions);
         if (mode == PoolMode::Transaction && !pinned && !self.clients.is_pinned(client_id))
             || shutting_down
         {

@@ -24,7 +24,7 @@ use crate::client::ClientState;
 use crate::command::Command;
 use crate::console_session::{Answerer, Handled};
 use crate::engine::Engine;
-use crate::gates::{ControlOp, ControlRequest, Scope, client_key};
+use crate::gates::{AdminOp, AdminRequest, Scope, client_key};
 use crate::ids::{ClientId, ServerId};
 use crate::listing::Listing;
 use crate::messages::{self, sqlstate};
@@ -40,15 +40,15 @@ impl Engine {
     pub(super) fn run_admin_op(
         &mut self,
         id: ClientId,
-        request: ControlRequest,
+        request: AdminRequest,
         out: &mut BytesMut,
     ) -> bool {
         match request {
-            ControlRequest::Reloaded => {
+            AdminRequest::Reloaded => {
                 complete(out, "RELOAD");
                 false
             }
-            ControlRequest::Set { config, key } => {
+            AdminRequest::Set { config, key } => {
                 info!(shard = self.env.shard(), setting = %key, "SET from the admin console");
                 for shard in 0..self.env.shared().shards() {
                     let command = Command::Reload {
@@ -65,7 +65,7 @@ impl Engine {
                 complete(out, "SET");
                 false
             }
-            ControlRequest::Op(ControlOp::Shutdown(mode)) => {
+            AdminRequest::Op(AdminOp::Shutdown(mode)) => {
                 // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
                 // (holding no server) is among the clients closed at once.
                 info!(
@@ -89,7 +89,7 @@ impl Engine {
                 }
                 true
             }
-            ControlRequest::Op(op) => {
+            AdminRequest::Op(op) => {
                 if let Some(refusal) = self
                     .admin
                     .gates()
@@ -110,9 +110,9 @@ impl Engine {
     }
 
     /// Posts `op` to every shard it concerns (this one included, applied at once).
-    fn ask_shards(&mut self, id: ClientId, op: ControlOp) {
+    fn ask_shards(&mut self, id: ClientId, op: AdminOp) {
         let shards: Vec<usize> = match &op {
-            ControlOp::KillClient { shard, .. } => vec![*shard],
+            AdminOp::KillClient { shard, .. } => vec![*shard],
             _ => (0..self.env.shared().shards()).collect(),
         };
         if shards
@@ -129,7 +129,7 @@ impl Engine {
             } else {
                 self.outbox.push(Action::Post {
                     shard,
-                    command: Command::Control {
+                    command: Command::Admin {
                         from: self.env.shard(),
                         request_id,
                         op: op.clone(),
@@ -141,15 +141,15 @@ impl Engine {
 
     /// Applies an op posted by shard `from` (maybe this one); answers now or once its
     /// condition holds.
-    pub(super) fn apply_admin_op(&mut self, from: usize, request_id: u64, op: ControlOp) {
+    pub(super) fn apply_admin_op(&mut self, from: usize, request_id: u64, op: AdminOp) {
         let result = match &op {
-            ControlOp::Pause(scope) => {
+            AdminOp::Pause(scope) => {
                 self.admin.gates_mut().pause(scope);
                 self.hold_waiters_of(scope);
                 self.close_idle_servers_of(scope);
                 Ok(())
             }
-            ControlOp::Resume(scope) => {
+            AdminOp::Resume(scope) => {
                 let was_suspended = self.admin.gates().is_suspended();
                 self.admin.gates_mut().resume(scope);
                 if was_suspended && !self.admin.gates().is_suspended() {
@@ -158,32 +158,32 @@ impl Engine {
                 self.release_paused_clients();
                 Ok(())
             }
-            ControlOp::Reconnect(scope) => {
+            AdminOp::Reconnect(scope) => {
                 self.mark_servers_to_close(scope);
                 Ok(())
             }
-            ControlOp::WaitClose(_) => Ok(()),
-            ControlOp::Kill(database) => {
+            AdminOp::WaitClose(_) => Ok(()),
+            AdminOp::Kill(database) => {
                 let scope = Scope::Database(database.clone());
                 self.admin.gates_mut().pause(&scope);
                 self.kill_database(&scope);
                 Ok(())
             }
-            ControlOp::KillClient { key, .. } => self.kill_client(*key),
-            ControlOp::Disable(database) => {
+            AdminOp::KillClient { key, .. } => self.kill_client(*key),
+            AdminOp::Disable(database) => {
                 self.admin.gates_mut().set_disabled(database, true);
                 Ok(())
             }
-            ControlOp::Enable(database) => {
+            AdminOp::Enable(database) => {
                 self.admin.gates_mut().set_disabled(database, false);
                 Ok(())
             }
-            ControlOp::Suspend => {
+            AdminOp::Suspend => {
                 self.admin.gates_mut().suspend();
                 suspend_reading(&self.clients, &self.servers, &mut self.outbox);
                 Ok(())
             }
-            ControlOp::Shutdown(mode) => {
+            AdminOp::Shutdown(mode) => {
                 self.on_command(Command::Shutdown(*mode));
                 Ok(())
             }
@@ -204,7 +204,7 @@ impl Engine {
         } else {
             self.outbox.push(Action::Post {
                 shard: from,
-                command: Command::ControlDone { request_id, error },
+                command: Command::AdminDone { request_id, error },
             });
         }
     }
@@ -524,18 +524,18 @@ fn admin_op_condition_holds(
     clients: &ClientTable,
     servers: &ServerTable,
     linker: &Linker,
-    op: &ControlOp,
+    op: &AdminOp,
 ) -> bool {
     match op {
-        ControlOp::Pause(scope) => !servers.iter().any(|(slot, server)| {
+        AdminOp::Pause(scope) => !servers.iter().any(|(slot, server)| {
             !server.is_closing() && server_in(servers, linker, ServerId(slot), scope)
         }),
-        ControlOp::WaitClose(scope) => !servers.iter().any(|(slot, server)| {
+        AdminOp::WaitClose(scope) => !servers.iter().any(|(slot, server)| {
             server.close_needed()
                 && !server.is_closing()
                 && server_in(servers, linker, ServerId(slot), scope)
         }),
-        ControlOp::Suspend => !clients.iter().any(|(_, client)| {
+        AdminOp::Suspend => !clients.iter().any(|(_, client)| {
             client.backlog().queued_bytes() > 0 && !client.is_closing() && !client.is_console()
         }),
         _ => true,
@@ -627,7 +627,7 @@ impl Engine {
                 (b'Q', Some(query)) => {
                     self.admin
                         .console_mut()
-                        .control(query, admin, self.env.config())
+                        .admin_command(query, admin, self.env.config())
                 }
                 _ => None,
             };

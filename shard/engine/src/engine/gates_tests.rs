@@ -1,13 +1,13 @@
 //! The admin commands through the engine alone (one shard, a scripted PostgreSQL): what
 //! PAUSE waits for and what it holds, RESUME, SUSPEND, KILL, DISABLE, RECONNECT,
 //! WAIT_CLOSE, and the rights check. The console here maps a few words to ops; its parser is tested in
-//! `shard/src/admin/control.rs`.
+//! `console/src/operations.rs`.
 
 use bytes::BytesMut;
 
 use crate::ShutdownMode;
 use crate::action::Conn;
-use crate::gates::{ControlOp, ControlRequest, Scope};
+use crate::gates::{AdminOp, AdminRequest, Scope};
 use crate::services::{Console, ConsoleRequest, Refusal, StatementAnswer};
 use crate::testing::{Harness, config, query};
 
@@ -31,26 +31,26 @@ impl Console for WordConsole {
         }
     }
 
-    fn control(
+    fn admin_command(
         &mut self,
         query: &str,
         admin: bool,
         _config: &pgtier_core::config::Config,
-    ) -> Option<Result<ControlRequest, Refusal>> {
+    ) -> Option<Result<AdminRequest, Refusal>> {
         let mut words = query.split_whitespace();
         let verb = words.next()?;
         let db = words.next().map(str::to_string);
         let scope = Scope::of(db.as_deref());
         let op = match verb {
-            "PAUSE" => ControlOp::Pause(scope),
-            "RESUME" => ControlOp::Resume(scope),
-            "RECONNECT" => ControlOp::Reconnect(scope),
-            "WAIT_CLOSE" => ControlOp::WaitClose(scope),
-            "KILL" => ControlOp::Kill(db?),
-            "DISABLE" => ControlOp::Disable(db?),
-            "ENABLE" => ControlOp::Enable(db?),
-            "SHUTDOWN" => ControlOp::Shutdown(ShutdownMode::WaitForClients),
-            "SUSPEND" => ControlOp::Suspend,
+            "PAUSE" => AdminOp::Pause(scope),
+            "RESUME" => AdminOp::Resume(scope),
+            "RECONNECT" => AdminOp::Reconnect(scope),
+            "WAIT_CLOSE" => AdminOp::WaitClose(scope),
+            "KILL" => AdminOp::Kill(db?),
+            "DISABLE" => AdminOp::Disable(db?),
+            "ENABLE" => AdminOp::Enable(db?),
+            "SHUTDOWN" => AdminOp::Shutdown(ShutdownMode::WaitForClients),
+            "SUSPEND" => AdminOp::Suspend,
             _ => return None,
         };
         if !admin {
@@ -59,7 +59,7 @@ impl Console for WordConsole {
                 message: "admin access needed".to_string(),
             }));
         }
-        Some(Ok(ControlRequest::Op(op)))
+        Some(Ok(AdminRequest::Op(op)))
     }
 }
 
@@ -257,13 +257,13 @@ fn shutdown_wait_for_servers_answers_before_it_closes_the_session() {
                 failed: false,
             }
         }
-        fn control(
+        fn admin_command(
             &mut self,
             _query: &str,
             _admin: bool,
             _config: &pgtier_core::config::Config,
-        ) -> Option<Result<ControlRequest, Refusal>> {
-            Some(Ok(ControlRequest::Op(ControlOp::Shutdown(
+        ) -> Option<Result<AdminRequest, Refusal>> {
+            Some(Ok(AdminRequest::Op(AdminOp::Shutdown(
                 ShutdownMode::WaitForTransactions,
             ))))
         }

@@ -396,7 +396,7 @@ fn every_slot_is_given_back_when_everyone_leaves() {
     assert_eq!(h.engine.client_count(), 0);
     h.engine.handle_command(
         h.now,
-        crate::command::Command::Shutdown(crate::command::ShutdownMode::Immediate),
+        crate::command::Command::Shutdown(crate::gates::ShutdownMode::Immediate),
     );
     h.pump();
     assert_eq!(h.engine.server_count(), 0);
@@ -684,7 +684,7 @@ fn wait_for_transactions_closes_a_client_when_its_transaction_ends() {
     h.client_sends(a, &query("BEGIN"));
     h.engine.handle_command(
         h.now,
-        crate::command::Command::Shutdown(crate::command::ShutdownMode::WaitForTransactions),
+        crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForTransactions),
     );
     h.pump();
     assert!(h.is_closed(Conn::Client(b)), "an idle client goes at once");

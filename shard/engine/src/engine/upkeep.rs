@@ -10,9 +10,10 @@ use tracing::info;
 
 use crate::action::{Action, CloseHow, Conn};
 use crate::cancel::{CancelKey, shard_of};
-use crate::command::{Command, ShutdownMode};
+use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::timeouts::ClientTimeouts;
+use crate::gates::ShutdownMode;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
@@ -266,12 +267,12 @@ impl Engine {
                     self.on_console_bytes(client);
                 }
             }
-            Command::Control {
+            Command::Admin {
                 from,
                 request_id,
                 op,
             } => self.apply_admin_op(from, request_id, op),
-            Command::ControlDone { request_id, error } => {
+            Command::AdminDone { request_id, error } => {
                 self.on_admin_op_done(request_id, error);
             }
         }

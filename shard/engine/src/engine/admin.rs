@@ -1,5 +1,5 @@
 //! The admin side of the shard: the gates PAUSE, KILL, SUSPEND and DISABLE leave and the
-//! admin commands in progress (`gates.rs`), the console that answers statements, the
+//! admin commands in progress (what they and the console sessions do over the tables: `gates.rs`), the console that answers statements, the
 //! listings its sessions gather from every shard, and the shutdown under way.
 
 use std::time::Instant;

@@ -78,7 +78,7 @@ impl Engine {
             lease.transaction_started();
         }
         let class = crate::class::wait_class(session.class());
-        if self.held_by_pause(id) {
+        if self.admin.held_by_pause(&self.clients, id, self.now) {
             return;
         }
         // Only a reader session's transaction is routed; the others keep their pool.
@@ -619,7 +619,10 @@ impl Engine {
             self.close_server(id);
             return;
         }
-        if self.closes_on_release(id) {
+        if self
+            .admin
+            .closes_on_release(&self.servers, &self.linker, id)
+        {
             // PAUSE, KILL or RECONNECT: the server goes once released.
             self.close_server(id);
             return;

@@ -21,12 +21,14 @@
 //! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
 //! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
 //! sessions (`tls_io.rs`); the linker and the server table pack and place servers that move
-//! between shards (`moving.rs`). The flows that still take the whole engine live beside this
-//! file, one per concern: `login.rs` (a client from startup to its welcome, `auth_query`
-//! included), `link.rs` (the one place that touches a client and a server together: servers
-//! given to clients and taken back, and handed to other shards), `backend.rs` (server
-//! connections: login, output, failures), `gates.rs` (the admin console: its sessions and the
-//! commands they run), `upkeep.rs` (timers, mailbox commands, cancel, shutdown). The decisions
+//! between shards (`moving.rs`); the admin side's flows (console sessions, what an admin
+//! command does here) are `Admin`'s, over the tables it is given (`gates.rs`). The flows that
+//! still take the whole engine live beside this file, one per concern: `login.rs` (a client
+//! from startup to its welcome, `auth_query` included), `link.rs` (the one place that touches
+//! a client and a server together: servers given to clients and taken back, and handed to
+//! other shards), `backend.rs` (server connections: login, output, failures), `upkeep.rs`
+//! (timers, mailbox commands, cancel, shutdown, and the routing of admin commands and console
+//! sessions). The decisions
 //! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
 //! (`pgtier_pool`) and the services.
 

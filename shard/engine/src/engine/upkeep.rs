@@ -1,10 +1,12 @@
 //! The engine's periodic and cross-shard work: PgBouncer's timeouts, waiters past
 //! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
 //! clients of Down replicas re-routed, counters folded; the commands other shards and the
-//! process send (cancel, reload, shutdown, slot handover, listings); and the gathering of
-//! every shard's rows for the admin console's sessions (`gates.rs`, `listings.rs`), as
-//! `listing.rs` copies them out.
+//! process send (cancel, reload, shutdown, slot handover, listings); the gathering of every
+//! shard's rows for the admin console's sessions (`listings.rs`), as `listing.rs` copies them
+//! out; and the routing of the admin commands and console sessions: `Admin` decides over the
+//! tables (`gates.rs`), and the engine posts to the shards, closes and links what it says.
 
+use bytes::BytesMut;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
 use tracing::info;
 
@@ -12,8 +14,12 @@ use crate::action::{Action, CloseHow, Conn};
 use crate::cancel::{CancelKey, shard_of};
 use crate::command::Command;
 use crate::engine::Engine;
+use crate::engine::gates::{
+    ConsoleStep, admin_op_condition_holds, client_by_key, clients_of, complete, console_error,
+    idle_servers_of, mark_servers_to_close, servers_of,
+};
 use crate::engine::timeouts::ClientTimeouts;
-use crate::gates::ShutdownMode;
+use crate::gates::{AdminOp, AdminRequest, Scope, ShutdownMode};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
@@ -32,7 +38,12 @@ impl Engine {
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
         self.expire_listings();
-        self.close_idle_servers_of_paused();
+        for id in self
+            .admin
+            .idle_servers_of_paused(&self.servers, &self.linker)
+        {
+            self.close_server(id);
+        }
         self.progress_admin_ops();
         if self.admin.is_shutting_down() {
             self.progress_shutdown();
@@ -346,5 +357,305 @@ impl Engine {
                 self.admin.listings_mut().forget(client);
             }
         }
+    }
+
+    // ---- admin commands and console sessions (their flows: `gates.rs`) ----
+
+    /// A console statement the console recognized as an admin command; `out` gets the
+    /// answer when it is immediate. Returns true when the op went to the shards: its answer
+    /// (and ReadyForQuery) is sent by `answer_console`, which goes on with the session's
+    /// next queries, so what `out` held is sent first (for SHUTDOWN, which answers at once,
+    /// nothing more of the session is read).
+    fn run_admin_op(&mut self, id: ClientId, request: AdminRequest, out: &mut BytesMut) -> bool {
+        match request {
+            AdminRequest::Reloaded => {
+                complete(out, "RELOAD");
+                false
+            }
+            AdminRequest::Set { config, key } => {
+                info!(shard = self.env.shard(), setting = %key, "SET from the admin console");
+                for shard in 0..self.env.shared().shards() {
+                    let command = Command::Reload {
+                        config: config.clone(),
+                        users: self.env.users().clone(),
+                        tls: self.tls_sides(),
+                    };
+                    if shard == self.env.shard() {
+                        self.on_command(command);
+                    } else {
+                        self.outbox.push(Action::Post { shard, command });
+                    }
+                }
+                complete(out, "SET");
+                false
+            }
+            AdminRequest::Op(AdminOp::Shutdown(mode)) => {
+                // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
+                // (holding no server) is among the clients closed at once.
+                info!(
+                    shard = self.env.shard(),
+                    ?mode,
+                    "SHUTDOWN from the admin console"
+                );
+                complete(out, "SHUTDOWN");
+                messages::ready_for_query(out, b'I');
+                let answer = std::mem::take(out);
+                self.send(Conn::Client(id), answer.freeze());
+                for shard in 0..self.env.shared().shards() {
+                    if shard == self.env.shard() {
+                        self.on_command(Command::Shutdown(mode));
+                    } else {
+                        self.outbox.push(Action::Post {
+                            shard,
+                            command: Command::Shutdown(mode),
+                        });
+                    }
+                }
+                true
+            }
+            AdminRequest::Op(op) => {
+                if let Some(refusal) = self
+                    .admin
+                    .gates()
+                    .refusal(&op, self.admin.is_shutting_down())
+                {
+                    console_error(out, &refusal);
+                    return false;
+                }
+                info!(shard = self.env.shard(), ?op, "admin command");
+                let earlier = std::mem::take(out);
+                if !earlier.is_empty() {
+                    self.send(Conn::Client(id), earlier.freeze());
+                }
+                self.ask_shards(id, op);
+                true
+            }
+        }
+    }
+
+    /// Posts `op` to every shard it concerns (this one included, applied at once).
+    fn ask_shards(&mut self, id: ClientId, op: AdminOp) {
+        let shards: Vec<usize> = match &op {
+            AdminOp::KillClient { shard, .. } => vec![*shard],
+            _ => (0..self.env.shared().shards()).collect(),
+        };
+        if shards
+            .iter()
+            .any(|shard| *shard >= self.env.shared().shards())
+        {
+            self.answer_console(id, op.tag(), Some("client not found".to_string()));
+            return;
+        }
+        let request_id = self.admin.ops_mut().ask(id, op.tag(), shards.len());
+        for shard in shards {
+            if shard == self.env.shard() {
+                self.apply_admin_op(self.env.shard(), request_id, op.clone());
+            } else {
+                self.outbox.push(Action::Post {
+                    shard,
+                    command: Command::Admin {
+                        from: self.env.shard(),
+                        request_id,
+                        op: op.clone(),
+                    },
+                });
+            }
+        }
+    }
+
+    /// Applies an op posted by shard `from` (maybe this one); answers now or once its
+    /// condition holds.
+    fn apply_admin_op(&mut self, from: usize, request_id: u64, op: AdminOp) {
+        let result = match &op {
+            AdminOp::Pause(scope) => {
+                self.admin
+                    .pause(scope, &mut self.clients, &mut self.linker, self.now);
+                // PAUSE disconnects every server: the idle ones now.
+                for id in idle_servers_of(&self.servers, &self.linker, scope) {
+                    self.close_server(id);
+                }
+                Ok(())
+            }
+            AdminOp::Resume(scope) => {
+                let released =
+                    self.admin
+                        .resume(scope, &self.clients, &self.servers, &mut self.outbox);
+                for id in released {
+                    self.need_server(id);
+                }
+                Ok(())
+            }
+            AdminOp::Reconnect(scope) => {
+                for id in mark_servers_to_close(&mut self.servers, &self.linker, scope) {
+                    self.close_server(id);
+                }
+                Ok(())
+            }
+            AdminOp::WaitClose(_) => Ok(()),
+            AdminOp::Kill(database) => {
+                // Every client of the database gets PgBouncer's error and goes, every
+                // server closes now.
+                let scope = Scope::Database(database.clone());
+                self.admin.gates_mut().pause(&scope);
+                for id in clients_of(&self.clients, &scope) {
+                    let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "database removed");
+                    self.close_client(id, Some(error));
+                }
+                for id in servers_of(&self.servers, &self.linker, &scope) {
+                    self.close_server(id);
+                }
+                Ok(())
+            }
+            AdminOp::KillClient { key, .. } => match client_by_key(&self.clients, *key) {
+                Some(id) => {
+                    let error =
+                        messages::fatal(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect");
+                    self.close_client(id, Some(error));
+                    Ok(())
+                }
+                None => Err("client not found".to_string()),
+            },
+            AdminOp::Disable(database) => {
+                self.admin.gates_mut().set_disabled(database, true);
+                Ok(())
+            }
+            AdminOp::Enable(database) => {
+                self.admin.gates_mut().set_disabled(database, false);
+                Ok(())
+            }
+            AdminOp::Suspend => {
+                self.admin
+                    .suspend(&self.clients, &self.servers, &mut self.outbox);
+                Ok(())
+            }
+            AdminOp::Shutdown(mode) => {
+                self.on_command(Command::Shutdown(*mode));
+                Ok(())
+            }
+        };
+        match result {
+            Err(error) => self.admin_op_answered(from, request_id, Some(error)),
+            Ok(()) if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) => {
+                self.admin_op_answered(from, request_id, None);
+            }
+            Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
+        }
+    }
+
+    /// Sends shard `from` this shard's answer to `request_id`.
+    fn admin_op_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
+        if from == self.env.shard() {
+            self.on_admin_op_done(request_id, error);
+        } else {
+            self.outbox.push(Action::Post {
+                shard: from,
+                command: Command::AdminDone { request_id, error },
+            });
+        }
+    }
+
+    /// One shard answered; the console session is answered once all did.
+    fn on_admin_op_done(&mut self, request_id: u64, error: Option<String>) {
+        if let Some((client, tag, error)) = self.admin.ops_mut().answered(request_id, error) {
+            self.answer_console(client, tag, error);
+        }
+    }
+
+    /// Answers a console session's op and goes on with its pipelined queries.
+    fn answer_console(&mut self, id: ClientId, tag: &str, error: Option<String>) {
+        if self
+            .clients
+            .get(id.0)
+            .is_none_or(|client| client.is_closing())
+        {
+            return;
+        }
+        let mut out = BytesMut::new();
+        match error {
+            Some(error) => console_error(&mut out, &error),
+            None => complete(&mut out, tag),
+        }
+        messages::ready_for_query(&mut out, b'I');
+        self.send(Conn::Client(id), out.freeze());
+        self.on_console_bytes(id);
+    }
+
+    /// Re-checks the ops waiting here (after a server closed, and at housekeeping), and
+    /// times out clients a pause held past `query_wait_timeout`.
+    pub(super) fn progress_admin_ops(&mut self) {
+        for (from, request_id, op) in self.admin.ops_mut().take_waiting() {
+            if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) {
+                self.admin_op_answered(from, request_id, None);
+            } else {
+                self.admin.ops_mut().wait(from, request_id, op);
+            }
+        }
+        let timeout = Engine::enabled(self.env.config().pgtier.query_wait_timeout);
+        let expired = self
+            .admin
+            .expire_paused_clients(&self.clients, timeout, self.now);
+        for id in expired {
+            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout");
+            self.close_client(id, Some(error));
+        }
+    }
+
+    /// Handles every whole message of console session `id`, in order.
+    pub(super) fn on_console_bytes(&mut self, id: ClientId) {
+        self.fold_counters();
+        let mut listing = self.admin.listings_mut().take_ready(id);
+        let mut out = BytesMut::new();
+        loop {
+            let step = self.admin.console_step(
+                id,
+                &mut self.clients,
+                self.env.config(),
+                &mut self.stats,
+                &mut listing,
+                &mut out,
+            );
+            match step {
+                ConsoleStep::Answered => {}
+                ConsoleStep::Wait => break,
+                ConsoleStep::Gone => return,
+                ConsoleStep::Quit => {
+                    self.send_console(id, out);
+                    self.close_client(id, None);
+                    return;
+                }
+                ConsoleStep::Refuse(message) => {
+                    self.console_refuses(id, out, message);
+                    return;
+                }
+                ConsoleStep::Admin(request) => {
+                    if self.run_admin_op(id, request, &mut out) {
+                        break;
+                    }
+                    messages::ready_for_query(&mut out, b'I');
+                }
+                ConsoleStep::NeedListing => {
+                    if !self.admin.listings_mut().is_gathering(id) {
+                        self.start_listing(id);
+                        listing = self.admin.listings_mut().take_ready(id);
+                    }
+                    if listing.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.send_console(id, out);
+    }
+
+    fn send_console(&mut self, id: ClientId, out: BytesMut) {
+        if !out.is_empty() {
+            self.send(Conn::Client(id), out.freeze());
+        }
+    }
+
+    fn console_refuses(&mut self, id: ClientId, out: BytesMut, message: &str) {
+        self.send_console(id, out);
+        let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, message);
+        self.close_client(id, Some(error));
     }
 }

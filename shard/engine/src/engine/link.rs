@@ -484,32 +484,15 @@ impl Engine {
         }
     }
 
-    /// A transaction-mode client sent text with session-state effects: what pins keeps it
-    /// on its server from now on (the server is reset when they part); what clears is
-    /// counted once the server confirms it (`Pins::on_ready`).
+    /// A transaction-mode client sent text with session-state effects (`relay::pin_client`).
     pub(super) fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
-        let in_block = self
-            .servers
-            .get(server_id.0)
-            .is_some_and(|server| server.backend().tracker().last_ready_in_block());
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
-            return;
-        };
-        let was_pinned = session.pins_server();
-        session.pins_mut().sent(effects, in_block);
-        if !effects.pins() {
-            return;
-        }
-        if !was_pinned {
-            debug!(
-                ?id,
-                ?effects,
-                "client pinned to its server by session state"
-            );
-        }
-        if let Some(server) = self.servers.get_mut(server_id.0) {
-            server.backend_mut().needs_reset(Reset::SessionState);
-        }
+        super::linker::relay::pin_client(
+            &mut self.clients,
+            &mut self.servers,
+            id,
+            server_id,
+            effects,
+        );
     }
 
     /// The server finished a transaction (or a welcome, or a shutdown waits): its client

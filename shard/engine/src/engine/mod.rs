@@ -22,11 +22,14 @@
 //! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
 //! sessions (`tls_io.rs`); the linker and the server table pack and place servers that move
 //! between shards (`moving.rs`); the admin side's flows (console sessions, what an admin
-//! command does here) are `Admin`'s, over the tables it is given (`gates.rs`). The flows that
-//! still take the whole engine live beside this file, one per concern: `login.rs` (a client
-//! from startup to its welcome, `auth_query` included), `link.rs` (the one place that touches
-//! a client and a server together: servers given to clients and taken back, and handed to
-//! other shards), `backend.rs` (server connections: login, output, failures), `upkeep.rs`
+//! command does here) are `Admin`'s, over the tables it is given (`gates.rs`); a server
+//! connection's steps (connect, login, drain) are the server table's (`backend.rs`), its
+//! output to its client and a finished login are the linker's (`linker/relay.rs`,
+//! `linker/opening.rs`), and this file routes what they report (failures included). The
+//! flows that still take the whole engine live beside this file, one per concern:
+//! `login.rs` (a client from startup to its welcome, `auth_query` included), `link.rs` (the
+//! one place that touches a client and a server together: servers given to clients and
+//! taken back, and handed to other shards), `upkeep.rs`
 //! (timers, mailbox commands, cancel, shutdown, and the routing of admin commands and console
 //! sessions). The decisions
 //! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
@@ -82,7 +85,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
 use pgtier_pool::PoolSlice;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
@@ -93,10 +96,11 @@ use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::random::Random;
 use crate::server::ServerState;
-use crate::services::{Console, Routing};
+use crate::services::{Console, FailureCause, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
 use crate::shared::Shared;
 use crate::userlist::UserList;
+use linker::relay::Relayed;
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
 pub trait Resolver {
@@ -768,6 +772,289 @@ impl Engine {
             ServerState::Moving { .. } => self.close_server(id),
             ServerState::Closing => {}
         }
+    }
+
+    // ---- server connections: the server table's steps (`backend.rs`), routed ----
+
+    fn on_server_connected(&mut self, id: ServerId, result: Result<(), i32>) {
+        match self
+            .servers
+            .connected(id, result, self.now, &mut self.outbox)
+        {
+            backend::Connected::Ignored | backend::Connected::Negotiating => {}
+            backend::Connected::Unreachable(error, cause) => {
+                self.server_unreachable(id, error, cause);
+            }
+            backend::Connected::StartLogin => self.start_server_login(id),
+        }
+    }
+
+    fn start_server_login(&mut self, id: ServerId) {
+        self.servers.start_login(
+            id,
+            &self.linker,
+            self.env.config(),
+            self.now,
+            &mut self.outbox,
+        );
+    }
+
+    fn on_login_bytes(&mut self, id: ServerId) {
+        let progress = self.servers.login_step(
+            id,
+            &self.linker,
+            &self.env,
+            self.clients.logins(),
+            self.random.as_mut(),
+            &mut self.outbox,
+        );
+        match progress {
+            backend::LoginProgress::Pending => {}
+            backend::LoginProgress::Failed(error) => self.login_failed(id, error),
+            backend::LoginProgress::Done => {
+                if let Some((pool, checkin)) =
+                    self.linker.logged_in(&mut self.servers, id, self.now)
+                {
+                    self.act_on_checkin(id, pool, checkin);
+                }
+            }
+        }
+    }
+
+    /// A login failed: every client waiting on the pool gets `error` now, and new ones get
+    /// it until `server_login_retry` passes.
+    fn login_failed(&mut self, id: ServerId, error: Bytes) {
+        let retry_at = self.env.login_retry_at(self.now);
+        let fail = self.linker.login_failed(
+            &mut self.servers,
+            id,
+            error,
+            retry_at,
+            &mut self.stats,
+            &mut self.outbox,
+        );
+        if let Some(fail) = fail {
+            self.fail_waiters(fail.pool, fail.error);
+        }
+    }
+
+    /// A server could not be reached: on a replica its router hears of it (the waiters
+    /// stay queued for a re-route), elsewhere it is a failed login.
+    fn server_unreachable(&mut self, id: ServerId, error: Bytes, cause: FailureCause) {
+        let retry_at = self.env.login_retry_at(self.now);
+        let fail = self.linker.unreachable(
+            &mut self.servers,
+            id,
+            error,
+            cause,
+            &*self.routing,
+            retry_at,
+            &mut self.stats,
+            &mut self.outbox,
+        );
+        if let Some(fail) = fail {
+            self.fail_waiters(fail.pool, fail.error);
+        }
+    }
+
+    /// Server output for its linked client (`linker/relay.rs`), and what follows it.
+    fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
+        if self.clients.is_looking_up(client_id) {
+            self.on_lookup_answer(server_id, client_id);
+            return;
+        }
+        let relayed = linker::relay::relay_to_client(
+            &mut self.clients,
+            &mut self.servers,
+            &mut self.stats,
+            &*self.routing,
+            &self.env,
+            self.now,
+            &mut self.outbox,
+            server_id,
+            client_id,
+        );
+        match relayed {
+            Relayed::Nothing => {}
+            Relayed::Orphaned => self.close_server(server_id),
+            Relayed::Fatal { pool, shutdown } => {
+                if shutdown {
+                    self.linker.report_replica_failure(
+                        pool,
+                        FailureCause::ServerShutdown,
+                        &*self.routing,
+                    );
+                }
+                self.close_server(server_id);
+                self.close_client_after_flush(client_id);
+            }
+            Relayed::Malformed => {
+                self.server_failed(server_id, "server sent an invalid message", None);
+            }
+            Relayed::TooLong(len) => self.server_message_too_long(server_id, client_id, len),
+            Relayed::ForwardHeld => self.forward_held_input(server_id, client_id),
+            Relayed::Welcome => self.finish_welcome(client_id, server_id),
+            Relayed::Idle {
+                releasable,
+                ready_seen,
+            } => {
+                let shutting_down =
+                    self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions);
+                if releasable || shutting_down {
+                    self.release_server(server_id);
+                } else if ready_seen {
+                    // The server stays with its client (pinned, or session mode): input
+                    // that waited for this ReadyForQuery goes now.
+                    self.forward_held_input(server_id, client_id);
+                }
+            }
+        }
+    }
+
+    /// Client input held back while the server answered a segment that changed statements
+    /// goes on now, if the server still serves this client.
+    fn forward_held_input(&mut self, server_id: ServerId, client_id: ClientId) {
+        if linker::relay::held_input_ready(&self.clients, &self.servers, server_id, client_id) {
+            self.forward(client_id, server_id);
+        }
+    }
+
+    /// The server sent a message longer than `max_server_message_bytes`: what came before
+    /// is with the client already; the server closes (its result cannot be skipped safely)
+    /// and the client gets 54000, since its response is cut short.
+    fn server_message_too_long(&mut self, server_id: ServerId, client_id: ClientId, len: usize) {
+        warn!(
+            len,
+            "server message over max_server_message_bytes: closing the server"
+        );
+        self.close_server(server_id);
+        let message = format!(
+            "server message of {len} bytes exceeds max_server_message_bytes ({})",
+            self.env.limits().max_server_message_bytes
+        );
+        let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
+        self.close_client(client_id, Some(error));
+    }
+
+    /// Swallows everything from a server without a client, then takes its next step.
+    fn drain_server(&mut self, id: ServerId) {
+        let max = self.env.limits().max_server_message_bytes;
+        match self.servers.drain(id, max) {
+            backend::Drained::Nothing => {}
+            backend::Drained::Close => self.close_server(id),
+            backend::Drained::FinishCheck => self.finish_check(id),
+            backend::Drained::AdvanceRelease => self.advance_release(id),
+        }
+    }
+
+    /// Bytes from a server nobody uses: a shutdown notice goes to the replica router;
+    /// anything unusable retires the server.
+    fn on_idle_server_bytes(&mut self, id: ServerId) {
+        let Some(output) = self.servers.idle_output(id) else {
+            return;
+        };
+        if output.shutting_down {
+            self.linker.report_replica_failure(
+                output.pool,
+                FailureCause::ServerShutdown,
+                &*self.routing,
+            );
+        }
+        if output.retire {
+            self.close_server(id);
+        }
+    }
+
+    /// The server connection ended or failed.
+    fn on_server_gone(&mut self, id: ServerId, errno: Option<i32>) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        match server.state() {
+            ServerState::Closing => {}
+            // Terminated on purpose: its backend is gone, its slot moves on.
+            ServerState::Leaving { .. } | ServerState::Moving { .. } => self.close_server(id),
+            ServerState::Connecting { .. } => {
+                let errno = errno.unwrap_or(backend::libc_like::ECONNRESET);
+                self.on_server_connected(id, Err(errno));
+            }
+            _ => self.server_failed(
+                id,
+                "server closed the connection unexpectedly",
+                Some(FailureCause::ConnectionReset),
+            ),
+        }
+    }
+
+    /// The server connection broke. Its client (if any) gets `message` as a FATAL error.
+    /// With a `cause`, a server on a replica is reported to its router (the replica goes
+    /// Down at once) and the clients waiting on its pool are re-routed rather than failed.
+    fn server_failed(&mut self, id: ServerId, message: &str, cause: Option<FailureCause>) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let pool = server.pool();
+        match *server.state() {
+            ServerState::Connecting { .. }
+            | ServerState::Negotiating { .. }
+            | ServerState::LoggingIn { .. } => {
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, message);
+                match cause {
+                    Some(cause) => self.server_unreachable(id, error, cause),
+                    None => self.login_failed(id, error),
+                }
+            }
+            ServerState::Busy { client } => {
+                let on_replica = cause.is_some_and(|cause| {
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing)
+                });
+                self.close_server(id);
+                let message = if on_replica {
+                    format!("the replica serving this connection failed: {message}")
+                } else {
+                    message.to_string()
+                };
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                self.close_client(client, Some(error));
+            }
+            _ => {
+                if let Some(cause) = cause {
+                    self.linker
+                        .report_replica_failure(pool, cause, &*self.routing);
+                }
+                self.close_server(id);
+            }
+        }
+    }
+
+    fn on_cancel_done(&mut self, id: ServerId) {
+        if self.servers.cancel_done(id) {
+            self.advance_release(id);
+        }
+    }
+
+    /// The server's one-byte answer to the SSLRequest (`tls_io.rs`).
+    fn on_negotiation_answer(&mut self, id: ServerId) {
+        let mode = self.env.config().pgtier.server_tls_sslmode;
+        let (env, linker) = (&self.env, &self.linker);
+        let name =
+            |server: &crate::server::ServerConn| tls_io::tls_server_name(env, linker, server);
+        match self
+            .servers
+            .negotiation_answer(id, mode, name, &mut self.outbox)
+        {
+            tls_io::Negotiation::Wait => {}
+            tls_io::Negotiation::StartLogin => self.start_server_login(id),
+            tls_io::Negotiation::Failed(why) => self.server_tls_failed(id, &why),
+        }
+    }
+
+    /// TLS with a server failed before or during its login: the pool's waiters get the
+    /// reason (08006), as for any failed login.
+    fn server_tls_failed(&mut self, id: ServerId, why: &str) {
+        debug!(?id, why, "server TLS failed");
+        self.server_failed(id, why, None);
     }
 }
 

@@ -1,8 +1,12 @@
 //! The linker's state: the pools of the shard (who waits for which server, which servers
 //! are idle, the budgets), the servers being put back, the reads waiting for a replica to
 //! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
-//! that touches a client and a server together (`link.rs`).
+//! that touches a client and a server together (`link.rs`, and here: `relay.rs` for a
+//! server's output to its client, `opening.rs` for a pool's server that logged in or
+//! failed to).
 
+pub(super) mod opening;
+pub(super) mod relay;
 pub(super) mod vacate;
 pub(super) mod warmup;
 

@@ -61,6 +61,19 @@ impl ClientTable {
         Some((self.slab.get_mut(slot)?, &mut self.logins))
     }
 
+    /// Queues `bytes` for client `id` (its backlog counts them until they are sent).
+    pub(super) fn send(
+        &mut self,
+        id: crate::ids::ClientId,
+        bytes: bytes::Bytes,
+        outbox: &mut crate::action::Outbox,
+    ) {
+        if let Some(client) = self.get_mut(id.0) {
+            client.backlog_mut().queued_for_send(bytes.len());
+        }
+        outbox.send(crate::action::Conn::Client(id), bytes);
+    }
+
     pub(crate) fn get(&self, slot: SlotRef) -> Option<&ClientConn> {
         self.slab.get(slot)
     }

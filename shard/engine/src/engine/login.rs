@@ -10,13 +10,19 @@
 //! `server_connect_timeout`; the secrets found are cached (`client::lookup`), so only a
 //! login storm of new users reaches the server.
 
-use bytes::BytesMut;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
 use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode};
 use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
 use pgtier_pool::{Lease, PoolError, PoolKey, ServerTarget, StartupProfile};
 use tracing::warn;
 
-use crate::action::Conn;
+use super::clients::ClientTable;
+use super::env::Env;
+use super::stats::StatsSink;
+use crate::action::{Conn, Outbox};
+use crate::cancel::CancelKey;
 use crate::class::session_class;
 use crate::client::auth::{self, AuthContext, AuthStep};
 use crate::client::auth_method::{self, Method};
@@ -26,10 +32,12 @@ use crate::client::{ClientState, Session, SessionStart};
 use crate::console_session::ConsoleSession;
 use crate::engine::Engine;
 use crate::engine::tls_io::{SslAnswer, requires_tls};
+use crate::gates::Gates;
 use crate::ids::{ClientId, ServerId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
-use crate::services::{Admission, AdmissionReply, Refusal};
+use crate::random::Random;
+use crate::services::{Admission, AdmissionReply, Refusal, ReplicaLease, Routing};
 use crate::settings::MAX_STARTUP_BYTES;
 
 /// The request id of a client's admission: its slot, so a reply finds the client (or finds
@@ -51,343 +59,88 @@ fn refusal_error(refusal: &Refusal) -> bytes::Bytes {
 
 impl Engine {
     pub(super) fn on_startup_bytes(&mut self, id: ClientId) {
-        loop {
-            let Some(client) = self.clients.get_mut(id.0) else {
-                return;
-            };
-            match startup::read_startup(client.input_mut().buffer_mut(), MAX_STARTUP_BYTES) {
-                StartupStep::NeedMore => return,
-                StartupStep::Decline => {
-                    self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
-                }
-                StartupStep::SslRequest => {
-                    match self.clients.answer_ssl_request(id, &mut self.outbox) {
-                        SslAnswer::Encrypted => {}
-                        SslAnswer::Declined => {
-                            self.send(Conn::Client(id), bytes::Bytes::from_static(b"N"));
-                        }
-                        SslAnswer::AlreadyEncrypted => {
-                            self.protocol_error(id, "SSL negotiation over an encrypted connection");
-                            return;
-                        }
-                        SslAnswer::DataAfterRequest => {
-                            self.protocol_error(id, "received unencrypted data after SSL request");
-                            return;
-                        }
-                        SslAnswer::Refused => {
-                            self.close_client(id, None);
-                            return;
-                        }
-                        SslAnswer::Gone => return,
-                    }
-                }
-                StartupStep::Cancel(key) => {
-                    self.close_client(id, None);
-                    self.route_cancel(key);
-                    return;
-                }
-                StartupStep::Refuse(error) => {
-                    self.close_client(id, error);
-                    return;
-                }
-                StartupStep::Login(request) => {
-                    self.on_login(id, request);
-                    return;
-                }
+        match self.clients.read_startup(id, &mut self.outbox) {
+            Startup::Wait => {}
+            Startup::ProtocolError(message) => self.protocol_error(id, message),
+            Startup::Close(error) => self.close_client(id, error),
+            Startup::Cancel(key) => {
+                self.close_client(id, None);
+                self.route_cancel(key);
             }
+            Startup::Login(request) => self.on_login(id, request),
         }
     }
 
     fn on_login(&mut self, id: ClientId, request: LoginRequest) {
-        if self.refuse_plaintext_login(id) {
-            return;
+        let started = self.clients.start_session(
+            id,
+            request,
+            &self.env,
+            self.admin.gates(),
+            &mut self.stats,
+            &mut self.outbox,
+        );
+        match started {
+            Ok(true) => self.start_authentication(id),
+            Ok(false) => {}
+            Err(error) => self.close_client(id, Some(error)),
         }
-        if let Some(negotiation) = request.negotiation {
-            self.send(Conn::Client(id), negotiation);
-        }
-        let mut user = None;
-        let mut database = None;
-        let mut forwarded = Vec::new();
-        let mut tracked = TrackedParams::default();
-        for (name, value) in request.params {
-            match name.as_str() {
-                "user" => user = Some(value),
-                "database" => database = Some(value),
-                "replication" => {
-                    let error = messages::fatal(
-                        sqlstate::FEATURE_NOT_SUPPORTED,
-                        "replication connections are not supported by pgtier",
-                    );
-                    self.close_client(id, Some(error));
-                    return;
-                }
-                _ if self.env.config().pgtier.ignores_startup_parameter(&name) => {}
-                _ => {
-                    if !tracked.set(&name, &value) {
-                        forwarded.push((name, value));
-                    }
-                }
-            }
-        }
-        let Some(user) = user.filter(|user| !user.is_empty()) else {
-            let error = messages::fatal(
-                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                "no PostgreSQL user name specified in startup packet",
-            );
-            self.close_client(id, Some(error));
-            return;
-        };
-        let database = database
-            .filter(|database| !database.is_empty())
-            .unwrap_or_else(|| user.clone());
-        // PgBouncer's console is the database `pgbouncer`: the same console.
-        let database = if database == ADMIN_DATABASE_ALIAS {
-            ADMIN_DATABASE.to_string()
-        } else {
-            database
-        };
-        forwarded.sort();
-        let admin = database == ADMIN_DATABASE;
-        if self.admin.gates().is_disabled(&database) {
-            // DISABLE db, with PgBouncer's words.
-            let message = format!("database does not allow connections: {database}");
-            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message);
-            self.close_client(id, Some(error));
-            return;
-        }
-        let mode = match self.env.config().database(&database) {
-            Some(db) => self.env.config().pool_mode(db, &user),
-            None if admin => PoolMode::Session,
-            None => {
-                let message = format!("database \"{database}\" does not exist");
-                let error = messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message);
-                self.close_client(id, Some(error));
-                return;
-            }
-        };
-        let class = self
-            .env
-            .config()
-            .database(&database)
-            .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
-                self.env.config().class(db, &user)
-            });
-        let stats = self.stats.database_slot(&database, self.env.shared());
-        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
-            return;
-        };
-        let (user, database) = (logins.intern(&user), logins.intern(&database));
-        client.start_session(Box::new(Session::new(SessionStart {
-            user,
-            database,
-            mode,
-            class,
-            startup_params: forwarded,
-            tracked,
-            stats,
-        })));
-        self.start_authentication(id);
     }
 
     fn start_authentication(&mut self, id: ClientId) {
-        let method = match self.auth_method(id) {
+        let method = match self.clients.auth_method(id, &self.env) {
             Ok(method) => method,
             Err(error) => {
                 self.close_client(id, Some(error));
                 return;
             }
         };
-        match self.lookup_user_for(id, method) {
+        match self
+            .clients
+            .lookup_user_for(id, method, &self.env, self.now)
+        {
             Some(auth_user) => self.start_lookup(id, method, &auth_user),
             None => self.begin_exchange(id, method),
         }
     }
 
-    /// The password exchange of `method` (none for trust), against the auth file's entry
-    /// or the secret `auth_query` found.
+    /// The password exchange of `method` (none for trust).
     pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
-            return;
-        };
-        let (user, database) = (session.user().clone(), session.database().clone());
-        let channel_binding = self.clients.channel_binding_of(id);
-        let (looked_up, secrets) = self.clients.logins_mut().auth_caches(&database, &user);
-        let context = AuthContext {
-            user: &user,
-            users: self.env.users(),
-            looked_up,
-            secrets,
-            random: self.random.as_mut(),
-            channel_binding,
-        };
-        match auth::start(method, context) {
-            Ok(None) => self.on_authenticated(id),
-            Ok(Some((check, request))) => {
-                if let Some(client) = self.clients.get_mut(id.0) {
-                    client.authenticating(check);
-                }
-                self.send(Conn::Client(id), request);
-                self.on_auth_bytes(id);
-            }
-            Err(error) => self.close_client(id, Some(error)),
-        }
-    }
-
-    /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
-    /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
-    /// the client with.
-    fn auth_method(&self, id: ClientId) -> Result<Method, bytes::Bytes> {
-        let auth_type = self.env.config().pgtier.auth_type;
-        let Some(client) = self.clients.get(id.0) else {
-            return Ok(Method::Trust);
-        };
-        let Some(session) = client.session() else {
-            return Ok(Method::Trust);
-        };
-        if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
-            // PgBouncer's `any` ignores the user name, so each database must name the
-            // user its servers log in as.
-            let forced = self
-                .env
-                .config()
-                .database(session.database())
-                .is_some_and(|db| db.user.is_some());
-            if !forced {
-                let message = format!(
-                    "auth_type = any needs the database \"{}\" to set the user its servers log in as",
-                    session.database()
-                );
-                return Err(messages::fatal(
-                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    &message,
-                ));
-            }
-        }
-        let tls = client.tls().is_some();
-        let addr = match client.info().peer() {
-            Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
-            Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
-            // A TCP client whose address could not be read matches no line rather than
-            // being taken for a local one.
-            None if auth_type == AuthType::Hba => {
-                return Err(messages::fatal(
-                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    "the client's address is unknown, so no pg_hba.conf line can match it",
-                ));
-            }
-            None => HbaAddr::Unix,
-        };
-        let request = HbaRequest {
-            addr,
-            tls,
-            database: session.database(),
-            user: session.user(),
-        };
-        match auth_method::choose(auth_type, self.env.users().hba(), &request)? {
-            Method::Cert => {
-                let name = client.tls().and_then(|tls| tls.session.peer_common_name());
-                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
-                Ok(Method::Trust)
-            }
-            method => Ok(method),
+        let exchange = self.clients.begin_exchange(
+            id,
+            method,
+            &self.env,
+            self.random.as_mut(),
+            &mut self.outbox,
+        );
+        match exchange {
+            Exchange::Gone => {}
+            Exchange::Passed => self.on_authenticated(id),
+            Exchange::Started => self.on_auth_bytes(id),
+            Exchange::Failed(error) => self.close_client(id, Some(error)),
         }
     }
 
     pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
-        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
-            return;
-        };
-        if client.input().is_empty() {
-            return;
-        }
-        let ClientState::Authenticating(check) = client.take_login_step() else {
-            return;
-        };
-        let (user, database) = client
-            .session()
-            .map(|session| (session.user().clone(), session.database().clone()))
-            .unwrap_or_default();
-        let channel_binding = client
-            .tls()
-            .and_then(|tls| tls.session.local_certificate_der())
-            .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
-        let (looked_up, secrets) = logins.auth_caches(&database, &user);
-        let context = AuthContext {
-            user: &user,
-            users: self.env.users(),
-            looked_up,
-            secrets,
-            random: self.random.as_mut(),
-            channel_binding,
-        };
-        match check.step(client.input_mut().buffer_mut(), context) {
-            AuthStep::NeedMore(check) => client.authenticating(check),
-            AuthStep::Continue(check, reply) => {
-                client.authenticating(check);
-                self.send(Conn::Client(id), reply);
-            }
-            AuthStep::Passed {
-                final_message,
-                client_key,
-            } => {
-                if let Some(key) = client_key {
-                    // A looked-up SCRAM secret logs the client's servers in with it.
-                    self.clients
-                        .logins_mut()
-                        .lookups_mut()
-                        .remember_client_key(&database, &user, key);
-                }
-                if let Some(final_message) = final_message {
-                    self.send(Conn::Client(id), final_message);
-                }
-                self.on_authenticated(id);
-            }
-            AuthStep::Failed(error) => self.close_client(id, Some(error)),
+        let progress =
+            self.clients
+                .auth_step(id, &self.env, self.random.as_mut(), &mut self.outbox);
+        match progress {
+            AuthProgress::Pending => {}
+            AuthProgress::Passed => self.on_authenticated(id),
+            AuthProgress::Failed(error) => self.close_client(id, Some(error)),
         }
     }
 
     /// The password is right: the console's welcome, or the admission and the pool.
     fn on_authenticated(&mut self, id: ClientId) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
-            return;
-        };
-        if &**session.database() == ADMIN_DATABASE {
-            self.welcome_console(id);
-            return;
+        match self.clients.authenticated(id, &self.env, &*self.routing) {
+            Authenticated::Gone => {}
+            Authenticated::Console => self.welcome_console(id),
+            Authenticated::Unrouted => self.join_pool(id),
+            Authenticated::Refused(error) => self.close_client(id, Some(error)),
+            Authenticated::Admission(admission) => self.apply_admission(id, admission),
         }
-        if !self.routing.is_routed(session.database()) {
-            self.join_pool(id);
-            return;
-        }
-        let Some(db) = self.env.config().database(session.database()) else {
-            return;
-        };
-        let options = session
-            .startup_params()
-            .iter()
-            .position(|(name, _)| name == "options");
-        let raw = options.map(|i| session.startup_params()[i].1.as_str());
-        let class = match session_class(self.env.config(), db, session.user(), raw) {
-            Ok(class) => class,
-            Err(error) => {
-                let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
-                    .unwrap_or(sqlstate::INTERNAL_ERROR);
-                let error = messages::fatal(code, &error.to_string());
-                self.close_client(id, Some(error));
-                return;
-            }
-        };
-        // pgtier consumes the class option: PostgreSQL would take it as a placeholder
-        // setting, but forwarding it would split one replica's pools by class for nothing.
-        if let Some(i) = options {
-            session.strip_class_option(i);
-        }
-        session.classify(class);
-        let database = session.database().clone();
-        let admission = self
-            .routing
-            .admit(&database, crate::class::tier(class), request_id(id));
-        self.apply_admission(id, admission);
     }
 
     /// Acts on an admission decided at once or answered by the control shard.
@@ -591,35 +344,18 @@ impl Engine {
         self.need_server(id);
     }
 
-    /// AuthenticationOk, the parameters `params` with the client's tracked values, a
-    /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery.
+    /// The welcome (`ClientTable::welcome`); false when the client is gone or closing.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let Some((client, logins)) = self.clients.get_with_logins(id.0) else {
-            return false;
-        };
-        let Some(session) = client.session_mut() else {
-            return false;
-        };
-        let key = match logins.keys_mut().issue(id, pid, self.random.as_mut()) {
-            Ok(key) => key,
+        let welcomed =
+            self.clients
+                .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
+        match welcomed {
+            Ok(welcomed) => welcomed,
             Err(error) => {
-                self.close_client(id, Some(auth::no_randomness(error)));
-                return false;
+                self.close_client(id, Some(error));
+                false
             }
-        };
-        session.welcomed(key);
-        let mut out = BytesMut::with_capacity(512);
-        messages::auth_ok(&mut out);
-        for (name, value) in params {
-            let value = tracked_index(name)
-                .and_then(|i| session.tracked().get(i))
-                .unwrap_or(value);
-            messages::parameter_status(&mut out, name, value);
         }
-        messages::backend_key_data(&mut out, key.pid, key.secret);
-        messages::ready_for_query(&mut out, b'I');
-        self.send(Conn::Client(id), out.freeze());
-        true
     }
 
     /// The welcome from the pool's cached parameters: no server needed.
@@ -686,125 +422,35 @@ impl Engine {
         }
     }
 
-    /// The admin console's welcome, once the password is right: pgtier's own parameters,
-    /// the ones drivers read at connect (psycopg2, JDBC, libpq). A user without console
-    /// rights gets PgBouncer's refusal.
+    /// The admin console's welcome, once the password is right.
     fn welcome_console(&mut self, id: ClientId) {
-        let user = self
-            .clients
-            .get(id.0)
-            .and_then(|c| c.session())
-            .map(|s| s.user().clone())
-            .unwrap_or_default();
-        let Some(rights) = self.env.console_rights(&user) else {
-            let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed");
-            self.close_client(id, Some(error));
-            return;
-        };
-        let params: Vec<(String, String)> = [
-            ("server_version", "15.0 (pgtier)"),
-            ("server_encoding", "UTF8"),
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("IntervalStyle", "postgres"),
-            ("TimeZone", "UTC"),
-            ("integer_datetimes", "on"),
-            ("standard_conforming_strings", "on"),
-            ("is_superuser", "off"),
-        ]
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.to_string()))
-        .collect();
-        if !self.welcome(id, &params, None) {
-            return;
+        let welcomed =
+            self.clients
+                .welcome_console(id, &self.env, self.random.as_mut(), &mut self.outbox);
+        match welcomed {
+            Ok(true) => self.on_console_bytes(id),
+            Ok(false) => {}
+            Err(error) => self.close_client(id, Some(error)),
         }
-        if let Some(client) = self.clients.get_mut(id.0) {
-            let max_named = usize::try_from(self.env.config().pgtier.max_prepared_statements)
-                .unwrap_or(usize::MAX);
-            client.console(Box::new(ConsoleSession::new(rights, max_named)));
-        }
-        self.on_console_bytes(id);
     }
 
     /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
     /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
     pub(super) fn repin(&mut self, id: ClientId) {
-        let allowed = self.env.config().pgtier.repin_idle_sessions;
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return;
-        };
-        let Some(session) = client.session_mut() else {
-            return;
-        };
-        let welcomed = session.key().is_some();
-        let Some(lease) = session.take_lease() else {
-            return;
-        };
-        // A reader session holds no state on its replica between transactions (session
-        // mode and pinned sessions run on the primary): it always moves.
-        let reader = session.reads().is_some();
-        if welcomed && !reader && (!allowed || session.mode() == PoolMode::Session) {
-            drop(lease);
-            let error = messages::fatal(
-                sqlstate::CONNECTION_FAILURE,
-                "the replica serving this session failed; reconnect",
-            );
-            self.close_client(id, Some(error));
-            return;
+        match self.clients.take_lease_to_move(id, &self.env) {
+            Repin::Gone => {}
+            Repin::Close(error) => self.close_client(id, Some(error)),
+            Repin::Move(lease) => {
+                let admission = self.routing.repin(lease, request_id(id));
+                self.apply_admission(id, admission);
+            }
         }
-        let admission = self.routing.repin(lease, request_id(id));
-        self.apply_admission(id, admission);
-    }
-
-    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
-    /// `hostssl`-only configuration would. Returns whether it was refused.
-    fn refuse_plaintext_login(&mut self, id: ClientId) -> bool {
-        let mode = self.env.config().pgtier.client_tls_sslmode;
-        let plain = self.clients.get(id.0).is_some_and(|c| c.tls().is_none());
-        if !(plain && requires_tls(mode)) {
-            return false;
-        }
-        let message = format!(
-            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
-            mode.as_str()
-        );
-        let error = messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, &message);
-        self.close_client(id, Some(error));
-        true
     }
 }
 
 // ---- auth_query: a client's secret looked up on a server of the auth_user pool ----
 
 impl Engine {
-    /// The `auth_user` whose server must look the client's secret up before `method` can
-    /// check it: a password method, a user the auth file does not list, a database with an
-    /// `auth_user`, and no secret found recently.
-    pub(super) fn lookup_user_for(&self, id: ClientId, method: Method) -> Option<String> {
-        if matches!(method, Method::Trust | Method::Cert) {
-            return None;
-        }
-        let session = self.clients.get(id.0)?.session()?;
-        if self.env.users().get(session.user()).is_some() {
-            return None;
-        }
-        let auth_user = self
-            .env
-            .config()
-            .database(session.database())?
-            .auth_user
-            .clone()?;
-        if self
-            .clients
-            .logins()
-            .lookups()
-            .is_fresh(session.database(), session.user(), self.now)
-        {
-            return None;
-        }
-        Some(auth_user)
-    }
-
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     pub(super) fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
@@ -927,5 +573,551 @@ impl Engine {
                 self.close_client(id, Some(error));
             }
         }
+    }
+}
+
+// ---- the client table's login steps: each says what happened, the engine routes it ----
+
+/// What a client's startup packets came to.
+pub(super) enum Startup {
+    /// Not a whole packet yet (or the client is gone).
+    Wait,
+    /// A protocol violation: close with this 08P01.
+    ProtocolError(&'static str),
+    /// Close, with this FATAL if any.
+    Close(Option<Bytes>),
+    /// A CancelRequest: the connection closes and the key is routed.
+    Cancel(CancelKey),
+    /// A StartupMessage.
+    Login(LoginRequest),
+}
+
+/// How a password exchange started.
+pub(super) enum Exchange {
+    Gone,
+    /// Nothing to exchange (trust): the client is authenticated.
+    Passed,
+    /// The request went: the client's answer is read next.
+    Started,
+    /// Refused: close with this FATAL.
+    Failed(Bytes),
+}
+
+/// Where a password exchange stands after the client's bytes.
+pub(super) enum AuthProgress {
+    Pending,
+    Passed,
+    Failed(Bytes),
+}
+
+/// What an authenticated client goes on to.
+pub(super) enum Authenticated {
+    Gone,
+    /// The admin console's welcome.
+    Console,
+    /// A database without replica routing: its pool.
+    Unrouted,
+    /// Its class option is invalid: close with this FATAL.
+    Refused(Bytes),
+    /// What the replica routing said.
+    Admission(Admission),
+}
+
+/// Whether a client on a replica that went Down moves.
+pub(super) enum Repin {
+    Gone,
+    /// It cannot move: close with this FATAL.
+    Close(Bytes),
+    /// Its lease, to be routed again.
+    Move(Box<dyn ReplicaLease>),
+}
+
+impl ClientTable {
+    /// Reads client `id`'s startup packets, answering SSLRequests and GSSENCRequests, up to
+    /// the first that needs the engine.
+    pub(super) fn read_startup(&mut self, id: ClientId, outbox: &mut Outbox) -> Startup {
+        loop {
+            let Some(client) = self.get_mut(id.0) else {
+                return Startup::Wait;
+            };
+            match startup::read_startup(client.input_mut().buffer_mut(), MAX_STARTUP_BYTES) {
+                StartupStep::NeedMore => return Startup::Wait,
+                StartupStep::Decline => {
+                    self.send(id, Bytes::from_static(b"N"), outbox);
+                }
+                StartupStep::SslRequest => match self.answer_ssl_request(id, outbox) {
+                    SslAnswer::Encrypted => {}
+                    SslAnswer::Declined => {
+                        self.send(id, Bytes::from_static(b"N"), outbox);
+                    }
+                    SslAnswer::AlreadyEncrypted => {
+                        return Startup::ProtocolError(
+                            "SSL negotiation over an encrypted connection",
+                        );
+                    }
+                    SslAnswer::DataAfterRequest => {
+                        return Startup::ProtocolError(
+                            "received unencrypted data after SSL request",
+                        );
+                    }
+                    SslAnswer::Refused => return Startup::Close(None),
+                    SslAnswer::Gone => return Startup::Wait,
+                },
+                StartupStep::Cancel(key) => return Startup::Cancel(key),
+                StartupStep::Refuse(error) => return Startup::Close(error),
+                StartupStep::Login(request) => return Startup::Login(request),
+            }
+        }
+    }
+
+    /// The StartupMessage's parameters start the client's session. `Ok(false)`: the client
+    /// is gone; `Err`: the FATAL to close it with (a plain-text login where TLS is
+    /// required, a replication connection, no user, a disabled or unknown database).
+    pub(super) fn start_session(
+        &mut self,
+        id: ClientId,
+        request: LoginRequest,
+        env: &Env,
+        gates: &Gates,
+        stats: &mut StatsSink,
+        outbox: &mut Outbox,
+    ) -> Result<bool, Bytes> {
+        self.refuse_plaintext_login(id, env)?;
+        if let Some(negotiation) = request.negotiation {
+            self.send(id, negotiation, outbox);
+        }
+        let mut user = None;
+        let mut database = None;
+        let mut forwarded = Vec::new();
+        let mut tracked = TrackedParams::default();
+        for (name, value) in request.params {
+            match name.as_str() {
+                "user" => user = Some(value),
+                "database" => database = Some(value),
+                "replication" => {
+                    return Err(messages::fatal(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "replication connections are not supported by pgtier",
+                    ));
+                }
+                _ if env.config().pgtier.ignores_startup_parameter(&name) => {}
+                _ => {
+                    if !tracked.set(&name, &value) {
+                        forwarded.push((name, value));
+                    }
+                }
+            }
+        }
+        let Some(user) = user.filter(|user| !user.is_empty()) else {
+            return Err(messages::fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                "no PostgreSQL user name specified in startup packet",
+            ));
+        };
+        let database = database
+            .filter(|database| !database.is_empty())
+            .unwrap_or_else(|| user.clone());
+        // PgBouncer's console is the database `pgbouncer`: the same console.
+        let database = if database == ADMIN_DATABASE_ALIAS {
+            ADMIN_DATABASE.to_string()
+        } else {
+            database
+        };
+        forwarded.sort();
+        let admin = database == ADMIN_DATABASE;
+        if gates.is_disabled(&database) {
+            // DISABLE db, with PgBouncer's words.
+            let message = format!("database does not allow connections: {database}");
+            return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message));
+        }
+        let mode = match env.config().database(&database) {
+            Some(db) => env.config().pool_mode(db, &user),
+            None if admin => PoolMode::Session,
+            None => {
+                let message = format!("database \"{database}\" does not exist");
+                return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
+            }
+        };
+        let class = env
+            .config()
+            .database(&database)
+            .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
+                env.config().class(db, &user)
+            });
+        let stats = stats.database_slot(&database, env.shared());
+        let Some((client, logins)) = self.get_with_logins(id.0) else {
+            return Ok(false);
+        };
+        let (user, database) = (logins.intern(&user), logins.intern(&database));
+        client.start_session(Box::new(Session::new(SessionStart {
+            user,
+            database,
+            mode,
+            class,
+            startup_params: forwarded,
+            tracked,
+            stats,
+        })));
+        Ok(true)
+    }
+
+    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
+    /// `hostssl`-only configuration would.
+    fn refuse_plaintext_login(&self, id: ClientId, env: &Env) -> Result<(), Bytes> {
+        let mode = env.config().pgtier.client_tls_sslmode;
+        let plain = self.get(id.0).is_some_and(|c| c.tls().is_none());
+        if !(plain && requires_tls(mode)) {
+            return Ok(());
+        }
+        let message = format!(
+            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
+            mode.as_str()
+        );
+        Err(messages::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            &message,
+        ))
+    }
+
+    /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
+    /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
+    /// the client with.
+    pub(super) fn auth_method(&self, id: ClientId, env: &Env) -> Result<Method, Bytes> {
+        let auth_type = env.config().pgtier.auth_type;
+        let Some(client) = self.get(id.0) else {
+            return Ok(Method::Trust);
+        };
+        let Some(session) = client.session() else {
+            return Ok(Method::Trust);
+        };
+        if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
+            // PgBouncer's `any` ignores the user name, so each database must name the
+            // user its servers log in as.
+            let forced = env
+                .config()
+                .database(session.database())
+                .is_some_and(|db| db.user.is_some());
+            if !forced {
+                let message = format!(
+                    "auth_type = any needs the database \"{}\" to set the user its servers log in as",
+                    session.database()
+                );
+                return Err(messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    &message,
+                ));
+            }
+        }
+        let tls = client.tls().is_some();
+        let addr = match client.info().peer() {
+            Some(crate::addr::ClientAddr::Unix { .. }) => HbaAddr::Unix,
+            Some(crate::addr::ClientAddr::Tcp(peer)) => HbaAddr::Ip(peer.ip()),
+            // A TCP client whose address could not be read matches no line rather than
+            // being taken for a local one.
+            None if auth_type == AuthType::Hba => {
+                return Err(messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "the client's address is unknown, so no pg_hba.conf line can match it",
+                ));
+            }
+            None => HbaAddr::Unix,
+        };
+        let request = HbaRequest {
+            addr,
+            tls,
+            database: session.database(),
+            user: session.user(),
+        };
+        match auth_method::choose(auth_type, env.users().hba(), &request)? {
+            Method::Cert => {
+                let name = client.tls().and_then(|tls| tls.session.peer_common_name());
+                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
+                Ok(Method::Trust)
+            }
+            method => Ok(method),
+        }
+    }
+
+    /// The `auth_user` whose server must look the client's secret up before `method` can
+    /// check it: a password method, a user the auth file does not list, a database with an
+    /// `auth_user`, and no secret found recently.
+    pub(super) fn lookup_user_for(
+        &self,
+        id: ClientId,
+        method: Method,
+        env: &Env,
+        now: Instant,
+    ) -> Option<String> {
+        if matches!(method, Method::Trust | Method::Cert) {
+            return None;
+        }
+        let session = self.get(id.0)?.session()?;
+        if env.users().get(session.user()).is_some() {
+            return None;
+        }
+        let auth_user = env
+            .config()
+            .database(session.database())?
+            .auth_user
+            .clone()?;
+        if self
+            .logins()
+            .lookups()
+            .is_fresh(session.database(), session.user(), now)
+        {
+            return None;
+        }
+        Some(auth_user)
+    }
+
+    /// Starts the password exchange of `method` (none for trust), against the auth file's
+    /// entry or the secret `auth_query` found.
+    pub(super) fn begin_exchange(
+        &mut self,
+        id: ClientId,
+        method: Method,
+        env: &Env,
+        random: &mut dyn Random,
+        outbox: &mut Outbox,
+    ) -> Exchange {
+        let Some(session) = self.get(id.0).and_then(|c| c.session()) else {
+            return Exchange::Gone;
+        };
+        let (user, database) = (session.user().clone(), session.database().clone());
+        let channel_binding = self.channel_binding_of(id);
+        let (looked_up, secrets) = self.logins_mut().auth_caches(&database, &user);
+        let context = AuthContext {
+            user: &user,
+            users: env.users(),
+            looked_up,
+            secrets,
+            random,
+            channel_binding,
+        };
+        match auth::start(method, context) {
+            Ok(None) => Exchange::Passed,
+            Ok(Some((check, request))) => {
+                if let Some(client) = self.get_mut(id.0) {
+                    client.authenticating(check);
+                }
+                self.send(id, request, outbox);
+                Exchange::Started
+            }
+            Err(error) => Exchange::Failed(error),
+        }
+    }
+
+    /// The client's answers in its password exchange.
+    pub(super) fn auth_step(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        random: &mut dyn Random,
+        outbox: &mut Outbox,
+    ) -> AuthProgress {
+        let Some((client, logins)) = self.get_with_logins(id.0) else {
+            return AuthProgress::Pending;
+        };
+        if client.input().is_empty() {
+            return AuthProgress::Pending;
+        }
+        let ClientState::Authenticating(check) = client.take_login_step() else {
+            return AuthProgress::Pending;
+        };
+        let (user, database) = client
+            .session()
+            .map(|session| (session.user().clone(), session.database().clone()))
+            .unwrap_or_default();
+        let channel_binding = client
+            .tls()
+            .and_then(|tls| tls.session.local_certificate_der())
+            .and_then(|der| pgtier_wire::auth::ChannelBinding::from_certificate(der).ok());
+        let (looked_up, secrets) = logins.auth_caches(&database, &user);
+        let context = AuthContext {
+            user: &user,
+            users: env.users(),
+            looked_up,
+            secrets,
+            random,
+            channel_binding,
+        };
+        match check.step(client.input_mut().buffer_mut(), context) {
+            AuthStep::NeedMore(check) => {
+                client.authenticating(check);
+                AuthProgress::Pending
+            }
+            AuthStep::Continue(check, reply) => {
+                client.authenticating(check);
+                self.send(id, reply, outbox);
+                AuthProgress::Pending
+            }
+            AuthStep::Passed {
+                final_message,
+                client_key,
+            } => {
+                if let Some(key) = client_key {
+                    // A looked-up SCRAM secret logs the client's servers in with it.
+                    self.logins_mut()
+                        .lookups_mut()
+                        .remember_client_key(&database, &user, key);
+                }
+                if let Some(final_message) = final_message {
+                    self.send(id, final_message, outbox);
+                }
+                AuthProgress::Passed
+            }
+            AuthStep::Failed(error) => AuthProgress::Failed(error),
+        }
+    }
+
+    /// The password is right: a console session, a database without routing, or one whose
+    /// session the replica routing admits (its class taken from the `options` parameter).
+    pub(super) fn authenticated(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        routing: &dyn Routing,
+    ) -> Authenticated {
+        let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) else {
+            return Authenticated::Gone;
+        };
+        if &**session.database() == ADMIN_DATABASE {
+            return Authenticated::Console;
+        }
+        if !routing.is_routed(session.database()) {
+            return Authenticated::Unrouted;
+        }
+        let Some(db) = env.config().database(session.database()) else {
+            return Authenticated::Gone;
+        };
+        let options = session
+            .startup_params()
+            .iter()
+            .position(|(name, _)| name == "options");
+        let raw = options.map(|i| session.startup_params()[i].1.as_str());
+        let class = match session_class(env.config(), db, session.user(), raw) {
+            Ok(class) => class,
+            Err(error) => {
+                let code = pgtier_wire::SqlState::parse(error.sqlstate().as_bytes())
+                    .unwrap_or(sqlstate::INTERNAL_ERROR);
+                return Authenticated::Refused(messages::fatal(code, &error.to_string()));
+            }
+        };
+        // pgtier consumes the class option: PostgreSQL would take it as a placeholder
+        // setting, but forwarding it would split one replica's pools by class for nothing.
+        if let Some(i) = options {
+            session.strip_class_option(i);
+        }
+        session.classify(class);
+        let database = session.database().clone();
+        Authenticated::Admission(routing.admit(
+            &database,
+            crate::class::tier(class),
+            request_id(id),
+        ))
+    }
+
+    /// AuthenticationOk, the parameters `params` with the client's tracked values, a
+    /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery. `Ok(false)`:
+    /// the client is gone; `Err`: no cancel key could be drawn (the FATAL to close with).
+    pub(super) fn welcome(
+        &mut self,
+        id: ClientId,
+        params: &[(String, String)],
+        pid: Option<u32>,
+        random: &mut dyn Random,
+        outbox: &mut Outbox,
+    ) -> Result<bool, Bytes> {
+        let Some((client, logins)) = self.get_with_logins(id.0) else {
+            return Ok(false);
+        };
+        let Some(session) = client.session_mut() else {
+            return Ok(false);
+        };
+        let key = logins
+            .keys_mut()
+            .issue(id, pid, random)
+            .map_err(auth::no_randomness)?;
+        session.welcomed(key);
+        let mut out = BytesMut::with_capacity(512);
+        messages::auth_ok(&mut out);
+        for (name, value) in params {
+            let value = tracked_index(name)
+                .and_then(|i| session.tracked().get(i))
+                .unwrap_or(value);
+            messages::parameter_status(&mut out, name, value);
+        }
+        messages::backend_key_data(&mut out, key.pid, key.secret);
+        messages::ready_for_query(&mut out, b'I');
+        self.send(id, out.freeze(), outbox);
+        Ok(true)
+    }
+
+    /// The admin console's welcome, once the password is right: pgtier's own parameters,
+    /// the ones drivers read at connect (psycopg2, JDBC, libpq); the client becomes a
+    /// console session. A user without console rights gets PgBouncer's refusal.
+    pub(super) fn welcome_console(
+        &mut self,
+        id: ClientId,
+        env: &Env,
+        random: &mut dyn Random,
+        outbox: &mut Outbox,
+    ) -> Result<bool, Bytes> {
+        let user = self
+            .get(id.0)
+            .and_then(|c| c.session())
+            .map(|s| s.user().clone())
+            .unwrap_or_default();
+        let Some(rights) = env.console_rights(&user) else {
+            return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed"));
+        };
+        let params: Vec<(String, String)> = [
+            ("server_version", "15.0 (pgtier)"),
+            ("server_encoding", "UTF8"),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, MDY"),
+            ("IntervalStyle", "postgres"),
+            ("TimeZone", "UTC"),
+            ("integer_datetimes", "on"),
+            ("standard_conforming_strings", "on"),
+            ("is_superuser", "off"),
+        ]
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+        if !self.welcome(id, &params, None, random, outbox)? {
+            return Ok(false);
+        }
+        if let Some(client) = self.get_mut(id.0) {
+            let max_named =
+                usize::try_from(env.config().pgtier.max_prepared_statements).unwrap_or(usize::MAX);
+            client.console(Box::new(ConsoleSession::new(rights, max_named)));
+        }
+        Ok(true)
+    }
+
+    /// A client whose replica went Down: a welcomed transaction-mode client with
+    /// `repin_idle_sessions` (or a reader session) moves with its lease; anyone else gets
+    /// 08006.
+    pub(super) fn take_lease_to_move(&mut self, id: ClientId, env: &Env) -> Repin {
+        let allowed = env.config().pgtier.repin_idle_sessions;
+        let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) else {
+            return Repin::Gone;
+        };
+        let welcomed = session.key().is_some();
+        let Some(lease) = session.take_lease() else {
+            return Repin::Gone;
+        };
+        // A reader session holds no state on its replica between transactions (session
+        // mode and pinned sessions run on the primary): it always moves.
+        let reader = session.reads().is_some();
+        if welcomed && !reader && (!allowed || session.mode() == PoolMode::Session) {
+            drop(lease);
+            return Repin::Close(messages::fatal(
+                sqlstate::CONNECTION_FAILURE,
+                "the replica serving this session failed; reconnect",
+            ));
+        }
+        Repin::Move(lease)
     }
 }

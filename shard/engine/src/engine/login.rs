@@ -1,6 +1,10 @@
-//! A client from its first byte to its welcome: startup packets, the password exchange, the
-//! replica admission on a replica-set entry, its pool, and the welcome (from the pool's
-//! cached parameters, or from the server whose login values it waited for).
+//! A client from its first byte to its welcome, the client table's side: startup packets,
+//! the password exchange, the replica admission on a replica-set entry, its pool's key, and
+//! the welcome (from the pool's cached parameters, or from the server whose login values it
+//! waited for). Each step is a `ClientTable` method or a function of the table that says
+//! what happened (a FATAL to close with, a pool to join, an admission to act on); the
+//! engine routes it (`mod.rs`), and what needs a server too is the linker's
+//! (`linker/joining.rs`).
 //!
 //! `auth_query`: a client the auth file does not list, on a database with an `auth_user`,
 //! parks on the pool of (database, auth_user) like any client waiting for a server; the
@@ -15,29 +19,26 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode};
 use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
-use pgtier_pool::{Lease, PoolError, PoolKey, ServerTarget, StartupProfile};
-use tracing::warn;
+use pgtier_pool::{PoolId, PoolKey, ServerTarget, StartupProfile};
 
 use super::clients::ClientTable;
 use super::env::Env;
 use super::stats::StatsSink;
-use crate::action::{Conn, Outbox};
+use crate::action::Outbox;
 use crate::cancel::CancelKey;
 use crate::class::session_class;
 use crate::client::auth::{self, AuthContext, AuthStep};
 use crate::client::auth_method::{self, Method};
-use crate::client::lookup::{self, Answer, Found};
 use crate::client::startup::{self, LoginRequest, StartupStep};
 use crate::client::{ClientState, Session, SessionStart};
 use crate::console_session::ConsoleSession;
-use crate::engine::Engine;
 use crate::engine::tls_io::{SslAnswer, requires_tls};
 use crate::gates::Gates;
-use crate::ids::{ClientId, ServerId, SlotRef};
+use crate::ids::{ClientId, SlotRef};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
 use crate::random::Random;
-use crate::services::{Admission, AdmissionReply, Refusal, ReplicaLease, Routing};
+use crate::services::{Admission, Refusal, ReplicaLease, Routing};
 use crate::settings::MAX_STARTUP_BYTES;
 
 /// The request id of a client's admission: its slot, so a reply finds the client (or finds
@@ -46,7 +47,7 @@ pub(super) fn request_id(id: ClientId) -> u64 {
     (u64::from(id.0.generation) << 32) | u64::from(id.0.index)
 }
 
-fn client_of(request_id: u64) -> ClientId {
+pub(super) fn client_of(request_id: u64) -> ClientId {
     ClientId(SlotRef {
         index: request_id as u32,
         generation: (request_id >> 32) as u32,
@@ -55,525 +56,6 @@ fn client_of(request_id: u64) -> ClientId {
 
 fn refusal_error(refusal: &Refusal) -> bytes::Bytes {
     messages::fatal(refusal.code, &refusal.message)
-}
-
-impl Engine {
-    pub(super) fn on_startup_bytes(&mut self, id: ClientId) {
-        match self.clients.read_startup(id, &mut self.outbox) {
-            Startup::Wait => {}
-            Startup::ProtocolError(message) => self.protocol_error(id, message),
-            Startup::Close(error) => self.close_client(id, error),
-            Startup::Cancel(key) => {
-                self.close_client(id, None);
-                self.route_cancel(key);
-            }
-            Startup::Login(request) => self.on_login(id, request),
-        }
-    }
-
-    fn on_login(&mut self, id: ClientId, request: LoginRequest) {
-        let started = self.clients.start_session(
-            id,
-            request,
-            &self.env,
-            self.admin.gates(),
-            &mut self.stats,
-            &mut self.outbox,
-        );
-        match started {
-            Ok(true) => self.start_authentication(id),
-            Ok(false) => {}
-            Err(error) => self.close_client(id, Some(error)),
-        }
-    }
-
-    fn start_authentication(&mut self, id: ClientId) {
-        let method = match self.clients.auth_method(id, &self.env) {
-            Ok(method) => method,
-            Err(error) => {
-                self.close_client(id, Some(error));
-                return;
-            }
-        };
-        match self
-            .clients
-            .lookup_user_for(id, method, &self.env, self.now)
-        {
-            Some(auth_user) => self.start_lookup(id, method, &auth_user),
-            None => self.begin_exchange(id, method),
-        }
-    }
-
-    /// The password exchange of `method` (none for trust).
-    pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
-        let exchange = self.clients.begin_exchange(
-            id,
-            method,
-            &self.env,
-            self.random.as_mut(),
-            &mut self.outbox,
-        );
-        match exchange {
-            Exchange::Gone => {}
-            Exchange::Passed => self.on_authenticated(id),
-            Exchange::Started => self.on_auth_bytes(id),
-            Exchange::Failed(error) => self.close_client(id, Some(error)),
-        }
-    }
-
-    pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
-        let progress =
-            self.clients
-                .auth_step(id, &self.env, self.random.as_mut(), &mut self.outbox);
-        match progress {
-            AuthProgress::Pending => {}
-            AuthProgress::Passed => self.on_authenticated(id),
-            AuthProgress::Failed(error) => self.close_client(id, Some(error)),
-        }
-    }
-
-    /// The password is right: the console's welcome, or the admission and the pool.
-    fn on_authenticated(&mut self, id: ClientId) {
-        match self.clients.authenticated(id, &self.env, &*self.routing) {
-            Authenticated::Gone => {}
-            Authenticated::Console => self.welcome_console(id),
-            Authenticated::Unrouted => self.join_pool(id),
-            Authenticated::Refused(error) => self.close_client(id, Some(error)),
-            Authenticated::Admission(admission) => self.apply_admission(id, admission),
-        }
-    }
-
-    /// Acts on an admission decided at once or answered by the control shard.
-    fn apply_admission(&mut self, id: ClientId, admission: Admission) {
-        match admission {
-            Admission::Placed(lease) => self.admitted(id, lease),
-            Admission::Pending => {
-                if let Some(client) = self.clients.get_mut(id.0) {
-                    client.routing(self.now, request_id(id));
-                }
-            }
-            Admission::Refused(refusal) => self.refused(id, &refusal),
-        }
-    }
-
-    /// No replica for the session: a reader entry's session goes on without one (its
-    /// primary serves every transaction); any other session is refused.
-    fn refused(&mut self, id: ClientId, refusal: &crate::services::Refusal) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
-            return;
-        };
-        let reader_entry = self.env.config().database(session.database()).is_some_and(|db| {
-            matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
-        });
-        if !reader_entry {
-            self.close_client(id, Some(refusal_error(refusal)));
-            return;
-        }
-        tracing::debug!(
-            database = %session.database(),
-            reason = %refusal.message,
-            "no replica admitted the session: its reads run on the primary"
-        );
-        if session.pool().is_none() {
-            self.join_pool(id);
-            return;
-        }
-        if let Some(client) = self.clients.get_mut(id.0) {
-            client.queued(self.now);
-        }
-        self.need_server(id);
-    }
-
-    /// The client holds a replica now: a first login continues to its welcome; a client
-    /// moved off a failed replica queues on its new replica's pool.
-    fn admitted(&mut self, id: ClientId, lease: Box<dyn crate::services::ReplicaLease>) {
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
-            return;
-        };
-        tracing::debug!(
-            database = %session.database(),
-            user = %session.user(),
-            class = %session.class(),
-            replica = %lease.addr(),
-            "session admitted to a replica"
-        );
-        session.admitted(lease);
-        // Welcomed once its cancel key was issued.
-        let welcomed = session.key().is_some();
-        if session.reads().is_some() {
-            // A reader session keeps its pools: its next read is routed with the new lease.
-            if let Some(client) = self.clients.get_mut(id.0) {
-                client.queued(self.now);
-            }
-            self.need_server(id);
-            return;
-        }
-        match session.leave_pool() {
-            None => self.join_pool(id),
-            Some(old) => {
-                self.linker.pools_mut().unregister(old);
-                if self.register_pool(id).is_some() {
-                    let since = self.now;
-                    if let Some(client) = self.clients.get_mut(id.0) {
-                        if welcomed {
-                            client.queued(since);
-                        } else {
-                            client.joining(since);
-                        }
-                    }
-                    self.need_server(id);
-                }
-            }
-        }
-    }
-
-    pub(super) fn on_admission_reply(&mut self, reply: AdmissionReply) {
-        let id = client_of(reply.request_id);
-        let waiting = self.clients.get(id.0).is_some_and(|client| {
-            matches!(client.state(), ClientState::Routing { request_id, .. } if *request_id == reply.request_id)
-        });
-        if !waiting {
-            // The client left: dropping the lease gives its count back.
-            return;
-        }
-        match reply.result {
-            Ok(lease) => self.admitted(id, lease),
-            Err(refusal) => self.refused(id, &refusal),
-        }
-    }
-
-    /// Finds or creates the client's pool and registers the client with it. `None` when
-    /// it was refused (and is closing).
-    pub(super) fn register_pool(&mut self, id: ClientId) -> Option<pgtier_pool::PoolId> {
-        let session = self.clients.get(id.0)?.session()?;
-        let Some(db) = self.env.config().database(session.database()) else {
-            let message = format!("database \"{}\" does not exist", session.database());
-            self.close_client(
-                id,
-                Some(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)),
-            );
-            return None;
-        };
-        let reader_entry = matches!(
-            &db.servers,
-            pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry()
-        );
-        // A reader entry's session starts on its primary; each read picks its replica.
-        let target = match session.lease() {
-            Some(lease) if !reader_entry => ServerTarget::Replica(lease.addr()),
-            _ => ServerTarget::Primary,
-        };
-        let server_user = db
-            .user
-            .clone()
-            .unwrap_or_else(|| session.user().to_string());
-        let profile = StartupProfile::from_parameters(
-            session
-                .startup_params()
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_str())),
-        );
-        let key = PoolKey::new(
-            (**session.database()).into(),
-            server_user.as_str().into(),
-            target,
-            profile,
-        );
-        let limits = self.env.pool_limits(&key);
-        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
-            Err(PoolError::TooManyPools { .. }) => {
-                self.evict_a_pool();
-                self.linker.pools_mut().register(&key, &limits, self.now)
-            }
-            registered => registered,
-        };
-        match registered {
-            Ok(pool) => {
-                if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
-                    session.joined(pool);
-                }
-                if reader_entry {
-                    self.clients.start_reader_session(id, pool);
-                }
-                Some(pool)
-            }
-            Err(error) => {
-                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
-                self.close_client(id, Some(error));
-                None
-            }
-        }
-    }
-
-    /// A logged-in client joins its pool: welcomed from the pool's cached parameters when
-    /// it can be, else parked for a server whose login makes its welcome.
-    fn join_pool(&mut self, id: ClientId) {
-        let Some(pool) = self.register_pool(id) else {
-            return;
-        };
-        let routed = matches!(
-            self.linker.pools().key(pool).map(|key| key.target),
-            Some(ServerTarget::Replica(_))
-        );
-        if !routed && let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
-            self.close_client(id, Some(error));
-            return;
-        }
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
-            return;
-        };
-        // A cached welcome serves only a client whose startup spellings the pool has seen
-        // a server answer: it must be told the server's own values.
-        let cached = session.mode() == PoolMode::Transaction
-            && match (
-                self.linker.pools().welcome(pool),
-                self.linker.pools().spellings(pool),
-            ) {
-                (Some(welcome), Some(spellings)) => session
-                    .tracked_mut()
-                    .canonicalize(&welcome.tracked, spellings),
-                _ => false,
-            };
-        if cached {
-            self.welcome_from_pool(id, pool);
-            return;
-        }
-        if let Some(client) = self.clients.get_mut(id.0) {
-            client.joining(self.now);
-        }
-        self.need_server(id);
-    }
-
-    /// The welcome (`ClientTable::welcome`); false when the client is gone or closing.
-    fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let welcomed =
-            self.clients
-                .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
-        match welcomed {
-            Ok(welcomed) => welcomed,
-            Err(error) => {
-                self.close_client(id, Some(error));
-                false
-            }
-        }
-    }
-
-    /// The welcome from the pool's cached parameters: no server needed.
-    fn welcome_from_pool(&mut self, id: ClientId, pool: pgtier_pool::PoolId) {
-        let Some(welcome) = self.linker.pools().welcome(pool).cloned() else {
-            return;
-        };
-        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
-            session.tracked_mut().fill_from(&welcome.tracked);
-        }
-        if !self.welcome(id, &welcome.params, None) {
-            return;
-        }
-        if let Some(client) = self.clients.get_mut(id.0) {
-            client.idle(self.now);
-        }
-        self.on_idle_client_bytes(id);
-    }
-
-    /// A client's first server shows its startup values now: it is welcomed with the
-    /// server's values (and, in session mode, the server's real pid); in transaction mode
-    /// the server goes back at once.
-    pub(super) fn finish_welcome(&mut self, id: ClientId, server_id: ServerId) {
-        let Some(server) = self.servers.get_mut(server_id.0) else {
-            return;
-        };
-        if let Some(error) = server.backend_mut().relay_mut().take_swallowed_error() {
-            // PostgreSQL refuses a bad startup value (`client_encoding=foo`) at login with
-            // FATAL 22023; the SET that applied it here failed the same way.
-            self.release_server(server_id);
-            self.close_client(id, Some(messages::error_as_fatal(&error)));
-            return;
-        }
-        let (pool, server_params, real_pid) = (
-            server.pool(),
-            server.backend().params().clone(),
-            server.backend().pid(),
-        );
-        let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
-            return;
-        };
-        let mode = session.mode();
-        if let Some(spellings) = self.linker.pools_mut().spellings_mut(pool) {
-            session.tracked().learn_spellings(&server_params, spellings);
-        }
-        session.told(server_params);
-        let params = self
-            .linker
-            .pools()
-            .welcome(pool)
-            .map(|welcome| welcome.params.clone())
-            .unwrap_or_default();
-        let pid = (mode == PoolMode::Session).then_some(real_pid).flatten();
-        if !self.welcome(id, &params, pid) {
-            return;
-        }
-        if mode == PoolMode::Session {
-            if let Some(client) = self.clients.get_mut(id.0) {
-                client.linked(server_id);
-            }
-            self.forward(id, server_id);
-        } else {
-            self.release_server(server_id);
-        }
-    }
-
-    /// The admin console's welcome, once the password is right.
-    fn welcome_console(&mut self, id: ClientId) {
-        let welcomed =
-            self.clients
-                .welcome_console(id, &self.env, self.random.as_mut(), &mut self.outbox);
-        match welcomed {
-            Ok(true) => self.on_console_bytes(id),
-            Ok(false) => {}
-            Err(error) => self.close_client(id, Some(error)),
-        }
-    }
-
-    /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
-    /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
-    pub(super) fn repin(&mut self, id: ClientId) {
-        match self.clients.take_lease_to_move(id, &self.env) {
-            Repin::Gone => {}
-            Repin::Close(error) => self.close_client(id, Some(error)),
-            Repin::Move(lease) => {
-                let admission = self.routing.repin(lease, request_id(id));
-                self.apply_admission(id, admission);
-            }
-        }
-    }
-}
-
-// ---- auth_query: a client's secret looked up on a server of the auth_user pool ----
-
-impl Engine {
-    /// Parks the client on the `auth_user` pool of its database for a server to run the
-    /// lookup on.
-    pub(super) fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
-            return;
-        };
-        let key = PoolKey::new(
-            (**session.database()).into(),
-            auth_user.into(),
-            ServerTarget::Primary,
-            StartupProfile::default(),
-        );
-        let limits = self.env.pool_limits(&key);
-        let registered = match self.linker.pools_mut().register(&key, &limits, self.now) {
-            Err(PoolError::TooManyPools { .. }) => {
-                self.evict_a_pool();
-                self.linker.pools_mut().register(&key, &limits, self.now)
-            }
-            registered => registered,
-        };
-        let pool = match registered {
-            Ok(pool) => pool,
-            Err(error) => {
-                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
-                self.close_client(id, Some(error));
-                return;
-            }
-        };
-        let since = self.now;
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return;
-        };
-        if let Some(session) = client.session_mut() {
-            session.joined(pool);
-        }
-        client.looking_up(since, Box::default(), method);
-        if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
-            // The auth_user's own login failed moments ago (a wrong password for it).
-            self.close_client(id, Some(error));
-            return;
-        }
-        self.need_server(id);
-    }
-
-    /// A server of the `auth_user` pool for a client waiting to be looked up: the query
-    /// goes out.
-    pub(super) fn run_lookup(&mut self, id: ClientId, lease: Lease<ServerId>) {
-        let server_id = lease.server;
-        let query = self.env.config().pgtier.auth_query.clone();
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return;
-        };
-        let user = client
-            .session()
-            .map(|session| session.user().clone())
-            .unwrap_or_default();
-        client.lookup_runs_on(server_id);
-        let Some(server) = self.servers.get_mut(server_id.0) else {
-            return;
-        };
-        server.looks_up_for(id, lease);
-        self.send(Conn::Server(server_id), lookup::request(&query, &user));
-    }
-
-    /// Bytes of the lookup's answer.
-    pub(super) fn on_lookup_answer(&mut self, server_id: ServerId, client_id: ClientId) {
-        let Some(server) = self.servers.get_mut(server_id.0) else {
-            return;
-        };
-        let Some(client) = self.clients.get_mut(client_id.0) else {
-            return;
-        };
-        let Some(answer) = client.lookup_answer_mut() else {
-            return;
-        };
-        match answer.read(server.io_mut().input_mut().buffer_mut()) {
-            Answer::NeedMore => {}
-            Answer::Malformed => {
-                self.server_failed(server_id, "server sent an invalid message", None);
-            }
-            Answer::Done(result) => self.finish_lookup(client_id, server_id, result),
-        }
-    }
-
-    /// The answer is complete: the server goes back to its pool, the secret into the cache,
-    /// and the client on to its password exchange.
-    fn finish_lookup(&mut self, id: ClientId, server_id: ServerId, result: Result<Found, String>) {
-        let Some(client) = self.clients.get_mut(id.0) else {
-            return;
-        };
-        let ClientState::LookingUp { method, .. } = client.take_login_step() else {
-            return;
-        };
-        let Some(session) = client.session_mut() else {
-            return;
-        };
-        let auth_pool = session.leave_pool();
-        let (database, user) = (session.database().clone(), session.user().clone());
-        if let Some(server) = self.servers.get_mut(server_id.0) {
-            server.start_releasing(self.now);
-        }
-        self.advance_release(server_id);
-        if let Some(pool) = auth_pool {
-            self.linker.pools_mut().unregister(pool);
-        }
-        match result {
-            Ok(found) => {
-                self.clients
-                    .logins_mut()
-                    .lookups_mut()
-                    .store(&database, &user, found, self.now);
-                self.begin_exchange(id, method);
-            }
-            Err(error) => {
-                warn!(%database, %user, %error, "auth_query failed");
-                let error = messages::fatal(
-                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    "authentication lookup (auth_query) failed; see pgtier's log",
-                );
-                self.close_client(id, Some(error));
-            }
-        }
-    }
 }
 
 // ---- the client table's login steps: each says what happened, the engine routes it ----
@@ -682,7 +164,7 @@ impl ClientTable {
         stats: &mut StatsSink,
         outbox: &mut Outbox,
     ) -> Result<bool, Bytes> {
-        self.refuse_plaintext_login(id, env)?;
+        refuse_plaintext_login(self, id, env)?;
         if let Some(negotiation) = request.negotiation {
             self.send(id, negotiation, outbox);
         }
@@ -759,24 +241,6 @@ impl ClientTable {
             stats,
         })));
         Ok(true)
-    }
-
-    /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
-    /// `hostssl`-only configuration would.
-    fn refuse_plaintext_login(&self, id: ClientId, env: &Env) -> Result<(), Bytes> {
-        let mode = env.config().pgtier.client_tls_sslmode;
-        let plain = self.get(id.0).is_some_and(|c| c.tls().is_none());
-        if !(plain && requires_tls(mode)) {
-            return Ok(());
-        }
-        let message = format!(
-            "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
-            mode.as_str()
-        );
-        Err(messages::fatal(
-            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-            &message,
-        ))
     }
 
     /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
@@ -1120,4 +584,193 @@ impl ClientTable {
         }
         Repin::Move(lease)
     }
+}
+
+/// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
+/// `hostssl`-only configuration would.
+fn refuse_plaintext_login(clients: &ClientTable, id: ClientId, env: &Env) -> Result<(), Bytes> {
+    let mode = env.config().pgtier.client_tls_sslmode;
+    let plain = clients.get(id.0).is_some_and(|c| c.tls().is_none());
+    if !(plain && requires_tls(mode)) {
+        return Ok(());
+    }
+    let message = format!(
+        "TLS is required (client_tls_sslmode = {}): connect with sslmode=require or stronger",
+        mode.as_str()
+    );
+    Err(messages::fatal(
+        sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+        &message,
+    ))
+}
+
+// ---- a logged-in client and its pool: admission answers, registration, auth_query ----
+
+/// What a refused admission leaves the client to do.
+pub(super) enum Refused {
+    Gone,
+    /// Not a reader entry: close with this FATAL.
+    Close(Bytes),
+    /// A reader entry's first login: its pool on the primary.
+    JoinPool,
+    /// A reader entry's session that has its pool: queued (its reads run on the primary).
+    Queued,
+}
+
+/// No replica for the session: a reader entry's session goes on without one (its primary
+/// serves every transaction); any other session is refused.
+pub(super) fn refused(
+    clients: &mut ClientTable,
+    id: ClientId,
+    refusal: &Refusal,
+    env: &Env,
+    now: Instant,
+) -> Refused {
+    let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
+        return Refused::Gone;
+    };
+    let reader_entry = env.config().database(session.database()).is_some_and(|db| {
+        matches!(&db.servers, pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry())
+    });
+    if !reader_entry {
+        return Refused::Close(refusal_error(refusal));
+    }
+    tracing::debug!(
+        database = %session.database(),
+        reason = %refusal.message,
+        "no replica admitted the session: its reads run on the primary"
+    );
+    if session.pool().is_none() {
+        return Refused::JoinPool;
+    }
+    if let Some(client) = clients.get_mut(id.0) {
+        client.queued(now);
+    }
+    Refused::Queued
+}
+
+/// What an admission to a replica leaves the client to do.
+pub(super) enum Admitted {
+    Gone,
+    /// A reader session keeps its pools: queued, its next read is routed with the new lease.
+    Queued,
+    /// A first login: its pool.
+    JoinPool,
+    /// Moved off a failed replica: it left pool `old` and joins its new replica's pool
+    /// (`welcomed`: it queues there; else it still waits for its welcome).
+    Moved {
+        old: PoolId,
+        welcomed: bool,
+    },
+}
+
+/// The client holds a replica now.
+pub(super) fn admitted(
+    clients: &mut ClientTable,
+    id: ClientId,
+    lease: Box<dyn ReplicaLease>,
+    now: Instant,
+) -> Admitted {
+    let Some(session) = clients.get_mut(id.0).and_then(|c| c.session_mut()) else {
+        return Admitted::Gone;
+    };
+    tracing::debug!(
+        database = %session.database(),
+        user = %session.user(),
+        class = %session.class(),
+        replica = %lease.addr(),
+        "session admitted to a replica"
+    );
+    session.admitted(lease);
+    // Welcomed once its cancel key was issued.
+    let welcomed = session.key().is_some();
+    if session.reads().is_some() {
+        if let Some(client) = clients.get_mut(id.0) {
+            client.queued(now);
+        }
+        return Admitted::Queued;
+    }
+    match session.leave_pool() {
+        None => Admitted::JoinPool,
+        Some(old) => Admitted::Moved { old, welcomed },
+    }
+}
+
+/// Whether client `id` still waits for the admission `request_id` answers.
+pub(super) fn awaits_admission(clients: &ClientTable, id: ClientId, request_id: u64) -> bool {
+    clients.get(id.0).is_some_and(|client| {
+        matches!(client.state(), ClientState::Routing { request_id: waited, .. } if *waited == request_id)
+    })
+}
+
+/// The key of the pool client `id` joins, and whether its entry is a reader entry.
+/// `Ok(None)`: the client is gone; `Err`: its database is not configured (any more).
+pub(super) fn pool_key(
+    clients: &ClientTable,
+    id: ClientId,
+    env: &Env,
+) -> Result<Option<(PoolKey, bool)>, Bytes> {
+    let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
+        return Ok(None);
+    };
+    let Some(db) = env.config().database(session.database()) else {
+        let message = format!("database \"{}\" does not exist", session.database());
+        return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
+    };
+    let reader_entry = matches!(
+        &db.servers,
+        pgtier_core::config::ServerSet::Replicas(set) if set.is_reader_entry()
+    );
+    // A reader entry's session starts on its primary; each read picks its replica.
+    let target = match session.lease() {
+        Some(lease) if !reader_entry => ServerTarget::Replica(lease.addr()),
+        _ => ServerTarget::Primary,
+    };
+    let server_user = db
+        .user
+        .clone()
+        .unwrap_or_else(|| session.user().to_string());
+    let profile = StartupProfile::from_parameters(
+        session
+            .startup_params()
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+    );
+    let key = PoolKey::new(
+        (**session.database()).into(),
+        server_user.as_str().into(),
+        target,
+        profile,
+    );
+    Ok(Some((key, reader_entry)))
+}
+
+/// The key of the `auth_user` pool of client `id`'s database.
+pub(super) fn lookup_key(clients: &ClientTable, id: ClientId, auth_user: &str) -> Option<PoolKey> {
+    let session = clients.get(id.0)?.session()?;
+    Some(PoolKey::new(
+        (**session.database()).into(),
+        auth_user.into(),
+        ServerTarget::Primary,
+        StartupProfile::default(),
+    ))
+}
+
+/// Client `id` parks on the `auth_user` pool `pool` for its lookup (`method` checks the
+/// secret found). False when it is gone.
+pub(super) fn start_looking_up(
+    clients: &mut ClientTable,
+    id: ClientId,
+    pool: PoolId,
+    method: Method,
+    now: Instant,
+) -> bool {
+    let Some(client) = clients.get_mut(id.0) else {
+        return false;
+    };
+    if let Some(session) = client.session_mut() {
+        session.joined(pool);
+    }
+    client.looking_up(now, Box::default(), method);
+    true
 }

@@ -25,11 +25,12 @@
 //! command does here) are `Admin`'s, over the tables it is given (`gates.rs`); a server
 //! connection's steps (connect, login, drain) are the server table's (`backend.rs`), its
 //! output to its client and a finished login are the linker's (`linker/relay.rs`,
-//! `linker/opening.rs`), and this file routes what they report (failures included). The
-//! flows that still take the whole engine live beside this file, one per concern:
-//! `login.rs` (a client from startup to its welcome, `auth_query` included), `link.rs` (the
-//! one place that touches a client and a server together: servers given to clients and
-//! taken back, and handed to other shards), `upkeep.rs`
+//! `linker/opening.rs`), and this file routes what they report (failures included); a
+//! client's login steps are the client table's (`login.rs`), with what needs a server too
+//! in `linker/joining.rs` (its welcome values, `auth_query`), routed here. The flows that
+//! still take the whole engine live beside this file, one per concern: `link.rs` (the one
+//! place that touches a client and a server together: servers given to clients and taken
+//! back, and handed to other shards), `upkeep.rs`
 //! (timers, mailbox commands, cancel, shutdown, and the routing of admin commands and console
 //! sessions). The decisions
 //! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
@@ -89,6 +90,9 @@ use tracing::{debug, warn};
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
+use crate::client::auth_method::Method;
+use crate::client::lookup::Found;
+use crate::client::startup::LoginRequest;
 use crate::client::{ClientConn, ClientState};
 use crate::command::Command;
 use crate::gates::ShutdownMode;
@@ -96,11 +100,14 @@ use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::random::Random;
 use crate::server::ServerState;
+use crate::services::{Admission, AdmissionReply, Refusal, ReplicaLease};
 use crate::services::{Console, FailureCause, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
 use crate::shared::Shared;
 use crate::userlist::UserList;
 use linker::relay::Relayed;
+use login::{AuthProgress, Authenticated, Exchange, Startup};
+use pgtier_pool::{Lease, PoolError, PoolId, PoolKey};
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
 pub trait Resolver {
@@ -1055,6 +1062,401 @@ impl Engine {
     fn server_tls_failed(&mut self, id: ServerId, why: &str) {
         debug!(?id, why, "server TLS failed");
         self.server_failed(id, why, None);
+    }
+
+    // ---- clients logging in: the client table's steps (`login.rs`), routed ----
+
+    pub(super) fn on_startup_bytes(&mut self, id: ClientId) {
+        match self.clients.read_startup(id, &mut self.outbox) {
+            Startup::Wait => {}
+            Startup::ProtocolError(message) => self.protocol_error(id, message),
+            Startup::Close(error) => self.close_client(id, error),
+            Startup::Cancel(key) => {
+                self.close_client(id, None);
+                self.route_cancel(key);
+            }
+            Startup::Login(request) => self.on_login(id, request),
+        }
+    }
+
+    fn on_login(&mut self, id: ClientId, request: LoginRequest) {
+        let started = self.clients.start_session(
+            id,
+            request,
+            &self.env,
+            self.admin.gates(),
+            &mut self.stats,
+            &mut self.outbox,
+        );
+        match started {
+            Ok(true) => self.start_authentication(id),
+            Ok(false) => {}
+            Err(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    fn start_authentication(&mut self, id: ClientId) {
+        let method = match self.clients.auth_method(id, &self.env) {
+            Ok(method) => method,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        match self
+            .clients
+            .lookup_user_for(id, method, &self.env, self.now)
+        {
+            Some(auth_user) => self.start_lookup(id, method, &auth_user),
+            None => self.begin_exchange(id, method),
+        }
+    }
+
+    /// The password exchange of `method` (none for trust).
+    pub(super) fn begin_exchange(&mut self, id: ClientId, method: Method) {
+        let exchange = self.clients.begin_exchange(
+            id,
+            method,
+            &self.env,
+            self.random.as_mut(),
+            &mut self.outbox,
+        );
+        match exchange {
+            Exchange::Gone => {}
+            Exchange::Passed => self.on_authenticated(id),
+            Exchange::Started => self.on_auth_bytes(id),
+            Exchange::Failed(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    pub(super) fn on_auth_bytes(&mut self, id: ClientId) {
+        let progress =
+            self.clients
+                .auth_step(id, &self.env, self.random.as_mut(), &mut self.outbox);
+        match progress {
+            AuthProgress::Pending => {}
+            AuthProgress::Passed => self.on_authenticated(id),
+            AuthProgress::Failed(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    /// The password is right: the console's welcome, or the admission and the pool.
+    fn on_authenticated(&mut self, id: ClientId) {
+        match self.clients.authenticated(id, &self.env, &*self.routing) {
+            Authenticated::Gone => {}
+            Authenticated::Console => self.welcome_console(id),
+            Authenticated::Unrouted => self.join_pool(id),
+            Authenticated::Refused(error) => self.close_client(id, Some(error)),
+            Authenticated::Admission(admission) => self.apply_admission(id, admission),
+        }
+    }
+
+    /// Acts on an admission decided at once or answered by the control shard.
+    fn apply_admission(&mut self, id: ClientId, admission: Admission) {
+        match admission {
+            Admission::Placed(lease) => self.admitted(id, lease),
+            Admission::Pending => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    client.routing(self.now, login::request_id(id));
+                }
+            }
+            Admission::Refused(refusal) => self.refused(id, &refusal),
+        }
+    }
+
+    /// No replica for the session (`login::refused`).
+    fn refused(&mut self, id: ClientId, refusal: &Refusal) {
+        match login::refused(&mut self.clients, id, refusal, &self.env, self.now) {
+            login::Refused::Gone => {}
+            login::Refused::Close(error) => self.close_client(id, Some(error)),
+            login::Refused::JoinPool => self.join_pool(id),
+            login::Refused::Queued => self.need_server(id),
+        }
+    }
+
+    /// The client holds a replica now: a first login continues to its welcome; a client
+    /// moved off a failed replica queues on its new replica's pool.
+    fn admitted(&mut self, id: ClientId, lease: Box<dyn ReplicaLease>) {
+        match login::admitted(&mut self.clients, id, lease, self.now) {
+            login::Admitted::Gone => {}
+            login::Admitted::Queued => self.need_server(id),
+            login::Admitted::JoinPool => self.join_pool(id),
+            login::Admitted::Moved { old, welcomed } => {
+                self.linker.pools_mut().unregister(old);
+                if self.register_pool(id).is_some() {
+                    let since = self.now;
+                    if let Some(client) = self.clients.get_mut(id.0) {
+                        if welcomed {
+                            client.queued(since);
+                        } else {
+                            client.joining(since);
+                        }
+                    }
+                    self.need_server(id);
+                }
+            }
+        }
+    }
+
+    fn on_admission_reply(&mut self, reply: AdmissionReply) {
+        let id = login::client_of(reply.request_id);
+        if !login::awaits_admission(&self.clients, id, reply.request_id) {
+            // The client left: dropping the lease gives its count back.
+            return;
+        }
+        match reply.result {
+            Ok(lease) => self.admitted(id, lease),
+            Err(refusal) => self.refused(id, &refusal),
+        }
+    }
+
+    /// Finds or creates the client's pool and registers the client with it. `None` when
+    /// it was refused (and is closing).
+    fn register_pool(&mut self, id: ClientId) -> Option<PoolId> {
+        let (key, reader_entry) = match login::pool_key(&self.clients, id, &self.env) {
+            Ok(found) => found?,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                return None;
+            }
+        };
+        match self.register(&key) {
+            Ok(pool) => {
+                self.clients.set_pool(id, pool);
+                if reader_entry {
+                    self.clients.start_reader_session(id, pool);
+                }
+                Some(pool)
+            }
+            Err(error) => {
+                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
+                self.close_client(id, Some(error));
+                None
+            }
+        }
+    }
+
+    /// Registers a pool for `key`, making room (an idle pool evicted) when the shard has
+    /// as many pools as it may.
+    fn register(&mut self, key: &PoolKey) -> Result<PoolId, PoolError> {
+        let limits = self.env.pool_limits(key);
+        match self.linker.pools_mut().register(key, &limits, self.now) {
+            Err(PoolError::TooManyPools { .. }) => {
+                self.evict_a_pool();
+                self.linker.pools_mut().register(key, &limits, self.now)
+            }
+            registered => registered,
+        }
+    }
+
+    /// A logged-in client joins its pool: welcomed from the pool's cached parameters when
+    /// it can be, else parked for a server whose login makes its welcome.
+    fn join_pool(&mut self, id: ClientId) {
+        let Some(pool) = self.register_pool(id) else {
+            return;
+        };
+        if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+            self.close_client(id, Some(error));
+            return;
+        }
+        match linker::joining::welcome_cached(&mut self.clients, &self.linker, id, pool) {
+            None => {}
+            Some(true) => self.welcome_from_pool(id, pool),
+            Some(false) => {
+                if let Some(client) = self.clients.get_mut(id.0) {
+                    client.joining(self.now);
+                }
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// The welcome (`ClientTable::welcome`); false when the client is gone or closing.
+    fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
+        let welcomed =
+            self.clients
+                .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
+        match welcomed {
+            Ok(welcomed) => welcomed,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                false
+            }
+        }
+    }
+
+    /// The welcome from the pool's cached parameters: no server needed.
+    fn welcome_from_pool(&mut self, id: ClientId, pool: PoolId) {
+        let Some(welcome) = self.linker.pools().welcome(pool).cloned() else {
+            return;
+        };
+        if let Some(session) = self.clients.get_mut(id.0).and_then(|c| c.session_mut()) {
+            session.tracked_mut().fill_from(&welcome.tracked);
+        }
+        if !self.welcome(id, &welcome.params, None) {
+            return;
+        }
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.idle(self.now);
+        }
+        self.on_idle_client_bytes(id);
+    }
+
+    /// A client's first server shows its startup values now: it is welcomed with the
+    /// server's values (and, in session mode, the server's real pid); in transaction mode
+    /// the server goes back at once.
+    fn finish_welcome(&mut self, id: ClientId, server_id: ServerId) {
+        let welcome = linker::joining::server_welcome(
+            &mut self.clients,
+            &mut self.servers,
+            &mut self.linker,
+            id,
+            server_id,
+        );
+        let (params, pid, keeps_server) = match welcome {
+            linker::joining::ServerWelcome::Gone => return,
+            linker::joining::ServerWelcome::Refused(error) => {
+                self.release_server(server_id);
+                self.close_client(id, Some(error));
+                return;
+            }
+            linker::joining::ServerWelcome::Ready {
+                params,
+                pid,
+                keeps_server,
+            } => (params, pid, keeps_server),
+        };
+        if !self.welcome(id, &params, pid) {
+            return;
+        }
+        if keeps_server {
+            if let Some(client) = self.clients.get_mut(id.0) {
+                client.linked(server_id);
+            }
+            self.forward(id, server_id);
+        } else {
+            self.release_server(server_id);
+        }
+    }
+
+    /// The admin console's welcome, once the password is right.
+    fn welcome_console(&mut self, id: ClientId) {
+        let welcomed =
+            self.clients
+                .welcome_console(id, &self.env, self.random.as_mut(), &mut self.outbox);
+        match welcomed {
+            Ok(true) => self.on_console_bytes(id),
+            Ok(false) => {}
+            Err(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    /// Moves a client off its replica, which went Down: a welcomed transaction-mode client
+    /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
+    fn repin(&mut self, id: ClientId) {
+        match self.clients.take_lease_to_move(id, &self.env) {
+            login::Repin::Gone => {}
+            login::Repin::Close(error) => self.close_client(id, Some(error)),
+            login::Repin::Move(lease) => {
+                let admission = self.routing.repin(lease, login::request_id(id));
+                self.apply_admission(id, admission);
+            }
+        }
+    }
+
+    // ---- auth_query: a client's secret looked up on a server of the auth_user pool ----
+
+    /// Parks the client on the `auth_user` pool of its database for a server to run the
+    /// lookup on.
+    fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
+        let Some(key) = login::lookup_key(&self.clients, id, auth_user) else {
+            return;
+        };
+        let pool = match self.register(&key) {
+            Ok(pool) => pool,
+            Err(error) => {
+                let error = messages::fatal(sqlstate::TOO_MANY_CONNECTIONS, &error.to_string());
+                self.close_client(id, Some(error));
+                return;
+            }
+        };
+        if !login::start_looking_up(&mut self.clients, id, pool, method, self.now) {
+            return;
+        }
+        if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
+            // The auth_user's own login failed moments ago (a wrong password for it).
+            self.close_client(id, Some(error));
+            return;
+        }
+        self.need_server(id);
+    }
+
+    /// A server of the `auth_user` pool for a client waiting to be looked up.
+    fn run_lookup(&mut self, id: ClientId, lease: Lease<ServerId>) {
+        linker::joining::run_lookup(
+            &mut self.clients,
+            &mut self.servers,
+            &self.env,
+            id,
+            lease,
+            &mut self.outbox,
+        );
+    }
+
+    /// Bytes of the lookup's answer.
+    fn on_lookup_answer(&mut self, server_id: ServerId, client_id: ClientId) {
+        match linker::joining::read_lookup(
+            &mut self.clients,
+            &mut self.servers,
+            server_id,
+            client_id,
+        ) {
+            linker::joining::LookupRead::Pending => {}
+            linker::joining::LookupRead::Malformed => {
+                self.server_failed(server_id, "server sent an invalid message", None);
+            }
+            linker::joining::LookupRead::Done(result) => {
+                self.finish_lookup(client_id, server_id, result);
+            }
+        }
+    }
+
+    /// The answer is complete: the server goes back to its pool, the secret into the cache,
+    /// and the client on to its password exchange.
+    fn finish_lookup(&mut self, id: ClientId, server_id: ServerId, result: Result<Found, String>) {
+        let Some(ended) = linker::joining::end_lookup(
+            &mut self.clients,
+            &mut self.servers,
+            id,
+            server_id,
+            self.now,
+        ) else {
+            return;
+        };
+        self.advance_release(server_id);
+        if let Some(pool) = ended.auth_pool {
+            self.linker.pools_mut().unregister(pool);
+        }
+        match result {
+            Ok(found) => {
+                self.clients.logins_mut().lookups_mut().store(
+                    &ended.database,
+                    &ended.user,
+                    found,
+                    self.now,
+                );
+                self.begin_exchange(id, ended.method);
+            }
+            Err(error) => {
+                let (database, user) = (&ended.database, &ended.user);
+                warn!(%database, %user, %error, "auth_query failed");
+                let error = messages::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "authentication lookup (auth_query) failed; see pgtier's log",
+                );
+                self.close_client(id, Some(error));
+            }
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 //! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
 //! that touches a client and a server together (`link.rs`, and here: `relay.rs` for a
 //! server's output to its client, `opening.rs` for a pool's server that logged in or
-//! failed to).
+//! failed to, `joining.rs` for a logging-in client's welcome values and `auth_query`).
 
+pub(super) mod joining;
 pub(super) mod opening;
 pub(super) mod relay;
 pub(super) mod vacate;

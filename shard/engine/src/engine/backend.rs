@@ -247,3 +247,109 @@ impl ServerTable {
         true
     }
 }
+
+// ---- servers the pool gives up, checks before use, servers handed to another shard ----
+
+impl ServerTable {
+    /// Closes a server whose budget the pool already settled (it decided the close).
+    pub(super) fn close_unpooled(&mut self, id: ServerId, outbox: &mut Outbox) {
+        if let Some(server) = self.get_mut(id.0) {
+            server.take_lease();
+        }
+        self.close_settled(id, outbox);
+    }
+
+    /// Ends an idle server the pool took out to close: one that still holds its slots
+    /// leaves (Terminate, slots given back once its backend is gone); the others close.
+    pub(super) fn retire(
+        &mut self,
+        closing: pgtier_pool::Closing<ServerId>,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) {
+        let id = closing.lease.server;
+        if closing.leaving {
+            if let Some(server) = self.get_mut(id.0) {
+                server.hold_lease(closing.lease);
+            }
+            self.leave_for(id, None, now, outbox);
+        } else {
+            self.close_unpooled(id, outbox);
+        }
+    }
+
+    /// Server `id` (holding its lease, counted as leaving for shard `to`) goes to shard
+    /// `to`: whole when it is clean (its socket is detached first, `moving.rs`), else it is
+    /// ended and its slot goes once its connection is closed.
+    pub(super) fn hand_on(
+        &mut self,
+        id: ServerId,
+        to: usize,
+        shard: usize,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) {
+        let Some(server) = self.get_mut(id.0) else {
+            return;
+        };
+        if !server.is_movable() {
+            self.leave_for(id, Some(to), now, outbox);
+            return;
+        }
+        tracing::debug!(shard, to, "moving an idle server to another shard");
+        server.moving(now, to);
+        outbox.push(crate::action::Action::Detach(id));
+    }
+
+    /// A server idle longer than `server_check_delay` runs `server_check_query` before a
+    /// client gets it (PgBouncer's check): true when the check was started.
+    pub(super) fn start_check_if_stale(
+        &mut self,
+        lease: &pgtier_pool::Lease<ServerId>,
+        config: &Config,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) -> bool {
+        let settings = &config.pgtier;
+        if settings.server_check_query.is_empty() {
+            return false;
+        }
+        // Strictly longer: a server that just passed its check (idle since this pass) is
+        // not checked again, even with `server_check_delay = 0`.
+        if now.saturating_duration_since(lease.idle_since) <= settings.server_check_delay.duration()
+        {
+            return false;
+        }
+        let id = lease.server;
+        let Some(server) = self.get_mut(id.0) else {
+            return false;
+        };
+        let bytes = server
+            .backend_mut()
+            .internal_query(&settings.server_check_query);
+        server.checking(
+            now,
+            pgtier_pool::Lease {
+                server: lease.server,
+                opened_at: lease.opened_at,
+                idle_since: lease.idle_since,
+            },
+        );
+        outbox.send(Conn::Server(id), bytes);
+        true
+    }
+
+    /// Whether server `id`'s check failed (an error, or not idle after it); `None` when it
+    /// is gone.
+    pub(super) fn check_failed(&mut self, id: ServerId) -> Option<bool> {
+        let server = self.get_mut(id.0)?;
+        Some(
+            server
+                .backend_mut()
+                .relay_mut()
+                .take_swallowed_error()
+                .is_some()
+                || !server.backend().tracker().is_idle(),
+        )
+    }
+}

@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Checkin, Lease, PoolError, PoolId, Release, ServerTarget};
+use pgtier_pool::{Checkin, Lease, PoolError, PoolId, Release};
 use pgtier_wire::session_state::Effects;
 use tracing::debug;
 
 use crate::action::{Action, Conn};
-use crate::addr::ServerAddr;
 use crate::client::ClientState;
 use crate::client::forward::{ForwardEnd, ForwardLimits, ForwardOptions, ForwardShared};
 use crate::command::Command;
@@ -25,7 +24,7 @@ use crate::messages::{self, sqlstate};
 use crate::prepared::StatementLimits;
 use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::server::release::ClientLeft;
-use crate::server::{ReleaseStep, Reset, ServerConn, ServerState};
+use crate::server::{ReleaseStep, Reset, ServerState};
 use crate::tracker::Tracker;
 
 impl Engine {
@@ -114,7 +113,12 @@ impl Engine {
             return;
         };
         while let Some(lease) = self.linker.pools_mut().checkout(pool) {
-            if self.start_check_if_stale(&lease) {
+            if self.servers.start_check_if_stale(
+                &lease,
+                self.env.config(),
+                self.now,
+                &mut self.outbox,
+            ) {
                 continue;
             }
             self.link(id, lease);
@@ -151,11 +155,25 @@ impl Engine {
                 Err(pgtier_pool::Refusal::PoolFull) => {
                     self.linker
                         .warn_if_pinned_out(pool, &self.clients, self.now);
-                    self.ask_other_shards_for_a_server(pool);
+                    self.linker.ask_other_shards_for_a_server(
+                        &self.env,
+                        &mut self.outbox,
+                        pool,
+                        self.now,
+                    );
                     return;
                 }
                 Err(pgtier_pool::Refusal::SharedFull { budget }) => {
-                    self.make_room_under_cap(pool, budget);
+                    let closing = self.linker.make_room_under_cap(
+                        &self.env,
+                        &mut self.outbox,
+                        pool,
+                        budget,
+                        self.now,
+                    );
+                    if let Some(closing) = closing {
+                        self.retire(closing);
+                    }
                     return;
                 }
             }
@@ -170,155 +188,34 @@ impl Engine {
         }
     }
 
-    /// The budget is spent and this shard has no server to give: the slots may sit on other
-    /// shards, so ask them for one (at most once per housekeeping period).
-    fn ask_other_shards_for_a_server(&mut self, pool: PoolId) {
-        let shards = self.env.shared().shards();
-        if shards < 2 || !self.linker.pools_mut().should_ask_others(pool, self.now) {
-            return;
-        }
-        let Some(key) = self.linker.pools().key(pool).cloned().map(Arc::new) else {
-            return;
-        };
-        for shard in (0..shards).filter(|shard| *shard != self.env.shard()) {
-            let command = Command::ReleaseIdle {
-                key: key.clone(),
-                from: self.env.shard(),
-            };
-            self.outbox.push(Action::Post { shard, command });
-        }
-    }
-
-    /// A database or user cap stops `pool`: end an idle server of another pool of this shard
-    /// under the same cap (its counts come back once its backend is gone), else ask the
-    /// other shards to.
-    fn make_room_under_cap(&mut self, pool: PoolId, budget: usize) {
-        if let Some(closing) = self.linker.pools_mut().evict_idle_sharing(pool, budget) {
-            debug!(
-                shard = self.env.shard(),
-                "ending an idle server to make room under a cap"
-            );
-            self.retire(closing);
-            return;
-        }
-        if self.env.shared().shards() < 2
-            || !self.linker.pools_mut().should_ask_others(pool, self.now)
-        {
-            return;
-        }
-        let Some(key) = self.linker.pools().key(pool) else {
-            return;
-        };
-        let (database, user) = if budget == 0 {
-            (Some(key.database.clone()), None)
-        } else {
-            (None, Some(key.server_user.clone()))
-        };
-        for shard in (0..self.env.shared().shards()).filter(|shard| *shard != self.env.shard()) {
-            let command = Command::ReleaseIdleUnderCap {
-                database: database.clone(),
-                user: user.clone(),
-            };
-            self.outbox.push(Action::Post { shard, command });
-        }
-    }
-
     /// Opens a server for `pool`; its budget slot was taken by `try_open`.
     pub(super) fn open_server(&mut self, pool: PoolId) {
-        let Some(key) = self.linker.pools().key(pool).cloned() else {
-            return;
-        };
-        let addr = match key.target {
-            ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
-            ServerTarget::Primary => primary_addr(&self.env, &self.servers, &key.database),
-        };
-        let mode = self.env.pool_mode_of(&key.database, &key.server_user);
-        let addr = match addr {
-            Ok(addr) => addr,
-            Err(message) => {
-                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
-                let retry_at = self.env.login_retry_at(self.now);
-                self.linker
-                    .pools_mut()
-                    .open_failed(pool, retry_at, Some(error.clone()));
-                self.fail_waiters(pool, error);
-                return;
-            }
-        };
-        let mut server = ServerConn::new(pool, addr.clone(), mode, self.now);
-        if mode == PoolMode::Transaction && self.env.limits().max_prepared_statements > 0 {
-            server.backend_mut().relay_mut().prepared = Some(Box::default());
-        }
-        let Some(slot) = self.servers.insert(server) else {
-            let error = messages::fatal(
-                sqlstate::TOO_MANY_CONNECTIONS,
-                "too many server connections on this worker",
-            );
-            self.linker
-                .pools_mut()
-                .open_failed(pool, self.now, Some(error.clone()));
-            self.fail_waiters(pool, error);
-            return;
-        };
-        self.stats.server_opened();
-        self.outbox.push(Action::Connect {
-            server: ServerId(slot),
-            addr,
-        });
-    }
-
-    /// A server idle longer than `server_check_delay` runs `server_check_query` before a
-    /// client gets it (PgBouncer's check): true when the check was started.
-    fn start_check_if_stale(&mut self, lease: &Lease<ServerId>) -> bool {
-        let settings = &self.env.config().pgtier;
-        if settings.server_check_query.is_empty() {
-            return false;
-        }
-        // Strictly longer: a server that just passed its check (idle since this pass) is
-        // not checked again, even with `server_check_delay = 0`.
-        if self.now.saturating_duration_since(lease.idle_since)
-            <= settings.server_check_delay.duration()
-        {
-            return false;
-        }
-        let query = settings.server_check_query.clone();
-        let id = lease.server;
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return false;
-        };
-        let bytes = server.backend_mut().internal_query(&query);
-        server.checking(
+        let failed = self.linker.open_server(
+            &mut self.servers,
+            &self.env,
+            &mut self.stats,
+            &mut self.outbox,
+            pool,
             self.now,
-            Lease {
-                server: lease.server,
-                opened_at: lease.opened_at,
-                idle_since: lease.idle_since,
-            },
         );
-        self.send(Conn::Server(id), bytes);
-        true
+        if let Some(fail) = failed {
+            self.fail_waiters(fail.pool, fail.error);
+        }
     }
 
     /// A check was answered: a server that passed goes back to the pool (to the oldest
     /// waiter), one that failed closes (the pool replaces it for waiters).
     pub(super) fn finish_check(&mut self, id: ServerId) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        let failed = server
-            .backend_mut()
-            .relay_mut()
-            .take_swallowed_error()
-            .is_some()
-            || !server.backend().tracker().is_idle();
-        if failed {
-            debug!(
-                shard = self.env.shard(),
-                "server_check_query failed: closing the server"
-            );
-            self.close_server(id);
-        } else {
-            self.return_to_pool(id);
+        match self.servers.check_failed(id) {
+            None => {}
+            Some(true) => {
+                debug!(
+                    shard = self.env.shard(),
+                    "server_check_query failed: closing the server"
+                );
+                self.close_server(id);
+            }
+            Some(false) => self.return_to_pool(id),
         }
     }
 
@@ -660,10 +557,7 @@ impl Engine {
 
     /// Closes a server whose budget the pool already settled (it decided the close).
     pub(super) fn close_unpooled(&mut self, id: ServerId) {
-        if let Some(server) = self.servers.get_mut(id.0) {
-            server.take_lease();
-        }
-        self.servers.close_settled(id, &mut self.outbox);
+        self.servers.close_unpooled(id, &mut self.outbox);
     }
 
     /// The pool accounting of a server that is closing, by the state it was in.
@@ -717,48 +611,20 @@ impl Engine {
     /// A server of `pool` closed and gave its database and user counts back: pools of this
     /// shard under the same caps whose clients wait may open a server now.
     fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
-        let Some(key) = self.linker.pools().key(pool).cloned() else {
-            return;
-        };
-        let waiting: Vec<PoolId> = self
-            .linker
-            .pools()
-            .pools()
-            .filter(|(other, other_key, counts)| {
-                *other != pool
-                    && counts.waiting > 0
-                    && (other_key.database == key.database
-                        || other_key.server_user == key.server_user)
-            })
-            .map(|(other, _, _)| other)
-            .collect();
-        for other in waiting {
+        for other in self.linker.waiting_under_caps_of(pool) {
             self.open_for_waiters(other);
         }
     }
 
-    /// `max_pools_per_worker` is reached: the least recently used pool nobody uses gives
-    /// its idle servers up, so it is forgotten and a new key fits.
+    /// `max_pools_per_worker` is reached: an unused pool's idle servers go.
     pub(super) fn evict_a_pool(&mut self) {
-        let mut closings = Vec::new();
-        self.linker.pools_mut().evict_for_room(&mut closings);
-        for closing in closings {
-            self.retire(closing);
-        }
+        self.linker
+            .evict_a_pool(&mut self.servers, self.now, &mut self.outbox);
     }
 
-    /// Ends an idle server the pool took out to close: one that still holds its slots
-    /// leaves (Terminate, slots given back once its backend is gone); the others close.
+    /// Ends an idle server the pool took out to close (`ServerTable::retire`).
     pub(super) fn retire(&mut self, closing: pgtier_pool::Closing<ServerId>) {
-        let id = closing.lease.server;
-        if closing.leaving {
-            if let Some(server) = self.servers.get_mut(id.0) {
-                server.hold_lease(closing.lease);
-            }
-            self.servers.leave_for(id, None, self.now, &mut self.outbox);
-        } else {
-            self.close_unpooled(id);
-        }
+        self.servers.retire(closing, self.now, &mut self.outbox);
     }
 
     /// Another shard waits for a server of `key`: give it one of ours, an idle one now if
@@ -872,24 +738,10 @@ impl Engine {
         }
     }
 
-    /// Server `id` (holding its lease, counted as leaving for shard `to`) goes to shard `to`:
-    /// whole when it is clean (its socket is detached first, `moving.rs`), else it is ended
-    /// and its slot goes once its connection is closed.
+    /// Server `id` goes to shard `to` (`ServerTable::hand_on`).
     pub(super) fn hand_on(&mut self, id: ServerId, to: usize) {
-        let Some(server) = self.servers.get_mut(id.0) else {
-            return;
-        };
-        if !server.is_movable() {
-            self.servers
-                .leave_for(id, Some(to), self.now, &mut self.outbox);
-            return;
-        }
-        debug!(
-            shard = self.env.shard(),
-            to, "moving an idle server to another shard"
-        );
-        server.moving(self.now, to);
-        self.outbox.push(Action::Detach(id));
+        self.servers
+            .hand_on(id, to, self.env.shard(), self.now, &mut self.outbox);
     }
 
     /// A server arrived from another shard (or came back undelivered): it becomes a server
@@ -957,26 +809,5 @@ impl Engine {
             // The pool lives on while it holds the server (or a waiter), as any pool does.
             self.linker.pools_mut().unregister(pool);
         }
-    }
-}
-
-/// The address of a database entry's single server.
-fn primary_addr(
-    env: &super::env::Env,
-    servers: &super::servers::ServerTable,
-    database: &str,
-) -> Result<ServerAddr, String> {
-    let Some(db) = env.config().database(database) else {
-        return Err(format!("database \"{database}\" does not exist"));
-    };
-    match &db.servers {
-        pgtier_core::config::ServerSet::Single(host_port) => {
-            ServerAddr::of_host(host_port, |host, port| servers.resolve(host, port))
-        }
-        pgtier_core::config::ServerSet::Replicas(set) => set
-            .primary
-            .or_else(|| set.replicas.first().copied())
-            .map(ServerAddr::Tcp)
-            .ok_or_else(|| "replica set is empty".to_string()),
     }
 }

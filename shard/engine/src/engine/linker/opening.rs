@@ -1,18 +1,26 @@
-//! Servers opened for the pools: the pool learns of a finished login, and of a failed one
-//! (its waiters get the error, new clients too until `server_login_retry` passes), a server
-//! and its pool together.
+//! Servers opened for the pools: a server opened for a pool (or room made for one: another
+//! shard asked, an idle server under a shared cap ended, an unused pool evicted), and the
+//! pool told of a finished login or a failed one (its waiters get the error, new clients
+//! too until `server_login_retry` passes), a server and its pool together.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use pgtier_pool::{Checkin, PoolId};
+use pgtier_core::config::PoolMode;
+use pgtier_pool::{Checkin, Closing, PoolId, ServerTarget};
 use tracing::{debug, info};
 
 use super::Linker;
 use crate::action::{Action, CloseHow, Conn, Outbox};
+use crate::addr::ServerAddr;
+use crate::command::Command;
+use crate::engine::env::Env;
 use crate::engine::servers::ServerTable;
 use crate::engine::stats::StatsSink;
 use crate::ids::{ClientId, ServerId};
+use crate::messages::{self, sqlstate};
+use crate::server::ServerConn;
 use crate::services::{FailureCause, Routing};
 
 /// A pool whose waiters must get `error` now (its last server failed to log in).
@@ -99,5 +107,167 @@ impl Linker {
         });
         self.pools_mut().open_failed(pool, retry_at, Some(error));
         None
+    }
+}
+
+impl Linker {
+    /// Opens a server for `pool` (its budget slot was taken by `try_open`): a connect is
+    /// asked for. When it cannot be (no address, no slot in the table), the pool
+    /// remembers why, and its waiters are to fail.
+    pub(in crate::engine) fn open_server(
+        &mut self,
+        servers: &mut ServerTable,
+        env: &Env,
+        stats: &mut StatsSink,
+        outbox: &mut Outbox,
+        pool: PoolId,
+        now: Instant,
+    ) -> Option<FailWaiters> {
+        let key = self.pools().key(pool).cloned()?;
+        let addr = match key.target {
+            ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
+            ServerTarget::Primary => primary_addr(env, servers, &key.database),
+        };
+        let mode = env.pool_mode_of(&key.database, &key.server_user);
+        let addr = match addr {
+            Ok(addr) => addr,
+            Err(message) => {
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
+                let retry_at = env.login_retry_at(now);
+                self.pools_mut()
+                    .open_failed(pool, retry_at, Some(error.clone()));
+                return Some(FailWaiters { pool, error });
+            }
+        };
+        let mut server = ServerConn::new(pool, addr.clone(), mode, now);
+        if mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0 {
+            server.backend_mut().relay_mut().prepared = Some(Box::default());
+        }
+        let Some(slot) = servers.insert(server) else {
+            let error = messages::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "too many server connections on this worker",
+            );
+            self.pools_mut().open_failed(pool, now, Some(error.clone()));
+            return Some(FailWaiters { pool, error });
+        };
+        stats.server_opened();
+        outbox.push(Action::Connect {
+            server: ServerId(slot),
+            addr,
+        });
+        None
+    }
+
+    /// The budget is spent and this shard has no server to give: the slots may sit on other
+    /// shards, so ask them for one (at most once per housekeeping period).
+    pub(in crate::engine) fn ask_other_shards_for_a_server(
+        &mut self,
+        env: &Env,
+        outbox: &mut Outbox,
+        pool: PoolId,
+        now: Instant,
+    ) {
+        let shards = env.shared().shards();
+        if shards < 2 || !self.pools_mut().should_ask_others(pool, now) {
+            return;
+        }
+        let Some(key) = self.pools().key(pool).cloned().map(Arc::new) else {
+            return;
+        };
+        for shard in (0..shards).filter(|shard| *shard != env.shard()) {
+            let command = Command::ReleaseIdle {
+                key: key.clone(),
+                from: env.shard(),
+            };
+            outbox.push(Action::Post { shard, command });
+        }
+    }
+
+    /// A database or user cap stops `pool`: an idle server of another pool of this shard
+    /// under the same cap to end (its counts come back once its backend is gone), else the
+    /// other shards are asked to.
+    pub(in crate::engine) fn make_room_under_cap(
+        &mut self,
+        env: &Env,
+        outbox: &mut Outbox,
+        pool: PoolId,
+        budget: usize,
+        now: Instant,
+    ) -> Option<Closing<ServerId>> {
+        if let Some(closing) = self.pools_mut().evict_idle_sharing(pool, budget) {
+            debug!(
+                shard = env.shard(),
+                "ending an idle server to make room under a cap"
+            );
+            return Some(closing);
+        }
+        if env.shared().shards() < 2 || !self.pools_mut().should_ask_others(pool, now) {
+            return None;
+        }
+        let key = self.pools().key(pool)?;
+        let (database, user) = if budget == 0 {
+            (Some(key.database.clone()), None)
+        } else {
+            (None, Some(key.server_user.clone()))
+        };
+        for shard in (0..env.shared().shards()).filter(|shard| *shard != env.shard()) {
+            let command = Command::ReleaseIdleUnderCap {
+                database: database.clone(),
+                user: user.clone(),
+            };
+            outbox.push(Action::Post { shard, command });
+        }
+        None
+    }
+
+    /// The other pools of this shard under the same caps as `pool` whose clients wait (a
+    /// server of `pool` closed and gave its database and user counts back).
+    pub(in crate::engine) fn waiting_under_caps_of(&self, pool: PoolId) -> Vec<PoolId> {
+        let Some(key) = self.pools().key(pool) else {
+            return Vec::new();
+        };
+        self.pools()
+            .pools()
+            .filter(|(other, other_key, counts)| {
+                *other != pool
+                    && counts.waiting > 0
+                    && (other_key.database == key.database
+                        || other_key.server_user == key.server_user)
+            })
+            .map(|(other, _, _)| other)
+            .collect()
+    }
+
+    /// `max_pools_per_worker` is reached: the least recently used pool nobody uses gives
+    /// its idle servers up, so it is forgotten and a new key fits.
+    pub(in crate::engine) fn evict_a_pool(
+        &mut self,
+        servers: &mut ServerTable,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) {
+        let mut closings = Vec::new();
+        self.pools_mut().evict_for_room(&mut closings);
+        for closing in closings {
+            servers.retire(closing, now, outbox);
+        }
+    }
+}
+
+/// The address of a database entry's single server.
+fn primary_addr(env: &Env, servers: &ServerTable, database: &str) -> Result<ServerAddr, String> {
+    let Some(db) = env.config().database(database) else {
+        return Err(format!("database \"{database}\" does not exist"));
+    };
+    match &db.servers {
+        pgtier_core::config::ServerSet::Single(host_port) => {
+            ServerAddr::of_host(host_port, |host, port| servers.resolve(host, port))
+        }
+        pgtier_core::config::ServerSet::Replicas(set) => set
+            .primary
+            .or_else(|| set.replicas.first().copied())
+            .map(ServerAddr::Tcp)
+            .ok_or_else(|| "replica set is empty".to_string()),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pgtier_core::config::PoolMode;
-use pgtier_pool::{Checkin, Lease, PoolError, PoolId, Release};
+use pgtier_pool::{Checkin, Lease, PoolError, PoolId};
 use pgtier_wire::session_state::Effects;
 use tracing::debug;
 
@@ -353,7 +353,13 @@ impl Engine {
         };
         if !out.vacate.is_empty() {
             // Before the statement goes: the closes are on their way when it arrives.
-            self.vacate_databases(out.vacate);
+            self.linker.vacate_databases(
+                &mut self.servers,
+                &self.env,
+                out.vacate,
+                self.now,
+                &mut self.outbox,
+            );
         }
         for chunk in out.chunks {
             self.send(Conn::Server(server_id), chunk);
@@ -627,19 +633,6 @@ impl Engine {
         self.servers.retire(closing, self.now, &mut self.outbox);
     }
 
-    /// Another shard waits for a server of `key`: give it one of ours, an idle one now if
-    /// nobody waits here, else the next one to come back (moved whole when clean, else ended
-    /// for its slot: `hand_on`).
-    pub(super) fn release_idle_for(&mut self, key: &pgtier_pool::PoolKey, from: usize) {
-        if let Release::Now(lease) = self.linker.pools_mut().release_for(key, from) {
-            let id = lease.server;
-            if let Some(server) = self.servers.get_mut(id.0) {
-                server.hold_lease(lease);
-            }
-            self.hand_on(id, from);
-        }
-    }
-
     /// Another shard handed this one a slot of `key`: open a server with it for the
     /// waiters, or give it back when nobody here needs it any more.
     pub(super) fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
@@ -654,55 +647,6 @@ impl Engine {
         self.linker.pools_mut().adopt_slot(key);
         self.open_for_waiters(pool);
         self.linker.pools_mut().return_unused_slots(pool);
-    }
-
-    /// A client's statement about to be forwarded needs these databases free
-    /// (`linker::vacate`): every shard (this one at once, the others through their
-    /// mailboxes) closes its idle servers of them.
-    pub(super) fn vacate_databases(&mut self, targets: Vec<pgtier_wire::database_ddl::Target>) {
-        for target in targets {
-            tracing::info!(
-                shard = self.env.shard(),
-                database = %target.database,
-                statement = target.command.as_str(),
-                "a client's statement needs the database free of other sessions: \
-                 closing pgtier's idle servers of it on every shard"
-            );
-            let database: Arc<str> = target.database.into();
-            for shard in 0..self.env.shared().shards() {
-                if shard == self.env.shard() {
-                    self.vacate_database(&database);
-                } else {
-                    self.outbox.push(Action::Post {
-                        shard,
-                        command: Command::VacateDatabase {
-                            database: Arc::clone(&database),
-                        },
-                    });
-                }
-            }
-        }
-    }
-
-    /// This shard's part: its idle servers of `database` close now, those being released
-    /// close once released, and the warmup of their pools waits.
-    pub(super) fn vacate_database(&mut self, database: &str) {
-        let Some((pools, closing)) = self.linker.vacate(self.env.config(), database, self.now)
-        else {
-            return;
-        };
-        let closed = closing.len();
-        for server in closing {
-            self.retire(server);
-        }
-        let releasing = self.servers.close_when_released(&pools);
-        tracing::info!(
-            shard = self.env.shard(),
-            database,
-            closed,
-            releasing,
-            "closed idle servers of the database for a client's statement"
-        );
     }
 
     /// The timer: reads waiting for a replica to catch up are routed again.

@@ -49,6 +49,27 @@ pub(super) enum Arrived {
 }
 
 impl Linker {
+    /// Another shard waits for a server of `key`: give it one of ours, an idle one now if
+    /// nobody waits here, else the next one to come back (moved whole when clean, else
+    /// ended for its slot: `ServerTable::hand_on`).
+    pub(super) fn release_idle_for(
+        &mut self,
+        servers: &mut ServerTable,
+        key: &pgtier_pool::PoolKey,
+        from: usize,
+        shard: usize,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) {
+        if let pgtier_pool::Release::Now(lease) = self.pools_mut().release_for(key, from) {
+            let id = lease.server;
+            if let Some(server) = servers.get_mut(id.0) {
+                server.hold_lease(lease);
+            }
+            servers.hand_on(id, from, shard, now, outbox);
+        }
+    }
+
     /// The driver detached moving server `id`'s socket: the server leaves the table with
     /// what it knows of its backend, and its pool counts it as moved.
     pub(super) fn pack(&mut self, servers: &mut ServerTable, id: ServerId, now: Instant) -> Packed {

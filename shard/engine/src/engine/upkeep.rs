@@ -245,7 +245,14 @@ impl Engine {
                 self.admin.shut_down(mode);
                 self.progress_shutdown();
             }
-            Command::ReleaseIdle { key, from } => self.release_idle_for(&key, from),
+            Command::ReleaseIdle { key, from } => self.linker.release_idle_for(
+                &mut self.servers,
+                &key,
+                from,
+                self.env.shard(),
+                self.now,
+                &mut self.outbox,
+            ),
             Command::SlotGranted { key } => self.adopt_granted_slot(&key),
             Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {
@@ -260,7 +267,13 @@ impl Engine {
                     self.retire(closing);
                 }
             }
-            Command::VacateDatabase { database } => self.vacate_database(&database),
+            Command::VacateDatabase { database } => self.linker.vacate_database(
+                &mut self.servers,
+                &self.env,
+                &database,
+                self.now,
+                &mut self.outbox,
+            ),
             Command::ListSessions { from, request_id } => {
                 let part = Box::new(self.list_sessions());
                 self.outbox.push(Action::Post {

@@ -20,21 +20,27 @@
 //! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`); timeouts
 //! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
 //! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
-//! sessions (`tls_io.rs`); the linker and the server table pack and place servers that move
-//! between shards (`moving.rs`); the admin side's flows (console sessions, what an admin
-//! command does here) are `Admin`'s, over the tables it is given (`gates.rs`); a server
-//! connection's steps (connect, login, drain) are the server table's (`backend.rs`), its
-//! output to its client and a finished login are the linker's (`linker/relay.rs`,
-//! `linker/opening.rs`), and this file routes what they report (failures included); a
-//! client's login steps are the client table's (`login.rs`), with what needs a server too
-//! in `linker/joining.rs` (its welcome values, `auth_query`), routed here. The flows that
-//! still take the whole engine live beside this file, one per concern: `link.rs` (the one
-//! place that touches a client and a server together: servers given to clients and taken
-//! back, and handed to other shards), `upkeep.rs`
-//! (timers, mailbox commands, cancel, shutdown, and the routing of admin commands and console
-//! sessions). The decisions
-//! themselves are in the state machines they call (`crate::client`, `crate::server`), the pool
-//! (`pgtier_pool`) and the services.
+//! sessions (`tls_io.rs`).
+//!
+//! The flows are the owners' steps, each saying what happened (a fact, not a side effect on
+//! another owner), and the `Engine` routes them: inputs go to the owner that handles them,
+//! its answer to the next owner or to an action. The steps, by owner:
+//! - the client table: a client's login, from its startup packets to its welcome
+//!   (`login.rs`);
+//! - the server table: a server connection's connect, login, drain, retirement, check and
+//!   hand-on (`backend.rs`);
+//! - the linker, the one place that touches a client and a server together: a client that
+//!   needs a server, the link, the client's bytes to its server, the release and the return
+//!   to the pool (`linker/linking.rs`), the server's output to its client
+//!   (`linker/relay.rs`), servers opened for pools (`linker/opening.rs`), a logging-in
+//!   client's welcome values and `auth_query` (`linker/joining.rs`), servers that move
+//!   between shards (`moving.rs`), vacated databases (`linker/vacate.rs`);
+//! - the admin side: console sessions and what an admin command does here (`gates.rs`).
+//!
+//! The routing is in this file (the inputs, connections, logins, links) and in `upkeep.rs`
+//! (timers, mailbox commands, cancel, shutdown, admin commands and console sessions). The
+//! decisions themselves are in the state machines the owners call (`crate::client`,
+//! `crate::server`), the pool (`pgtier_pool`) and the services.
 
 mod admin;
 #[cfg(test)]
@@ -48,7 +54,6 @@ mod gates;
 #[cfg(test)]
 mod gates_tests;
 mod gauges;
-mod link;
 mod linker;
 mod listing;
 mod listings;
@@ -91,6 +96,7 @@ use tracing::{debug, warn};
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
 use crate::client::auth_method::Method;
+use crate::client::forward::ForwardEnd;
 use crate::client::lookup::Found;
 use crate::client::startup::LoginRequest;
 use crate::client::{ClientConn, ClientState};
@@ -99,15 +105,21 @@ use crate::gates::ShutdownMode;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::random::Random;
+use crate::server::ReleaseStep;
 use crate::server::ServerState;
+use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::services::{Admission, AdmissionReply, Refusal, ReplicaLease};
 use crate::services::{Console, FailureCause, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
 use crate::shared::Shared;
 use crate::userlist::UserList;
+use linker::linking::{IdleBytes, LeftBehind, Linked, Prepared, Returned};
 use linker::relay::Relayed;
 use login::{AuthProgress, Authenticated, Exchange, Startup};
+use moving::Arrived;
+use pgtier_pool::Checkin;
 use pgtier_pool::{Lease, PoolError, PoolId, PoolKey};
+use pgtier_wire::session_state::Effects;
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
 pub trait Resolver {
@@ -682,7 +694,7 @@ impl Engine {
     }
 
     /// Begins a server's teardown. Its pool accounting is settled by the caller's state
-    /// (see `link.rs`); here the driver is told and the server stops taking part.
+    /// (see `settle_closed_server`); here the driver is told and the server stops taking part.
     fn close_server(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
@@ -1062,6 +1074,592 @@ impl Engine {
     fn server_tls_failed(&mut self, id: ServerId, why: &str) {
         debug!(?id, why, "server TLS failed");
         self.server_failed(id, why, None);
+    }
+
+    // ---- servers given to clients and taken back: the linker's steps, routed ----
+    // (`linker/linking.rs`: need, link, forward, release; `linker/opening.rs`: opening;
+    // `moving.rs`: servers between shards)
+
+    /// A welcomed client between transactions sent bytes: it needs a server (or it left).
+    fn on_idle_client_bytes(&mut self, id: ClientId) {
+        let bytes = linker::linking::idle_client_bytes(
+            &mut self.clients,
+            &self.env,
+            &*self.routing,
+            id,
+            self.now,
+        );
+        match bytes {
+            IdleBytes::Nothing => {}
+            IdleBytes::Quit => self.close_client(id, None),
+            IdleBytes::Invalid(code) => {
+                self.protocol_error(id, &format!("invalid frontend message type {code}"));
+            }
+            IdleBytes::Queued => self.need_server(id),
+        }
+    }
+
+    /// A `Joining` or `Queued` client needs a server: an idle one of its pool (after a
+    /// check when it sat idle long), else it parks in the pool's FIFO and a server is
+    /// opened for it when the budgets allow.
+    fn need_server(&mut self, id: ClientId) {
+        let (class, reader) =
+            match linker::linking::prepare_transaction(&mut self.clients, &self.env, id) {
+                Prepared::Gone => return,
+                Prepared::Repin => {
+                    self.repin(id);
+                    return;
+                }
+                Prepared::Go { class, reader } => (class, reader),
+            };
+        if self.admin.held_by_pause(&self.clients, id, self.now) {
+            return;
+        }
+        // Only a reader session's transaction is routed; the others keep their pool.
+        if reader {
+            let mut router = reads::TxnRouter {
+                clients: &mut self.clients,
+                linker: &mut self.linker,
+                stats: &mut self.stats,
+                env: &self.env,
+                routing: &*self.routing,
+                now: self.now,
+                evicted: Vec::new(),
+            };
+            let route = router.route_transaction(id);
+            for closing in router.evicted {
+                self.retire(closing);
+            }
+            if let reads::TxnRoute::Wait = route {
+                return;
+            }
+        }
+        let Some(pool) = self
+            .clients
+            .get(id.0)
+            .and_then(|c| c.session())
+            .and_then(|s| s.pool())
+        else {
+            return;
+        };
+        let lease = self.linker.checkout(
+            &mut self.servers,
+            self.env.config(),
+            pool,
+            self.now,
+            &mut self.outbox,
+        );
+        if let Some(lease) = lease {
+            self.link(id, lease);
+            return;
+        }
+        self.linker.park(
+            &mut self.clients,
+            self.env.config(),
+            id,
+            class,
+            pool,
+            self.now,
+        );
+        self.open_for_waiters(pool);
+    }
+
+    /// Opens servers while a pool's waiters outnumber the servers being opened for them
+    /// and the budgets allow; a refusal makes room where it can (another shard's idle
+    /// server, an idle server of another pool under a full cap).
+    fn open_for_waiters(&mut self, pool: PoolId) {
+        loop {
+            let counts = self.linker.pools().counts(pool);
+            if counts.opening >= counts.waiting {
+                return;
+            }
+            if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+                self.fail_waiters(pool, error);
+                return;
+            }
+            match self.linker.pools_mut().try_open(pool, self.now) {
+                Ok(()) => self.open_server(pool),
+                Err(pgtier_pool::Refusal::NotNow) => return,
+                Err(pgtier_pool::Refusal::PoolFull) => {
+                    self.linker
+                        .warn_if_pinned_out(pool, &self.clients, self.now);
+                    self.linker.ask_other_shards_for_a_server(
+                        &self.env,
+                        &mut self.outbox,
+                        pool,
+                        self.now,
+                    );
+                    return;
+                }
+                Err(pgtier_pool::Refusal::SharedFull { budget }) => {
+                    let closing = self.linker.make_room_under_cap(
+                        &self.env,
+                        &mut self.outbox,
+                        pool,
+                        budget,
+                        self.now,
+                    );
+                    if let Some(closing) = closing {
+                        self.retire(closing);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Fails every client waiting on a pool with `error`.
+    fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
+        while let Some(waiter) = self.linker.pools_mut().next_waiter(pool) {
+            self.clients.clear_ticket(waiter);
+            self.close_client(waiter, Some(error.clone()));
+        }
+    }
+
+    /// Opens a server for `pool`; its budget slot was taken by `try_open`.
+    fn open_server(&mut self, pool: PoolId) {
+        let failed = self.linker.open_server(
+            &mut self.servers,
+            &self.env,
+            &mut self.stats,
+            &mut self.outbox,
+            pool,
+            self.now,
+        );
+        if let Some(fail) = failed {
+            self.fail_waiters(fail.pool, fail.error);
+        }
+    }
+
+    /// A check was answered: a server that passed goes back to the pool (to the oldest
+    /// waiter), one that failed closes (the pool replaces it for waiters).
+    fn finish_check(&mut self, id: ServerId) {
+        match self.servers.check_failed(id) {
+            None => {}
+            Some(true) => {
+                debug!(
+                    shard = self.env.shard(),
+                    "server_check_query failed: closing the server"
+                );
+                self.close_server(id);
+            }
+            Some(false) => self.return_to_pool(id),
+        }
+    }
+
+    /// Gives `lease`'s server to client `id` (which waited for it, or found it idle).
+    fn link(&mut self, id: ClientId, lease: Lease<ServerId>) {
+        let linked = linker::linking::link(
+            &mut self.clients,
+            &mut self.servers,
+            &mut self.stats,
+            &self.env,
+            id,
+            lease,
+            self.now,
+            &mut self.outbox,
+        );
+        match linked {
+            Linked::GiveBack(lease) => self.give_back(lease),
+            Linked::Lookup(lease) => self.run_lookup(id, lease),
+            Linked::Gone => {}
+            Linked::Welcoming(server_id) => {
+                let at_once = linker::linking::start_welcome(
+                    &self.clients,
+                    &mut self.servers,
+                    &self.linker,
+                    id,
+                    server_id,
+                    &mut self.outbox,
+                );
+                if at_once {
+                    self.finish_welcome(id, server_id);
+                }
+            }
+            Linked::Serving(server_id) => {
+                self.resume_client(id);
+                self.forward(id, server_id);
+            }
+        }
+    }
+
+    /// A server that was handed out to nobody after all goes back.
+    fn give_back(&mut self, lease: Lease<ServerId>) {
+        let id = lease.server;
+        if let Some(server) = self.servers.get_mut(id.0) {
+            server.hold_lease(lease);
+            server.start_releasing(self.now);
+        }
+        self.advance_release(id);
+    }
+
+    /// Moves the client's complete (or streaming) messages to its server.
+    fn forward(&mut self, id: ClientId, server_id: ServerId) {
+        let Some(out) = linker::linking::forward(
+            &mut self.clients,
+            &mut self.servers,
+            &mut self.stats,
+            &self.env,
+            id,
+            server_id,
+            self.now,
+        ) else {
+            return;
+        };
+        if !out.vacate.is_empty() {
+            // Before the statement goes: the closes are on their way when it arrives.
+            self.linker.vacate_databases(
+                &mut self.servers,
+                &self.env,
+                out.vacate,
+                self.now,
+                &mut self.outbox,
+            );
+        }
+        for chunk in out.chunks {
+            self.outbox.send(Conn::Server(server_id), chunk);
+        }
+        if self.env.limits().pin_session_state && !out.effects.is_empty() {
+            self.pin_client(id, server_id, out.effects);
+        }
+        match out.end {
+            None => {}
+            Some(ForwardEnd::Terminate) => self.close_client(id, None),
+            Some(ForwardEnd::InvalidType(code)) => {
+                self.protocol_error(id, &format!("invalid frontend message type {code}"));
+            }
+            Some(ForwardEnd::Malformed) => {
+                self.protocol_error(id, "invalid message length or sequence");
+            }
+            Some(ForwardEnd::TooManyStatements) => {
+                let message = format!(
+                    "prepared statements of this connection exceed max_client_prepared_bytes ({})",
+                    self.env.limits().max_client_prepared_bytes
+                );
+                let error = messages::fatal(sqlstate::OUT_OF_MEMORY, &message);
+                self.close_client(id, Some(error));
+            }
+        }
+    }
+
+    /// A transaction-mode client sent text with session-state effects (`relay::pin_client`).
+    fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
+        linker::relay::pin_client(&mut self.clients, &mut self.servers, id, server_id, effects);
+    }
+
+    /// The server finished a transaction (or a welcome, or a shutdown waits): its client
+    /// goes idle (or away, at shutdown) and the server goes through the release path.
+    fn release_server(&mut self, server_id: ServerId) {
+        let Some(client_id) = linker::linking::release(
+            &mut self.clients,
+            &mut self.servers,
+            &self.env,
+            &*self.routing,
+            server_id,
+            self.now,
+        ) else {
+            return;
+        };
+        let closing_at_shutdown = self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions);
+        self.advance_release(server_id);
+        let Some(client_id) = client_id else {
+            return;
+        };
+        if closing_at_shutdown {
+            let error = messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
+            self.close_client(client_id, Some(error));
+        } else {
+            // A pipelined next transaction is already here.
+            self.on_idle_client_bytes(client_id);
+        }
+    }
+
+    /// A client left while linked to `server_id`: the server drains what it still owes (a
+    /// running query cancelled), then takes the release path.
+    fn client_left_server(&mut self, client_id: ClientId, server_id: ServerId) {
+        let cancel_on_disconnect = self.env.config().pgtier.cancel_on_client_disconnect;
+        match self.servers.client_left(
+            server_id,
+            client_id,
+            cancel_on_disconnect,
+            self.now,
+            &mut self.outbox,
+        ) {
+            LeftBehind::Nothing => {}
+            LeftBehind::CloseNow => self.close_server(server_id),
+            LeftBehind::Releasing => self.advance_release(server_id),
+        }
+    }
+
+    /// Takes the next step of a releasing server (see `crate::server::release`).
+    fn advance_release(&mut self, id: ServerId) {
+        // Borrowed field by field, not cloned: this runs at the end of every transaction.
+        let reset_query = &self.env.config().pgtier.server_reset_query;
+        match self.servers.release_step(id, reset_query, &mut self.outbox) {
+            ReleaseStep::Wait | ReleaseStep::Query(_) => {}
+            ReleaseStep::Pool => self.return_to_pool(id),
+            ReleaseStep::Close(why) => {
+                debug!(?id, why, "closing a released server");
+                self.close_server(id);
+            }
+        }
+    }
+
+    /// Puts a clean server back: to the pool's oldest waiter, into its idle list, closed
+    /// (lifetime, a shrunk pool, a shutdown), or handed to another shard. Iterative: a server
+    /// released while another is being put back waits for it, so the chain of hand-offs a
+    /// burst of logins makes stays one call deep.
+    fn return_to_pool(&mut self, id: ServerId) {
+        if !self.linker.begin_return(id) {
+            return;
+        }
+        let mut next = Some(id);
+        while let Some(id) = next {
+            self.return_one(id);
+            next = self.linker.next_return();
+        }
+        self.linker.end_returns();
+    }
+
+    fn return_one(&mut self, id: ServerId) {
+        match self
+            .linker
+            .return_one(&mut self.servers, &self.admin, id, self.now)
+        {
+            Returned::Nothing => {}
+            Returned::Close => self.close_server(id),
+            Returned::Checkin(pool, checkin) => self.act_on_checkin(id, pool, checkin),
+        }
+    }
+
+    /// Acts on what the pool decided for a server that came back or was just opened.
+    fn act_on_checkin(&mut self, id: ServerId, pool: PoolId, checkin: Checkin<ServerId, ClientId>) {
+        match checkin {
+            Checkin::Handoff { waiter, lease } => {
+                self.clients.clear_ticket(waiter);
+                self.link(waiter, lease);
+            }
+            Checkin::Pooled => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.idle(self.now);
+                }
+            }
+            Checkin::Close {
+                lease: _,
+                reason,
+                open_replacement,
+            } => {
+                debug!(
+                    ?id,
+                    reason = reason.as_str(),
+                    "closing a server the pool gave up"
+                );
+                self.close_unpooled(id);
+                if open_replacement {
+                    self.open_server(pool);
+                }
+            }
+            Checkin::HandOver { lease, to } => {
+                if let Some(server) = self.servers.get_mut(id.0) {
+                    server.hold_lease(lease);
+                }
+                self.hand_on(id, to);
+            }
+        }
+    }
+
+    /// Closes a server whose budget the pool already settled (it decided the close).
+    fn close_unpooled(&mut self, id: ServerId) {
+        self.servers.close_unpooled(id, &mut self.outbox);
+    }
+
+    /// The pool accounting of a server that is closing, by the state it was in.
+    fn settle_closed_server(
+        &mut self,
+        id: ServerId,
+        pool: PoolId,
+        previous: ServerState,
+        lease: Option<Lease<ServerId>>,
+    ) {
+        match previous {
+            ServerState::Connecting { .. }
+            | ServerState::Negotiating { .. }
+            | ServerState::LoggingIn { .. } => {
+                // Counted as opening: an open that did not finish.
+                self.linker.pools_mut().open_failed(pool, self.now, None);
+                self.open_for_waiters(pool);
+            }
+            ServerState::Idle { .. } => {
+                if self.linker.pools_mut().take_idle(pool, &id).is_some()
+                    && self.linker.pools_mut().closed(pool, self.now)
+                {
+                    self.open_server(pool);
+                }
+            }
+            ServerState::Leaving { .. } | ServerState::Moving { .. } => {
+                if let Some(grant) = self.linker.pools_mut().left(pool) {
+                    let command = Command::SlotGranted {
+                        key: Arc::new(grant.key),
+                    };
+                    self.outbox.push(Action::Post {
+                        shard: grant.to,
+                        command,
+                    });
+                }
+                self.open_for_waiters_under_caps(pool);
+            }
+            ServerState::Checking { .. }
+            | ServerState::Busy { .. }
+            | ServerState::Releasing { .. } => {
+                if lease.is_some() && self.linker.pools_mut().closed(pool, self.now) {
+                    self.open_server(pool);
+                }
+                self.open_for_waiters_under_caps(pool);
+            }
+            ServerState::Closing => {}
+        }
+        let _ = id;
+    }
+
+    /// A server of `pool` closed and gave its database and user counts back: pools of this
+    /// shard under the same caps whose clients wait may open a server now.
+    fn open_for_waiters_under_caps(&mut self, pool: PoolId) {
+        for other in self.linker.waiting_under_caps_of(pool) {
+            self.open_for_waiters(other);
+        }
+    }
+
+    /// `max_pools_per_worker` is reached: an unused pool's idle servers go.
+    fn evict_a_pool(&mut self) {
+        self.linker
+            .evict_a_pool(&mut self.servers, self.now, &mut self.outbox);
+    }
+
+    /// Ends an idle server the pool took out to close (`ServerTable::retire`).
+    fn retire(&mut self, closing: pgtier_pool::Closing<ServerId>) {
+        self.servers.retire(closing, self.now, &mut self.outbox);
+    }
+
+    /// Another shard handed this one a slot of `key`: open a server with it for the
+    /// waiters, or give it back when nobody here needs it any more.
+    fn adopt_granted_slot(&mut self, key: &pgtier_pool::PoolKey) {
+        let Some(pool) = self.linker.pools().find(key) else {
+            pgtier_pool::give_back_slot(&self.env.pool_limits(key));
+            return;
+        };
+        debug!(
+            shard = self.env.shard(),
+            "a server slot was handed to this shard"
+        );
+        self.linker.pools_mut().adopt_slot(key);
+        self.open_for_waiters(pool);
+        self.linker.pools_mut().return_unused_slots(pool);
+    }
+
+    /// The timer: reads waiting for a replica to catch up are routed again.
+    fn recheck_read_waits(&mut self) {
+        let waiting = self.linker.take_read_waits();
+        for id in waiting {
+            let waits = self
+                .clients
+                .get(id.0)
+                .and_then(|c| c.session())
+                .and_then(|s| s.reads())
+                .is_some_and(|reads| {
+                    matches!(
+                        reads.txn,
+                        crate::client::reads::ReadTxn::AwaitingReplica { .. }
+                    )
+                });
+            if waits {
+                self.need_server(id);
+            }
+        }
+    }
+
+    /// Clients taken off the pool of a replica that went Down: a reader session's read is
+    /// routed again (elsewhere); other sessions move with their lease.
+    fn reroute(&mut self, id: ClientId) {
+        match self.clients.reads_mut(id) {
+            Some(reads) => {
+                reads.txn = crate::client::reads::ReadTxn::Between;
+                self.need_server(id);
+            }
+            None => self.repin(id),
+        }
+    }
+
+    /// Server `id` goes to shard `to` (`ServerTable::hand_on`).
+    fn hand_on(&mut self, id: ServerId, to: usize) {
+        self.servers
+            .hand_on(id, to, self.env.shard(), self.now, &mut self.outbox);
+    }
+
+    /// A server arrived from another shard (or came back undelivered): it becomes a server
+    /// of its pool here (`moving.rs`), given to the oldest waiter or kept idle. Without a
+    /// pool it cannot join (too many pools, no server slot), its socket is closed and its
+    /// slot given back.
+    fn adopt_moved_server(&mut self, parcel: Box<MovedServer>, socket: DetachedSocket) {
+        let parcel = *parcel;
+        let limits = self.env.pool_limits(&parcel.key);
+        let (pool, registered) = match self.linker.pools().find(&parcel.key) {
+            Some(pool) => (pool, false),
+            None => {
+                let registered =
+                    match self
+                        .linker
+                        .pools_mut()
+                        .register(&parcel.key, &limits, self.now)
+                    {
+                        Err(PoolError::TooManyPools { .. }) => {
+                            self.evict_a_pool();
+                            self.linker
+                                .pools_mut()
+                                .register(&parcel.key, &limits, self.now)
+                        }
+                        registered => registered,
+                    };
+                match registered {
+                    Ok(pool) => (pool, true),
+                    Err(_) => {
+                        debug!(
+                            shard = self.env.shard(),
+                            "no pool for a server that moved here"
+                        );
+                        pgtier_pool::give_back_slot(&limits);
+                        self.outbox.push(Action::CloseSocket(socket));
+                        return;
+                    }
+                }
+            }
+        };
+        let arrived = self.linker.arrive(
+            &mut self.servers,
+            &mut self.outbox,
+            &self.env,
+            self.now,
+            pool,
+            (parcel, socket),
+        );
+        match arrived {
+            Arrived::NoSlot(socket) => {
+                pgtier_pool::give_back_slot(&limits);
+                self.outbox.push(Action::CloseSocket(socket));
+            }
+            Arrived::Placed => self.stats.server_moved_in(),
+            Arrived::Deallocate { id, bytes } => {
+                self.stats.server_moved_in();
+                self.send(Conn::Server(id), bytes);
+            }
+            Arrived::Checkin { id, checkin } => {
+                self.stats.server_moved_in();
+                self.act_on_checkin(id, pool, checkin);
+            }
+        }
+        if registered {
+            // The pool lives on while it holds the server (or a waiter), as any pool does.
+            self.linker.pools_mut().unregister(pool);
+        }
     }
 
     // ---- clients logging in: the client table's steps (`login.rs`), routed ----

@@ -6,7 +6,7 @@
 //!
 //! The steps here are the server table's and the linker's: a server is packed for its new
 //! shard, and one that arrives is placed in its pool; the engine posts, closes and hands
-//! the arrival to its pool's waiters (`link.rs`).
+//! the arrival to its pool's waiters (`mod.rs`).
 
 use std::time::Instant;
 

@@ -7,7 +7,7 @@
 //!
 //! The routing of one transaction ([`TxnRouter`]) borrows the three owners it changes;
 //! the client table reads a session's first unit and ends its reads. The engine retires
-//! what a new replica pool made room with, and re-routes waiting reads (`link.rs`).
+//! what a new replica pool made room with, and re-routes waiting reads (`mod.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -1,11 +1,15 @@
 //! The linker's state: the pools of the shard (who waits for which server, which servers
 //! are idle, the budgets), the servers being put back, the reads waiting for a replica to
 //! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
-//! that touches a client and a server together (`link.rs`, and here: `relay.rs` for a
-//! server's output to its client, `opening.rs` for a pool's server that logged in or
-//! failed to, `joining.rs` for a logging-in client's welcome values and `auth_query`).
+//! that touches a client and a server together, in the steps here, which take the tables
+//! they change and say what happened for the engine to route: `linking.rs` (a client that
+//! needs a server, the link, forwarding, the release, the return to the pool), `relay.rs`
+//! (a server's output to its client), `opening.rs` (servers opened for pools, logins done
+//! or failed), `joining.rs` (a logging-in client's welcome values and `auth_query`),
+//! `vacate.rs` (databases vacated for a client's DDL).
 
 pub(super) mod joining;
+pub(super) mod linking;
 pub(super) mod opening;
 pub(super) mod relay;
 pub(super) mod vacate;
@@ -22,7 +26,7 @@ use crate::ids::{ClientId, ServerId};
 pub(crate) struct Linker {
     pools: PoolSlice<ServerId, ClientId>,
     /// While a server is being put back: the servers released meanwhile, put back after it
-    /// (`link::return_to_pool`). A hand-off can release at once (a waiter welcomed without
+    /// (`Engine::return_to_pool`). A hand-off can release at once (a waiter welcomed without
     /// a query), and a thousand such waiters would otherwise nest a thousand calls deep.
     returning: Option<Vec<ServerId>>,
     /// Reader sessions whose read waits for a replica to catch up, and when they are next

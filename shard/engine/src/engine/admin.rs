@@ -1,5 +1,5 @@
 //! The admin side of the shard: the gates PAUSE, KILL, SUSPEND and DISABLE leave and the
-//! admin commands in progress (what they and the console sessions do over the tables: `gates.rs`), the console that answers statements, the
+//! admin commands in progress (what they and the console sessions do over the tables: `admin_flows.rs`), the console that answers statements, the
 //! listings its sessions gather from every shard, and the shutdown under way.
 
 use std::time::Instant;
@@ -12,7 +12,7 @@ use crate::services::Console;
 
 /// The shard's admin state.
 pub(crate) struct Admin {
-    /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`gates.rs`).
+    /// PAUSE/KILL/DISABLE gates and the admin commands in progress (`admin_flows.rs`).
     ops: AdminOps,
     listings: super::listings::Listings,
     console: Box<dyn Console>,

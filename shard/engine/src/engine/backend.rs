@@ -2,7 +2,7 @@
 //! what the server's answers mean), draining a server that left its client, bytes from an
 //! idle server. Each step says what happened and leaves the rest to the engine: the pool
 //! learns of a login (`linker/opening.rs`), a failure is closed and reported there, and the
-//! output of a server that serves a client is the linker's (`linker/relay.rs`).
+//! output of a server that serves a client is the linker's (`linker/to_client.rs`).
 
 use std::time::Instant;
 

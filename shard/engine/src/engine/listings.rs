@@ -1,6 +1,6 @@
 //! The listings this shard's console sessions are gathering: each console query that
 //! needs every shard's rows (`SHOW CLIENTS`...) waits here for the parts to arrive, or for
-//! its deadline, and is then ready for the session (`gates.rs`).
+//! its deadline, and is then ready for the session (`admin_flows.rs`).
 
 use std::time::Instant;
 

@@ -17,25 +17,25 @@
 //! - `stats.rs`, the stats sink: counters, per-database tally, digests, latency;
 //! - `env.rs`: the configuration and what is derived from it.
 //!
-//! Reports read a borrowed view of the owners (`view.rs`: `listing.rs`, `gauges.rs`); timeouts
+//! Reports read a borrowed view of the owners (`view.rs`: `list_rows.rs`, `gauges.rs`); timeouts
 //! are found by the tables (`timeouts.rs`); a reader session's transaction is routed by a
-//! borrow of the three owners it changes (`reads.rs`); the tables start, feed and seal TLS
+//! borrow of the three owners it changes (`read_routing.rs`); the tables start, feed and seal TLS
 //! sessions (`tls_io.rs`).
 //!
 //! The flows are the owners' steps, each saying what happened (a fact, not a side effect on
 //! another owner), and the `Engine` routes them: inputs go to the owner that handles them,
 //! its answer to the next owner or to an action. The steps, by owner:
 //! - the client table: a client's login, from its startup packets to its welcome
-//!   (`login.rs`);
+//!   (`client_login.rs`);
 //! - the server table: a server connection's connect, login, drain, retirement, check and
 //!   hand-on (`backend.rs`);
 //! - the linker, the one place that touches a client and a server together: a client that
 //!   needs a server, the link, the client's bytes to its server, the release and the return
 //!   to the pool (`linker/linking.rs`), the server's output to its client
-//!   (`linker/relay.rs`), servers opened for pools (`linker/opening.rs`), a logging-in
+//!   (`linker/to_client.rs`), servers opened for pools (`linker/opening.rs`), a logging-in
 //!   client's welcome values and `auth_query` (`linker/joining.rs`), servers that move
 //!   between shards (`moving.rs`), vacated databases (`linker/vacate.rs`);
-//! - the admin side: console sessions and what an admin command does here (`gates.rs`).
+//! - the admin side: console sessions and what an admin command does here (`admin_flows.rs`).
 //!
 //! The routing is in this file (the inputs, connections, logins, links) and in `upkeep.rs`
 //! (timers, mailbox commands, cancel, shutdown, admin commands and console sessions). The
@@ -43,29 +43,29 @@
 //! `crate::server`), the pool (`pgtier_pool`) and the services.
 
 mod admin;
+mod admin_flows;
+#[cfg(test)]
+mod admin_flows_tests;
 #[cfg(test)]
 mod auth_tests;
 mod backend;
+mod client_login;
 mod clients;
 #[cfg(test)]
 mod digest_tests;
 mod env;
-mod gates;
-#[cfg(test)]
-mod gates_tests;
 mod gauges;
 mod linker;
-mod listing;
+mod list_rows;
 mod listings;
-mod login;
 mod moving;
 #[cfg(test)]
 mod moving_tests;
 #[cfg(test)]
 mod prepared_tests;
-mod reads;
+mod read_routing;
 #[cfg(test)]
-mod reads_tests;
+mod read_routing_tests;
 mod servers;
 mod stats;
 #[cfg(test)]
@@ -113,9 +113,9 @@ use crate::services::{Console, FailureCause, Routing};
 use crate::settings::{CLOSE_LINGER, HOUSEKEEPING_PERIOD, Limits};
 use crate::shared::Shared;
 use crate::userlist::UserList;
+use client_login::{AuthProgress, Authenticated, Exchange, Startup};
 use linker::linking::{IdleBytes, LeftBehind, Linked, Prepared, Returned};
-use linker::relay::Relayed;
-use login::{AuthProgress, Authenticated, Exchange, Startup};
+use linker::to_client::Relayed;
 use moving::Arrived;
 use pgtier_pool::Checkin;
 use pgtier_pool::{Lease, PoolError, PoolId, PoolKey};
@@ -876,13 +876,13 @@ impl Engine {
         }
     }
 
-    /// Server output for its linked client (`linker/relay.rs`), and what follows it.
+    /// Server output for its linked client (`linker/to_client.rs`), and what follows it.
     fn relay_to_client(&mut self, server_id: ServerId, client_id: ClientId) {
         if self.clients.is_looking_up(client_id) {
             self.on_lookup_answer(server_id, client_id);
             return;
         }
-        let relayed = linker::relay::relay_to_client(
+        let relayed = linker::to_client::relay_to_client(
             &mut self.clients,
             &mut self.servers,
             &mut self.stats,
@@ -933,7 +933,7 @@ impl Engine {
     /// Client input held back while the server answered a segment that changed statements
     /// goes on now, if the server still serves this client.
     fn forward_held_input(&mut self, server_id: ServerId, client_id: ClientId) {
-        if linker::relay::held_input_ready(&self.clients, &self.servers, server_id, client_id) {
+        if linker::to_client::held_input_ready(&self.clients, &self.servers, server_id, client_id) {
             self.forward(client_id, server_id);
         }
     }
@@ -1117,7 +1117,7 @@ impl Engine {
         }
         // Only a reader session's transaction is routed; the others keep their pool.
         if reader {
-            let mut router = reads::TxnRouter {
+            let mut router = read_routing::TxnRouter {
                 clients: &mut self.clients,
                 linker: &mut self.linker,
                 stats: &mut self.stats,
@@ -1130,7 +1130,7 @@ impl Engine {
             for closing in router.evicted {
                 self.retire(closing);
             }
-            if let reads::TxnRoute::Wait = route {
+            if let read_routing::TxnRoute::Wait = route {
                 return;
             }
         }
@@ -1342,9 +1342,9 @@ impl Engine {
         }
     }
 
-    /// A transaction-mode client sent text with session-state effects (`relay::pin_client`).
+    /// A transaction-mode client sent text with session-state effects (`to_client::pin_client`).
     fn pin_client(&mut self, id: ClientId, server_id: ServerId, effects: Effects) {
-        linker::relay::pin_client(&mut self.clients, &mut self.servers, id, server_id, effects);
+        linker::to_client::pin_client(&mut self.clients, &mut self.servers, id, server_id, effects);
     }
 
     /// The server finished a transaction (or a welcome, or a shutdown waits): its client
@@ -1662,7 +1662,7 @@ impl Engine {
         }
     }
 
-    // ---- clients logging in: the client table's steps (`login.rs`), routed ----
+    // ---- clients logging in: the client table's steps (`client_login.rs`), routed ----
 
     pub(super) fn on_startup_bytes(&mut self, id: ClientId) {
         match self.clients.read_startup(id, &mut self.outbox) {
@@ -1755,31 +1755,31 @@ impl Engine {
             Admission::Placed(lease) => self.admitted(id, lease),
             Admission::Pending => {
                 if let Some(client) = self.clients.get_mut(id.0) {
-                    client.routing(self.now, login::request_id(id));
+                    client.routing(self.now, client_login::request_id(id));
                 }
             }
             Admission::Refused(refusal) => self.refused(id, &refusal),
         }
     }
 
-    /// No replica for the session (`login::refused`).
+    /// No replica for the session (`client_login::refused`).
     fn refused(&mut self, id: ClientId, refusal: &Refusal) {
-        match login::refused(&mut self.clients, id, refusal, &self.env, self.now) {
-            login::Refused::Gone => {}
-            login::Refused::Close(error) => self.close_client(id, Some(error)),
-            login::Refused::JoinPool => self.join_pool(id),
-            login::Refused::Queued => self.need_server(id),
+        match client_login::refused(&mut self.clients, id, refusal, &self.env, self.now) {
+            client_login::Refused::Gone => {}
+            client_login::Refused::Close(error) => self.close_client(id, Some(error)),
+            client_login::Refused::JoinPool => self.join_pool(id),
+            client_login::Refused::Queued => self.need_server(id),
         }
     }
 
     /// The client holds a replica now: a first login continues to its welcome; a client
     /// moved off a failed replica queues on its new replica's pool.
     fn admitted(&mut self, id: ClientId, lease: Box<dyn ReplicaLease>) {
-        match login::admitted(&mut self.clients, id, lease, self.now) {
-            login::Admitted::Gone => {}
-            login::Admitted::Queued => self.need_server(id),
-            login::Admitted::JoinPool => self.join_pool(id),
-            login::Admitted::Moved { old, welcomed } => {
+        match client_login::admitted(&mut self.clients, id, lease, self.now) {
+            client_login::Admitted::Gone => {}
+            client_login::Admitted::Queued => self.need_server(id),
+            client_login::Admitted::JoinPool => self.join_pool(id),
+            client_login::Admitted::Moved { old, welcomed } => {
                 self.linker.pools_mut().unregister(old);
                 if self.register_pool(id).is_some() {
                     let since = self.now;
@@ -1797,8 +1797,8 @@ impl Engine {
     }
 
     fn on_admission_reply(&mut self, reply: AdmissionReply) {
-        let id = login::client_of(reply.request_id);
-        if !login::awaits_admission(&self.clients, id, reply.request_id) {
+        let id = client_login::client_of(reply.request_id);
+        if !client_login::awaits_admission(&self.clients, id, reply.request_id) {
             // The client left: dropping the lease gives its count back.
             return;
         }
@@ -1811,7 +1811,7 @@ impl Engine {
     /// Finds or creates the client's pool and registers the client with it. `None` when
     /// it was refused (and is closing).
     fn register_pool(&mut self, id: ClientId) -> Option<PoolId> {
-        let (key, reader_entry) = match login::pool_key(&self.clients, id, &self.env) {
+        let (key, reader_entry) = match client_login::pool_key(&self.clients, id, &self.env) {
             Ok(found) => found?,
             Err(error) => {
                 self.close_client(id, Some(error));
@@ -1953,10 +1953,10 @@ impl Engine {
     /// with `repin_idle_sessions` is admitted again elsewhere; anyone else gets 08006.
     fn repin(&mut self, id: ClientId) {
         match self.clients.take_lease_to_move(id, &self.env) {
-            login::Repin::Gone => {}
-            login::Repin::Close(error) => self.close_client(id, Some(error)),
-            login::Repin::Move(lease) => {
-                let admission = self.routing.repin(lease, login::request_id(id));
+            client_login::Repin::Gone => {}
+            client_login::Repin::Close(error) => self.close_client(id, Some(error)),
+            client_login::Repin::Move(lease) => {
+                let admission = self.routing.repin(lease, client_login::request_id(id));
                 self.apply_admission(id, admission);
             }
         }
@@ -1967,7 +1967,7 @@ impl Engine {
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let Some(key) = login::lookup_key(&self.clients, id, auth_user) else {
+        let Some(key) = client_login::lookup_key(&self.clients, id, auth_user) else {
             return;
         };
         let pool = match self.register(&key) {
@@ -1978,7 +1978,7 @@ impl Engine {
                 return;
             }
         };
-        if !login::start_looking_up(&mut self.clients, id, pool, method, self.now) {
+        if !client_login::start_looking_up(&mut self.clients, id, pool, method, self.now) {
             return;
         }
         if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {

@@ -2,9 +2,9 @@
 //! `query_wait_timeout`, idle servers to close and servers to open (warmup, starving pools),
 //! clients of Down replicas re-routed, counters folded; the commands other shards and the
 //! process send (cancel, reload, shutdown, slot handover, listings); the gathering of every
-//! shard's rows for the admin console's sessions (`listings.rs`), as `listing.rs` copies them
+//! shard's rows for the admin console's sessions (`listings.rs`), as `list_rows.rs` copies them
 //! out; and the routing of the admin commands and console sessions: `Admin` decides over the
-//! tables (`gates.rs`), and the engine posts to the shards, closes and links what it says.
+//! tables (`admin_flows.rs`), and the engine posts to the shards, closes and links what it says.
 
 use bytes::BytesMut;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
@@ -14,7 +14,7 @@ use crate::action::{Action, CloseHow, Conn};
 use crate::cancel::{CancelKey, shard_of};
 use crate::command::Command;
 use crate::engine::Engine;
-use crate::engine::gates::{
+use crate::engine::admin_flows::{
     ConsoleStep, admin_op_condition_holds, client_by_key, clients_of, complete, console_error,
     idle_servers_of, mark_servers_to_close, servers_of,
 };
@@ -372,7 +372,7 @@ impl Engine {
         }
     }
 
-    // ---- admin commands and console sessions (their flows: `gates.rs`) ----
+    // ---- admin commands and console sessions (their flows: `admin_flows.rs`) ----
 
     /// A console statement the console recognized as an admin command; `out` gets the
     /// answer when it is immediate. Returns true when the op went to the shards: its answer

@@ -471,43 +471,6 @@ impl ServerConn {
 
     // ---- its output ----
 
-    /// Walks its output for its client (whose tracked parameters follow it): what goes to
-    /// the client is taken into `forwarded`.
-    pub fn relay_output(
-        &mut self,
-        client_tracked: &mut TrackedParams,
-        max: usize,
-        forwarded: &mut crate::prepared::Chunks,
-    ) -> relay::Scan {
-        let mut scan = self.backend.relay.scan(
-            self.io.input.bytes(),
-            &mut self.backend.tracker,
-            &mut self.backend.params,
-            Some(client_tracked),
-            max,
-        );
-        scan.take_from(self.io.input.buffer_mut(), forwarded);
-        scan
-    }
-
-    /// Swallows its output (it has no client): what its answers decided for a client's
-    /// names concerns no one.
-    pub fn drain_output(&mut self, max: usize) -> relay::Scan {
-        let mut scan = self.backend.relay.scan(
-            self.io.input.bytes(),
-            &mut self.backend.tracker,
-            &mut self.backend.params,
-            None,
-            max,
-        );
-        scan.take_from(
-            self.io.input.buffer_mut(),
-            &mut crate::prepared::Chunks::new(),
-        );
-        let _ = self.backend.relay.take_fallout();
-        scan
-    }
-
     /// Reads what an idle server said: parameter changes and notices are fine. Returns
     /// (retire, shutting_down): anything else (typically a FATAL before the backend exits)
     /// retires it, and `shutting_down` says whether that was a shutdown error.

@@ -157,6 +157,46 @@ pub struct Relay {
     changed_functions: bool,
 }
 
+/// The server's output walk, as its connection runs it (what the relay decides is above).
+impl super::ServerConn {
+    /// Walks its output for its client (whose tracked parameters follow it): what goes to
+    /// the client is taken into `forwarded`.
+    pub fn relay_output(
+        &mut self,
+        client_tracked: &mut TrackedParams,
+        max: usize,
+        forwarded: &mut crate::prepared::Chunks,
+    ) -> Scan {
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
+            Some(client_tracked),
+            max,
+        );
+        scan.take_from(self.io.input.buffer_mut(), forwarded);
+        scan
+    }
+
+    /// Swallows its output (it has no client): what its answers decided for a client's
+    /// names concerns no one.
+    pub fn drain_output(&mut self, max: usize) -> Scan {
+        let mut scan = self.backend.relay.scan(
+            self.io.input.bytes(),
+            &mut self.backend.tracker,
+            &mut self.backend.params,
+            None,
+            max,
+        );
+        scan.take_from(
+            self.io.input.buffer_mut(),
+            &mut crate::prepared::Chunks::new(),
+        );
+        let _ = self.backend.relay.take_fallout();
+        scan
+    }
+}
+
 impl Relay {
     /// The engine sent a query of its own: its answer is swallowed.
     pub fn expect_internal(&mut self, tracker: &mut Tracker) {

@@ -1,7 +1,7 @@
 //! A client and a server together while the client logs in: whether a pool's cached
 //! welcome fits a client, the values a client's first server welcomes it with, and the
 //! `auth_query` lookup a server of the `auth_user` pool runs for a client. Each says what
-//! happened; the engine routes it (`login.rs` has the client table's steps).
+//! happened; the engine routes it (`client_login.rs` has the client table's steps).
 
 use std::time::Instant;
 

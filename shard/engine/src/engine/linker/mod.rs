@@ -3,7 +3,7 @@
 //! catch up, the pools kept warm, and the pinned-pool check. The linker is the one place
 //! that touches a client and a server together, in the steps here, which take the tables
 //! they change and say what happened for the engine to route: `linking.rs` (a client that
-//! needs a server, the link, forwarding, the release, the return to the pool), `relay.rs`
+//! needs a server, the link, forwarding, the release, the return to the pool), `to_client.rs`
 //! (a server's output to its client), `opening.rs` (servers opened for pools, logins done
 //! or failed), `joining.rs` (a logging-in client's welcome values and `auth_query`),
 //! `vacate.rs` (databases vacated for a client's DDL).
@@ -11,7 +11,7 @@
 pub(super) mod joining;
 pub(super) mod linking;
 pub(super) mod opening;
-pub(super) mod relay;
+pub(super) mod to_client;
 pub(super) mod vacate;
 pub(super) mod warmup;
 
@@ -30,7 +30,7 @@ pub(crate) struct Linker {
     /// a query), and a thousand such waiters would otherwise nest a thousand calls deep.
     returning: Option<Vec<ServerId>>,
     /// Reader sessions whose read waits for a replica to catch up, and when they are next
-    /// routed again (`reads.rs`).
+    /// routed again (`read_routing.rs`).
     read_waits: Vec<ClientId>,
     next_read_recheck: Option<Instant>,
     /// Pools registered before any client, for `min_pool_size` (`warmup.rs`).

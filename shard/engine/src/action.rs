@@ -73,7 +73,7 @@ pub enum Action {
 
 /// The engine's queue of actions, in the order they were decided.
 #[derive(Debug, Default)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     /// Each action, and for a `Send` whether its bytes are already what goes on the wire
     /// (TLS records of a handshake) rather than protocol bytes a TLS connection encrypts.
     actions: VecDeque<(Action, Wire)>,
@@ -97,7 +97,7 @@ impl Outbox {
     }
 
     /// Bytes that go on the wire as they are.
-    pub fn send_raw(&mut self, conn: Conn, bytes: Bytes) {
+    pub(crate) fn send_raw(&mut self, conn: Conn, bytes: Bytes) {
         if !bytes.is_empty() {
             self.actions
                 .push_back((Action::Send { conn, bytes }, Wire::Raw));
@@ -109,7 +109,7 @@ impl Outbox {
     }
 
     /// Puts an action back in front (a Close that waits for a TLS close_notify).
-    pub fn push_front(&mut self, action: Action, wire: Wire) {
+    pub(crate) fn push_front(&mut self, action: Action, wire: Wire) {
         self.actions.push_front((action, wire));
     }
 
@@ -117,6 +117,7 @@ impl Outbox {
         self.actions.pop_front()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.actions.is_empty()
     }

@@ -22,7 +22,7 @@ pub enum ServerAddr {
 impl ServerAddr {
     /// The address of a configured `host`/`port`: a host starting with `/` is a socket
     /// directory, anything else goes to `resolve` (an IP address or a name).
-    pub fn of_host(
+    pub(crate) fn of_host(
         host_port: &HostPort,
         resolve: impl FnOnce(&str, u16) -> Result<SocketAddr, String>,
     ) -> Result<ServerAddr, String> {
@@ -44,7 +44,7 @@ impl ServerAddr {
     }
 
     /// The socket file, `None` for TCP.
-    pub fn unix_path(&self) -> Option<&Path> {
+    pub(crate) fn unix_path(&self) -> Option<&Path> {
         match self {
             ServerAddr::Tcp(_) => None,
             ServerAddr::Unix { path, .. } => Some(path),
@@ -116,7 +116,8 @@ impl ClientAddr {
         }
     }
 
-    pub fn is_unix(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_unix(&self) -> bool {
         matches!(self, ClientAddr::Unix { .. })
     }
 }

@@ -25,13 +25,13 @@ pub struct CancelKey {
 }
 
 /// The shard that owns a client with this cancel secret.
-pub fn shard_of(secret: u32) -> usize {
+pub(crate) fn shard_of(secret: u32) -> usize {
     (secret & ((1 << SHARD_BITS) - 1)) as usize
 }
 
 /// One shard's cancel keys.
 #[derive(Debug)]
-pub struct CancelKeys {
+pub(crate) struct CancelKeys {
     shard: u32,
     by_key: HashMap<CancelKey, ClientId, ahash::RandomState>,
 }
@@ -78,10 +78,7 @@ impl CancelKeys {
         self.by_key.remove(&key);
     }
 
-    pub fn len(&self) -> usize {
-        self.by_key.len()
-    }
-
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }

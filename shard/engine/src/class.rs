@@ -15,7 +15,7 @@ use pgtier_wire::startup_options::{StartupOption, parse_options};
 
 /// The setting name clients use in `options` (matched ASCII case-insensitively, as
 /// PostgreSQL matches setting names).
-pub const CLASS_OPTION: &str = "pgtier.class";
+pub(crate) const CLASS_OPTION: &str = "pgtier.class";
 
 /// Why a client's class request was refused. The session answers with an ErrorResponse.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub const fn wait_class(setting: ClassSetting) -> pgtier_pool::WaitClass {
 }
 
 /// Lowers `configured` to `requested` if asked; refuses a raise.
-pub fn apply_request(
+pub(crate) fn apply_request(
     configured: ClassSetting,
     requested: Option<ClassSetting>,
 ) -> Result<ClassSetting, ClassRequestError> {
@@ -117,18 +117,18 @@ pub fn apply_request(
 
 /// Most arguments read from a client's `options` (PostgreSQL has no limit; a client is
 /// untrusted, and no real client sends more than a handful).
-pub const MAX_OPTION_ARGUMENTS: usize = 256;
+pub(crate) const MAX_OPTION_ARGUMENTS: usize = 256;
 
 /// The class requested in a startup `options` string, if any, split as PostgreSQL splits it
 /// (see `pgtier_wire::startup_options`); the last setting wins.
-pub fn requested_class(options: &str) -> Result<Option<ClassSetting>, ClassRequestError> {
+pub(crate) fn requested_class(options: &str) -> Result<Option<ClassSetting>, ClassRequestError> {
     let parsed = parse_options(options, MAX_OPTION_ARGUMENTS)
         .map_err(|error| ClassRequestError::MalformedOptions(error.to_string()))?;
     requested_class_in(&parsed)
 }
 
 /// [`requested_class`] over options the session already parsed.
-pub fn requested_class_in(
+pub(crate) fn requested_class_in(
     options: &[StartupOption],
 ) -> Result<Option<ClassSetting>, ClassRequestError> {
     let value = options.iter().rev().find_map(|option| match option {

@@ -82,7 +82,7 @@ impl ConsoleSession {
 
     /// The query the message `code`/`body` will run, if it runs one (so the caller can
     /// gather what it needs first).
-    pub fn query_to_run<'a>(&'a self, code: u8, body: &'a [u8]) -> Option<&'a str> {
+    pub(crate) fn query_to_run<'a>(&'a self, code: u8, body: &'a [u8]) -> Option<&'a str> {
         match code {
             b'Q' => crate::messages::query_text(body),
             _ if self.skipping => None,

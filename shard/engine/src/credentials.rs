@@ -23,7 +23,7 @@ fn is_md5_hash(stored: &str) -> bool {
 
 /// The SCRAM secret an auth-file entry verifies against; `Ok(None)` for an md5 hash (SCRAM
 /// cannot use it) or an unreadable secret.
-pub fn scram_secret_for(
+pub(crate) fn scram_secret_for(
     stored: &str,
     random: &mut dyn Random,
 ) -> Result<Option<ScramSecret>, RandomUnavailable> {
@@ -39,7 +39,9 @@ pub fn scram_secret_for(
 
 /// A secret no password matches, so an unknown user's exchange fails at the proof, as
 /// PostgreSQL's does, instead of revealing that the user does not exist.
-pub fn decoy_scram_secret(random: &mut dyn Random) -> Result<ScramSecret, RandomUnavailable> {
+pub(crate) fn decoy_scram_secret(
+    random: &mut dyn Random,
+) -> Result<ScramSecret, RandomUnavailable> {
     Ok(ScramSecret::unmatchable(
         random::bytes(random)?,
         random::bytes(random)?,
@@ -48,7 +50,7 @@ pub fn decoy_scram_secret(random: &mut dyn Random) -> Result<ScramSecret, Random
 
 /// The MD5 verifier for `user`'s entry with a fresh salt. An unknown user or a SCRAM secret
 /// (MD5 cannot use it) gets a random secret, so the answer is refused like a wrong password.
-pub fn md5_server_for(
+pub(crate) fn md5_server_for(
     user: &str,
     stored: Option<&str>,
     random: &mut dyn Random,
@@ -65,7 +67,7 @@ pub fn md5_server_for(
 /// Whether the cleartext `password` a client sent (`auth_type = plain`) is `user`'s stored
 /// entry: compared with a plaintext or md5 entry through its md5 hash, and with a SCRAM
 /// secret by deriving the secret from the password with the same salt and iterations.
-pub fn cleartext_matches(user: &str, password: &[u8], stored: Option<&str>) -> bool {
+pub(crate) fn cleartext_matches(user: &str, password: &[u8], stored: Option<&str>) -> bool {
     let Some(stored) = stored else {
         return false;
     };
@@ -96,7 +98,7 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 /// The login state machine for a server connection of `user` with the configured `password`:
 /// an md5 hash logs in with MD5 only; a SCRAM secret with SCRAM only, reusing the ClientKey a
 /// client proved to us (`client_key`); a plaintext with whatever the server asks for.
-pub fn server_login(
+pub(crate) fn server_login(
     user: &str,
     password: &str,
     client_key: Option<[u8; KEY_LEN]>,

@@ -38,7 +38,7 @@ struct LocalEntry {
 }
 
 /// Parse texts whose query ids one shard remembers before it starts over.
-pub const PARSE_CACHE_ENTRIES: usize = 4096;
+pub(crate) const PARSE_CACHE_ENTRIES: usize = 4096;
 
 /// The settings the map works within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

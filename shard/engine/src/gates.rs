@@ -120,7 +120,7 @@ pub struct Gates {
 impl Gates {
     /// New transactions of `database` wait.
     /// (Asked at every transaction start: nothing is hashed while nothing is paused.)
-    pub fn is_paused(&self, database: &str) -> bool {
+    pub(crate) fn is_paused(&self, database: &str) -> bool {
         self.paused_all || (!self.paused.is_empty() && self.paused.contains(database))
     }
 
@@ -144,12 +144,12 @@ impl Gates {
         self.suspended
     }
 
-    pub fn suspend(&mut self) {
+    pub(crate) fn suspend(&mut self) {
         self.suspended = true;
     }
 
     /// Whether anything is paused (PgBouncer refuses a second PAUSE then).
-    pub fn any_paused(&self) -> bool {
+    pub(crate) fn any_paused(&self) -> bool {
         self.paused_all || !self.paused.is_empty()
     }
 
@@ -164,7 +164,7 @@ impl Gates {
 
     /// RESUME without a database lifts the global pause only; a database paused by name (or
     /// killed) needs its own RESUME, as in PgBouncer.
-    pub fn resume(&mut self, scope: &Scope) {
+    pub(crate) fn resume(&mut self, scope: &Scope) {
         match scope {
             Scope::All => {
                 self.paused_all = false;
@@ -176,7 +176,7 @@ impl Gates {
         }
     }
 
-    pub fn set_disabled(&mut self, database: &str, disabled: bool) {
+    pub(crate) fn set_disabled(&mut self, database: &str, disabled: bool) {
         if disabled {
             self.disabled.insert(database.to_string());
         } else {

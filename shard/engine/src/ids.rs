@@ -150,7 +150,7 @@ impl<T> Slab<T> {
     }
 
     /// Every live value, to change in place.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.entries
             .iter_mut()
             .filter_map(|entry| entry.value.as_mut())

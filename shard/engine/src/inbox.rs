@@ -22,7 +22,7 @@ impl Inbox {
 
     /// An input consumed to the end is dropped: even empty, it would keep its allocation
     /// (and the chunks split off it, until they are sent, shared).
-    pub fn release_if_consumed(&mut self) {
+    pub(crate) fn release_if_consumed(&mut self) {
         if self.bytes.is_empty() && self.bytes.capacity() > 0 {
             self.bytes = BytesMut::new();
         }
@@ -56,7 +56,7 @@ impl Inbox {
     }
 
     /// The buffer, for the parsers that consume from it.
-    pub fn buffer_mut(&mut self) -> &mut BytesMut {
+    pub(crate) fn buffer_mut(&mut self) -> &mut BytesMut {
         &mut self.bytes
     }
 }

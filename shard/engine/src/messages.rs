@@ -14,7 +14,7 @@ use pgtier_wire::messages::frontend::{CancelRequest, Query, StartupMessage};
 
 pub use pgtier_wire::sqlstate;
 
-pub fn auth_ok(out: &mut BytesMut) {
+pub(crate) fn auth_ok(out: &mut BytesMut) {
     Authentication::Ok.encode(out);
 }
 
@@ -52,7 +52,7 @@ pub fn fatal(code: SqlState, message: &str) -> Bytes {
 
 /// A server's ErrorResponse (`message`: type byte, length, fields) with its severity raised
 /// to FATAL: the error a login gets when PostgreSQL itself refuses a startup value.
-pub fn error_as_fatal(message: &[u8]) -> Bytes {
+pub(crate) fn error_as_fatal(message: &[u8]) -> Bytes {
     let fields = message.get(5..).unwrap_or_default();
     let mut body = BytesMut::with_capacity(message.len() + 8);
     for field in fields.split(|b| *b == 0).filter(|f| !f.is_empty()) {
@@ -97,12 +97,12 @@ pub fn query(out: &mut BytesMut, sql: &str) {
 }
 
 /// The SQL text of a Query body; `None` if malformed or not UTF-8.
-pub fn query_text(body: &[u8]) -> Option<&str> {
+pub(crate) fn query_text(body: &[u8]) -> Option<&str> {
     std::str::from_utf8(Query::decode_body(body).ok()?.sql).ok()
 }
 
 /// ParameterStatus body → (name, value); `None` if malformed or not UTF-8.
-pub fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
+pub(crate) fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
     let status = ParameterStatus::decode_body(body).ok()?;
     let name = std::str::from_utf8(status.name).ok()?;
     let value = std::str::from_utf8(status.value).ok()?;

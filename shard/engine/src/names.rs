@@ -26,7 +26,7 @@ impl Default for Names {
 
 impl Names {
     /// The shared copy of `name`.
-    pub fn intern(&mut self, name: &str) -> Arc<str> {
+    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
         if let Some(shared) = self.set.get(name) {
             return shared.clone();
         }

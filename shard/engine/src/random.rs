@@ -52,9 +52,11 @@ impl Random for SeededRandom {
 }
 
 /// A generator that always fails, to test that the engine fails closed.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoRandom;
+pub(crate) struct NoRandom;
 
+#[cfg(test)]
 impl Random for NoRandom {
     fn fill(&mut self, _out: &mut [u8]) -> Result<(), RandomUnavailable> {
         Err(RandomUnavailable)

@@ -38,11 +38,11 @@ impl<'a> EntryFunctions<'a> {
     }
 
     /// Whether a classification since [`EntryFunctions::forget_asked`] depended on an answer.
-    pub fn was_asked(&self) -> bool {
+    pub(crate) fn was_asked(&self) -> bool {
         self.asked.get()
     }
 
-    pub fn forget_asked(&self) {
+    pub(crate) fn forget_asked(&self) {
         self.asked.set(false);
     }
 

@@ -6,23 +6,23 @@ use std::time::Duration;
 use pgtier_core::config::Config;
 
 /// Longest startup packet accepted (PostgreSQL's own limit).
-pub const MAX_STARTUP_BYTES: u32 = 10_000;
+pub(crate) const MAX_STARTUP_BYTES: u32 = 10_000;
 
 /// Housekeeping period: timeouts are checked at this granularity, as PgBouncer's janitor does.
-pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
+pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
 
 /// How long a client closed with an error may take to receive it before it is cut off.
-pub const CLOSE_LINGER: Duration = Duration::from_secs(5);
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 
 /// How long an admin session waits for the other shards' rows.
-pub const LISTING_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const LISTING_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a server may take to finish with a client that left (drain, rollback, reset)
 /// when `server_connect_timeout` is off.
-pub const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(15);
 
 /// Largest message accepted from a server that is idle in its pool (they are tiny notices).
-pub const MAX_IDLE_MESSAGE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_IDLE_MESSAGE_BYTES: usize = 1 << 20;
 
 /// Limits read from the configuration.
 #[derive(Debug, Clone, Copy)]

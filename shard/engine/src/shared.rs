@@ -60,7 +60,7 @@ pub struct StatsSnapshot {
 
 /// One shard's connection events not yet folded in.
 #[derive(Debug, Default)]
-pub struct LocalStats {
+pub(crate) struct LocalStats {
     pub clients_accepted: u64,
     pub servers_opened: u64,
     /// Servers that arrived whole from another shard.
@@ -74,7 +74,7 @@ pub struct LocalStats {
 
 impl LocalStats {
     /// Adds everything to `shared` and starts over.
-    pub fn fold_into(&mut self, shared: &SharedStats) {
+    pub(crate) fn fold_into(&mut self, shared: &SharedStats) {
         let add = |counter: &AtomicU64, value: &mut u64| {
             if *value != 0 {
                 counter.fetch_add(*value, Ordering::Relaxed);
@@ -95,7 +95,7 @@ impl LocalStats {
 /// The budgets one pool key counts against: its own, and the caps of its database entry and
 /// of its server user.
 #[derive(Debug, Clone)]
-pub struct KeyBudgets {
+pub(crate) struct KeyBudgets {
     pub pool: Arc<PoolBudget>,
     pub database: Arc<PoolBudget>,
     pub user: Arc<PoolBudget>,
@@ -126,7 +126,7 @@ fn entry<K: std::hash::Hash + Eq>(
 
 impl BudgetRegistry {
     /// The budgets of `key` with the current limits (0 = unlimited for the caps).
-    pub fn for_key(
+    pub(crate) fn for_key(
         &self,
         key: &PoolKey,
         pool_size: u32,

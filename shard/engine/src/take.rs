@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 /// The first `len` bytes of `input`, which keeps the rest. `len` must not exceed
 /// `input.len()` (as for `BytesMut::split_to`).
-pub fn take_front(input: &mut BytesMut, len: usize) -> Bytes {
+pub(crate) fn take_front(input: &mut BytesMut, len: usize) -> Bytes {
     if len == input.len() {
         std::mem::take(input).freeze()
     } else {

@@ -14,24 +14,24 @@ use pgtier_wire::tracker::{CopyState, ResponseTracker, TRACKED_BACKEND_CODES, Tr
 const CLIENT_MESSAGE_CODES: CodeSet = CodeSet::of(b"BCdcfDEHFPQSX");
 
 #[derive(Debug, Clone, Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     inner: ResponseTracker,
 }
 
 impl Tracker {
     /// A client message with this type byte was forwarded to the server.
-    pub fn on_client_message(&mut self, code: u8) -> Result<(), TrackerError> {
+    pub(crate) fn on_client_message(&mut self, code: u8) -> Result<(), TrackerError> {
         self.inner.handle_frontend(code)
     }
 
     /// Whether `code` is a message type a logged-in client may send. Anything else is never
     /// forwarded: the client gets 08P01 and is closed, as PostgreSQL would do.
-    pub fn is_client_message(code: u8) -> bool {
+    pub(crate) fn is_client_message(code: u8) -> bool {
         CLIENT_MESSAGE_CODES.contains(code)
     }
 
     /// The engine itself sent a simple query (reset, parameter re-apply).
-    pub fn on_internal_query(&mut self) {
+    pub(crate) fn on_internal_query(&mut self) {
         // A Query can only fail to count on u32 overflow, which one server never reaches.
         let _ = self.inner.handle_frontend(b'Q');
     }
@@ -42,7 +42,7 @@ impl Tracker {
     }
 
     /// A server message the tracker wants; `body` matters for ReadyForQuery only.
-    pub fn on_server_message(&mut self, code: u8, body: &[u8]) -> Result<(), TrackerError> {
+    pub(crate) fn on_server_message(&mut self, code: u8, body: &[u8]) -> Result<(), TrackerError> {
         self.inner.handle_backend(code, body)
     }
 
@@ -52,7 +52,7 @@ impl Tracker {
     }
 
     /// A query is executing (a cancel would hit something).
-    pub fn has_outstanding(&self) -> bool {
+    pub(crate) fn has_outstanding(&self) -> bool {
         self.inner.pending_ready() > 0
     }
 
@@ -71,7 +71,7 @@ impl Tracker {
 
     /// Whether the last ReadyForQuery said the server was inside a transaction block (open
     /// or failed).
-    pub fn last_ready_in_block(&self) -> bool {
+    pub(crate) fn last_ready_in_block(&self) -> bool {
         !matches!(
             self.inner.transaction_status(),
             pgtier_wire::messages::backend::TransactionStatus::Idle
@@ -79,7 +79,7 @@ impl Tracker {
     }
 
     /// Nothing running, but inside a transaction block (idle_transaction_timeout applies).
-    pub fn idle_in_transaction(&self) -> bool {
+    pub(crate) fn idle_in_transaction(&self) -> bool {
         matches!(self.inner.phase(), ServerPhase::InTransaction(_))
     }
 }

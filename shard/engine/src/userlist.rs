@@ -22,12 +22,12 @@ impl UserList {
     }
 
     /// An already parsed auth file.
-    pub fn from_file(file: AuthFile) -> UserList {
+    pub(crate) fn from_file(file: AuthFile) -> UserList {
         UserList { file, hba: None }
     }
 
     /// With these HBA rules.
-    pub fn with_hba(self, hba: HbaFile) -> UserList {
+    pub(crate) fn with_hba(self, hba: HbaFile) -> UserList {
         UserList {
             hba: Some(hba),
             ..self

@@ -286,7 +286,7 @@ fn verdict(ok: bool, context: &AuthContext<'_>) -> AuthStep {
 }
 
 /// The login cannot go on safely without randomness (a predictable nonce or salt).
-pub fn no_randomness(_: RandomUnavailable) -> Bytes {
+pub(crate) fn no_randomness(_: RandomUnavailable) -> Bytes {
     messages::fatal(
         sqlstate::INTERNAL_ERROR,
         "could not generate random bytes for authentication",

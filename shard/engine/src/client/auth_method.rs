@@ -68,7 +68,11 @@ fn from_hba(hba: Option<&HbaFile>, request: &HbaRequest<'_>) -> Result<Method, B
 
 /// The `cert` method: `common_name` is that of the certificate the TLS handshake verified
 /// against `client_tls_ca_file` (`None`: the client presented none). `Err` is the FATAL.
-pub fn check_certificate(user: &str, tls: bool, common_name: Option<&str>) -> Result<(), Bytes> {
+pub(crate) fn check_certificate(
+    user: &str,
+    tls: bool,
+    common_name: Option<&str>,
+) -> Result<(), Bytes> {
     let refused = |text: &str| messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, text);
     if !tls {
         return Err(refused(

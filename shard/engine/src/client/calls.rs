@@ -21,10 +21,10 @@ use crate::digests::{DigestKey, ShardDigests};
 use crate::server::relay::Answered;
 
 /// Calls forwarded and not yet answered that one session remembers.
-pub const MAX_PENDING_CALLS: usize = 256;
+pub(crate) const MAX_PENDING_CALLS: usize = 256;
 
 /// Named statements whose digests one session remembers.
-pub const MAX_NAMED_STATEMENTS: usize = 1024;
+pub(crate) const MAX_NAMED_STATEMENTS: usize = 1024;
 
 /// One session's calls in flight and the digests of its statements.
 #[derive(Debug, Default)]
@@ -126,7 +126,7 @@ impl<'a> CallNotes<'a> {
 
     /// A client message of type `code` is being forwarded; `body` is as much of its body as
     /// has arrived (all of it when `whole`). Called once per message.
-    pub fn on_message(&mut self, code: u8, body: &[u8], whole: bool) {
+    pub(crate) fn on_message(&mut self, code: u8, body: &[u8], whole: bool) {
         match code {
             b'Q' => {
                 let text = cstr(body).map(|(text, _)| text).filter(|_| whole);

@@ -37,7 +37,7 @@ const WHOLE_TEXT_BYTES: usize = 4096;
 
 /// Why forwarding stopped before the end of the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForwardEnd {
+pub(crate) enum ForwardEnd {
     /// The client sent Terminate: it leaves (what came before it was forwarded).
     Terminate,
     /// A message type no frontend sends.
@@ -50,7 +50,7 @@ pub enum ForwardEnd {
 
 /// What one call forwarded.
 #[derive(Debug, Default)]
-pub struct Forwarded {
+pub(crate) struct Forwarded {
     /// Bytes for the server, in order (whole messages, streamed pieces, rewritten ones).
     pub chunks: Chunks,
     /// Session-state effects of the Query and Parse messages completed in this call.
@@ -66,7 +66,7 @@ pub struct Forwarded {
 
 /// One linked client's framing state between calls.
 #[derive(Debug, Default)]
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     /// Body bytes of the current message still to come from the client.
     skip_bytes: usize,
     /// Classifies the current Query/Parse body while it streams in pieces (boxed: most texts
@@ -78,7 +78,7 @@ pub struct Forwarder {
 
 /// How the client's text is read for session state, when it is watched at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Watch {
+pub(crate) struct Watch {
     /// `standard_conforming_strings` of the session (how `'\'` lexes).
     pub conforming_strings: bool,
 }
@@ -104,7 +104,7 @@ impl<'a> Texts<'a> {
 
 /// The sizes forwarding works within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ForwardLimits {
+pub(crate) struct ForwardLimits {
     /// `max_client_message_bytes`: a longer message is a protocol violation.
     pub max_message_bytes: u32,
     /// Largest message the rewriter reads whole; a longer Parse passes unread and pins.
@@ -113,6 +113,7 @@ pub struct ForwardLimits {
 
 impl ForwardLimits {
     /// Only the message limit (tests, unrewritten forwarding).
+    #[cfg(test)]
     pub fn messages(max_message_bytes: u32) -> ForwardLimits {
         ForwardLimits {
             max_message_bytes,
@@ -338,7 +339,8 @@ impl Forwarder {
     }
 
     /// Whether a message is partly forwarded (its body still streaming).
-    pub fn mid_message(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn mid_message(&self) -> bool {
         self.skip_bytes > 0
     }
 }
@@ -602,7 +604,7 @@ mod tests {
 }
 
 /// The shard's own caches and registries a forward writes to.
-pub struct ForwardShared<'a> {
+pub(crate) struct ForwardShared<'a> {
     /// Named statements of the shard's transaction-mode clients, interned.
     pub registry: &'a mut crate::prepared::Registry,
     /// Where the messages pgtier writes of its own are built.
@@ -614,7 +616,7 @@ pub struct ForwardShared<'a> {
 
 /// The settings a forward follows.
 #[derive(Debug, Clone, Copy)]
-pub struct ForwardOptions {
+pub(crate) struct ForwardOptions {
     pub sizes: ForwardLimits,
     pub statements: crate::prepared::StatementLimits,
     /// `pin_session_state`: texts are classified for the session state they create.
@@ -625,7 +627,7 @@ pub struct ForwardOptions {
 impl super::ClientConn {
     /// Moves the client's complete (or streaming) messages to `server`, its server. `None`
     /// when it has no session.
-    pub fn forward_to(
+    pub(crate) fn forward_to(
         &mut self,
         server: &mut crate::server::ServerConn,
         shared: ForwardShared<'_>,

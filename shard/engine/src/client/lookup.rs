@@ -17,11 +17,11 @@ use pgtier_wire::{FrameLimits, framing};
 /// How long a secret found is used for new client logins before it is asked again (a
 /// password changed on the server takes effect after at most this). Server logins keep
 /// using the last secret found until the next lookup replaces it.
-pub const LOOKUP_FRESH_FOR: Duration = Duration::from_secs(30);
+pub(crate) const LOOKUP_FRESH_FOR: Duration = Duration::from_secs(30);
 
 /// Users whose secrets one shard keeps; past it the oldest entry goes. Only users the
 /// server knows are kept, so guessed names cannot fill it.
-pub const MAX_LOOKED_UP_USERS: usize = 4096;
+pub(crate) const MAX_LOOKED_UP_USERS: usize = 4096;
 
 /// Longest answer message accepted from a lookup (a secret is a few hundred bytes).
 const MAX_ANSWER_MESSAGE_BYTES: u32 = 64 * 1024;
@@ -150,7 +150,7 @@ struct Entry {
 /// The secrets found, per (database, user): the query runs in each database, which may
 /// be a different cluster. Cleared on reload.
 #[derive(Debug, Default)]
-pub struct LookupCache {
+pub(crate) struct LookupCache {
     entries: HashMap<(String, String), Entry>,
 }
 
@@ -208,7 +208,7 @@ impl LookupCache {
         );
     }
 
-    pub fn remember_client_key(&mut self, database: &str, user: &str, key: [u8; KEY_LEN]) {
+    pub(crate) fn remember_client_key(&mut self, database: &str, user: &str, key: [u8; KEY_LEN]) {
         if let Some(entry) = self
             .entries
             .get_mut(&(database.to_string(), user.to_string()))

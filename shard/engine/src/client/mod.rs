@@ -3,7 +3,7 @@
 //! modules beside this one.
 
 pub mod auth;
-pub mod auth_method;
+pub(crate) mod auth_method;
 pub mod calls;
 pub mod forward;
 pub mod lookup;
@@ -185,17 +185,17 @@ impl Session {
     }
 
     /// It leaves its pool (to register again, or after an `auth_query` lookup).
-    pub fn leave_pool(&mut self) -> Option<PoolId> {
+    pub(crate) fn leave_pool(&mut self) -> Option<PoolId> {
         self.pool.take()
     }
 
-    pub fn startup_params(&self) -> &[(String, String)] {
+    pub(crate) fn startup_params(&self) -> &[(String, String)] {
         &self.startup_params
     }
 
     /// pgtier consumes the class option of the startup parameter `i` (`options`): the rest
     /// of it stays, or the parameter goes when nothing is left.
-    pub fn strip_class_option(&mut self, i: usize) {
+    pub(crate) fn strip_class_option(&mut self, i: usize) {
         match crate::class::strip_class_option(&self.startup_params[i].1) {
             Some(rest) => self.startup_params[i].1 = rest,
             None => {
@@ -208,7 +208,7 @@ impl Session {
         &self.tracked
     }
 
-    pub fn tracked_mut(&mut self) -> &mut TrackedParams {
+    pub(crate) fn tracked_mut(&mut self) -> &mut TrackedParams {
         &mut self.tracked
     }
 
@@ -230,7 +230,7 @@ impl Session {
         self.lease.as_deref()
     }
 
-    pub fn lease_mut(&mut self) -> Option<&mut (dyn ReplicaLease + 'static)> {
+    pub(crate) fn lease_mut(&mut self) -> Option<&mut (dyn ReplicaLease + 'static)> {
         self.lease.as_deref_mut()
     }
 
@@ -240,7 +240,7 @@ impl Session {
     }
 
     /// Its replica lease, taken to move it elsewhere.
-    pub fn take_lease(&mut self) -> Option<Box<dyn ReplicaLease>> {
+    pub(crate) fn take_lease(&mut self) -> Option<Box<dyn ReplicaLease>> {
         self.lease.take()
     }
 
@@ -248,12 +248,12 @@ impl Session {
         &self.pins
     }
 
-    pub fn pins_mut(&mut self) -> &mut Pins {
+    pub(crate) fn pins_mut(&mut self) -> &mut Pins {
         &mut self.pins
     }
 
     /// It created session state and keeps its server between transactions.
-    pub fn pins_server(&self) -> bool {
+    pub(crate) fn pins_server(&self) -> bool {
         self.pins.is_pinned()
     }
 
@@ -262,7 +262,7 @@ impl Session {
     }
 
     /// The statements' slot, filled by the rewriter at its first named statement.
-    pub fn statements_slot(&mut self) -> &mut Option<Box<ClientStatements>> {
+    pub(crate) fn statements_slot(&mut self) -> &mut Option<Box<ClientStatements>> {
         &mut self.statements
     }
 
@@ -275,12 +275,12 @@ impl Session {
     }
 
     /// It got a server at the start of a transaction.
-    pub fn transaction_began(&mut self, now: Instant) {
+    pub(crate) fn transaction_began(&mut self, now: Instant) {
         self.transaction_started = Some(now);
     }
 
     /// Its query ended: when it had started.
-    pub fn query_ended(&mut self) -> Option<Instant> {
+    pub(crate) fn query_ended(&mut self) -> Option<Instant> {
         self.query_started.take()
     }
 
@@ -291,7 +291,7 @@ impl Session {
 
     /// It went idle between transactions: no query or transaction runs, and its replica
     /// is told.
-    pub fn went_idle(&mut self) {
+    pub(crate) fn went_idle(&mut self) {
         self.query_started = None;
         self.transaction_started = None;
         if let Some(lease) = self.lease.as_mut() {
@@ -308,24 +308,24 @@ impl Session {
         self.reads.as_deref()
     }
 
-    pub fn reads_mut(&mut self) -> Option<&mut reads::ReaderSession> {
+    pub(crate) fn reads_mut(&mut self) -> Option<&mut reads::ReaderSession> {
         self.reads.as_deref_mut()
     }
 
     /// On a reader entry: its reads are routed from now on, starting on `primary`.
-    pub fn become_reader(&mut self, primary: PoolId) {
+    pub(crate) fn become_reader(&mut self, primary: PoolId) {
         if self.reads.is_none() {
             self.reads = Some(Box::new(reads::ReaderSession::new(primary)));
         }
     }
 
-    pub fn calls_mut(&mut self) -> Option<&mut calls::CallLog> {
+    pub(crate) fn calls_mut(&mut self) -> Option<&mut calls::CallLog> {
         self.calls.as_deref_mut()
     }
 
     /// Its calls in flight were answered (`answered`, in `time_us`): each complete one goes
     /// to the query digests.
-    pub fn calls_answered(
+    pub(crate) fn calls_answered(
         &mut self,
         answered: &[crate::server::relay::Answered],
         time_us: u64,
@@ -336,31 +336,14 @@ impl Session {
         }
     }
 
-    /// Its calls' notes for a forward: its log (made at its first call when digests are on),
-    /// the digests, its database.
-    pub fn call_notes<'a>(
-        &'a mut self,
-        digests: &'a mut crate::digests::ShardDigests,
-    ) -> Option<calls::CallNotes<'a>> {
-        if self.calls.is_none() && digests.enabled() {
-            self.calls = Some(Box::default());
-        }
-        calls::CallNotes::of(
-            self.calls.as_deref_mut(),
-            digests,
-            self.stats,
-            &self.database,
-        )
-    }
-
     /// It holds a call log (tests: an idle client holds none).
     #[cfg(test)]
-    pub fn has_call_log(&self) -> bool {
+    pub(crate) fn has_call_log(&self) -> bool {
         self.calls.is_some()
     }
 
     /// Its call log is dropped (digests turned off, or it had nothing in flight).
-    pub fn drop_calls(&mut self) {
+    pub(crate) fn drop_calls(&mut self) {
         self.calls = None;
     }
 }
@@ -396,7 +379,7 @@ impl ClientInfo {
         self.last_active = now;
     }
 
-    pub fn last_active(&self) -> Instant {
+    pub(crate) fn last_active(&self) -> Instant {
         self.last_active
     }
 
@@ -413,7 +396,7 @@ impl ClientInfo {
     }
 
     /// The driver learned the local end of its socket.
-    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+    pub(crate) fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
         self.local_addr = addr;
     }
 }
@@ -428,7 +411,7 @@ pub struct Backlog {
 
 impl Backlog {
     /// `bytes` were handed to the driver for it.
-    pub fn queued_for_send(&mut self, bytes: usize) {
+    pub(crate) fn queued_for_send(&mut self, bytes: usize) {
         self.queued_bytes += bytes;
     }
 
@@ -442,12 +425,12 @@ impl Backlog {
         self.queued_bytes
     }
 
-    pub fn is_paused(&self) -> bool {
+    pub(crate) fn is_paused(&self) -> bool {
         self.paused
     }
 
     /// Its receive resumes: true when it was paused.
-    pub fn unpause(&mut self) -> bool {
+    pub(crate) fn unpause(&mut self) -> bool {
         std::mem::replace(&mut self.paused, false)
     }
 }
@@ -490,17 +473,17 @@ impl ClientConn {
         }
     }
 
-    pub fn is_closing(&self) -> bool {
+    pub(crate) fn is_closing(&self) -> bool {
         matches!(self.state, ClientState::Closing { .. })
     }
 
     /// A session of the admin console.
-    pub fn is_console(&self) -> bool {
+    pub(crate) fn is_console(&self) -> bool {
         matches!(self.state, ClientState::Console { .. })
     }
 
     /// The admin-console name of its state.
-    pub fn state_name(&self) -> &'static str {
+    pub(crate) fn state_name(&self) -> &'static str {
         match self.state {
             ClientState::Startup
             | ClientState::Authenticating(_)
@@ -517,7 +500,7 @@ impl ClientConn {
 
     /// Its teardown begins: its input is dropped, and its previous state and session are
     /// handed back for what they held to be given back.
-    pub fn begin_closing(
+    pub(crate) fn begin_closing(
         &mut self,
         linger_until: Option<Instant>,
     ) -> (ClientState, Option<Box<Session>>) {
@@ -527,28 +510,28 @@ impl ClientConn {
     }
 
     /// Closed at shutdown with nothing of its own left to give back.
-    pub fn closed_quietly(&mut self) {
+    pub(crate) fn closed_quietly(&mut self) {
         self.state = ClientState::Closing { linger_until: None };
     }
 
     /// Its StartupMessage named who it is.
-    pub fn start_session(&mut self, session: Box<Session>) {
+    pub(crate) fn start_session(&mut self, session: Box<Session>) {
         self.session = Some(session);
     }
 
     /// The login step in progress (its password check, its lookup), taken out to be
     /// advanced; it is `Startup` meanwhile and gets its next state from the step's outcome.
-    pub fn take_login_step(&mut self) -> ClientState {
+    pub(crate) fn take_login_step(&mut self) -> ClientState {
         std::mem::replace(&mut self.state, ClientState::Startup)
     }
 
     /// Its password exchange goes on with `check`.
-    pub fn authenticating(&mut self, check: PasswordCheck) {
+    pub(crate) fn authenticating(&mut self, check: PasswordCheck) {
         self.state = ClientState::Authenticating(check);
     }
 
     /// Its secret is being looked up (`auth_query`) since `since`.
-    pub fn looking_up(&mut self, since: Instant, answer: Box<AnswerReader>, method: Method) {
+    pub(crate) fn looking_up(&mut self, since: Instant, answer: Box<AnswerReader>, method: Method) {
         self.state = ClientState::LookingUp {
             since,
             ticket: None,
@@ -559,14 +542,14 @@ impl ClientConn {
     }
 
     /// Its lookup runs on `server` now.
-    pub fn lookup_runs_on(&mut self, on: ServerId) {
+    pub(crate) fn lookup_runs_on(&mut self, on: ServerId) {
         if let ClientState::LookingUp { server, .. } = &mut self.state {
             *server = Some(on);
         }
     }
 
     /// The reader of its lookup's answer, while it looks up.
-    pub fn lookup_answer_mut(&mut self) -> Option<&mut AnswerReader> {
+    pub(crate) fn lookup_answer_mut(&mut self) -> Option<&mut AnswerReader> {
         match &mut self.state {
             ClientState::LookingUp { answer, .. } => Some(answer),
             _ => None,
@@ -621,7 +604,7 @@ impl ClientConn {
     }
 
     /// Its first server applies its startup values.
-    pub fn welcoming(&mut self, server: ServerId) {
+    pub(crate) fn welcoming(&mut self, server: ServerId) {
         self.state = ClientState::Welcoming { server };
     }
 
@@ -644,7 +627,7 @@ impl ClientConn {
     }
 
     /// Its console session and its input, to read a statement from.
-    pub fn console_input_mut(
+    pub(crate) fn console_input_mut(
         &mut self,
     ) -> Option<(&mut Inbox, &mut crate::console_session::ConsoleSession)> {
         match &mut self.state {
@@ -659,7 +642,7 @@ impl ClientConn {
         self.session.as_deref()
     }
 
-    pub fn session_mut(&mut self) -> Option<&mut Session> {
+    pub(crate) fn session_mut(&mut self) -> Option<&mut Session> {
         self.session.as_deref_mut()
     }
 
@@ -669,7 +652,7 @@ impl ClientConn {
         &self.input
     }
 
-    pub fn input_mut(&mut self) -> &mut Inbox {
+    pub(crate) fn input_mut(&mut self) -> &mut Inbox {
         &mut self.input
     }
 
@@ -678,7 +661,7 @@ impl ClientConn {
         &self.info
     }
 
-    pub fn info_mut(&mut self) -> &mut ClientInfo {
+    pub(crate) fn info_mut(&mut self) -> &mut ClientInfo {
         &mut self.info
     }
 
@@ -687,12 +670,12 @@ impl ClientConn {
         &self.backlog
     }
 
-    pub fn backlog_mut(&mut self) -> &mut Backlog {
+    pub(crate) fn backlog_mut(&mut self) -> &mut Backlog {
         &mut self.backlog
     }
 
     /// It holds more than `limit` unread: true when its receive must pause now.
-    pub fn pause_if_over(&mut self, limit: usize) -> bool {
+    pub(crate) fn pause_if_over(&mut self, limit: usize) -> bool {
         if self.input.len() > limit && !self.backlog.paused {
             self.backlog.paused = true;
             return true;
@@ -706,7 +689,7 @@ impl ClientConn {
         self.tls.as_deref()
     }
 
-    pub fn tls_mut(&mut self) -> Option<&mut ClientTls> {
+    pub(crate) fn tls_mut(&mut self) -> Option<&mut ClientTls> {
         self.tls.as_deref_mut()
     }
 
@@ -716,7 +699,7 @@ impl ClientConn {
     }
 
     /// Ciphertext from it: its plaintext joins its input.
-    pub fn tls_received(
+    pub(crate) fn tls_received(
         &mut self,
         data: &[u8],
     ) -> Option<(

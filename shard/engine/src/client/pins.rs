@@ -69,7 +69,7 @@ impl Pins {
 
     /// Whether a clear waits for the server's word: the ParameterStatus messages it makes
     /// the server send (values back to their defaults) are no new state.
-    pub fn is_clearing(&self) -> bool {
+    pub(crate) fn is_clearing(&self) -> bool {
         !self.clearing.is_empty()
     }
 
@@ -99,7 +99,7 @@ impl Pins {
         was_pinned && !self.is_pinned()
     }
 
-    pub fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         self.held.pins()
     }
 
@@ -126,7 +126,7 @@ impl Pins {
 /// Rate limit of the "pool exhausted by pinned clients" check: it walks the shard's
 /// clients, so at most once a second; once it warned, not again for a minute.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct PinnedCheck {
+pub(crate) struct PinnedCheck {
     next: Option<Instant>,
 }
 
@@ -144,7 +144,7 @@ impl PinnedCheck {
     }
 
     /// The check warned: quiet for a minute.
-    pub fn warned(&mut self, now: Instant) {
+    pub(crate) fn warned(&mut self, now: Instant) {
         self.next = Some(now + Self::REWARN);
     }
 }

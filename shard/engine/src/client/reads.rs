@@ -64,7 +64,7 @@ impl ReaderSession {
     }
 
     /// How many more client bytes may go to its server now (`None`: no limit).
-    pub fn forward_budget(&self) -> Option<usize> {
+    pub(crate) fn forward_budget(&self) -> Option<usize> {
         match &self.txn {
             ReadTxn::OnReplica { budget, .. } => *budget,
             _ => None,
@@ -90,7 +90,7 @@ impl ReaderSession {
     }
 
     /// Its pool on replica `addr`, if it has one.
-    pub fn replica_pool(&self, addr: SocketAddr) -> Option<PoolId> {
+    pub(crate) fn replica_pool(&self, addr: SocketAddr) -> Option<PoolId> {
         self.replicas
             .iter()
             .find(|(replica, _)| *replica == addr)
@@ -129,7 +129,7 @@ pub enum Unit {
 
 /// Client input past this many bytes is not waited for: a first sequence still incomplete
 /// then runs on the primary.
-pub const MAX_UNIT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_UNIT_BYTES: usize = 64 * 1024;
 
 /// Reads the start of `input` (whole frontend messages) to find the read-only prefix the next
 /// transaction may run on a replica. `statement_access` says whether the client's named
@@ -140,7 +140,7 @@ pub const MAX_UNIT_BYTES: usize = 64 * 1024;
 /// FunctionCall, COPY data or a Bind of the unnamed statement (its text came earlier and is
 /// not known here) ends the read-only prefix before it; if that leaves nothing, the
 /// transaction runs on the primary.
-pub fn scan_unit(
+pub(crate) fn scan_unit(
     input: &[u8],
     classify: impl Fn(&[u8]) -> pgtier_wire::read_only::Access,
     statement_access: impl Fn(&[u8]) -> Option<pgtier_wire::read_only::Access>,

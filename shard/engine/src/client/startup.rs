@@ -17,11 +17,11 @@ use crate::cancel::CancelKey;
 use crate::messages::{self, sqlstate};
 
 /// Most parameters accepted in one StartupMessage (each becomes an owned pair).
-pub const MAX_STARTUP_PARAMS: usize = 64;
+pub(crate) const MAX_STARTUP_PARAMS: usize = 64;
 
 /// What a login asked for, owned so the receive buffer can be dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoginRequest {
+pub(crate) struct LoginRequest {
     /// Every parameter but `_pq_.*` protocol options, in the order sent.
     pub params: Vec<(String, String)>,
     /// NegotiateProtocolVersion to send before anything else, when the client needs one.
@@ -30,7 +30,7 @@ pub struct LoginRequest {
 
 /// The next step of a client in its startup phase.
 #[derive(Debug, PartialEq, Eq)]
-pub enum StartupStep {
+pub(crate) enum StartupStep {
     /// The packet is not complete yet.
     NeedMore,
     /// SSLRequest: answer 'S' and begin TLS when it is configured, else 'N'.
@@ -46,7 +46,7 @@ pub enum StartupStep {
 }
 
 /// Reads one startup-phase packet from the front of `input` (consumed when complete).
-pub fn read_startup(input: &mut BytesMut, max_len: u32) -> StartupStep {
+pub(crate) fn read_startup(input: &mut BytesMut, max_len: u32) -> StartupStep {
     let limits = FrameLimits {
         max_startup_len: max_len,
         ..FrameLimits::default()

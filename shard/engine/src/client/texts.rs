@@ -13,7 +13,7 @@ use pgtier_wire::session_state::{Effects, StateScanner};
 const MAX_CACHED_BODY_BYTES: usize = 4096;
 
 /// Texts remembered before the cache starts over.
-pub const TEXT_CACHE_ENTRIES: usize = 4096;
+pub(crate) const TEXT_CACHE_ENTRIES: usize = 4096;
 
 /// The hash is already a keyed hash: the map needs no second one.
 #[derive(Default)]

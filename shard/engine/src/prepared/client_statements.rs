@@ -26,7 +26,7 @@ impl ClientStatements {
     }
 
     /// Its unnamed statement is now this one (`None`: a simple Query or a Close dropped it).
-    pub fn set_unnamed(&mut self, unnamed: Option<ClientUnnamed>) {
+    pub(crate) fn set_unnamed(&mut self, unnamed: Option<ClientUnnamed>) {
         self.unnamed = unnamed;
     }
 
@@ -78,7 +78,7 @@ impl ClientStatements {
     }
 
     /// Every name, taken out (a `DISCARD ALL` sent; `restore` puts them back if it fails).
-    pub fn take_all(&mut self) -> Vec<(Box<[u8]>, Arc<Statement>)> {
+    pub(crate) fn take_all(&mut self) -> Vec<(Box<[u8]>, Arc<Statement>)> {
         self.bytes = 0;
         let taken: Vec<_> = self.by_name.drain().collect();
         for (_, statement) in &taken {
@@ -100,7 +100,8 @@ impl ClientStatements {
     }
 
     /// A client name of statement `id` (for an error that names the server-side name).
-    pub fn name_of(&self, id: u64) -> Option<&[u8]> {
+    #[cfg(test)]
+    pub(crate) fn name_of(&self, id: u64) -> Option<&[u8]> {
         self.by_name
             .iter()
             .find(|(_, statement)| statement.id() == id)

@@ -10,7 +10,7 @@ use memchr::memmem;
 
 /// The ErrorResponse `frame` (the whole message) with every `"<server>"` replaced by
 /// `"<client>"`, or `None` if it has none.
-pub fn restore_client_name(frame: &[u8], server: &[u8], client: &[u8]) -> Option<Bytes> {
+pub(crate) fn restore_client_name(frame: &[u8], server: &[u8], client: &[u8]) -> Option<Bytes> {
     let body = frame.get(5..)?;
     let mut quoted = Vec::with_capacity(server.len() + 2);
     quoted.push(b'"');

@@ -26,7 +26,7 @@ use super::unnamed::{ClientUnnamed, ServerUnnamed, UnnamedParse};
 
 /// What to do with the server's error for an injected Parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnError {
+pub(crate) enum OnError {
     /// The client sees it: its own message (a Bind, a Describe) would have failed there.
     Forward,
     /// Swallowed: a simple Query follows, and reports its own error.
@@ -35,7 +35,7 @@ pub enum OnError {
 
 /// A Parse sent to the server.
 #[derive(Debug)]
-pub struct ParseOwed {
+pub(crate) struct ParseOwed {
     /// `Some` if pgtier sent it on its own (its ParseComplete is swallowed).
     pub injected: Option<OnError>,
     /// The server-side statement it creates (named Parses only).
@@ -48,7 +48,7 @@ pub struct ParseOwed {
 
 /// A Close sent to the server that pgtier must follow up.
 #[derive(Debug)]
-pub enum CloseOwed {
+pub(crate) enum CloseOwed {
     /// Injected: evicts a statement from the server's cache (LRU).
     Evicts(Arc<Statement>),
     /// Injected: closes a statement before it is prepared again.
@@ -68,7 +68,7 @@ pub enum CloseOwed {
 
 /// What a Query or a Sync does for the client's statements once it succeeds.
 #[derive(Debug, Default)]
-pub struct OnSuccess {
+pub(crate) struct OnSuccess {
     /// `DEALLOCATE ALL` / `DISCARD ALL`: the client's names and the server's statements are gone.
     pub clears: bool,
     /// `DEALLOCATE name` of a client statement.
@@ -77,7 +77,7 @@ pub struct OnSuccess {
 
 /// One message sent to the server and not yet answered.
 #[derive(Debug)]
-pub enum Owed {
+pub(crate) enum Owed {
     Parse(Box<ParseOwed>),
     Bind,
     Describe {
@@ -98,7 +98,7 @@ pub enum Owed {
 
 /// What happens to one server message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The client gets it.
     Forward,
     /// The answer to pgtier's own message: dropped.
@@ -109,7 +109,7 @@ pub enum Verdict {
 
 /// A change to the linked client's names that the server's answers decided.
 #[derive(Debug)]
-pub enum Fallout {
+pub(crate) enum Fallout {
     Forget(Box<[u8]>, Arc<Statement>),
     Restore(Box<[u8]>, Arc<Statement>),
     Clear,
@@ -126,7 +126,7 @@ pub enum Fallout {
 
 /// What an Execute sent next does to the client's names (see `Ledger::pending`).
 #[derive(Debug, Clone)]
-pub enum PendingAtExecute {
+pub(crate) enum PendingAtExecute {
     /// `DEALLOCATE name` of a client statement.
     Forget(Box<[u8]>, Arc<Statement>),
     /// `DEALLOCATE ALL` or `DISCARD ALL`.
@@ -135,7 +135,7 @@ pub enum PendingAtExecute {
 
 /// One server's ledger; see the module doc.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     owed: VecDeque<Entry>,
     /// A message of this segment (since the last Sync) changes names or the server's
     /// statements.
@@ -182,7 +182,7 @@ struct Entry {
 /// A message sent with a statement name other than the client's: an error answering it
 /// names `server` where PostgreSQL would have named `client`.
 #[derive(Debug)]
-pub struct Renamed {
+pub(crate) struct Renamed {
     pub server: Box<[u8]>,
     pub client: Box<[u8]>,
     /// The client statement it stands for (`None`: a name the client never prepared).
@@ -201,7 +201,7 @@ impl Ledger {
     /// makes the server skip the rest anyway, but a later segment would run on a wrong
     /// guess (a Parse that failed, a Close that was skipped). So a client's messages after
     /// a segment that changed names or statements go once that segment's answer is in.
-    pub fn holds_back(&self) -> bool {
+    pub(crate) fn holds_back(&self) -> bool {
         self.barriers > 0
     }
 
@@ -227,7 +227,7 @@ impl Ledger {
 
     /// An unnamed Parse is being sent; `acts` is what executing it does to the client's
     /// names (`DEALLOCATE name`, `DEALLOCATE ALL`, `DISCARD ALL`), if anything.
-    pub fn unnamed_statement_acts(&mut self, acts: Option<PendingAtExecute>) {
+    pub(crate) fn unnamed_statement_acts(&mut self, acts: Option<PendingAtExecute>) {
         self.unnamed_acts = acts;
     }
 
@@ -242,12 +242,12 @@ impl Ledger {
     }
 
     /// An Execute is being sent: what it does to the client's names, if anything.
-    pub fn take_pending(&mut self) -> Option<PendingAtExecute> {
+    pub(crate) fn take_pending(&mut self) -> Option<PendingAtExecute> {
         self.at_execute.take()
     }
 
     /// An Execute that took names away when sent: `undo` puts them back if it fails.
-    pub fn push_execute_undoing(&mut self, undo: Fallout) {
+    pub(crate) fn push_execute_undoing(&mut self, undo: Fallout) {
         // The names it took come back if it fails or is skipped: what the client sends after
         // this segment must wait for that to be known.
         self.changes_in_segment = true;
@@ -294,17 +294,13 @@ impl Ledger {
         });
     }
 
-    pub fn len(&self) -> usize {
-        self.owed.len()
-    }
-
     /// Whether extended messages were sent since the last Sync or Query.
-    pub fn in_open_segment(&self) -> bool {
+    pub(crate) fn in_open_segment(&self) -> bool {
         self.open_segment
     }
 
     /// The Parse just pushed is a client's unnamed one (see [`UnnamedParse`]).
-    pub fn mark_unnamed_parse(&mut self, unnamed: UnnamedParse) {
+    pub(crate) fn mark_unnamed_parse(&mut self, unnamed: UnnamedParse) {
         if let Some(Entry {
             owed: Owed::Parse(parse),
             ..
@@ -374,7 +370,7 @@ impl Ledger {
     }
 
     /// A message was sent to the server under a statement name that is not the client's.
-    pub fn push_renamed(&mut self, owed: Owed, renamed: Option<Box<Renamed>>) {
+    pub(crate) fn push_renamed(&mut self, owed: Owed, renamed: Option<Box<Renamed>>) {
         match owed {
             Owed::Sync { .. } if self.copy_in => {}
             Owed::Sync {
@@ -399,19 +395,19 @@ impl Ledger {
     }
 
     /// How the last error read names a statement, if it answered a renamed message.
-    pub fn take_error_rename(&mut self) -> Option<Box<Renamed>> {
+    pub(crate) fn take_error_rename(&mut self) -> Option<Box<Renamed>> {
         self.error_rename.take()
     }
 
     /// An extended message whose effect applies if its segment succeeds.
-    pub fn on_segment_success(&mut self, effect: OnSuccess) {
+    pub(crate) fn on_segment_success(&mut self, effect: OnSuccess) {
         let pending = self.pending.get_or_insert_with(Box::default);
         pending.clears |= effect.clears;
         pending.forgets.extend(effect.forgets);
     }
 
     /// A message arrived from the server; `statements` and `fallout` receive what it decided.
-    pub fn on_server_message(
+    pub(crate) fn on_server_message(
         &mut self,
         code: u8,
         statements: &mut ServerStatements,

@@ -13,17 +13,22 @@
 //! ([`errors`]). The outcome the client sees is what PostgreSQL itself would answer,
 //! pipelines and errors in them included; `docs/compatibility.md` lists where it is not.
 
-pub mod client_statements;
+pub(crate) mod client_statements;
 pub mod errors;
-pub mod ledger;
+pub(crate) mod ledger;
 pub mod rewrite;
-pub mod server_statements;
-pub mod sql_names;
+pub(crate) mod server_statements;
+pub(crate) mod sql_names;
 pub mod statement;
 pub mod unnamed;
 
 pub use client_statements::ClientStatements;
-pub use ledger::{Fallout, Ledger, Verdict};
-pub use rewrite::{Chunks, Rewrite, Rewriter, ServerPrepared, StatementLimits};
-pub use server_statements::ServerStatements;
+
+pub(crate) use ledger::Fallout;
+pub(crate) use ledger::Verdict;
+pub use rewrite::Chunks;
+pub(crate) use rewrite::Rewrite;
+pub(crate) use rewrite::Rewriter;
+pub(crate) use rewrite::ServerPrepared;
+pub(crate) use rewrite::StatementLimits;
 pub use statement::{Registry, Statement};

@@ -78,14 +78,14 @@ pub type Chunks = SmallVec<[Bytes; 4]>;
 
 /// What a server keeps for statement rewriting.
 #[derive(Debug, Default)]
-pub struct ServerPrepared {
+pub(crate) struct ServerPrepared {
     pub statements: ServerStatements,
     pub ledger: Ledger,
 }
 
 /// The limits that apply.
 #[derive(Debug, Clone, Copy)]
-pub struct StatementLimits {
+pub(crate) struct StatementLimits {
     /// `max_prepared_statements`: statements one server keeps (at least 1).
     pub per_server: usize,
     /// `max_client_prepared_bytes`: names and definitions one client may hold.
@@ -94,7 +94,7 @@ pub struct StatementLimits {
 
 /// What became of one client message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rewrite {
+pub(crate) enum Rewrite {
     /// The caller sends it unchanged (it is in the ledger).
     AsIs,
     /// What to send instead is in the output.
@@ -104,7 +104,7 @@ pub enum Rewrite {
 }
 
 /// One client message's rewrite, over the state it touches.
-pub struct Rewriter<'a> {
+pub(crate) struct Rewriter<'a> {
     pub names: &'a mut Option<Box<ClientStatements>>,
     pub server: &'a mut ServerPrepared,
     pub registry: &'a mut Registry,
@@ -118,7 +118,7 @@ impl Rewriter<'_> {
     /// Whether the message (type `code`, body starting with `head`) must be whole before
     /// [`Rewriter::message`] sees it. A Bind goes to [`Rewriter::bind_head`] once its names
     /// are in; everything else goes through [`Rewriter::passed`].
-    pub fn needs_whole(code: u8, head: &[u8]) -> bool {
+    pub(crate) fn needs_whole(code: u8, head: &[u8]) -> bool {
         match code {
             b'P' | b'D' | b'C' => true,
             b'Q' => sql_names::may_name_a_statement(head),
@@ -128,7 +128,7 @@ impl Rewriter<'_> {
 
     /// How many bytes of a Bind (from its type byte) hold its header and two names, if they
     /// are all in `available` (which starts at the type byte).
-    pub fn bind_head_len(available: &[u8]) -> Option<usize> {
+    pub(crate) fn bind_head_len(available: &[u8]) -> Option<usize> {
         let body = available.get(5..)?;
         let portal_end = memchr::memchr(0, body)?;
         let name_end = memchr::memchr(0, &body[portal_end + 1..])?;
@@ -140,7 +140,7 @@ impl Rewriter<'_> {
     /// the server keeps only what live clients can use (`pg_prepared_statements` then reads
     /// as it would on a server of the client's own). Costs nothing until a statement loses
     /// its last client.
-    pub fn sweep_orphans(&mut self, out: &mut Chunks) {
+    pub(crate) fn sweep_orphans(&mut self, out: &mut Chunks) {
         if self.server.ledger.in_open_segment() {
             return;
         }
@@ -163,7 +163,7 @@ impl Rewriter<'_> {
     }
 
     /// Tells the tracker of pgtier's own messages since last asked, oldest first.
-    pub fn take_injected(&mut self) -> SmallVec<[u8; 4]> {
+    pub(crate) fn take_injected(&mut self) -> SmallVec<[u8; 4]> {
         std::mem::take(&mut self.injected)
     }
 
@@ -369,7 +369,7 @@ impl Rewriter<'_> {
     /// The head of a Bind (`head`: header, portal and statement names; the parameters
     /// follow in the client's stream and go on as they are): renamed if it names a client
     /// statement. `AsIs` means the caller sends `head` unchanged.
-    pub fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
+    pub(crate) fn bind_head(&mut self, head: &[u8], out: &mut Chunks) -> Rewrite {
         let (portal, name) = bind_names(head.get(5..).unwrap_or_default());
         if name.is_empty() {
             self.server.ledger.bound(true, None);

@@ -14,7 +14,7 @@ use super::unnamed::ServerUnnamed;
 
 /// What pgtier knows of one statement on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
+pub(crate) enum Held {
     /// It exists (or will, once the Parse already sent is processed).
     Prepared,
     /// It may or may not exist: Close it before a Parse.
@@ -31,7 +31,7 @@ struct Entry {
 
 /// One server's statements, by statement id.
 #[derive(Debug, Default)]
-pub struct ServerStatements {
+pub(crate) struct ServerStatements {
     entries: HashMap<u64, Entry, RandomState>,
     tick: u64,
     /// The registry's orphan count when this cache was last swept.
@@ -45,7 +45,7 @@ impl ServerStatements {
         self.unnamed
     }
 
-    pub fn set_unnamed(&mut self, unnamed: ServerUnnamed) {
+    pub(crate) fn set_unnamed(&mut self, unnamed: ServerUnnamed) {
         self.unnamed = unnamed;
     }
 
@@ -75,7 +75,7 @@ impl ServerStatements {
         }
     }
 
-    pub fn set_unknown(&mut self, id: u64) {
+    pub(crate) fn set_unknown(&mut self, id: u64) {
         if let Some(entry) = self.entries.get_mut(&id) {
             entry.held = Held::Unknown;
         }
@@ -83,7 +83,7 @@ impl ServerStatements {
 
     /// Every entry may or may not exist any more (the client sent `DEALLOCATE ALL` or
     /// `DISCARD ALL`, which may or may not succeed).
-    pub fn all_unknown(&mut self) {
+    pub(crate) fn all_unknown(&mut self) {
         for entry in self.entries.values_mut() {
             entry.held = Held::Unknown;
         }
@@ -110,7 +110,7 @@ impl ServerStatements {
     /// lost its last client since the last look (`orphans`: `Registry::orphans`). Closing
     /// them keeps a server's statements to what live clients can use, as a server of its
     /// own would (`pg_prepared_statements`).
-    pub fn take_orphans(&mut self, orphans: u64, keep: u64) -> Vec<Arc<Statement>> {
+    pub(crate) fn take_orphans(&mut self, orphans: u64, keep: u64) -> Vec<Arc<Statement>> {
         if orphans == self.swept_at {
             return Vec::new();
         }
@@ -125,7 +125,7 @@ impl ServerStatements {
     }
 
     /// The least recently used statement other than `keep`, taken out of the cache.
-    pub fn evict_lru(&mut self, keep: u64) -> Option<Arc<Statement>> {
+    pub(crate) fn evict_lru(&mut self, keep: u64) -> Option<Arc<Statement>> {
         let victim = self
             .entries
             .iter()

@@ -8,14 +8,14 @@ use std::ops::Range;
 
 /// Which statement names a prepared statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NamingStatement {
+pub(crate) enum NamingStatement {
     Deallocate,
     Execute,
 }
 
 /// A statement name found in SQL text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NameInSql {
+pub(crate) struct NameInSql {
     pub kind: NamingStatement,
     /// The name as PostgreSQL looks it up (unquoted: ASCII-lowercased; quoted: unescaped).
     pub name: Vec<u8>,
@@ -27,7 +27,7 @@ pub struct NameInSql {
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
 /// Whether a text may be one (cheap test on its first bytes).
-pub fn may_name_a_statement(sql: &[u8]) -> bool {
+pub(crate) fn may_name_a_statement(sql: &[u8]) -> bool {
     let start = skip_space(sql, 0);
     let word = &sql[start..sql.len().min(start + 10)];
     word.len() >= 7

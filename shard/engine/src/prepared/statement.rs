@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 /// Prefix of the server-side names. Lowercase letters, digits and `_` only, so a name can
 /// stand unquoted in the SQL that pgtier rewrites (`DEALLOCATE pgtier_7`).
-pub const SERVER_NAME_PREFIX: &[u8] = b"pgtier_";
+pub(crate) const SERVER_NAME_PREFIX: &[u8] = b"pgtier_";
 
 /// One interned definition.
 #[derive(Debug)]
@@ -36,20 +36,20 @@ pub struct Statement {
 
 impl Statement {
     /// A client holds it under a name now.
-    pub fn client_ref(&self) {
+    pub(crate) fn client_ref(&self) {
         self.clients.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A client let a name of it go; the last one makes it an orphan, which servers close
     /// the next time they make room (`ServerStatements::take_orphans`).
-    pub fn client_unref(&self) {
+    pub(crate) fn client_unref(&self) {
         if self.clients.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.orphans.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Whether any client holds it.
-    pub fn has_clients(&self) -> bool {
+    pub(crate) fn has_clients(&self) -> bool {
         self.clients.load(Ordering::Relaxed) > 0
     }
 
@@ -57,12 +57,12 @@ impl Statement {
         self.id
     }
 
-    pub fn server_name(&self) -> &[u8] {
+    pub(crate) fn server_name(&self) -> &[u8] {
         &self.server_name
     }
 
     /// Its query text (the definition up to its NUL).
-    pub fn query_text(&self) -> &[u8] {
+    pub(crate) fn query_text(&self) -> &[u8] {
         let end = memchr::memchr(0, &self.definition).unwrap_or(self.definition.len());
         &self.definition[..end]
     }
@@ -70,7 +70,7 @@ impl Statement {
     /// Whether its text is `DEALLOCATE ALL` or `DISCARD ALL`, which drop every prepared
     /// statement of the session when executed (at its Execute, whatever happens to the rest
     /// of the pipeline). Classified on first use, then cached: Binds of it are rare.
-    pub fn deallocates_all(&self) -> bool {
+    pub(crate) fn deallocates_all(&self) -> bool {
         match self.deallocates.load(Ordering::Relaxed) {
             1 => false,
             2 => true,
@@ -113,23 +113,23 @@ impl Statement {
     }
 
     /// Bytes a client is charged for holding it (`max_client_prepared_bytes`).
-    pub fn charge_bytes(&self) -> usize {
+    pub(crate) fn charge_bytes(&self) -> usize {
         self.definition.len()
     }
 
     /// Appends a Parse of this statement under its server-side name.
-    pub fn encode_parse(&self, out: &mut BytesMut) {
+    pub(crate) fn encode_parse(&self, out: &mut BytesMut) {
         encode_parse_named(out, &self.server_name, &self.definition);
     }
 
     /// Appends a Close of this statement's server-side name.
-    pub fn encode_close(&self, out: &mut BytesMut) {
+    pub(crate) fn encode_close(&self, out: &mut BytesMut) {
         encode_close_statement(out, &self.server_name);
     }
 }
 
 /// Appends a Parse of `definition` (a Parse body after its name) under `name`.
-pub fn encode_parse_named(out: &mut BytesMut, name: &[u8], definition: &[u8]) {
+pub(crate) fn encode_parse_named(out: &mut BytesMut, name: &[u8], definition: &[u8]) {
     let len = 4 + name.len() + 1 + definition.len();
     out.reserve(1 + len);
     out.put_u8(b'P');
@@ -140,7 +140,7 @@ pub fn encode_parse_named(out: &mut BytesMut, name: &[u8], definition: &[u8]) {
 }
 
 /// Appends a Close of the statement `name`.
-pub fn encode_close_statement(out: &mut BytesMut, name: &[u8]) {
+pub(crate) fn encode_close_statement(out: &mut BytesMut, name: &[u8]) {
     let len = 4 + 1 + name.len() + 1;
     out.reserve(1 + len);
     out.put_u8(b'C');
@@ -151,7 +151,7 @@ pub fn encode_close_statement(out: &mut BytesMut, name: &[u8]) {
 }
 
 /// Appends a Sync.
-pub fn encode_sync(out: &mut BytesMut) {
+pub(crate) fn encode_sync(out: &mut BytesMut) {
     out.put_slice(b"S\0\0\0\x04");
 }
 
@@ -193,14 +193,14 @@ const MIN_SWEEP_AT: usize = 64;
 impl Registry {
     /// A number never handed out before on this worker (a client's unnamed statement is
     /// known by one: `crate::prepared::unnamed`).
-    pub fn next_token(&mut self) -> u64 {
+    pub(crate) fn next_token(&mut self) -> u64 {
         let token = self.next_id;
         self.next_id += 1;
         token
     }
 
     /// The statement for `definition`, shared if anyone on this worker holds it already.
-    pub fn intern(&mut self, definition: &[u8]) -> Arc<Statement> {
+    pub(crate) fn intern(&mut self, definition: &[u8]) -> Arc<Statement> {
         if let Some(statement) = self.live.get(definition).and_then(Weak::upgrade) {
             return statement;
         }
@@ -228,11 +228,12 @@ impl Registry {
     /// Definitions someone holds.
     /// How many times a statement lost its last client so far: a server whose last look at
     /// its cache was at a smaller count may hold statements nobody can use any more.
-    pub fn orphans(&self) -> u64 {
+    pub(crate) fn orphans(&self) -> u64 {
         self.orphans.load(Ordering::Relaxed)
     }
 
-    pub fn live_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn live_count(&self) -> usize {
         self.live
             .values()
             .filter(|statement| statement.strong_count() > 0)

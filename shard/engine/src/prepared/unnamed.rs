@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 /// What a server holds as its unnamed statement, as far as pgtier knows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ServerUnnamed {
+pub(crate) enum ServerUnnamed {
     /// Anything, maybe another client's (a server that moved between workers, a Parse that
     /// failed or was skipped).
     #[default]
@@ -38,7 +38,7 @@ pub struct ClientUnnamed {
 
 /// An unnamed Parse sent to a server, for the ledger: what its failure or skipping means.
 #[derive(Debug)]
-pub enum UnnamedParse {
+pub(crate) enum UnnamedParse {
     /// The client's own, which made `token` its unnamed statement; `previous` was its
     /// unnamed statement before. If it fails, PostgreSQL has dropped the old one and made
     /// none; if it is skipped (after an error earlier in the pipeline), the old one stays.

@@ -35,7 +35,7 @@ pub struct Credentials<'a> {
 
 /// What a finished login learned about its backend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Backend {
+pub(crate) struct Backend {
     /// Every ParameterStatus, in order, later values replacing earlier ones.
     pub params: Vec<(String, String)>,
     /// Their tracked subset.
@@ -145,7 +145,7 @@ impl ServerLogin {
     }
 
     /// What the login learned (call after `Done`).
-    pub fn into_backend(self) -> Backend {
+    pub(crate) fn into_backend(self) -> Backend {
         self.backend
     }
 

@@ -4,7 +4,7 @@
 
 pub mod login;
 pub mod moved;
-pub mod relay;
+pub(crate) mod relay;
 pub mod release;
 
 use crate::addr::ServerAddr;
@@ -22,7 +22,8 @@ use crate::params::TrackedParams;
 use crate::tracker::Tracker;
 use login::ServerLogin;
 use relay::Relay;
-pub use release::{ReleaseStep, Reset};
+pub(crate) use release::ReleaseStep;
+pub use release::Reset;
 
 /// Where a server is in its life. The fields each variant holds are valid only there.
 #[derive(Debug)]
@@ -62,7 +63,7 @@ pub enum ServerState {
 
 /// One server connection.
 #[derive(Debug)]
-pub struct ServerConn {
+pub(crate) struct ServerConn {
     state: ServerState,
     pool: PoolId,
     mode: PoolMode,
@@ -78,7 +79,7 @@ pub struct ServerConn {
 /// A server's bytes in and its transport: what it sent and was not consumed yet, its TLS
 /// session, and whether its reading is paused.
 #[derive(Debug, Default)]
-pub struct ServerIo {
+pub(crate) struct ServerIo {
     /// Received bytes not consumed yet (the rest of a message whose start was forwarded
     /// streams through; whole messages wait here only while being read).
     input: Inbox,
@@ -93,7 +94,7 @@ impl ServerIo {
         &self.input
     }
 
-    pub fn input_mut(&mut self) -> &mut Inbox {
+    pub(crate) fn input_mut(&mut self) -> &mut Inbox {
         &mut self.input
     }
 
@@ -101,7 +102,7 @@ impl ServerIo {
         self.tls.as_deref()
     }
 
-    pub fn tls_mut(&mut self) -> Option<&mut crate::tls::TlsSession> {
+    pub(crate) fn tls_mut(&mut self) -> Option<&mut crate::tls::TlsSession> {
         self.tls.as_deref_mut()
     }
 
@@ -111,7 +112,7 @@ impl ServerIo {
     }
 
     /// Ciphertext from it: its plaintext joins its input. `None` without TLS.
-    pub fn tls_received(
+    pub(crate) fn tls_received(
         &mut self,
         data: &[u8],
     ) -> Option<(
@@ -123,7 +124,7 @@ impl ServerIo {
         Some((result, session.take_output()))
     }
 
-    pub fn is_paused(&self) -> bool {
+    pub(crate) fn is_paused(&self) -> bool {
         self.paused
     }
 
@@ -133,7 +134,7 @@ impl ServerIo {
     }
 
     /// Its reading resumes: true when it was paused.
-    pub fn unpause(&mut self) -> bool {
+    pub(crate) fn unpause(&mut self) -> bool {
         std::mem::replace(&mut self.paused, false)
     }
 }
@@ -142,7 +143,7 @@ impl ServerIo {
 /// the relay's walk of its output, its parameter values, its cancel key, and what must run
 /// before another client may have it.
 #[derive(Debug, Default)]
-pub struct Backend {
+pub(crate) struct Backend {
     tracker: Tracker,
     relay: Relay,
     /// The backend's current values of the tracked parameters.
@@ -161,16 +162,16 @@ impl Backend {
         &self.tracker
     }
 
-    pub fn relay(&self) -> &Relay {
+    pub(crate) fn relay(&self) -> &Relay {
         &self.relay
     }
 
-    pub fn relay_mut(&mut self) -> &mut Relay {
+    pub(crate) fn relay_mut(&mut self) -> &mut Relay {
         &mut self.relay
     }
 
     /// Its relay and tracker at once, for the forward that writes to both.
-    pub fn relay_and_tracker_mut(&mut self) -> (&mut Relay, &mut Tracker) {
+    pub(crate) fn relay_and_tracker_mut(&mut self) -> (&mut Relay, &mut Tracker) {
         (&mut self.relay, &mut self.tracker)
     }
 
@@ -185,7 +186,7 @@ impl Backend {
     }
 
     /// Its client left `reset` to be run before the next one.
-    pub fn needs_reset(&mut self, reset: Reset) {
+    pub(crate) fn needs_reset(&mut self, reset: Reset) {
         self.reset = self.reset.max(reset);
     }
 
@@ -195,7 +196,7 @@ impl Backend {
     }
 
     /// A query of the engine's own (answer swallowed): the bytes to send.
-    pub fn internal_query(&mut self, sql: &str) -> Bytes {
+    pub(crate) fn internal_query(&mut self, sql: &str) -> Bytes {
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         messages::query(&mut out, sql);
         self.relay.expect_internal(&mut self.tracker);
@@ -210,7 +211,7 @@ impl Backend {
 
     /// Whether it may hold prepared statements pgtier named (`pgtier_<n>`, this shard's
     /// numbering).
-    pub fn holds_statements(&self) -> bool {
+    pub(crate) fn holds_statements(&self) -> bool {
         self.relay
             .prepared
             .as_ref()
@@ -236,26 +237,26 @@ impl Backend {
 
     /// A cancel request goes for what it runs: its backend key, when it has one. It is not
     /// given to anyone else until the cancel connection finishes.
-    pub fn cancel_sent(&mut self) -> Option<CancelKey> {
+    pub(crate) fn cancel_sent(&mut self) -> Option<CancelKey> {
         let key = self.key?;
         self.cancels_pending += 1;
         Some(key)
     }
 
     /// A cancel connection for it finished.
-    pub fn cancel_done(&mut self) {
+    pub(crate) fn cancel_done(&mut self) {
         self.cancels_pending = self.cancels_pending.saturating_sub(1);
     }
 
     /// Cancel requests sent for it whose connections have not finished.
-    pub fn cancels_pending(&self) -> u32 {
+    pub(crate) fn cancels_pending(&self) -> u32 {
         self.cancels_pending
     }
 }
 
 /// Where a server is and when it was used, for listings.
 #[derive(Debug)]
-pub struct ServerInfo {
+pub(crate) struct ServerInfo {
     addr: ServerAddr,
     /// When the connect was asked for, and when a client last got it (listings).
     connected_at: Instant,
@@ -273,7 +274,7 @@ impl ServerInfo {
         self.connected_at
     }
 
-    pub fn last_linked(&self) -> Option<Instant> {
+    pub(crate) fn last_linked(&self) -> Option<Instant> {
         self.last_linked
     }
 
@@ -282,7 +283,7 @@ impl ServerInfo {
     }
 
     /// The driver learned the local end of its socket.
-    pub fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
+    pub(crate) fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
         self.local_addr = addr;
     }
 }
@@ -314,7 +315,7 @@ impl ServerConn {
     // ---- transitions ----
 
     /// It starts releasing now (its client left, or its transaction ended).
-    pub fn start_releasing(&mut self, now: Instant) {
+    pub(crate) fn start_releasing(&mut self, now: Instant) {
         self.state = ServerState::Releasing {
             since: now,
             rolled_back: false,
@@ -322,12 +323,12 @@ impl ServerConn {
     }
 
     /// Connected, its SSLRequest sent at `now`.
-    pub fn negotiating(&mut self, now: Instant) {
+    pub(crate) fn negotiating(&mut self, now: Instant) {
         self.state = ServerState::Negotiating { since: now };
     }
 
     /// Its StartupMessage was sent at `now`.
-    pub fn logging_in(&mut self, now: Instant) {
+    pub(crate) fn logging_in(&mut self, now: Instant) {
         self.state = ServerState::LoggingIn {
             since: now,
             login: Box::default(),
@@ -335,7 +336,7 @@ impl ServerConn {
     }
 
     /// Its login and its input, while it logs in.
-    pub fn login_mut(&mut self) -> Option<(&mut ServerLogin, &mut Inbox)> {
+    pub(crate) fn login_mut(&mut self) -> Option<(&mut ServerLogin, &mut Inbox)> {
         match &mut self.state {
             ServerState::LoggingIn { login, .. } => Some((login, &mut self.io.input)),
             _ => None,
@@ -345,7 +346,7 @@ impl ServerConn {
     /// Its login finished: it learns its backend's values and key, and the login's
     /// parameters are handed back for the pool's welcome. It is `Releasing` until the pool
     /// says where it goes.
-    pub fn logged_in(&mut self, now: Instant) -> Option<Vec<(String, String)>> {
+    pub(crate) fn logged_in(&mut self, now: Instant) -> Option<Vec<(String, String)>> {
         let ServerState::LoggingIn { login, .. } = std::mem::replace(
             &mut self.state,
             ServerState::Releasing {
@@ -382,7 +383,7 @@ impl ServerConn {
 
     /// Runs a client's `auth_query` lookup with `lease` (not a link: nothing of the client
     /// stays on it).
-    pub fn looks_up_for(&mut self, client: ClientId, lease: Lease<ServerId>) {
+    pub(crate) fn looks_up_for(&mut self, client: ClientId, lease: Lease<ServerId>) {
         self.state = ServerState::Busy { client };
         self.lease = Some(lease);
     }
@@ -401,14 +402,14 @@ impl ServerConn {
 
     /// Its teardown begins: its input is dropped; its previous state and lease are handed
     /// back for its pool accounting.
-    pub fn begin_closing(&mut self) -> (ServerState, Option<Lease<ServerId>>) {
+    pub(crate) fn begin_closing(&mut self) -> (ServerState, Option<Lease<ServerId>>) {
         let previous = std::mem::replace(&mut self.state, ServerState::Closing);
         self.io.input.discard();
         (previous, self.lease.take())
     }
 
     /// Its teardown begins with its pool accounting already settled.
-    pub fn mark_closing(&mut self) {
+    pub(crate) fn mark_closing(&mut self) {
         self.state = ServerState::Closing;
         self.io.input.discard();
     }
@@ -419,7 +420,7 @@ impl ServerConn {
         &self.io
     }
 
-    pub fn io_mut(&mut self) -> &mut ServerIo {
+    pub(crate) fn io_mut(&mut self) -> &mut ServerIo {
         &mut self.io
     }
 
@@ -427,7 +428,7 @@ impl ServerConn {
         &self.backend
     }
 
-    pub fn backend_mut(&mut self) -> &mut Backend {
+    pub(crate) fn backend_mut(&mut self) -> &mut Backend {
         &mut self.backend
     }
 
@@ -435,7 +436,7 @@ impl ServerConn {
         &self.info
     }
 
-    pub fn info_mut(&mut self) -> &mut ServerInfo {
+    pub(crate) fn info_mut(&mut self) -> &mut ServerInfo {
         &mut self.info
     }
 
@@ -448,18 +449,18 @@ impl ServerConn {
     }
 
     /// It holds `lease` out of the pool's idle list.
-    pub fn hold_lease(&mut self, lease: Lease<ServerId>) {
+    pub(crate) fn hold_lease(&mut self, lease: Lease<ServerId>) {
         self.lease = Some(lease);
     }
 
-    pub fn take_lease(&mut self) -> Option<Lease<ServerId>> {
+    pub(crate) fn take_lease(&mut self) -> Option<Lease<ServerId>> {
         self.lease.take()
     }
 
     // ---- cancels, back-pressure, RECONNECT ----
 
     /// RECONNECT marked it: it closes when next released.
-    pub fn mark_close_needed(&mut self) {
+    pub(crate) fn mark_close_needed(&mut self) {
         self.close_needed = true;
     }
 
@@ -474,7 +475,7 @@ impl ServerConn {
     /// Reads what an idle server said: parameter changes and notices are fine. Returns
     /// (retire, shutting_down): anything else (typically a FATAL before the backend exits)
     /// retires it, and `shutting_down` says whether that was a shutdown error.
-    pub fn read_idle_output(&mut self) -> (bool, bool) {
+    pub(crate) fn read_idle_output(&mut self) -> (bool, bool) {
         let limits = pgtier_wire::FrameLimits {
             max_message_len: crate::settings::MAX_IDLE_MESSAGE_BYTES as u32,
             ..pgtier_wire::FrameLimits::default()
@@ -507,14 +508,14 @@ impl ServerConn {
         }
     }
 
-    pub fn is_closing(&self) -> bool {
+    pub(crate) fn is_closing(&self) -> bool {
         matches!(self.state, ServerState::Closing)
     }
 
     /// Whether SUSPEND stops reading it: a server in the pool or serving a client. One
     /// logging in, checked, reset or leaving keeps being read, since pgtier itself waits for
     /// its answer; a moving one belongs to the hand-off.
-    pub fn stops_for_suspend(&self) -> bool {
+    pub(crate) fn stops_for_suspend(&self) -> bool {
         matches!(
             self.state,
             ServerState::Idle { .. } | ServerState::Busy { .. }
@@ -522,7 +523,7 @@ impl ServerConn {
     }
 
     /// The admin-console name of its state.
-    pub fn state_name(&self) -> &'static str {
+    pub(crate) fn state_name(&self) -> &'static str {
         match self.state {
             ServerState::Connecting { .. }
             | ServerState::Negotiating { .. }

@@ -78,7 +78,7 @@ impl ServerConn {
     /// Whether this server may move to another shard whole: idle and clean (nothing owed,
     /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
     /// marked by RECONNECT, no statement answer owed) and without TLS (see the module doc).
-    pub fn is_movable(&self) -> bool {
+    pub(crate) fn is_movable(&self) -> bool {
         let clean = self.io.input.is_empty()
             && self.backend.tracker.is_idle()
             && !self.backend.tracker.last_ready_in_block()
@@ -106,7 +106,7 @@ impl ServerConn {
 
     /// Packs it for its new shard, its socket detached at `now`: what stays true of its
     /// backend there (`key`: its pool's; `welcome`: its pool's first login's parameters).
-    pub fn into_parcel(
+    pub(crate) fn into_parcel(
         self,
         key: PoolKey,
         welcome: Option<Vec<(String, String)>>,

@@ -30,7 +30,7 @@ const MAX_INSPECTED_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// A run of the walked bytes and what becomes of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Span {
+pub(crate) enum Span {
     /// Swallowed.
     Drop(usize),
     /// Forwarded as they are.
@@ -97,7 +97,8 @@ impl Scan {
     }
 
     /// Bytes swallowed.
-    pub fn drop_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn drop_bytes(&self) -> usize {
         self.spans
             .iter()
             .map(|span| match span {
@@ -108,7 +109,8 @@ impl Scan {
     }
 
     /// Bytes forwarded as they are.
-    pub fn forward_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn forward_bytes(&self) -> usize {
         self.spans
             .iter()
             .map(|span| match span {
@@ -119,7 +121,7 @@ impl Scan {
     }
 
     /// Takes the walked bytes off `input`; what goes to the client is appended to `out`.
-    pub fn take_from(&mut self, input: &mut BytesMut, out: &mut SmallVec<[Bytes; 4]>) {
+    pub(crate) fn take_from(&mut self, input: &mut BytesMut, out: &mut SmallVec<[Bytes; 4]>) {
         for span in self.spans.drain(..) {
             match span {
                 Span::Drop(len) => input.advance(len),
@@ -135,7 +137,7 @@ impl Scan {
 
 /// A server's relay state between walks.
 #[derive(Debug, Default)]
-pub struct Relay {
+pub(crate) struct Relay {
     /// Body bytes of a streamed message still to come...
     skip_bytes: usize,
     /// ...and whether they are swallowed.
@@ -161,7 +163,7 @@ pub struct Relay {
 impl super::ServerConn {
     /// Walks its output for its client (whose tracked parameters follow it): what goes to
     /// the client is taken into `forwarded`.
-    pub fn relay_output(
+    pub(crate) fn relay_output(
         &mut self,
         client_tracked: &mut TrackedParams,
         max: usize,
@@ -180,7 +182,7 @@ impl super::ServerConn {
 
     /// Swallows its output (it has no client): what its answers decided for a client's
     /// names concerns no one.
-    pub fn drain_output(&mut self, max: usize) -> Scan {
+    pub(crate) fn drain_output(&mut self, max: usize) -> Scan {
         let mut scan = self.backend.relay.scan(
             self.io.input.bytes(),
             &mut self.backend.tracker,
@@ -199,37 +201,37 @@ impl super::ServerConn {
 
 impl Relay {
     /// The engine sent a query of its own: its answer is swallowed.
-    pub fn expect_internal(&mut self, tracker: &mut Tracker) {
+    pub(crate) fn expect_internal(&mut self, tracker: &mut Tracker) {
         self.swallow += 1;
         tracker.on_internal_query();
     }
 
     /// An internal query's answer is still to come.
-    pub fn owes_internal(&self) -> bool {
+    pub(crate) fn owes_internal(&self) -> bool {
         self.swallow > 0
     }
 
     /// The error an internal query got, if any (taken: each is looked at once).
-    pub fn take_swallowed_error(&mut self) -> Option<Bytes> {
+    pub(crate) fn take_swallowed_error(&mut self) -> Option<Bytes> {
         self.swallowed_error.take()
     }
 
     /// The ledger still waits for answers (a pipeline of the client's, or pgtier's own).
-    pub fn owes_statement_answers(&self) -> bool {
+    pub(crate) fn owes_statement_answers(&self) -> bool {
         self.prepared
             .as_ref()
             .is_some_and(|prepared| !prepared.ledger.is_empty())
     }
 
     /// The client's next messages wait for answers (`Ledger::holds_back`).
-    pub fn holds_back_client(&self) -> bool {
+    pub(crate) fn holds_back_client(&self) -> bool {
         self.prepared
             .as_ref()
             .is_some_and(|prepared| prepared.ledger.holds_back())
     }
 
     /// What the walks decided for the client's statement names since last taken.
-    pub fn take_fallout(&mut self) -> Vec<Fallout> {
+    pub(crate) fn take_fallout(&mut self) -> Vec<Fallout> {
         std::mem::take(&mut self.fallout)
     }
 
@@ -415,7 +417,7 @@ impl Relay {
 }
 
 /// Whether an ErrorResponse body reports a FATAL or PANIC error (the backend ends after it).
-pub fn is_fatal(body: &[u8]) -> bool {
+pub(crate) fn is_fatal(body: &[u8]) -> bool {
     ErrorResponse::decode_body(body).is_ok_and(|error| {
         matches!(
             error.fields.severity(),
@@ -426,7 +428,7 @@ pub fn is_fatal(body: &[u8]) -> bool {
 
 /// An ErrorResponse body whose SQLSTATE says the server is going away (57P01 admin shutdown,
 /// 57P02 crash shutdown, 57P03 cannot connect now), as every backend of a stopped server says.
-pub fn is_shutdown_error(body: &[u8]) -> bool {
+pub(crate) fn is_shutdown_error(body: &[u8]) -> bool {
     body.split(|b| *b == 0)
         .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
 }

@@ -28,7 +28,7 @@ pub enum Reset {
 
 /// The next step of a releasing server.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReleaseStep {
+pub(crate) enum ReleaseStep {
     /// Answers or a cancel are still on their way.
     Wait,
     /// Send this query of the engine's own, and ask again when it is answered.
@@ -41,7 +41,7 @@ pub enum ReleaseStep {
 
 /// What to do right away when a server's client leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientLeft {
+pub(crate) enum ClientLeft {
     /// Close it now: its backend is blocked writing a result nobody reads (PostgreSQL does
     /// not act on a cancel there), or waits in COPY FROM STDIN for data that never comes.
     /// Closing the socket makes it abort and roll back at once.
@@ -52,7 +52,7 @@ pub enum ClientLeft {
 
 impl ServerConn {
     /// Its client is gone; `cancel_on_disconnect` is the setting of that name.
-    pub fn client_left(&mut self, cancel_on_disconnect: bool) -> ClientLeft {
+    pub(crate) fn client_left(&mut self, cancel_on_disconnect: bool) -> ClientLeft {
         if self.io.paused || self.backend.tracker.copy_in() {
             return ClientLeft::CloseNow;
         }
@@ -67,7 +67,7 @@ impl ServerConn {
     /// What to do next with a server that left its client: asked when it starts releasing
     /// and after every answer it gets while releasing. `reset_query` is
     /// `server_reset_query`.
-    pub fn next_release_step(&mut self, reset_query: &str) -> ReleaseStep {
+    pub(crate) fn next_release_step(&mut self, reset_query: &str) -> ReleaseStep {
         if self.backend.tracker.has_outstanding()
             || self.backend.relay.owes_internal()
             || self.backend.relay.owes_statement_answers()

@@ -28,7 +28,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::sync::Arc;
 
 /// The ALPN protocol name PostgreSQL 17 registered and checks.
-pub const ALPN_POSTGRESQL: &[u8] = b"postgresql";
+pub(crate) const ALPN_POSTGRESQL: &[u8] = b"postgresql";
 
 /// What the client-facing side is built from.
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +103,7 @@ impl TlsAcceptor {
     }
 
     /// The rustls configuration.
-    pub fn rustls_config(&self) -> &Arc<ServerConfig> {
+    pub(crate) fn rustls_config(&self) -> &Arc<ServerConfig> {
         &self.config
     }
 
@@ -159,7 +159,7 @@ impl TlsConnector {
     }
 
     /// The rustls configuration.
-    pub fn rustls_config(&self) -> &Arc<ClientConfig> {
+    pub(crate) fn rustls_config(&self) -> &Arc<ClientConfig> {
         &self.config
     }
 

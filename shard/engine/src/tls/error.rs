@@ -118,7 +118,8 @@ pub enum TlsError {
 
 impl TlsError {
     /// Whether an alert for the peer is queued in the session's output.
-    pub fn alert_queued(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn alert_queued(&self) -> bool {
         matches!(
             self,
             TlsError::Protocol {

@@ -40,17 +40,22 @@ pub mod pem;
 mod provider;
 pub mod session;
 mod verify;
-pub mod x509;
+pub(crate) mod x509;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod test_pki;
 #[cfg(test)]
 mod tests;
 
-pub use config::{ALPN_POSTGRESQL, AcceptorParams, ConnectorParams, TlsAcceptor, TlsConnector};
-pub use error::{TlsConfigError, TlsError};
+pub(crate) use config::ALPN_POSTGRESQL;
+pub use config::{AcceptorParams, ConnectorParams, TlsAcceptor, TlsConnector};
+pub use error::TlsConfigError;
+pub use error::TlsError;
 pub use pem::PemFile;
-pub use session::{HANDSHAKE_SEND_LIMIT_BYTES, MAX_PARTIAL_RECORD_BYTES, Received, TlsSession};
+pub use session::Received;
+pub use session::TlsSession;
+#[cfg(test)]
+pub(crate) use session::{HANDSHAKE_SEND_LIMIT_BYTES, MAX_PARTIAL_RECORD_BYTES};
 
 /// The TLS configurations an engine works with, as the driver loaded them (both `None`
 /// when TLS is off on both sides). Cheap to clone.

@@ -24,11 +24,12 @@ use std::io::{Read, Write};
 
 /// Plaintext a session holds for the peer before the handshake finishes (and TLS records
 /// rustls holds between two calls, which the session drains at once).
-pub const HANDSHAKE_SEND_LIMIT_BYTES: usize = 64 * 1024;
+pub(crate) const HANDSHAKE_SEND_LIMIT_BYTES: usize = 64 * 1024;
 
 /// The most ciphertext a session keeps between two `receive` calls: one TLS record that has
 /// not fully arrived (16 KiB of payload, its expansion and the 5-byte header).
-pub const MAX_PARTIAL_RECORD_BYTES: usize = 16 * 1024 + 2048 + 5;
+#[cfg(test)]
+pub(crate) const MAX_PARTIAL_RECORD_BYTES: usize = 16 * 1024 + 2048 + 5;
 
 /// What one [`TlsSession::receive`] call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,7 +159,7 @@ impl TlsSession {
     }
 
     /// TLS records to put on the wire, if any.
-    pub fn take_output(&mut self) -> Option<Bytes> {
+    pub(crate) fn take_output(&mut self) -> Option<Bytes> {
         self.drain_records();
         if self.output.is_empty() {
             return None;
@@ -167,12 +168,13 @@ impl TlsSession {
     }
 
     /// Whether records are waiting for [`TlsSession::take_output`].
-    pub fn has_output(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_output(&self) -> bool {
         !self.output.is_empty() || self.conn.wants_write()
     }
 
     /// Queues a close_notify alert (then take the output and close).
-    pub fn close_notify(&mut self) {
+    pub(crate) fn close_notify(&mut self) {
         self.conn.send_close_notify();
         self.drain_records();
     }
@@ -183,13 +185,13 @@ impl TlsSession {
     }
 
     /// The negotiated ALPN protocol (`postgresql`), if the peer offered ALPN.
-    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+    pub(crate) fn alpn_protocol(&self) -> Option<&[u8]> {
         self.conn.alpn_protocol()
     }
 
     /// The first certificate of the peer's chain (DER), once the handshake verified it. The
     /// accepting side has one only when the client presented a certificate.
-    pub fn peer_certificate_der(&self) -> Option<&[u8]> {
+    pub(crate) fn peer_certificate_der(&self) -> Option<&[u8]> {
         self.conn
             .peer_certificates()
             .and_then(|chain| chain.first())
@@ -197,13 +199,13 @@ impl TlsSession {
     }
 
     /// The certificate this side presented (DER): the accepting side's server certificate.
-    pub fn local_certificate_der(&self) -> Option<&[u8]> {
+    pub(crate) fn local_certificate_der(&self) -> Option<&[u8]> {
         self.local_leaf.as_ref().map(|leaf| leaf.as_ref())
     }
 
     /// The common name of the peer's certificate. PgBouncer compares it with the user name
     /// for `auth_type = cert`.
-    pub fn peer_common_name(&self) -> Option<String> {
+    pub(crate) fn peer_common_name(&self) -> Option<String> {
         x509::common_name(self.peer_certificate_der()?)
     }
 
@@ -232,13 +234,13 @@ impl TlsSession {
     }
 
     /// OpenSSL's name of the negotiated version (`TLSv1.3`), after the handshake.
-    pub fn protocol_version_name(&self) -> Option<&'static str> {
+    pub(crate) fn protocol_version_name(&self) -> Option<&'static str> {
         self.conn.protocol_version().map(provider::version_name)
     }
 
     /// OpenSSL's name of the negotiated suite (`TLS_AES_256_GCM_SHA384`,
     /// `ECDHE-RSA-AES128-GCM-SHA256`), after the handshake.
-    pub fn cipher_suite_name(&self) -> Option<&'static str> {
+    pub(crate) fn cipher_suite_name(&self) -> Option<&'static str> {
         let suite = provider::from_rustls(self.conn.negotiated_cipher_suite()?)?;
         Some(suite.openssl_name())
     }
@@ -262,7 +264,8 @@ impl TlsSession {
 
     /// The traffic secrets and sequence numbers, for handing the connection to kernel TLS.
     /// Only after the handshake, with all output taken and nothing buffered.
-    pub fn into_kernel_secrets(mut self) -> Result<rustls::ExtractedSecrets, TlsError> {
+    #[cfg(test)]
+    pub(crate) fn into_kernel_secrets(mut self) -> Result<rustls::ExtractedSecrets, TlsError> {
         if self.has_output() {
             self.drain_records();
             return Err(TlsError::OutputPending);

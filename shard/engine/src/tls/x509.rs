@@ -86,7 +86,7 @@ fn subject(tbs: &[u8]) -> Option<&[u8]> {
 
 /// The last commonName of the certificate's subject (the most specific one, as OpenSSL's
 /// lookups and PostgreSQL report), as text.
-pub fn common_name(der: &[u8]) -> Option<String> {
+pub(crate) fn common_name(der: &[u8]) -> Option<String> {
     let (tbs, _) = certificate_parts(der)?;
     let mut rdns = subject(tbs)?;
     let mut found = None;

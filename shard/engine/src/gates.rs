@@ -204,7 +204,7 @@ impl Gates {
 
 /// A client's key on its shard as KILL_CLIENT names it: the low 15 bits of its slot
 /// generation, then its 32-bit slot index — the part of SHOW CLIENTS' `ptr` below the shard
-/// and kind bits (`shard/src/admin/format.rs`).
+/// and kind bits (`console/src/format.rs`).
 pub fn client_key(id: crate::ClientId) -> u64 {
     (u64::from(id.generation() & 0x7FFF) << 32) | u64::from(id.index())
 }

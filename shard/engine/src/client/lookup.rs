@@ -2,7 +2,7 @@
 //! PgBouncer does. This file holds the pure parts: the request (Parse/Bind/Execute/Sync with
 //! the user name as `$1`), the reader of the server's answer, and the shard's cache of the
 //! secrets found. The flow that runs it on a server of the `auth_user` pool is
-//! `engine/login.rs`.
+//! `engine/client_login.rs` and `engine/linker/joining.rs`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! on the primary, one per replica it has read from), where its current transaction runs, and
 //! the write its reads must see (read-your-writes).
 //!
-//! The decisions are made in `engine/reads.rs`; this is the state they keep per session.
+//! The decisions are made in `engine/read_routing.rs`; this is the state they keep per session.
 
 use std::net::SocketAddr;
 use std::time::Instant;

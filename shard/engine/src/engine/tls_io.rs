@@ -50,6 +50,8 @@ pub(super) fn requires_tls(mode: SslMode) -> bool {
 /// encrypted (nothing goes out while the handshake still runs: the session keeps it), and a
 /// closing flush is preceded by close_notify. `Ok(None)`: nothing to do for now; `Err`: the
 /// connection's TLS refused the bytes (it must close).
+// Every action passes here: inlined into `Engine::poll_action`, as when it was its method.
+#[inline]
 pub(super) fn seal(
     clients: &mut ClientTable,
     servers: &mut ServerTable,

@@ -161,23 +161,29 @@ pub(crate) struct Relay {
 
 /// The server's output walk, as its connection runs it (what the relay decides is above).
 impl super::ServerConn {
-    /// Walks its output for its client (whose tracked parameters follow it): what goes to
-    /// the client is taken into `forwarded`.
-    pub(crate) fn relay_output(
-        &mut self,
-        client_tracked: &mut TrackedParams,
-        max: usize,
-        forwarded: &mut crate::prepared::Chunks,
-    ) -> Scan {
-        let mut scan = self.backend.relay.scan(
+    /// Walks its output for its client (whose tracked parameters follow it). The walk is
+    /// returned straight from `Relay::scan` and what it found is taken with
+    /// [`ServerConn::take_relayed`]: returning a walk this function had changed would copy
+    /// the whole `Scan` on every answer (the per-query budget).
+    ///
+    /// [`ServerConn::take_relayed`]: super::ServerConn::take_relayed
+    pub(crate) fn relay_output(&mut self, client_tracked: &mut TrackedParams, max: usize) -> Scan {
+        self.backend.relay.scan(
             self.io.input.bytes(),
             &mut self.backend.tracker,
             &mut self.backend.params,
             Some(client_tracked),
             max,
-        );
+        )
+    }
+
+    /// Takes what `scan` (its latest walk) found to go to the client into `forwarded`.
+    pub(crate) fn take_relayed(
+        &mut self,
+        scan: &mut Scan,
+        forwarded: &mut crate::prepared::Chunks,
+    ) {
         scan.take_from(self.io.input.buffer_mut(), forwarded);
-        scan
     }
 
     /// Swallows its output (it has no client): what its answers decided for a client's

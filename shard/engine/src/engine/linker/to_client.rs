@@ -78,7 +78,8 @@ pub(in crate::engine) fn relay_to_client(
         return Relayed::Nothing;
     };
     let mut forwarded = Chunks::new();
-    let scan = server.relay_output(session.tracked_mut(), max, &mut forwarded);
+    let mut scan = server.relay_output(session.tracked_mut(), max);
+    server.take_relayed(&mut scan, &mut forwarded);
     apply_fallout(
         session.statements_slot(),
         server.backend_mut().relay_mut().take_fallout(),

@@ -181,6 +181,7 @@ impl Backend {
     }
 
     /// What must run before another client may have it.
+    #[cfg(any(test, feature = "testing"))]
     pub fn reset(&self) -> Reset {
         self.reset
     }

@@ -90,6 +90,8 @@ pub struct Texts<'a> {
     /// The shard's cache of classified texts.
     pub effects: &'a mut TextCache,
     pub calls: Option<CallNotes<'a>>,
+    /// How texts are read for session state; `None`: they are not.
+    pub(crate) watch: Option<Watch>,
 }
 
 impl<'a> Texts<'a> {
@@ -98,6 +100,7 @@ impl<'a> Texts<'a> {
         Texts {
             effects,
             calls: None,
+            watch: None,
         }
     }
 }
@@ -136,21 +139,41 @@ enum Plan {
 impl Forwarder {
     /// Forwards what `input` holds; `watch` classifies Query/Parse texts for session state;
     /// `rewriter`, when named statements are rewritten, sees every message.
+    #[cfg(test)]
     pub fn forward(
         &mut self,
         input: &mut BytesMut,
         tracker: &mut Tracker,
         sizes: ForwardLimits,
         watch: Option<Watch>,
+        texts: Texts<'_>,
+        rewriter: Option<&mut Rewriter<'_>>,
+    ) -> Forwarded {
+        let mut out = Forwarded::default();
+        let texts = Texts { watch, ..texts };
+        self.forward_into(input, tracker, sizes, texts, rewriter, &mut out);
+        out
+    }
+
+    /// Forwards what `input` holds into `out`, which must be empty (the per-query path keeps
+    /// its answer where the engine reads it rather than moving it up the calls); the texts'
+    /// `watch` classifies Query/Parse texts for session state; `rewriter`, when named
+    /// statements are rewritten, sees every message.
+    pub fn forward_into(
+        &mut self,
+        input: &mut BytesMut,
+        tracker: &mut Tracker,
+        sizes: ForwardLimits,
         mut texts: Texts<'_>,
         mut rewriter: Option<&mut Rewriter<'_>>,
-    ) -> Forwarded {
+        out: &mut Forwarded,
+    ) {
         let limits = FrameLimits {
             max_message_len: sizes.max_message_bytes,
             ..FrameLimits::default()
         };
         let whole_limit = sizes.whole_message_bytes;
-        let mut out = Forwarded::default();
+        let watch = texts.watch;
         // input[..pos] is forwarded as it is, in one piece, when the walk ends or a rewritten
         // message needs to go after it.
         let mut pos = 0usize;
@@ -325,7 +348,6 @@ impl Forwarder {
         if out.end == Some(ForwardEnd::Terminate) {
             input.clear();
         }
-        out
     }
 
     /// The last byte of a streamed message is going: the rewriter's ledger learns of it.
@@ -625,15 +647,18 @@ pub(crate) struct ForwardOptions {
 }
 
 impl super::ClientConn {
-    /// Moves the client's complete (or streaming) messages to `server`, its server. `None`
-    /// when it has no session.
+    /// Moves the client's complete (or streaming) messages to `server`, its server, and
+    /// says what went in `out`. False when it has no session.
     pub(crate) fn forward_to(
         &mut self,
         server: &mut crate::server::ServerConn,
         shared: ForwardShared<'_>,
         options: ForwardOptions,
-    ) -> Option<Forwarded> {
-        let session = self.session.as_deref_mut()?;
+        out: &mut Forwarded,
+    ) -> bool {
+        let Some(session) = self.session.as_deref_mut() else {
+            return false;
+        };
         let input = self.input.buffer_mut();
         let (relay, tracker) = server.backend_mut().relay_and_tracker_mut();
         // In transaction mode, Query and Parse texts are classified: for the session state
@@ -673,16 +698,17 @@ impl super::ClientConn {
             _ => None,
         };
         let before = input.len();
-        let out = session.forwarder.forward(
+        session.forwarder.forward_into(
             input,
             tracker,
             options.sizes,
-            watch,
             Texts {
                 effects: shared.texts,
                 calls,
+                watch,
             },
             rewriter.as_mut(),
+            out,
         );
         drop(rewriter);
         if let Some(reads) = session.reads.as_mut() {
@@ -695,6 +721,6 @@ impl super::ClientConn {
             session.query_started.get_or_insert(options.now);
             session.transaction_started.get_or_insert(options.now);
         }
-        Some(out)
+        true
     }
 }

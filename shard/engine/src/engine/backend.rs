@@ -315,8 +315,14 @@ impl ServerTable {
             return false;
         }
         // Strictly longer: a server that just passed its check (idle since this pass) is
-        // not checked again, even with `server_check_delay = 0`.
-        if now.saturating_duration_since(lease.idle_since) <= settings.server_check_delay.duration()
+        // not checked again, even with `server_check_delay = 0`. Written as a deadline
+        // compare, cheaper than a clock subtraction on every checkout; a delay too long to
+        // add never comes due.
+        let delay = settings.server_check_delay.duration();
+        if lease
+            .idle_since
+            .checked_add(delay)
+            .is_none_or(|due| now <= due)
         {
             return false;
         }

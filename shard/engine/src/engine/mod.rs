@@ -96,7 +96,7 @@ use tracing::{debug, warn};
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
 use crate::client::auth_method::Method;
-use crate::client::forward::ForwardEnd;
+use crate::client::forward::{ForwardEnd, Forwarded};
 use crate::client::lookup::Found;
 use crate::client::startup::LoginRequest;
 use crate::client::{ClientConn, ClientState};
@@ -1295,17 +1295,19 @@ impl Engine {
 
     /// Moves the client's complete (or streaming) messages to its server.
     fn forward(&mut self, id: ClientId, server_id: ServerId) {
-        let Some(out) = linker::linking::forward(
+        let mut out = Forwarded::default();
+        let options = linker::linking::forward_options(&self.env, self.now);
+        if !linker::linking::forward(
             &mut self.clients,
             &mut self.servers,
             &mut self.stats,
-            &self.env,
             id,
             server_id,
-            self.now,
-        ) else {
+            options,
+            &mut out,
+        ) {
             return;
-        };
+        }
         if !out.vacate.is_empty() {
             // Before the statement goes: the closes are on their way when it arrives.
             self.linker.vacate_databases(

@@ -228,7 +228,13 @@ pub(in crate::engine) fn link(
         // It is not waiting any more (it left in between): the server goes on.
         _ => return Linked::GiveBack(lease),
     };
-    let wait_us = now.saturating_duration_since(since).as_micros() as u64;
+    // Most links find an idle server in the batch that queued the client: no wait to
+    // measure (a comparison, not a clock subtraction, on every transaction).
+    let wait_us = if now > since {
+        now.duration_since(since).as_micros() as u64
+    } else {
+        0
+    };
     let database = client.session().map(|session| session.stats());
     stats.waited(database, wait_us);
     let Some(session) = client.session_mut() else {
@@ -299,27 +305,37 @@ pub(in crate::engine) fn start_welcome(
 }
 
 /// Moves the client's complete (or streaming) messages to its server; what went, and
-/// what the engine must do about it, is in the answer (the bytes are not sent yet: a
+/// what the engine must do about it, is in `out` (the bytes are not sent yet: a
 /// statement that needs a database vacated waits for the closes to be on their way).
+/// False when the client, its session or the server is gone.
 pub(in crate::engine) fn forward(
     clients: &mut ClientTable,
     servers: &mut ServerTable,
     stats: &mut StatsSink,
-    env: &Env,
     id: ClientId,
     server_id: ServerId,
-    now: Instant,
-) -> Option<Forwarded> {
-    let limits = env.limits();
-    let (client, logins) = clients.get_with_logins(id.0)?;
-    let (server, registry, scratch) = servers.get_with_statements(server_id.0)?;
+    options: ForwardOptions,
+    out: &mut Forwarded,
+) -> bool {
+    let Some((client, logins)) = clients.get_with_logins(id.0) else {
+        return false;
+    };
+    let Some((server, registry, scratch)) = servers.get_with_statements(server_id.0) else {
+        return false;
+    };
     let shared = ForwardShared {
         registry,
         scratch,
         texts: logins.texts_mut(),
         digests: stats.digests_mut(),
     };
-    let options = ForwardOptions {
+    client.forward_to(server, shared, options, out)
+}
+
+/// The settings a client's forward follows, from the limits in force.
+pub(in crate::engine) fn forward_options(env: &Env, now: Instant) -> ForwardOptions {
+    let limits = env.limits();
+    ForwardOptions {
         sizes: ForwardLimits {
             max_message_bytes: limits.max_client_message_bytes,
             whole_message_bytes: limits.client_input_limit_bytes,
@@ -330,8 +346,7 @@ pub(in crate::engine) fn forward(
         },
         pinning: limits.pin_session_state,
         now,
-    };
-    client.forward_to(server, shared, options)
+    }
 }
 
 /// The server finished a transaction (or a welcome, or a shutdown waits): its client

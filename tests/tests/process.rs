@@ -267,14 +267,22 @@ fn shards_are_pinned_within_the_affinity_mask_pgtier_starts_with() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut shards = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{}/task", proxy.pid)).expect("tasks") {
-        let task = task.expect("task").path();
-        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-        if name.trim().starts_with("pgtier-shard-") {
-            shards.push((name.trim().to_string(), allowed_cpus(&task.join("status"))));
+    // The port accepts from its bind on, before the shard threads start: look until both
+    // are there (a loaded machine shows the gap).
+    let shards = loop {
+        let mut shards = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{}/task", proxy.pid)).expect("tasks") {
+            let task = task.expect("task").path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if name.trim().starts_with("pgtier-shard-") {
+                shards.push((name.trim().to_string(), allowed_cpus(&task.join("status"))));
+            }
         }
-    }
+        if shards.len() >= 2 || Instant::now() >= deadline {
+            break shards;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(shards.len(), 2, "two workers: {shards:?}");
     for (name, cpus) in &shards {
         assert_eq!(cpus, &vec![cpu], "{name} left the mask of CPU {cpu}");

@@ -105,6 +105,13 @@ pub(super) enum Authenticated {
     Admission(Admission),
 }
 
+/// A database no entry serves: PgBouncer's words, which tools and its test suite match on,
+/// with PostgreSQL's code for an unknown database, which drivers act on.
+fn no_such_database(database: &str) -> Bytes {
+    let message = format!("no such database: {database}");
+    messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)
+}
+
 /// Whether a `replication` startup value asks for a replication connection, as
 /// PostgreSQL reads it (`database` for logical replication, a boolean for physical); any
 /// other value is refused with PostgreSQL's error.
@@ -246,10 +253,7 @@ impl ClientTable {
             Some(_) if replication => PoolMode::Session,
             Some(db) => env.config().pool_mode(db, &user),
             None if admin => PoolMode::Session,
-            None => {
-                let message = format!("database \"{database}\" does not exist");
-                return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
-            }
+            None => return Err(no_such_database(&database)),
         };
         let class = env
             .config()
@@ -746,8 +750,7 @@ pub(super) fn pool_key(
         return Ok(None);
     };
     let Some(db) = env.config().database(session.database()) else {
-        let message = format!("database \"{}\" does not exist", session.database());
-        return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
+        return Err(no_such_database(session.database()));
     };
     let reader_entry = matches!(
         &db.servers,

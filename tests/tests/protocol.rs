@@ -10,6 +10,7 @@ use pgtier_tests::fixtures::{
     admin, pgbench_init, pgbench_processed, pgbench_select_only, psql_through, server_and_proxy,
     sqlstate,
 };
+use pgtier_tests::wait;
 use postgres::SimpleQueryMessage;
 
 fn simple_rows(messages: &[SimpleQueryMessage]) -> Vec<String> {
@@ -412,6 +413,14 @@ fn unknown_database_fails_promptly_with_3d000() {
         Some("no such database: no_such_db"),
         "{error:?}"
     );
+    // ...and PgBouncer's log line for it.
+    let logged = wait::until(Duration::from_secs(10), Duration::from_millis(20), || {
+        proxy
+            .log()
+            .contains("closing because: no such database: no_such_db")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "{}", proxy.log());
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "{:?}",

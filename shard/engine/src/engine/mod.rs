@@ -91,7 +91,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
 use pgtier_pool::PoolSlice;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
@@ -613,6 +613,15 @@ impl Engine {
     /// closes. Everything it held is given back now: its wait, its server, its pool
     /// registration, its cancel key and its replica lease.
     fn close_client(&mut self, id: ClientId, error: Option<Bytes>) {
+        if let Some(error) = &error {
+            // PgBouncer's line for a client it closes with an error (operators and its test
+            // suite look for it).
+            info!(
+                client = id.index(),
+                "closing because: {}",
+                messages::error_text(error)
+            );
+        }
         let linger = error.is_some();
         self.begin_client_close(id, error, linger);
     }

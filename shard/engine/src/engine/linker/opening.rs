@@ -64,9 +64,11 @@ impl Linker {
         let server = servers.get_mut(id.0)?;
         let pool = server.pool();
         stats.login_failed();
+        // PgBouncer's words, with the server's (operators and its test suite look for them).
         info!(
             database = %self.pools().key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
-            "server login failed"
+            "server login failed: FATAL {}",
+            crate::messages::error_text(&error)
         );
         server.mark_closing();
         outbox.push(Action::Close {

@@ -204,8 +204,22 @@ fn certified_key(
         }
         Err(error) => Err(TlsConfigError::BadCertificate {
             file: chain.name.to_string(),
-            reason: error.to_string(),
+            reason: certificate_problem(&error),
         }),
+    }
+}
+
+/// Why rustls cannot use a certificate, in words an operator can act on: an X.509
+/// version 1 certificate (OpenSSL's `x509 -req` without extensions makes them) is named as
+/// such, since rustls's message for it is only a variant name.
+fn certificate_problem(error: &rustls::Error) -> String {
+    if format!("{error:?}").contains("UnsupportedCertVersion") {
+        "it is an X.509 version 1 certificate, and pgtier's TLS library (rustls) uses only \
+         version 3 certificates: reissue it as version 3 (with OpenSSL, `x509 -req` given \
+         extensions, e.g. `-extfile` naming basicConstraints)"
+            .to_string()
+    } else {
+        error.to_string()
     }
 }
 

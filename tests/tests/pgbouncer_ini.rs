@@ -212,7 +212,7 @@ fn check_config_says_which_ini_keys_are_honoured_and_names_misspelt_ones() {
     let finished = check_config(&bad);
     assert!(!finished.success(), "{finished:?}");
     let expected = format!(
-        "{}:3: [pgbouncer] listen_prot: PgBouncer has no such setting (did you mean \
+        "{}:3: [pgbouncer] listen_prot: PgBouncer 1.25 has no such setting (did you mean \
          \"listen_port\"?)",
         bad.display()
     );

@@ -20,7 +20,7 @@ mod validate;
 
 pub use database::UserConfig;
 pub use database::{
-    DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings, ReadSettings,
+    DatabaseConfig, DedicatedSplit, HostPort, LoadBalanceHosts, PlbLoadSignal, PlbSettings, ReadSettings,
     ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, TierSettings,
 };
 pub use error::ConfigError;
@@ -212,6 +212,35 @@ impl Config {
             Some(entry) if entry.max_user_connections > 0 => entry.max_user_connections,
             _ => self.pgtier.max_user_connections,
         }
+    }
+
+    /// Client connections `user` may have open across all databases (0 = unlimited): the
+    /// `[users]` entry's limit when it sets one, else the global one.
+    pub fn max_user_client_connections(&self, user: &str) -> u32 {
+        match self.user(user) {
+            Some(entry) if entry.max_user_client_connections > 0 => {
+                entry.max_user_client_connections
+            }
+            _ => self.pgtier.max_user_client_connections,
+        }
+    }
+
+    /// Servers of a pool of `database` whose server user is `user`: the user's
+    /// `pool_size`, else the entry's (which already falls back to `default_pool_size`).
+    pub fn pool_size(&self, database: Option<&DatabaseConfig>, user: &str) -> u32 {
+        self.user(user)
+            .and_then(|entry| entry.pool_size)
+            .or(database.map(|db| db.pool_size))
+            .unwrap_or(self.pgtier.default_pool_size)
+    }
+
+    /// Reserve servers of such a pool: the user's `reserve_pool_size`, else the entry's,
+    /// else the global one.
+    pub fn reserve_pool_size(&self, database: Option<&DatabaseConfig>, user: &str) -> u32 {
+        self.user(user)
+            .and_then(|entry| entry.reserve_pool_size)
+            .or(database.map(|db| db.reserve_pool_size))
+            .unwrap_or(self.pgtier.reserve_pool_size)
     }
 }
 

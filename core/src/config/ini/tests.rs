@@ -268,22 +268,22 @@ fn host_lists_with_names_are_refused_with_the_reason() {
 fn misspelt_keys_name_file_line_and_the_likely_key() {
     assert_eq!(
         ini_error("[pgbouncer]\nauth_type = trust\n\n  defualt_pool_size = 3\n"),
-        "/etc/pgbouncer/pgbouncer.ini:4: [pgbouncer] defualt_pool_size: PgBouncer has no such \
+        "/etc/pgbouncer/pgbouncer.ini:4: [pgbouncer] defualt_pool_size: PgBouncer 1.25 has no such \
          setting (did you mean \"default_pool_size\"?)"
     );
     assert_eq!(
         ini_error("[databases]\napp = host=x poolsize=3\n"),
-        "/etc/pgbouncer/pgbouncer.ini:2: [databases] app: poolsize: PgBouncer has no such \
+        "/etc/pgbouncer/pgbouncer.ini:2: [databases] app: poolsize: PgBouncer 1.25 has no such \
          connection parameter (did you mean \"pool_size\"?)"
     );
     assert_eq!(
         ini_error("[users]\nbob = pool_mod=session\n"),
-        "/etc/pgbouncer/pgbouncer.ini:2: [users] bob: pool_mod: PgBouncer has no such user \
+        "/etc/pgbouncer/pgbouncer.ini:2: [users] bob: pool_mod: PgBouncer 1.25 has no such user \
          setting (did you mean \"pool_mode\"?)"
     );
     assert_eq!(
         ini_error("[pgbouncr]\n"),
-        "/etc/pgbouncer/pgbouncer.ini:1: [pgbouncr]: PgBouncer has no such section (did you \
+        "/etc/pgbouncer/pgbouncer.ini:1: [pgbouncr]: PgBouncer 1.25 has no such section (did you \
          mean \"pgbouncer\"?)"
     );
     assert!(ini_error("[pgbouncer]\nqwertyuiop = 1\n").ends_with("no such setting"));

@@ -231,6 +231,7 @@ impl ClientTable {
             return Ok(false);
         };
         let (user, database) = (logins.intern(&user), logins.intern(&database));
+        let counted = count_client(env, &database, &user, admin)?;
         client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
@@ -239,6 +240,7 @@ impl ClientTable {
             startup_params: forwarded,
             tracked,
             stats,
+            counted,
         })));
         Ok(true)
     }
@@ -602,6 +604,38 @@ fn refuse_plaintext_login(clients: &ClientTable, id: ClientId, env: &Env) -> Res
         sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
         &message,
     ))
+}
+
+/// Counts a client that names `database` and `user` against `max_db_client_connections`
+/// and `max_user_client_connections`, as PgBouncer does before authentication, database
+/// first; an admin user on the admin console is never limited (PgBouncer's exception).
+/// `Err`: PgBouncer's FATAL for the limit it is past.
+fn count_client(
+    env: &Env,
+    database: &std::sync::Arc<str>,
+    user: &std::sync::Arc<str>,
+    admin: bool,
+) -> Result<crate::client_counts::Counted, Bytes> {
+    use crate::client_counts::Scope;
+    let mut counted = crate::client_counts::Counted::default();
+    let config = env.config();
+    if admin && config.pgtier.is_admin(user) {
+        return Ok(counted);
+    }
+    let db_limit = config.database(database).map_or(
+        config.pgtier.max_db_client_connections,
+        |db| db.max_db_client_connections,
+    );
+    let user_limit = config.max_user_client_connections(user);
+    let counts = &env.shared().client_counts;
+    counts
+        .admit(Scope::Database, database, db_limit, &mut counted)
+        .and_then(|()| counts.admit(Scope::User, user, user_limit, &mut counted))
+        .map_err(|scope| {
+            tracing::debug!(%database, %user, "{}", scope.exceeded_message());
+            messages::fatal(sqlstate::PROTOCOL_VIOLATION, scope.exceeded_message())
+        })?;
+    Ok(counted)
 }
 
 // ---- a logged-in client and its pool: admission answers, registration, auth_query ----

@@ -176,10 +176,21 @@ pub struct Engine {
 /// Server slots per shard: every configured pool full several times over (pools are per
 /// user too), or one per client, whichever is more.
 fn max_servers(config: &Config) -> usize {
+    // A [users] pool_size may be larger than any entry's.
+    let user_pool_size = config
+        .users
+        .values()
+        .filter_map(|user| user.pool_size)
+        .max()
+        .unwrap_or(0);
     let per_db: usize = config
         .databases
         .values()
-        .map(|db| db.pool_size.max(config.pgtier.default_pool_size) as usize)
+        .map(|db| {
+            db.pool_size
+                .max(config.pgtier.default_pool_size)
+                .max(user_pool_size) as usize
+        })
         .sum();
     (per_db * 4)
         .max(config.pgtier.max_client_conn as usize)

@@ -276,7 +276,11 @@ pub(super) fn database(
             format!("the name \"{name}\" is reserved for the admin console"),
         );
     }
-    auth_dbname(&check, &format!("{base}.auth_dbname"), raw.auth_dbname.as_deref())?;
+    auth_dbname(
+        &check,
+        &format!("{base}.auth_dbname"),
+        raw.auth_dbname.as_deref(),
+    )?;
     let servers = servers(&check, &base, &raw, settings)?;
     let pool_size = raw.pool_size.unwrap_or(settings.default_pool_size);
     check.at_least(&format!("{base}.pool_size"), pool_size.into(), 1)?;
@@ -313,7 +317,9 @@ pub(super) fn database(
         query_wait_timeout: raw.query_wait_timeout,
         class: raw.class.unwrap_or(ClassSetting::FREEMIUM),
         auth_user: raw.auth_user.or_else(|| settings.auth_user.clone()),
-        auth_query: raw.auth_query.unwrap_or_else(|| settings.auth_query.clone()),
+        auth_query: raw
+            .auth_query
+            .unwrap_or_else(|| settings.auth_query.clone()),
         auth_dbname: raw.auth_dbname.or_else(|| settings.auth_dbname.clone()),
         connect_params,
     })

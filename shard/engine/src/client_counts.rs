@@ -59,7 +59,10 @@ impl ClientCounts {
             return Ok(());
         }
         let count = {
-            let mut map = self.map(scope).lock().unwrap_or_else(PoisonError::into_inner);
+            let mut map = self
+                .map(scope)
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let count = map.entry(name.clone()).or_default().clone();
             // Counted under the lock, so `release` never forgets a count just taken.
             count.fetch_add(1, Ordering::AcqRel);
@@ -82,12 +85,19 @@ impl ClientCounts {
 
     /// The clients of `name` counted now (0 when none, or when no limit counts them).
     pub fn count(&self, scope: Scope, name: &str) -> u32 {
-        let map = self.map(scope).lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(name).map_or(0, |count| count.load(Ordering::Acquire))
+        let map = self
+            .map(scope)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(name)
+            .map_or(0, |count| count.load(Ordering::Acquire))
     }
 
     fn release(&self, scope: Scope, name: &Arc<str>, count: &Arc<AtomicU32>) {
-        let mut map = self.map(scope).lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .map(scope)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if count.fetch_sub(1, Ordering::AcqRel) == 1 {
             map.remove(name);
         }

@@ -87,10 +87,7 @@ impl Mapped {
             error_at(
                 &entry.origin,
                 &label,
-                format!(
-                    "{} has no such setting{hint}",
-                    catalogue::PGBOUNCER_VERSION
-                ),
+                format!("{} has no such setting{hint}", catalogue::PGBOUNCER_VERSION),
             )
         })?;
         let Treatment::Honoured(kind) = treatment else {
@@ -274,7 +271,9 @@ impl Mapped {
                 "pool_size"
                 | "reserve_pool_size"
                 | "max_user_connections"
-                | "max_user_client_connections" => Value::Integer(parse_count(value).map_err(fail)?),
+                | "max_user_client_connections" => {
+                    Value::Integer(parse_count(value).map_err(fail)?)
+                }
                 "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout" => {
                     Value::Float(parse_seconds(value).map_err(fail)?)
                 }

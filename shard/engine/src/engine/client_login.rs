@@ -622,10 +622,11 @@ fn count_client(
     if admin && config.pgtier.is_admin(user) {
         return Ok(counted);
     }
-    let db_limit = config.database(database).map_or(
-        config.pgtier.max_db_client_connections,
-        |db| db.max_db_client_connections,
-    );
+    let db_limit = config
+        .database(database)
+        .map_or(config.pgtier.max_db_client_connections, |db| {
+            db.max_db_client_connections
+        });
     let user_limit = config.max_user_client_connections(user);
     let counts = &env.shared().client_counts;
     counts
@@ -779,15 +780,43 @@ pub(super) fn pool_key(
     Ok(Some((key, reader_entry)))
 }
 
-/// The key of the `auth_user` pool of client `id`'s database.
-pub(super) fn lookup_key(clients: &ClientTable, id: ClientId, auth_user: &str) -> Option<PoolKey> {
-    let session = clients.get(id.0)?.session()?;
-    Some(PoolKey::new(
-        (**session.database()).into(),
+/// The key of the `auth_user` pool client `id`'s lookup runs on: in the entry its
+/// database's `auth_dbname` names (else the global `auth_dbname`, else its own database).
+/// `Ok(None)`: the client is gone; `Err`: `auth_dbname` names no entry, PgBouncer's
+/// "bouncer config error".
+pub(super) fn lookup_key(
+    clients: &ClientTable,
+    id: ClientId,
+    auth_user: &str,
+    env: &Env,
+) -> Result<Option<PoolKey>, Bytes> {
+    let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
+        return Ok(None);
+    };
+    let auth_dbname = env
+        .config()
+        .database(session.database())
+        .and_then(|db| db.auth_dbname.as_deref());
+    let database = match auth_dbname {
+        None => &**session.database(),
+        Some(name) if env.config().database(name).is_some() => name,
+        Some(name) => {
+            tracing::error!(
+                database = %session.database(),
+                "authentication database \"{name}\" is not configured (auth_dbname)"
+            );
+            return Err(messages::fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "bouncer config error",
+            ));
+        }
+    };
+    Ok(Some(PoolKey::new(
+        database.into(),
         auth_user.into(),
         ServerTarget::Primary,
         StartupProfile::default(),
-    ))
+    )))
 }
 
 /// Client `id` parks on the `auth_user` pool `pool` for its lookup (`method` checks the

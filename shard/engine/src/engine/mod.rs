@@ -1980,8 +1980,13 @@ impl Engine {
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let Some(key) = client_login::lookup_key(&self.clients, id, auth_user) else {
-            return;
+        let key = match client_login::lookup_key(&self.clients, id, auth_user, &self.env) {
+            Ok(Some(key)) => key,
+            Ok(None) => return,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                return;
+            }
         };
         let pool = match self.register(&key) {
             Ok(pool) => pool,

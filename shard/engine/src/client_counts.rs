@@ -1,8 +1,8 @@
 //! The client connections of each database entry and of each user, counted across every
 //! shard, behind PgBouncer 1.19's `max_db_client_connections` and
 //! `max_user_client_connections`. A client is counted from its StartupMessage to its close
-//! by a [`Counted`] that its session holds: dropping the session (however the client
-//! ends) gives the count back, so no close path can forget it.
+//! by a [`Counted`] that the client table holds beside it: removing the client (however it
+//! ends) drops it and gives the count back, so no close path can forget it.
 //!
 //! Only names with a limit are counted: with both settings off (the default) a login takes
 //! no lock here. A name whose count falls to zero is forgotten, so unauthenticated logins
@@ -123,6 +123,13 @@ impl Drop for Hold {
 #[derive(Debug, Default)]
 pub struct Counted {
     holds: Vec<Hold>,
+}
+
+impl Counted {
+    /// Whether no limit counts this client.
+    pub fn is_empty(&self) -> bool {
+        self.holds.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -117,9 +117,6 @@ pub struct Session {
     reads: Option<Box<reads::ReaderSession>>,
     /// Its calls in flight, for query digests (`None` with `query_digests` off).
     calls: Option<Box<calls::CallLog>>,
-    /// Its place in the per-database and per-user client counts, given back when the
-    /// session is dropped.
-    _counted: crate::client_counts::Counted,
 }
 
 /// What a StartupMessage names: the session it begins.
@@ -131,8 +128,6 @@ pub struct SessionStart {
     pub startup_params: Vec<(String, String)>,
     pub tracked: TrackedParams,
     pub stats: pgtier_core::metrics::DatabaseSlot,
-    /// Its place in the client counts (`max_db_client_connections`...).
-    pub counted: crate::client_counts::Counted,
 }
 
 impl Session {
@@ -156,7 +151,6 @@ impl Session {
             reads: None,
             // Made at its first call (`link`): an idle client holds no call log.
             calls: None,
-            _counted: start.counted,
         }
     }
 

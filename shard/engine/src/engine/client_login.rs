@@ -227,11 +227,14 @@ impl ClientTable {
                 env.config().class(db, &user)
             });
         let stats = stats.database_slot(&database, env.shared());
-        let Some((client, logins)) = self.get_with_logins(id.0) else {
+        let Some((_, logins)) = self.get_with_logins(id.0) else {
             return Ok(false);
         };
         let (user, database) = (logins.intern(&user), logins.intern(&database));
         let counted = count_client(env, &database, &user, admin)?;
+        let Some(client) = self.get_mut(id.0) else {
+            return Ok(false);
+        };
         client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
@@ -240,8 +243,8 @@ impl ClientTable {
             startup_params: forwarded,
             tracked,
             stats,
-            counted,
         })));
+        self.hold_counts(id.0, counted);
         Ok(true)
     }
 

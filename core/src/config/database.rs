@@ -38,11 +38,25 @@ pub struct DatabaseConfig {
     pub pool_mode: PoolMode,
     /// Server connections to this entry across all users (0 = unlimited).
     pub max_db_connections: u32,
+    /// Client connections to this entry across all users (0 = unlimited): the entry's
+    /// `max_db_client_connections`, else the global one.
+    pub max_db_client_connections: u32,
+    /// Unused servers of this entry connected longer than this close (the entry's
+    /// `server_lifetime`, else the global one; PgBouncer 1.19's per-database setting).
+    pub server_lifetime: super::Seconds,
+    /// A client's wait for a server of this entry before it is refused, when the entry sets
+    /// one (`query_wait_timeout`; a `[users]` value wins, the global one applies otherwise).
+    pub query_wait_timeout: Option<super::Seconds>,
     /// Class of sessions on this entry unless their user has one.
     pub class: ClassSetting,
     /// User whose `auth_query` looks up the secrets of clients the auth file does not list
     /// (the entry's, else the global `auth_user`).
     pub auth_user: Option<String>,
+    /// The query that looks those secrets up (the entry's, else the global `auth_query`).
+    pub auth_query: String,
+    /// The entry whose servers run that query (the entry's `auth_dbname`, else the global
+    /// one; `None`: this entry's own servers).
+    pub auth_dbname: Option<String>,
     /// Startup parameters sent to the server on every new connection of this entry
     /// (pgbouncer.ini's `client_encoding`, `datestyle`, `timezone`), as (name, value).
     pub connect_params: Vec<(String, String)>,
@@ -344,14 +358,32 @@ pub struct DedicatedSplit {
     pub freemium: Vec<ReplicaIndex>,
 }
 
-/// A `[users.NAME]` entry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// A `[users.NAME]` entry. The settings PgBouncer 1.25 has per user win over the database
+/// entry's and the global ones; where PgBouncer reads 0 as "not set", so does pgtier.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UserConfig {
     /// Class of this user's sessions on every database (wins over the entry's class).
     pub class: Option<ClassSetting>,
     /// Pool mode for this user (wins over database and global settings).
     pub pool_mode: Option<PoolMode>,
+    /// Server connections of each pool whose server user this is (wins over the entry's
+    /// `pool_size` and `default_pool_size`).
+    pub pool_size: Option<u32>,
+    /// Reserve servers of each pool whose server user this is (wins over the entry's and the
+    /// global `reserve_pool_size`).
+    pub reserve_pool_size: Option<u32>,
     /// Server connections for this user across all databases (0 = the global setting).
     pub max_user_connections: u32,
+    /// Client connections of this user across all databases (0 = the global setting).
+    pub max_user_client_connections: u32,
+    /// `query_timeout` of this user's clients (absent or 0 = the global setting).
+    pub query_timeout: Option<super::Seconds>,
+    /// `idle_transaction_timeout` of this user's clients (absent or 0 = the global setting).
+    pub idle_transaction_timeout: Option<super::Seconds>,
+    /// `client_idle_timeout` of this user's clients (absent or 0 = the global setting).
+    pub client_idle_timeout: Option<super::Seconds>,
+    /// `query_wait_timeout` of this user's clients (absent = the entry's or the global
+    /// setting; 0 = no limit, as PgBouncer).
+    pub query_wait_timeout: Option<super::Seconds>,
 }

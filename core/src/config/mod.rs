@@ -214,6 +214,88 @@ impl Config {
             _ => self.pgtier.max_user_connections,
         }
     }
+
+    /// Client connections `user` may have open across all databases (0 = unlimited): the
+    /// `[users]` entry's limit when it sets one, else the global one.
+    pub fn max_user_client_connections(&self, user: &str) -> u32 {
+        match self.user(user) {
+            Some(entry) if entry.max_user_client_connections > 0 => {
+                entry.max_user_client_connections
+            }
+            _ => self.pgtier.max_user_client_connections,
+        }
+    }
+
+    /// `query_wait_timeout` of a client of `user` on `database`: the user's, else the
+    /// entry's, else the global one (PgBouncer's order; a set 0 means no limit).
+    pub fn query_wait_timeout(&self, database: Option<&DatabaseConfig>, user: &str) -> Seconds {
+        self.user(user)
+            .and_then(|entry| entry.query_wait_timeout)
+            .or_else(|| database.and_then(|db| db.query_wait_timeout))
+            .unwrap_or(self.pgtier.query_wait_timeout)
+    }
+
+    /// A client of `user`'s `query_timeout`, `idle_transaction_timeout` and
+    /// `client_idle_timeout`: the user's where it sets one above 0, else the global ones.
+    pub fn client_timeouts(&self, user: &str) -> UserTimeouts {
+        let settings = &self.pgtier;
+        let entry = self.user(user);
+        let pick = |own: Option<Seconds>, global: Seconds| {
+            own.filter(|value| !value.is_zero()).unwrap_or(global)
+        };
+        UserTimeouts {
+            query_timeout: pick(entry.and_then(|e| e.query_timeout), settings.query_timeout),
+            idle_transaction_timeout: pick(
+                entry.and_then(|e| e.idle_transaction_timeout),
+                settings.idle_transaction_timeout,
+            ),
+            client_idle_timeout: pick(
+                entry.and_then(|e| e.client_idle_timeout),
+                settings.client_idle_timeout,
+            ),
+        }
+    }
+
+    /// Whether any `[users]` or database entry sets its own client timeout (when none does,
+    /// every client has the global ones).
+    pub fn has_own_client_timeouts(&self) -> bool {
+        self.users.values().any(|user| {
+            user.query_timeout.is_some()
+                || user.idle_transaction_timeout.is_some()
+                || user.client_idle_timeout.is_some()
+                || user.query_wait_timeout.is_some()
+        }) || self
+            .databases
+            .values()
+            .chain(self.fallback.as_ref())
+            .any(|db| db.query_wait_timeout.is_some())
+    }
+
+    /// Servers of a pool of `database` whose server user is `user`: the user's
+    /// `pool_size`, else the entry's (which already falls back to `default_pool_size`).
+    pub fn pool_size(&self, database: Option<&DatabaseConfig>, user: &str) -> u32 {
+        self.user(user)
+            .and_then(|entry| entry.pool_size)
+            .or(database.map(|db| db.pool_size))
+            .unwrap_or(self.pgtier.default_pool_size)
+    }
+
+    /// Reserve servers of such a pool: the user's `reserve_pool_size`, else the entry's,
+    /// else the global one.
+    pub fn reserve_pool_size(&self, database: Option<&DatabaseConfig>, user: &str) -> u32 {
+        self.user(user)
+            .and_then(|entry| entry.reserve_pool_size)
+            .or(database.map(|db| db.reserve_pool_size))
+            .unwrap_or(self.pgtier.reserve_pool_size)
+    }
+}
+
+/// The client timeouts a `[users]` entry may set, resolved against the global ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserTimeouts {
+    pub query_timeout: Seconds,
+    pub idle_transaction_timeout: Seconds,
+    pub client_idle_timeout: Seconds,
 }
 
 /// Which keys of a pgbouncer.ini pgtier acts on (for `pgtier check-config`).

@@ -167,6 +167,9 @@ pub struct Settings {
     pub auth_query: String,
     /// User that runs `auth_query` (none: unknown users are refused).
     pub auth_user: Option<String>,
+    /// The database entry `auth_query` runs in (none: the client's own entry); an entry's
+    /// `auth_dbname` wins.
+    pub auth_dbname: Option<String>,
     /// PgBouncer userlist.txt; relative paths are resolved against the config file's directory
     /// when the file is loaded, so this is the path to open.
     pub auth_file: Option<PathBuf>,
@@ -184,8 +187,14 @@ pub struct Settings {
     pub reserve_pool_timeout: Seconds,
     /// Server connections per database across all users (0 = unlimited).
     pub max_db_connections: u32,
+    /// Client connections per database entry across all users (0 = unlimited); an entry's
+    /// own `max_db_client_connections` wins. The client past it is refused at login.
+    pub max_db_client_connections: u32,
     /// Server connections per user across all databases (0 = unlimited).
     pub max_user_connections: u32,
+    /// Client connections per user across all databases (0 = unlimited); a `[users]` entry's
+    /// own `max_user_client_connections` wins. The client past it is refused at login.
+    pub max_user_client_connections: u32,
     /// Connect plus login time allowed for a new server connection (15 s).
     pub server_connect_timeout: Seconds,
     /// Pause after a failed server connect or login before the next try (15 s).
@@ -426,6 +435,7 @@ impl Default for Settings {
             auth_hba_file: None,
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".to_string(),
             auth_user: None,
+            auth_dbname: None,
             auth_file: None,
             pool_mode: PoolMode::Session,
             max_client_conn: 100,
@@ -434,7 +444,9 @@ impl Default for Settings {
             reserve_pool_size: 0,
             reserve_pool_timeout: Seconds::from_secs(5),
             max_db_connections: 0,
+            max_db_client_connections: 0,
             max_user_connections: 0,
+            max_user_client_connections: 0,
             server_connect_timeout: Seconds::from_secs(15),
             server_login_retry: Seconds::from_secs(15),
             server_idle_timeout: Seconds::from_secs(600),

@@ -76,6 +76,7 @@ pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
         check.at_least(&key("workers"), workers as u64, 1)?;
         check.at_most(&key("workers"), workers as u64, MAX_WORKERS as u64)?;
     }
+    auth_dbname(&check, &key("auth_dbname"), settings.auth_dbname.as_deref())?;
     if settings.auth_type.needs_auth_file() && settings.auth_file.is_none() {
         return check.fail(
             key("auth_file"),
@@ -276,6 +277,11 @@ pub(super) fn database(
             format!("the name \"{name}\" is reserved for the admin console"),
         );
     }
+    auth_dbname(
+        &check,
+        &format!("{base}.auth_dbname"),
+        raw.auth_dbname.as_deref(),
+    )?;
     let servers = servers(&check, &base, &raw, settings)?;
     let pool_size = raw.pool_size.unwrap_or(settings.default_pool_size);
     check.at_least(&format!("{base}.pool_size"), pool_size.into(), 1)?;
@@ -300,10 +306,37 @@ pub(super) fn database(
         max_db_connections: raw
             .max_db_connections
             .unwrap_or(settings.max_db_connections),
+        // PgBouncer reads 0 in an entry as "not set" for these two.
+        max_db_client_connections: raw
+            .max_db_client_connections
+            .filter(|limit| *limit > 0)
+            .unwrap_or(settings.max_db_client_connections),
+        server_lifetime: raw
+            .server_lifetime
+            .filter(|lifetime| !lifetime.is_zero())
+            .unwrap_or(settings.server_lifetime),
+        query_wait_timeout: raw.query_wait_timeout,
         class: raw.class.unwrap_or(ClassSetting::FREEMIUM),
         auth_user: raw.auth_user.or_else(|| settings.auth_user.clone()),
+        auth_query: raw
+            .auth_query
+            .unwrap_or_else(|| settings.auth_query.clone()),
+        auth_dbname: raw.auth_dbname.or_else(|| settings.auth_dbname.clone()),
         connect_params,
     })
+}
+
+/// `auth_dbname` may not name the admin console, whose sessions run no query on a server
+/// (PgBouncer refuses its own admin database's name the same way). Whether an entry of that
+/// name exists is found at login, as PgBouncer does, so a reload may add it later.
+fn auth_dbname(check: &Checker<'_>, key: &str, name: Option<&str>) -> Check {
+    match name {
+        Some(name) if name == ADMIN_DATABASE || name == ADMIN_DATABASE_ALIAS => check.fail(
+            key,
+            format!("cannot use the reserved \"{name}\" database as an auth_dbname"),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The startup parameters an entry sends to its servers, with PostgreSQL's spelling.

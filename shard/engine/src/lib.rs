@@ -32,6 +32,7 @@ pub mod addr;
 pub mod cancel;
 pub mod class;
 pub mod client;
+pub mod client_counts;
 pub mod command;
 pub(crate) mod console_session;
 pub mod credentials;

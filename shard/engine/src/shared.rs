@@ -1,5 +1,6 @@
 //! What every shard's engine shares with the others, all of it touched off the query path
-//! or in batches: the client count behind `max_client_conn`, folded statistics and query
+//! or in batches: the client counts behind `max_client_conn` and the per-database and
+//! per-user client limits, folded statistics and query
 //! digests, the latency
 //! of the current observation interval, and the registry of cross-shard pool budgets.
 
@@ -182,6 +183,9 @@ pub struct Shared {
     shards: usize,
     /// Clients connected across all shards (`max_client_conn`).
     pub clients: AtomicU32,
+    /// Clients per database entry and per user (`max_db_client_connections`,
+    /// `max_user_client_connections`).
+    pub client_counts: Arc<crate::client_counts::ClientCounts>,
     pub stats: SharedStats,
     pub totals: SharedTotals,
     /// Query latency of the current interval per class (premium = 0), folded by shards.
@@ -209,6 +213,7 @@ impl Shared {
         Shared {
             shards: shards.max(1),
             clients: AtomicU32::new(0),
+            client_counts: Arc::default(),
             stats: SharedStats::default(),
             totals: SharedTotals::new(),
             latency: std::array::from_fn(|_| SharedHistogram::new()),

@@ -1,7 +1,9 @@
-//! Every key PgBouncer 1.18 accepts, by section, and what pgtier does with it: honoured
+//! Every key PgBouncer 1.25 accepts, by section, and what pgtier does with it: honoured
 //! (read into the `Settings` field of the same name, with its value type) or unhonoured (a
 //! valid PgBouncer key pgtier does not act on: reported, never fatal). A key in neither list
-//! is a misspelling, reported with the closest known key.
+//! is one PgBouncer 1.25 does not have (a misspelling, or a key of another version), reported
+//! with the closest known key. The lists follow PgBouncer 1.25's `src/main.c` (`[pgbouncer]`),
+//! `src/loader.c` (`[databases]`, `[users]`) and `doc/config.md`.
 
 /// How an honoured `[pgbouncer]` value is written and converted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,8 +40,10 @@ pub(super) enum Treatment {
 use Kind::*;
 use Treatment::{Honoured, Unhonoured};
 
-/// `[pgbouncer]`: PgBouncer 1.18's settings (plus `max_prepared_statements`, which later
-/// PgBouncer versions added and pgtier implements).
+/// The PgBouncer version whose keys these are, for the messages that name it.
+pub(super) const PGBOUNCER_VERSION: &str = "PgBouncer 1.25";
+
+/// `[pgbouncer]`: PgBouncer 1.25's settings.
 pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("logfile", Honoured(Path)),
     ("pidfile", Honoured(Path)),
@@ -56,20 +60,31 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("reserve_pool_size", Honoured(Count)),
     ("reserve_pool_timeout", Honoured(Seconds)),
     ("max_db_connections", Honoured(Count)),
+    ("max_db_client_connections", Honoured(Count)),
     ("max_user_connections", Honoured(Count)),
+    ("max_user_client_connections", Honoured(Count)),
     ("server_round_robin", Unhonoured),
+    // pgtier's tracked set is fixed (client_encoding, datestyle, timezone,
+    // standard_conforming_strings, application_name, IntervalStyle): accepted and reported.
+    ("track_extra_parameters", Unhonoured),
     ("ignore_startup_parameters", Honoured(List)),
+    // Peering (1.19): pgtier forwards cancel requests between its own shards, not peers.
+    ("peer_id", Unhonoured),
     ("disable_pqexec", Unhonoured),
     ("application_name_add_host", Unhonoured),
     ("conffile", Unhonoured),
     ("service_name", Unhonoured),
     ("job_name", Unhonoured),
     ("stats_period", Honoured(Seconds)),
+    ("scram_iterations", Unhonoured),
     ("auth_type", Honoured(Text)),
     ("auth_hba_file", Honoured(Path)),
+    ("auth_ident_file", Unhonoured),
     ("auth_file", Honoured(Path)),
     ("auth_user", Honoured(OptionalText)),
     ("auth_query", Honoured(Text)),
+    ("auth_dbname", Honoured(OptionalText)),
+    ("auth_ldap_options", Unhonoured),
     ("syslog", Honoured(Bool)),
     ("syslog_ident", Honoured(Text)),
     ("syslog_facility", Honoured(Text)),
@@ -91,16 +106,20 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_login_retry", Honoured(Seconds)),
     ("client_login_timeout", Honoured(Seconds)),
     ("autodb_idle_timeout", Unhonoured),
+    ("pool_idle_timeout", Unhonoured),
     ("dns_max_ttl", Unhonoured),
     ("dns_nxdomain_ttl", Unhonoured),
     ("dns_zone_check_period", Unhonoured),
     ("resolv_conf", Unhonoured),
+    ("query_wait_notify", Unhonoured),
+    ("login_notify_message", Unhonoured),
     ("client_tls_sslmode", Honoured(Text)),
     ("client_tls_key_file", Honoured(Path)),
     ("client_tls_cert_file", Honoured(Path)),
     ("client_tls_ca_file", Honoured(Path)),
     ("client_tls_protocols", Honoured(Text)),
     ("client_tls_ciphers", Honoured(Text)),
+    ("client_tls13_ciphers", Unhonoured),
     ("client_tls_ecdhcurve", Unhonoured),
     ("client_tls_dheparams", Unhonoured),
     ("server_tls_sslmode", Honoured(Text)),
@@ -109,10 +128,13 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_tls_cert_file", Honoured(Path)),
     ("server_tls_protocols", Honoured(Text)),
     ("server_tls_ciphers", Honoured(Text)),
+    ("server_tls13_ciphers", Unhonoured),
     ("query_timeout", Honoured(Seconds)),
     ("query_wait_timeout", Honoured(Seconds)),
+    ("cancel_wait_timeout", Unhonoured),
     ("client_idle_timeout", Honoured(Seconds)),
     ("idle_transaction_timeout", Honoured(Seconds)),
+    ("transaction_timeout", Unhonoured),
     ("suspend_timeout", Unhonoured),
     ("pkt_buf", Unhonoured),
     ("max_packet_size", Unhonoured),
@@ -129,7 +151,8 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("max_prepared_statements", Honoured(Count)),
 ];
 
-/// Keys of a `[databases]` connection string that pgtier acts on.
+/// Keys of a `[databases]` connection string that pgtier acts on (`reserve_pool` is
+/// PgBouncer's older spelling of `reserve_pool_size`, still accepted).
 pub(super) const DATABASE_HONOURED: &[&str] = &[
     "dbname",
     "host",
@@ -137,11 +160,17 @@ pub(super) const DATABASE_HONOURED: &[&str] = &[
     "user",
     "password",
     "auth_user",
+    "auth_query",
+    "auth_dbname",
     "pool_size",
     "min_pool_size",
     "reserve_pool",
+    "reserve_pool_size",
     "pool_mode",
+    "query_wait_timeout",
     "max_db_connections",
+    "max_db_client_connections",
+    "server_lifetime",
     "load_balance_hosts",
     "client_encoding",
     "datestyle",
@@ -152,8 +181,21 @@ pub(super) const DATABASE_HONOURED: &[&str] = &[
 /// Keys of a `[databases]` connection string that PgBouncer knows and pgtier does not act on.
 pub(super) const DATABASE_UNHONOURED: &[&str] = &["connect_query"];
 
-/// Keys of a `[users]` value (all honoured).
-pub(super) const USER_KEYS: &[&str] = &["pool_mode", "max_user_connections"];
+/// Keys of a `[users]` value that pgtier acts on.
+pub(super) const USER_HONOURED: &[&str] = &[
+    "pool_mode",
+    "pool_size",
+    "reserve_pool_size",
+    "max_user_connections",
+    "max_user_client_connections",
+    "query_timeout",
+    "query_wait_timeout",
+    "idle_transaction_timeout",
+    "client_idle_timeout",
+];
+
+/// Keys of a `[users]` value that PgBouncer knows and pgtier does not act on.
+pub(super) const USER_UNHONOURED: &[&str] = &["transaction_timeout"];
 
 /// What pgtier does with the `[pgbouncer]` key `key` (already lowercased), if PgBouncer has it.
 pub(super) fn pgbouncer_key(key: &str) -> Option<Treatment> {

@@ -40,7 +40,7 @@ pub(super) fn map(lexed: &Lexed) -> Result<Mapped, ConfigError> {
                 return Err(error_at(
                     &section.origin,
                     &format!("[{other}]"),
-                    format!("PgBouncer has no such section{hint}"),
+                    format!("{} has no such section{hint}", catalogue::PGBOUNCER_VERSION),
                 ));
             }
         }
@@ -84,7 +84,7 @@ impl Mapped {
             error_at(
                 &entry.origin,
                 &label,
-                format!("PgBouncer has no such setting{hint}"),
+                format!("{} has no such setting{hint}", catalogue::PGBOUNCER_VERSION),
             )
         })?;
         let Treatment::Honoured(kind) = treatment else {
@@ -194,7 +194,8 @@ impl Mapped {
                     .copied();
                 let hint = catalogue::suggestion(key, known);
                 return Err(fail(format!(
-                    "PgBouncer has no such connection parameter{hint}"
+                    "{} has no such connection parameter{hint}",
+                    catalogue::PGBOUNCER_VERSION
                 )));
             }
             self.honour(format!("[databases] {key}"));
@@ -207,13 +208,19 @@ impl Mapped {
                     port = Some(parse_port(value).map_err(fail)?);
                     continue;
                 }
-                "pool_size" | "min_pool_size" | "reserve_pool" | "max_db_connections" => {
-                    Value::Integer(parse_count(value).map_err(fail)?)
-                }
+                "pool_size"
+                | "min_pool_size"
+                | "reserve_pool"
+                | "reserve_pool_size"
+                | "max_db_connections"
+                | "max_db_client_connections" => Value::Integer(parse_count(value).map_err(fail)?),
+                "server_lifetime" => Value::Float(parse_seconds(value).map_err(fail)?),
+                "query_wait_timeout" => match wait_timeout(value).map_err(fail)? {
+                    Some(seconds) => Value::Float(seconds),
+                    None => continue,
+                },
+                "load_balance_hosts" => Value::String(load_balance_hosts(value).map_err(fail)?),
                 "pool_mode" => Value::String(pool_mode(value).map_err(fail)?),
-                "load_balance_hosts" => {
-                    Value::String(load_balance_hosts(value).map_err(fail)?.to_string())
-                }
                 _ => Value::String(value.clone()),
             };
             let field = if key == "reserve_pool" {
@@ -237,7 +244,7 @@ impl Mapped {
         Ok(())
     }
 
-    /// One `[users]` line: `name = pool_mode=... max_user_connections=...`.
+    /// One `[users]` line: `name = pool_mode=... pool_size=... query_timeout=...`.
     fn user(&mut self, entry: &Entry) -> Result<(), ConfigError> {
         let name = entry.key.as_str();
         let label = |key: &str| format!("[users] {name}: {key}");
@@ -252,12 +259,35 @@ impl Mapped {
         };
         for (key, value) in &pairs {
             let fail = |reason: String| error_at(&entry.origin, &label(key), reason);
+            if catalogue::USER_UNHONOURED.contains(&key.as_str()) {
+                self.unhonour(format!("[users] {name}: {key}"));
+                continue;
+            }
             let converted = match key.as_str() {
                 "pool_mode" => Value::String(pool_mode(value).map_err(fail)?),
-                "max_user_connections" => Value::Integer(parse_count(value).map_err(fail)?),
+                "pool_size"
+                | "reserve_pool_size"
+                | "max_user_connections"
+                | "max_user_client_connections" => {
+                    Value::Integer(parse_count(value).map_err(fail)?)
+                }
+                "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout" => {
+                    Value::Float(parse_seconds(value).map_err(fail)?)
+                }
+                "query_wait_timeout" => match wait_timeout(value).map_err(fail)? {
+                    Some(seconds) => Value::Float(seconds),
+                    None => continue,
+                },
                 _ => {
-                    let hint = catalogue::suggestion(key, catalogue::USER_KEYS.iter().copied());
-                    return Err(fail(format!("PgBouncer has no such user setting{hint}")));
+                    let known = catalogue::USER_HONOURED
+                        .iter()
+                        .chain(catalogue::USER_UNHONOURED)
+                        .copied();
+                    let hint = catalogue::suggestion(key, known);
+                    return Err(fail(format!(
+                        "{} has no such user setting{hint}",
+                        catalogue::PGBOUNCER_VERSION
+                    )));
                 }
             };
             let provenance = Some(Provenance {
@@ -306,17 +336,6 @@ fn servers(
     Ok(keys)
 }
 
-/// `load_balance_hosts` as the TOML table spells it; PgBouncer 1.24 knows two values.
-fn load_balance_hosts(value: &str) -> Result<&'static str, String> {
-    match value.to_ascii_lowercase().as_str() {
-        "round-robin" => Ok("round-robin"),
-        "disable" => Ok("disable"),
-        _ => Err(format!(
-            "\"{value}\" is not a load_balance_hosts value (round-robin or disable)"
-        )),
-    }
-}
-
 /// `pool_mode` as pgtier spells it; statement pooling does not exist in pgtier.
 fn pool_mode(value: &str) -> Result<String, String> {
     let mode = value.to_ascii_lowercase();
@@ -327,6 +346,28 @@ fn pool_mode(value: &str) -> Result<String, String> {
         );
     }
     Ok(mode)
+}
+
+/// A `query_wait_timeout` of `[databases]` or `[users]`: seconds, or -1 for "not set" (the
+/// next level's value applies), as PgBouncer reads it.
+fn wait_timeout(value: &str) -> Result<Option<f64>, String> {
+    if value.trim() == "-1" {
+        return Ok(None);
+    }
+    parse_seconds(value)
+        .map(Some)
+        .map_err(|reason| format!("{reason}, or -1 for not set"))
+}
+
+/// `load_balance_hosts`: PgBouncer's two values, in any case.
+fn load_balance_hosts(value: &str) -> Result<String, String> {
+    let lowered = value.to_ascii_lowercase();
+    match lowered.as_str() {
+        "round-robin" | "disable" => Ok(lowered),
+        _ => Err(format!(
+            "invalid load_balance_hosts \"{value}\": PgBouncer accepts round-robin or disable"
+        )),
+    }
 }
 
 /// Text settings whose spelling PgBouncer compares without case, and the values pgtier

@@ -253,7 +253,9 @@ fn load_balance_hosts_takes_pgbouncers_values_and_needs_a_list() {
         "[databases]\nro = host=127.0.0.1,127.0.0.2 load_balance_hosts=random\n[pgbouncer]\nauth_type = trust\n",
     );
     assert!(
-        message.contains(":2: [databases] ro: load_balance_hosts: \"random\" is not"),
+        message.contains(
+            ":2: [databases] ro: load_balance_hosts: invalid load_balance_hosts \"random\""
+        ),
         "{message}"
     );
     let message = ini_error(
@@ -266,22 +268,22 @@ fn load_balance_hosts_takes_pgbouncers_values_and_needs_a_list() {
 fn misspelt_keys_name_file_line_and_the_likely_key() {
     assert_eq!(
         ini_error("[pgbouncer]\nauth_type = trust\n\n  defualt_pool_size = 3\n"),
-        "/etc/pgbouncer/pgbouncer.ini:4: [pgbouncer] defualt_pool_size: PgBouncer has no such \
+        "/etc/pgbouncer/pgbouncer.ini:4: [pgbouncer] defualt_pool_size: PgBouncer 1.25 has no such \
          setting (did you mean \"default_pool_size\"?)"
     );
     assert_eq!(
         ini_error("[databases]\napp = host=x poolsize=3\n"),
-        "/etc/pgbouncer/pgbouncer.ini:2: [databases] app: poolsize: PgBouncer has no such \
+        "/etc/pgbouncer/pgbouncer.ini:2: [databases] app: poolsize: PgBouncer 1.25 has no such \
          connection parameter (did you mean \"pool_size\"?)"
     );
     assert_eq!(
         ini_error("[users]\nbob = pool_mod=session\n"),
-        "/etc/pgbouncer/pgbouncer.ini:2: [users] bob: pool_mod: PgBouncer has no such user \
+        "/etc/pgbouncer/pgbouncer.ini:2: [users] bob: pool_mod: PgBouncer 1.25 has no such user \
          setting (did you mean \"pool_mode\"?)"
     );
     assert_eq!(
         ini_error("[pgbouncr]\n"),
-        "/etc/pgbouncer/pgbouncer.ini:1: [pgbouncr]: PgBouncer has no such section (did you \
+        "/etc/pgbouncer/pgbouncer.ini:1: [pgbouncr]: PgBouncer 1.25 has no such section (did you \
          mean \"pgbouncer\"?)"
     );
     assert!(ini_error("[pgbouncer]\nqwertyuiop = 1\n").ends_with("no such setting"));
@@ -667,5 +669,119 @@ fn the_reference_lists_every_pgbouncer_key_as_honoured_or_not() {
                 "not honoured"
             }
         );
+    }
+}
+
+#[test]
+fn pgbouncer_125_database_and_user_keys_map_with_pgbouncers_precedence() {
+    let config = ini("\
+[databases]
+app = host=127.0.0.1 reserve_pool_size=4 server_lifetime=7 max_db_client_connections=9 query_wait_timeout=3 auth_dbname=authdb auth_query='SELECT 1, 2' auth_user=look
+authdb = host=127.0.0.1 query_wait_timeout=-1 server_lifetime=0
+old = host=127.0.0.1 reserve_pool=2
+hosts = host=127.0.0.1,127.0.0.2 load_balance_hosts=Disable
+[users]
+alice = pool_size=2 reserve_pool_size=1 max_user_client_connections=5 query_timeout=11 idle_transaction_timeout=0 client_idle_timeout=13 query_wait_timeout=0 transaction_timeout=4
+[pgbouncer]
+auth_type = trust
+default_pool_size = 6
+server_lifetime = 100
+query_wait_timeout = 50
+query_timeout = 20
+idle_transaction_timeout = 30
+max_db_client_connections = 40
+max_user_client_connections = 50
+auth_dbname = authdb
+");
+    let app = &config.databases["app"];
+    let authdb = &config.databases["authdb"];
+    assert_eq!(app.reserve_pool_size, 4);
+    assert_eq!(config.databases["old"].reserve_pool_size, 2);
+    assert_eq!(app.server_lifetime, Seconds::from_secs(7));
+    // 0 in an entry is "not set" for server_lifetime; -1 for query_wait_timeout.
+    assert_eq!(authdb.server_lifetime, Seconds::from_secs(100));
+    assert_eq!(authdb.query_wait_timeout, None);
+    assert_eq!(app.max_db_client_connections, 9);
+    assert_eq!(authdb.max_db_client_connections, 40);
+    assert_eq!(app.auth_dbname.as_deref(), Some("authdb"));
+    assert_eq!(app.auth_query, "SELECT 1, 2");
+    assert_eq!(authdb.auth_dbname.as_deref(), Some("authdb"));
+    let ServerSet::Hosts(list) = &config.databases["hosts"].servers else {
+        panic!("a host list");
+    };
+    assert_eq!(list.balance, LoadBalanceHosts::Disable);
+    // A user's value beats the entry's, which beats the global one.
+    assert_eq!(config.pool_size(Some(app), "alice"), 2);
+    assert_eq!(config.pool_size(Some(app), "bob"), 6);
+    assert_eq!(config.reserve_pool_size(Some(app), "alice"), 1);
+    assert_eq!(config.reserve_pool_size(Some(app), "bob"), 4);
+    assert_eq!(config.max_user_client_connections("alice"), 5);
+    assert_eq!(config.max_user_client_connections("bob"), 50);
+    assert_eq!(
+        config.query_wait_timeout(Some(app), "alice"),
+        Seconds::from_secs(0)
+    );
+    assert_eq!(
+        config.query_wait_timeout(Some(app), "bob"),
+        Seconds::from_secs(3)
+    );
+    assert_eq!(
+        config.query_wait_timeout(Some(authdb), "bob"),
+        Seconds::from_secs(50)
+    );
+    let alice = config.client_timeouts("alice");
+    assert_eq!(alice.query_timeout, Seconds::from_secs(11));
+    // 0 in [users] is "not set" for these: the global value applies.
+    assert_eq!(alice.idle_transaction_timeout, Seconds::from_secs(30));
+    assert_eq!(alice.client_idle_timeout, Seconds::from_secs(13));
+    assert_eq!(
+        config.client_timeouts("bob").query_timeout,
+        Seconds::from_secs(20)
+    );
+    assert!(config.has_own_client_timeouts());
+    assert!(
+        config
+            .unhonoured
+            .contains(&"[users] alice: transaction_timeout".to_string()),
+        "{:?}",
+        config.unhonoured
+    );
+}
+
+#[test]
+fn pgbouncer_125_values_pgtier_refuses_say_why() {
+    let message = ini_error("[databases]\na = host=x load_balance_hosts=random\n");
+    assert!(
+        message.contains("load_balance_hosts") && message.contains("round-robin or disable"),
+        "{message}"
+    );
+    let message = ini_error("[pgbouncer]\nauth_type = trust\nauth_dbname = pgbouncer\n");
+    assert!(
+        message.contains("cannot use the reserved \"pgbouncer\" database as an auth_dbname"),
+        "{message}"
+    );
+    let message = ini_error("[users]\nbob = connect_query=x\n");
+    assert!(
+        message.contains("PgBouncer 1.25 has no such user setting"),
+        "{message}"
+    );
+    // Every key of PgBouncer 1.25 is accepted: none gets "no such setting".
+    for key in [
+        "track_extra_parameters = a",
+        "peer_id = 1",
+        "scram_iterations = 4096",
+        "auth_ident_file = x",
+        "client_tls13_ciphers = x",
+        "server_tls13_ciphers = x",
+        "query_wait_notify = 5",
+        "transaction_timeout = 1",
+        "pool_idle_timeout = 1",
+        "cancel_wait_timeout = 1",
+        "login_notify_message = hi",
+        "auth_ldap_options = x",
+    ] {
+        ini(&format!(
+            "[pgbouncer]\nauth_type = trust\n{key}\n[peers]\n1 = host=127.0.0.1\n"
+        ));
     }
 }

@@ -262,10 +262,14 @@ impl ClientTable {
                 env.config().class(db, &user)
             });
         let stats = stats.database_slot(&database, env.shared());
-        let Some((client, logins)) = self.get_with_logins(id.0) else {
+        let Some((_, logins)) = self.get_with_logins(id.0) else {
             return Ok(false);
         };
         let (user, database) = (logins.intern(&user), logins.intern(&database));
+        let counted = count_client(env, &database, &user, admin)?;
+        let Some(client) = self.get_mut(id.0) else {
+            return Ok(false);
+        };
         client.start_session(Box::new(Session::new(SessionStart {
             user,
             database,
@@ -275,6 +279,7 @@ impl ClientTable {
             tracked,
             stats,
         })));
+        self.hold_counts(id.0, counted);
         Ok(true)
     }
 
@@ -640,6 +645,39 @@ fn refuse_plaintext_login(clients: &ClientTable, id: ClientId, env: &Env) -> Res
     ))
 }
 
+/// Counts a client that names `database` and `user` against `max_db_client_connections`
+/// and `max_user_client_connections`, as PgBouncer does before authentication, database
+/// first; an admin user on the admin console is never limited (PgBouncer's exception).
+/// `Err`: PgBouncer's FATAL for the limit it is past.
+fn count_client(
+    env: &Env,
+    database: &std::sync::Arc<str>,
+    user: &std::sync::Arc<str>,
+    admin: bool,
+) -> Result<crate::client_counts::Counted, Bytes> {
+    use crate::client_counts::Scope;
+    let mut counted = crate::client_counts::Counted::default();
+    let config = env.config();
+    if admin && config.pgtier.is_admin(user) {
+        return Ok(counted);
+    }
+    let db_limit = config
+        .database(database)
+        .map_or(config.pgtier.max_db_client_connections, |db| {
+            db.max_db_client_connections
+        });
+    let user_limit = config.max_user_client_connections(user);
+    let counts = &env.shared().client_counts;
+    counts
+        .admit(Scope::Database, database, db_limit, &mut counted)
+        .and_then(|()| counts.admit(Scope::User, user, user_limit, &mut counted))
+        .map_err(|scope| {
+            tracing::debug!(%database, %user, "{}", scope.exceeded_message());
+            messages::fatal(sqlstate::PROTOCOL_VIOLATION, scope.exceeded_message())
+        })?;
+    Ok(counted)
+}
+
 // ---- a logged-in client and its pool: admission answers, registration, auth_query ----
 
 /// What a refused admission leaves the client to do.
@@ -783,15 +821,43 @@ pub(super) fn pool_key(
     Ok(Some((key, reader_entry)))
 }
 
-/// The key of the `auth_user` pool of client `id`'s database.
-pub(super) fn lookup_key(clients: &ClientTable, id: ClientId, auth_user: &str) -> Option<PoolKey> {
-    let session = clients.get(id.0)?.session()?;
-    Some(PoolKey::new(
-        (**session.database()).into(),
+/// The key of the `auth_user` pool client `id`'s lookup runs on: in the entry its
+/// database's `auth_dbname` names (else the global `auth_dbname`, else its own database).
+/// `Ok(None)`: the client is gone; `Err`: `auth_dbname` names no entry, PgBouncer's
+/// "bouncer config error".
+pub(super) fn lookup_key(
+    clients: &ClientTable,
+    id: ClientId,
+    auth_user: &str,
+    env: &Env,
+) -> Result<Option<PoolKey>, Bytes> {
+    let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
+        return Ok(None);
+    };
+    let auth_dbname = env
+        .config()
+        .database(session.database())
+        .and_then(|db| db.auth_dbname.as_deref());
+    let database = match auth_dbname {
+        None => &**session.database(),
+        Some(name) if env.config().database(name).is_some() => name,
+        Some(name) => {
+            tracing::error!(
+                database = %session.database(),
+                "authentication database \"{name}\" is not configured (auth_dbname)"
+            );
+            return Err(messages::fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "bouncer config error",
+            ));
+        }
+    };
+    Ok(Some(PoolKey::new(
+        database.into(),
         auth_user.into(),
         ServerTarget::Primary,
         StartupProfile::default(),
-    ))
+    )))
 }
 
 /// Client `id` parks on the `auth_user` pool `pool` for its lookup (`method` checks the

@@ -1,7 +1,7 @@
 //! The client table: every client connection of the shard, and what logins consult — the
 //! secrets and `auth_query` answers cached, the session-state effects of recent texts, the
-//! interned user and database names, the cancel keys handed out, and the client TLS
-//! configuration.
+//! interned user and database names, the cancel keys handed out, the client TLS
+//! configuration, and each client's place in the per-database and per-user client counts.
 
 use crate::cancel::CancelKeys;
 use crate::client::ClientConn;
@@ -13,6 +13,10 @@ use crate::tls::TlsAcceptor;
 pub(crate) struct ClientTable {
     slab: Slab<ClientConn>,
     logins: Logins,
+    /// The places in the per-database and per-user client counts of the clients a
+    /// `max_*_client_connections` limit counts (kept beside the slab so a `Session` stays
+    /// small), given back when the client is removed.
+    counted: std::collections::HashMap<SlotRef, crate::client_counts::Counted>,
 }
 
 /// What logins consult, beside the clients themselves.
@@ -41,6 +45,14 @@ impl ClientTable {
                 keys: CancelKeys::new(shard),
                 acceptor,
             },
+            counted: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Client `slot` holds `counted` until it is removed.
+    pub(super) fn hold_counts(&mut self, slot: SlotRef, counted: crate::client_counts::Counted) {
+        if !counted.is_empty() {
+            self.counted.insert(slot, counted);
         }
     }
 
@@ -95,6 +107,7 @@ impl ClientTable {
     }
 
     pub(super) fn remove(&mut self, slot: SlotRef) -> Option<ClientConn> {
+        self.counted.remove(&slot);
         self.slab.remove(slot)
     }
 

@@ -76,8 +76,9 @@ impl Env {
     pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
         let settings = &self.config.pgtier;
         let db = self.config.database(&key.database);
-        let pool_size = db.map_or(settings.default_pool_size, |db| db.pool_size);
-        let reserve = db.map_or(settings.reserve_pool_size, |db| db.reserve_pool_size);
+        // PgBouncer's precedence: the server user's [users] value, the entry's, the global.
+        let pool_size = self.config.pool_size(db, &key.server_user);
+        let reserve = self.config.reserve_pool_size(db, &key.server_user);
         let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
         let max_user = self.config.max_user_connections(&key.server_user);
         let budgets = self
@@ -90,7 +91,9 @@ impl Env {
             min_pool_size: db.map_or(settings.min_pool_size, |db| db.min_pool_size),
             reserve_pool_timeout: (reserve > 0).then(|| settings.reserve_pool_timeout.duration()),
             server_idle_timeout: settings.server_idle_timeout.enabled(),
-            server_lifetime: settings.server_lifetime.duration(),
+            server_lifetime: db
+                .map_or(settings.server_lifetime, |db| db.server_lifetime)
+                .duration(),
             max_spellings: self.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
             wait_order: match settings.waiter_policy {

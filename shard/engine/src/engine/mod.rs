@@ -176,10 +176,21 @@ pub struct Engine {
 /// Server slots per shard: every configured pool full several times over (pools are per
 /// user too), or one per client, whichever is more.
 fn max_servers(config: &Config) -> usize {
+    // A [users] pool_size may be larger than any entry's.
+    let user_pool_size = config
+        .users
+        .values()
+        .filter_map(|user| user.pool_size)
+        .max()
+        .unwrap_or(0);
     let per_db: usize = config
         .databases
         .values()
-        .map(|db| db.pool_size.max(config.pgtier.default_pool_size) as usize)
+        .map(|db| {
+            db.pool_size
+                .max(config.pgtier.default_pool_size)
+                .max(user_pool_size) as usize
+        })
         .sum();
     (per_db * 4)
         .max(config.pgtier.max_client_conn as usize)
@@ -1983,8 +1994,13 @@ impl Engine {
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let Some(key) = client_login::lookup_key(&self.clients, id, auth_user) else {
-            return;
+        let key = match client_login::lookup_key(&self.clients, id, auth_user, &self.env) {
+            Ok(Some(key)) => key,
+            Ok(None) => return,
+            Err(error) => {
+                self.close_client(id, Some(error));
+                return;
+            }
         };
         let pool = match self.register(&key) {
             Ok(pool) => pool,

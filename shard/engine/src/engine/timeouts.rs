@@ -1,10 +1,12 @@
 //! PgBouncer's timeouts as the tables find them: the clients past a login, wait, idle or
 //! query limit (and those whose final error lingered too long), and the servers past their
-//! connect or drain limit. The engine closes what they report.
+//! connect or drain limit. The engine closes what they report. A client's wait, idle and
+//! query limits are its user's (`[users]`) and its database's where they set their own, as
+//! PgBouncer 1.25 resolves them.
 
 use std::time::{Duration, Instant};
 
-use pgtier_core::config::Settings;
+use pgtier_core::config::Config;
 use pgtier_wire::SqlState;
 
 use super::clients::ClientTable;
@@ -14,8 +16,11 @@ use crate::ids::{ClientId, ServerId};
 use crate::messages::sqlstate;
 use crate::server::ServerState;
 
-/// PgBouncer's client timeouts, `None` where disabled.
-pub(super) struct ClientTimeouts {
+/// PgBouncer's client timeouts, `None` where disabled: the global ones, and the
+/// configuration that may set a user's or a database's own.
+pub(super) struct ClientTimeouts<'a> {
+    /// Set when some `[users]` or database entry has its own timeouts.
+    own: Option<&'a Config>,
     login: Option<Duration>,
     wait: Option<Duration>,
     idle: Option<Duration>,
@@ -25,7 +30,34 @@ pub(super) struct ClientTimeouts {
     lookup: Option<Duration>,
 }
 
-impl ClientTimeouts {
+impl ClientTimeouts<'_> {
+    /// The limits of `client`: its user's and database's where the configuration sets them.
+    fn of(&self, client: &crate::client::ClientConn) -> ClientTimeouts<'static> {
+        let global = ClientTimeouts {
+            own: None,
+            login: self.login,
+            wait: self.wait,
+            idle: self.idle,
+            idle_in_transaction: self.idle_in_transaction,
+            query: self.query,
+            lookup: self.lookup,
+        };
+        let (Some(config), Some(session)) = (self.own, client.session()) else {
+            return global;
+        };
+        let user = session.user();
+        let own = config.client_timeouts(user);
+        ClientTimeouts {
+            wait: config
+                .query_wait_timeout(config.database(session.database()), user)
+                .enabled(),
+            idle: own.client_idle_timeout.enabled(),
+            idle_in_transaction: own.idle_transaction_timeout.enabled(),
+            query: own.query_timeout.enabled(),
+            ..global
+        }
+    }
+
     /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
     fn expired(
         &self,
@@ -33,10 +65,22 @@ impl ClientTimeouts {
         in_transaction: bool,
         now: Instant,
     ) -> Option<(SqlState, &'static str)> {
+        let limits = self.of(client);
         let over = |since: Instant, limit: Option<Duration>| {
             limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
         };
         let query_started = client.session().and_then(|s| s.query_started());
+        limits.expired_with(client, in_transaction, query_started, &over)
+    }
+
+    /// [`Self::expired`] with this client's limits.
+    fn expired_with(
+        &self,
+        client: &crate::client::ClientConn,
+        in_transaction: bool,
+        query_started: Option<Instant>,
+        over: &dyn Fn(Instant, Option<Duration>) -> bool,
+    ) -> Option<(SqlState, &'static str)> {
         match *client.state() {
             ClientState::Startup
             | ClientState::Authenticating(_)
@@ -78,9 +122,11 @@ impl ClientTimeouts {
     }
 }
 
-impl ClientTimeouts {
-    pub(super) fn from_settings(s: &Settings) -> ClientTimeouts {
+impl ClientTimeouts<'_> {
+    pub(super) fn from_config(config: &Config) -> ClientTimeouts<'_> {
+        let s = &config.pgtier;
         ClientTimeouts {
+            own: config.has_own_client_timeouts().then_some(config),
             login: s.client_login_timeout.enabled(),
             wait: s.query_wait_timeout.enabled(),
             idle: s.client_idle_timeout.enabled(),
@@ -99,7 +145,7 @@ impl ClientTable {
     /// transaction), and the closing ones whose final error lingered past its time.
     pub(super) fn timed_out(
         &self,
-        limits: &ClientTimeouts,
+        limits: &ClientTimeouts<'_>,
         servers: &ServerTable,
         now: Instant,
     ) -> (Expired, Vec<ClientId>) {

@@ -56,7 +56,8 @@ impl Engine {
     }
 
     fn check_client_timeouts(&mut self) {
-        let limits = ClientTimeouts::from_settings(&self.env.config().pgtier);
+        let config = self.env.config().clone();
+        let limits = ClientTimeouts::from_config(&config);
         let (expired, linger_over) = self.clients.timed_out(&limits, &self.servers, self.now);
         for (id, code, message) in expired {
             self.close_client(id, Some(messages::fatal(code, message)));

@@ -109,7 +109,6 @@ pub(in crate::engine) fn run_lookup(
     outbox: &mut Outbox,
 ) {
     let server_id = lease.server;
-    let query = env.config().pgtier.auth_query.clone();
     let Some(client) = clients.get_mut(id.0) else {
         return;
     };
@@ -117,6 +116,14 @@ pub(in crate::engine) fn run_lookup(
         .session()
         .map(|session| session.user().clone())
         .unwrap_or_default();
+    // The client's entry's `auth_query` (which falls back to the global one).
+    let query = client
+        .session()
+        .and_then(|session| env.config().database(session.database()))
+        .map_or_else(
+            || env.config().pgtier.auth_query.clone(),
+            |db| db.auth_query.clone(),
+        );
     client.lookup_runs_on(server_id);
     let Some(server) = servers.get_mut(server_id.0) else {
         return;

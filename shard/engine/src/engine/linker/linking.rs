@@ -141,11 +141,14 @@ impl Linker {
         pool: PoolId,
         now: Instant,
     ) {
-        let deadline = config
-            .pgtier
-            .query_wait_timeout
-            .enabled()
-            .map(|timeout| now + timeout);
+        // The user's, else the entry's, else the global query_wait_timeout.
+        let wait = clients
+            .get(id.0)
+            .and_then(|client| client.session())
+            .map_or(config.pgtier.query_wait_timeout, |session| {
+                config.query_wait_timeout(config.database(session.database()), session.user())
+            });
+        let deadline = wait.enabled().map(|timeout| now + timeout);
         let ticket = self.pools_mut().park_as(pool, id, class, now, deadline);
         if let Some(client) = clients.get_mut(id.0) {
             client.parked(ticket);

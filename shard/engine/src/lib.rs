@@ -47,6 +47,7 @@ pub mod params;
 pub mod pool_gauges;
 pub mod prepared;
 pub mod random;
+pub mod reconfigure;
 pub(crate) mod read_functions;
 pub mod server;
 pub mod services;

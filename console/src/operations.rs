@@ -21,7 +21,10 @@ const PGBOUNCER_DATABASE: &str = "pgbouncer";
 pub enum Parsed {
     Op(AdminOp),
     Reload,
-    Set { key: String, value: String },
+    Set {
+        key: String,
+        value: String,
+    },
     /// A SET of a client parameter PgBouncer's console pretends to take.
     IgnoredSet,
 }
@@ -316,10 +319,7 @@ mod tests {
             parse("SET client_encoding = 'UTF8'", false, &config()),
             Some(Ok(Parsed::IgnoredSet))
         );
-        assert_eq!(
-            run("set DateStyle to ISO"),
-            Some(Ok(Parsed::IgnoredSet))
-        );
+        assert_eq!(run("set DateStyle to ISO"), Some(Ok(Parsed::IgnoredSet)));
         assert!(matches!(
             parse("SET default_pool_size = 3", false, &config()),
             Some(Err(refusal)) if refusal.message == "admin access needed"

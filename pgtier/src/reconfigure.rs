@@ -29,14 +29,16 @@ pub(crate) fn carry_out(
             info!("RELOAD command issued");
             reopen_logs();
             let pending = Pending::new(&order, handle.shards());
-            reload_file(handle, config_path, Some(pending)).err().map(|message| {
-                warn!(%message, "config file loading failed");
-                error!("RELOAD failed, see logs for more details");
-                Refusal {
-                    code: CONFIG_FILE_ERROR,
-                    message: "RELOAD failed, see logs for additional details".to_string(),
-                }
-            })
+            reload_file(handle, config_path, Some(pending))
+                .err()
+                .map(|message| {
+                    warn!(%message, "config file loading failed");
+                    error!("RELOAD failed, see logs for more details");
+                    Refusal {
+                        code: CONFIG_FILE_ERROR,
+                        message: "RELOAD failed, see logs for additional details".to_string(),
+                    }
+                })
         }
         Change::Set { key, value } => set(handle, &order, key, value).err().map(|message| {
             error!("{message}");

@@ -473,7 +473,10 @@ impl Engine {
             self.answer_console(id, op.tag(), Some(error));
             return;
         }
-        let request_id = self.admin.ops_mut().ask(id, op.tag().to_string(), shards.len());
+        let request_id = self
+            .admin
+            .ops_mut()
+            .ask(id, op.tag().to_string(), shards.len());
         for shard in shards {
             if shard == self.env.shard() {
                 self.apply_admin_op(self.env.shard(), request_id, op.clone());

@@ -142,14 +142,6 @@ impl ProxyHandle {
         self.reload_with(config, None)
     }
 
-    /// The configuration in effect.
-    pub(crate) fn current_config(&self) -> Arc<Config> {
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     /// [`ProxyHandle::reload`]; `pending` is the console session waiting until every shard
     /// has applied it (each shard's reload carries it, and the last one answers).
     pub(crate) fn reload_with(
@@ -206,25 +198,6 @@ impl ProxyHandle {
         std::iter::from_fn(|| orders.try_recv().ok()).collect()
     }
 
-    /// Answers the console session waiting for `order` (with `error`, or success).
-    pub(crate) fn answer(&self, order: &Order, error: Option<Refusal>) {
-        let Some(mailbox) = self.shared.mailboxes.get(order.shard) else {
-            return;
-        };
-        let command = Command::AdminDone {
-            request_id: order.request_id,
-            error,
-        };
-        if mailbox.post(command).is_err() {
-            warn!("a console answer was not delivered: the shard's mailbox is full");
-        }
-    }
-
-    /// How many shards run.
-    pub(crate) fn shards(&self) -> usize {
-        self.shared.mailboxes.len()
-    }
-
     /// Asks every shard to shut down in `mode`.
     pub fn shutdown(&self, mode: ShutdownMode) {
         for mailbox in &self.shared.mailboxes {
@@ -264,6 +237,36 @@ impl ProxyHandle {
             .unwrap_or_else(PoisonError::into_inner)
             .stop();
         result
+    }
+}
+
+impl crate::reconfigure::Proxy for ProxyHandle {
+    fn current_config(&self) -> Arc<Config> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn reload_with(&self, config: Config, pending: Option<Arc<Pending>>) -> Result<(), String> {
+        ProxyHandle::reload_with(self, config, pending)
+    }
+
+    fn answer(&self, order: &Order, error: Option<Refusal>) {
+        let Some(mailbox) = self.shared.mailboxes.get(order.shard) else {
+            return;
+        };
+        let command = Command::AdminDone {
+            request_id: order.request_id,
+            error,
+        };
+        if mailbox.post(command).is_err() {
+            warn!("a console answer was not delivered: the shard's mailbox is full");
+        }
+    }
+
+    fn shards(&self) -> usize {
+        self.shared.mailboxes.len()
     }
 }
 

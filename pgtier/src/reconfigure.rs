@@ -12,14 +12,24 @@ use pgtier_engine::services::Refusal;
 use pgtier_wire::{SqlState, sqlstate};
 use tracing::{error, info, warn};
 
-use crate::proxy::ProxyHandle;
+/// What carrying out an order needs of the running proxy (`proxy.rs`'s handle).
+pub(crate) trait Proxy {
+    /// The configuration in effect.
+    fn current_config(&self) -> Arc<Config>;
+    /// Hands `config` to every shard; `pending` is the console waiting for all of them.
+    fn reload_with(&self, config: Config, pending: Option<Arc<Pending>>) -> Result<(), String>;
+    /// Answers the console session waiting for `order`.
+    fn answer(&self, order: &Order, error: Option<Refusal>);
+    /// How many shards run.
+    fn shards(&self) -> usize;
+}
 
 /// PgBouncer's SQLSTATE for a RELOAD that failed (config_file_error).
 const CONFIG_FILE_ERROR: SqlState = SqlState::new(b"F0000");
 
 /// Carries out one console order; `reopen_logs` is what SIGHUP does to the log files first.
 pub(crate) fn carry_out(
-    handle: &ProxyHandle,
+    handle: &impl Proxy,
     order: Order,
     config_path: &Path,
     reopen_logs: &mut dyn FnMut(),
@@ -58,7 +68,7 @@ pub(crate) fn carry_out(
 /// Rereads the configuration file and hands it to every shard (SIGHUP, RELOAD); on an error
 /// the configuration in effect stays.
 pub(crate) fn reload_file(
-    handle: &ProxyHandle,
+    handle: &impl Proxy,
     config_path: &Path,
     pending: Option<Arc<Pending>>,
 ) -> Result<(), String> {
@@ -70,7 +80,7 @@ pub(crate) fn reload_file(
 
 /// `SET key = value`: Ok once the new configuration is handed to the shards (or when there is
 /// nothing to change, after answering); Err with the console's message.
-fn set(handle: &ProxyHandle, order: &Order, key: &str, value: &str) -> Result<(), String> {
+fn set(handle: &impl Proxy, order: &Order, key: &str, value: &str) -> Result<(), String> {
     let current = handle.current_config();
     match current.set(key, value) {
         Ok(SetOutcome::Changed(config)) => {

@@ -391,7 +391,7 @@ fn reload_and_set_are_answered_once_the_new_configuration_is_applied() {
     );
     let bigger = pgtier_core::config::Config::from_str(
         &config("pool_mode = \"transaction\"\ndefault_pool_size = 2"),
-        "/tmp/pgtier-engine-test.toml",
+        "pgtier.toml",
     )
     .expect("config");
     h.engine.handle_command(

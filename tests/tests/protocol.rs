@@ -405,6 +405,13 @@ fn unknown_database_fails_promptly_with_3d000() {
     let started = Instant::now();
     let error = proxy.connect_error("no_such_db", "postgres");
     assert_eq!(sqlstate(&error).as_deref(), Some("3D000"), "{error}");
+    // PgBouncer's words for it, which its own suite and operators' tools match on.
+    let message = error.as_db_error().map(|db| db.message().to_string());
+    assert_eq!(
+        message.as_deref(),
+        Some("no such database: no_such_db"),
+        "{error:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "{:?}",

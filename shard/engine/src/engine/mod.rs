@@ -853,11 +853,16 @@ impl Engine {
     /// stay queued for a re-route), elsewhere it is a failed login.
     fn server_unreachable(&mut self, id: ServerId, error: Bytes, cause: FailureCause) {
         let retry_at = self.env.login_retry_at(self.now);
+        let other_hosts = self
+            .servers
+            .get(id.0)
+            .is_some_and(|server| self.linker.has_other_hosts(&self.env, server.pool()));
         let fail = self.linker.unreachable(
             &mut self.servers,
             id,
             error,
             cause,
+            other_hosts,
             &*self.routing,
             retry_at,
             &mut self.stats,

@@ -241,6 +241,7 @@ pub(in crate::engine) fn link(
         return Linked::Gone;
     };
     let reset = match session.mode() {
+        PoolMode::Session if session.is_replication() => Reset::Replication,
         PoolMode::Session => Reset::Configured,
         PoolMode::Transaction if env.config().pgtier.server_reset_query_always => Reset::Configured,
         PoolMode::Transaction if session.pins_server() => Reset::SessionState,
@@ -260,9 +261,10 @@ pub(in crate::engine) fn link(
         return Linked::Gone;
     };
     let mut sql = String::new();
-    if session
-        .tracked()
-        .write_differences(server.backend().params(), &mut sql)
+    if !session.is_replication()
+        && session
+            .tracked()
+            .write_differences(server.backend().params(), &mut sql)
     {
         let bytes = server.backend_mut().internal_query(&sql);
         outbox.send(Conn::Server(server_id), bytes);
@@ -284,6 +286,10 @@ pub(in crate::engine) fn start_welcome(
     let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
         return false;
     };
+    if session.is_replication() {
+        // Its parameters went in its server's StartupMessage; a walsender takes no SET.
+        return true;
+    }
     let Some(server) = servers.get_mut(server_id.0) else {
         return false;
     };

@@ -1,14 +1,13 @@
 //! Parsing of PgBouncer's process-controlling admin commands (PAUSE, RESUME, RECONNECT,
 //! KILL, KILL_CLIENT, SUSPEND, SHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS], WAIT_CLOSE,
 //! ENABLE, DISABLE, RELOAD, SET key = value) into what the engine runs, with PgBouncer's
-//! rights check (`admin_users` only) and its error texts. `SET` is applied here to a copy of
-//! the settings, for the keys a reload can change at runtime.
+//! rights check (`admin_users` only) and its error texts. RELOAD and SET are carried out by
+//! the process (`pgtier_engine::reconfigure`): SET reads its value as the file reader does.
 
-use std::sync::Arc;
-
-use pgtier_core::config::{ADMIN_DATABASE, Config, Seconds, Settings};
+use pgtier_core::config::{ADMIN_DATABASE, Config};
 use pgtier_engine::ShutdownMode;
 use pgtier_engine::gates::{AdminOp, AdminRequest, Scope};
+use pgtier_engine::reconfigure::Change;
 use pgtier_engine::services::Refusal;
 use pgtier_wire::sqlstate;
 
@@ -22,8 +21,23 @@ const PGBOUNCER_DATABASE: &str = "pgbouncer";
 pub enum Parsed {
     Op(AdminOp),
     Reload,
-    Set { key: String, value: String },
+    Set {
+        key: String,
+        value: String,
+    },
+    /// A SET of a client parameter PgBouncer's console pretends to take.
+    IgnoredSet,
 }
+
+/// The client parameters drivers set on connecting, which PgBouncer's console answers with
+/// "SET ignored" (for every user: it does so before the rights check).
+const IGNORED_SET_KEYS: [&str; 5] = [
+    "client_encoding",
+    "default_transaction_isolation",
+    "standard_conforming_strings",
+    "datestyle",
+    "timezone",
+];
 
 /// `None` when `query` is not a process-controlling command (SHOW, or anything the SHOW parser
 /// answers); otherwise the parsed command or PgBouncer's refusal.
@@ -67,6 +81,9 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
         _ => Err(invalid()),
     };
     let parsed = match parsed {
+        Ok(Parsed::Set { key, .. }) if IGNORED_SET_KEYS.contains(&key.as_str()) => {
+            return Some(Ok(Parsed::IgnoredSet));
+        }
         Ok(parsed) => parsed,
         Err(error) => return Some(Err(error)),
     };
@@ -77,35 +94,13 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
     Some(Ok(parsed))
 }
 
-/// Turns a parsed command into the engine's request; RELOAD and SET act here (`reload`
-/// asks the process to reread its files).
-pub(crate) fn into_request(
-    parsed: Parsed,
-    config: &Config,
-    reload: impl FnOnce() -> Result<(), String>,
-) -> Result<AdminRequest, Refusal> {
+/// Turns a parsed command into the engine's request.
+pub(crate) fn into_request(parsed: Parsed) -> AdminRequest {
     match parsed {
-        Parsed::Op(op) => Ok(AdminRequest::Op(op)),
-        Parsed::Reload => match reload() {
-            Ok(()) => Ok(AdminRequest::Reloaded),
-            Err(message) => Err(Refusal {
-                code: pgtier_wire::SqlState::new(b"F0000"),
-                message: format!("RELOAD failed: {message}"),
-            }),
-        },
-        Parsed::Set { key, value } => {
-            let settings =
-                set_setting(&config.pgtier, &key, &value).map_err(|message| Refusal {
-                    code: sqlstate::PROTOCOL_VIOLATION,
-                    message,
-                })?;
-            let mut config = config.clone();
-            config.pgtier = settings;
-            Ok(AdminRequest::Set {
-                config: Arc::new(config),
-                key,
-            })
-        }
+        Parsed::Op(op) => AdminRequest::Op(op),
+        Parsed::Reload => AdminRequest::Reconfigure(Change::Reload),
+        Parsed::Set { key, value } => AdminRequest::Reconfigure(Change::Set { key, value }),
+        Parsed::IgnoredSet => AdminRequest::IgnoredSet,
     }
 }
 
@@ -207,57 +202,6 @@ fn parse_set(arg: &str) -> Option<Parsed> {
     })
 }
 
-/// The settings with `key` set to `value`, for the keys a running pgtier applies on
-/// reload (pool sizes, limits, timeouts, the reset and check queries); others are refused.
-pub(crate) fn set_setting(settings: &Settings, key: &str, value: &str) -> Result<Settings, String> {
-    let mut next = settings.clone();
-    let bad = |what: &str| format!("SET failed: {key} expects {what}, got '{value}'");
-    let count = || value.parse::<u32>().map_err(|_| bad("a whole number"));
-    let seconds = || {
-        value
-            .parse::<f64>()
-            .ok()
-            .and_then(|secs| Seconds::try_from(secs).ok())
-            .ok_or_else(|| bad("seconds"))
-    };
-    let flag = || match value.to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Ok(true),
-        "0" | "off" | "false" | "no" => Ok(false),
-        _ => Err(bad("a boolean")),
-    };
-    match key {
-        "max_client_conn" => next.max_client_conn = count()?,
-        "default_pool_size" => next.default_pool_size = count()?,
-        "min_pool_size" => next.min_pool_size = count()?,
-        "reserve_pool_size" => next.reserve_pool_size = count()?,
-        "max_db_connections" => next.max_db_connections = count()?,
-        "max_user_connections" => next.max_user_connections = count()?,
-        "max_prepared_statements" => next.max_prepared_statements = count()?,
-        "reserve_pool_timeout" => next.reserve_pool_timeout = seconds()?,
-        "server_connect_timeout" => next.server_connect_timeout = seconds()?,
-        "server_login_retry" => next.server_login_retry = seconds()?,
-        "server_idle_timeout" => next.server_idle_timeout = seconds()?,
-        "server_lifetime" => next.server_lifetime = seconds()?,
-        "query_wait_timeout" => next.query_wait_timeout = seconds()?,
-        "client_idle_timeout" => next.client_idle_timeout = seconds()?,
-        "idle_transaction_timeout" => next.idle_transaction_timeout = seconds()?,
-        "query_timeout" => next.query_timeout = seconds()?,
-        "client_login_timeout" => next.client_login_timeout = seconds()?,
-        "server_check_delay" => next.server_check_delay = seconds()?,
-        "server_reset_query" => next.server_reset_query = value.to_string(),
-        "server_check_query" => next.server_check_query = value.to_string(),
-        "server_reset_query_always" => next.server_reset_query_always = flag()?,
-        "cancel_on_client_disconnect" => next.cancel_on_client_disconnect = flag()?,
-        _ => {
-            return Err(format!(
-                "SET failed: {key} cannot be changed at runtime (edit the file and RELOAD, \
-                 or restart for settings that need it)"
-            ));
-        }
-    }
-    Ok(next)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn set_parses_and_applies_runtime_keys_only() {
+    fn set_parses_key_and_value() {
         assert_eq!(
             run("SET default_pool_size = 7"),
             Some(Ok(Parsed::Set {
@@ -359,14 +303,27 @@ mod tests {
                 value: "select '2'".into()
             }))
         );
-        let settings = config().pgtier;
-        let next = set_setting(&settings, "default_pool_size", "7").expect("runtime key");
-        assert_eq!(next.default_pool_size, 7);
-        let next = set_setting(&settings, "query_wait_timeout", "2.5").expect("seconds");
-        assert_eq!(next.query_wait_timeout.as_secs_f64(), 2.5);
-        assert!(set_setting(&settings, "listen_port", "5").is_err());
-        assert!(set_setting(&settings, "default_pool_size", "many").is_err());
+        assert_eq!(
+            run("set auth_type='md5'"),
+            Some(Ok(Parsed::Set {
+                key: "auth_type".into(),
+                value: "md5".into()
+            }))
+        );
         assert!(refused("SET nonsense").starts_with("invalid command"));
+    }
+
+    #[test]
+    fn client_parameters_are_ignored_for_every_user() {
+        assert_eq!(
+            parse("SET client_encoding = 'UTF8'", false, &config()),
+            Some(Ok(Parsed::IgnoredSet))
+        );
+        assert_eq!(run("set DateStyle to ISO"), Some(Ok(Parsed::IgnoredSet)));
+        assert!(matches!(
+            parse("SET default_pool_size = 3", false, &config()),
+            Some(Err(refusal)) if refusal.message == "admin access needed"
+        ));
     }
 
     #[test]

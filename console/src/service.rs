@@ -4,10 +4,11 @@
 //! folds into the engine's shared state, the configuration and every shard's connection rows.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 
 use bytes::BytesMut;
 use pgtier_engine::gates::AdminRequest;
+use pgtier_engine::reconfigure::Order;
 use pgtier_engine::services::Refusal;
 use pgtier_engine::{Console, ConsoleRequest, StatementAnswer};
 
@@ -18,9 +19,10 @@ use pgtier_replicas::SharedRouting;
 pub struct ShardConsole {
     routing: Arc<SharedRouting>,
     shared: Arc<pgtier_engine::Shared>,
-    /// Set by RELOAD; the process's main thread rereads the files when it sees it (the same
-    /// path as SIGHUP). `None`: no main loop watches it (embedded proxies, tests).
-    reload: Option<Arc<AtomicBool>>,
+    /// Where RELOAD and SET go: the process's main thread, which reads the files and builds
+    /// the new configuration (the same path as SIGHUP). `None`: no main loop carries them
+    /// out (embedded proxies, tests), and they are refused.
+    process: Option<Sender<Order>>,
 }
 
 impl ShardConsole {
@@ -28,13 +30,13 @@ impl ShardConsole {
         ShardConsole {
             routing,
             shared,
-            reload: None,
+            process: None,
         }
     }
 
-    /// RELOAD sets `flag` for the main thread.
-    pub fn with_reload(mut self, flag: Arc<AtomicBool>) -> ShardConsole {
-        self.reload = Some(flag);
+    /// RELOAD and SET are sent to `process`.
+    pub fn with_process(mut self, process: Sender<Order>) -> ShardConsole {
+        self.process = Some(process);
         self
     }
 }
@@ -99,22 +101,22 @@ impl Console for ShardConsole {
         admin: bool,
         config: &pgtier_core::config::Config,
     ) -> Option<Result<AdminRequest, Refusal>> {
-        let parsed = match crate::operations::parse(query, admin, config)? {
-            Ok(parsed) => parsed,
-            Err(refusal) => return Some(Err(refusal)),
+        Some(crate::operations::parse(query, admin, config)?.map(crate::operations::into_request))
+    }
+
+    fn reconfigure(&mut self, order: Order) -> Result<(), Refusal> {
+        let refused = |message: &str| Refusal {
+            code: pgtier_wire::sqlstate::PROTOCOL_VIOLATION,
+            message: message.to_string(),
         };
-        let reload = self.reload.clone();
-        Some(crate::operations::into_request(
-            parsed,
-            config,
-            move || match reload {
-                Some(flag) => {
-                    flag.store(true, Ordering::Release);
-                    Ok(())
-                }
-                None => Err("this pgtier has no configuration file to reload".to_string()),
-            },
-        ))
+        match &self.process {
+            Some(process) => process
+                .send(order)
+                .map_err(|_| refused("the process is shutting down")),
+            None => Err(refused(
+                "this pgtier has no main loop to change its configuration",
+            )),
+        }
     }
 }
 

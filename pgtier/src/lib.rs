@@ -11,6 +11,7 @@
 pub mod cli;
 mod os_random;
 mod proxy;
+mod reconfigure;
 mod resolve;
 mod tls_files;
 

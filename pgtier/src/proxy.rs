@@ -1,17 +1,20 @@
 //! Starting and stopping the proxy: one pinned thread per shard with its own ring and its
 //! listeners (bound by `pgtier_shard::listen`), each shard's engine with its services, the
 //! control plane, the metrics endpoint and the resolver thread, and the signal loop (SIGHUP
-//! reload, SIGTERM/SIGINT graceful, a second signal immediate).
+//! reload, the console's RELOAD and SET carried out by `reconfigure.rs`, SIGTERM/SIGINT
+//! graceful, a second signal immediate).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use pgtier_core::config::Config;
+use pgtier_engine::reconfigure::{Order, Pending};
+use pgtier_engine::services::Refusal;
 use pgtier_engine::shared::StatsSnapshot;
 use pgtier_engine::userlist::UserList;
 use pgtier_engine::{Engine, EngineParts};
@@ -48,8 +51,6 @@ pub struct Shared {
     pub routing: Arc<SharedRouting>,
     /// Shards whose loop has returned.
     pub finished_shards: AtomicUsize,
-    /// The admin console's RELOAD asks the main thread (`run`) to reread the files.
-    pub reload_requested: Arc<AtomicBool>,
 }
 
 /// Commands a shard's mailbox holds before posts fail.
@@ -64,6 +65,12 @@ pub struct ProxyHandle {
     unix: Option<UnixSocketFile>,
     /// The settings the process started with (those a reload cannot change are named).
     started: pgtier_core::config::Settings,
+    /// The configuration in effect (the last one handed to the shards): what a console SET
+    /// changes. Held for the whole of a reload, so reloads and SETs apply one at a time.
+    current: Mutex<Arc<Config>>,
+    /// The console's RELOAD and SET orders, for the main loop (`run`) to carry out; `None`
+    /// when no main loop does (embedded proxies: the console refuses them).
+    orders: Option<Mutex<mpsc::Receiver<Order>>>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<Result<(), String>>>,
     /// The control shard of the current routers; replaced on reload, stopped at join.
@@ -130,8 +137,19 @@ impl ProxyHandle {
 
     /// Hands a new configuration to every shard (what SIGHUP does). Unchanged replica sets
     /// keep their router (sessions, roles, health); a new control plane takes over and the
-    /// old one stops.
+    /// old one stops. On an error nothing changed.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        self.reload_with(config, None)
+    }
+
+    /// [`ProxyHandle::reload`]; `pending` is the console session waiting until every shard
+    /// has applied it (each shard's reload carries it, and the last one answers).
+    pub(crate) fn reload_with(
+        &self,
+        config: Config,
+        pending: Option<Arc<Pending>>,
+    ) -> Result<(), String> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         for setting in pgtier_shard::listen::startup_only_changes(&self.started, &config.pgtier) {
             warn!(
                 setting,
@@ -156,17 +174,28 @@ impl ProxyHandle {
         drop(old_plane);
         self.reload_metrics(&config);
         let config = Arc::new(config);
+        *current = config.clone();
         for mailbox in &self.shared.mailboxes {
             let command = Command::Reload {
                 config: config.clone(),
                 users: users.clone(),
                 tls: tls.clone(),
+                pending: pending.clone(),
             };
             mailbox
                 .post(command)
                 .map_err(|_| "a shard's mailbox is full".to_string())?;
         }
         Ok(())
+    }
+
+    /// The console orders that arrived since the last call.
+    pub(crate) fn take_orders(&self) -> Vec<Order> {
+        let Some(orders) = &self.orders else {
+            return Vec::new();
+        };
+        let orders = orders.lock().unwrap_or_else(PoisonError::into_inner);
+        std::iter::from_fn(|| orders.try_recv().ok()).collect()
     }
 
     /// Asks every shard to shut down in `mode`.
@@ -176,11 +205,6 @@ impl ProxyHandle {
                 warn!("shutdown not delivered: mailbox full");
             }
         }
-    }
-
-    /// Whether the admin console asked for a RELOAD since the last call.
-    pub(crate) fn take_reload_request(&self) -> bool {
-        self.shared.reload_requested.swap(false, Ordering::AcqRel)
     }
 
     /// Every shard has returned.
@@ -216,6 +240,36 @@ impl ProxyHandle {
     }
 }
 
+impl crate::reconfigure::Proxy for ProxyHandle {
+    fn current_config(&self) -> Arc<Config> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn reload_with(&self, config: Config, pending: Option<Arc<Pending>>) -> Result<(), String> {
+        ProxyHandle::reload_with(self, config, pending)
+    }
+
+    fn answer(&self, order: &Order, error: Option<Refusal>) {
+        let Some(mailbox) = self.shared.mailboxes.get(order.shard) else {
+            return;
+        };
+        let command = Command::AdminDone {
+            request_id: order.request_id,
+            error,
+        };
+        if mailbox.post(command).is_err() {
+            warn!("a console answer was not delivered: the shard's mailbox is full");
+        }
+    }
+
+    fn shards(&self) -> usize {
+        self.shared.mailboxes.len()
+    }
+}
+
 /// The auth file and, with `auth_type = hba`, the HBA rules (read again on reload).
 fn load_users(config: &Config) -> Result<UserList, String> {
     UserList::load_for(&config.pgtier)
@@ -244,14 +298,21 @@ pub fn worker_count(config: &Config) -> usize {
 }
 
 /// Binds the listeners, starts the shards and returns once each has its ring and listener.
+/// Nothing carries out the console's RELOAD and SET (they are refused); `run` does.
 pub fn start(config: Config) -> Result<ProxyHandle, String> {
     let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
-    start_bound(config, listeners)
+    start_bound(config, listeners, false)
 }
 
 /// Starts the shards on listeners bound already (by `Listeners::bind` with
 /// `worker_count(&config)` shards), so a process can bind and then give up root first.
-pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyHandle, String> {
+/// With `console_changes`, the console's RELOAD and SET are queued for the caller to carry
+/// out ([`ProxyHandle::take_orders`]).
+pub(crate) fn start_bound(
+    config: Config,
+    listeners: Listeners,
+    console_changes: bool,
+) -> Result<ProxyHandle, String> {
     if !config.unhonoured.is_empty() {
         warn!(
             "PgBouncer settings pgtier reads but does not honour (their values have no effect): {}",
@@ -300,8 +361,9 @@ pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyH
         engine: Arc::new(pgtier_engine::Shared::new(workers)),
         routing: Arc::new(SharedRouting::new(map)),
         finished_shards: AtomicUsize::new(0),
-        reload_requested: Arc::new(AtomicBool::new(false)),
     });
+    let (order_tx, order_rx) = mpsc::channel::<Order>();
+    let order_tx = console_changes.then_some(order_tx);
     let config = Arc::new(config);
     let panic_after_accepts = std::env::var(PANIC_HOOK_VARIABLE)
         .ok()
@@ -319,13 +381,14 @@ pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyH
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(workers);
     for (index, (listener, replies)) in listen_fds.into_iter().zip(replies).enumerate() {
-        let (config, users, shared, ready, tls, resolver) = (
+        let (config, users, shared, ready, tls, resolver, orders) = (
             config.clone(),
             users.clone(),
             shared.clone(),
             ready_tx.clone(),
             tls.clone(),
             dns.resolver(),
+            order_tx.clone(),
         );
         let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
         let thread = std::thread::Builder::new()
@@ -353,10 +416,14 @@ pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyH
                     users,
                     shared: shared.engine.clone(),
                     routing: Box::new(ShardRouting::new(shared.routing.clone(), replies)),
-                    console: Box::new(
-                        ShardConsole::new(shared.routing.clone(), shared.engine.clone())
-                            .with_reload(shared.reload_requested.clone()),
-                    ),
+                    console: {
+                        let console =
+                            ShardConsole::new(shared.routing.clone(), shared.engine.clone());
+                        Box::new(match orders {
+                            Some(orders) => console.with_process(orders),
+                            None => console,
+                        })
+                    },
                     resolver: Box::new(resolver),
                     random: Box::new(OsRandom),
                     now: Instant::now(),
@@ -403,6 +470,8 @@ pub(crate) fn start_bound(config: Config, listeners: Listeners) -> Result<ProxyH
         tcp_addrs,
         unix,
         started: config.pgtier.clone(),
+        current: Mutex::new(config.clone()),
+        orders: console_changes.then(|| Mutex::new(order_rx)),
         shared,
         threads,
         control: Mutex::new(Some(plane)),
@@ -530,12 +599,12 @@ pub(crate) struct RunHooks<'a> {
     pub sighup: &'a mut dyn FnMut(),
 }
 
-/// How often the main thread looks for a RELOAD asked on the admin console.
-const RELOAD_POLL: Duration = Duration::from_millis(50);
+/// How often the main thread looks for a RELOAD or SET asked on the admin console.
+const ORDER_POLL: Duration = Duration::from_millis(50);
 
 /// Runs the proxy from a config file until a shutdown completes, with PgBouncer 1.23's
 /// signals: SIGHUP (or RELOAD on the console) rereads the file (an invalid file is logged and
-/// ignored); SIGINT is the safe shutdown (`SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, each
+/// the configuration in effect stays); SIGINT is the safe shutdown (`SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, each
 /// client closes when its transaction ends, exit once no server is in use); SIGTERM is the
 /// super safe one (`SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, exit once every client has
 /// left, which is what a rolling restart needs); a second SIGINT/SIGTERM closes everything
@@ -566,7 +635,7 @@ pub(crate) fn run_with(
     let signals = block_signals();
     let listeners = bind_patiently(&config, hooks.bind_patience)?;
     (hooks.bound)(&listeners)?;
-    let handle = start_bound(config, listeners)?;
+    let handle = start_bound(config, listeners, true)?;
     if let Err(message) = (hooks.serving)(&handle) {
         handle.shutdown(ShutdownMode::Immediate);
         let _ = handle.join();
@@ -574,21 +643,23 @@ pub(crate) fn run_with(
     }
     let mut shutting_down = false;
     while !handle.is_finished() {
-        if handle.take_reload_request() {
-            info!("RELOAD from the admin console");
-            // As SIGHUP: log files first.
-            (hooks.sighup)();
-            reload_from(&handle, config_path);
+        for order in handle.take_orders() {
+            crate::reconfigure::carry_out(&handle, order, config_path, &mut *hooks.sighup);
         }
-        let Some(signal) = wait_signal(&signals, RELOAD_POLL) else {
+        let Some(signal) = wait_signal(&signals, ORDER_POLL) else {
             continue;
         };
         if signal == libc::SIGHUP {
+            info!("got SIGHUP, re-reading config");
             // Log files first, so the reload's own lines land in the fresh file.
             (hooks.sighup)();
         }
         match signal {
-            libc::SIGHUP => reload_from(&handle, config_path),
+            libc::SIGHUP => {
+                if let Err(message) = crate::reconfigure::reload_file(&handle, config_path, None) {
+                    warn!(%message, "config file loading failed");
+                }
+            }
             libc::SIGQUIT => {
                 info!("SIGQUIT: immediate shutdown: closing every connection now");
                 shutting_down = true;
@@ -618,17 +689,6 @@ pub(crate) fn run_with(
         }
     }
     handle.join()
-}
-
-/// Rereads the configuration file and hands it to every shard (SIGHUP, RELOAD).
-fn reload_from(handle: &ProxyHandle, config_path: &Path) {
-    match Config::load(config_path) {
-        Ok(config) => match handle.reload(config) {
-            Ok(()) => info!("reloaded {}", config_path.display()),
-            Err(message) => warn!(%message, "reload failed"),
-        },
-        Err(error) => warn!(%error, "reload skipped: invalid configuration"),
-    }
 }
 
 fn init_logging(level: &str) {

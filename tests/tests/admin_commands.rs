@@ -389,7 +389,7 @@ fn kill_client_closes_exactly_that_client() {
 }
 
 #[test]
-fn set_changes_a_runtime_setting_on_every_shard_and_refuses_the_others() {
+fn set_changes_a_runtime_setting_on_every_shard_before_it_answers() {
     let proxy = proxy(|config| {
         let mut config = config;
         config.workers = 2;
@@ -397,17 +397,155 @@ fn set_changes_a_runtime_setting_on_every_shard_and_refuses_the_others() {
     });
     let mut admin = console(&proxy);
     assert_eq!(command(&mut admin, "SET query_timeout = 1"), Ok(()));
-    // Every shard applies it: each of several clients (spread over both shards) is cut off.
+    // Every shard applies it before the answer: each of several clients (spread over both
+    // shards), connected right after it, is cut off.
     for _ in 0..4 {
         let mut client = proxy.connect("postgres", "postgres").expect("client");
         // Without the SET the sleep would succeed; with it pgtier ends the query.
         let outcome = client.simple_query("SELECT pg_sleep(5)");
         assert!(outcome.is_err(), "query_timeout applies on every shard");
     }
+}
+
+/// The `value` column SHOW CONFIG lists for `key`.
+fn config_value(admin: &mut postgres::Client, key: &str) -> String {
+    show(admin, "SHOW CONFIG")
+        .iter()
+        .find(|row| column(row, "key") == key)
+        .map(|row| column(row, "value").to_string())
+        .unwrap_or_else(|| panic!("SHOW CONFIG has no {key}"))
+}
+
+#[test]
+fn set_reads_the_value_as_the_file_does_and_answers_as_pgbouncer() {
+    let proxy = proxy(|config| config);
+    let mut admin = console(&proxy);
+    // PgBouncer's tag repeats what was set.
     assert_eq!(
-        command(&mut admin, "SET listen_port = 1").map_err(|(code, _)| code),
-        Err("08P01".to_string())
+        psql_tag(&proxy, "SET default_pool_size = 7"),
+        "SET default_pool_size=7"
     );
+    assert_eq!(config_value(&mut admin, "default_pool_size"), "7");
+    // A key the old hand-written list did not have, with a quoted value.
+    ok(&mut admin, "set server_check_delay = '12'");
+    assert_eq!(config_value(&mut admin, "server_check_delay"), "12");
+    // A bad value is refused with the file reader's reason, and nothing changes.
+    let (code, message) =
+        command(&mut admin, "SET default_pool_size = many").expect_err("not a number");
+    assert_eq!(code, "08P01");
+    assert!(
+        message.starts_with("SET failed") && message.contains("whole number"),
+        "{message}"
+    );
+    assert_eq!(config_value(&mut admin, "default_pool_size"), "7");
+    // A key PgBouncer does not have.
+    let (code, message) =
+        command(&mut admin, "SET defualt_pool_size = 3").expect_err("no such key");
+    assert_eq!(code, "08P01");
+    assert!(message.starts_with("SET failed"), "{message}");
+    // Statement pooling is refused as in the file, and the mode stays.
+    let (code, _) = command(&mut admin, "SET pool_mode = statement").expect_err("no statement");
+    assert_eq!(code, "08P01");
+    assert_eq!(config_value(&mut admin, "pool_mode"), "transaction");
+    // A value the whole configuration refuses (md5 reads passwords from an auth_file, and
+    // the cross-field check runs on the whole configuration).
+    ok(&mut admin, "SET auth_file = ''");
+    let (code, message) = command(&mut admin, "SET auth_type = md5").expect_err("no auth_file");
+    assert_eq!(code, "08P01");
+    assert!(message.contains("auth_file"), "{message}");
+    assert_eq!(config_value(&mut admin, "auth_type"), "trust");
+}
+
+#[test]
+fn set_of_a_start_only_or_unhonoured_key_changes_nothing_as_in_pgbouncer() {
+    let proxy = proxy(|config| config);
+    let mut admin = console(&proxy);
+    // PgBouncer accepts a SET of a key it reads at start only and ignores it.
+    assert_eq!(psql_tag(&proxy, "SET listen_port = 1"), "SET listen_port=1");
+    assert_eq!(
+        config_value(&mut admin, "listen_port"),
+        proxy.port().to_string()
+    );
+    let mut client = proxy.connect("postgres", "postgres").expect("same port");
+    client.simple_query("SELECT 1").expect("serves");
+    // A PgBouncer key pgtier does not act on: accepted, and the log says so.
+    ok(&mut admin, "SET server_round_robin = 1");
+    assert!(
+        proxy.log().contains("SET not acted on"),
+        "logged\n{}",
+        proxy.log()
+    );
+    // Client parameters drivers set are ignored with a notice, for any user.
+    ok(&mut admin, "SET client_encoding = 'UTF8'");
+}
+
+#[test]
+fn set_auth_type_changes_how_the_next_client_logs_in() {
+    let proxy = proxy(|config| {
+        let mut config = config;
+        config.users = vec![("postgres".to_string(), "sesame".to_string())];
+        config
+    });
+    let mut admin = console(&proxy);
+    // trust: no password asked.
+    let mut wrong = proxy.pg_config("postgres", "postgres");
+    wrong.password("not it");
+    wrong
+        .connect(postgres::NoTls)
+        .expect("trust takes any password");
+    ok(&mut admin, "set auth_type='md5'");
+    let Err(error) = wrong.connect(postgres::NoTls) else {
+        panic!("md5 checks the password\n{}", proxy.log());
+    };
+    assert_eq!(sqlstate(&error).as_deref(), Some("28P01"));
+    let mut right = proxy.pg_config("postgres", "postgres");
+    right.password("sesame");
+    let mut client = right.connect(postgres::NoTls).expect("the right password");
+    client.simple_query("SELECT 1").expect("serves");
+}
+
+#[test]
+fn reload_returns_set_values_to_the_file_or_the_default() {
+    let proxy = proxy(|config| config);
+    let mut admin = console(&proxy);
+    ok(&mut admin, "SET default_pool_size = 7");
+    ok(&mut admin, "SET query_timeout = 3");
+    ok(&mut admin, "RELOAD");
+    // As in PgBouncer: the file's value for keys it sets, the default for the others.
+    assert_eq!(config_value(&mut admin, "default_pool_size"), "10");
+    assert_eq!(config_value(&mut admin, "query_timeout"), "0");
+}
+
+#[test]
+fn reload_of_a_broken_file_answers_an_error_and_keeps_the_configuration() {
+    let proxy = proxy(|config| config);
+    let mut admin = console(&proxy);
+    ok(&mut admin, "SET default_pool_size = 7");
+    let good = std::fs::read_to_string(proxy.config_path()).expect("read the file");
+    let broken = good.replace("default_pool_size = 10", "default_pool_size = \"many\"");
+    assert_ne!(good, broken, "the file names default_pool_size");
+    std::fs::write(proxy.config_path(), &broken).expect("write the file");
+    let (code, message) = command(&mut admin, "RELOAD").expect_err("the file does not load");
+    assert_eq!(code, "F0000");
+    assert_eq!(message, "RELOAD failed, see logs for additional details");
+    assert_eq!(
+        config_value(&mut admin, "default_pool_size"),
+        "7",
+        "the configuration in effect stays"
+    );
+    let mut client = proxy.connect("app", "postgres").expect("old entries serve");
+    client.simple_query("SELECT 1").expect("query");
+    // SIGHUP with the same file: logged as PgBouncer logs it, nothing changes.
+    proxy.reload().expect("SIGHUP");
+    let logged = wait::until(Duration::from_secs(5), Duration::from_millis(50), || {
+        proxy
+            .log()
+            .contains("config file loading failed")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "SIGHUP logged\n{}", proxy.log());
+    assert_eq!(config_value(&mut admin, "default_pool_size"), "7");
+    client.simple_query("SELECT 1").expect("still serves");
 }
 
 /// Shared by the console and signal variants: the proxy stops accepting, an open client
@@ -591,7 +729,11 @@ fn rolling_restart_under_pgbench_loses_no_transaction_or_connection() {
 
 #[test]
 fn reload_on_the_console_rereads_the_file() {
-    let mut proxy = proxy(|config| config);
+    let mut proxy = proxy(|config| {
+        let mut config = config;
+        config.workers = 2;
+        config
+    });
     let pg = shared_server();
     let error = proxy.connect_error("late", "postgres");
     assert_eq!(sqlstate(&error).as_deref(), Some("3D000"));
@@ -602,12 +744,11 @@ fn reload_on_the_console_rereads_the_file() {
     proxy.rewrite_config(grown).expect("rewrite the file");
     let mut admin = console(&proxy);
     assert_eq!(command(&mut admin, "RELOAD"), Ok(()));
-    let connected = wait::until(Duration::from_secs(5), Duration::from_millis(50), || {
-        proxy.connect("late", "postgres").ok()
-    });
-    assert!(
-        connected.is_some(),
-        "the new entry serves after RELOAD\n{}",
-        proxy.log()
-    );
+    // RELOAD answers once every shard has the new entry: no waiting here.
+    if let Err(error) = proxy.connect("late", "postgres") {
+        panic!(
+            "the new entry serves when RELOAD answers: {error}\n{}",
+            proxy.log()
+        );
+    }
 }

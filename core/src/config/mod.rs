@@ -13,6 +13,7 @@ mod ini;
 mod locate;
 mod raw;
 mod seconds;
+mod set;
 mod settings;
 pub mod show;
 mod tls;
@@ -28,6 +29,7 @@ pub use error::ConfigError;
 pub use function_names::{FunctionNames, FunctionOverrides};
 
 pub use seconds::Seconds;
+pub use set::SetOutcome;
 pub use settings::{AuthType, ListenAddrs, PoolMode, Settings, WaiterPolicy};
 pub use tls::{CipherSuite, SslMode, TlsCiphers, TlsProtocols};
 pub use validate::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS};
@@ -54,6 +56,8 @@ pub struct Config {
     /// Keys that were read and are valid PgBouncer settings, but that pgtier does not act on:
     /// listed once at startup as a warning, and by `pgtier check-config`.
     pub unhonoured: Vec<String>,
+    /// What it was read from, for the admin console's SET (`set.rs`).
+    source: set::Source,
 }
 
 impl Config {
@@ -99,7 +103,9 @@ impl Config {
             )?;
             return Config::from_document(&loaded.document, loaded.unhonoured, origin, false);
         }
-        Config::from_toml(text, origin, root)
+        let mut config = Config::from_toml(text, origin, root)?;
+        config.source = set::Source::toml(text);
+        Ok(config)
     }
 
     /// Loads tables read from an ini (and perhaps a TOML overlay), pointing errors back at the
@@ -116,6 +122,7 @@ impl Config {
             .and_then(|root| Config::from_toml(&rendered.text, origin, root));
         let mut config = parsed.map_err(|error| rendered.locate(error, origin, ini_only))?;
         config.unhonoured = unhonoured;
+        config.source = set::Source::tables(document, ini_only);
         Ok(config)
     }
 
@@ -158,6 +165,7 @@ impl Config {
             users: raw.users,
             fallback,
             unhonoured: Vec::new(),
+            source: set::Source::default(),
         })
     }
 

@@ -26,6 +26,8 @@ pub enum Command {
         users: Arc<UserList>,
         /// The TLS configurations built from the files the new settings name.
         tls: crate::tls::TlsSides,
+        /// A console session waits until every shard applied it (RELOAD, SET).
+        pending: Option<Arc<crate::reconfigure::Pending>>,
     },
     Shutdown(ShutdownMode),
     /// Shard `from` has clients waiting for `key` and the pool budget is spent: end a server
@@ -77,6 +79,6 @@ pub enum Command {
     /// This shard's answer to the admin command `request_id` (`error`: refused here).
     AdminDone {
         request_id: u64,
-        error: Option<String>,
+        error: Option<crate::services::Refusal>,
     },
 }

@@ -98,13 +98,12 @@ impl AdminOp {
 pub enum AdminRequest {
     /// Run on every shard.
     Op(AdminOp),
-    /// RELOAD: the process rereads its files (the console asked the main thread).
-    Reloaded,
-    /// SET: a new configuration for every shard.
-    Set {
-        config: std::sync::Arc<pgtier_core::config::Config>,
-        key: String,
-    },
+    /// RELOAD or SET: a change the process carries out; answered once every shard applied
+    /// it (`crate::reconfigure`).
+    Reconfigure(crate::reconfigure::Change),
+    /// A SET of a client parameter PgBouncer's console pretends to take (`client_encoding`,
+    /// `datestyle`...): answered with a notice that it is ignored.
+    IgnoredSet,
 }
 
 /// Per-database gates of one shard. Every shard holds the same gates: each applies every

@@ -49,6 +49,7 @@ pub mod pool_gauges;
 pub mod prepared;
 pub mod random;
 pub(crate) mod read_functions;
+pub mod reconfigure;
 pub mod server;
 pub mod services;
 pub mod settings;

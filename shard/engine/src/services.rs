@@ -235,6 +235,16 @@ pub trait Console {
     ) -> Option<Result<crate::gates::AdminRequest, Refusal>> {
         None
     }
+
+    /// Hands a RELOAD or SET to the process, which answers shard `order.shard` with
+    /// `Command::AdminDone` (at once when it fails, else once every shard applied the new
+    /// configuration). Refused when nothing in this process carries changes out.
+    fn reconfigure(&mut self, _order: crate::reconfigure::Order) -> Result<(), Refusal> {
+        Err(Refusal {
+            code: pgtier_wire::sqlstate::PROTOCOL_VIOLATION,
+            message: "this pgtier cannot change its configuration at runtime".to_string(),
+        })
+    }
 }
 
 /// A console that knows no commands, for engines without one.

@@ -25,7 +25,7 @@ pub(super) struct Mapped {
     /// parameters as `[databases] KEY` and `[users] KEY`), each once.
     pub honoured: Vec<String>,
     /// `[pgbouncer]` keys written with an empty value ("not set"): no default is filled in.
-    cleared: Vec<String>,
+    pub cleared: Vec<String>,
 }
 
 /// Maps every entry; the first problem is returned with its file and line.
@@ -75,7 +75,7 @@ impl Mapped {
     }
 
     /// One `[pgbouncer]` line.
-    fn setting(&mut self, entry: &Entry) -> Result<(), ConfigError> {
+    pub(super) fn setting(&mut self, entry: &Entry) -> Result<(), ConfigError> {
         let key = entry.key.to_ascii_lowercase();
         let label = format!("[pgbouncer] {key}");
         let treatment = catalogue::pgbouncer_key(&key).ok_or_else(|| {

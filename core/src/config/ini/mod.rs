@@ -12,7 +12,7 @@ mod lexer;
 mod mapping;
 mod overlay;
 
-pub(super) use document::Document;
+pub(super) use document::{Document, Table};
 pub(super) use overlay::apply as apply_overlay;
 
 use super::error::ConfigError;
@@ -44,6 +44,39 @@ fn loaded(lexed: lexer::Lexed) -> Result<Loaded, ConfigError> {
         document: mapped.document,
         unhonoured: mapped.unhonoured,
         honoured: mapped.honoured,
+    })
+}
+
+/// One `[pgbouncer]` line read on its own, as the file reader reads it (the admin console's
+/// `SET key = value`).
+pub(super) struct Line {
+    /// What the line sets in the `pgtier` table (`verbose` sets `log_level`).
+    pub table: Table,
+    /// Keys it clears (an empty value means "not set").
+    pub cleared: Vec<String>,
+    /// Whether pgtier acts on the key (false: a PgBouncer key pgtier does not honour).
+    pub honoured: bool,
+}
+
+/// Reads `key = value` as a line of the `[pgbouncer]` section of `file` (relative paths are
+/// resolved against its directory): the same catalogue, conversions and errors as the file.
+pub(super) fn read_line(key: &str, value: &str, file: &Path) -> Result<Line, ConfigError> {
+    let entry = lexer::Entry {
+        section: "pgbouncer".to_string(),
+        key: key.to_string(),
+        value: value.trim().to_string(),
+        // Not a line of the file; errors name the file and the key.
+        origin: lexer::Origin {
+            file: absolute(file),
+            line: 0,
+        },
+    };
+    let mut mapped = mapping::Mapped::default();
+    mapped.setting(&entry)?;
+    Ok(Line {
+        table: mapped.document.pgtier,
+        cleared: mapped.cleared,
+        honoured: mapped.unhonoured.is_empty(),
     })
 }
 

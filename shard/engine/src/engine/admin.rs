@@ -8,7 +8,7 @@ use crate::gates::AdminOp;
 use crate::gates::Gates;
 use crate::gates::ShutdownMode;
 use crate::ids::ClientId;
-use crate::services::Console;
+use crate::services::{Console, Refusal};
 
 /// The shard's admin state.
 pub(crate) struct Admin {
@@ -82,11 +82,12 @@ impl Admin {
 struct Asked {
     request_id: u64,
     client: ClientId,
-    tag: &'static str,
+    /// The CommandComplete tag of a success (`SET key=value` repeats what was set).
+    tag: String,
     /// Shards that have not answered yet.
     missing: usize,
     /// The first refusal a shard answered with.
-    error: Option<String>,
+    error: Option<Refusal>,
 }
 
 /// An op applied here whose condition does not hold yet; answered to shard `from`.
@@ -121,7 +122,7 @@ impl AdminOps {
 
     /// A console session asks `missing` shards to run an op (`tag`): the request id their
     /// answers carry.
-    pub(super) fn ask(&mut self, client: ClientId, tag: &'static str, missing: usize) -> u64 {
+    pub(super) fn ask(&mut self, client: ClientId, tag: String, missing: usize) -> u64 {
         self.next_request_id += 1;
         let request_id = self.next_request_id;
         self.asked.push(Asked {
@@ -139,8 +140,8 @@ impl AdminOps {
     pub(super) fn answered(
         &mut self,
         request_id: u64,
-        error: Option<String>,
-    ) -> Option<(ClientId, &'static str, Option<String>)> {
+        error: Option<Refusal>,
+    ) -> Option<(ClientId, String, Option<Refusal>)> {
         let index = self
             .asked
             .iter()

@@ -34,7 +34,7 @@ use crate::ids::{ClientId, ServerId};
 use crate::listing::Listing;
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
-use crate::services::{Console, ConsoleRequest, ConsoleRights, StatementAnswer};
+use crate::services::{Console, ConsoleRequest, ConsoleRights, Refusal, StatementAnswer};
 
 impl Admin {
     /// A client about to take a server: true (and it is held) when its database is paused.
@@ -378,12 +378,35 @@ pub(super) fn complete(out: &mut BytesMut, tag: &str) {
 
 /// An admin command error as PgBouncer sends it (SQLSTATE 08P01).
 pub(super) fn console_error(out: &mut BytesMut, message: &str) {
+    refusal_error(
+        out,
+        &Refusal {
+            code: sqlstate::PROTOCOL_VIOLATION,
+            message: message.to_string(),
+        },
+    );
+}
+
+/// An admin command refused with its own SQLSTATE (a failed RELOAD is F0000).
+pub(super) fn refusal_error(out: &mut BytesMut, refusal: &Refusal) {
     pgtier_wire::error_fields::ErrorNotice::new(
         pgtier_wire::error_fields::Severity::Error,
-        sqlstate::PROTOCOL_VIOLATION,
-        message,
+        refusal.code,
+        &refusal.message,
     )
     .encode_error(out);
+}
+
+/// PgBouncer's answer to a SET of a client parameter on its console (`client_encoding`,
+/// `datestyle`...), which drivers send without asking: a notice that it is ignored, and `SET`.
+pub(super) fn ignored_set(out: &mut BytesMut) {
+    pgtier_wire::error_fields::ErrorNotice::new(
+        pgtier_wire::error_fields::Severity::Notice,
+        sqlstate::SUCCESSFUL_COMPLETION,
+        "SET ignored",
+    )
+    .encode_notice(out);
+    complete(out, "SET");
 }
 
 /// SUSPEND: no connection of this shard is read any more but the console sessions (and

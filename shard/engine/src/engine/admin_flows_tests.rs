@@ -331,3 +331,99 @@ fn suspend_stops_reading_waits_for_unsent_bytes_and_resume_reads_again() {
     );
     assert_eq!(h.client_tags(late), "TDCZ", "it runs after RESUME");
 }
+
+/// Hands RELOAD and `SET key value` to a process that is the test itself.
+struct ReconfiguringConsole {
+    orders: std::rc::Rc<std::cell::RefCell<Vec<crate::reconfigure::Order>>>,
+}
+
+impl Console for ReconfiguringConsole {
+    fn needs_listing(&self, _query: &str) -> bool {
+        false
+    }
+
+    fn answer(&mut self, _request: &ConsoleRequest<'_>, _out: &mut BytesMut) {}
+
+    fn answer_statement(&mut self, _request: &ConsoleRequest<'_>) -> StatementAnswer {
+        StatementAnswer::default()
+    }
+
+    fn admin_command(
+        &mut self,
+        query: &str,
+        _admin: bool,
+        _config: &pgtier_core::config::Config,
+    ) -> Option<Result<AdminRequest, Refusal>> {
+        use crate::reconfigure::Change;
+        let words: Vec<&str> = query.split_whitespace().collect();
+        let change = match words.as_slice() {
+            ["RELOAD"] => Change::Reload,
+            ["SET", key, value] => Change::Set {
+                key: key.to_string(),
+                value: value.to_string(),
+            },
+            _ => return None,
+        };
+        Some(Ok(AdminRequest::Reconfigure(change)))
+    }
+
+    fn reconfigure(&mut self, order: crate::reconfigure::Order) -> Result<(), Refusal> {
+        self.orders.borrow_mut().push(order);
+        Ok(())
+    }
+}
+
+#[test]
+fn reload_and_set_are_answered_once_the_new_configuration_is_applied() {
+    let orders = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let console = ReconfiguringConsole {
+        orders: orders.clone(),
+    };
+    let mut h = Harness::with_console(&config(TX), Box::new(console));
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("SET default_pool_size 2"));
+    h.client_sends(admin, &query("RELOAD"));
+    assert!(answers(&mut h, admin).is_empty(), "the process has it");
+    let order = orders.borrow_mut().remove(0);
+    assert!(
+        orders.borrow().is_empty(),
+        "the RELOAD waits behind the SET"
+    );
+    let bigger = pgtier_core::config::Config::from_str(
+        &config("pool_mode = \"transaction\"\ndefault_pool_size = 2"),
+        "pgtier.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(bigger),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: Some(crate::reconfigure::Pending::new(&order, 1)),
+        },
+    );
+    h.pump();
+    assert_eq!(answers(&mut h, admin), vec!["SET default_pool_size=2"]);
+    assert_eq!(h.engine.env.config().pgtier.default_pool_size, 2);
+    // The pipelined RELOAD went to the process once the SET was answered; it fails.
+    let reload = orders.borrow_mut().remove(0);
+    assert_eq!(reload.change, crate::reconfigure::Change::Reload);
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::AdminDone {
+            request_id: reload.request_id,
+            error: Some(Refusal {
+                code: pgtier_wire::SqlState::new(b"F0000"),
+                message: "RELOAD failed, see logs for additional details".to_string(),
+            }),
+        },
+    );
+    h.pump();
+    let output = h.client_output(admin);
+    let error = output.iter().find(|message| message.tag == b'E');
+    assert_eq!(
+        error.and_then(|message| message.field(b'C')).as_deref(),
+        Some("F0000")
+    );
+}

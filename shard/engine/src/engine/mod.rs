@@ -573,14 +573,6 @@ impl Engine {
         self.outbox.send(conn, bytes);
     }
 
-    /// The TLS configurations in use, as a reload hands them on.
-    fn tls_sides(&self) -> crate::tls::TlsSides {
-        crate::tls::TlsSides {
-            acceptor: self.clients.logins().acceptor().cloned(),
-            connector: self.servers.connector().cloned(),
-        }
-    }
-
     fn wall_time(&self) -> SystemTime {
         self.env.wall_time(self.now)
     }

@@ -716,6 +716,7 @@ fn a_reload_changes_the_pool_size_of_existing_pools() {
             config: std::sync::Arc::new(bigger),
             users: std::sync::Arc::new(crate::userlist::UserList::new()),
             tls: Default::default(),
+            pending: None,
         },
     );
     h.pump();

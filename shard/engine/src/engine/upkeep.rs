@@ -16,13 +16,15 @@ use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
     ConsoleStep, admin_op_condition_holds, client_by_key, clients_of, complete, console_error,
-    idle_servers_of, mark_servers_to_close, servers_of,
+    idle_servers_of, ignored_set, mark_servers_to_close, refusal_error, servers_of,
 };
 use crate::engine::timeouts::ClientTimeouts;
 use crate::gates::{AdminOp, AdminRequest, Scope, ShutdownMode};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
+use crate::reconfigure::Order;
 use crate::server::ServerState;
+use crate::services::Refusal;
 use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT};
 
 impl Engine {
@@ -223,7 +225,12 @@ impl Engine {
     pub(super) fn on_command(&mut self, command: Command) {
         match command {
             Command::Cancel { pid, secret } => self.handle_cancel(CancelKey { pid, secret }),
-            Command::Reload { config, users, tls } => {
+            Command::Reload {
+                config,
+                users,
+                tls,
+                pending,
+            } => {
                 // New connections use the new TLS configurations; running sessions keep theirs.
                 self.clients.logins_mut().reloaded(tls.acceptor);
                 self.servers.reloaded(tls.connector);
@@ -241,6 +248,10 @@ impl Engine {
                 }
                 self.linker.reset_warm_pools(self.env.config());
                 info!(shard = self.env.shard(), "configuration reloaded");
+                // The console that asked is answered once the last shard has it in effect.
+                if let Some((shard, request_id)) = pending.and_then(|pending| pending.applied()) {
+                    self.reconfigured(shard, request_id, None);
+                }
             }
             Command::Shutdown(mode) => {
                 self.admin.shut_down(mode);
@@ -382,26 +393,25 @@ impl Engine {
     /// nothing more of the session is read).
     fn run_admin_op(&mut self, id: ClientId, request: AdminRequest, out: &mut BytesMut) -> bool {
         match request {
-            AdminRequest::Reloaded => {
-                complete(out, "RELOAD");
+            AdminRequest::IgnoredSet => {
+                ignored_set(out);
                 false
             }
-            AdminRequest::Set { config, key } => {
-                info!(shard = self.env.shard(), setting = %key, "SET from the admin console");
-                for shard in 0..self.env.shared().shards() {
-                    let command = Command::Reload {
-                        config: config.clone(),
-                        users: self.env.users().clone(),
-                        tls: self.tls_sides(),
-                    };
-                    if shard == self.env.shard() {
-                        self.on_command(command);
-                    } else {
-                        self.outbox.push(Action::Post { shard, command });
-                    }
+            AdminRequest::Reconfigure(change) => {
+                let earlier = std::mem::take(out);
+                if !earlier.is_empty() {
+                    self.send(Conn::Client(id), earlier.freeze());
                 }
-                complete(out, "SET");
-                false
+                let request_id = self.admin.ops_mut().ask(id, change.tag(), 1);
+                let order = Order {
+                    shard: self.env.shard(),
+                    request_id,
+                    change,
+                };
+                if let Err(refusal) = self.admin.console_mut().reconfigure(order) {
+                    self.on_admin_op_done(request_id, Some(refusal));
+                }
+                true
             }
             AdminRequest::Op(AdminOp::Shutdown(mode)) => {
                 // Answered first, as PgBouncer does: under WAIT_FOR_SERVERS this session
@@ -457,10 +467,17 @@ impl Engine {
             .iter()
             .any(|shard| *shard >= self.env.shared().shards())
         {
-            self.answer_console(id, op.tag(), Some("client not found".to_string()));
+            let error = Refusal {
+                code: sqlstate::PROTOCOL_VIOLATION,
+                message: "client not found".to_string(),
+            };
+            self.answer_console(id, op.tag(), Some(error));
             return;
         }
-        let request_id = self.admin.ops_mut().ask(id, op.tag(), shards.len());
+        let request_id = self
+            .admin
+            .ops_mut()
+            .ask(id, op.tag().to_string(), shards.len());
         for shard in shards {
             if shard == self.env.shard() {
                 self.apply_admin_op(self.env.shard(), request_id, op.clone());
@@ -558,6 +575,15 @@ impl Engine {
 
     /// Sends shard `from` this shard's answer to `request_id`.
     fn admin_op_answered(&mut self, from: usize, request_id: u64, error: Option<String>) {
+        let error = error.map(|message| Refusal {
+            code: sqlstate::PROTOCOL_VIOLATION,
+            message,
+        });
+        self.reconfigured(from, request_id, error);
+    }
+
+    /// Sends shard `from` the answer to its console's `request_id`.
+    fn reconfigured(&mut self, from: usize, request_id: u64, error: Option<Refusal>) {
         if from == self.env.shard() {
             self.on_admin_op_done(request_id, error);
         } else {
@@ -569,14 +595,14 @@ impl Engine {
     }
 
     /// One shard answered; the console session is answered once all did.
-    fn on_admin_op_done(&mut self, request_id: u64, error: Option<String>) {
+    fn on_admin_op_done(&mut self, request_id: u64, error: Option<Refusal>) {
         if let Some((client, tag, error)) = self.admin.ops_mut().answered(request_id, error) {
-            self.answer_console(client, tag, error);
+            self.answer_console(client, &tag, error);
         }
     }
 
     /// Answers a console session's op and goes on with its pipelined queries.
-    fn answer_console(&mut self, id: ClientId, tag: &str, error: Option<String>) {
+    fn answer_console(&mut self, id: ClientId, tag: &str, error: Option<Refusal>) {
         if self
             .clients
             .get(id.0)
@@ -586,7 +612,7 @@ impl Engine {
         }
         let mut out = BytesMut::new();
         match error {
-            Some(error) => console_error(&mut out, &error),
+            Some(refusal) => refusal_error(&mut out, &refusal),
             None => complete(&mut out, tag),
         }
         messages::ready_for_query(&mut out, b'I');

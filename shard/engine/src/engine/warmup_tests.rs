@@ -73,6 +73,7 @@ fn a_reload_that_drops_the_minimum_stops_keeping_the_pool() {
             config: Arc::new(config),
             users: Arc::new(crate::userlist::UserList::new()),
             tls: Default::default(),
+            pending: None,
         },
     );
     h.advance(PERIOD);

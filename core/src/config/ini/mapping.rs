@@ -331,16 +331,10 @@ fn servers(
     ])
 }
 
-/// `pool_mode` as pgtier spells it; statement pooling does not exist in pgtier.
+/// `pool_mode` as pgtier spells it (PgBouncer compares the word without case); the value
+/// itself is checked by the one validator, as in the TOML file.
 fn pool_mode(value: &str) -> Result<String, String> {
-    let mode = value.to_ascii_lowercase();
-    if mode == "statement" {
-        return Err(
-            "pgtier has no statement pooling: use transaction (the closest mode) or session"
-                .to_string(),
-        );
-    }
-    Ok(mode)
+    Ok(value.to_ascii_lowercase())
 }
 
 /// Text settings whose spelling PgBouncer compares without case, and the values pgtier

@@ -297,7 +297,10 @@ impl ServerConn {
             pool,
             mode,
             io: ServerIo::default(),
-            backend: Backend::default(),
+            backend: Backend {
+                relay: Relay::new(mode),
+                ..Backend::default()
+            },
             info: ServerInfo {
                 addr,
                 connected_at: now,

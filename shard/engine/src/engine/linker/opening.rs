@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use pgtier_core::config::PoolMode;
 use pgtier_pool::{Checkin, Closing, PoolId, ServerTarget};
 use tracing::{debug, info};
 
@@ -140,7 +139,7 @@ impl Linker {
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, now);
-        if mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0 {
+        if mode.releases_at_idle_ready() && env.limits().max_prepared_statements > 0 {
             server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = servers.insert(server) else {

@@ -1,7 +1,8 @@
 //! Statement pooling (`pool_mode = statement`) against a real PostgreSQL with trust auth:
 //! clients take turns on one server statement by statement, a transaction block ends its
 //! client with PgBouncer's error and never leaves a server inside it, named statements
-//! follow their clients, pgbench's select-only run passes, and a pgbouncer.ini's
+//! follow their clients, COPY and cancel work, pgbench's select-only run passes, and a
+//! pgbouncer.ini's
 //! per-database and per-user `pool_mode=statement` take effect.
 
 mod common;
@@ -9,7 +10,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::raw::RawClient;
+use common::raw::{self, RawClient};
 use common::*;
 
 const REFUSED: &str = "transaction blocks not allowed in statement pooling mode";
@@ -207,6 +208,47 @@ fn a_transaction_block_ends_its_client_and_leaks_nothing() {
     assert!(
         wait_until(Duration::from_secs(10), open_blocks),
         "a refused block's backend ended"
+    );
+    proxy.shutdown(pgtier::ShutdownMode::Immediate);
+    proxy.join().expect("clean exit");
+}
+
+#[test]
+fn copy_and_cancel_work_in_statement_mode() {
+    let pg = start_pg(HbaAuth::Trust);
+    let proxy = statement_proxy(&pg, 1);
+    let port = proxy.local_addr().port();
+    let run = |sql: &str| {
+        let (ok, out, err) = psql(port, "postgres", "postgres", sql, None);
+        assert!(ok, "{sql}: {err}");
+        out
+    };
+    run("CREATE TABLE copied (x int)");
+    let copied = run("COPY (SELECT generate_series(1, 1000)) TO STDOUT");
+    assert_eq!(copied.lines().count(), 1000);
+    // psql's stdin is empty here: COPY FROM STDIN ends at once, and the server is free.
+    run("COPY copied FROM STDIN");
+    assert_eq!(run("SELECT count(*) FROM copied"), "0");
+
+    let mut a = RawClient::connect(port, "postgres", "postgres", &[]).expect("a");
+    a.send_query("SELECT pg_sleep(60)");
+    let running = wait_until(Duration::from_secs(20), || {
+        pg.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)' \
+             AND state = 'active'",
+        )
+        .expect("psql")
+            == "1"
+    });
+    assert!(running, "the sleep reached the server");
+    raw::send_cancel(port, a.key);
+    let (code, _) = a.read_result().expect_err("cancelled");
+    assert_eq!(code, "57014");
+    assert_eq!(
+        a.query_one("SELECT 1"),
+        "1",
+        "the server went back and serves again"
     );
     proxy.shutdown(pgtier::ShutdownMode::Immediate);
     proxy.join().expect("clean exit");

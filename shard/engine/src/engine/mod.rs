@@ -962,10 +962,11 @@ impl Engine {
     /// closes (PostgreSQL rolls the block back when the connection ends; it is never pooled
     /// inside it) and the client gets PgBouncer's FATAL 08P01 and the end of its connection.
     fn transaction_block_refused(&mut self, server_id: ServerId, client_id: ClientId) {
-        debug!(
+        // Logged as PgBouncer logs it, which its own test suite looks for.
+        tracing::info!(
             ?client_id,
             ?server_id,
-            "closing: transaction blocks not allowed in statement pooling mode"
+            "closing because: transaction blocks not allowed in statement pooling mode"
         );
         self.close_server(server_id);
         let error = messages::fatal(

@@ -409,6 +409,7 @@ fn database_row(
     let disabled = gates.is_some_and(|gates| gates.is_disabled(name));
     let (host, port, routing) = match &db.servers {
         ServerSet::Single(server) => (server.host.clone(), server.port, "single"),
+        ServerSet::Hosts(list) => (list.joined(), list.port(), "hosts"),
         ServerSet::Replicas(set) => {
             let hosts: Vec<String> = set.replicas.iter().map(|a| a.ip().to_string()).collect();
             let port = set.replicas.first().map_or(0, SocketAddr::port);

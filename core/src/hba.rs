@@ -5,8 +5,9 @@
 //! Supported, as PgBouncer does: `local`, `host`, `hostssl`, `hostnossl` lines; databases
 //! `all`, `sameuser`, names and `@file`; users `all`, names and `@file`; addresses in CIDR
 //! form, as an address plus a mask, or `all`; methods trust, reject, md5, scram-sha-256,
-//! password, cert and peer. `replication` is accepted and matches no connection (pgtier
-//! refuses replication connections). Everything else (host names, `samehost`, `samenet`,
+//! password, cert and peer. `replication` matches physical replication connections, which
+//! match nothing else, as in PostgreSQL (a logical one matches as any connection to its
+//! database). Everything else (host names, `samehost`, `samenet`,
 //! `+group`, `samerole`, regular expressions, `include`, options such as `map=`) is refused
 //! when the file is loaded, naming the line, rather than being ignored: a rule read
 //! differently from PostgreSQL's reading could let in a client PostgreSQL would refuse.
@@ -65,7 +66,7 @@ enum NameMatch {
     All,
     /// Database field only: the database named like the user.
     SameUser,
-    /// Database field only: replication connections, which pgtier never accepts.
+    /// Database field only: physical replication connections (and only them).
     Replication,
     Name(String),
 }
@@ -108,6 +109,9 @@ pub struct HbaRequest<'a> {
     pub tls: bool,
     pub database: &'a str,
     pub user: &'a str,
+    /// A physical replication connection (`replication=true`): only `replication` lines
+    /// match its database field.
+    pub physical_replication: bool,
 }
 
 impl HbaRequest<'_> {
@@ -230,9 +234,10 @@ impl HbaRule {
         connection
             && self.address_matches(request.addr)
             && self.databases.iter().any(|name| match name {
+                NameMatch::Replication => request.physical_replication,
+                _ if request.physical_replication => false,
                 NameMatch::All => true,
                 NameMatch::SameUser => request.database == request.user,
-                NameMatch::Replication => false,
                 NameMatch::Name(name) => name == request.database,
             })
             && self.users.iter().any(|name| match name {
@@ -587,6 +592,7 @@ mod tests {
             tls,
             database,
             user,
+            physical_replication: false,
         }
     }
 
@@ -640,6 +646,7 @@ mod tests {
             tls: false,
             database: "app",
             user: "alice",
+            physical_replication: false,
         };
         assert_eq!(method(&file, unix), Some(HbaMethod::Peer));
     }
@@ -658,6 +665,7 @@ mod tests {
             tls: false,
             database: "app",
             user: "alice",
+            physical_replication: false,
         };
         assert_eq!(file.rule_for(&unix), None);
         assert_eq!(
@@ -694,8 +702,25 @@ mod tests {
                 "{user}"
             );
         }
-        // `replication` lines (as in PostgreSQL's own sample) never match.
+        // `replication` lines (as in PostgreSQL's own sample) match physical replication
+        // connections, which no other line matches.
         assert_eq!(method(&file, tcp("127.0.0.1", false, "app", "x")), None);
+        let physical = HbaRequest {
+            physical_replication: true,
+            ..tcp("127.0.0.1", false, "all", "alice")
+        };
+        assert_eq!(method(&file, physical), Some(HbaMethod::Trust));
+        let physical_root = HbaRequest {
+            physical_replication: true,
+            ..tcp("127.0.0.1", false, "other", "root")
+        };
+        assert_eq!(method(&file, physical_root), Some(HbaMethod::Trust));
+        let only_all = parse("host all all 127.0.0.1/32 trust\n");
+        let physical = HbaRequest {
+            physical_replication: true,
+            ..tcp("127.0.0.1", false, "app", "x")
+        };
+        assert_eq!(method(&only_all, physical), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use pgtier_core::config::Config;
 use pgtier_engine::shared::StatsSnapshot;
 use pgtier_engine::userlist::UserList;
 use pgtier_engine::{Engine, EngineParts};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use pgtier_console::ShardConsole;
 use pgtier_metrics::MetricsEndpoint;
@@ -500,9 +500,28 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     (signal > 0).then_some(signal)
 }
 
+/// Binds the listeners; for `patience`, a failure is tried again every few milliseconds
+/// (an address another process is letting go), then reported.
+fn bind_patiently(config: &Config, patience: Duration) -> Result<Listeners, String> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match Listeners::bind(&config.pgtier, worker_count(config)) {
+            Ok(listeners) => return Ok(listeners),
+            Err(message) if Instant::now() < deadline => {
+                debug!(%message, "the addresses are not free yet");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(message) => return Err(message),
+        }
+    }
+}
+
 /// What the process around the proxy does at its steps (the command line's daemon,
 /// pidfile, privileges and log files); every hook may be a no-op.
 pub(crate) struct RunHooks<'a> {
+    /// How long binding tries again an address another process still holds (`-R`: the
+    /// process taken over from lets its addresses go within moments).
+    pub bind_patience: Duration,
     /// The listeners are bound and no thread runs yet (drop privileges here).
     pub bound: &'a mut dyn FnMut(&Listeners) -> Result<(), String>,
     /// Every shard is serving (write the pidfile, tell a waiting parent).
@@ -529,6 +548,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         config_path,
         config,
         RunHooks {
+            bind_patience: Duration::ZERO,
             bound: &mut |_| Ok(()),
             serving: &mut |_| Ok(()),
             sighup: &mut || {},
@@ -544,7 +564,7 @@ pub(crate) fn run_with(
     hooks: RunHooks<'_>,
 ) -> Result<(), String> {
     let signals = block_signals();
-    let listeners = Listeners::bind(&config.pgtier, worker_count(&config))?;
+    let listeners = bind_patiently(&config, hooks.bind_patience)?;
     (hooks.bound)(&listeners)?;
     let handle = start_bound(config, listeners)?;
     if let Err(message) = (hooks.serving)(&handle) {

@@ -239,9 +239,10 @@ fn configured_names(config: &Config) -> BTreeSet<String> {
         .databases
         .values()
         .chain(config.fallback.as_ref())
-        .filter_map(|entry: &DatabaseConfig| match &entry.servers {
-            ServerSet::Single(host_port) => Some(host_port),
-            ServerSet::Replicas(_) => None,
+        .flat_map(|entry: &DatabaseConfig| match &entry.servers {
+            ServerSet::Single(host_port) => std::slice::from_ref(host_port),
+            ServerSet::Hosts(list) => list.hosts.as_slice(),
+            ServerSet::Replicas(_) => &[],
         })
         .filter(|host_port| {
             host_port.unix_socket().is_none() && host_port.host.parse::<IpAddr>().is_err()
@@ -279,6 +280,12 @@ mod tests {
     #[test]
     fn only_host_names_are_looked_up() {
         let names = configured_names(&config(&["127.0.0.1", "::1", "/var/run/pg", "localhost"]));
+        assert_eq!(names, BTreeSet::from(["localhost".to_string()]));
+    }
+
+    #[test]
+    fn every_name_of_a_host_list_is_looked_up() {
+        let names = configured_names(&config(&["127.0.0.1,localhost,/var/run/pg,localhost"]));
         assert_eq!(names, BTreeSet::from(["localhost".to_string()]));
     }
 

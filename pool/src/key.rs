@@ -39,9 +39,24 @@ impl StartupProfile {
     pub fn from_parameters<'a>(
         parameters: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> StartupProfile {
+        StartupProfile::keeping(parameters, |name| !is_tracked_parameter(name))
+    }
+
+    /// The profile of a replication connection: every parameter but `user` and `database`,
+    /// tracked ones too, since its server takes them at login and no SET afterwards.
+    pub fn of_replication<'a>(
+        parameters: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> StartupProfile {
+        StartupProfile::keeping(parameters, |_| true)
+    }
+
+    fn keeping<'a>(
+        parameters: impl IntoIterator<Item = (&'a str, &'a str)>,
+        keep: impl Fn(&str) -> bool,
+    ) -> StartupProfile {
         let mut kept: Vec<(Box<str>, Box<str>)> = Vec::new();
         for (name, value) in parameters {
-            if is_identity_parameter(name) || is_tracked_parameter(name) {
+            if is_identity_parameter(name) || !keep(name) {
                 continue;
             }
             let name = name.to_ascii_lowercase().into_boxed_str();

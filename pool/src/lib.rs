@@ -39,6 +39,7 @@
 mod budget;
 mod eviction;
 mod handover;
+mod host_turn;
 mod housekeeping;
 mod key;
 mod lease;
@@ -51,6 +52,7 @@ mod welcome;
 
 pub use budget::PoolBudget;
 pub use handover::{Release, give_back_slot};
+pub use host_turn::HostBalance;
 pub use key::{PoolKey, ServerTarget, StartupProfile};
 pub use lease::Lease;
 

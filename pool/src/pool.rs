@@ -16,6 +16,7 @@
 //! held by this pool, backing no server yet.
 
 use crate::budget::PoolBudget;
+use crate::host_turn::HostTurn;
 use crate::key::PoolKey;
 use crate::lease::Lease;
 use crate::wait_order::WaitOrder;
@@ -166,6 +167,8 @@ pub(crate) struct Pool<S> {
     pub(crate) warm_share: Option<u32>,
     /// No warmup opens before this ([`PoolSlice::vacate`](crate::PoolSlice::vacate)).
     pub(crate) warmup_after: Option<Instant>,
+    /// Where the next open goes in the database's host list, if it has one.
+    pub(crate) host_turn: HostTurn,
 }
 
 impl<S> Pool<S> {
@@ -191,6 +194,7 @@ impl<S> Pool<S> {
             spellings,
             warm_share: None,
             warmup_after: None,
+            host_turn: HostTurn::default(),
         }
     }
 

@@ -18,6 +18,7 @@
 //! password meets the memo instead of one login attempt each).
 
 use crate::budget::PoolBudget;
+use crate::host_turn::HostBalance;
 use crate::key::PoolKey;
 use crate::lease::{CloseReason, Lease};
 use crate::pool::PoolCounts;
@@ -348,6 +349,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         debug_assert!(pool.opening > 0, "opened without try_open");
         pool.opening = pool.opening.saturating_sub(1);
         pool.failure = None;
+        pool.host_turn.opened();
         if pool.draining {
             pool.limits.budgets().for_each(PoolBudget::release);
             self.forget_if_unused(id);
@@ -371,9 +373,17 @@ impl<S, W: Copy> PoolSlice<S, W> {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
             pool.failure = Some(LoginFailure { error, retry_at });
+            pool.host_turn.failed();
             pool.limits.budgets().for_each(PoolBudget::release);
         }
         self.forget_if_unused(id);
+    }
+
+    /// Which of `hosts` entries of its database's host list the pool's next open goes to
+    /// (`balance`: PgBouncer's `load_balance_hosts`); 0 for a stale id.
+    pub fn next_host(&mut self, id: PoolId, hosts: usize, balance: HostBalance) -> usize {
+        self.pool_mut(id)
+            .map_or(0, |pool| pool.host_turn.next(hosts, balance))
     }
 
     /// The error a client joining this pool gets now instead of waiting: Some while `now <

@@ -59,11 +59,39 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    /// Binds every TCP address for `shards` shards, then the Unix socket.
+    /// Binds every TCP address for `shards` shards, then the Unix socket. On failure nothing
+    /// stays bound (the caller may try again: `-R` waits for the process it takes over from
+    /// to let its addresses go).
     pub fn bind(settings: &Settings, shards: usize) -> Result<Listeners, String> {
         let shards = shards.max(1);
         let mut per_shard: Vec<Vec<ShardListener>> = vec![Vec::new(); shards];
         let mut tcp_addrs = Vec::new();
+        let bound = Listeners::bind_into(settings, &mut per_shard, &mut tcp_addrs);
+        match bound {
+            Ok(unix) => Ok(Listeners {
+                per_shard,
+                tcp_addrs,
+                unix,
+            }),
+            Err(message) => {
+                for listener in per_shard.iter().flatten() {
+                    // SAFETY: these descriptors were opened by this call and handed to no
+                    // one; each is closed once.
+                    unsafe { libc::close(listener.fd) };
+                }
+                Err(message)
+            }
+        }
+    }
+
+    /// The binding steps of [`Listeners::bind`]: the TCP descriptors go into `per_shard` as
+    /// they are made, so a failure later can close them.
+    fn bind_into(
+        settings: &Settings,
+        per_shard: &mut [Vec<ShardListener>],
+        tcp_addrs: &mut Vec<SocketAddr>,
+    ) -> Result<Option<UnixSocketFile>, String> {
+        let shards = per_shard.len();
         let mut port = settings.listen_port;
         for ip in settings.listen_addr.addrs() {
             let addr = SocketAddr::new(*ip, port);
@@ -103,11 +131,7 @@ impl Listeners {
                     .to_string(),
             );
         }
-        Ok(Listeners {
-            per_shard,
-            tcp_addrs,
-            unix,
-        })
+        Ok(unix)
     }
 
     /// The Unix socket file after the process switched to `uid`/`gid`: it must be able to
@@ -321,8 +345,13 @@ impl Drop for UnixSocketFile {
     fn drop(&mut self) {
         if let Some(path) = &self.file {
             // Only our own file: someone may have replaced it since (by hand, or a process
-            // that found it unanswered while we were stopping).
-            if file_identity(path).is_some_and(|id| Some(id) == self.identity) {
+            // that found it unanswered while we were stopping, as `-R` does). The inode
+            // alone does not tell: a successor's new socket file often gets the number of
+            // the one it replaced. Ours, its listeners closed, refuses a connect; one a
+            // successor serves accepts it.
+            let ours = file_identity(path).is_some_and(|id| Some(id) == self.identity)
+                && std::os::unix::net::UnixStream::connect(path).is_err();
+            if ours {
                 let _ = std::fs::remove_file(path);
             }
         }

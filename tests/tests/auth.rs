@@ -301,3 +301,21 @@ fn auth_query_logs_in_users_only_postgresql_knows() {
     );
     assert_eq!(sessions, "md5_user,scram_user");
 }
+
+#[test]
+fn passwords_as_long_as_pgbouncer_takes_log_in() {
+    // PgBouncer takes passwords up to 65,530 bytes (its test suite logs in with one); one
+    // byte more is a wrong password, not a broken protocol.
+    let long = "a".repeat(65_530);
+    let pg = server(HbaAuth::Trust, "scram-sha-256");
+    pg.create_user("longpass", "pw").expect("create longpass");
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .auth("plain")
+            .user("longpass", &long),
+    );
+    assert_logged_in_as(connect(&proxy, "longpass", &long), "longpass");
+    let too_long = format!("X{long}");
+    let (code, message) = refusal(&proxy, "longpass", &too_long);
+    assert_eq!(code, "28P01", "{message}");
+}

@@ -348,6 +348,12 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
         config
     });
     let dir = TempDir::new("metrics").expect("temp dir");
+    // The client port accepts from its bind on, which comes before the metrics endpoint
+    // starts: wait for the endpoint too (a loaded machine shows the gap).
+    let endpoint_up = until(Duration::from_secs(30), Duration::from_millis(20), || {
+        TcpStream::connect(("127.0.0.1", metrics_port)).ok()
+    });
+    assert!(endpoint_up.is_some(), "the metrics endpoint did not listen");
 
     // Before any traffic: valid, and the process is up.
     let (status, content_type, body) = scrape(metrics_port, "text/plain");

@@ -1,7 +1,8 @@
 //! pgtier as a Unix process, started the way PgBouncer's init scripts and service units start
 //! it: `-d` with a pidfile and a logfile, `-q`, `-V`, `-u USER`; several listen addresses and
 //! the Unix socket (psql and pgbench on it, a stale socket file replaced, a live one refused);
-//! a server reached over its Unix socket; shards pinned within the CPU mask it starts with.
+//! a server reached over its Unix socket; shards pinned within the CPU mask it starts with;
+//! `-R`, taking the addresses over from the running pgtier while it finishes its sessions.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -167,12 +168,16 @@ fn version_and_quiet() {
     let dir = TempDir::new("process-quiet").expect("tempdir");
     let port = free_port().expect("port");
     let logfile = dir.path().join("pgtier.log");
+    let pidfile = dir.path().join("pgtier.pid");
     let lines = format!(
-        "listen_addr = \"127.0.0.1\"\nlisten_port = {port}\nlogfile = \"{}\"\n",
-        logfile.display()
+        "listen_addr = \"127.0.0.1\"\nlisten_port = {port}\nlogfile = \"{}\"\n\
+         pidfile = \"{}\"\n",
+        logfile.display(),
+        pidfile.display()
     );
     let config = write_config(dir.path(), &lines, "127.0.0.1", 1);
     let stderr_path = dir.path().join("stderr.txt");
+    // -R with no pgtier running: it says so in the log (not on stderr, with -q) and starts.
     let mut proxy = spawn(&["--quiet", "-R"], &config, &stderr_path);
     let deadline = Instant::now() + WAIT;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -199,7 +204,7 @@ fn version_and_quiet() {
     assert_eq!(stderr, "", "-q: nothing on standard error");
     let old = std::fs::read_to_string(&rotated).expect("rotated log");
     assert!(
-        old.contains("-R (online restart) is not supported"),
+        old.contains("-R: no running pgtier in the pidfile to take over from"),
         "{old}"
     );
     assert!(
@@ -267,14 +272,22 @@ fn shards_are_pinned_within_the_affinity_mask_pgtier_starts_with() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut shards = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{}/task", proxy.pid)).expect("tasks") {
-        let task = task.expect("task").path();
-        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-        if name.trim().starts_with("pgtier-shard-") {
-            shards.push((name.trim().to_string(), allowed_cpus(&task.join("status"))));
+    // The port accepts from its bind on, before the shard threads start: look until both
+    // are there (a loaded machine shows the gap).
+    let shards = loop {
+        let mut shards = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{}/task", proxy.pid)).expect("tasks") {
+            let task = task.expect("task").path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if name.trim().starts_with("pgtier-shard-") {
+                shards.push((name.trim().to_string(), allowed_cpus(&task.join("status"))));
+            }
         }
-    }
+        if shards.len() >= 2 || Instant::now() >= deadline {
+            break shards;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(shards.len(), 2, "two workers: {shards:?}");
     for (name, cpus) in &shards {
         assert_eq!(cpus, &vec![cpu], "{name} left the mask of CPU {cpu}");
@@ -531,4 +544,88 @@ fn daemon_start_failures_are_reported() {
     let running = run(&mut pgtier_command(&["-d"], &config), WAIT).expect("pgtier -d");
     assert_eq!(running.status.code(), Some(1), "{running:?}");
     assert!(running.stderr.contains("another instance"), "{running:?}");
+}
+
+/// The pid the pidfile names, once it names one.
+fn pid_in(pidfile: &Path) -> Option<u32> {
+    std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+}
+
+#[test]
+fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_sessions() {
+    let pg: LocalPg = server();
+    let dir = TempDir::new("process-reboot").expect("tempdir");
+    let port = free_port().expect("port");
+    let pidfile = dir.path().join("pgtier.pid");
+    let lines = format!(
+        "listen_addr = \"127.0.0.1\"\nlisten_port = {port}\nunix_socket_dir = \"{}\"\n\
+         pidfile = \"{}\"\n",
+        dir.path().display(),
+        pidfile.display()
+    );
+    let config = write_config(dir.path(), &lines, "127.0.0.1", pg.port());
+    let socket = socket_path(dir.path(), port);
+    let mut old = spawn(&[], &config, &dir.path().join("old.stderr"));
+    wait_for_unix(&socket, &mut old);
+    let until_pid = |wanted: u32| {
+        let deadline = Instant::now() + WAIT;
+        while pid_in(&pidfile) != Some(wanted) {
+            assert!(
+                Instant::now() < deadline,
+                "the pidfile never named {wanted}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until_pid(old.pid);
+
+    // A session on the old process, inside a transaction when the restart comes.
+    let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    let mut session = postgres::Client::connect(&conninfo, postgres::NoTls).expect("session");
+    session
+        .batch_execute("BEGIN; CREATE TEMP TABLE kept (n int); INSERT INTO kept VALUES (1)")
+        .expect("begin");
+
+    let mut new = spawn(&["-R"], &config, &dir.path().join("new.stderr"));
+    until_pid(new.pid);
+    // The new process serves new clients over TCP and the socket...
+    assert_eq!(psql_ok("127.0.0.1", port, "postgres", "SELECT 1"), "1");
+    let socket_dir = dir.path().display().to_string();
+    assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 2"), "2");
+    // ...while the old one still serves the session it had, to its end.
+    assert!(old.alive(), "the old process left with a session open");
+    let row = session
+        .query_one("SELECT n FROM kept", &[])
+        .expect("the old session goes on");
+    assert_eq!(row.get::<_, i32>(0), 1);
+    session.batch_execute("COMMIT").expect("commit");
+    drop(session);
+    let deadline = Instant::now() + WAIT;
+    while old.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the old process did not exit once its client left"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its exit left the new process's pidfile and socket in place.
+    assert_eq!(pid_in(&pidfile), Some(new.pid));
+    assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 3"), "3");
+    assert!(new.terminate(), "the new pgtier did not stop on SIGTERM");
+}
+
+#[test]
+fn reboot_without_a_pidfile_is_refused_at_once() {
+    let dir = TempDir::new("process-reboot-refused").expect("tempdir");
+    let port = free_port().expect("port");
+    let lines = format!("listen_addr = \"127.0.0.1\"\nlisten_port = {port}\n");
+    let config = write_config(dir.path(), &lines, "127.0.0.1", 5432);
+    let finished = run(&mut pgtier_command(&["-R"], &config), WAIT).expect("pgtier -R");
+    assert!(!finished.success(), "{finished:?}");
+    assert!(
+        finished
+            .stderr
+            .contains("-R (online restart) needs pidfile"),
+        "{finished:?}"
+    );
 }

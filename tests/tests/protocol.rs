@@ -10,6 +10,7 @@ use pgtier_tests::fixtures::{
     admin, pgbench_init, pgbench_processed, pgbench_select_only, psql_through, server_and_proxy,
     sqlstate,
 };
+use pgtier_tests::wait;
 use postgres::SimpleQueryMessage;
 
 fn simple_rows(messages: &[SimpleQueryMessage]) -> Vec<String> {
@@ -405,6 +406,21 @@ fn unknown_database_fails_promptly_with_3d000() {
     let started = Instant::now();
     let error = proxy.connect_error("no_such_db", "postgres");
     assert_eq!(sqlstate(&error).as_deref(), Some("3D000"), "{error}");
+    // PgBouncer's words for it, which its own suite and operators' tools match on.
+    let message = error.as_db_error().map(|db| db.message().to_string());
+    assert_eq!(
+        message.as_deref(),
+        Some("no such database: no_such_db"),
+        "{error:?}"
+    );
+    // ...and PgBouncer's log line for it.
+    let logged = wait::until(Duration::from_secs(10), Duration::from_millis(20), || {
+        proxy
+            .log()
+            .contains("closing because: no such database: no_such_db")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "{}", proxy.log());
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "{:?}",

@@ -66,8 +66,54 @@ impl DatabaseConfig {
 pub enum ServerSet {
     /// One server (`host`, `port`).
     Single(HostPort),
+    /// PgBouncer's host list (`host = "a,b"`): equivalent servers, one of which each new
+    /// connection goes to. Not a replica set: nothing is checked, routed or failed over.
+    Hosts(HostList),
     /// Read-only replicas with a routing policy.
     Replicas(ReplicaSet),
+}
+
+/// A host list: the hosts as written (names, addresses or socket directories, repeats
+/// allowed), all on one port, and how new connections walk them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostList {
+    pub hosts: Vec<HostPort>,
+    pub balance: LoadBalanceHosts,
+}
+
+impl HostList {
+    /// The list as PgBouncer shows it (`SHOW DATABASES`): the hosts joined by commas.
+    pub fn joined(&self) -> String {
+        let hosts: Vec<&str> = self.hosts.iter().map(|host| host.host.as_str()).collect();
+        hosts.join(",")
+    }
+
+    /// The port every host is reached on.
+    pub fn port(&self) -> u16 {
+        self.hosts.first().map_or(0, |host| host.port)
+    }
+}
+
+/// `load_balance_hosts` (PgBouncer 1.24): which host of a list a new connection takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+pub enum LoadBalanceHosts {
+    /// The next host in the list, for every new connection.
+    #[default]
+    #[serde(rename = "round-robin")]
+    RoundRobin,
+    /// The same host until a connection to it fails, then the next.
+    #[serde(rename = "disable")]
+    Disable,
+}
+
+impl LoadBalanceHosts {
+    /// Spelling used in the file and in `SHOW DATABASES`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LoadBalanceHosts::RoundRobin => "round-robin",
+            LoadBalanceHosts::Disable => "disable",
+        }
+    }
 }
 
 /// A server named by host (name or address) and port. A host that starts with `/` is the

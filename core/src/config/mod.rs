@@ -20,8 +20,9 @@ mod validate;
 
 pub use database::UserConfig;
 pub use database::{
-    DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings, ReadSettings,
-    ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet, TierSettings,
+    DatabaseConfig, DedicatedSplit, HostList, HostPort, LoadBalanceHosts, PlbLoadSignal,
+    PlbSettings, ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet,
+    TierSettings,
 };
 pub use error::ConfigError;
 pub use function_names::{FunctionNames, FunctionOverrides};

@@ -24,6 +24,7 @@ pub(super) struct FileRaw {
 pub(super) struct DatabaseRaw {
     pub host: Option<String>,
     pub port: Option<u16>,
+    pub load_balance_hosts: Option<super::database::LoadBalanceHosts>,
     pub dbname: Option<String>,
     pub user: Option<String>,
     pub password: Option<String>,

@@ -4,8 +4,9 @@
 //! message alone.
 
 use super::database::{
-    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostPort, PlbLoadSignal, PlbSettings,
-    ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet, TierSettings,
+    DEFAULT_SERVER_PORT, DatabaseConfig, DedicatedSplit, HostList, HostPort, PlbLoadSignal,
+    PlbSettings, ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, ServerSet,
+    TierSettings,
 };
 use super::error::ConfigError;
 use super::function_names::{FunctionNames, FunctionOverrides};
@@ -344,8 +345,23 @@ fn servers(
         }
         let port = raw.port.unwrap_or(DEFAULT_SERVER_PORT);
         check.at_least(&format!("{base}.port"), port.into(), 1)?;
+        if host.contains(',') {
+            return host_list(check, base, &host, port, raw);
+        }
+        if raw.load_balance_hosts.is_some() {
+            return check.fail(
+                format!("{base}.load_balance_hosts"),
+                "needs a host list (host = \"a,b\")",
+            );
+        }
         return Ok(ServerSet::Single(HostPort { host, port }));
     };
+    if raw.load_balance_hosts.is_some() {
+        return check.fail(
+            format!("{base}.load_balance_hosts"),
+            "applies to a host list, not to replicas (replica sets have routing)",
+        );
+    }
     for (present, key) in [(raw.host.is_some(), "host"), (raw.port.is_some(), "port")] {
         if present {
             return check.fail(
@@ -466,6 +482,43 @@ fn function_names(
 }
 
 /// Rejects replica-set keys on an entry without `replicas`.
+/// PgBouncer's host list: hosts separated by commas, each a name, an address or a socket
+/// directory, repeats allowed, all on `port`.
+fn host_list(
+    check: &Checker<'_>,
+    base: &str,
+    host: &str,
+    port: u16,
+    raw: &DatabaseRaw,
+) -> Result<ServerSet, ConfigError> {
+    let mut hosts = Vec::new();
+    for item in host.split(',').map(str::trim) {
+        if item.is_empty() {
+            return check.fail(
+                format!("{base}.host"),
+                "has an empty entry in its host list",
+            );
+        }
+        if item.starts_with('@') {
+            return check.fail(
+                format!("{base}.host"),
+                format!(
+                    "{item} is a Unix socket in the abstract namespace, which pgtier does not \
+                     support"
+                ),
+            );
+        }
+        hosts.push(HostPort {
+            host: item.to_string(),
+            port,
+        });
+    }
+    Ok(ServerSet::Hosts(HostList {
+        hosts,
+        balance: raw.load_balance_hosts.unwrap_or_default(),
+    }))
+}
+
 fn single_host_only(check: &Checker<'_>, base: &str, raw: &DatabaseRaw) -> Check {
     let replica_keys = [
         (raw.routing.is_some(), "routing"),

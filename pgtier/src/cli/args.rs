@@ -27,7 +27,7 @@ pub enum Command {
 pub struct RunOptions {
     /// `-d`: go to the background once serving (needs `pidfile`, and `logfile` or `syslog`).
     pub daemon: bool,
-    /// `-R`: PgBouncer's online restart; not supported, pgtier warns and starts normally.
+    /// `-R`: PgBouncer's online restart: take over from the pgtier the pidfile names.
     pub reboot: bool,
     /// `-q`: nothing is logged to standard error.
     pub quiet: bool,
@@ -82,7 +82,8 @@ Usage:
 
 Options (PgBouncer's):
   -d, --daemon                 run in the background (needs pidfile, and logfile or syslog)
-  -R, --reboot                 online restart: not supported, warns and starts normally
+  -R, --reboot                 online restart: the running pgtier (pidfile) finishes its
+                               clients' sessions, this one takes its addresses
   -q, --quiet                  do not log to stderr
   -v, --verbose                raise the log level (repeatable: -v debug, -vv trace)
   -u, --user=USER              switch to USER after binding the sockets (root only)

@@ -9,6 +9,20 @@ use std::path::{Path, PathBuf};
 
 use tracing::info;
 
+/// The live process `path` names, if any (`-R` takes over from it); a stale file is
+/// removed, as [`check`] does.
+pub fn running(path: &Path) -> Result<Option<libc::pid_t>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("cannot read pidfile {}: {error}", path.display())),
+    };
+    match text.trim().parse::<libc::pid_t>() {
+        Ok(pid) if pid > 0 && process_exists(pid) => Ok(Some(pid)),
+        _ => check(path).map(|()| None),
+    }
+}
+
 /// Refuses to start when `path` names a live process; removes a stale file.
 pub fn check(path: &Path) -> Result<(), String> {
     let text = match std::fs::read_to_string(path) {
@@ -59,23 +73,50 @@ pub(crate) struct PidFile {
 }
 
 impl PidFile {
+    /// Writes this process's id to `path` in place of the one there (`-R`: the process
+    /// taken over from still runs, and removes the file at its exit only if it names it).
+    /// Written beside and renamed over, so a reader never sees it half written.
+    pub fn replace(path: &Path) -> Result<PidFile, String> {
+        let pid = std::process::id();
+        let mut beside = path.as_os_str().to_owned();
+        beside.push(format!(".{pid}.new"));
+        let beside = PathBuf::from(beside);
+        let _ = std::fs::remove_file(&beside);
+        write_new(&beside, pid)?;
+        std::fs::rename(&beside, path).map_err(|error| {
+            let _ = std::fs::remove_file(&beside);
+            format!("cannot replace pidfile {}: {error}", path.display())
+        })?;
+        Ok(PidFile {
+            path: path.to_path_buf(),
+            pid,
+        })
+    }
+
     /// Writes this process's id to a new file at `path`.
     pub fn write(path: &Path) -> Result<PidFile, String> {
         let pid = std::process::id();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(path)
-            .map_err(|error| format!("cannot create pidfile {}: {error}", path.display()))?;
-        let guard = PidFile {
+        write_new(path, pid)?;
+        Ok(PidFile {
             path: path.to_path_buf(),
             pid,
-        };
-        file.write_all(format!("{pid}\n").as_bytes())
-            .map_err(|error| format!("cannot write pidfile {}: {error}", path.display()))?;
-        Ok(guard)
+        })
     }
+}
+
+/// Creates `path` (it must not exist) holding `pid`; a file left half written is removed.
+fn write_new(path: &Path, pid: u32) -> Result<(), String> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|error| format!("cannot create pidfile {}: {error}", path.display()))?;
+    file.write_all(format!("{pid}\n").as_bytes())
+        .map_err(|error| {
+            let _ = std::fs::remove_file(path);
+            format!("cannot write pidfile {}: {error}", path.display())
+        })
 }
 
 impl Drop for PidFile {

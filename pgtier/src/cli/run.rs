@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use pgtier_core::config::Config;
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
 use super::RunOptions;
 use super::daemon::{self, Readiness};
@@ -41,9 +41,18 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
     if let Some(run_as) = &run_as {
         run_as.check_allowed()?;
     }
-    if let Some(path) = &settings.pidfile {
-        pidfile::check(path)?;
-    }
+    // -R: the pgtier the pidfile names hands its addresses over (see `take_over`).
+    let taking_over = match (&settings.pidfile, options.reboot) {
+        (None, true) => {
+            return Err(
+                "-R (online restart) needs pidfile to be set: it finds the running pgtier there"
+                    .to_string(),
+            );
+        }
+        (None, false) => None,
+        (Some(path), true) => pidfile::running(path)?,
+        (Some(path), false) => pidfile::check(path).map(|()| None)?,
+    };
     let (log, complaint) = logging::init_proxy(&LogOptions {
         level: settings.log_level.clone(),
         verbose: options.verbose,
@@ -59,12 +68,11 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
     if let Some(complaint) = complaint {
         warn!("{complaint}");
     }
-    if options.reboot {
-        warn!(
-            "-R (online restart) is not supported: starting normally. To restart without \
-             dropping clients, start the new pgtier on the same port (SO_REUSEPORT) and send \
-             SIGTERM to the old one"
-        );
+    if options.reboot && taking_over.is_none() {
+        info!("-R: no running pgtier in the pidfile to take over from: starting normally");
+    }
+    if let Some(pid) = taking_over {
+        take_over(pid)?;
     }
     let mut readiness = if options.daemon {
         Some(daemon::daemonize()?)
@@ -85,7 +93,11 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
     };
     let mut serving = |_: &crate::ProxyHandle| -> Result<(), String> {
         if let Some(path) = &pidfile_path {
-            pid_guard = Some(PidFile::write(path)?);
+            pid_guard = Some(if taking_over.is_some() {
+                PidFile::replace(path)?
+            } else {
+                PidFile::write(path)?
+            });
         }
         if let Some(readiness) = readiness.as_mut() {
             readiness.ready();
@@ -97,6 +109,11 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
         &config_path,
         config,
         crate::proxy::RunHooks {
+            bind_patience: if taking_over.is_some() {
+                TAKE_OVER_PATIENCE
+            } else {
+                std::time::Duration::ZERO
+            },
             bound: &mut bound,
             serving: &mut serving,
             sighup: &mut sighup,
@@ -108,6 +125,31 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
         report_failure(&mut readiness, message);
     }
     result
+}
+
+/// How long `-R` waits for the process it takes over from to let its addresses go (it
+/// closes its listeners within milliseconds of SIGTERM; past this something else holds them).
+const TAKE_OVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `-R`, PgBouncer's online restart, the pgtier way: the running pgtier (`pid`) is sent
+/// SIGTERM, its super safe shutdown: it stops accepting at once and exits once its clients
+/// have left, serving them to the end; this process binds the addresses as soon as they are
+/// free and serves every new client. Unlike PgBouncer, no connection moves between the
+/// processes: a session stays with the process it started on until it ends.
+fn take_over(pid: libc::pid_t) -> Result<(), String> {
+    info!(
+        pid,
+        "-R: taking over from the running pgtier: it stops accepting and finishes its \
+         clients' sessions (SIGTERM); this one takes its addresses"
+    );
+    // SAFETY: a plain signal to a process id read from the pidfile and checked alive.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(format!(
+            "-R: cannot signal the running pgtier (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 fn report_failure(readiness: &mut Option<Readiness>, message: &str) {

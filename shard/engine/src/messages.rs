@@ -50,6 +50,17 @@ pub fn fatal(code: SqlState, message: &str) -> Bytes {
     out.freeze()
 }
 
+/// The message field of an ErrorResponse (`message`: type byte, length, fields), for the
+/// log; empty when it has none.
+pub(crate) fn error_text(message: &[u8]) -> std::borrow::Cow<'_, str> {
+    let fields = message.get(5..).unwrap_or_default();
+    let text = fields
+        .split(|b| *b == 0)
+        .find_map(|field| field.strip_prefix(b"M"))
+        .unwrap_or_default();
+    String::from_utf8_lossy(text)
+}
+
 /// A server's ErrorResponse (`message`: type byte, length, fields) with its severity raised
 /// to FATAL: the error a login gets when PostgreSQL itself refuses a startup value.
 pub(crate) fn error_as_fatal(message: &[u8]) -> Bytes {
@@ -112,6 +123,13 @@ pub(crate) fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_text_is_the_message_field() {
+        let error = fatal(sqlstate::PROTOCOL_VIOLATION, "no such database: x");
+        assert_eq!(error_text(&error), "no such database: x");
+        assert_eq!(error_text(b"E\0\0\0\x05\0"), "");
+    }
 
     #[test]
     fn a_server_error_raised_to_fatal_keeps_its_other_fields() {

@@ -142,6 +142,7 @@ pub(super) const DATABASE_HONOURED: &[&str] = &[
     "reserve_pool",
     "pool_mode",
     "max_db_connections",
+    "load_balance_hosts",
     "client_encoding",
     "datestyle",
     "timezone",

@@ -8,14 +8,11 @@ use super::catalogue::{self, Kind, Treatment};
 use super::connstr;
 use super::document::{Document, Provenance, Table};
 use super::lexer::{Entry, Lexed, Origin, error_at};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use toml::Value;
 
 /// Where PgBouncer puts its Unix sockets (and looks for servers' sockets) by default.
 pub(super) const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
-/// PostgreSQL's port, for host lists written without `port=`.
-const DEFAULT_PORT: u16 = 5432;
 /// The admin console's name in PgBouncer; an entry may not take it.
 const PGBOUNCER_ADMIN_DATABASE: &str = "pgbouncer";
 
@@ -214,6 +211,9 @@ impl Mapped {
                     Value::Integer(parse_count(value).map_err(fail)?)
                 }
                 "pool_mode" => Value::String(pool_mode(value).map_err(fail)?),
+                "load_balance_hosts" => {
+                    Value::String(load_balance_hosts(value).map_err(fail)?.to_string())
+                }
                 _ => Value::String(value.clone()),
             };
             let field = if key == "reserve_pool" {
@@ -272,13 +272,13 @@ impl Mapped {
     }
 }
 
-/// The server keys of an entry: `host`/`port`, or `replicas` + `routing` for a host list.
+/// The server keys of an entry: `host` (one host, or PgBouncer's comma-separated host list,
+/// kept as written) and `port`.
 fn servers(
     host: Option<&str>,
     port: Option<u16>,
     socket_dir: Option<&str>,
 ) -> Result<Vec<(&'static str, Value)>, String> {
-    let port_value = |port: u16| Value::Integer(port.into());
     let host = match host.map(str::trim) {
         Some(host) if !host.is_empty() => host.to_string(),
         // PgBouncer: no host means the server's Unix socket in unix_socket_dir.
@@ -293,42 +293,28 @@ fn servers(
             }
         },
     };
-    if host.starts_with('@') {
+    if let Some(abstract_socket) = host.split(',').map(str::trim).find(|h| h.starts_with('@')) {
         return Err(format!(
-            "{host} is a Unix socket in the abstract namespace, which pgtier does not support"
+            "{abstract_socket} is a Unix socket in the abstract namespace, which pgtier does \
+             not support"
         ));
     }
-    if !host.contains(',') {
-        let mut keys = vec![("host", Value::String(host))];
-        if let Some(port) = port {
-            keys.push(("port", port_value(port)));
-        }
-        return Ok(keys);
+    let mut keys = vec![("host", Value::String(host))];
+    if let Some(port) = port {
+        keys.push(("port", Value::Integer(port.into())));
     }
-    let port = port.unwrap_or(DEFAULT_PORT);
-    let mut replicas = Vec::new();
-    for item in host
-        .split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-    {
-        let ip = if item.eq_ignore_ascii_case("localhost") {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            item.parse::<IpAddr>().map_err(|_| {
-                format!(
-                    "{item} in the host list is not an IP address: pgtier spreads a host list \
-                     over a fixed set of replicas, so each host must be an IP address (or \
-                     localhost); Unix sockets and DNS names work only as a single host"
-                )
-            })?
-        };
-        replicas.push(Value::String(SocketAddr::new(ip, port).to_string()));
+    Ok(keys)
+}
+
+/// `load_balance_hosts` as the TOML table spells it; PgBouncer 1.24 knows two values.
+fn load_balance_hosts(value: &str) -> Result<&'static str, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "round-robin" => Ok("round-robin"),
+        "disable" => Ok("disable"),
+        _ => Err(format!(
+            "\"{value}\" is not a load_balance_hosts value (round-robin or disable)"
+        )),
     }
-    Ok(vec![
-        ("replicas", Value::Array(replicas)),
-        ("routing", Value::String("round_robin".into())),
-    ])
 }
 
 /// `pool_mode` as pgtier spells it (PgBouncer compares the word without case); the value

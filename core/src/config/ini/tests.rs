@@ -2,7 +2,6 @@
 
 use super::super::*;
 use super::pgbouncer_keys;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -245,50 +244,49 @@ pool_mode = Statement
 }
 
 #[test]
-fn host_lists_of_addresses_become_round_robin_replicas() {
+fn host_lists_are_equivalent_hosts_as_written_not_replica_sets() {
+    // PgBouncer's host list: names, addresses and repeats, all on the entry's port; a new
+    // connection takes the next one (round-robin) unless load_balance_hosts says otherwise.
     let config = ini(
-        "[databases]\nro = host=127.0.0.1,localhost2 port=6000\n[pgbouncer]\nauth_type = trust\n"
-            .replace("localhost2", "127.0.0.2,::1")
-            .as_str(),
+        "[databases]\nro = host=127.0.0.1,db1.example.com,127.0.0.1,::1 port=6000\n\
+         lb = host=127.0.0.1,127.0.0.3 load_balance_hosts=Disable\n\
+         [pgbouncer]\nauth_type = trust\n",
     );
     let ro = config.database("ro").expect("ro");
-    let ServerSet::Replicas(set) = &ro.servers else {
+    let ServerSet::Hosts(list) = &ro.servers else {
         panic!("{ro:?}")
     };
-    let expected: Vec<SocketAddr> = ["127.0.0.1:6000", "127.0.0.2:6000", "[::1]:6000"]
-        .iter()
-        .map(|text| text.parse().expect("addr"))
-        .collect();
-    assert_eq!(set.replicas, expected);
-    assert_eq!(set.routing, Routing::RoundRobin);
-    let localhost =
-        ini("[databases]\nro = host=localhost,127.0.0.2\n[pgbouncer]\nauth_type = trust\n");
-    let ServerSet::Replicas(set) = &localhost.database("ro").expect("ro").servers else {
-        panic!("not a replica set")
-    };
+    let hosts: Vec<String> = list.hosts.iter().map(ToString::to_string).collect();
     assert_eq!(
-        set.replicas[0],
-        "127.0.0.1:5432".parse::<SocketAddr>().expect("addr")
+        hosts,
+        [
+            "127.0.0.1:6000",
+            "db1.example.com:6000",
+            "127.0.0.1:6000",
+            "[::1]:6000"
+        ]
     );
+    assert_eq!(list.balance, LoadBalanceHosts::RoundRobin);
+    let ServerSet::Hosts(list) = &config.database("lb").expect("lb").servers else {
+        panic!("not a host list")
+    };
+    assert_eq!(list.balance, LoadBalanceHosts::Disable);
+    assert_eq!(list.port(), 5432);
 }
 
 #[test]
-fn host_lists_with_names_are_refused_with_the_reason() {
+fn load_balance_hosts_takes_pgbouncers_values_and_needs_a_list() {
     let message = ini_error(
-        "[databases]\nro = host=db1.example.com,10.0.0.2\n[pgbouncer]\nauth_type = trust\n",
+        "[databases]\nro = host=127.0.0.1,127.0.0.2 load_balance_hosts=random\n[pgbouncer]\nauth_type = trust\n",
     );
     assert!(
-        message.starts_with(
-            "/etc/pgbouncer/pgbouncer.ini:2: [databases] ro: host: db1.example.com in the host list is not an IP address"
-        ),
+        message.contains(":2: [databases] ro: load_balance_hosts: \"random\" is not"),
         "{message}"
     );
-    let message =
-        ini_error("[databases]\nro = host=127.0.0.1,127.0.0.1\n[pgbouncer]\nauth_type = trust\n");
-    assert!(
-        message.contains(":2: ") && message.contains("listed twice"),
-        "{message}"
+    let message = ini_error(
+        "[databases]\nro = host=127.0.0.1 load_balance_hosts=disable\n[pgbouncer]\nauth_type = trust\n",
     );
+    assert!(message.contains("needs a host list"), "{message}");
 }
 
 #[test]
@@ -358,10 +356,6 @@ fn bad_values_name_file_line_and_key() {
         (
             "[databases]\npgbouncer = host=127.0.0.1\n",
             ":2: [databases] pgbouncer: the name \"pgbouncer\" is reserved",
-        ),
-        (
-            "[databases]\n* = host=127.0.0.1,127.0.0.2\n[pgbouncer]\nauth_type = trust\n",
-            ":2: [databases] *: the * fallback takes one host",
         ),
         (
             "[databases]\napp = host=@abstract\n",

@@ -15,8 +15,9 @@ use crate::messages::{self, sqlstate};
 use crate::random::{self, Random, RandomUnavailable};
 use crate::userlist::UserList;
 
-/// Longest password or SASL message accepted.
-const MAX_AUTH_MESSAGE_BYTES: u32 = 8192;
+/// Longest password or SASL message accepted: PgBouncer takes passwords up to 65,530 bytes,
+/// so a password message (length field, password, NUL) up to 64 KiB.
+const MAX_AUTH_MESSAGE_BYTES: u32 = 65_536;
 
 /// A user's SCRAM verifier, cached per shard because deriving one from a plaintext is
 /// deliberately slow (a login storm must not redo it per login), and the ClientKey its last

@@ -113,6 +113,7 @@ mod tests {
             tls: false,
             database: "app",
             user,
+            physical_replication: false,
         }
     }
 

@@ -189,6 +189,24 @@ impl Session {
         self.pool.take()
     }
 
+    /// It is a replication connection (a walsender's client): its server is its own, never
+    /// reset or reused, and takes no SET of pgtier's.
+    pub(crate) fn is_replication(&self) -> bool {
+        self.mode == PoolMode::Session
+            && self
+                .startup_params
+                .iter()
+                .any(|(name, _)| name == "replication")
+    }
+
+    /// It is a physical replication connection (`replication=true`, not `database`).
+    pub(crate) fn is_physical_replication(&self) -> bool {
+        self.is_replication()
+            && self.startup_params.iter().any(|(name, value)| {
+                name == "replication" && !value.eq_ignore_ascii_case("database")
+            })
+    }
+
     pub(crate) fn startup_params(&self) -> &[(String, String)] {
         &self.startup_params
     }

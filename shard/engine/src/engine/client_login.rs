@@ -105,6 +105,27 @@ pub(super) enum Authenticated {
     Admission(Admission),
 }
 
+/// A database no entry serves: PgBouncer's words, which tools and its test suite match on,
+/// with PostgreSQL's code for an unknown database, which drivers act on.
+fn no_such_database(database: &str) -> Bytes {
+    let message = format!("no such database: {database}");
+    messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)
+}
+
+/// Whether a `replication` startup value asks for a replication connection, as
+/// PostgreSQL reads it (`database` for logical replication, a boolean for physical); any
+/// other value is refused with PostgreSQL's error.
+fn replication_requested(value: &str) -> Result<bool, Bytes> {
+    match value.to_ascii_lowercase().as_str() {
+        "database" | "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => {
+            let message = format!("invalid value for parameter \"replication\": \"{value}\"");
+            Err(messages::fatal(sqlstate::INVALID_PARAMETER_VALUE, &message))
+        }
+    }
+}
+
 /// Whether a client on a replica that went Down moves.
 pub(super) enum Repin {
     Gone,
@@ -154,7 +175,7 @@ impl ClientTable {
 
     /// The StartupMessage's parameters start the client's session. `Ok(false)`: the client
     /// is gone; `Err`: the FATAL to close it with (a plain-text login where TLS is
-    /// required, a replication connection, no user, a disabled or unknown database).
+    /// required, a bad `replication` value, no user, a disabled or unknown database).
     pub(super) fn start_session(
         &mut self,
         id: ClientId,
@@ -172,17 +193,26 @@ impl ClientTable {
         let mut database = None;
         let mut forwarded = Vec::new();
         let mut tracked = TrackedParams::default();
+        let replication = match request
+            .params
+            .iter()
+            .find(|(name, _)| name == "replication")
+        {
+            None => false,
+            Some((_, value)) => replication_requested(value)?,
+        };
         for (name, value) in request.params {
             match name.as_str() {
                 "user" => user = Some(value),
                 "database" => database = Some(value),
-                "replication" => {
-                    return Err(messages::fatal(
-                        sqlstate::FEATURE_NOT_SUPPORTED,
-                        "replication connections are not supported by pgtier",
-                    ));
-                }
+                // A replication connection (PgBouncer 1.23's pass-through) logs its server in
+                // with the parameter; `replication=false` is an ordinary connection.
+                "replication" if replication => forwarded.push((name, value)),
+                "replication" => {}
                 _ if env.config().pgtier.ignores_startup_parameter(&name) => {}
+                // Its server is its own, and a walsender may take no SET: every parameter
+                // goes in the server's StartupMessage.
+                _ if replication => forwarded.push((name, value)),
                 _ => {
                     if !tracked.set(&name, &value) {
                         forwarded.push((name, value));
@@ -212,13 +242,18 @@ impl ClientTable {
             let message = format!("database does not allow connections: {database}");
             return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message));
         }
+        if admin && replication {
+            return Err(messages::fatal(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "the admin console takes no replication connections",
+            ));
+        }
         let mode = match env.config().database(&database) {
+            // A replication connection keeps its own server for its whole life.
+            Some(_) if replication => PoolMode::Session,
             Some(db) => env.config().pool_mode(db, &user),
             None if admin => PoolMode::Session,
-            None => {
-                let message = format!("database \"{database}\" does not exist");
-                return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
-            }
+            None => return Err(no_such_database(&database)),
         };
         let class = env
             .config()
@@ -291,6 +326,7 @@ impl ClientTable {
             tls,
             database: session.database(),
             user: session.user(),
+            physical_replication: session.is_physical_replication(),
         };
         match auth_method::choose(auth_type, env.users().hba(), &request)? {
             Method::Cert => {
@@ -714,8 +750,7 @@ pub(super) fn pool_key(
         return Ok(None);
     };
     let Some(db) = env.config().database(session.database()) else {
-        let message = format!("database \"{}\" does not exist", session.database());
-        return Err(messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message));
+        return Err(no_such_database(session.database()));
     };
     let reader_entry = matches!(
         &db.servers,
@@ -730,12 +765,15 @@ pub(super) fn pool_key(
         .user
         .clone()
         .unwrap_or_else(|| session.user().to_string());
-    let profile = StartupProfile::from_parameters(
-        session
-            .startup_params()
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str())),
-    );
+    let parameters = session
+        .startup_params()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()));
+    let profile = if session.is_replication() {
+        StartupProfile::of_replication(parameters)
+    } else {
+        StartupProfile::from_parameters(parameters)
+    };
     let key = PoolKey::new(
         (**session.database()).into(),
         server_user.as_str().into(),

@@ -204,6 +204,9 @@ impl ShardView<'_> {
             pgtier_core::config::ServerSet::Single(host_port) => {
                 ServerAddr::of_host(host_port, |host, port| self.servers.resolve(host, port)).ok()
             }
+            pgtier_core::config::ServerSet::Hosts(list) => list.hosts.first().and_then(|first| {
+                ServerAddr::of_host(first, |host, port| self.servers.resolve(host, port)).ok()
+            }),
             pgtier_core::config::ServerSet::Replicas(set) => {
                 set.replicas.first().copied().map(ServerAddr::Tcp)
             }

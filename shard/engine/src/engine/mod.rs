@@ -93,7 +93,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Bytes, BytesMut};
 use pgtier_core::config::Config;
 use pgtier_pool::PoolSlice;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::action::{Action, CloseHow, Conn, Outbox};
 use crate::addr::ClientAddr;
@@ -615,6 +615,15 @@ impl Engine {
     /// closes. Everything it held is given back now: its wait, its server, its pool
     /// registration, its cancel key and its replica lease.
     fn close_client(&mut self, id: ClientId, error: Option<Bytes>) {
+        if let Some(error) = &error {
+            // PgBouncer's line for a client it closes with an error (operators and its test
+            // suite look for it).
+            info!(
+                client = id.index(),
+                "closing because: {}",
+                messages::error_text(error)
+            );
+        }
         let linger = error.is_some();
         self.begin_client_close(id, error, linger);
     }
@@ -863,11 +872,16 @@ impl Engine {
     /// stay queued for a re-route), elsewhere it is a failed login.
     fn server_unreachable(&mut self, id: ServerId, error: Bytes, cause: FailureCause) {
         let retry_at = self.env.login_retry_at(self.now);
+        let other_hosts = self
+            .servers
+            .get(id.0)
+            .is_some_and(|server| self.linker.has_other_hosts(&self.env, server.pool()));
         let fail = self.linker.unreachable(
             &mut self.servers,
             id,
             error,
             cause,
+            other_hosts,
             &*self.routing,
             retry_at,
             &mut self.stats,
@@ -961,12 +975,11 @@ impl Engine {
     /// A statement-mode client opened a transaction block, as PgBouncer refuses: its server
     /// closes (PostgreSQL rolls the block back when the connection ends; it is never pooled
     /// inside it) and the client gets PgBouncer's FATAL 08P01 and the end of its connection.
+    /// `close_client` logs PgBouncer's "closing because: ..." line for it.
     fn transaction_block_refused(&mut self, server_id: ServerId, client_id: ClientId) {
-        // Logged as PgBouncer logs it, which its own test suite looks for.
-        tracing::info!(
-            ?client_id,
+        debug!(
             ?server_id,
-            "closing because: transaction blocks not allowed in statement pooling mode"
+            "closing a server inside a refused transaction block"
         );
         self.close_server(server_id);
         let error = messages::fatal(

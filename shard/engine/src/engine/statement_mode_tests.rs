@@ -4,7 +4,7 @@
 //! error and closes the server, which never returns to the pool.
 
 use crate::action::Conn;
-use crate::testing::{Harness, Msg, bind, config, execute, parse, query, sync, terminate};
+use crate::testing::{Harness, Msg, bind, config, execute, parse, query, startup, sync, terminate};
 
 const STATEMENT: &str = "pool_mode = \"statement\"\ndefault_pool_size = 1";
 
@@ -178,4 +178,24 @@ fn a_user_in_statement_mode_is_refused_blocks_where_others_are_not() {
     assert_eq!(only_error(&h.client_output(bob)), refused());
     assert!(h.is_closed(Conn::Client(bob)));
     assert!(!h.is_closed(Conn::Client(alice)));
+}
+
+#[test]
+fn a_replication_connection_is_in_session_mode_and_may_open_blocks() {
+    // PgBouncer pools a replication connection in session mode whatever its entry says:
+    // logical replication's table sync runs in a transaction block.
+    let mut h = Harness::new(&config(STATEMENT));
+    let id = h.accept();
+    let params = [
+        ("user", "alice"),
+        ("database", "db"),
+        ("replication", "database"),
+    ];
+    h.client_sends(id, &startup(&params));
+    assert!(h.client_tags(id).ends_with('Z'));
+    h.client_sends(id, &query("BEGIN"));
+    assert_eq!(h.client_tags(id), "CZ");
+    h.client_sends(id, &query("COMMIT"));
+    assert_eq!(h.client_tags(id), "CZ");
+    assert!(!h.is_closed(Conn::Client(id)));
 }

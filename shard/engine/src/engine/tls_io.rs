@@ -355,20 +355,24 @@ impl ServerTable {
     }
 }
 
-/// The name a server's certificate is checked against: the configured host, or the
-/// address of a replica.
+/// The name a server's certificate is checked against: the configured host (the one of a
+/// host list it was opened for), or the address of a replica.
 pub(super) fn tls_server_name(
     env: &super::env::Env,
     linker: &super::linker::Linker,
     server: &crate::server::ServerConn,
 ) -> String {
+    if let Some(host) = server.info().listed_host() {
+        return host.to_string();
+    }
     let configured = linker
         .pools()
         .key(server.pool())
         .and_then(|key| env.config().database(&key.database))
         .and_then(|db| match &db.servers {
             pgtier_core::config::ServerSet::Single(host_port) => Some(host_port.host.clone()),
-            pgtier_core::config::ServerSet::Replicas(_) => None,
+            pgtier_core::config::ServerSet::Hosts(_)
+            | pgtier_core::config::ServerSet::Replicas(_) => None,
         });
     configured.unwrap_or_else(|| server.info().addr().host_text())
 }

@@ -264,9 +264,16 @@ pub(crate) struct ServerInfo {
     last_linked: Option<Instant>,
     /// The local end of its socket, once connected (listings).
     local_addr: Option<std::net::SocketAddr>,
+    /// The entry of its database's host list it was opened for (the name its certificate
+    /// is checked against); `None` for an entry of one host or a replica.
+    listed_host: Option<Box<str>>,
 }
 
 impl ServerInfo {
+    pub(crate) fn listed_host(&self) -> Option<&str> {
+        self.listed_host.as_deref()
+    }
+
     pub fn addr(&self) -> &ServerAddr {
         &self.addr
     }
@@ -297,19 +304,22 @@ impl ServerConn {
             pool,
             mode,
             io: ServerIo::default(),
-            backend: Backend {
-                relay: Relay::new(mode),
-                ..Backend::default()
-            },
+            backend: Backend::default(),
             info: ServerInfo {
                 addr,
                 connected_at: now,
                 last_linked: None,
                 local_addr: None,
+                listed_host: None,
             },
             lease: None,
             close_needed: false,
         }
+    }
+
+    /// It is opened for `host` of its database's host list.
+    pub(crate) fn opened_for_listed_host(&mut self, host: &str) {
+        self.info.listed_host = Some(host.into());
     }
 
     pub fn state(&self) -> &ServerState {

@@ -160,8 +160,8 @@ pub(crate) struct Relay {
     /// its idle ReadyForQuery, once it committed (or rolled back, which is harmless), so a
     /// look-up made after the report sees the new catalogue.
     changed_functions: bool,
-    /// Its pool refuses transaction blocks (statement mode): a ReadyForQuery 'T' or 'E'
-    /// answering the client is not forwarded, and the walk ends there.
+    /// Its client's pool mode refuses transaction blocks (statement mode): a ReadyForQuery
+    /// 'T' or 'E' answering the client is not forwarded, and the walk ends there.
     refuses_blocks: bool,
 }
 
@@ -212,12 +212,11 @@ impl super::ServerConn {
 }
 
 impl Relay {
-    /// A relay for a server of a pool in `mode`.
-    pub(crate) fn new(mode: pgtier_core::config::PoolMode) -> Relay {
-        Relay {
-            refuses_blocks: mode.refuses_transaction_blocks(),
-            ..Relay::default()
-        }
+    /// Whether the client it now serves may open transaction blocks: set at every link,
+    /// from that client's pool mode (a replication connection is in session mode whatever
+    /// its entry says, as in PgBouncer).
+    pub(crate) fn set_refuses_blocks(&mut self, refuses: bool) {
+        self.refuses_blocks = refuses;
     }
 
     /// The engine sent a query of its own: its answer is swallowed.
@@ -523,7 +522,9 @@ mod tests {
         ] {
             let mut tracker = busy_tracker();
             tracker.on_client_message(b'Q').expect("query");
-            let scan = Relay::new(mode).scan(
+            let mut relay = Relay::default();
+            relay.set_refuses_blocks(mode.refuses_transaction_blocks());
+            let scan = relay.scan(
                 &data,
                 &mut tracker,
                 &mut TrackedParams::default(),

@@ -22,6 +22,9 @@ pub enum Reset {
     /// Its session-mode client left it unclean (mid-query, inside a transaction): it closes
     /// once nothing is owed, as PgBouncer does, so the next session gets a fresh backend.
     Close,
+    /// A replication connection: a walsender serves one client, so it closes as soon as
+    /// that client leaves, whatever it was doing.
+    Replication,
 }
 
 /// The next step of a releasing server.
@@ -51,7 +54,10 @@ pub(crate) enum ClientLeft {
 impl ServerConn {
     /// Its client is gone; `cancel_on_disconnect` is the setting of that name.
     pub(crate) fn client_left(&mut self, cancel_on_disconnect: bool) -> ClientLeft {
-        if self.io.paused || self.backend.tracker.copy_in() {
+        if self.io.paused
+            || self.backend.tracker.copy_in()
+            || self.backend.reset == Reset::Replication
+        {
             return ClientLeft::CloseNow;
         }
         if !self.mode.releases_at_idle_ready() && !self.backend.tracker.is_idle() {
@@ -76,13 +82,18 @@ impl ServerConn {
         if self.backend.reset == Reset::Close {
             return ReleaseStep::Close("its session-mode client left it unclean");
         }
+        if self.backend.reset == Reset::Replication {
+            return ReleaseStep::Close("a replication connection serves one client");
+        }
         if self.backend.relay.take_swallowed_error().is_some() {
             return ReleaseStep::Close("a rollback or reset of pgtier's failed");
         }
         match self.backend.tracker.phase() {
             ServerPhase::Idle => {
                 let query = match std::mem::replace(&mut self.backend.reset, Reset::None) {
-                    Reset::None | Reset::Close => return ReleaseStep::Pool,
+                    Reset::None | Reset::Close | Reset::Replication => {
+                        return ReleaseStep::Pool;
+                    }
                     Reset::Configured if reset_query.is_empty() => return ReleaseStep::Pool,
                     Reset::SessionState if reset_query.is_empty() => "DISCARD ALL",
                     Reset::Configured | Reset::SessionState => reset_query,

@@ -244,16 +244,22 @@ pub(in crate::engine) fn link(
     // Statement mode is transaction mode whose transactions are single statements: the
     // same resets apply (`server_reset_query_always` is PgBouncer's for both).
     let reset = match session.mode() {
+        PoolMode::Session if session.is_replication() => Reset::Replication,
         PoolMode::Session => Reset::Configured,
         _ if env.config().pgtier.server_reset_query_always => Reset::Configured,
         _ if session.pins_server() => Reset::SessionState,
         PoolMode::Transaction | PoolMode::Statement => Reset::None,
     };
+    let refuses_blocks = session.mode().refuses_transaction_blocks();
     session.transaction_began(now);
     let Some(server) = servers.get_mut(server_id.0) else {
         return Linked::Gone;
     };
     server.serve(id, now, lease, reset);
+    server
+        .backend_mut()
+        .relay_mut()
+        .set_refuses_blocks(refuses_blocks);
     if joining {
         client.welcoming(server_id);
         return Linked::Welcoming(server_id);
@@ -263,9 +269,10 @@ pub(in crate::engine) fn link(
         return Linked::Gone;
     };
     let mut sql = String::new();
-    if session
-        .tracked()
-        .write_differences(server.backend().params(), &mut sql)
+    if !session.is_replication()
+        && session
+            .tracked()
+            .write_differences(server.backend().params(), &mut sql)
     {
         let bytes = server.backend_mut().internal_query(&sql);
         outbox.send(Conn::Server(server_id), bytes);
@@ -287,6 +294,10 @@ pub(in crate::engine) fn start_welcome(
     let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
         return false;
     };
+    if session.is_replication() {
+        // Its parameters went in its server's StartupMessage; a walsender takes no SET.
+        return true;
+    }
     let Some(server) = servers.get_mut(server_id.0) else {
         return false;
     };

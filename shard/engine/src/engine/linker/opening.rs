@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use pgtier_pool::{Checkin, Closing, PoolId, ServerTarget};
+use pgtier_core::config::{LoadBalanceHosts, ServerSet};
+use pgtier_pool::{Checkin, Closing, HostBalance, PoolId, ServerTarget};
 use tracing::{debug, info};
 
 use super::Linker;
@@ -63,9 +64,11 @@ impl Linker {
         let server = servers.get_mut(id.0)?;
         let pool = server.pool();
         stats.login_failed();
+        // PgBouncer's words, with the server's (operators and its test suite look for them).
         info!(
             database = %self.pools().key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
-            "server login failed"
+            "server login failed: FATAL {}",
+            crate::messages::error_text(&error)
         );
         server.mark_closing();
         outbox.push(Action::Close {
@@ -79,7 +82,9 @@ impl Linker {
 
     /// A server could not be reached (connect refused or timed out, reset during login).
     /// On a replica the router hears of it and the pool's waiters stay queued, to be
-    /// re-routed once the replica is Down; elsewhere it is an ordinary failed login.
+    /// re-routed once the replica is Down; with `other_hosts` (a host list) they stay
+    /// queued for the next attempt, on the next host; elsewhere it is an ordinary failed
+    /// login.
     #[allow(clippy::too_many_arguments)] // each owner it changes, named: no context bag
     pub(in crate::engine) fn unreachable(
         &mut self,
@@ -87,13 +92,14 @@ impl Linker {
         id: ServerId,
         error: Bytes,
         cause: FailureCause,
+        other_hosts: bool,
         routing: &dyn Routing,
         retry_at: Instant,
         stats: &mut StatsSink,
         outbox: &mut Outbox,
     ) -> Option<FailWaiters> {
         let pool = servers.get(id.0)?.pool();
-        if !self.report_replica_failure(pool, cause, routing) {
+        if !other_hosts && !self.report_replica_failure(pool, cause, routing) {
             return self.login_failed(servers, id, error, retry_at, stats, outbox);
         }
         stats.login_failed();
@@ -123,22 +129,32 @@ impl Linker {
         now: Instant,
     ) -> Option<FailWaiters> {
         let key = self.pools().key(pool).cloned()?;
-        let addr = match key.target {
-            ServerTarget::Replica(addr) => Ok(ServerAddr::Tcp(addr)),
-            ServerTarget::Primary => primary_addr(env, servers, &key.database),
+        let (addr, listed_host) = match key.target {
+            ServerTarget::Replica(addr) => (Ok(ServerAddr::Tcp(addr)), None),
+            ServerTarget::Primary => self.primary_addr(env, servers, pool, &key.database),
         };
         let mode = env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
             Ok(addr) => addr,
             Err(message) => {
-                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
                 let retry_at = env.login_retry_at(now);
+                if self.has_other_hosts(env, pool) {
+                    // Another host of the list may answer: the waiters wait for the next
+                    // attempt, which goes there, as PgBouncer's do.
+                    info!(database = %key.database, %message, "closing because: server DNS lookup failed");
+                    self.pools_mut().open_failed(pool, retry_at, None);
+                    return None;
+                }
+                let error = messages::fatal(sqlstate::CONNECTION_FAILURE, &message);
                 self.pools_mut()
                     .open_failed(pool, retry_at, Some(error.clone()));
                 return Some(FailWaiters { pool, error });
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, now);
+        if let Some(host) = listed_host {
+            server.opened_for_listed_host(host);
+        }
         if mode.releases_at_idle_ready() && env.limits().max_prepared_statements > 0 {
             server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
@@ -254,19 +270,49 @@ impl Linker {
     }
 }
 
-/// The address of a database entry's single server.
-fn primary_addr(env: &Env, servers: &ServerTable, database: &str) -> Result<ServerAddr, String> {
-    let Some(db) = env.config().database(database) else {
-        return Err(format!("database \"{database}\" does not exist"));
-    };
-    match &db.servers {
-        pgtier_core::config::ServerSet::Single(host_port) => {
-            ServerAddr::of_host(host_port, |host, port| servers.resolve(host, port))
+impl Linker {
+    /// Where a new server of `pool`, on its entry's primary, connects: the entry's host,
+    /// the next host of its host list (named too: its certificate is checked against it),
+    /// or the primary (else the first replica) of a replica set.
+    fn primary_addr<'a>(
+        &mut self,
+        env: &'a Env,
+        servers: &ServerTable,
+        pool: PoolId,
+        database: &str,
+    ) -> (Result<ServerAddr, String>, Option<&'a str>) {
+        let Some(db) = env.config().database(database) else {
+            return (Err(format!("database \"{database}\" does not exist")), None);
+        };
+        let resolve = |host: &str, port: u16| servers.resolve(host, port);
+        match &db.servers {
+            ServerSet::Single(host_port) => (ServerAddr::of_host(host_port, resolve), None),
+            ServerSet::Hosts(list) => {
+                let balance = match list.balance {
+                    LoadBalanceHosts::RoundRobin => HostBalance::RoundRobin,
+                    LoadBalanceHosts::Disable => HostBalance::StayUntilFailure,
+                };
+                let index = self.pools_mut().next_host(pool, list.hosts.len(), balance);
+                match list.hosts.get(index) {
+                    Some(host) => (ServerAddr::of_host(host, resolve), Some(host.host.as_str())),
+                    None => (Err("the host list is empty".to_string()), None),
+                }
+            }
+            ServerSet::Replicas(set) => (
+                set.primary
+                    .or_else(|| set.replicas.first().copied())
+                    .map(ServerAddr::Tcp)
+                    .ok_or_else(|| "replica set is empty".to_string()),
+                None,
+            ),
         }
-        pgtier_core::config::ServerSet::Replicas(set) => set
-            .primary
-            .or_else(|| set.replicas.first().copied())
-            .map(ServerAddr::Tcp)
-            .ok_or_else(|| "replica set is empty".to_string()),
+    }
+
+    /// Whether `pool`'s entry is a host list with another host to try after a failure.
+    pub(in crate::engine) fn has_other_hosts(&self, env: &Env, pool: PoolId) -> bool {
+        self.pools()
+            .key(pool)
+            .and_then(|key| env.config().database(&key.database))
+            .is_some_and(|db| matches!(&db.servers, ServerSet::Hosts(list) if list.hosts.len() > 1))
     }
 }

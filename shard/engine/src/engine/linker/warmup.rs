@@ -41,7 +41,7 @@ pub(in crate::engine) fn warm_pools(config: &Config) -> Vec<WarmPool> {
             continue;
         }
         let targets: Vec<ServerTarget> = match &db.servers {
-            ServerSet::Single(_) => vec![ServerTarget::Primary],
+            ServerSet::Single(_) | ServerSet::Hosts(_) => vec![ServerTarget::Primary],
             ServerSet::Replicas(set) => set
                 .replicas
                 .iter()

@@ -21,6 +21,11 @@ pub enum PoolMode {
     Session,
     /// The server returns to the pool at ReadyForQuery 'I'.
     Transaction,
+    /// The server returns to the pool at ReadyForQuery 'I' too, and a ReadyForQuery inside
+    /// a transaction block ends the client: PgBouncer's statement pooling, where every
+    /// statement (a simple Query, or an extended-protocol segment up to its Sync) is its own
+    /// transaction.
+    Statement,
 }
 
 impl PoolMode {
@@ -29,7 +34,26 @@ impl PoolMode {
         match self {
             PoolMode::Session => "session",
             PoolMode::Transaction => "transaction",
+            PoolMode::Statement => "statement",
         }
+    }
+
+    /// Whether a server goes back to the pool at its client's idle ReadyForQuery (and so
+    /// may serve another client next): transaction and statement mode. Everything pgtier
+    /// does so that a shared server is indistinguishable from a private one (pinning by
+    /// session state, named-statement rewriting, resets when a server changes hands, moving
+    /// a session to another replica between transactions) follows from this.
+    pub const fn releases_at_idle_ready(self) -> bool {
+        match self {
+            PoolMode::Session => false,
+            PoolMode::Transaction | PoolMode::Statement => true,
+        }
+    }
+
+    /// Whether a ReadyForQuery inside a transaction block (status 'T' or 'E') is refused:
+    /// the server closes and its client is disconnected (statement mode).
+    pub const fn refuses_transaction_blocks(self) -> bool {
+        matches!(self, PoolMode::Statement)
     }
 }
 

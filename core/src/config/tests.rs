@@ -351,6 +351,39 @@ fn user_pool_mode_wins_over_database_and_global() {
 }
 
 #[test]
+fn statement_pooling_is_a_pool_mode_at_every_level() {
+    let config = load_trusting(
+        "[pgtier]\npool_mode = \"statement\"\n[databases.app]\n[databases.tx]\npool_mode = \"transaction\"\n[databases.st]\npool_mode = \"statement\"\n[users.batch]\npool_mode = \"statement\"\n",
+    )
+    .expect("valid");
+    assert_eq!(config.pgtier.pool_mode, PoolMode::Statement);
+    let (app, tx, st) = (
+        config.database("app").expect("app"),
+        config.database("tx").expect("tx"),
+        config.database("st").expect("st"),
+    );
+    assert_eq!(config.pool_mode(app, "web"), PoolMode::Statement);
+    assert_eq!(config.pool_mode(tx, "web"), PoolMode::Transaction);
+    assert_eq!(config.pool_mode(st, "web"), PoolMode::Statement);
+    assert_eq!(config.pool_mode(tx, "batch"), PoolMode::Statement);
+    assert_eq!(PoolMode::Statement.to_string(), "statement");
+}
+
+#[test]
+fn pool_modes_say_when_a_server_is_released_and_what_is_refused() {
+    // (mode, released at an idle ReadyForQuery, transaction blocks refused)
+    let table = [
+        (PoolMode::Session, false, false),
+        (PoolMode::Transaction, true, false),
+        (PoolMode::Statement, true, true),
+    ];
+    for (mode, released, refused) in table {
+        assert_eq!(mode.releases_at_idle_ready(), released, "{mode}");
+        assert_eq!(mode.refuses_transaction_blocks(), refused, "{mode}");
+    }
+}
+
+#[test]
 fn alias_entry_sets_premium_class() {
     let config = load_trusting(&replicas_with("class = \"premium\"\n")).expect("valid");
     let analytics = config.database("analytics").expect("entry");
@@ -449,8 +482,8 @@ fn unknown_keys_are_rejected_with_their_path() {
 #[test]
 fn wrong_types_and_enum_values_name_the_key() {
     assert_eq!(
-        error("[pgtier]\npool_mode = \"statement\"\n"),
-        "/etc/pgtier/pgtier.toml:2: pgtier.pool_mode: unknown variant `statement`, expected `session` or `transaction`"
+        error("[pgtier]\npool_mode = \"sometimes\"\n"),
+        "/etc/pgtier/pgtier.toml:2: pgtier.pool_mode: unknown variant `sometimes`, expected one of `session`, `transaction`, `statement`"
     );
     assert_eq!(
         error("[pgtier]\nlisten_port = \"6432\"\n"),

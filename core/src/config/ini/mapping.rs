@@ -336,16 +336,10 @@ fn servers(
     Ok(keys)
 }
 
-/// `pool_mode` as pgtier spells it; statement pooling does not exist in pgtier.
+/// `pool_mode` as pgtier spells it (PgBouncer compares the word without case); the value
+/// itself is checked by the one validator, as in the TOML file.
 fn pool_mode(value: &str) -> Result<String, String> {
-    let mode = value.to_ascii_lowercase();
-    if mode == "statement" {
-        return Err(
-            "pgtier has no statement pooling: use transaction (the closest mode) or session"
-                .to_string(),
-        );
-    }
-    Ok(mode)
+    Ok(value.to_ascii_lowercase())
 }
 
 /// A `query_wait_timeout` of `[databases]` or `[users]`: seconds, or -1 for "not set" (the

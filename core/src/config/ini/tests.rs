@@ -217,6 +217,33 @@ pool_mode = "session"
 }
 
 #[test]
+fn statement_pooling_is_accepted_globally_per_database_and_per_user() {
+    let config = ini("\
+[databases]
+app = host=127.0.0.1 port=5433 dbname=appdb
+tx = host=127.0.0.1 port=5433 pool_mode=transaction
+st = host=127.0.0.1 port=5433 pool_mode=STATEMENT
+[users]
+alice = pool_mode=statement
+[pgbouncer]
+auth_type = trust
+pool_mode = Statement
+");
+    assert_eq!(config.pgtier.pool_mode, PoolMode::Statement);
+    let tx = config.database("tx").expect("tx");
+    assert_eq!(
+        config.database("app").expect("app").pool_mode,
+        PoolMode::Statement
+    );
+    assert_eq!(tx.pool_mode, PoolMode::Transaction);
+    assert_eq!(
+        config.database("st").expect("st").pool_mode,
+        PoolMode::Statement
+    );
+    assert_eq!(config.pool_mode(tx, "alice"), PoolMode::Statement);
+}
+
+#[test]
 fn host_lists_are_equivalent_hosts_as_written_not_replica_sets() {
     // PgBouncer's host list: names, addresses and repeats, all on the entry's port; a new
     // connection takes the next one (round-robin) unless load_balance_hosts says otherwise.
@@ -309,8 +336,8 @@ fn bad_values_name_file_line_and_key() {
             ":2: [pgbouncer] auth_type: pgtier has no PAM support",
         ),
         (
-            "[pgbouncer]\nauth_type = trust\npool_mode = statement\n",
-            ":3: [pgbouncer] pool_mode: pgtier has no statement pooling",
+            "[pgbouncer]\nauth_type = trust\npool_mode = sometimes\n",
+            ":3: [pgbouncer] pool_mode: unknown variant `sometimes`",
         ),
         (
             "[pgbouncer]\nauth_type = trust\nlisten_addr = localhost:6432\n",

@@ -661,15 +661,14 @@ impl super::ClientConn {
         };
         let input = self.input.buffer_mut();
         let (relay, tracker) = server.backend_mut().relay_and_tracker_mut();
-        // In transaction mode, Query and Parse texts are classified: for the session state
-        // that pins the client (and the statements that undo it), and for the statements
-        // that drop named statements.
+        // In transaction and statement mode, Query and Parse texts are classified: for the
+        // session state that pins the client (and the statements that undo it), and for the
+        // statements that drop named statements.
         let rewriting = relay.prepared.is_some();
-        let watch = (session.mode == pgtier_core::config::PoolMode::Transaction
-            && (options.pinning || rewriting))
-            .then(|| Watch {
-                conforming_strings: session.tracked.standard_conforming_strings(),
-            });
+        let shared_server = session.mode.releases_at_idle_ready();
+        let watch = (shared_server && (options.pinning || rewriting)).then(|| Watch {
+            conforming_strings: session.tracked.standard_conforming_strings(),
+        });
         let mut rewriter = relay.prepared.as_deref_mut().map(|prepared| Rewriter {
             names: &mut session.statements,
             server: prepared,

@@ -616,7 +616,7 @@ impl ClientTable {
         // A reader session holds no state on its replica between transactions (session
         // mode and pinned sessions run on the primary): it always moves.
         let reader = session.reads().is_some();
-        if welcomed && !reader && (!allowed || session.mode() == PoolMode::Session) {
+        if welcomed && !reader && (!allowed || !session.mode().releases_at_idle_ready()) {
             drop(lease);
             return Repin::Close(messages::fatal(
                 sqlstate::CONNECTION_FAILURE,

@@ -67,6 +67,8 @@ mod read_routing;
 #[cfg(test)]
 mod read_routing_tests;
 mod servers;
+#[cfg(test)]
+mod statement_mode_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -928,6 +930,7 @@ impl Engine {
                 self.server_failed(server_id, "server sent an invalid message", None);
             }
             Relayed::TooLong(len) => self.server_message_too_long(server_id, client_id, len),
+            Relayed::BlockRefused => self.transaction_block_refused(server_id, client_id),
             Relayed::ForwardHeld => self.forward_held_input(server_id, client_id),
             Relayed::Welcome => self.finish_welcome(client_id, server_id),
             Relayed::Idle {
@@ -969,6 +972,23 @@ impl Engine {
             self.env.limits().max_server_message_bytes
         );
         let error = messages::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, &message);
+        self.close_client(client_id, Some(error));
+    }
+
+    /// A statement-mode client opened a transaction block, as PgBouncer refuses: its server
+    /// closes (PostgreSQL rolls the block back when the connection ends; it is never pooled
+    /// inside it) and the client gets PgBouncer's FATAL 08P01 and the end of its connection.
+    /// `close_client` logs PgBouncer's "closing because: ..." line for it.
+    fn transaction_block_refused(&mut self, server_id: ServerId, client_id: ClientId) {
+        debug!(
+            ?server_id,
+            "closing a server inside a refused transaction block"
+        );
+        self.close_server(server_id);
+        let error = messages::fatal(
+            sqlstate::PROTOCOL_VIOLATION,
+            "transaction blocks not allowed in statement pooling mode",
+        );
         self.close_client(client_id, Some(error));
     }
 

@@ -10,7 +10,6 @@
 
 use std::time::Instant;
 
-use pgtier_core::config::PoolMode;
 use pgtier_pool::{Checkin, Lease, PoolId};
 use tracing::debug;
 
@@ -108,7 +107,7 @@ impl Linker {
         (parcel, socket): (MovedServer, DetachedSocket),
     ) -> Arrived {
         let mode = env.pool_mode_of(&parcel.key.database, &parcel.key.server_user);
-        let prepared = mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0;
+        let prepared = mode.releases_at_idle_ready() && env.limits().max_prepared_statements > 0;
         let (server, parcel) = ServerConn::adopted(pool, parcel, mode, prepared, now);
         let Some(slot) = servers.insert(server) else {
             debug!(

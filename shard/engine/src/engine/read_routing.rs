@@ -11,9 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use pgtier_core::config::{
-    Config, PoolMode, ReadSettings, ReplicaSet, Routing, RywScope, ServerSet,
-};
+use pgtier_core::config::{Config, ReadSettings, ReplicaSet, Routing, RywScope, ServerSet};
 use pgtier_pool::{Closing, PoolId, PoolKey, ServerTarget};
 
 use super::clients::ClientTable;
@@ -116,7 +114,7 @@ impl TxnRouter<'_> {
             ReadTxn::AwaitingReplica { since } => Some(since),
             _ => None,
         };
-        let unit = if session.mode() != PoolMode::Transaction || session.pins_server() {
+        let unit = if !session.mode().releases_at_idle_ready() || session.pins_server() {
             Unit::Primary
         } else {
             match scanned {
@@ -268,7 +266,7 @@ impl ClientTable {
         let Some(session) = client.session() else {
             return false;
         };
-        if session.mode() != PoolMode::Transaction
+        if !session.mode().releases_at_idle_ready()
             || session.pins_server()
             || session.reads().is_none()
         {

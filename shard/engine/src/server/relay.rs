@@ -77,6 +77,9 @@ pub struct Scan {
     pub fatal_forwarded: bool,
     /// That FATAL said the server is shutting down (57P01..57P03).
     pub shutdown_forwarded: bool,
+    /// A ReadyForQuery of the client's said a transaction block is open on a server that
+    /// refuses them (statement mode): it was not forwarded, and the walk stopped there.
+    pub block_refused: bool,
     /// The server reported a new value of a parameter the engine does not re-apply per
     /// client (default_transaction_read_only, session_authorization...): the client changed
     /// its session, perhaps inside a function no statement scan can see into.
@@ -147,7 +150,7 @@ pub(crate) struct Relay {
     /// The first ErrorResponse among swallowed answers, kept until the code that sent the
     /// query looks at it.
     swallowed_error: Option<Bytes>,
-    /// Named-statement rewriting on this server (transaction mode), if on.
+    /// Named-statement rewriting on this server (transaction or statement mode), if on.
     pub prepared: Option<Box<ServerPrepared>>,
     /// What the linked client's current call was answered so far.
     answering: Answered,
@@ -157,6 +160,9 @@ pub(crate) struct Relay {
     /// its idle ReadyForQuery, once it committed (or rolled back, which is harmless), so a
     /// look-up made after the report sees the new catalogue.
     changed_functions: bool,
+    /// Its client's pool mode refuses transaction blocks (statement mode): a ReadyForQuery
+    /// 'T' or 'E' answering the client is not forwarded, and the walk ends there.
+    refuses_blocks: bool,
 }
 
 /// The server's output walk, as its connection runs it (what the relay decides is above).
@@ -206,6 +212,13 @@ impl super::ServerConn {
 }
 
 impl Relay {
+    /// Whether the client it now serves may open transaction blocks: set at every link,
+    /// from that client's pool mode (a replication connection is in session mode whatever
+    /// its entry says, as in PgBouncer).
+    pub(crate) fn set_refuses_blocks(&mut self, refuses: bool) {
+        self.refuses_blocks = refuses;
+    }
+
     /// The engine sent a query of its own: its answer is swallowed.
     pub(crate) fn expect_internal(&mut self, tracker: &mut Tracker) {
         self.swallow += 1;
@@ -355,6 +368,12 @@ impl Relay {
                     out.ready_seen = true;
                     if internal {
                         self.swallow -= 1;
+                    } else if !dropping && self.refuses_blocks && status != TxStatus::Idle {
+                        // The client must not see its block open: what it is told instead
+                        // is the engine's, and the server, inside that block, closes.
+                        out.block_refused = true;
+                        out.push(Span::Drop(len + 1));
+                        break;
                     } else if !dropping {
                         out.completed += 1;
                         out.answered.push(std::mem::take(&mut self.answering));
@@ -487,6 +506,39 @@ mod tests {
             (0, 1, 1)
         );
         assert!(scan.idle);
+    }
+
+    #[test]
+    fn in_statement_mode_a_block_ready_for_query_is_dropped_and_ends_the_walk() {
+        use pgtier_core::config::PoolMode;
+        let mut data = frame(b'C', b"BEGIN\0");
+        let before = data.len();
+        data.extend(frame(b'Z', b"T"));
+        data.extend(result(1));
+        for (mode, refused) in [
+            (PoolMode::Statement, true),
+            (PoolMode::Transaction, false),
+            (PoolMode::Session, false),
+        ] {
+            let mut tracker = busy_tracker();
+            tracker.on_client_message(b'Q').expect("query");
+            let mut relay = Relay::default();
+            relay.set_refuses_blocks(mode.refuses_transaction_blocks());
+            let scan = relay.scan(
+                &data,
+                &mut tracker,
+                &mut TrackedParams::default(),
+                Some(&mut TrackedParams::default()),
+                1 << 20,
+            );
+            assert_eq!(scan.block_refused, refused, "{mode}");
+            if refused {
+                assert_eq!(scan.forward_bytes(), before, "only the BEGIN's answer");
+                assert_eq!((scan.drop_bytes(), scan.completed), (6, 0));
+            } else {
+                assert_eq!(scan.forward_bytes(), data.len(), "{mode}");
+            }
+        }
     }
 
     #[test]

@@ -4,8 +4,6 @@
 //! made clean is closed. So every server that changes hands is either reset and answered,
 //! or closed.
 
-use pgtier_core::config::PoolMode;
-
 use crate::server::{ServerConn, ServerState};
 use crate::tracker::ServerPhase;
 
@@ -62,7 +60,7 @@ impl ServerConn {
         {
             return ClientLeft::CloseNow;
         }
-        if self.mode == PoolMode::Session && !self.backend.tracker.is_idle() {
+        if !self.mode.releases_at_idle_ready() && !self.backend.tracker.is_idle() {
             self.backend.reset = Reset::Close;
         }
         ClientLeft::Release {
@@ -125,6 +123,7 @@ impl ServerConn {
 mod tests {
     use super::*;
     use crate::addr::ServerAddr;
+    use pgtier_core::config::PoolMode;
     use std::time::Instant;
 
     fn server(mode: PoolMode) -> ServerConn {

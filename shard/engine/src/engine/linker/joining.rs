@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use pgtier_core::config::PoolMode;
 use pgtier_pool::{Lease, PoolId};
 
 use super::Linker;
@@ -31,7 +30,7 @@ pub(in crate::engine) fn welcome_cached(
 ) -> Option<bool> {
     let session = clients.get_mut(id.0).and_then(|c| c.session_mut())?;
     Some(
-        session.mode() == PoolMode::Transaction
+        session.mode().releases_at_idle_ready()
             && match (linker.pools().welcome(pool), linker.pools().spellings(pool)) {
                 (Some(welcome), Some(spellings)) => session
                     .tracked_mut()
@@ -90,11 +89,12 @@ pub(in crate::engine) fn server_welcome(
         .welcome(pool)
         .map(|welcome| welcome.params.clone())
         .unwrap_or_default();
-    let pid = (mode == PoolMode::Session).then_some(real_pid).flatten();
+    let keeps_server = !mode.releases_at_idle_ready();
+    let pid = keeps_server.then_some(real_pid).flatten();
     ServerWelcome::Ready {
         params,
         pid,
-        keeps_server: mode == PoolMode::Session,
+        keeps_server,
     }
 }
 

@@ -95,8 +95,9 @@ pub(in crate::engine) fn prepare_transaction(
         return Prepared::Repin;
     }
     // The recovery-tail drain moves only sessions that hold nothing on their replica
-    // between transactions: transaction mode, not a reader entry, moves allowed.
-    let movable = session.mode() == PoolMode::Transaction
+    // between transactions: transaction or statement mode, not a reader entry, moves
+    // allowed.
+    let movable = session.mode().releases_at_idle_ready()
         && session.reads().is_none()
         && env.config().pgtier.repin_idle_sessions;
     if movable && session.lease_mut().is_some_and(|lease| lease.should_move()) {
@@ -243,18 +244,25 @@ pub(in crate::engine) fn link(
     let Some(session) = client.session_mut() else {
         return Linked::Gone;
     };
+    // Statement mode is transaction mode whose transactions are single statements: the
+    // same resets apply (`server_reset_query_always` is PgBouncer's for both).
     let reset = match session.mode() {
         PoolMode::Session if session.is_replication() => Reset::Replication,
         PoolMode::Session => Reset::Configured,
-        PoolMode::Transaction if env.config().pgtier.server_reset_query_always => Reset::Configured,
-        PoolMode::Transaction if session.pins_server() => Reset::SessionState,
-        PoolMode::Transaction => Reset::None,
+        _ if env.config().pgtier.server_reset_query_always => Reset::Configured,
+        _ if session.pins_server() => Reset::SessionState,
+        PoolMode::Transaction | PoolMode::Statement => Reset::None,
     };
+    let refuses_blocks = session.mode().refuses_transaction_blocks();
     session.transaction_began(now);
     let Some(server) = servers.get_mut(server_id.0) else {
         return Linked::Gone;
     };
     server.serve(id, now, lease, reset);
+    server
+        .backend_mut()
+        .relay_mut()
+        .set_refuses_blocks(refuses_blocks);
     if joining {
         client.welcoming(server_id);
         return Linked::Welcoming(server_id);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use pgtier_core::config::{LoadBalanceHosts, PoolMode, ServerSet};
+use pgtier_core::config::{LoadBalanceHosts, ServerSet};
 use pgtier_pool::{Checkin, Closing, HostBalance, PoolId, ServerTarget};
 use tracing::{debug, info};
 
@@ -155,7 +155,7 @@ impl Linker {
         if let Some(host) = listed_host {
             server.opened_for_listed_host(host);
         }
-        if mode == PoolMode::Transaction && env.limits().max_prepared_statements > 0 {
+        if mode.releases_at_idle_ready() && env.limits().max_prepared_statements > 0 {
             server.backend_mut().relay_mut().prepared = Some(Box::default());
         }
         let Some(slot) = servers.insert(server) else {

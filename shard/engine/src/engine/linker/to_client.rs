@@ -7,7 +7,6 @@
 
 use std::time::Instant;
 
-use pgtier_core::config::PoolMode;
 use pgtier_pool::PoolId;
 use pgtier_wire::session_state::Effects;
 use tracing::{debug, warn};
@@ -37,13 +36,17 @@ pub(in crate::engine) enum Relayed {
     Malformed,
     /// A message over `max_server_message_bytes`, this long.
     TooLong(usize),
+    /// The client opened a transaction block in statement mode: what came before its
+    /// ReadyForQuery is with the client; the server closes (inside the block, it cannot be
+    /// pooled) and the client is disconnected with PgBouncer's error.
+    BlockRefused,
     /// Client input held back may go on now.
     ForwardHeld,
     /// The server answered the client's welcome queries.
     Welcome,
-    /// The transaction is over: the server can go back (`releasable`: transaction mode
-    /// and not pinned; otherwise only a shutdown takes it), and input held for the
-    /// ReadyForQuery may go (`ready_seen`) if it stays.
+    /// The transaction is over: the server can go back (`releasable`: transaction or
+    /// statement mode and not pinned; otherwise only a shutdown takes it), and input held
+    /// for the ReadyForQuery may go (`ready_seen`) if it stays.
     Idle { releasable: bool, ready_seen: bool },
 }
 
@@ -157,9 +160,12 @@ pub(in crate::engine) fn relay_to_client(
     if let Some(len) = scan.oversized {
         return Relayed::TooLong(len);
     }
+    if scan.block_refused {
+        return Relayed::BlockRefused;
+    }
     if scan.session_param_changed
         && !clearing
-        && mode == PoolMode::Transaction
+        && mode.releases_at_idle_ready()
         && env.limits().pin_session_state
     {
         pin_client(clients, servers, client_id, server_id, Effects::SET);
@@ -180,7 +186,7 @@ pub(in crate::engine) fn relay_to_client(
         return Relayed::Welcome;
     }
     Relayed::Idle {
-        releasable: mode == PoolMode::Transaction && !pinned && !clients.is_pinned(client_id),
+        releasable: mode.releases_at_idle_ready() && !pinned && !clients.is_pinned(client_id),
         ready_seen: scan.ready_seen,
     }
 }

@@ -40,7 +40,7 @@ use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
 use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
-use crate::sockets::{local_addr, peer_addr, server_socket};
+use crate::sockets::{local_addr, peer_addr, peer_is_own_user, server_socket};
 
 /// Most cancel connections in flight on one shard.
 const MAX_CANCEL_CONNS: usize = 1024;
@@ -758,7 +758,10 @@ impl<R: Ring> Shard<R> {
             );
         }
         let peer = match kind {
-            ListenerKind::Unix { port } => Some(ClientAddr::Unix { port }),
+            ListenerKind::Unix { port } => Some(ClientAddr::Unix {
+                port,
+                own_user: peer_is_own_user(fd),
+            }),
             ListenerKind::Tcp => {
                 set_nodelay(fd);
                 peer_addr(fd).map(ClientAddr::Tcp)

@@ -1,6 +1,7 @@
 //! The sockets the driver opens or asks about outside the ring: a server's non-blocking
 //! socket and its address (for a server connection and a cancel request alike), and the
-//! addresses of a connection for the console's listings.
+//! addresses of a connection for the console's listings, and whether a Unix-socket client
+//! runs as this process's user (PgBouncer's console login without a password).
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -43,4 +44,28 @@ pub(crate) fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
     // does not outlive it.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     socket2::SockRef::from(&fd).peer_addr().ok()?.as_socket()
+}
+
+/// Whether the peer of a Unix-socket client runs under this process's user id
+/// (`SO_PEERCRED`); false when the kernel does not say.
+pub(crate) fn peer_is_own_user(fd: RawFd) -> bool {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `fd` was just accepted and is open; `cred` and `len` are live locals of the
+    // size passed, which getsockopt writes within.
+    let result = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    result == 0 && cred.uid == unsafe { libc::getuid() }
 }

@@ -544,3 +544,48 @@ impl Drop for LivePgBouncer {
         let _ = self.child.wait();
     }
 }
+
+/// `psql -XAt` to the console as `user` at `host` (a directory: the Unix socket), no password.
+fn console_psql(host: &str, port: u16, user: &str, sql: &str) -> pgtier_tests::process::Finished {
+    let mut command = pg_tool("psql");
+    command
+        .env_remove("PGPASSWORD")
+        .args(["-XAtqw", "-h", host, "-p"])
+        .arg(port.to_string())
+        .args(["-U", user, "-d", "pgbouncer", "-c", sql]);
+    run(&mut command, PSQL_TIMEOUT).expect("psql")
+}
+
+#[test]
+fn the_os_user_running_pgtier_reaches_the_console_as_pgbouncer_over_the_socket() {
+    // PgBouncer's peer login: `pgbouncer` on the Unix socket, from a process of the same user
+    // id, is an admin with no password and no admin_users line; md5 applies to everyone else.
+    let port = free_port().expect("port");
+    let proxy = Pgtier::start_file(port, |dir| {
+        std::fs::write(dir.join("users.txt"), "\"alice\" \"secret\"\n")?;
+        let path = dir.join("pgbouncer.ini");
+        std::fs::write(
+            &path,
+            format!(
+                "[databases]\ndb = host=127.0.0.1 port=1 dbname=db\n[pgbouncer]\n\
+                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {}\n\
+                 auth_type = md5\nauth_file = users.txt\n",
+                dir.display()
+            ),
+        )?;
+        Ok(path)
+    })
+    .expect("pgtier");
+    let socket_dir = proxy.dir().display().to_string();
+    let peer = console_psql(&socket_dir, port, "pgbouncer", "SHOW VERSION");
+    assert!(peer.success(), "{peer:?}");
+    assert!(peer.stdout.contains("pgtier"), "{peer:?}");
+    let admin = console_psql(&socket_dir, port, "pgbouncer", "SHOW FDS");
+    assert!(admin.success(), "an admin may SHOW FDS: {admin:?}");
+    // Over TCP the same name is an ordinary user: md5, and it is in no userlist.
+    let tcp = console_psql("127.0.0.1", port, "pgbouncer", "SHOW VERSION");
+    assert!(!tcp.success(), "{tcp:?}");
+    // Another name on the socket gets no such pass.
+    let other = console_psql(&socket_dir, port, "alice", "SHOW VERSION");
+    assert!(!other.success(), "{other:?}");
+}

@@ -89,6 +89,9 @@ pub enum ClientAddr {
     /// Connected on the Unix socket of `listen_port` (PgBouncer lists it as `unix`, that port).
     Unix {
         port: u16,
+        /// The peer runs under pgtier's own user id (SO_PEERCRED): as PgBouncer, the user
+        /// `pgbouncer` is then let into the console without a password.
+        own_user: bool,
     },
 }
 
@@ -112,8 +115,13 @@ impl ClientAddr {
     pub fn port(&self) -> u16 {
         match self {
             ClientAddr::Tcp(addr) => addr.port(),
-            ClientAddr::Unix { port } => *port,
+            ClientAddr::Unix { port, .. } => *port,
         }
+    }
+
+    /// A Unix-socket peer running as pgtier's own user.
+    pub(crate) fn is_own_user(&self) -> bool {
+        matches!(self, ClientAddr::Unix { own_user: true, .. })
     }
 
     #[cfg(test)]
@@ -169,7 +177,10 @@ mod tests {
 
     #[test]
     fn a_unix_client_shows_as_unix_with_the_listen_port() {
-        let client = ClientAddr::Unix { port: 6432 };
+        let client = ClientAddr::Unix {
+            port: 6432,
+            own_user: false,
+        };
         assert_eq!((client.host_text().as_str(), client.port()), ("unix", 6432));
         assert!(client.is_unix() && client.tcp().is_none());
     }

@@ -903,7 +903,13 @@ impl Harness {
     pub fn accept_unix(&mut self) -> ClientId {
         let accepted = self
             .engine
-            .handle_accept(self.now, Some(ClientAddr::Unix { port: 6432 }));
+            .handle_accept(
+                self.now,
+                Some(ClientAddr::Unix {
+                    port: 6432,
+                    own_user: false,
+                }),
+            );
         self.accepted(accepted)
     }
 

@@ -112,6 +112,9 @@ fn no_such_database(database: &str) -> Bytes {
     messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)
 }
 
+/// The user PgBouncer lets into its console by peer credentials alone.
+const CONSOLE_PEER_USER: &str = "pgbouncer";
+
 /// Whether a `replication` startup value asks for a replication connection, as
 /// PostgreSQL reads it (`database` for logical replication, a boolean for physical); any
 /// other value is refused with PostgreSQL's error.
@@ -294,6 +297,9 @@ impl ClientTable {
         let Some(session) = client.session() else {
             return Ok(Method::Trust);
         };
+        if self.is_console_peer(id) {
+            return Ok(Method::Trust);
+        }
         if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
             // PgBouncer's `any` ignores the user name, so each database must name the
             // user its servers log in as.
@@ -341,6 +347,18 @@ impl ClientTable {
             }
             method => Ok(method),
         }
+    }
+
+    /// PgBouncer's console login by peer credentials: the user `pgbouncer` on the Unix
+    /// socket, from a process of pgtier's own user id, is an admin without a password.
+    fn is_console_peer(&self, id: ClientId) -> bool {
+        let Some(client) = self.get(id.0) else {
+            return false;
+        };
+        client.info().peer().is_some_and(|peer| peer.is_own_user())
+            && client.session().is_some_and(|session| {
+                &**session.database() == ADMIN_DATABASE && &**session.user() == CONSOLE_PEER_USER
+            })
     }
 
     /// The `auth_user` whose server must look the client's secret up before `method` can
@@ -573,7 +591,12 @@ impl ClientTable {
             .and_then(|c| c.session())
             .map(|s| s.user().clone())
             .unwrap_or_default();
-        let Some(rights) = env.console_rights(&user) else {
+        let rights = if self.is_console_peer(id) {
+            Some(crate::services::ConsoleRights::Admin)
+        } else {
+            env.console_rights(&user)
+        };
+        let Some(rights) = rights else {
             return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, "not allowed"));
         };
         let params: Vec<(String, String)> = [

@@ -57,6 +57,7 @@ impl Tracker {
     }
 
     /// The tracker's summary: idle, in a transaction block, unsynced, busy, copying.
+    #[inline]
     pub fn phase(&self) -> ServerPhase {
         self.inner.phase()
     }

@@ -40,16 +40,23 @@ impl Admin {
     /// A client about to take a server: true (and it is held) when its database is paused.
     /// Under SUSPEND every database's new transactions wait, those of clients that
     /// connected since included.
+    // Inlined: every transaction asks, and almost always nothing is paused.
+    #[inline]
     pub(super) fn held_by_pause(
         &mut self,
         clients: &ClientTable,
         id: ClientId,
         now: Instant,
     ) -> bool {
-        let suspended = self.gates().is_suspended();
-        if !suspended && !self.gates().any_paused() {
+        if !self.gates().is_suspended() && !self.gates().any_paused() {
             return false;
         }
+        self.hold_if_paused(clients, id, now)
+    }
+
+    /// [`Admin::held_by_pause`] once something is paused or suspended.
+    fn hold_if_paused(&mut self, clients: &ClientTable, id: ClientId, now: Instant) -> bool {
+        let suspended = self.gates().is_suspended();
         let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
             return false;
         };

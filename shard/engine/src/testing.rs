@@ -901,15 +901,13 @@ impl Harness {
 
     /// A client on the Unix-domain socket.
     pub fn accept_unix(&mut self) -> ClientId {
-        let accepted = self
-            .engine
-            .handle_accept(
-                self.now,
-                Some(ClientAddr::Unix {
-                    port: 6432,
-                    own_user: false,
-                }),
-            );
+        let accepted = self.engine.handle_accept(
+            self.now,
+            Some(ClientAddr::Unix {
+                port: 6432,
+                own_user: false,
+            }),
+        );
         self.accepted(accepted)
     }
 

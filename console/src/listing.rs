@@ -380,8 +380,9 @@ pub fn pools(listing: Option<&Listing>) -> ResultSet {
     }
 }
 
-/// PgBouncer 1.18's `SHOW DATABASES` columns, then pgtier's.
-const DATABASE_COLUMNS: [Column; 15] = [
+/// PgBouncer 1.25's `SHOW DATABASES` columns, then pgtier's, then 1.18's `reserve_pool`
+/// (1.25 calls it `reserve_pool_size`), which exporters written for older PgBouncers read.
+const DATABASE_COLUMNS: [Column; 20] = [
     text("name"),
     text("host"),
     int4("port"),
@@ -389,27 +390,43 @@ const DATABASE_COLUMNS: [Column; 15] = [
     text("force_user"),
     int4("pool_size"),
     int4("min_pool_size"),
-    int4("reserve_pool"),
+    int4("reserve_pool_size"),
+    int4("server_lifetime"),
     text("pool_mode"),
+    text("load_balance_hosts"),
     int4("max_connections"),
     int4("current_connections"),
+    int4("max_client_connections"),
+    int4("current_client_connections"),
     int4("paused"),
     int4("disabled"),
     text("class"),
     text("routing"),
+    int4("reserve_pool"),
 ];
+
+/// What a `SHOW DATABASES` row counts: its servers and its clients, across the shards.
+#[derive(Clone, Copy, Default)]
+struct Connections {
+    servers: u32,
+    clients: u32,
+}
 
 fn database_row(
     name: &str,
     db: &pgtier_core::config::DatabaseConfig,
-    current_connections: u32,
+    connections: Connections,
     gates: Option<&Gates>,
 ) -> Row {
     let paused = gates.is_some_and(|gates| gates.is_paused_by_name(name));
     let disabled = gates.is_some_and(|gates| gates.is_disabled(name));
+    let mut load_balance_hosts = None;
     let (host, port, routing) = match &db.servers {
         ServerSet::Single(server) => (server.host.clone(), server.port, "single"),
-        ServerSet::Hosts(list) => (list.joined(), list.port(), "hosts"),
+        ServerSet::Hosts(list) => {
+            load_balance_hosts = Some(list.balance.as_str());
+            (list.joined(), list.port(), "hosts")
+        }
         ServerSet::Replicas(set) => {
             let hosts: Vec<String> = set.replicas.iter().map(|a| a.ip().to_string()).collect();
             let port = set.replicas.first().map_or(0, SocketAddr::port);
@@ -429,13 +446,18 @@ fn database_row(
         some(db.pool_size),
         some(db.min_pool_size),
         some(db.reserve_pool_size),
+        some(db.server_lifetime.as_secs_f64() as u64),
         some(db.pool_mode),
+        load_balance_hosts.map(str::to_string),
         some(db.max_db_connections),
-        some(current_connections),
+        some(connections.servers),
+        some(db.max_db_client_connections),
+        some(connections.clients),
         some(u8::from(paused)),
         some(u8::from(disabled)),
         some(db.class),
         some(routing),
+        some(db.reserve_pool_size),
     ]
 }
 
@@ -445,9 +467,12 @@ pub fn databases(
     listing: Option<&Listing>,
     gates: Option<&Gates>,
 ) -> ResultSet {
-    let mut current: BTreeMap<String, u32> = BTreeMap::new();
+    let mut current: BTreeMap<String, Connections> = BTreeMap::new();
     for ((database, _), sum) in pool_sums(listing) {
-        *current.entry(database).or_default() += sum.servers();
+        current.entry(database).or_default().servers += sum.servers();
+    }
+    for (_, client) in clients_of(listing) {
+        current.entry(client.database.clone()).or_default().clients += 1;
     }
     let mut rows: Vec<Row> = Vec::new();
     if let Some(config) = config {
@@ -455,15 +480,16 @@ pub fn databases(
             rows.push(database_row(
                 name,
                 db,
-                current.get(name).copied().unwrap_or(0),
+                current.get(name).copied().unwrap_or_default(),
                 gates,
             ));
         }
         if let Some(fallback) = &config.fallback {
             // Databases served through the fallback count under their own names; the `*`
             // row shows the template.
-            rows.push(database_row("*", fallback, 0, gates));
+            rows.push(database_row("*", fallback, Connections::default(), gates));
         }
+        let console_clients = current.get(CONSOLE_NAME).map_or(0, |c| c.clients);
         rows.push(vec![
             some(CONSOLE_NAME),
             None,
@@ -473,13 +499,18 @@ pub fn databases(
             some(2),
             some(0),
             some(0),
+            some(0),
             some("statement"),
+            None,
             some(0),
             some(0),
+            some(0),
+            some(console_clients),
             some(0),
             some(0),
             None,
             some("console"),
+            some(0),
         ]);
     }
     ResultSet {
@@ -502,17 +533,34 @@ fn known_users(config: Option<&Config>, listing: Option<&Listing>) -> BTreeSet<S
     users
 }
 
-/// `SHOW USERS`: name and the user's own pool_mode (NULL when it has none), then its class.
+/// `SHOW USERS`: PgBouncer 1.25's columns (the user's own pool sizes as text, empty when it
+/// has none; its limits in force; its servers and clients across the shards), then its class.
 pub fn users(config: Option<&Config>, listing: Option<&Listing>) -> ResultSet {
+    let mut servers: BTreeMap<String, u32> = BTreeMap::new();
+    for ((_, user), sum) in pool_sums(listing) {
+        *servers.entry(user).or_default() += sum.servers();
+    }
+    let mut clients: BTreeMap<&str, u32> = BTreeMap::new();
+    for (_, client) in clients_of(listing) {
+        *clients.entry(client.user.as_str()).or_default() += 1;
+    }
     let rows = known_users(config, listing)
         .into_iter()
         .map(|name| {
             let entry = config.and_then(|config| config.users.get(&name));
+            // PgBouncer prints its own sizes with `%9d`.
+            let size = |value: Option<u32>| value.map_or(String::new(), |n| format!("{n:9}"));
             vec![
                 some(&name),
+                some(size(entry.and_then(|user| user.pool_size))),
+                some(size(entry.and_then(|user| user.reserve_pool_size))),
                 entry
                     .and_then(|user| user.pool_mode)
                     .map(|mode| mode.to_string()),
+                some(config.map_or(0, |config| config.max_user_connections(&name))),
+                some(servers.get(&name).copied().unwrap_or(0)),
+                some(config.map_or(0, |config| config.max_user_client_connections(&name))),
+                some(clients.get(name.as_str()).copied().unwrap_or(0)),
                 entry
                     .and_then(|user| user.class)
                     .map(|class| class.to_string()),
@@ -520,7 +568,17 @@ pub fn users(config: Option<&Config>, listing: Option<&Listing>) -> ResultSet {
         })
         .collect();
     ResultSet {
-        columns: vec![text("name"), text("pool_mode"), text("class")],
+        columns: vec![
+            text("name"),
+            text("pool_size"),
+            text("reserve_pool_size"),
+            text("pool_mode"),
+            int4("max_user_connections"),
+            int4("current_connections"),
+            int4("max_user_client_connections"),
+            int4("current_client_connections"),
+            text("class"),
+        ],
         rows,
     }
 }

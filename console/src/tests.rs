@@ -652,7 +652,7 @@ fn show_databases_lists_entries_the_fallback_and_the_console() {
         Some(&config),
     );
     assert_eq!(
-        header(&messages)[..13],
+        header(&messages)[..17],
         [
             "name",
             "host",
@@ -661,10 +661,14 @@ fn show_databases_lists_entries_the_fallback_and_the_console() {
             "force_user",
             "pool_size",
             "min_pool_size",
-            "reserve_pool",
+            "reserve_pool_size",
+            "server_lifetime",
             "pool_mode",
+            "load_balance_hosts",
             "max_connections",
             "current_connections",
+            "max_client_connections",
+            "current_client_connections",
             "paused",
             "disabled",
         ]
@@ -682,7 +686,9 @@ fn show_databases_lists_entries_the_fallback_and_the_console() {
             text("etl")
         ]
     );
-    assert_eq!(rows[0][10], text("10"), "servers of both shards' slices");
+    assert_eq!(rows[0][12], text("10"), "servers of both shards' slices");
+    assert_eq!(rows[0][14], text("2"), "clients of both shards");
+    assert_eq!(rows[0][10], None, "load_balance_hosts: not a host list");
     assert_eq!(
         rows[2][2],
         text("6499"),
@@ -700,11 +706,24 @@ fn show_users_and_lists() {
         Some(&listing),
         Some(&config),
     );
-    assert_eq!(header(&messages)[..2], ["name", "pool_mode"]);
     assert_eq!(
-        rows(&messages)[0][..2],
-        [text("alice"), text("transaction")]
+        header(&messages)[..8],
+        [
+            "name",
+            "pool_size",
+            "reserve_pool_size",
+            "pool_mode",
+            "max_user_connections",
+            "current_connections",
+            "max_user_client_connections",
+            "current_client_connections",
+        ]
     );
+    let alice = &rows(&messages)[0];
+    assert_eq!(alice[0], text("alice"));
+    assert_eq!(alice[1], text(""), "no pool_size of her own");
+    assert_eq!(alice[3], text("transaction"));
+    assert_eq!(alice[7], text("2"), "her clients on both shards");
     let (messages, types) = run_full(
         "SHOW LISTS",
         ConsoleRights::Stats,

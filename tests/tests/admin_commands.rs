@@ -443,8 +443,11 @@ fn set_reads_the_value_as_the_file_does_and_answers_as_pgbouncer() {
         command(&mut admin, "SET defualt_pool_size = 3").expect_err("no such key");
     assert_eq!(code, "08P01");
     assert!(message.starts_with("SET failed"), "{message}");
-    // Statement pooling is refused as in the file, and the mode stays.
-    let (code, _) = command(&mut admin, "SET pool_mode = statement").expect_err("no statement");
+    // Every pool mode the file takes, statement pooling too; a word it does not is refused.
+    ok(&mut admin, "SET pool_mode = statement");
+    assert_eq!(config_value(&mut admin, "pool_mode"), "statement");
+    ok(&mut admin, "SET pool_mode = transaction");
+    let (code, _) = command(&mut admin, "SET pool_mode = sometimes").expect_err("no such mode");
     assert_eq!(code, "08P01");
     assert_eq!(config_value(&mut admin, "pool_mode"), "transaction");
     // A value the whole configuration refuses (md5 reads passwords from an auth_file, and

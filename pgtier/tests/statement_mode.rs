@@ -360,7 +360,7 @@ default_pool_size = 2
         databases
             .iter()
             .find(|row| row.starts_with(&format!("{name}|")))
-            .map(|row| row.split('|').nth(8).unwrap_or_default().to_string())
+            .map(|row| row.split('|').nth(9).unwrap_or_default().to_string())
     };
     assert_eq!(
         mode_of("stmt").as_deref(),
@@ -374,7 +374,8 @@ default_pool_size = 2
     );
     let users = admin_rows(port, "USERS");
     assert!(
-        users.iter().any(|row| row.starts_with("bob|statement")),
+        // name, pool_size, reserve_pool_size, pool_mode (PgBouncer 1.25's columns).
+        users.iter().any(|row| row.starts_with("bob|||statement|")),
         "{users:?}"
     );
     proxy.shutdown(pgtier::ShutdownMode::Immediate);

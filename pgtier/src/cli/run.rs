@@ -128,22 +128,24 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
 }
 
 /// How long `-R` waits for the process it takes over from to let its addresses go (it
-/// closes its listeners within milliseconds of SIGTERM; past this something else holds them).
+/// closes its listeners within milliseconds of SIGINT; past this something else holds them).
 const TAKE_OVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `-R`, PgBouncer's online restart, the pgtier way: the running pgtier (`pid`) is sent
-/// SIGTERM, its super safe shutdown: it stops accepting at once and exits once its clients
-/// have left, serving them to the end; this process binds the addresses as soon as they are
-/// free and serves every new client. Unlike PgBouncer, no connection moves between the
-/// processes: a session stays with the process it started on until it ends.
+/// SIGINT, its safe shutdown: it stops accepting at once, lets every transaction in
+/// progress finish, closes each client as its transaction ends, and exits once no server is
+/// in use; this process binds the addresses as soon as they are free and serves every new
+/// client. The restart so ends within the longest transaction (PgBouncer's takeover is as
+/// quick), where SIGTERM would wait for every idle client to leave. Unlike PgBouncer, no
+/// connection moves between the processes: a client of the old one reconnects.
 fn take_over(pid: libc::pid_t) -> Result<(), String> {
     info!(
         pid,
-        "-R: taking over from the running pgtier: it stops accepting and finishes its \
-         clients' sessions (SIGTERM); this one takes its addresses"
+        "-R: taking over from the running pgtier: it stops accepting and closes each client \
+         as its transaction ends (SIGINT); this one takes its addresses"
     );
     // SAFETY: a plain signal to a process id read from the pidfile and checked alive.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+    if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
         return Err(format!(
             "-R: cannot signal the running pgtier (pid {pid}): {}",
             std::io::Error::last_os_error()

@@ -639,17 +639,41 @@ fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_transactions
 }
 
 #[test]
-fn reboot_without_a_pidfile_is_refused_at_once() {
-    let dir = TempDir::new("process-reboot-refused").expect("tempdir");
+fn reboot_finds_the_running_pgtier_on_its_socket_or_refuses_at_once() {
+    // PgBouncer's test suite runs with `pidfile =` (empty): the running process is found on
+    // the Unix socket, by its peer credentials.
+    let pg: LocalPg = server();
+    let dir = TempDir::new("process-reboot-socket").expect("tempdir");
     let port = free_port().expect("port");
-    let lines = format!("listen_addr = \"127.0.0.1\"\nlisten_port = {port}\n");
-    let config = write_config(dir.path(), &lines, "127.0.0.1", 5432);
+    let lines = format!(
+        "listen_addr = \"127.0.0.1\"\nlisten_port = {port}\nunix_socket_dir = \"{}\"\n",
+        dir.path().display()
+    );
+    let config = write_config(dir.path(), &lines, "127.0.0.1", pg.port());
+    let socket = socket_path(dir.path(), port);
+    let mut old = spawn(&[], &config, &dir.path().join("old.stderr"));
+    wait_for_unix(&socket, &mut old);
+    let mut new = spawn(&["-R"], &config, &dir.path().join("new.stderr"));
+    let deadline = Instant::now() + WAIT;
+    while old.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the old pgtier was not taken over from"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_for_unix(&socket, &mut new);
+    let socket_dir = dir.path().display().to_string();
+    assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 1"), "1");
+    assert!(new.terminate(), "the new pgtier did not stop on SIGTERM");
+
+    // With neither a pidfile nor anything on the socket: refused at once, not a wait.
     let finished = run(&mut pgtier_command(&["-R"], &config), WAIT).expect("pgtier -R");
     assert!(!finished.success(), "{finished:?}");
     assert!(
         finished
             .stderr
-            .contains("-R (online restart) needs pidfile"),
+            .contains("no running pgtier to take over from"),
         "{finished:?}"
     );
 }

@@ -41,14 +41,19 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
     if let Some(run_as) = &run_as {
         run_as.check_allowed()?;
     }
-    // -R: the pgtier the pidfile names hands its addresses over (see `take_over`).
+    // -R: the running pgtier hands its addresses over (see `take_over`); it is found by the
+    // pidfile, else, as PgBouncer finds it, on the Unix socket.
     let taking_over = match (&settings.pidfile, options.reboot) {
-        (None, true) => {
-            return Err(
-                "-R (online restart) needs pidfile to be set: it finds the running pgtier there"
-                    .to_string(),
-            );
-        }
+        (None, true) => match running_on_socket(settings) {
+            Some(pid) => Some(pid),
+            None => {
+                return Err(
+                    "-R (online restart): no running pgtier to take over from: neither a \
+                     pidfile nor a Unix socket (unix_socket_dir) names one"
+                        .to_string(),
+                );
+            }
+        },
         (None, false) => None,
         (Some(path), true) => pidfile::running(path)?,
         (Some(path), false) => pidfile::check(path).map(|()| None)?,
@@ -152,6 +157,34 @@ fn take_over(pid: libc::pid_t) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The process serving this configuration's Unix socket, when it runs as our user: its pid
+/// from the socket's peer credentials (`SO_PEERCRED`).
+fn running_on_socket(settings: &pgtier_core::config::Settings) -> Option<libc::pid_t> {
+    let dir = settings.unix_socket_dir.as_ref()?;
+    let path = dir.join(format!(".s.PGSQL.{}", settings.listen_port));
+    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the stream's fd is open for this call; `cred` and `len` are live locals of the
+    // size passed, which getsockopt writes within.
+    let result = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let ours = cred.uid == unsafe { libc::getuid() };
+    (result == 0 && ours && cred.pid > 0).then_some(cred.pid)
 }
 
 fn report_failure(readiness: &mut Option<Readiness>, message: &str) {

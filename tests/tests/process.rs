@@ -2,7 +2,7 @@
 //! it: `-d` with a pidfile and a logfile, `-q`, `-V`, `-u USER`; several listen addresses and
 //! the Unix socket (psql and pgbench on it, a stale socket file replaced, a live one refused);
 //! a server reached over its Unix socket; shards pinned within the CPU mask it starts with;
-//! `-R`, taking the addresses over from the running pgtier while it finishes its sessions.
+//! `-R`, taking the addresses over from the running pgtier while it finishes its transactions.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -552,7 +552,7 @@ fn pid_in(pidfile: &Path) -> Option<u32> {
 }
 
 #[test]
-fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_sessions() {
+fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_transactions() {
     let pg: LocalPg = server();
     let dir = TempDir::new("process-reboot").expect("tempdir");
     let port = free_port().expect("port");
@@ -579,12 +579,17 @@ fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_sessions() {
     };
     until_pid(old.pid);
 
-    // A session on the old process, inside a transaction when the restart comes.
+    pg.psql("postgres", "CREATE TABLE reboot_log (v int)")
+        .expect("table");
+    // Two clients of the old process: one inside a transaction when the restart comes, one
+    // idle (which must not hold the restart up).
     let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
     let mut session = postgres::Client::connect(&conninfo, postgres::NoTls).expect("session");
     session
-        .batch_execute("BEGIN; CREATE TEMP TABLE kept (n int); INSERT INTO kept VALUES (1)")
+        .batch_execute("BEGIN; INSERT INTO reboot_log VALUES (1)")
         .expect("begin");
+    let mut idle = postgres::Client::connect(&conninfo, postgres::NoTls).expect("idle client");
+    idle.batch_execute("SELECT 1").expect("idle client's query");
 
     let mut new = spawn(&["-R"], &config, &dir.path().join("new.stderr"));
     until_pid(new.pid);
@@ -592,22 +597,41 @@ fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_sessions() {
     assert_eq!(psql_ok("127.0.0.1", port, "postgres", "SELECT 1"), "1");
     let socket_dir = dir.path().display().to_string();
     assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 2"), "2");
-    // ...while the old one still serves the session it had, to its end.
-    assert!(old.alive(), "the old process left with a session open");
-    let row = session
-        .query_one("SELECT n FROM kept", &[])
-        .expect("the old session goes on");
-    assert_eq!(row.get::<_, i32>(0), 1);
-    session.batch_execute("COMMIT").expect("commit");
-    drop(session);
+    // ...while the old one still serves the transaction in progress, to its end.
+    assert!(old.alive(), "the old process left with a transaction open");
+    session
+        .batch_execute("INSERT INTO reboot_log VALUES (2)")
+        .expect("the old transaction goes on");
+    // COMMIT's answer comes, then the close (FATAL 57P01), which the driver may report as
+    // the COMMIT's error: the table says whether it committed.
+    if let Err(error) = session.batch_execute("COMMIT") {
+        assert_eq!(
+            error.as_db_error().map(|db| db.code().code()),
+            Some("57P01"),
+            "{error:?}"
+        );
+    }
+    assert_eq!(
+        pg.psql("postgres", "SELECT count(*) FROM reboot_log")
+            .expect("count")
+            .trim(),
+        "2",
+        "the transaction in progress committed"
+    );
+    // Then it is done: its clients are closed (the idle one too, still connected here), and
+    // it exits without waiting for them to leave.
     let deadline = Instant::now() + WAIT;
     while old.alive() {
         assert!(
             Instant::now() < deadline,
-            "the old process did not exit once its client left"
+            "the old process did not exit once its last transaction ended"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        idle.batch_execute("SELECT 1").is_err(),
+        "the idle client was closed"
+    );
     // Its exit left the new process's pidfile and socket in place.
     assert_eq!(pid_in(&pidfile), Some(new.pid));
     assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 3"), "3");
@@ -615,17 +639,41 @@ fn reboot_takes_the_addresses_over_and_the_old_process_finishes_its_sessions() {
 }
 
 #[test]
-fn reboot_without_a_pidfile_is_refused_at_once() {
-    let dir = TempDir::new("process-reboot-refused").expect("tempdir");
+fn reboot_finds_the_running_pgtier_on_its_socket_or_refuses_at_once() {
+    // PgBouncer's test suite runs with `pidfile =` (empty): the running process is found on
+    // the Unix socket, by its peer credentials.
+    let pg: LocalPg = server();
+    let dir = TempDir::new("process-reboot-socket").expect("tempdir");
     let port = free_port().expect("port");
-    let lines = format!("listen_addr = \"127.0.0.1\"\nlisten_port = {port}\n");
-    let config = write_config(dir.path(), &lines, "127.0.0.1", 5432);
+    let lines = format!(
+        "listen_addr = \"127.0.0.1\"\nlisten_port = {port}\nunix_socket_dir = \"{}\"\n",
+        dir.path().display()
+    );
+    let config = write_config(dir.path(), &lines, "127.0.0.1", pg.port());
+    let socket = socket_path(dir.path(), port);
+    let mut old = spawn(&[], &config, &dir.path().join("old.stderr"));
+    wait_for_unix(&socket, &mut old);
+    let mut new = spawn(&["-R"], &config, &dir.path().join("new.stderr"));
+    let deadline = Instant::now() + WAIT;
+    while old.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the old pgtier was not taken over from"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_for_unix(&socket, &mut new);
+    let socket_dir = dir.path().display().to_string();
+    assert_eq!(psql_ok(&socket_dir, port, "postgres", "SELECT 1"), "1");
+    assert!(new.terminate(), "the new pgtier did not stop on SIGTERM");
+
+    // With neither a pidfile nor anything on the socket: refused at once, not a wait.
     let finished = run(&mut pgtier_command(&["-R"], &config), WAIT).expect("pgtier -R");
     assert!(!finished.success(), "{finished:?}");
     assert!(
         finished
             .stderr
-            .contains("-R (online restart) needs pidfile"),
+            .contains("no running pgtier to take over from"),
         "{finished:?}"
     );
 }

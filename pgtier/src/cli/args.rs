@@ -83,7 +83,7 @@ Usage:
 Options (PgBouncer's):
   -d, --daemon                 run in the background (needs pidfile, and logfile or syslog)
   -R, --reboot                 online restart: the running pgtier (pidfile) finishes its
-                               clients' sessions, this one takes its addresses
+                               transactions and exits, this one takes its addresses
   -q, --quiet                  do not log to stderr
   -v, --verbose                raise the log level (repeatable: -v debug, -vv trace)
   -u, --user=USER              switch to USER after binding the sockets (root only)

@@ -41,14 +41,19 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
     if let Some(run_as) = &run_as {
         run_as.check_allowed()?;
     }
-    // -R: the pgtier the pidfile names hands its addresses over (see `take_over`).
+    // -R: the running pgtier hands its addresses over (see `take_over`); it is found by the
+    // pidfile, else, as PgBouncer finds it, on the Unix socket.
     let taking_over = match (&settings.pidfile, options.reboot) {
-        (None, true) => {
-            return Err(
-                "-R (online restart) needs pidfile to be set: it finds the running pgtier there"
-                    .to_string(),
-            );
-        }
+        (None, true) => match running_on_socket(settings) {
+            Some(pid) => Some(pid),
+            None => {
+                return Err(
+                    "-R (online restart): no running pgtier to take over from: neither a \
+                     pidfile nor a Unix socket (unix_socket_dir) names one"
+                        .to_string(),
+                );
+            }
+        },
         (None, false) => None,
         (Some(path), true) => pidfile::running(path)?,
         (Some(path), false) => pidfile::check(path).map(|()| None)?,
@@ -128,28 +133,58 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
 }
 
 /// How long `-R` waits for the process it takes over from to let its addresses go (it
-/// closes its listeners within milliseconds of SIGTERM; past this something else holds them).
+/// closes its listeners within milliseconds of SIGINT; past this something else holds them).
 const TAKE_OVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `-R`, PgBouncer's online restart, the pgtier way: the running pgtier (`pid`) is sent
-/// SIGTERM, its super safe shutdown: it stops accepting at once and exits once its clients
-/// have left, serving them to the end; this process binds the addresses as soon as they are
-/// free and serves every new client. Unlike PgBouncer, no connection moves between the
-/// processes: a session stays with the process it started on until it ends.
+/// SIGINT, its safe shutdown: it stops accepting at once, lets every transaction in
+/// progress finish, closes each client as its transaction ends, and exits once no server is
+/// in use; this process binds the addresses as soon as they are free and serves every new
+/// client. The restart so ends within the longest transaction (PgBouncer's takeover is as
+/// quick), where SIGTERM would wait for every idle client to leave. Unlike PgBouncer, no
+/// connection moves between the processes: a client of the old one reconnects.
 fn take_over(pid: libc::pid_t) -> Result<(), String> {
     info!(
         pid,
-        "-R: taking over from the running pgtier: it stops accepting and finishes its \
-         clients' sessions (SIGTERM); this one takes its addresses"
+        "-R: taking over from the running pgtier: it stops accepting and closes each client \
+         as its transaction ends (SIGINT); this one takes its addresses"
     );
     // SAFETY: a plain signal to a process id read from the pidfile and checked alive.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+    if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
         return Err(format!(
             "-R: cannot signal the running pgtier (pid {pid}): {}",
             std::io::Error::last_os_error()
         ));
     }
     Ok(())
+}
+
+/// The process serving this configuration's Unix socket, when it runs as our user: its pid
+/// from the socket's peer credentials (`SO_PEERCRED`).
+fn running_on_socket(settings: &pgtier_core::config::Settings) -> Option<libc::pid_t> {
+    let dir = settings.unix_socket_dir.as_ref()?;
+    let path = dir.join(format!(".s.PGSQL.{}", settings.listen_port));
+    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the stream's fd is open for this call; `cred` and `len` are live locals of the
+    // size passed, which getsockopt writes within.
+    let result = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let ours = cred.uid == unsafe { libc::getuid() };
+    (result == 0 && ours && cred.pid > 0).then_some(cred.pid)
 }
 
 fn report_failure(readiness: &mut Option<Readiness>, message: &str) {

@@ -22,3 +22,4 @@ pub use driver::{Shard, ShardParts};
 pub use io::ring::Ring;
 pub use io::uring::{RecvBuffers, RingFlavor, UringRing};
 pub use mailbox::{Command, Mailbox, ShutdownMode};
+pub use sockets::peer_credentials;

@@ -49,14 +49,21 @@ pub(crate) fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
 /// Whether the peer of a Unix-socket client runs under this process's user id
 /// (`SO_PEERCRED`); false when the kernel does not say.
 pub(crate) fn peer_is_own_user(fd: RawFd) -> bool {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    peer_credentials(fd).is_some_and(|(_, uid)| uid == unsafe { libc::getuid() })
+}
+
+/// The process id and user id of the peer of a connected Unix socket (`SO_PEERCRED`), when
+/// the kernel gives them: the console's peer login, and `-R` finding the running pgtier.
+pub fn peer_credentials(fd: RawFd) -> Option<(libc::pid_t, libc::uid_t)> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
         gid: 0,
     };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `fd` was just accepted and is open; `cred` and `len` are live locals of the
-    // size passed, which getsockopt writes within.
+    // SAFETY: `fd` is open for the duration of this call (the caller's socket); `cred` and
+    // `len` are live locals of the size passed, which getsockopt writes within.
     let result = unsafe {
         libc::getsockopt(
             fd,
@@ -66,6 +73,5 @@ pub(crate) fn peer_is_own_user(fd: RawFd) -> bool {
             &mut len,
         )
     };
-    // SAFETY: getuid has no preconditions and cannot fail.
-    result == 0 && cred.uid == unsafe { libc::getuid() }
+    (result == 0).then_some((cred.pid, cred.uid))
 }

@@ -165,26 +165,10 @@ fn running_on_socket(settings: &pgtier_core::config::Settings) -> Option<libc::p
     let dir = settings.unix_socket_dir.as_ref()?;
     let path = dir.join(format!(".s.PGSQL.{}", settings.listen_port));
     let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the stream's fd is open for this call; `cred` and `len` are live locals of the
-    // size passed, which getsockopt writes within.
-    let result = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&stream),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
+    let (pid, uid) = pgtier_shard::peer_credentials(std::os::fd::AsRawFd::as_raw_fd(&stream))?;
     // SAFETY: getuid has no preconditions and cannot fail.
-    let ours = cred.uid == unsafe { libc::getuid() };
-    (result == 0 && ours && cred.pid > 0).then_some(cred.pid)
+    let ours = uid == unsafe { libc::getuid() };
+    (ours && pid > 0).then_some(pid)
 }
 
 fn report_failure(readiness: &mut Option<Readiness>, message: &str) {

@@ -70,6 +70,13 @@ fn reached_by(client: &mut postgres::Client) -> &'static str {
     }
 }
 
+/// How each of `count` sessions opened one after the other, all held open (so each needs
+/// a server of its own), reached its server.
+fn reached_by_held_sessions(proxy: &Pgtier, count: usize) -> Vec<&'static str> {
+    let mut sessions: Vec<postgres::Client> = (0..count).map(|_| session(proxy)).collect();
+    sessions.iter_mut().map(reached_by).collect()
+}
+
 #[test]
 fn round_robin_takes_the_next_host_for_every_new_server() {
     let pg = server();
@@ -95,15 +102,8 @@ fn round_robin_takes_the_next_host_for_every_new_server() {
         Ok(proxy) => proxy,
         Err(error) => panic!("starting pgtier: {error}"),
     };
-    let mut first = session(&proxy);
-    let mut second = session(&proxy);
-    let mut third = session(&proxy);
     assert_eq!(
-        [
-            reached_by(&mut first),
-            reached_by(&mut second),
-            reached_by(&mut third)
-        ],
+        reached_by_held_sessions(&proxy, 3),
         ["tcp", "socket", "tcp"]
     );
 }
@@ -118,15 +118,8 @@ fn disable_stays_on_a_host_and_moves_on_only_after_a_failure() {
         &pg,
         &format!("127.0.0.3,{socket_dir},127.0.0.1 load_balance_hosts=disable"),
     );
-    let mut first = session(&proxy);
-    let mut second = session(&proxy);
-    let mut third = session(&proxy);
     assert_eq!(
-        [
-            reached_by(&mut first),
-            reached_by(&mut second),
-            reached_by(&mut third)
-        ],
+        reached_by_held_sessions(&proxy, 3),
         ["socket", "socket", "socket"]
     );
 }
@@ -138,10 +131,5 @@ fn a_name_that_does_not_resolve_is_passed_over_and_repeats_are_allowed() {
         &pg,
         "pgtier-no-such-host.invalid,127.0.0.1,127.0.0.1 load_balance_hosts=disable",
     );
-    let mut first = session(&proxy);
-    let mut second = session(&proxy);
-    assert_eq!(
-        [reached_by(&mut first), reached_by(&mut second)],
-        ["tcp", "tcp"]
-    );
+    assert_eq!(reached_by_held_sessions(&proxy, 2), ["tcp", "tcp"]);
 }

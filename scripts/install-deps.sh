@@ -28,6 +28,9 @@ extra=()
 /usr/bin/python3 -c 'import psycopg2' 2>/dev/null || extra+=(python3-psycopg2)
 /usr/bin/python3 -c 'import psycopg' 2>/dev/null || extra+=(python3-psycopg)
 /usr/bin/python3 -c 'import asyncpg' 2>/dev/null || extra+=(python3-asyncpg)
+# PgBouncer's own suite (scripts/pgbouncer-suite.sh): fetched with curl, makes its certificates
+# with openssl, and proxies some connections through socat.
+for tool in curl openssl socat; do command -v "$tool" >/dev/null || extra+=("$tool"); done
 if [ "${#extra[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

@@ -4,7 +4,8 @@
 # fuzz runs and the instruction budgets. Run as root (servers are started as the `postgres`
 # user) or as a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke
 # runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml),
-# PGTIER_SKIP_LIVE=1 to skip the PLB live smoke (scripts/plb-live-smoke.sh).
+# PGTIER_SKIP_LIVE=1 to skip the PLB live smoke (scripts/plb-live-smoke.sh),
+# PGTIER_SKIP_PGB_SUITE=1 to skip PgBouncer's own suite (scripts/pgbouncer-suite.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,11 @@ echo "== cargo test"
 ulimit -Hn 65536 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_THREADS:-2}"
+
+if [ "${PGTIER_SKIP_PGB_SUITE:-0}" != "1" ]; then
+  echo "== PgBouncer's own test suite against pgtier (tests/pgbouncer-suite/ci-subset.txt)"
+  bash scripts/pgbouncer-suite.sh target/debug/pgtier
+fi
 
 if [ "${PGTIER_SKIP_LIVE:-0}" != "1" ]; then
   echo "== PLB live smoke (a shortened bench/plb-live.sh: cgroup-capped replicas, a cascade)"

@@ -190,3 +190,36 @@ fn without_io_uring_pgtier_says_so_and_what_to_change() {
         "the error should say what to change: {finished:?}"
     );
 }
+
+/// A reader that closes the pipe before the report is written (`check-config FILE | head -0`)
+/// ends nothing but the output: exit status 0, no panic message.
+#[test]
+fn check_config_into_a_closed_pipe_does_not_panic() {
+    use std::process::Stdio;
+    let dir = TempDir::new("cli-pipe").expect("tempdir");
+    std::fs::write(dir.path().join("userlist.txt"), "\"postgres\" \"\"\n").expect("userlist");
+    let ini = dir.path().join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        "[databases]\np0 = host=127.0.0.1 port=5432\n[pgbouncer]\nlisten_port = 6432\n\
+         auth_file = userlist.txt\nauth_type = trust\n",
+    )
+    .expect("ini");
+    let binary = proxy_binary().expect("pgtier binary");
+    let mut child = Command::new(binary)
+        .args(["check-config".as_ref(), ini.as_os_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Close the read end at once: the report's write meets a broken pipe.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "status {:?}: {stderr}",
+        output.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

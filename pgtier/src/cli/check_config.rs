@@ -4,6 +4,7 @@
 //! pgtier honours and which it reads without acting on them.
 
 use pgtier_core::config::{Config, IniKeyReport, ini_key_report};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -13,10 +14,13 @@ pub fn run(config_path: &Path) -> ExitCode {
     let checked = Config::load(config_path).and_then(|_| ini_key_report(config_path));
     match checked {
         Ok(report) => {
-            println!("OK");
+            let mut out = String::from("OK\n");
             if let Some(report) = report {
-                print!("{}", render(&report));
+                out.push_str(&render(&report));
             }
+            // Written once, and a reader that stops early (`| head`) is not an error: print!
+            // would panic on the broken pipe.
+            let _ = std::io::stdout().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -39,7 +39,7 @@ pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultS
         AdminCommand::Servers => listing::servers(view.listing),
         AdminCommand::Sockets => listing::sockets(view.listing, false),
         AdminCommand::ActiveSockets => listing::sockets(view.listing, true),
-        AdminCommand::Pools => listing::pools(view.listing),
+        AdminCommand::Pools => listing::pools(view.config, view.listing),
         AdminCommand::Databases => listing::databases(view.config, view.listing, view.gates),
         AdminCommand::Users => listing::users(view.config, view.listing),
         AdminCommand::Lists => listing::lists(view.config, view.listing),

@@ -299,7 +299,10 @@ impl Engine {
         self.stats.client_accepted();
         let max = self.env.config().pgtier.max_client_conn;
         let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
-        let client = ClientConn::new(peer, now);
+        let mut client = ClientConn::new(peer, now);
+        client
+            .info_mut()
+            .set_socket_id(self.env.shared().next_socket_id());
         let Some(slot) = self.clients.insert(client) else {
             self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
             return None;

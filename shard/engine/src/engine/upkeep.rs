@@ -15,11 +15,12 @@ use crate::cancel::{CancelKey, shard_of};
 use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
-    ConsoleStep, admin_op_condition_holds, client_by_key, clients_of, complete, console_error,
-    idle_servers_of, ignored_set, mark_servers_to_close, refusal_error, servers_of,
+    ConsoleStep, admin_op_condition_holds, client_by_ref, clients_of, complete, console_error,
+    idle_servers_of, ignored_set, is_admin_database, mark_servers_to_close, refusal_error,
+    servers_of,
 };
 use crate::engine::timeouts::ClientTimeouts;
-use crate::gates::{AdminOp, AdminRequest, Scope, ShutdownMode};
+use crate::gates::{AdminOp, AdminRequest, ClientRef, Scope, ShutdownMode};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::reconfigure::Order;
@@ -402,7 +403,7 @@ impl Engine {
                 if !earlier.is_empty() {
                     self.send(Conn::Client(id), earlier.freeze());
                 }
-                let request_id = self.admin.ops_mut().ask(id, change.tag(), 1);
+                let request_id = self.admin.ops_mut().ask(id, change.tag(), 1, false);
                 let order = Order {
                     shard: self.env.shard(),
                     request_id,
@@ -460,7 +461,7 @@ impl Engine {
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: AdminOp) {
         let shards: Vec<usize> = match &op {
-            AdminOp::KillClient { shard, .. } => vec![*shard],
+            AdminOp::KillClient(ClientRef::Ptr { shard, .. }) => vec![*shard],
             _ => (0..self.env.shared().shards()).collect(),
         };
         if shards
@@ -474,10 +475,12 @@ impl Engine {
             self.answer_console(id, op.tag(), Some(error));
             return;
         }
-        let request_id = self
-            .admin
-            .ops_mut()
-            .ask(id, op.tag().to_string(), shards.len());
+        let request_id = self.admin.ops_mut().ask(
+            id,
+            op.tag().to_string(),
+            shards.len(),
+            matches!(op, AdminOp::KillClient(ClientRef::Id(_))),
+        );
         for shard in shards {
             if shard == self.env.shard() {
                 self.apply_admin_op(self.env.shard(), request_id, op.clone());
@@ -523,21 +526,25 @@ impl Engine {
                 Ok(())
             }
             AdminOp::WaitClose(_) => Ok(()),
-            AdminOp::Kill(database) => {
-                // Every client of the database gets PgBouncer's error and goes, every
-                // server closes now.
-                let scope = Scope::Database(database.clone());
-                self.admin.gates_mut().pause(&scope);
-                for id in clients_of(&self.clients, &scope) {
+            AdminOp::Kill(scope) => {
+                // Every client of the scope gets PgBouncer's error and goes, every server
+                // closes now; each database is paused by name, so RESUME of one lifts it.
+                for database in self.databases_killed_by(scope) {
+                    self.admin.gates_mut().pause(&Scope::Database(database));
+                }
+                for id in clients_of(&self.clients, scope) {
+                    if self.clients.is_console_client(id) {
+                        continue;
+                    }
                     let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "database removed");
                     self.close_client(id, Some(error));
                 }
-                for id in servers_of(&self.servers, &self.linker, &scope) {
+                for id in servers_of(&self.servers, &self.linker, scope) {
                     self.close_server(id);
                 }
                 Ok(())
             }
-            AdminOp::KillClient { key, .. } => match client_by_key(&self.clients, *key) {
+            AdminOp::KillClient(target) => match client_by_ref(&self.clients, *target) {
                 Some(id) => {
                     let error =
                         messages::fatal(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect");
@@ -571,6 +578,29 @@ impl Engine {
             }
             Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
         }
+    }
+
+    /// The databases a KILL of `scope` pauses: the one named, or every configured entry
+    /// and every database this shard has a pool or a client of (the console's excepted).
+    fn databases_killed_by(&self, scope: &Scope) -> Vec<String> {
+        let Scope::All = scope else {
+            return match scope {
+                Scope::Database(name) => vec![name.clone()],
+                Scope::All => Vec::new(),
+            };
+        };
+        let mut names: std::collections::BTreeSet<String> =
+            self.env.config().databases.keys().cloned().collect();
+        for (_, key, _) in self.linker.pools().pools() {
+            names.insert(key.database.to_string());
+        }
+        for (_, client) in self.clients.iter() {
+            if let Some(session) = client.session() {
+                names.insert(session.database().to_string());
+            }
+        }
+        names.retain(|name| !is_admin_database(name));
+        names.into_iter().collect()
     }
 
     /// Sends shard `from` this shard's answer to `request_id`.

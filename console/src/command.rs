@@ -157,11 +157,17 @@ impl AdminCommand {
         (AdminCommand::Help, "this list"),
     ];
 
-    /// The command reads rows owned by every shard (gathered through the mailboxes first).
+    /// The command reads rows owned by every shard, or statistics every shard counts
+    /// (gathered through the mailboxes first: each shard folds its counts when it answers,
+    /// so `SHOW STATS` right after a query counts it, as PgBouncer's does).
     pub const fn needs_listing(self) -> bool {
         matches!(
             self,
-            AdminCommand::Clients
+            AdminCommand::Stats
+                | AdminCommand::StatsTotals
+                | AdminCommand::StatsAverages
+                | AdminCommand::Totals
+                | AdminCommand::Clients
                 | AdminCommand::Servers
                 | AdminCommand::Pools
                 | AdminCommand::Databases

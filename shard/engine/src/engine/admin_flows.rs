@@ -202,6 +202,11 @@ impl Admin {
             max_message_len: MAX_ADMIN_QUERY_BYTES,
             ..pgtier_wire::FrameLimits::default()
         };
+        // The `pgbouncer` database's tally slot, where its statements are counted.
+        let stats_slot = clients
+            .get(id.0)
+            .and_then(|c| c.session())
+            .map(|s| s.stats());
         let Some(client) = clients.get_mut(id.0) else {
             return ConsoleStep::Gone;
         };
@@ -262,19 +267,16 @@ impl Admin {
             rights: session.rights(),
             listing: listing.as_ref(),
         };
+        if header.code == b'Q' || header.code == b'E' {
+            // As PgBouncer counts its console's queries under its `pgbouncer` database,
+            // before answering (`SHOW TOTALS` counts itself).
+            if let Some(slot) = stats_slot {
+                stats.console_query(slot);
+            }
+        }
         let handled = session.handle(header.code, &frame[5..], &mut answerer, out);
         if let Handled::Refuse(message) = handled {
             return ConsoleStep::Refuse(message);
-        }
-        if header.code == b'Q' || header.code == b'E' {
-            // As PgBouncer counts its console's queries under its `pgbouncer` database.
-            let slot = clients
-                .get(id.0)
-                .and_then(|c| c.session())
-                .map(|s| s.stats());
-            if let Some(slot) = slot {
-                stats.console_query(slot);
-            }
         }
         if wants_listing {
             *listing = None;

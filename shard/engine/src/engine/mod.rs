@@ -1917,11 +1917,28 @@ impl Engine {
             self.clients
                 .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
         match welcomed {
-            Ok(welcomed) => welcomed,
+            Ok(welcomed) => {
+                if welcomed {
+                    self.count_login(id);
+                }
+                welcomed
+            }
             Err(error) => {
                 self.close_client(id, Some(error));
                 false
             }
+        }
+    }
+
+    /// A login succeeded (`SHOW STATS`' `total_client_login_count`).
+    fn count_login(&mut self, id: ClientId) {
+        if let Some(database) = self
+            .clients
+            .get(id.0)
+            .and_then(|client| client.session())
+            .map(|session| session.stats())
+        {
+            self.stats.logged_in(database);
         }
     }
 
@@ -1972,6 +1989,8 @@ impl Engine {
         if keeps_server {
             if let Some(client) = self.clients.get_mut(id.0) {
                 client.linked(server_id);
+                let database = client.session().map(|session| session.stats());
+                self.stats.assigned(database);
             }
             self.forward(id, server_id);
         } else {
@@ -1985,7 +2004,10 @@ impl Engine {
             self.clients
                 .welcome_console(id, &self.env, self.random.as_mut(), &mut self.outbox);
         match welcomed {
-            Ok(true) => self.on_console_bytes(id),
+            Ok(true) => {
+                self.count_login(id);
+                self.on_console_bytes(id);
+            }
             Ok(false) => {}
             Err(error) => self.close_client(id, Some(error)),
         }

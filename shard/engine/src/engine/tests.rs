@@ -829,12 +829,34 @@ fn per_database_statistics_and_pool_gauges_follow_the_traffic() {
     assert_eq!(db.totals.query_times.total(), 3);
     assert_eq!(db.totals.xact_times.total(), 3);
     assert!(db.totals.received_bytes > 0 && db.totals.sent_bytes > 0);
+    assert_eq!(db.totals.client_login_count, 1, "one login");
+    assert_eq!(
+        db.totals.server_assignment_count, 3,
+        "one per transaction (the server of the welcome is not kept)"
+    );
     let gauges = h.engine.pool_gauges();
     assert_eq!(gauges.len(), 1);
     let pool = &gauges[0];
     assert_eq!((&*pool.database, &*pool.user), ("db", "alice"));
     assert_eq!((pool.clients_active, pool.clients_waiting), (1, 0));
     assert_eq!((pool.servers_idle, pool.servers_active), (1, 0));
+}
+
+/// In session mode the server of the welcome is the client's: one assignment per client,
+/// however many transactions it runs.
+#[test]
+fn a_session_mode_client_is_assigned_its_server_once() {
+    let mut h = Harness::new(&config("pool_mode = \"session\""));
+    let (a, _) = h.login("alice", "db");
+    for _ in 0..3 {
+        h.client_sends(a, &query("SELECT 1"));
+        assert_eq!(h.client_tags(a), "TDCZ");
+    }
+    h.engine.fold_counters();
+    let stats = h.engine.env.shared().databases.stats();
+    let db = stats.iter().find(|s| &*s.database == "db").expect("db");
+    assert_eq!(db.totals.server_assignment_count, 1);
+    assert_eq!(db.totals.client_login_count, 1);
 }
 
 /// `counter_flush_queries`: a full batch reaches the shared totals without waiting for

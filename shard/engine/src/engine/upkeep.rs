@@ -288,6 +288,9 @@ impl Engine {
                 &mut self.outbox,
             ),
             Command::ListSessions { from, request_id } => {
+                // The asking console may read the statistics too: they are current with
+                // this shard's rows.
+                self.fold_counters();
                 let part = Box::new(self.list_sessions());
                 self.outbox.push(Action::Post {
                     shard: from,

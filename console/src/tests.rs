@@ -982,3 +982,38 @@ fn show_replicas_of_a_plain_replica_set_has_null_read_columns() {
         assert_eq!(row[row.len() - 6..], [None, None, None, None, None, None]);
     }
 }
+
+#[test]
+fn show_peers_lists_the_other_peers_with_pgbouncers_columns() {
+    let config = config(
+        "[peers.1]\nhost = \"/tmp/one\"\n[peers.2]\nhost = \"10.0.0.2\"\nport = 6500\n\
+         pool_size = 4\n",
+    );
+    let mut config = config;
+    config.pgtier.peer_id = 2;
+    let (messages, types) = run_full("SHOW PEERS", ConsoleRights::Stats, None, Some(&config));
+    assert_eq!(header(&messages), ["peer_id", "host", "port", "pool_size"]);
+    assert_eq!(
+        types[0][0],
+        ("peer_id".to_string(), 23),
+        "int4 as PgBouncer"
+    );
+    let listed: Vec<Vec<Option<String>>> = rows(&messages).into_iter().cloned().collect();
+    assert_eq!(
+        listed,
+        [vec![text("1"), text("/tmp/one"), text("6432"), text("20")]],
+        "its own entry is not listed; pool_size defaults to default_pool_size"
+    );
+    let (messages, _) = run_full("SHOW PEER_POOLS", ConsoleRights::Stats, None, Some(&config));
+    assert_eq!(
+        header(&messages),
+        [
+            "peer_id",
+            "cl_active_cancel_req",
+            "cl_waiting_cancel_req",
+            "sv_active_cancel",
+            "sv_login"
+        ]
+    );
+    assert!(rows(&messages).is_empty());
+}

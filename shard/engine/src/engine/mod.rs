@@ -1913,9 +1913,14 @@ impl Engine {
 
     /// The welcome (`ClientTable::welcome`); false when the client is gone or closing.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let welcomed =
-            self.clients
-                .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
+        let welcomed = self.clients.welcome(
+            id,
+            params,
+            pid,
+            self.env.peer_id(),
+            self.random.as_mut(),
+            &mut self.outbox,
+        );
         match welcomed {
             Ok(welcomed) => {
                 if welcomed {

@@ -8,10 +8,11 @@
 
 use bytes::BytesMut;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::action::{Action, CloseHow, Conn};
-use crate::cancel::{CancelKey, shard_of};
+use crate::addr::ServerAddr;
+use crate::cancel::{CancelKey, TTL_MASK, peer_of, shard_of, ttl_of};
 use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
@@ -320,8 +321,19 @@ impl Engine {
 
     // ---- cancel ----
 
-    /// A CancelRequest arrived here; handled here or passed to the owning shard.
-    pub(super) fn route_cancel(&mut self, key: CancelKey) {
+    /// A CancelRequest arrived here; handled here, passed to the owning shard, or (with
+    /// peering) forwarded to the peer that issued its key.
+    pub(super) fn route_cancel(&mut self, mut key: CancelKey) {
+        let own_peer = self.env.peer_id();
+        if own_peer != 0 {
+            let peer = peer_of(key);
+            if peer != own_peer {
+                self.forward_cancel_to_peer(peer, key);
+                return;
+            }
+            // Keys are kept with a full TTL; a forwarded request arrives with less.
+            key.secret |= TTL_MASK;
+        }
         let owner = shard_of(key.secret);
         if owner == self.env.shard() {
             self.handle_cancel(key);
@@ -334,6 +346,37 @@ impl Engine {
                 },
             });
         }
+    }
+
+    /// Sends a CancelRequest on to `peer`, which issued its key, with one forward less left;
+    /// dropped when none is left or the peer is not in `[peers]` (as PgBouncer does).
+    fn forward_cancel_to_peer(&mut self, peer: u16, key: CancelKey) {
+        let ttl = ttl_of(key);
+        if ttl == 0 {
+            info!(
+                peer,
+                "cancel request dropped: its forwarding TTL was exhausted"
+            );
+            return;
+        }
+        let config = self.env.config().clone();
+        let Some(entry) = config.peers.get(&peer) else {
+            info!(peer, "cancel request dropped: no such peer in [peers]");
+            return;
+        };
+        let addr =
+            match ServerAddr::of_host(&entry.addr, |host, port| self.servers.resolve(host, port)) {
+                Ok(addr) => addr,
+                Err(reason) => {
+                    info!(peer, %reason, "cancel request dropped: the peer's address");
+                    return;
+                }
+            };
+        debug!(peer, %addr, "forwarding a cancel request to its peer");
+        self.outbox.push(Action::ForwardCancel {
+            addr,
+            request: crate::messages::cancel_request(key.pid, key.secret - 1),
+        });
     }
 
     /// Forwards a cancel only if the key's client still has a server running its query.

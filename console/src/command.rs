@@ -50,6 +50,10 @@ pub(crate) enum AdminCommand {
     Sockets,
     /// `SHOW ACTIVE_SOCKETS`: the active ones of `SHOW SOCKETS`.
     ActiveSockets,
+    /// `SHOW PEERS`: the `[peers]` entries cancel requests are forwarded to.
+    Peers,
+    /// `SHOW PEER_POOLS`: PgBouncer's pools of cancel connections to peers (pgtier has none).
+    PeerPools,
     /// `SHOW DNS_HOSTS`.
     DnsHosts,
     /// `SHOW DNS_ZONES`.
@@ -64,7 +68,7 @@ pub(crate) enum AdminCommand {
 
 impl AdminCommand {
     /// Every command with its one-line description, for `SHOW HELP`.
-    pub const ALL: [(AdminCommand, &'static str); 27] = [
+    pub const ALL: [(AdminCommand, &'static str); 29] = [
         (
             AdminCommand::Pools,
             "one row per (database, user) pool across shards: clients and servers per state",
@@ -92,6 +96,14 @@ impl AdminCommand {
             "clients and servers with buffer columns",
         ),
         (AdminCommand::ActiveSockets, "the active sockets"),
+        (
+            AdminCommand::Peers,
+            "the peers cancel requests are forwarded to ([peers])",
+        ),
+        (
+            AdminCommand::PeerPools,
+            "PgBouncer's pools of cancel connections to peers (none in pgtier)",
+        ),
         (
             AdminCommand::Mem,
             "PgBouncer's memory caches (none in pgtier)",
@@ -157,11 +169,17 @@ impl AdminCommand {
         (AdminCommand::Help, "this list"),
     ];
 
-    /// The command reads rows owned by every shard (gathered through the mailboxes first).
+    /// The command reads rows owned by every shard, or statistics every shard counts
+    /// (gathered through the mailboxes first: each shard folds its counts when it answers,
+    /// so `SHOW STATS` right after a query counts it, as PgBouncer's does).
     pub const fn needs_listing(self) -> bool {
         matches!(
             self,
-            AdminCommand::Clients
+            AdminCommand::Stats
+                | AdminCommand::StatsTotals
+                | AdminCommand::StatsAverages
+                | AdminCommand::Totals
+                | AdminCommand::Clients
                 | AdminCommand::Servers
                 | AdminCommand::Pools
                 | AdminCommand::Databases
@@ -197,6 +215,8 @@ impl AdminCommand {
             AdminCommand::Fds => "FDS",
             AdminCommand::Sockets => "SOCKETS",
             AdminCommand::ActiveSockets => "ACTIVE_SOCKETS",
+            AdminCommand::Peers => "PEERS",
+            AdminCommand::PeerPools => "PEER_POOLS",
             AdminCommand::DnsHosts => "DNS_HOSTS",
             AdminCommand::DnsZones => "DNS_ZONES",
             AdminCommand::State => "STATE",
@@ -308,7 +328,7 @@ mod tests {
             Err(CommandError::Unsupported(_))
         ));
         assert!(matches!(
-            parse("SHOW PEERS"),
+            parse("SHOW NOTHING"),
             Err(CommandError::Unsupported(_))
         ));
     }

@@ -1,7 +1,7 @@
 //! The PgBouncer SHOW commands built from the rows every shard's engine reported
 //! (`pgtier_engine::listing`) and the configuration: CLIENTS, SERVERS, SOCKETS,
 //! ACTIVE_SOCKETS, POOLS (one row per (database, user) across shards), DATABASES, USERS,
-//! LISTS. Columns and their order are PgBouncer 1.18's; pgtier's own columns follow them.
+//! LISTS. Columns and their order are PgBouncer 1.25's; pgtier's own columns follow them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -25,11 +25,12 @@ fn flag(value: bool) -> Option<String> {
     some(u8::from(value))
 }
 
-/// Columns shared by SHOW CLIENTS, SERVERS and SOCKETS (PgBouncer 1.18, in order).
-const CONN_COLUMNS: [Column; 18] = [
+/// Columns shared by SHOW CLIENTS, SERVERS and SOCKETS (PgBouncer 1.25, in order).
+const CONN_COLUMNS: [Column; 21] = [
     text("type"),
     text("user"),
     text("database"),
+    text("replication"),
     text("state"),
     text("addr"),
     int4("port"),
@@ -45,6 +46,8 @@ const CONN_COLUMNS: [Column; 18] = [
     int4("remote_pid"),
     text("tls"),
     text("application_name"),
+    int4("prepared_statements"),
+    int4("id"),
 ];
 
 /// The buffer columns SHOW SOCKETS adds (pgtier's buffers are not PgBouncer's: NULL).
@@ -59,14 +62,13 @@ const SOCKET_COLUMNS: [Column; 7] = [
 ];
 
 /// pgtier's own columns after a client's PgBouncer columns.
-const CLIENT_EXTRA: [Column; 7] = [
+const CLIENT_EXTRA: [Column; 6] = [
     int4("shard"),
     text("pgtier_state"),
     text("class"),
     text("replica"),
     int4("backend_pid"),
     text("pinned"),
-    int4("prepared_statements"),
 ];
 
 /// pgtier's own columns after a server's PgBouncer columns.
@@ -88,12 +90,23 @@ fn ptr(shard: usize, kind: ConnKind, slot: pgtier_engine::SlotRef) -> String {
     format_ptr(ConnPtr::new(shard, kind, slot.index, slot.generation))
 }
 
-/// PgBouncer's state word for a client.
+/// PgBouncer's state word for a client in `SHOW CLIENTS`: `idle` when it has no server and
+/// nothing waiting, `active` when linked to a server.
 fn client_state(row: &ClientRow) -> &'static str {
     match row.state {
         "waiting" | "waiting_for_replica" => "waiting",
         "login" => "login",
+        "idle" => "idle",
         _ => "active",
+    }
+}
+
+/// PgBouncer's state word for a client in `SHOW SOCKETS` (its list's name).
+fn client_socket_state(row: &ClientRow) -> &'static str {
+    match row.state {
+        "waiting" | "waiting_for_replica" => "cl_waiting",
+        "login" => "cl_login",
+        _ => "cl_active",
     }
 }
 
@@ -107,7 +120,18 @@ fn server_state(row: &ServerRow) -> &'static str {
     }
 }
 
-fn client_conn_row(shard: usize, row: &ClientRow) -> Row {
+/// PgBouncer's state word for a server in `SHOW SOCKETS` (its list's name).
+fn server_socket_state(row: &ServerRow) -> &'static str {
+    match row.state {
+        "login" => "sv_login",
+        "idle" => "sv_idle",
+        "tested" => "sv_tested",
+        "active" => "sv_active",
+        _ => "sv_used",
+    }
+}
+
+fn client_conn_row(shard: usize, row: &ClientRow, state: &str) -> Row {
     let [addr, port] = match &row.addr {
         Some(addr) => [some(addr.host_text()), some(addr.port())],
         None => [some("unix"), some(0)],
@@ -118,7 +142,8 @@ fn client_conn_row(shard: usize, row: &ClientRow) -> Row {
         some("C"),
         some(&row.user),
         some(&row.database),
-        some(client_state(row)),
+        some(row.replication),
+        some(state),
         addr,
         port,
         local_addr,
@@ -137,6 +162,8 @@ fn client_conn_row(shard: usize, row: &ClientRow) -> Row {
         some(0),
         some(row.tls.clone().unwrap_or_default()),
         some(row.application_name.clone().unwrap_or_default()),
+        some(row.prepared_statements),
+        some(row.socket_id.0),
     ]
 }
 
@@ -148,17 +175,17 @@ fn client_extra(shard: usize, row: &ClientRow) -> Row {
         row.replica.map(|addr| addr.to_string()),
         row.backend_pid.map(|pid| pid.to_string()),
         (!row.pinned.is_empty()).then(|| row.pinned.clone()),
-        some(row.prepared_statements),
     ]
 }
 
-fn server_conn_row(shard: usize, row: &ServerRow) -> Row {
+fn server_conn_row(shard: usize, row: &ServerRow, state: &str) -> Row {
     let [local_addr, local_port] = addr_columns(row.local_addr);
     vec![
         some("S"),
         some(&row.user),
         some(&row.database),
-        some(server_state(row)),
+        some(row.replication),
+        some(state),
         some(row.addr.host_text()),
         some(row.addr.port()),
         local_addr,
@@ -177,6 +204,8 @@ fn server_conn_row(shard: usize, row: &ServerRow) -> Row {
         some(row.backend_pid.unwrap_or(0)),
         some(row.tls.clone().unwrap_or_default()),
         some(row.application_name.clone().unwrap_or_default()),
+        some(row.prepared_statements),
+        some(row.socket_id.0),
     ]
 }
 
@@ -207,7 +236,7 @@ fn columns(groups: &[&[Column]]) -> Vec<Column> {
 pub fn clients(listing: Option<&Listing>) -> ResultSet {
     let rows = clients_of(listing)
         .map(|(shard, row)| {
-            let mut values = client_conn_row(shard, row);
+            let mut values = client_conn_row(shard, row, client_state(row));
             values.extend(client_extra(shard, row));
             values
         })
@@ -222,7 +251,7 @@ pub fn clients(listing: Option<&Listing>) -> ResultSet {
 pub fn servers(listing: Option<&Listing>) -> ResultSet {
     let rows = servers_of(listing)
         .map(|(shard, row)| {
-            let mut values = server_conn_row(shard, row);
+            let mut values = server_conn_row(shard, row, server_state(row));
             values.extend(server_extra(shard, row));
             values
         })
@@ -233,13 +262,14 @@ pub fn servers(listing: Option<&Listing>) -> ResultSet {
     }
 }
 
-/// `SHOW SOCKETS` (`active_only`: `SHOW ACTIVE_SOCKETS`, the sockets linked or working).
+/// `SHOW SOCKETS` (`active_only`: `SHOW ACTIVE_SOCKETS`, the sockets linked or working),
+/// with PgBouncer's list names as states (`cl_active`, `sv_idle`...).
 pub fn sockets(listing: Option<&Listing>, active_only: bool) -> ResultSet {
     let buffers = || vec![None; SOCKET_COLUMNS.len()];
     let mut rows: Vec<Row> = clients_of(listing)
         .filter(|(_, row)| !active_only || matches!(row.state, "active" | "waiting"))
         .map(|(shard, row)| {
-            let mut values = client_conn_row(shard, row);
+            let mut values = client_conn_row(shard, row, client_socket_state(row));
             values.extend(buffers());
             values.push(some(shard));
             values
@@ -249,7 +279,7 @@ pub fn sockets(listing: Option<&Listing>, active_only: bool) -> ResultSet {
         servers_of(listing)
             .filter(|(_, row)| !active_only || row.state == "active")
             .map(|(shard, row)| {
-                let mut values = server_conn_row(shard, row);
+                let mut values = server_conn_row(shard, row, server_socket_state(row));
                 values.extend(buffers());
                 values.push(some(shard));
                 values
@@ -261,8 +291,8 @@ pub fn sockets(listing: Option<&Listing>, active_only: bool) -> ResultSet {
     }
 }
 
-/// PgBouncer 1.18's `SHOW POOLS` columns, then pgtier's.
-const POOL_COLUMNS: [Column; 17] = [
+/// PgBouncer 1.25's `SHOW POOLS` columns, then pgtier's.
+const POOL_COLUMNS: [Column; 18] = [
     text("database"),
     text("user"),
     int4("cl_active"),
@@ -279,6 +309,7 @@ const POOL_COLUMNS: [Column; 17] = [
     int4("maxwait"),
     int4("maxwait_us"),
     text("pool_mode"),
+    text("load_balance_hosts"),
     int4("pgtier_slices"),
 ];
 
@@ -337,10 +368,16 @@ const CONSOLE_NAME: &str = "pgbouncer";
 
 /// `SHOW POOLS`: one row per (database, user) across every shard and pool key, then the
 /// console's own row, as PgBouncer has.
-pub fn pools(listing: Option<&Listing>) -> ResultSet {
+pub fn pools(config: Option<&Config>, listing: Option<&Listing>) -> ResultSet {
     let mut rows: Vec<Row> = pool_sums(listing)
         .into_iter()
         .map(|((database, user), sum)| {
+            let load_balance_hosts = config
+                .and_then(|config| config.databases.get(&database))
+                .and_then(|db| match &db.servers {
+                    ServerSet::Hosts(list) => Some(list.balance.as_str().to_string()),
+                    _ => None,
+                });
             vec![
                 some(database),
                 some(user),
@@ -358,6 +395,7 @@ pub fn pools(listing: Option<&Listing>) -> ResultSet {
                 some(sum.max_wait.as_secs()),
                 some(sum.max_wait.subsec_micros()),
                 some(sum.mode),
+                load_balance_hosts,
                 some(sum.slices),
             ]
         })
@@ -372,6 +410,7 @@ pub fn pools(listing: Option<&Listing>) -> ResultSet {
     ];
     console.extend(std::iter::repeat_n(some(0), 12));
     console.push(some("statement"));
+    console.push(None);
     console.push(some(0));
     rows.push(console);
     ResultSet {

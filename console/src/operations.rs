@@ -6,7 +6,8 @@
 
 use pgtier_core::config::{ADMIN_DATABASE, Config};
 use pgtier_engine::ShutdownMode;
-use pgtier_engine::gates::{AdminOp, AdminRequest, Scope};
+use pgtier_engine::SocketId;
+use pgtier_engine::gates::{AdminOp, AdminRequest, ClientRef, Scope};
 use pgtier_engine::reconfigure::Change;
 use pgtier_engine::services::Refusal;
 use pgtier_wire::sqlstate;
@@ -64,17 +65,13 @@ pub fn parse(query: &str, admin: bool, config: &Config) -> Option<Result<Parsed,
             _ => Err(invalid()),
         }
         .map(|mode| Parsed::Op(AdminOp::Shutdown(mode))),
-        "KILL_CLIENT" => match parse_ptr(arg) {
-            Some(ptr) if ptr.kind == ConnKind::Client => Ok(Parsed::Op(AdminOp::KillClient {
-                shard: usize::from(ptr.shard),
-                key: (u64::from(ptr.generation) << 32) | u64::from(ptr.index),
-            })),
-            _ => Err(refusal("invalid client pointer supplied")),
-        },
-        "PAUSE" | "RESUME" | "RECONNECT" | "WAIT_CLOSE" => {
+        "KILL_CLIENT" => kill_client_target(arg)
+            .map(|target| Parsed::Op(AdminOp::KillClient(target)))
+            .ok_or_else(|| refusal("invalid client pointer supplied")),
+        "PAUSE" | "RESUME" | "RECONNECT" | "WAIT_CLOSE" | "KILL" => {
             database_op(&verb, optional_word(arg), config).map(Parsed::Op)
         }
-        "KILL" | "ENABLE" | "DISABLE" => match optional_word(arg) {
+        "ENABLE" | "DISABLE" => match optional_word(arg) {
             Some(database) => database_op(&verb, Some(database), config).map(Parsed::Op),
             None => Err(refusal("a database is required")),
         },
@@ -169,10 +166,24 @@ fn database_op(verb: &str, database: Option<&str>, config: &Config) -> Result<Ad
         ("RESUME", _) => AdminOp::Resume(scope),
         ("RECONNECT", _) => AdminOp::Reconnect(scope),
         ("WAIT_CLOSE", _) => AdminOp::WaitClose(scope),
-        ("KILL", Some(name)) => AdminOp::Kill(name.to_string()),
+        ("KILL", _) => AdminOp::Kill(scope),
         ("ENABLE", Some(name)) => AdminOp::Enable(name.to_string()),
         ("DISABLE", Some(name)) => AdminOp::Disable(name.to_string()),
         _ => return Err(refusal("a database is required")),
+    })
+}
+
+/// The client `KILL_CLIENT` names: the `id` of SHOW CLIENTS (PgBouncer 1.25), or its `ptr`
+/// (what pgtier took before ids).
+fn kill_client_target(arg: &str) -> Option<ClientRef> {
+    let arg = arg.trim();
+    if let Ok(id) = arg.parse::<u64>() {
+        return Some(ClientRef::Id(SocketId(id)));
+    }
+    let ptr = parse_ptr(arg).filter(|ptr| ptr.kind == ConnKind::Client)?;
+    Some(ClientRef::Ptr {
+        shard: usize::from(ptr.shard),
+        key: (u64::from(ptr.generation) << 32) | u64::from(ptr.index),
     })
 }
 
@@ -240,9 +251,14 @@ mod tests {
         );
         assert_eq!(
             run("kill app"),
-            Some(Ok(Parsed::Op(AdminOp::Kill("app".into()))))
+            Some(Ok(Parsed::Op(AdminOp::Kill(Scope::of(Some("app"))))))
         );
-        assert_eq!(refused("KILL"), "a database is required");
+        assert_eq!(
+            run("KILL"),
+            Some(Ok(Parsed::Op(AdminOp::Kill(Scope::All)))),
+            "KILL without a database kills every one but the console"
+        );
+        assert_eq!(refused("KILL pgbouncer"), "cannot kill admin db: pgbouncer");
         assert_eq!(refused("DISABLE"), "a database is required");
         assert_eq!(refused("PAUSE nosuch"), "no such database: nosuch");
         assert_eq!(
@@ -327,14 +343,21 @@ mod tests {
     }
 
     #[test]
-    fn kill_client_takes_a_pointer() {
+    fn kill_client_takes_an_id_or_a_pointer() {
+        assert_eq!(
+            run("KILL_CLIENT 1234"),
+            Some(Ok(Parsed::Op(AdminOp::KillClient(ClientRef::Id(
+                SocketId(1234)
+            )))))
+        );
         assert_eq!(
             run("KILL_CLIENT 0x300010000002a"),
-            Some(Ok(Parsed::Op(AdminOp::KillClient {
+            Some(Ok(Parsed::Op(AdminOp::KillClient(ClientRef::Ptr {
                 shard: 3,
                 key: 0x1_0000_002a
-            })))
+            }))))
         );
         assert_eq!(refused("KILL_CLIENT zz"), "invalid client pointer supplied");
+        assert_eq!(refused("KILL_CLIENT"), "invalid client pointer supplied");
     }
 }

@@ -21,6 +21,38 @@ use pgtier_replicas::health::ProbeOutcome;
 use pgtier_replicas::router::ReplicaRouter;
 use pgtier_replicas::router_config::RouterPolicy;
 
+/// `SHOW PEERS`: PgBouncer's columns, one row per `[peers]` entry but this process's own.
+fn peers(config: Option<&pgtier_core::config::Config>) -> ResultSet {
+    let rows = config
+        .into_iter()
+        .flat_map(|config| {
+            let own = config.pgtier.peer_id;
+            config
+                .peers
+                .iter()
+                .filter(move |(id, _)| u32::from(**id) != own)
+                .map(move |(id, peer)| {
+                    let pool_size = peer.pool_size.unwrap_or(config.pgtier.default_pool_size);
+                    vec![
+                        Some(id.to_string()),
+                        Some(peer.addr.host.clone()),
+                        Some(peer.addr.port.to_string()),
+                        Some(pool_size.to_string()),
+                    ]
+                })
+        })
+        .collect();
+    ResultSet {
+        columns: vec![
+            int4("peer_id"),
+            text_column("host"),
+            int4("port"),
+            int4("pool_size"),
+        ],
+        rows,
+    }
+}
+
 /// The result set of `command` over `view`.
 pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultSet {
     match command {
@@ -39,7 +71,7 @@ pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultS
         AdminCommand::Servers => listing::servers(view.listing),
         AdminCommand::Sockets => listing::sockets(view.listing, false),
         AdminCommand::ActiveSockets => listing::sockets(view.listing, true),
-        AdminCommand::Pools => listing::pools(view.listing),
+        AdminCommand::Pools => listing::pools(view.config, view.listing),
         AdminCommand::Databases => listing::databases(view.config, view.listing, view.gates),
         AdminCommand::Users => listing::users(view.config, view.listing),
         AdminCommand::Lists => listing::lists(view.config, view.listing),
@@ -67,6 +99,14 @@ pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultS
             text_column("password"),
             bytea("scram_client_key"),
             bytea("scram_server_key"),
+        ]),
+        AdminCommand::Peers => peers(view.config),
+        AdminCommand::PeerPools => ResultSet::empty(vec![
+            int4("peer_id"),
+            int4("cl_active_cancel_req"),
+            int4("cl_waiting_cancel_req"),
+            int4("sv_active_cancel"),
+            int4("sv_login"),
         ]),
         AdminCommand::DnsHosts => ResultSet::empty(vec![
             text_column("hostname"),

@@ -1,11 +1,11 @@
 //! PgBouncer's statistics commands: `SHOW STATS`, `SHOW STATS_TOTALS`, `SHOW STATS_AVERAGES`
 //! (one row per database) and `SHOW TOTALS` (one row per figure, over every database), with
-//! PgBouncer 1.18's column names, order and types (`database`/`name` text, every figure
+//! PgBouncer 1.25's column names, order and types (`database`/`name` text, every figure
 //! numeric), from the per-database totals every shard folds into the engine's shared state.
 //!
 //! Totals count since start; averages are those of the last closed `stats_period`, as
-//! PgBouncer computes them: transactions, queries and bytes per second, transaction and query
-//! time per transaction and query, wait time per second (microseconds).
+//! PgBouncer 1.25 computes them: counts and bytes per second, transaction and query time per
+//! transaction and query, wait time per server assignment (microseconds).
 
 use pgtier_core::metrics::{DatabaseAverages, DatabaseCounts, DatabaseStats};
 
@@ -13,11 +13,15 @@ use crate::AdminView;
 use crate::result::ResultSet;
 use crate::result::{Column, numeric, text};
 
-/// PgBouncer 1.18's fifteen columns, then `total_requests`: the pre-1.8 name of the query
-/// count, which Debian's prometheus-pgbouncer-exporter (1.7) still reads (it fails on a
-/// PgBouncer 1.18 without it). pgtier's own columns go after PgBouncer's.
-const STATS_COLUMNS: [&str; 16] = [
+/// How many figures each of totals and averages has.
+const FIGURES: usize = 12;
+
+/// PgBouncer 1.25's twenty-five columns, then `total_requests`: the pre-1.8 name of the
+/// query count, which Debian's prometheus-pgbouncer-exporter (1.7) still reads (it fails on
+/// a PgBouncer without it). pgtier's own columns go after PgBouncer's.
+const STATS_COLUMNS: [&str; 2 * FIGURES + 2] = [
     "database",
+    "total_server_assignment_count",
     "total_xact_count",
     "total_query_count",
     "total_received",
@@ -25,6 +29,11 @@ const STATS_COLUMNS: [&str; 16] = [
     "total_xact_time",
     "total_query_time",
     "total_wait_time",
+    "total_client_parse_count",
+    "total_server_parse_count",
+    "total_bind_count",
+    "total_client_login_count",
+    "avg_server_assignment_count",
     "avg_xact_count",
     "avg_query_count",
     "avg_recv",
@@ -32,12 +41,17 @@ const STATS_COLUMNS: [&str; 16] = [
     "avg_xact_time",
     "avg_query_time",
     "avg_wait_time",
+    "avg_client_parse_count",
+    "avg_server_parse_count",
+    "avg_bind_count",
+    "avg_client_login_count",
     "total_requests",
 ];
 
-/// `SHOW STATS_TOTALS` and `SHOW STATS_AVERAGES` share these names.
-const SUBSET_COLUMNS: [&str; 8] = [
+/// `SHOW STATS_TOTALS`' names.
+const TOTALS_SUBSET_COLUMNS: [&str; FIGURES + 1] = [
     "database",
+    "server_assignment_count",
     "xact_count",
     "query_count",
     "bytes_received",
@@ -45,6 +59,27 @@ const SUBSET_COLUMNS: [&str; 8] = [
     "xact_time",
     "query_time",
     "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+    "client_login_count",
+];
+
+/// `SHOW STATS_AVERAGES`' names: PgBouncer prefixes only the figures added in 1.21 and later.
+const AVERAGES_SUBSET_COLUMNS: [&str; FIGURES + 1] = [
+    "database",
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "bytes_received",
+    "bytes_sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "avg_client_parse_count",
+    "avg_server_parse_count",
+    "avg_bind_count",
+    "avg_client_login_count",
 ];
 
 const TOTALS_COLUMNS: [&str; 2] = ["name", "value"];
@@ -68,8 +103,9 @@ fn number(value: u64) -> Option<String> {
     Some(value.to_string())
 }
 
-fn total_figures(totals: &DatabaseCounts) -> [u64; 7] {
+fn total_figures(totals: &DatabaseCounts) -> [u64; FIGURES] {
     [
+        totals.server_assignment_count,
         totals.xact_count,
         totals.query_count,
         totals.received_bytes,
@@ -77,11 +113,16 @@ fn total_figures(totals: &DatabaseCounts) -> [u64; 7] {
         totals.xact_time_us,
         totals.query_time_us,
         totals.wait_time_us,
+        totals.client_parse_count,
+        totals.server_parse_count,
+        totals.bind_count,
+        totals.client_login_count,
     ]
 }
 
-fn average_figures(averages: &DatabaseAverages) -> [u64; 7] {
+fn average_figures(averages: &DatabaseAverages) -> [u64; FIGURES] {
     [
+        averages.server_assignment_count,
         averages.xact_count,
         averages.query_count,
         averages.received_bytes,
@@ -89,6 +130,10 @@ fn average_figures(averages: &DatabaseAverages) -> [u64; 7] {
         averages.xact_time_us,
         averages.query_time_us,
         averages.wait_time_us,
+        averages.client_parse_count,
+        averages.server_parse_count,
+        averages.bind_count,
+        averages.client_login_count,
     ]
 }
 
@@ -122,17 +167,17 @@ pub(crate) fn show_stats(view: &AdminView<'_>) -> ResultSet {
 /// `SHOW STATS_TOTALS`: the totals of `SHOW STATS` without their `total_` prefix.
 pub(crate) fn show_stats_totals(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
-        columns: columns(&SUBSET_COLUMNS),
+        columns: columns(&TOTALS_SUBSET_COLUMNS),
         rows: database_rows(view.databases, |stats| {
             total_figures(&stats.totals).to_vec()
         }),
     }
 }
 
-/// `SHOW STATS_AVERAGES`: the averages of `SHOW STATS` under the same names.
+/// `SHOW STATS_AVERAGES`: the averages of `SHOW STATS`.
 pub(crate) fn show_stats_averages(view: &AdminView<'_>) -> ResultSet {
     ResultSet {
-        columns: columns(&SUBSET_COLUMNS),
+        columns: columns(&AVERAGES_SUBSET_COLUMNS),
         rows: database_rows(view.databases, |stats| {
             average_figures(&stats.averages).to_vec()
         }),
@@ -148,9 +193,11 @@ pub(crate) fn show_totals(view: &AdminView<'_>) -> ResultSet {
 }
 
 /// `SHOW TOTALS`: the figures of `SHOW STATS` over every database, one per row, with
-/// PgBouncer's names (`client_bytes` received from clients, `server_bytes` sent to them).
+/// PgBouncer's names (`client_bytes` received from clients, `server_bytes` sent to them,
+/// `ps_` before the prepared statement counts).
 fn totals_rows(databases: &[DatabaseStats]) -> Vec<Vec<Option<String>>> {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; FIGURES] = [
+        "server_assignment_count",
         "xact_count",
         "query_count",
         "client_bytes",
@@ -158,11 +205,15 @@ fn totals_rows(databases: &[DatabaseStats]) -> Vec<Vec<Option<String>>> {
         "xact_time",
         "query_time",
         "wait_time",
+        "ps_client_parse_count",
+        "ps_server_parse_count",
+        "ps_bind_count",
+        "client_login_count",
     ];
-    let mut totals = [0u64; 7];
-    let mut averages = [0u64; 7];
+    let mut totals = [0u64; FIGURES];
+    let mut averages = [0u64; FIGURES];
     for stats in databases {
-        let add = |sum: &mut [u64; 7], figures: [u64; 7]| {
+        let add = |sum: &mut [u64; FIGURES], figures: [u64; FIGURES]| {
             for (sum, figure) in sum.iter_mut().zip(figures) {
                 *sum = sum.saturating_add(figure);
             }
@@ -170,10 +221,11 @@ fn totals_rows(databases: &[DatabaseStats]) -> Vec<Vec<Option<String>>> {
         add(&mut totals, total_figures(&stats.totals));
         add(&mut averages, average_figures(&stats.averages));
     }
-    // Time per query and per transaction do not add up across databases: weigh each
-    // database's average by its own rate.
-    averages[4] = weighted_average(databases, |a| (a.xact_time_us, a.xact_count));
-    averages[5] = weighted_average(databases, |a| (a.query_time_us, a.query_count));
+    // Time per query, per transaction and per assignment do not add up across databases:
+    // weigh each database's average by its own rate.
+    averages[5] = weighted_average(databases, |a| (a.xact_time_us, a.xact_count));
+    averages[6] = weighted_average(databases, |a| (a.query_time_us, a.query_count));
+    averages[7] = weighted_average(databases, |a| (a.wait_time_us, a.server_assignment_count));
     let rows = NAMES
         .iter()
         .zip(totals)
@@ -218,6 +270,8 @@ mod tests {
                 query_count: queries,
                 xact_count: queries / 2,
                 received_bytes: 100,
+                server_assignment_count: 7,
+                client_login_count: 3,
                 ..DatabaseCounts::default()
             },
             averages: DatabaseAverages {
@@ -286,8 +340,9 @@ mod tests {
             .map(|f| (String::from_utf8_lossy(f.name).into_owned(), f.type_oid))
             .collect();
         assert_eq!(fields[0], ("database".to_string(), 25));
-        assert_eq!(fields[7], ("wait_time".to_string(), 1700));
-        assert_eq!(fields.len(), 8);
+        assert_eq!(fields[8], ("wait_time".to_string(), 1700));
+        assert_eq!(fields[12], ("client_login_count".to_string(), 1700));
+        assert_eq!(fields.len(), 13);
     }
 
     #[test]
@@ -297,16 +352,22 @@ mod tests {
         assert_eq!(set.rows.len(), 2);
         let app = &set.rows[0];
         assert_eq!(app[0].as_deref(), Some("app"));
-        assert_eq!(app[1].as_deref(), Some("20"), "total_xact_count");
-        assert_eq!(app[2].as_deref(), Some("40"), "total_query_count");
-        assert_eq!(app[3].as_deref(), Some("100"), "total_received");
-        assert_eq!(app[9].as_deref(), Some("4"), "avg_query_count");
-        assert_eq!(app[13].as_deref(), Some("250"), "avg_query_time");
-        assert_eq!(app[15].as_deref(), Some("40"), "total_requests");
+        assert_eq!(
+            app[1].as_deref(),
+            Some("7"),
+            "total_server_assignment_count"
+        );
+        assert_eq!(app[2].as_deref(), Some("20"), "total_xact_count");
+        assert_eq!(app[3].as_deref(), Some("40"), "total_query_count");
+        assert_eq!(app[4].as_deref(), Some("100"), "total_received");
+        assert_eq!(app[12].as_deref(), Some("3"), "total_client_login_count");
+        assert_eq!(app[15].as_deref(), Some("4"), "avg_query_count");
+        assert_eq!(app[19].as_deref(), Some("250"), "avg_query_time");
+        assert_eq!(app[25].as_deref(), Some("40"), "total_requests");
         let totals = show_stats_totals(&view(&databases));
-        assert_eq!(totals.rows[0][1..3], [number(20), number(40)]);
+        assert_eq!(totals.rows[0][1..13], app[1..13]);
         let averages = show_stats_averages(&view(&databases));
-        assert_eq!(averages.rows[0][2..], app[9..15]);
+        assert_eq!(averages.rows[0][1..], app[13..25]);
     }
 
     #[test]
@@ -323,6 +384,9 @@ mod tests {
         assert_eq!(value("total_client_bytes"), number(200));
         assert_eq!(value("avg_query_count"), number(4));
         assert_eq!(value("avg_query_time"), number(400), "(100*1 + 500*3) / 4");
-        assert_eq!(set.rows.len(), 14);
+        assert_eq!(value("total_server_assignment_count"), number(14));
+        assert_eq!(value("total_client_login_count"), number(6));
+        assert_eq!(value("total_ps_bind_count"), number(0));
+        assert_eq!(set.rows.len(), 24);
     }
 }

@@ -11,7 +11,7 @@ use pgtier_wire::framing::split_message;
 use pgtier_wire::messages::BackendMessage;
 
 use pgtier_core::config::Config;
-use pgtier_engine::{ClientId, ConsoleRights, ServerId, SlotRef};
+use pgtier_engine::{ClientId, ConsoleRights, ServerId, SlotRef, SocketId};
 
 use super::format::{ConnKind, ConnPtr, format_ptr};
 use super::listing::{ClientRow, Listing, PoolRow, ServerRow, ShardListing};
@@ -360,13 +360,15 @@ fn two_shard_listing(missing_shards: Vec<usize>) -> Listing {
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_996_800);
     let client = |index, class, pid, server: Option<ServerId>| ClientRow {
         id: ClientId(slot(index, 1)),
+        socket_id: SocketId(u64::from(index) + if server.is_some() { 7 } else { 9 }),
+        replication: "none",
         addr: Some(pgtier_engine::ClientAddr::Tcp(
             "127.0.0.1:40000".parse().expect("addr"),
         )),
         local_addr: Some("127.0.0.1:6432".parse().expect("addr")),
         database: "analytics".to_string(),
         user: "alice".to_string(),
-        state: "active",
+        state: if server.is_some() { "active" } else { "idle" },
         class,
         replica: class.map(|_| replica),
         connected_at: at,
@@ -382,6 +384,9 @@ fn two_shard_listing(missing_shards: Vec<usize>) -> Listing {
     };
     let server = ServerRow {
         id: ServerId(slot(0, 3)),
+        socket_id: SocketId(8),
+        replication: "none",
+        prepared_statements: 2,
         database: "analytics".to_string(),
         user: "alice".to_string(),
         state: "active",
@@ -442,10 +447,11 @@ fn header(messages: &[Decoded]) -> &[String] {
         .expect("a RowDescription")
 }
 
-const CONN_COLUMNS: [&str; 18] = [
+const CONN_COLUMNS: [&str; 21] = [
     "type",
     "user",
     "database",
+    "replication",
     "state",
     "addr",
     "port",
@@ -461,6 +467,8 @@ const CONN_COLUMNS: [&str; 18] = [
     "remote_pid",
     "tls",
     "application_name",
+    "prepared_statements",
+    "id",
 ];
 
 #[test]
@@ -468,9 +476,9 @@ fn show_clients_has_pgbouncers_columns_then_pgtiers() {
     let listing = two_shard_listing(Vec::new());
     let (messages, types) = run_full("SHOW CLIENTS", ConsoleRights::Stats, Some(&listing), None);
     let columns = header(&messages);
-    assert_eq!(columns[..18], CONN_COLUMNS);
+    assert_eq!(columns[..21], CONN_COLUMNS);
     assert_eq!(
-        columns[18..],
+        columns[21..],
         [
             "shard",
             "pgtier_state",
@@ -478,20 +486,20 @@ fn show_clients_has_pgbouncers_columns_then_pgtiers() {
             "replica",
             "backend_pid",
             "pinned",
-            "prepared_statements"
         ]
     );
-    assert_eq!(types[0][5], ("port".to_string(), 23), "int4 as PgBouncer");
+    assert_eq!(types[0][6], ("port".to_string(), 23), "int4 as PgBouncer");
     let rows = rows(&messages);
     assert_eq!(rows.len(), 2);
     let server_ptr = format_ptr(ConnPtr::new(0, ConnKind::Server, 0, 3));
     let client_ptr = format_ptr(ConnPtr::new(0, ConnKind::Client, 0, 1));
     assert_eq!(
-        rows[0][..18],
+        rows[0][..21],
         [
             text("C"),
             text("alice"),
             text("analytics"),
+            text("none"),
             text("active"),
             text("127.0.0.1"),
             text("40000"),
@@ -507,10 +515,12 @@ fn show_clients_has_pgbouncers_columns_then_pgtiers() {
             text("0"),
             text(""),
             text("psql"),
+            text("0"),
+            text("7"),
         ]
     );
     assert_eq!(
-        rows[0][18..],
+        rows[0][21..],
         [
             text("0"),
             text("active"),
@@ -518,37 +528,44 @@ fn show_clients_has_pgbouncers_columns_then_pgtiers() {
             text("127.0.0.1:5433"),
             text("4242"),
             None,
-            text("0")
         ]
     );
-    let other_ptr = rows[1][13].clone();
+    let other_ptr = rows[1][14].clone();
     assert_ne!(
         other_ptr,
         Some(client_ptr),
         "the same slot on another shard has another ptr"
     );
-    assert_eq!(rows[1][14], text(""), "no link");
+    assert_eq!(rows[1][15], text(""), "no link");
+    assert_eq!(rows[1][4], text("idle"), "no server, nothing waiting: idle");
+    assert_eq!(rows[1][20], text("9"), "the id");
+    assert_eq!(types[0][20], ("id".to_string(), 23), "int4 as PgBouncer");
 }
 
 #[test]
 fn show_servers_links_back_to_the_client() {
     let listing = two_shard_listing(Vec::new());
     let (messages, _) = run_full("SHOW SERVERS", ConsoleRights::Stats, Some(&listing), None);
-    assert_eq!(header(&messages)[..18], CONN_COLUMNS);
+    assert_eq!(header(&messages)[..21], CONN_COLUMNS);
     let rows = rows(&messages);
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
     assert_eq!(row[0], text("S"));
-    assert_eq!(row[3], text("active"));
+    assert_eq!(row[4], text("active"));
     assert_eq!(
-        (row[4].clone(), row[5].clone()),
+        (row[5].clone(), row[6].clone()),
         (text("127.0.0.1"), text("5433"))
     );
     assert_eq!(
-        row[14],
+        row[15],
         Some(format_ptr(ConnPtr::new(0, ConnKind::Client, 0, 1)))
     );
-    assert_eq!(row[15], text("4242"), "remote_pid is the backend pid");
+    assert_eq!(row[16], text("4242"), "remote_pid is the backend pid");
+    assert_eq!(
+        (row[19].clone(), row[20].clone()),
+        (text("2"), text("8")),
+        "prepared_statements and id"
+    );
 }
 
 #[test]
@@ -556,7 +573,7 @@ fn show_sockets_adds_buffer_columns() {
     let listing = two_shard_listing(Vec::new());
     let (messages, _) = run_full("SHOW SOCKETS", ConsoleRights::Stats, Some(&listing), None);
     assert_eq!(
-        header(&messages)[18..25],
+        header(&messages)[21..28],
         [
             "recv_pos",
             "pkt_pos",
@@ -567,14 +584,21 @@ fn show_sockets_adds_buffer_columns() {
             "send_avail"
         ]
     );
-    assert_eq!(rows(&messages).len(), 3, "two clients and a server");
+    let sockets = rows(&messages);
+    assert_eq!(sockets.len(), 3, "two clients and a server");
+    let states: Vec<_> = sockets.iter().map(|row| row[4].clone()).collect();
+    assert_eq!(
+        states,
+        [text("cl_active"), text("cl_active"), text("sv_active")],
+        "PgBouncer's list names"
+    );
     let (messages, _) = run_full(
         "SHOW ACTIVE_SOCKETS",
         ConsoleRights::Stats,
         Some(&listing),
         None,
     );
-    assert_eq!(rows(&messages).len(), 3, "all active");
+    assert_eq!(rows(&messages).len(), 2, "the idle client is not active");
 }
 
 #[test]
@@ -600,6 +624,7 @@ fn show_pools_is_one_row_per_database_and_user_across_shards() {
             "maxwait",
             "maxwait_us",
             "pool_mode",
+            "load_balance_hosts",
             "pgtier_slices",
         ]
     );
@@ -625,6 +650,7 @@ fn show_pools_is_one_row_per_database_and_user_across_shards() {
             text("2500"),
             text("100000"),
             text("transaction"),
+            None,
             text("2"),
         ]
     );
@@ -955,4 +981,39 @@ fn show_replicas_of_a_plain_replica_set_has_null_read_columns() {
     for row in rows(&messages) {
         assert_eq!(row[row.len() - 6..], [None, None, None, None, None, None]);
     }
+}
+
+#[test]
+fn show_peers_lists_the_other_peers_with_pgbouncers_columns() {
+    let config = config(
+        "[peers.1]\nhost = \"/tmp/one\"\n[peers.2]\nhost = \"10.0.0.2\"\nport = 6500\n\
+         pool_size = 4\n",
+    );
+    let mut config = config;
+    config.pgtier.peer_id = 2;
+    let (messages, types) = run_full("SHOW PEERS", ConsoleRights::Stats, None, Some(&config));
+    assert_eq!(header(&messages), ["peer_id", "host", "port", "pool_size"]);
+    assert_eq!(
+        types[0][0],
+        ("peer_id".to_string(), 23),
+        "int4 as PgBouncer"
+    );
+    let listed: Vec<Vec<Option<String>>> = rows(&messages).into_iter().cloned().collect();
+    assert_eq!(
+        listed,
+        [vec![text("1"), text("/tmp/one"), text("6432"), text("20")]],
+        "its own entry is not listed; pool_size defaults to default_pool_size"
+    );
+    let (messages, _) = run_full("SHOW PEER_POOLS", ConsoleRights::Stats, None, Some(&config));
+    assert_eq!(
+        header(&messages),
+        [
+            "peer_id",
+            "cl_active_cancel_req",
+            "cl_waiting_cancel_req",
+            "sv_active_cancel",
+            "sv_login"
+        ]
+    );
+    assert!(rows(&messages).is_empty());
 }

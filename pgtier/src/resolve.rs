@@ -233,7 +233,8 @@ fn lookup(name: &str) -> Option<IpAddr> {
         .map(|addr| addr.ip())
 }
 
-/// The host names (not IP addresses, not socket directories) `config` connects to.
+/// The host names (not IP addresses, not socket directories) `config` connects to: its
+/// servers, and its peers (cancel requests are forwarded there).
 fn configured_names(config: &Config) -> BTreeSet<String> {
     config
         .databases
@@ -244,6 +245,7 @@ fn configured_names(config: &Config) -> BTreeSet<String> {
             ServerSet::Hosts(list) => list.hosts.as_slice(),
             ServerSet::Replicas(_) => &[],
         })
+        .chain(config.peers.values().map(|peer| &peer.addr))
         .filter(|host_port| {
             host_port.unix_socket().is_none() && host_port.host.parse::<IpAddr>().is_err()
         })
@@ -281,6 +283,17 @@ mod tests {
     fn only_host_names_are_looked_up() {
         let names = configured_names(&config(&["127.0.0.1", "::1", "/var/run/pg", "localhost"]));
         assert_eq!(names, BTreeSet::from(["localhost".to_string()]));
+    }
+
+    #[test]
+    fn the_names_of_peers_are_looked_up() {
+        let text = "[pgtier]\nauth_type = \"trust\"\n[peers.1]\nhost = \"peer.example\"\n\
+                    [peers.2]\nhost = \"/tmp/peer\"\n[peers.3]\nhost = \"10.0.0.3\"\n";
+        let config = Config::from_str(text, "/tmp/pgtier-resolve.toml").expect("valid config");
+        assert_eq!(
+            configured_names(&config),
+            BTreeSet::from(["peer.example".to_string()])
+        );
     }
 
     #[test]

@@ -9,15 +9,17 @@ use std::collections::BTreeSet;
 
 use common::replicas::{self, Cluster, Session, admin, open};
 
-/// `SHOW CLIENTS` columns: PgBouncer's first, then pgtier's.
+/// `SHOW CLIENTS` columns: PgBouncer 1.25's first, then pgtier's.
 const USER: usize = 1;
 const DATABASE: usize = 2;
-const STATE: usize = 3;
-const SHARD: usize = 18;
-const PGTIER_STATE: usize = 19;
-const CLASS: usize = 20;
-const REPLICA: usize = 21;
-const BACKEND_PID: usize = 22;
+const STATE: usize = 4;
+const ADDR: usize = 5;
+const PORT: usize = 6;
+const SHARD: usize = 21;
+const PGTIER_STATE: usize = 22;
+const CLASS: usize = 23;
+const REPLICA: usize = 24;
+const BACKEND_PID: usize = 25;
 
 /// `SHOW POOLS` columns.
 const POOL_USER: usize = 1;
@@ -79,8 +81,8 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
         for row in rows {
             assert_eq!(row[CLASS], class, "{user}'s class");
             assert_eq!(
-                row[STATE], "active",
-                "PgBouncer's word for a logged-in client"
+                row[STATE], "idle",
+                "PgBouncer's word for a client with no server and nothing pending"
             );
             assert_eq!(
                 row[PGTIER_STATE], "idle",
@@ -104,9 +106,8 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
     for session in premium.iter().chain(&freemium) {
         let addr = replica_addr(&cluster, session);
         assert!(
-            servers
-                .iter()
-                .any(|row| row[DATABASE] == "analytics" && format!("{}:{}", row[4], row[5]) == addr),
+            servers.iter().any(|row| row[DATABASE] == "analytics"
+                && format!("{}:{}", row[ADDR], row[PORT]) == addr),
             "a server on {addr}"
         );
     }
@@ -158,6 +159,7 @@ fn show_clients_and_pools_list_sessions_with_class_and_replica() {
         ("active", "premium", pid.as_str())
     );
     assert_eq!(row[REPLICA], replica_addr(&cluster, &linked));
+    assert_eq!(row[STATE], "active", "linked to its server");
     let pools = split(&admin(&session_proxy, "POOLS"));
     let row = pools
         .iter()

@@ -3,6 +3,8 @@
 //! connection (it has acted on the request then). The engine asks for one with
 //! `Action::SendCancel` and hears back with `handle_cancel_done`; until then it does not
 //! give the server to anyone else, so a late cancel can never hit another client's query.
+//! A CancelRequest forwarded to a peer (`Action::ForwardCancel`) takes the same steps and
+//! reports nothing.
 //! Only the driver knows these connections: they live in the engine's generational slab
 //! type (`pgtier_engine::ids::Slab`) under a [`CancelConnId`] of their own, so a stale
 //! completion (for a slot closed and reused since) is recognised and dropped.
@@ -31,8 +33,8 @@ pub(crate) enum CancelStage {
 pub(crate) struct CancelConn {
     pub fd: i32,
     pub stage: CancelStage,
-    /// The server the cancel is for.
-    pub server: ServerId,
+    /// The server the cancel is for (`None`: a request forwarded to a peer).
+    pub server: Option<ServerId>,
     /// Owned by the kernel during `Connecting`.
     addr: Box<SockAddr>,
     /// Owned by the kernel during `Sending`.
@@ -44,7 +46,7 @@ pub(crate) struct CancelConn {
 impl CancelConn {
     /// A socket for a cancel to `addr`, not yet connected.
     pub fn open(
-        server: ServerId,
+        server: Option<ServerId>,
         addr: &ServerAddr,
         request: [u8; 16],
     ) -> std::io::Result<CancelConn> {
@@ -117,7 +119,7 @@ mod tests {
             generation: 0,
         });
         CancelConn::open(
-            server,
+            Some(server),
             &ServerAddr::Tcp("127.0.0.1:1".parse().expect("addr")),
             [0; 16],
         )

@@ -485,7 +485,8 @@ impl<R: Ring> Shard<R> {
                 server,
                 addr,
                 request,
-            } => self.send_cancel(now, server, addr, request),
+            } => self.send_cancel(now, Some(server), addr, request),
+            Action::ForwardCancel { addr, request } => self.send_cancel(now, None, addr, request),
             Action::Post { shard, command } => {
                 let undelivered = match self.mailboxes.get(shard) {
                     Some(mailbox) => mailbox.post(command).err(),
@@ -647,9 +648,17 @@ impl<R: Ring> Shard<R> {
         }
     }
 
-    fn send_cancel(&mut self, now: Instant, server: ServerId, addr: ServerAddr, request: [u8; 16]) {
+    /// Opens a cancel connection for `server` (`None`: a request forwarded to a peer, of
+    /// which the engine hears nothing more).
+    fn send_cancel(
+        &mut self,
+        now: Instant,
+        server: Option<ServerId>,
+        addr: ServerAddr,
+        request: [u8; 16],
+    ) {
         let Ok(conn) = CancelConn::open(server, &addr, request) else {
-            self.engine.handle_cancel_done(now, server);
+            self.cancel_done(now, server);
             return;
         };
         let (kind, op) = conn.connect_op();
@@ -657,7 +666,7 @@ impl<R: Ring> Shard<R> {
         let Some(slot) = self.cancels.insert(conn) else {
             // SAFETY: the fd was never submitted; it is ours alone.
             unsafe { libc::close(fd) };
-            self.engine.handle_cancel_done(now, server);
+            self.cancel_done(now, server);
             return;
         };
         let id = CancelConnId(slot);
@@ -964,7 +973,14 @@ impl<R: Ring> Shard<R> {
             return;
         };
         self.close_fd(conn.fd);
-        self.engine.handle_cancel_done(now, conn.server);
+        self.cancel_done(now, conn.server);
+    }
+
+    /// A cancel connection ended: the engine hears of it if it was for one of its servers.
+    fn cancel_done(&mut self, now: Instant, server: Option<ServerId>) {
+        if let Some(server) = server {
+            self.engine.handle_cancel_done(now, server);
+        }
     }
 }
 

@@ -38,6 +38,9 @@ pub struct ProxyConfig {
     pub user_settings: Vec<(String, String, String)>,
     /// Environment variables for the proxy process.
     pub env: Vec<(String, String)>,
+    /// TOML appended after everything, for tables the helpers above do not build
+    /// (`[peers.N]`).
+    pub raw_tables: String,
 }
 
 impl ProxyConfig {
@@ -56,6 +59,7 @@ impl ProxyConfig {
             databases: Vec::new(),
             user_settings: Vec::new(),
             env: Vec::new(),
+            raw_tables: String::new(),
         }
         .database("postgres", server_port, "postgres")
     }
@@ -185,6 +189,7 @@ impl ProxyConfig {
                 let _ = writeln!(text, "{key} = {value}");
             }
         }
+        text.push_str(&self.raw_tables);
         text
     }
 

@@ -255,6 +255,86 @@ fn kill_closes_the_database_clients_and_pauses_it_until_resume() {
 }
 
 #[test]
+fn kill_without_a_database_closes_every_client_but_the_consoles_and_pauses_each_database() {
+    let proxy = proxy(|config| config);
+    let mut app = proxy.connect("app", "postgres").expect("app client");
+    let mut other = proxy.connect("other", "postgres").expect("other client");
+    app.simple_query("SELECT 1").expect("app works");
+    other.simple_query("SELECT 1").expect("other works");
+    let mut admin = console(&proxy);
+    assert_eq!(command(&mut admin, "KILL"), Ok(()));
+    for client in [&mut app, &mut other] {
+        assert!(client.simple_query("SELECT 1").is_err(), "killed");
+    }
+    let clients = show_clients(&mut admin);
+    assert_eq!(clients.len(), 1, "only the console is left: {clients:?}");
+    // Each database is paused by name: RESUME of one lifts it.
+    let config = proxy.pg_config("app", "postgres");
+    let late = std::thread::spawn(move || {
+        let mut client = config.connect(postgres::NoTls)?;
+        client.simple_query("SELECT 1").map(|_| ())
+    });
+    let waited = wait::until(Duration::from_secs(5), Duration::from_millis(50), || {
+        (waiting_clients(&mut admin, "app") > 0).then_some(())
+    });
+    assert!(waited.is_some(), "a new app client waits after KILL");
+    ok(&mut admin, "RESUME app");
+    let late = late.join().unwrap_or_else(|_| panic!("late client thread"));
+    assert!(late.is_ok(), "runs after RESUME app: {late:?}");
+}
+
+#[test]
+fn clients_and_servers_have_process_wide_ids_and_kill_client_takes_one() {
+    let proxy = proxy(|mut config| {
+        config.workers = 2;
+        config
+    });
+    let mut admin = console(&proxy);
+    // Clients spread over both shards: the ids still come from one counter.
+    let mut clients: Vec<postgres::Client> = (0..4)
+        .map(|_| proxy.connect("app", "postgres").expect("client"))
+        .collect();
+    for client in &mut clients {
+        client.simple_query("SELECT 1").expect("works");
+    }
+    let rows = show_clients(&mut admin);
+    let mut ids: Vec<u64> = rows
+        .iter()
+        .map(|row| column(row, "id").parse().expect("a numeric id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), rows.len(), "unique ids: {rows:?}");
+    let servers = show(&mut admin, "SHOW SERVERS");
+    for server in &servers {
+        let id: u64 = column(server, "id").parse().expect("a numeric id");
+        assert!(!ids.contains(&id), "one counter for clients and servers");
+    }
+    let victim = rows
+        .iter()
+        .find(|row| column(row, "database") == "app")
+        .map(|row| column(row, "id").to_string())
+        .unwrap_or_else(|| panic!("an app client: {rows:?}"));
+    assert_eq!(
+        command(&mut admin, &format!("KILL_CLIENT {victim}")),
+        Ok(())
+    );
+    let survivors = clients
+        .iter_mut()
+        .filter_map(|client| client.simple_query("SELECT 1").ok())
+        .count();
+    assert_eq!(survivors, 3, "exactly one client was killed");
+    assert_eq!(
+        command(&mut admin, &format!("KILL_CLIENT {victim}")).map_err(|(_, message)| message),
+        Err("client not found".to_string())
+    );
+    assert_eq!(
+        command(&mut admin, "KILL_CLIENT not_an_id").map_err(|(_, message)| message),
+        Err("invalid client pointer supplied".to_string())
+    );
+}
+
+#[test]
 fn reconnect_replaces_every_server_and_wait_close_returns_once_they_are_gone() {
     let proxy = proxy(|config| config.pool_size(1));
     let mut client = proxy.connect("postgres", "postgres").expect("client");

@@ -4,7 +4,7 @@
 //! family, counters that moved by exactly what ran, cumulative histogram buckets whose `+Inf`
 //! equals `_count`), a bad request gets a 4xx without stopping the endpoint, and
 //! `SHOW STATS`, `SHOW STATS_TOTALS` and `SHOW STATS_AVERAGES` answer one row per database with
-//! PgBouncer 1.18's columns and types.
+//! PgBouncer 1.25's columns and types.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -472,12 +472,13 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
     assert_eq!(status, 200);
     assert!(body.contains("pgtier_up 1"));
 
-    // PgBouncer's statistics commands: its columns, in its order, one row per database.
+    // PgBouncer 1.25's statistics commands: its columns, in its order, one row per database.
     let (header, rows) = console(proxy.port(), "SHOW STATS");
     assert_eq!(
         header,
         [
             "database",
+            "total_server_assignment_count",
             "total_xact_count",
             "total_query_count",
             "total_received",
@@ -485,6 +486,11 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
             "total_xact_time",
             "total_query_time",
             "total_wait_time",
+            "total_client_parse_count",
+            "total_server_parse_count",
+            "total_bind_count",
+            "total_client_login_count",
+            "avg_server_assignment_count",
             "avg_xact_count",
             "avg_query_count",
             "avg_recv",
@@ -492,6 +498,10 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
             "avg_xact_time",
             "avg_query_time",
             "avg_wait_time",
+            "avg_client_parse_count",
+            "avg_server_parse_count",
+            "avg_bind_count",
+            "avg_client_login_count",
             // pgtier's addition after PgBouncer's columns, for Debian's exporter.
             "total_requests",
         ]
@@ -499,26 +509,35 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
     let names: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
     assert_eq!(names, ["pgtier", "postgres"], "one row per database");
     let postgres = &rows[1];
-    assert_eq!(postgres[1], ran.to_string(), "total_xact_count");
+    assert!(
+        postgres[1].parse::<u64>().expect("number") > 0,
+        "total_server_assignment_count"
+    );
+    assert_eq!(postgres[2], ran.to_string(), "total_xact_count");
     assert_eq!(
-        postgres[2],
+        postgres[3],
         (queries_before + ran).to_string(),
         "total_query_count"
     );
     assert!(
-        postgres[3].parse::<u64>().expect("number") > 0,
+        postgres[4].parse::<u64>().expect("number") > 0,
         "total_received"
     );
     assert!(
-        postgres[6].parse::<u64>().expect("number") > 0,
+        postgres[7].parse::<u64>().expect("number") > 0,
         "total_query_time"
     );
+    assert!(
+        postgres[12].parse::<u64>().expect("number") > 0,
+        "total_client_login_count"
+    );
     assert_eq!(
-        postgres[15], postgres[2],
+        postgres[25], postgres[3],
         "total_requests is the query count"
     );
-    let subset = [
+    let totals = [
         "database",
+        "server_assignment_count",
         "xact_count",
         "query_count",
         "bytes_received",
@@ -526,19 +545,33 @@ fn metrics_endpoint_and_show_stats_follow_the_traffic() {
         "xact_time",
         "query_time",
         "wait_time",
+        "client_parse_count",
+        "server_parse_count",
+        "bind_count",
+        "client_login_count",
     ];
     let (header, rows) = console(proxy.port(), "SHOW STATS_TOTALS");
-    assert_eq!(header, subset);
+    assert_eq!(header, totals);
     assert_eq!(rows.len(), 2);
-    assert_eq!(rows[1][2], (queries_before + ran).to_string());
+    assert_eq!(rows[1][3], (queries_before + ran).to_string());
     // An interval closes every second (stats_period = 1): wait for one that saw traffic.
     let (header, _) = console(proxy.port(), "SHOW STATS_AVERAGES");
-    assert_eq!(header, subset);
+    let mut averages = totals;
+    for name in &mut averages[9..] {
+        // PgBouncer prefixes only the figures 1.21 added.
+        *name = match *name {
+            "client_parse_count" => "avg_client_parse_count",
+            "server_parse_count" => "avg_server_parse_count",
+            "bind_count" => "avg_bind_count",
+            _ => "avg_client_login_count",
+        };
+    }
+    assert_eq!(header, averages);
     pgbench_select_one(proxy.port(), &dir);
     let moved = until(Duration::from_secs(10), Duration::from_millis(200), || {
         let (_, rows) = console(proxy.port(), "SHOW STATS_AVERAGES");
         let row = rows.iter().find(|row| row[0] == "postgres")?;
-        let query_count: u64 = row[2].parse().ok()?;
+        let query_count: u64 = row[3].parse().ok()?;
         (query_count > 0).then_some(())
     });
     assert!(moved.is_some(), "avg query count moved after traffic");

@@ -11,6 +11,7 @@ mod error;
 mod function_names;
 mod ini;
 mod locate;
+mod peers;
 mod raw;
 mod seconds;
 mod set;
@@ -27,6 +28,7 @@ pub use database::{
 };
 pub use error::ConfigError;
 pub use function_names::{FunctionNames, FunctionOverrides};
+pub use peers::{MAX_PEER_ID, PeerConfig};
 
 pub use seconds::Seconds;
 pub use set::SetOutcome;
@@ -50,6 +52,8 @@ pub struct Config {
     pub databases: BTreeMap<String, DatabaseConfig>,
     /// User entries by name.
     pub users: BTreeMap<String, UserConfig>,
+    /// `[peers]`: the other processes of a peered group, by peer id (cancel forwarding).
+    pub peers: BTreeMap<u16, PeerConfig>,
     /// The `*` entry of a pgbouncer.ini: the template for databases no entry names (its
     /// `dbname` is replaced by the name the client asked for; see [`Config::database_or_fallback`]).
     pub fallback: Option<DatabaseConfig>,
@@ -142,6 +146,13 @@ impl Config {
     fn validated(raw: raw::FileRaw, origin: &Path) -> Result<Config, ConfigError> {
         let mut pgtier = raw.pgtier;
         validate::settings(origin, &pgtier)?;
+        if pgtier.peer_id > MAX_PEER_ID {
+            return Err(ConfigError::at(
+                origin,
+                "pgtier.peer_id",
+                format!("{} is above {MAX_PEER_ID}", pgtier.peer_id),
+            ));
+        }
         pgtier.auth_file = pgtier.auth_file.map(|path| resolve_relative(origin, path));
         pgtier.auth_hba_file = pgtier
             .auth_hba_file
@@ -158,11 +169,13 @@ impl Config {
                 databases.insert(name, database);
             }
         }
+        let peers = peers::validated(origin, raw.peers)?;
         Ok(Config {
             file: origin.to_path_buf(),
             pgtier,
             databases,
             users: raw.users,
+            peers,
             fallback,
             unhonoured: Vec::new(),
             source: set::Source::default(),

@@ -16,6 +16,7 @@ pub(super) struct FileRaw {
     pub pgtier: Settings,
     pub databases: BTreeMap<String, DatabaseRaw>,
     pub users: BTreeMap<String, UserConfig>,
+    pub peers: BTreeMap<String, super::peers::PeerRaw>,
 }
 
 /// One `[databases.NAME]` table.

@@ -170,6 +170,9 @@ pub struct Settings {
     /// Also let other processes bind the same port (SO_REUSEPORT), for rolling restarts
     /// (false, as PgBouncer). pgtier's own workers always share the port.
     pub so_reuseport: bool,
+    /// This process's id in a group of peers (`[peers]`), carried by every cancel key it
+    /// issues so that another member forwards a CancelRequest here (0: no peering).
+    pub peer_id: u32,
     /// Log to this file as well as standard error (none: standard error only).
     pub logfile: Option<PathBuf>,
     /// Write the process id here at start; removed at exit.
@@ -449,6 +452,7 @@ impl Default for Settings {
             unix_socket_mode: 0o777,
             unix_socket_group: None,
             so_reuseport: false,
+            peer_id: 0,
             logfile: None,
             pidfile: None,
             user: None,

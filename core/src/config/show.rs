@@ -116,6 +116,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         unix_socket_dir: RESTART,
         unix_socket_group: RESTART,
         so_reuseport: RESTART,
+        peer_id: RELOAD,
         logfile: RELOAD,
         pidfile: RESTART,
         user: RESTART,

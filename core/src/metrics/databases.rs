@@ -1,5 +1,6 @@
-//! Per-database traffic statistics: what PgBouncer's `SHOW STATS` reports (transactions,
-//! queries, bytes, transaction, query and wait time) plus coarse query and transaction time
+//! Per-database traffic statistics: what PgBouncer 1.25's `SHOW STATS` reports (transactions,
+//! queries, server assignments, bytes, transaction, query and wait time, prepared statement
+//! parses and binds, logins) plus coarse query and transaction time
 //! histograms for the metrics endpoint.
 //!
 //! A shard counts into its own [`DatabaseTally`] (plain integers in a vector indexed by a
@@ -71,6 +72,16 @@ pub struct DatabaseCounts {
     pub query_time_us: u64,
     /// Time clients waited for a server, microseconds.
     pub wait_time_us: u64,
+    /// Times a server was assigned to a client (each wait ends with one).
+    pub server_assignment_count: u64,
+    /// Named statements clients prepared, where pgtier keeps them (`max_prepared_statements`).
+    pub client_parse_count: u64,
+    /// Statements pgtier prepared on servers for them.
+    pub server_parse_count: u64,
+    /// Binds of those statements forwarded to servers.
+    pub bind_count: u64,
+    /// Successful client logins.
+    pub client_login_count: u64,
     pub query_times: TimeBuckets,
     pub xact_times: TimeBuckets,
 }
@@ -85,6 +96,11 @@ impl DatabaseCounts {
         self.xact_time_us += other.xact_time_us;
         self.query_time_us += other.query_time_us;
         self.wait_time_us += other.wait_time_us;
+        self.server_assignment_count += other.server_assignment_count;
+        self.client_parse_count += other.client_parse_count;
+        self.server_parse_count += other.server_parse_count;
+        self.bind_count += other.bind_count;
+        self.client_login_count += other.client_login_count;
         self.query_times.add(&other.query_times);
         self.xact_times.add(&other.xact_times);
     }
@@ -94,8 +110,9 @@ impl DatabaseCounts {
     }
 }
 
-/// PgBouncer's averages over one `stats_period`: counts and bytes per second, query and
-/// transaction time per query and transaction, wait time per second, all in whole units.
+/// PgBouncer 1.25's averages over one `stats_period`: counts and bytes per second, query
+/// and transaction time per query and transaction, wait time per server assignment, all in
+/// whole units.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DatabaseAverages {
     pub xact_count: u64,
@@ -105,6 +122,11 @@ pub struct DatabaseAverages {
     pub xact_time_us: u64,
     pub query_time_us: u64,
     pub wait_time_us: u64,
+    pub server_assignment_count: u64,
+    pub client_parse_count: u64,
+    pub server_parse_count: u64,
+    pub bind_count: u64,
+    pub client_login_count: u64,
 }
 
 impl DatabaseAverages {
@@ -125,6 +147,10 @@ impl DatabaseAverages {
         };
         let xacts = grown(after.xact_count, before.xact_count);
         let queries = grown(after.query_count, before.query_count);
+        let assignments = grown(
+            after.server_assignment_count,
+            before.server_assignment_count,
+        );
         DatabaseAverages {
             xact_count: per_second(after.xact_count, before.xact_count),
             query_count: per_second(after.query_count, before.query_count),
@@ -132,7 +158,15 @@ impl DatabaseAverages {
             sent_bytes: per_second(after.sent_bytes, before.sent_bytes),
             xact_time_us: per_event(after.xact_time_us, before.xact_time_us, xacts),
             query_time_us: per_event(after.query_time_us, before.query_time_us, queries),
-            wait_time_us: per_second(after.wait_time_us, before.wait_time_us),
+            wait_time_us: per_event(after.wait_time_us, before.wait_time_us, assignments),
+            server_assignment_count: per_second(
+                after.server_assignment_count,
+                before.server_assignment_count,
+            ),
+            client_parse_count: per_second(after.client_parse_count, before.client_parse_count),
+            server_parse_count: per_second(after.server_parse_count, before.server_parse_count),
+            bind_count: per_second(after.bind_count, before.bind_count),
+            client_login_count: per_second(after.client_login_count, before.client_login_count),
         }
     }
 }
@@ -154,6 +188,11 @@ struct TotalsInner {
     xact_time_us: AtomicU64,
     query_time_us: AtomicU64,
     wait_time_us: AtomicU64,
+    server_assignment_count: AtomicU64,
+    client_parse_count: AtomicU64,
+    server_parse_count: AtomicU64,
+    bind_count: AtomicU64,
+    client_login_count: AtomicU64,
     query_times: [AtomicU64; TIME_BUCKETS],
     xact_times: [AtomicU64; TIME_BUCKETS],
 }
@@ -174,6 +213,14 @@ impl DatabaseTotals {
         add_to(&totals.xact_time_us, counts.xact_time_us);
         add_to(&totals.query_time_us, counts.query_time_us);
         add_to(&totals.wait_time_us, counts.wait_time_us);
+        add_to(
+            &totals.server_assignment_count,
+            counts.server_assignment_count,
+        );
+        add_to(&totals.client_parse_count, counts.client_parse_count);
+        add_to(&totals.server_parse_count, counts.server_parse_count);
+        add_to(&totals.bind_count, counts.bind_count);
+        add_to(&totals.client_login_count, counts.client_login_count);
         for (shared, local) in totals.query_times.iter().zip(counts.query_times.counts) {
             add_to(shared, local);
         }
@@ -195,6 +242,11 @@ impl DatabaseTotals {
             xact_time_us: read(&totals.xact_time_us),
             query_time_us: read(&totals.query_time_us),
             wait_time_us: read(&totals.wait_time_us),
+            server_assignment_count: read(&totals.server_assignment_count),
+            client_parse_count: read(&totals.client_parse_count),
+            server_parse_count: read(&totals.server_parse_count),
+            bind_count: read(&totals.bind_count),
+            client_login_count: read(&totals.client_login_count),
             query_times: TimeBuckets {
                 counts: std::array::from_fn(|bucket| read(&totals.query_times[bucket])),
             },
@@ -363,6 +415,36 @@ impl DatabaseTally {
         }
     }
 
+    /// A server was assigned to a client of the database.
+    pub fn record_assignment(&mut self, slot: DatabaseSlot) {
+        if let Some(counts) = self.pending(slot) {
+            counts.server_assignment_count += 1;
+        }
+    }
+
+    /// A client of the database logged in.
+    pub fn record_login(&mut self, slot: DatabaseSlot) {
+        if let Some(counts) = self.pending(slot) {
+            counts.client_login_count += 1;
+        }
+    }
+
+    /// Named statements: `client_parses` prepared by clients, `server_parses` prepared by
+    /// pgtier on servers, `binds` of them forwarded.
+    pub fn record_statements(
+        &mut self,
+        slot: DatabaseSlot,
+        client_parses: u64,
+        server_parses: u64,
+        binds: u64,
+    ) {
+        if let Some(counts) = self.pending(slot) {
+            counts.client_parse_count += client_parses;
+            counts.server_parse_count += server_parses;
+            counts.bind_count += binds;
+        }
+    }
+
     /// Adds every pending count to the shared totals and starts over.
     pub fn fold(&mut self) {
         for entry in &mut self.entries {
@@ -409,6 +491,9 @@ mod tests {
             tally.record_transaction(app, 2_000);
             tally.record_bytes(app, 5, 7);
             tally.record_wait(other, 40);
+            tally.record_assignment(other);
+            tally.record_login(app);
+            tally.record_statements(app, 1, 2, 3);
         }
         assert!(registry.stats().iter().all(|s| s.totals.query_count == 0));
         shards.iter_mut().for_each(DatabaseTally::fold);
@@ -424,6 +509,16 @@ mod tests {
         assert_eq!(app.xact_times.total(), 3);
         assert_eq!((app.received_bytes, app.sent_bytes), (15, 21));
         assert_eq!(stats[1].totals.wait_time_us, 120);
+        assert_eq!(stats[1].totals.server_assignment_count, 3);
+        assert_eq!(app.client_login_count, 3);
+        assert_eq!(
+            (
+                app.client_parse_count,
+                app.server_parse_count,
+                app.bind_count
+            ),
+            (3, 6, 9)
+        );
         assert_eq!(stats[1].totals.query_count, 0);
     }
 
@@ -454,6 +549,9 @@ mod tests {
             xact_time_us: 100 + 20 * 500,
             query_time_us: 200 + 40 * 50,
             wait_time_us: 3_000,
+            server_assignment_count: 6,
+            client_login_count: 4,
+            bind_count: 8,
             ..DatabaseCounts::default()
         };
         let averages = DatabaseAverages::between(&before, &after, Duration::from_secs(2));
@@ -463,7 +561,10 @@ mod tests {
         assert_eq!(averages.sent_bytes, 4_000);
         assert_eq!(averages.xact_time_us, 500, "per transaction");
         assert_eq!(averages.query_time_us, 50, "per query");
-        assert_eq!(averages.wait_time_us, 1_500, "per second");
+        assert_eq!(averages.wait_time_us, 500, "per server assignment, as 1.25");
+        assert_eq!(averages.server_assignment_count, 3, "per second");
+        assert_eq!(averages.client_login_count, 2, "per second");
+        assert_eq!(averages.bind_count, 4, "per second");
         let idle = DatabaseAverages::between(&after, &after, Duration::from_secs(2));
         assert_eq!(idle, DatabaseAverages::default());
         let empty = DatabaseAverages::between(&before, &after, Duration::ZERO);

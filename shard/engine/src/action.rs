@@ -52,6 +52,10 @@ pub enum Action {
         addr: ServerAddr,
         request: [u8; 16],
     },
+    /// Open a one-shot connection to the peer at `addr` (another process of the group,
+    /// `[peers]`) and send `request`, a CancelRequest for a key that peer issued; nothing is
+    /// reported back.
+    ForwardCancel { addr: ServerAddr, request: [u8; 16] },
     /// Deliver `command` to shard `shard`'s mailbox. A `Command::ServerMoved` that cannot be
     /// delivered is given back to this engine (`Engine::handle_command`): the server stays.
     Post { shard: usize, command: Command },

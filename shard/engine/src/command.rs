@@ -59,7 +59,8 @@ pub enum Command {
     VacateDatabase {
         database: Arc<str>,
     },
-    /// An admin session on shard `from` asks for this shard's client and pool rows.
+    /// An admin session on shard `from` asks for this shard's client and pool rows (and for
+    /// its counts to be folded into the shared statistics first).
     ListSessions {
         from: usize,
         request_id: u64,

@@ -47,6 +47,15 @@ pub enum ShutdownMode {
     Immediate,
 }
 
+/// The client `KILL_CLIENT` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRef {
+    /// The `id` of SHOW CLIENTS (PgBouncer 1.25's form): any shard may hold it.
+    Id(crate::ids::SocketId),
+    /// The `ptr` of SHOW CLIENTS: its shard, and its key there (`client_key`).
+    Ptr { shard: usize, key: u64 },
+}
+
 /// One process-controlling command, already checked against the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminOp {
@@ -59,10 +68,11 @@ pub enum AdminOp {
     Reconnect(Scope),
     /// Waits until no server of the scope is marked to close (after RECONNECT or RELOAD).
     WaitClose(Scope),
-    /// Closes every client and server of a database now and pauses it.
-    Kill(String),
-    /// Closes one client, named by the `ptr` of SHOW CLIENTS.
-    KillClient { shard: usize, key: u64 },
+    /// Closes every client and server of a database (`Scope::All`: of every database but
+    /// the console) now and pauses it (each database, by name, as PgBouncer does).
+    Kill(Scope),
+    /// Closes one client.
+    KillClient(ClientRef),
     /// New clients of a database are refused.
     Disable(String),
     /// New clients of a database are accepted again.
@@ -84,7 +94,7 @@ impl AdminOp {
             AdminOp::Reconnect(_) => "RECONNECT",
             AdminOp::WaitClose(_) => "WAIT_CLOSE",
             AdminOp::Kill(_) => "KILL",
-            AdminOp::KillClient { .. } => "KILL_CLIENT",
+            AdminOp::KillClient(_) => "KILL_CLIENT",
             AdminOp::Disable(_) => "DISABLE",
             AdminOp::Enable(_) => "ENABLE",
             AdminOp::Suspend => "SUSPEND",

@@ -45,6 +45,13 @@ slot_id!(
     ServerId
 );
 
+/// The number `SHOW CLIENTS`, `SERVERS` and `SOCKETS` list as `id` and `KILL_CLIENT` takes:
+/// unique in the process and never reused, drawn from one counter for clients and servers
+/// on every shard (`Shared::next_socket_id`), as PgBouncer numbers its sockets. A slot id
+/// is reused and per shard, so it cannot serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct SocketId(pub u64);
+
 struct Entry<T> {
     generation: u32,
     value: Option<T>,

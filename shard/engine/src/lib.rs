@@ -69,7 +69,7 @@ pub use addr::{ClientAddr, ServerAddr};
 pub use command::Command;
 pub use engine::{Engine, EngineParts, IpOnly, Resolver};
 pub use gates::ShutdownMode;
-pub use ids::{ClientId, ServerId, SlotRef};
+pub use ids::{ClientId, ServerId, SlotRef, SocketId};
 pub use random::{Random, RandomUnavailable};
 pub use server::moved::DetachedSocket;
 pub use server::moved::MovedServer;

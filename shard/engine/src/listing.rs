@@ -10,19 +10,23 @@ use std::net::SocketAddr;
 use crate::addr::{ClientAddr, ServerAddr};
 use std::time::{Duration, SystemTime};
 
-use crate::ids::{ClientId, ServerId};
+use crate::ids::{ClientId, ServerId, SocketId};
 
 /// One client connection as its shard saw it when asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientRow {
     /// Its id on its shard (`SHOW CLIENTS`' `ptr`, with the shard).
     pub id: ClientId,
+    /// Its number in the process (`SHOW CLIENTS`' `id`, what `KILL_CLIENT` takes).
+    pub socket_id: SocketId,
     /// The client's peer address, if the socket still has one.
     pub addr: Option<ClientAddr>,
     /// The local end of its socket (the listener it came through).
     pub local_addr: Option<SocketAddr>,
     pub database: String,
     pub user: String,
+    /// `none`, `logical` or `physical` (PgBouncer's `replication` column).
+    pub replication: &'static str,
     /// `login`, `idle`, `active`, `waiting`, `waiting_for_replica` or `closing`.
     pub state: &'static str,
     /// `premium`/`freemium` on a replica-set entry; `None` elsewhere.
@@ -57,9 +61,15 @@ pub struct ClientRow {
 pub struct ServerRow {
     /// Its id on its shard (`SHOW SERVERS`' `ptr`, with the shard).
     pub id: ServerId,
+    /// Its number in the process (`SHOW SERVERS`' `id`).
+    pub socket_id: SocketId,
+    /// Statements pgtier prepared on it (named statements in transaction mode).
+    pub prepared_statements: usize,
     pub database: String,
     /// The user it logged in as.
     pub user: String,
+    /// `none`, `logical` or `physical` (PgBouncer's `replication` column).
+    pub replication: &'static str,
     /// PgBouncer's names: `login`, `idle`, `tested`, `active`, `used`, `closing`.
     pub state: &'static str,
     pub addr: ServerAddr,

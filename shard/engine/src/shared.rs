@@ -206,6 +206,8 @@ pub struct Shared {
     /// SCRAM keys of server logins, derived once per (password, salt, iterations) for every
     /// shard: a new server connection costs no PBKDF2 on the shard's loop after the first.
     pub scram_keys: Arc<pgtier_wire::auth::ScramKeyCache>,
+    /// The last [`SocketId`](crate::ids::SocketId) handed out (0: none yet).
+    socket_ids: AtomicU64,
 }
 
 impl Shared {
@@ -225,7 +227,14 @@ impl Shared {
             scram_keys: Arc::default(),
             digest_metrics_top: AtomicUsize::new(50),
             pool_gauges: PublishedGauges::new(shards),
+            socket_ids: AtomicU64::new(0),
         }
+    }
+
+    /// A new socket id for a client accepted or a server opened on any shard (one atomic
+    /// add per connection, never per query). The first is 1.
+    pub fn next_socket_id(&self) -> crate::ids::SocketId {
+        crate::ids::SocketId(self.socket_ids.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// How many shards run.

@@ -568,6 +568,8 @@ pub struct Harness {
     pub backends: HashMap<ServerId, FakeBackend>,
     /// Cancel requests sent, for which server.
     pub cancels: Vec<ServerId>,
+    /// CancelRequests forwarded to peers: where, and the request.
+    pub forwarded_cancels: Vec<(ServerAddr, [u8; 16])>,
     /// Commands posted to other shards.
     pub posts: Vec<(usize, Command)>,
     /// Connections whose receive is paused.
@@ -707,6 +709,7 @@ impl Harness {
             connects: Vec::new(),
             backends: HashMap::new(),
             cancels: Vec::new(),
+            forwarded_cancels: Vec::new(),
             posts: Vec::new(),
             paused: Vec::new(),
             clients_read: true,
@@ -796,6 +799,7 @@ impl Harness {
                     self.engine.handle_cancel_done(self.now, server);
                 }
             }
+            Action::ForwardCancel { addr, request } => self.forwarded_cancels.push((addr, request)),
             Action::Post { shard, command } => self.posts.push((shard, command)),
             Action::Detach(server) => {
                 if self.hold_detaches {

@@ -68,8 +68,8 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     // standard_conforming_strings, application_name, IntervalStyle): accepted and reported.
     ("track_extra_parameters", Unhonoured),
     ("ignore_startup_parameters", Honoured(List)),
-    // Peering (1.19): pgtier forwards cancel requests between its own shards, not peers.
-    ("peer_id", Unhonoured),
+    // Peering (1.19): cancel keys carry it, and `[peers]` says where to forward them.
+    ("peer_id", Honoured(Count)),
     ("disable_pqexec", Unhonoured),
     ("application_name_add_host", Unhonoured),
     ("conffile", Unhonoured),

@@ -56,6 +56,7 @@ pub(in crate::config) struct Document {
     pub pgtier: Table,
     pub databases: BTreeMap<String, Table>,
     pub users: BTreeMap<String, Table>,
+    pub peers: BTreeMap<String, Table>,
 }
 
 /// The rendered TOML and, for each of its lines, where that line's value came from.
@@ -74,7 +75,11 @@ impl Document {
             paths: BTreeMap::new(),
         };
         out.table("pgtier", &self.pgtier);
-        for (section, entries) in [("databases", &self.databases), ("users", &self.users)] {
+        for (section, entries) in [
+            ("databases", &self.databases),
+            ("users", &self.users),
+            ("peers", &self.peers),
+        ] {
             for (name, table) in entries {
                 out.table(&format!("{section}.{}", quote_key(name)), table);
                 if let Some(header) = &table.header {

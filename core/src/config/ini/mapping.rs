@@ -33,8 +33,7 @@ pub(super) fn map(lexed: &Lexed) -> Result<Mapped, ConfigError> {
     let mut mapped = Mapped::default();
     for section in &lexed.sections {
         match section.name.as_str() {
-            "pgbouncer" | "databases" | "users" => {}
-            "peers" => mapped.unhonour("[peers]".to_string()),
+            "pgbouncer" | "databases" | "users" | "peers" => {}
             other => {
                 let hint = catalogue::suggestion(other, ["pgbouncer", "databases", "users"]);
                 return Err(error_at(
@@ -54,7 +53,7 @@ pub(super) fn map(lexed: &Lexed) -> Result<Mapped, ConfigError> {
         match entry.section.as_str() {
             "databases" => mapped.database(entry, socket_dir.as_deref())?,
             "users" => mapped.user(entry)?,
-            // `[peers]` entries name other PgBouncer processes (1.19's peering): reported above.
+            "peers" => mapped.peer(entry)?,
             _ => {}
         }
     }
@@ -298,6 +297,46 @@ impl Mapped {
             self.honour(format!("[users] {key}"));
         }
         self.document.users.insert(name.to_string(), table);
+        Ok(())
+    }
+}
+
+impl Mapped {
+    /// One `[peers]` line: `ID = host=... port=... pool_size=...` (PgBouncer's keys, and
+    /// only those).
+    fn peer(&mut self, entry: &Entry) -> Result<(), ConfigError> {
+        let name = entry.key.as_str();
+        let label = |key: &str| format!("[peers] {name}: {key}");
+        let pairs = connstr::parse(&entry.value)
+            .map_err(|reason| error_at(&entry.origin, &format!("[peers] {name}"), reason))?;
+        let mut table = Table {
+            header: Some(Provenance {
+                origin: entry.origin.clone(),
+                label: Some(format!("[peers] {name}")),
+            }),
+            entries: Vec::new(),
+        };
+        for (key, value) in &pairs {
+            let fail = |reason: String| error_at(&entry.origin, &label(key), reason);
+            let converted = match key.as_str() {
+                "host" => Value::String(value.clone()),
+                "port" => Value::Integer(parse_port(value).map_err(fail)?.into()),
+                "pool_size" => Value::Integer(parse_count(value).map_err(fail)?),
+                _ => {
+                    return Err(fail(format!(
+                        "{} has no such peer setting (host, port, pool_size)",
+                        catalogue::PGBOUNCER_VERSION
+                    )));
+                }
+            };
+            let provenance = Some(Provenance {
+                origin: entry.origin.clone(),
+                label: Some(label(key)),
+            });
+            table.set(key, converted, provenance);
+        }
+        self.honour("[peers]".to_string());
+        self.document.peers.insert(name.to_string(), table);
         Ok(())
     }
 }

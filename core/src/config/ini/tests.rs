@@ -531,12 +531,47 @@ dns_max_ttl = 15
     assert_eq!(
         config.unhonoured,
         [
-            "[peers]",
             "tcp_keepalive",
             "dns_max_ttl",
             "[databases] app: connect_query"
         ]
     );
+}
+
+#[test]
+fn peers_are_read_with_pgbouncers_keys_and_defaults() {
+    let config = ini("\
+[pgbouncer]
+auth_type = trust
+peer_id = 2
+[peers]
+1 = host=/tmp/pgbouncer1
+3 = host=10.0.0.3 port=6500 pool_size=4
+");
+    assert_eq!(config.pgtier.peer_id, 2);
+    let first = &config.peers[&1];
+    assert_eq!(
+        (first.addr.host.as_str(), first.addr.port),
+        ("/tmp/pgbouncer1", 6432)
+    );
+    assert_eq!(first.pool_size, None);
+    let third = &config.peers[&3];
+    assert_eq!(
+        (third.addr.host.as_str(), third.addr.port),
+        ("10.0.0.3", 6500)
+    );
+    assert_eq!(third.pool_size, Some(4));
+    for (text, expected) in [
+        ("0 = host=x", "ids of peers must be a number"),
+        ("x = host=x", "ids of peers must be a number"),
+        ("1 = port=5", "host was not provided for peer 1"),
+        ("1 = host=x dbname=y", "no such peer setting"),
+    ] {
+        let message = ini_error(&format!(
+            "[pgbouncer]\nauth_type = trust\n[peers]\n{text}\n"
+        ));
+        assert!(message.contains(expected), "{text}: {message}");
+    }
 }
 
 #[test]

@@ -62,6 +62,8 @@ pub(crate) struct Forwarded {
     pub vacate: Vec<Target>,
     /// Set when the client must be closed.
     pub end: Option<ForwardEnd>,
+    /// Named statements parsed and bound (statement rewriting only).
+    pub statements: crate::prepared::StatementCounts,
 }
 
 /// One linked client's framing state between calls.
@@ -676,6 +678,7 @@ impl super::ClientConn {
             scratch: shared.scratch,
             limits: options.statements,
             injected: Default::default(),
+            counted: Default::default(),
         });
         if session.calls.is_none() && shared.digests.enabled() {
             session.calls = Some(Box::default());
@@ -709,6 +712,9 @@ impl super::ClientConn {
             rewriter.as_mut(),
             out,
         );
+        if let Some(rewriter) = &rewriter {
+            out.statements = rewriter.counted;
+        }
         drop(rewriter);
         if let Some(reads) = session.reads.as_mut() {
             reads.spent(before - input.len());

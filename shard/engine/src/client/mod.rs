@@ -383,6 +383,8 @@ pub struct ClientConn {
 /// Where a client connected from, and when it was last heard of (listings, timeouts).
 #[derive(Debug)]
 pub struct ClientInfo {
+    /// Its number in listings (`SHOW CLIENTS`' `id`) and for `KILL_CLIENT`.
+    socket_id: crate::ids::SocketId,
     peer: Option<ClientAddr>,
     /// The local end of its socket (the listener it came through), for listings.
     local_addr: Option<std::net::SocketAddr>,
@@ -392,6 +394,15 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
+    pub fn socket_id(&self) -> crate::ids::SocketId {
+        self.socket_id
+    }
+
+    /// Numbered when accepted (the engine draws from the process's counter).
+    pub(crate) fn set_socket_id(&mut self, id: crate::ids::SocketId) {
+        self.socket_id = id;
+    }
+
     /// Bytes arrived from it at `now`.
     pub fn active(&mut self, now: Instant) {
         self.last_active = now;
@@ -468,6 +479,7 @@ impl ClientConn {
             input: Inbox::default(),
             backlog: Backlog::default(),
             info: ClientInfo {
+                socket_id: crate::ids::SocketId::default(),
                 peer,
                 local_addr: None,
                 connected_at: now,

@@ -88,6 +88,10 @@ struct Asked {
     missing: usize,
     /// The first refusal a shard answered with.
     error: Option<Refusal>,
+    /// One shard's success answers the op (the refusals of the others are not errors).
+    one_suffices: bool,
+    /// Some shard answered without a refusal.
+    succeeded: bool,
 }
 
 /// An op applied here whose condition does not hold yet; answered to shard `from`.
@@ -121,8 +125,15 @@ impl AdminOps {
     }
 
     /// A console session asks `missing` shards to run an op (`tag`): the request id their
-    /// answers carry.
-    pub(super) fn ask(&mut self, client: ClientId, tag: String, missing: usize) -> u64 {
+    /// answers carry. `one_suffices`: the op succeeds when any one shard succeeds (a
+    /// KILL_CLIENT by id, which only the client's own shard finds).
+    pub(super) fn ask(
+        &mut self,
+        client: ClientId,
+        tag: String,
+        missing: usize,
+        one_suffices: bool,
+    ) -> u64 {
         self.next_request_id += 1;
         let request_id = self.next_request_id;
         self.asked.push(Asked {
@@ -131,6 +142,8 @@ impl AdminOps {
             tag,
             missing,
             error: None,
+            one_suffices,
+            succeeded: false,
         });
         request_id
     }
@@ -148,14 +161,19 @@ impl AdminOps {
             .position(|asked| asked.request_id == request_id)?;
         let asked = &mut self.asked[index];
         asked.missing = asked.missing.saturating_sub(1);
-        if asked.error.is_none() {
-            asked.error = error;
+        match error {
+            None => asked.succeeded = true,
+            Some(error) if asked.error.is_none() => asked.error = Some(error),
+            Some(_) => {}
         }
         if asked.missing > 0 {
             return None;
         }
         let asked = self.asked.swap_remove(index);
-        Some((asked.client, asked.tag, asked.error))
+        let error = asked
+            .error
+            .filter(|_| !(asked.one_suffices && asked.succeeded));
+        Some((asked.client, asked.tag, error))
     }
 
     /// An op applied here waits for its condition; answered to shard `from`.

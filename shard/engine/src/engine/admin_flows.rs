@@ -29,7 +29,7 @@ use super::stats::StatsSink;
 use crate::action::{Action, Conn, Outbox};
 use crate::client::ClientState;
 use crate::console_session::{Answerer, Handled};
-use crate::gates::{AdminOp, AdminRequest, Scope, client_key};
+use crate::gates::{AdminOp, AdminRequest, ClientRef, Scope, client_key};
 use crate::ids::{ClientId, ServerId};
 use crate::listing::Listing;
 use crate::messages::{self, sqlstate};
@@ -202,6 +202,11 @@ impl Admin {
             max_message_len: MAX_ADMIN_QUERY_BYTES,
             ..pgtier_wire::FrameLimits::default()
         };
+        // The `pgbouncer` database's tally slot, where its statements are counted.
+        let stats_slot = clients
+            .get(id.0)
+            .and_then(|c| c.session())
+            .map(|s| s.stats());
         let Some(client) = clients.get_mut(id.0) else {
             return ConsoleStep::Gone;
         };
@@ -262,19 +267,16 @@ impl Admin {
             rights: session.rights(),
             listing: listing.as_ref(),
         };
+        if header.code == b'Q' || header.code == b'E' {
+            // As PgBouncer counts its console's queries under its `pgbouncer` database,
+            // before answering (`SHOW TOTALS` counts itself).
+            if let Some(slot) = stats_slot {
+                stats.console_query(slot);
+            }
+        }
         let handled = session.handle(header.code, &frame[5..], &mut answerer, out);
         if let Handled::Refuse(message) = handled {
             return ConsoleStep::Refuse(message);
-        }
-        if header.code == b'Q' || header.code == b'E' {
-            // As PgBouncer counts its console's queries under its `pgbouncer` database.
-            let slot = clients
-                .get(id.0)
-                .and_then(|c| c.session())
-                .map(|s| s.stats());
-            if let Some(slot) = slot {
-                stats.console_query(slot);
-            }
         }
         if wants_listing {
             *listing = None;
@@ -366,13 +368,23 @@ pub(super) fn mark_servers_to_close(
         .collect()
 }
 
-/// KILL_CLIENT: the client whose key (see `client_key`) is `key`, if it is here and not
-/// leaving already.
-pub(super) fn client_by_key(clients: &ClientTable, key: u64) -> Option<ClientId> {
+/// The console's database, under either of its names.
+pub(super) fn is_admin_database(name: &str) -> bool {
+    name == pgtier_core::config::ADMIN_DATABASE || name == pgtier_core::config::ADMIN_DATABASE_ALIAS
+}
+
+/// KILL_CLIENT: the client `target` names, if it is here and not closing already.
+pub(super) fn client_by_ref(clients: &ClientTable, target: ClientRef) -> Option<ClientId> {
+    let named = |id: ClientId| match target {
+        ClientRef::Id(socket_id) => clients
+            .get(id.0)
+            .is_some_and(|client| client.info().socket_id() == socket_id),
+        ClientRef::Ptr { key, .. } => client_key(id) == key,
+    };
     clients
         .iter()
         .map(|(slot, _)| ClientId(slot))
-        .find(|id| client_key(*id) == key)
+        .find(|id| named(*id))
         .filter(|id| clients.get(id.0).is_some_and(|c| !c.is_closing()))
 }
 

@@ -46,7 +46,7 @@ impl Console for WordConsole {
             "RESUME" => AdminOp::Resume(scope),
             "RECONNECT" => AdminOp::Reconnect(scope),
             "WAIT_CLOSE" => AdminOp::WaitClose(scope),
-            "KILL" => AdminOp::Kill(db?),
+            "KILL" => AdminOp::Kill(scope),
             "DISABLE" => AdminOp::Disable(db?),
             "ENABLE" => AdminOp::Enable(db?),
             "SHUTDOWN" => AdminOp::Shutdown(ShutdownMode::WaitForClients),

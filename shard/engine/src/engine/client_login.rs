@@ -541,13 +541,15 @@ impl ClientTable {
     }
 
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
-    /// BackendKeyData (`pid`: the server's in session mode) and ReadyForQuery. `Ok(false)`:
+    /// BackendKeyData (`pid`: the server's in session mode; `peer`: this process's
+    /// `peer_id`, which the key carries) and ReadyForQuery. `Ok(false)`:
     /// the client is gone; `Err`: no cancel key could be drawn (the FATAL to close with).
     pub(super) fn welcome(
         &mut self,
         id: ClientId,
         params: &[(String, String)],
         pid: Option<u32>,
+        peer: u16,
         random: &mut dyn Random,
         outbox: &mut Outbox,
     ) -> Result<bool, Bytes> {
@@ -559,7 +561,7 @@ impl ClientTable {
         };
         let key = logins
             .keys_mut()
-            .issue(id, pid, random)
+            .issue(id, pid, peer, random)
             .map_err(auth::no_randomness)?;
         session.welcomed(key);
         let mut out = BytesMut::with_capacity(512);
@@ -613,7 +615,7 @@ impl ClientTable {
         .iter()
         .map(|(name, value)| (name.to_string(), value.to_string()))
         .collect();
-        if !self.welcome(id, &params, None, random, outbox)? {
+        if !self.welcome(id, &params, None, env.peer_id(), random, outbox)? {
             return Ok(false);
         }
         if let Some(client) = self.get_mut(id.0) {

@@ -191,6 +191,16 @@ impl ClientTable {
         }
     }
 
+    /// A client of the admin console (logged in, or logging in to it): KILL spares it.
+    pub(super) fn is_console_client(&self, id: crate::ids::ClientId) -> bool {
+        self.get(id.0).is_some_and(|client| {
+            client.is_console()
+                || client.session().is_some_and(|session| {
+                    super::admin_flows::is_admin_database(session.database())
+                })
+        })
+    }
+
     pub(super) fn client_in(&self, id: crate::ids::ClientId, scope: &crate::gates::Scope) -> bool {
         self.get(id.0)
             .and_then(|client| client.session())

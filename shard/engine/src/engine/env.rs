@@ -51,6 +51,11 @@ impl Env {
         &self.config
     }
 
+    /// This process's `peer_id` (0: no peering; the configuration keeps it in range).
+    pub(super) fn peer_id(&self) -> u16 {
+        u16::try_from(self.config.pgtier.peer_id).unwrap_or(0)
+    }
+
     pub(super) fn users(&self) -> &Arc<UserList> {
         &self.users
     }

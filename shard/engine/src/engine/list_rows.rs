@@ -27,6 +27,19 @@ struct PoolTally {
     servers_being_canceled: u32,
 }
 
+/// PgBouncer's `replication` word for a server whose pool has startup profile `profile`
+/// (a replication connection's pool keeps its `replication` parameter).
+fn server_replication(profile: &pgtier_pool::StartupProfile) -> &'static str {
+    match profile
+        .parameters()
+        .find(|(name, _)| *name == "replication")
+    {
+        Some((_, value)) if value.eq_ignore_ascii_case("database") => "logical",
+        Some(_) => "physical",
+        None => "none",
+    }
+}
+
 impl ShardView<'_> {
     /// This shard's client, server and pool rows.
     pub(crate) fn list_sessions(&self) -> ShardListing {
@@ -74,12 +87,18 @@ impl ShardView<'_> {
             .map(str::to_string);
         ClientRow {
             id: crate::ids::ClientId(index),
+            socket_id: client.info().socket_id(),
             addr: client.info().peer().cloned(),
             local_addr: client.info().local_addr(),
             database: session
                 .map(|s| s.database().to_string())
                 .unwrap_or_default(),
             user: session.map(|s| s.user().to_string()).unwrap_or_default(),
+            replication: match session {
+                Some(s) if s.is_physical_replication() => "physical",
+                Some(s) if s.is_replication() => "logical",
+                _ => "none",
+            },
             state: client.state_name(),
             class,
             replica: lease.map(|lease| lease.addr()),
@@ -105,8 +124,16 @@ impl ShardView<'_> {
         let key = self.linker.pools().key(server.pool());
         ServerRow {
             id: crate::ids::ServerId(index),
+            socket_id: server.info().socket_id(),
+            prepared_statements: server
+                .backend()
+                .relay()
+                .prepared
+                .as_ref()
+                .map_or(0, |prepared| prepared.statements.len()),
             database: key.map(|k| k.database.to_string()).unwrap_or_default(),
             user: key.map(|k| k.server_user.to_string()).unwrap_or_default(),
+            replication: key.map_or("none", |k| server_replication(&k.profile)),
             state: server.state_name(),
             addr: server.info().addr().clone(),
             local_addr: server.info().local_addr(),

@@ -299,7 +299,10 @@ impl Engine {
         self.stats.client_accepted();
         let max = self.env.config().pgtier.max_client_conn;
         let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
-        let client = ClientConn::new(peer, now);
+        let mut client = ClientConn::new(peer, now);
+        client
+            .info_mut()
+            .set_socket_id(self.env.shared().next_socket_id());
         let Some(slot) = self.clients.insert(client) else {
             self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -1910,15 +1913,37 @@ impl Engine {
 
     /// The welcome (`ClientTable::welcome`); false when the client is gone or closing.
     fn welcome(&mut self, id: ClientId, params: &[(String, String)], pid: Option<u32>) -> bool {
-        let welcomed =
-            self.clients
-                .welcome(id, params, pid, self.random.as_mut(), &mut self.outbox);
+        let welcomed = self.clients.welcome(
+            id,
+            params,
+            pid,
+            self.env.peer_id(),
+            self.random.as_mut(),
+            &mut self.outbox,
+        );
         match welcomed {
-            Ok(welcomed) => welcomed,
+            Ok(welcomed) => {
+                if welcomed {
+                    self.count_login(id);
+                }
+                welcomed
+            }
             Err(error) => {
                 self.close_client(id, Some(error));
                 false
             }
+        }
+    }
+
+    /// A login succeeded (`SHOW STATS`' `total_client_login_count`).
+    fn count_login(&mut self, id: ClientId) {
+        if let Some(database) = self
+            .clients
+            .get(id.0)
+            .and_then(|client| client.session())
+            .map(|session| session.stats())
+        {
+            self.stats.logged_in(database);
         }
     }
 
@@ -1969,6 +1994,8 @@ impl Engine {
         if keeps_server {
             if let Some(client) = self.clients.get_mut(id.0) {
                 client.linked(server_id);
+                let database = client.session().map(|session| session.stats());
+                self.stats.assigned(database);
             }
             self.forward(id, server_id);
         } else {
@@ -1982,7 +2009,10 @@ impl Engine {
             self.clients
                 .welcome_console(id, &self.env, self.random.as_mut(), &mut self.outbox);
         match welcomed {
-            Ok(true) => self.on_console_bytes(id),
+            Ok(true) => {
+                self.count_login(id);
+                self.on_console_bytes(id);
+            }
             Ok(false) => {}
             Err(error) => self.close_client(id, Some(error)),
         }

@@ -625,3 +625,68 @@ fn a_pinned_clients_held_messages_go_after_an_idle_ready() {
         "the held segment went and was answered"
     );
 }
+
+/// `SHOW STATS`' prepared statement counters, as PgBouncer counts them: a client's named
+/// Parse, a Parse pgtier sends for a statement the server lacks (not a re-prepare of one it
+/// holds), and a Bind of a named statement.
+#[test]
+fn named_parses_server_parses_and_binds_are_counted_per_database() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    for _ in 0..2 {
+        h.client_sends(a, &pipeline(&[bind("s1"), execute(), sync()]));
+        assert_eq!(h.client_tags(a), "2CZ");
+    }
+    // b prepares the same text on the server that holds it: no new server statement.
+    h.client_sends(
+        b,
+        &pipeline(&[parse("s2", "SELECT 1"), bind("s2"), execute(), sync()]),
+    );
+    assert_eq!(h.client_tags(b), "12CZ");
+    // Unnamed statements are not counted.
+    h.client_sends(
+        b,
+        &pipeline(&[parse("", "SELECT 3"), bind(""), execute(), sync()]),
+    );
+    assert_eq!(h.client_tags(b), "12CZ");
+    h.engine.fold_counters();
+    let stats = h.engine.env.shared().databases.stats();
+    let db = stats.iter().find(|s| &*s.database == "db").expect("db");
+    assert_eq!(db.totals.client_parse_count, 2);
+    assert_eq!(db.totals.server_parse_count, 1);
+    assert_eq!(db.totals.bind_count, 3);
+}
+
+/// A server opened while `max_prepared_statements` was 0 rewrites named statements once it
+/// is turned on: a second client's `s1` is its own on that same server.
+#[test]
+fn a_server_opened_without_rewriting_takes_it_up_once_it_is_on() {
+    let mut h = Harness::new(&config(&format!("{TX}\nmax_prepared_statements = 0")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let server = h.live_servers()[0];
+    let on = pgtier_core::config::Config::from_str(
+        &config(&format!("{TX}\nmax_prepared_statements = 10")),
+        "/tmp/pgtier-engine-test.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(on),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(b, &pipeline(&[parse("s1", "SELECT 2"), sync()]));
+    assert_eq!(h.client_tags(b), "1Z");
+    assert_eq!(h.live_servers(), [server], "the same server");
+    assert_eq!(h.backend(server).statements, ["pgtier_1"], "renamed");
+}

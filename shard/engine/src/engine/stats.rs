@@ -104,6 +104,34 @@ impl StatsSink {
         }
     }
 
+    /// A server was assigned to a client of `database` to run its queries (not one that
+    /// only gave a transaction-mode client its welcome).
+    pub(super) fn assigned(&mut self, database: Option<DatabaseSlot>) {
+        if let Some(database) = database {
+            self.databases.record_assignment(database);
+        }
+    }
+
+    /// A client of `database` logged in (the console's included, as PgBouncer counts them).
+    pub(super) fn logged_in(&mut self, database: DatabaseSlot) {
+        self.databases.record_login(database);
+    }
+
+    /// Named statements of a client of `database`: `client_parses` it prepared,
+    /// `server_parses` pgtier prepared on servers for it, `binds` of them forwarded.
+    pub(super) fn statements(
+        &mut self,
+        database: DatabaseSlot,
+        client_parses: u64,
+        server_parses: u64,
+        binds: u64,
+    ) {
+        if client_parses + server_parses + binds > 0 {
+            self.databases
+                .record_statements(database, client_parses, server_parses, binds);
+        }
+    }
+
     /// A server's answers completed queries and transactions; a full batch goes to the
     /// shared totals now, so they lag by one batch at most.
     pub(super) fn answered(&mut self, answers: Answers, shared: &Shared) {
@@ -129,11 +157,13 @@ impl StatsSink {
         }
     }
 
-    /// A console statement was answered (PgBouncer counts its console's queries under its
-    /// `pgbouncer` database).
+    /// A console statement is about to be answered (PgBouncer counts its console's queries
+    /// under its `pgbouncer` database). The per-database counts fold at once, so that the
+    /// statement's own answer counts it (`SHOW TOTALS` includes itself, as in PgBouncer).
     pub(super) fn console_query(&mut self, database: DatabaseSlot) {
         self.databases.record_query(database, 0);
         self.databases.record_transaction(database, 0);
+        self.databases.fold();
     }
 
     pub(super) fn client_accepted(&mut self) {

@@ -616,6 +616,63 @@ fn a_cancel_with_a_wrong_key_does_nothing() {
     assert!(h.cancels.is_empty());
 }
 
+/// A CancelRequest for `key` (BackendKeyData's 8 bytes) from a new connection.
+fn send_cancel(h: &mut Harness, key: &[u8]) -> crate::ClientId {
+    let canceller = h.accept();
+    let mut cancel = 16u32.to_be_bytes().to_vec();
+    cancel.extend_from_slice(&80_877_102u32.to_be_bytes());
+    cancel.extend_from_slice(key);
+    h.client_sends(canceller, &cancel);
+    canceller
+}
+
+/// Peering: keys carry this process's `peer_id`; a request for a key of another peer goes
+/// to that peer with one forward less left, and one with none left, or for a peer not in
+/// `[peers]`, is dropped; a request for our own key that was forwarded to us (TTL below 3)
+/// still cancels.
+#[test]
+fn with_peering_cancel_requests_go_to_the_peer_that_issued_the_key() {
+    let peers =
+        "peer_id = 1\n[peers.1]\nhost = \"/tmp/me\"\n[peers.2]\nhost = \"10.0.0.2\"\nport = 6500\n";
+    let mut h = Harness::new(&config(&format!("{TX}\n{peers}")));
+    let (a, messages) = h.login("alice", "db");
+    let key = messages
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("key")
+        .body
+        .clone();
+    assert_eq!((key[1], key[2]), (1, 0), "our peer id, PgBouncer's bytes");
+    assert_eq!(key[7] & 0b11, 0b11, "a full TTL");
+    // Another peer's key: forwarded, TTL lowered.
+    let mut theirs = key.to_vec();
+    theirs[1] = 2;
+    let canceller = send_cancel(&mut h, &theirs);
+    assert!(h.is_closed(Conn::Client(canceller)));
+    assert_eq!(h.forwarded_cancels.len(), 1);
+    let (addr, request) = h.forwarded_cancels[0].clone();
+    assert_eq!(addr.to_string(), "10.0.0.2:6500");
+    assert_eq!(request[8..15], theirs[..7]);
+    assert_eq!(request[15], theirs[7] - 1, "one forward less");
+    // No forward left, or a peer we do not know: dropped.
+    let mut spent = theirs.clone();
+    spent[7] &= !0b11;
+    send_cancel(&mut h, &spent);
+    let mut unknown = theirs.clone();
+    unknown[1] = 9;
+    send_cancel(&mut h, &unknown);
+    assert_eq!(h.forwarded_cancels.len(), 1);
+    // Our own key, forwarded here by a peer (TTL 2): it cancels.
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    h.client_sends(a, &query("SELECT sleep"));
+    let mut forwarded = key.to_vec();
+    forwarded[7] -= 1;
+    send_cancel(&mut h, &forwarded);
+    assert_eq!(h.cancels, vec![server]);
+    assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
+}
+
 #[test]
 fn query_timeout_ends_a_query_that_runs_too_long() {
     let mut h = Harness::new(&config(&format!("{TX}\nquery_timeout = 1")));
@@ -829,12 +886,34 @@ fn per_database_statistics_and_pool_gauges_follow_the_traffic() {
     assert_eq!(db.totals.query_times.total(), 3);
     assert_eq!(db.totals.xact_times.total(), 3);
     assert!(db.totals.received_bytes > 0 && db.totals.sent_bytes > 0);
+    assert_eq!(db.totals.client_login_count, 1, "one login");
+    assert_eq!(
+        db.totals.server_assignment_count, 3,
+        "one per transaction (the server of the welcome is not kept)"
+    );
     let gauges = h.engine.pool_gauges();
     assert_eq!(gauges.len(), 1);
     let pool = &gauges[0];
     assert_eq!((&*pool.database, &*pool.user), ("db", "alice"));
     assert_eq!((pool.clients_active, pool.clients_waiting), (1, 0));
     assert_eq!((pool.servers_idle, pool.servers_active), (1, 0));
+}
+
+/// In session mode the server of the welcome is the client's: one assignment per client,
+/// however many transactions it runs.
+#[test]
+fn a_session_mode_client_is_assigned_its_server_once() {
+    let mut h = Harness::new(&config("pool_mode = \"session\""));
+    let (a, _) = h.login("alice", "db");
+    for _ in 0..3 {
+        h.client_sends(a, &query("SELECT 1"));
+        assert_eq!(h.client_tags(a), "TDCZ");
+    }
+    h.engine.fold_counters();
+    let stats = h.engine.env.shared().databases.stats();
+    let db = stats.iter().find(|s| &*s.database == "db").expect("db");
+    assert_eq!(db.totals.server_assignment_count, 1);
+    assert_eq!(db.totals.client_login_count, 1);
 }
 
 /// `counter_flush_queries`: a full batch reaches the shared totals without waiting for

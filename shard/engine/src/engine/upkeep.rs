@@ -8,18 +8,20 @@
 
 use bytes::BytesMut;
 use pgtier_pool::{Closing, PoolId, ServerTarget};
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::action::{Action, CloseHow, Conn};
-use crate::cancel::{CancelKey, shard_of};
+use crate::addr::ServerAddr;
+use crate::cancel::{CancelKey, TTL_MASK, peer_of, shard_of, ttl_of};
 use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
-    ConsoleStep, admin_op_condition_holds, client_by_key, clients_of, complete, console_error,
-    idle_servers_of, ignored_set, mark_servers_to_close, refusal_error, servers_of,
+    ConsoleStep, admin_op_condition_holds, client_by_ref, clients_of, complete, console_error,
+    idle_servers_of, ignored_set, is_admin_database, mark_servers_to_close, refusal_error,
+    servers_of,
 };
 use crate::engine::timeouts::ClientTimeouts;
-use crate::gates::{AdminOp, AdminRequest, Scope, ShutdownMode};
+use crate::gates::{AdminOp, AdminRequest, ClientRef, Scope, ShutdownMode};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::reconfigure::Order;
@@ -287,6 +289,9 @@ impl Engine {
                 &mut self.outbox,
             ),
             Command::ListSessions { from, request_id } => {
+                // The asking console may read the statistics too: they are current with
+                // this shard's rows.
+                self.fold_counters();
                 let part = Box::new(self.list_sessions());
                 self.outbox.push(Action::Post {
                     shard: from,
@@ -316,8 +321,19 @@ impl Engine {
 
     // ---- cancel ----
 
-    /// A CancelRequest arrived here; handled here or passed to the owning shard.
-    pub(super) fn route_cancel(&mut self, key: CancelKey) {
+    /// A CancelRequest arrived here; handled here, passed to the owning shard, or (with
+    /// peering) forwarded to the peer that issued its key.
+    pub(super) fn route_cancel(&mut self, mut key: CancelKey) {
+        let own_peer = self.env.peer_id();
+        if own_peer != 0 {
+            let peer = peer_of(key);
+            if peer != own_peer {
+                self.forward_cancel_to_peer(peer, key);
+                return;
+            }
+            // Keys are kept with a full TTL; a forwarded request arrives with less.
+            key.secret |= TTL_MASK;
+        }
         let owner = shard_of(key.secret);
         if owner == self.env.shard() {
             self.handle_cancel(key);
@@ -330,6 +346,37 @@ impl Engine {
                 },
             });
         }
+    }
+
+    /// Sends a CancelRequest on to `peer`, which issued its key, with one forward less left;
+    /// dropped when none is left or the peer is not in `[peers]` (as PgBouncer does).
+    fn forward_cancel_to_peer(&mut self, peer: u16, key: CancelKey) {
+        let ttl = ttl_of(key);
+        if ttl == 0 {
+            info!(
+                peer,
+                "cancel request dropped: its forwarding TTL was exhausted"
+            );
+            return;
+        }
+        let config = self.env.config().clone();
+        let Some(entry) = config.peers.get(&peer) else {
+            info!(peer, "cancel request dropped: no such peer in [peers]");
+            return;
+        };
+        let addr =
+            match ServerAddr::of_host(&entry.addr, |host, port| self.servers.resolve(host, port)) {
+                Ok(addr) => addr,
+                Err(reason) => {
+                    info!(peer, %reason, "cancel request dropped: the peer's address");
+                    return;
+                }
+            };
+        debug!(peer, %addr, "forwarding a cancel request to its peer");
+        self.outbox.push(Action::ForwardCancel {
+            addr,
+            request: crate::messages::cancel_request(key.pid, key.secret - 1),
+        });
     }
 
     /// Forwards a cancel only if the key's client still has a server running its query.
@@ -402,7 +449,7 @@ impl Engine {
                 if !earlier.is_empty() {
                     self.send(Conn::Client(id), earlier.freeze());
                 }
-                let request_id = self.admin.ops_mut().ask(id, change.tag(), 1);
+                let request_id = self.admin.ops_mut().ask(id, change.tag(), 1, false);
                 let order = Order {
                     shard: self.env.shard(),
                     request_id,
@@ -460,7 +507,7 @@ impl Engine {
     /// Posts `op` to every shard it concerns (this one included, applied at once).
     fn ask_shards(&mut self, id: ClientId, op: AdminOp) {
         let shards: Vec<usize> = match &op {
-            AdminOp::KillClient { shard, .. } => vec![*shard],
+            AdminOp::KillClient(ClientRef::Ptr { shard, .. }) => vec![*shard],
             _ => (0..self.env.shared().shards()).collect(),
         };
         if shards
@@ -474,10 +521,12 @@ impl Engine {
             self.answer_console(id, op.tag(), Some(error));
             return;
         }
-        let request_id = self
-            .admin
-            .ops_mut()
-            .ask(id, op.tag().to_string(), shards.len());
+        let request_id = self.admin.ops_mut().ask(
+            id,
+            op.tag().to_string(),
+            shards.len(),
+            matches!(op, AdminOp::KillClient(ClientRef::Id(_))),
+        );
         for shard in shards {
             if shard == self.env.shard() {
                 self.apply_admin_op(self.env.shard(), request_id, op.clone());
@@ -523,21 +572,25 @@ impl Engine {
                 Ok(())
             }
             AdminOp::WaitClose(_) => Ok(()),
-            AdminOp::Kill(database) => {
-                // Every client of the database gets PgBouncer's error and goes, every
-                // server closes now.
-                let scope = Scope::Database(database.clone());
-                self.admin.gates_mut().pause(&scope);
-                for id in clients_of(&self.clients, &scope) {
+            AdminOp::Kill(scope) => {
+                // Every client of the scope gets PgBouncer's error and goes, every server
+                // closes now; each database is paused by name, so RESUME of one lifts it.
+                for database in self.databases_killed_by(scope) {
+                    self.admin.gates_mut().pause(&Scope::Database(database));
+                }
+                for id in clients_of(&self.clients, scope) {
+                    if self.clients.is_console_client(id) {
+                        continue;
+                    }
                     let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "database removed");
                     self.close_client(id, Some(error));
                 }
-                for id in servers_of(&self.servers, &self.linker, &scope) {
+                for id in servers_of(&self.servers, &self.linker, scope) {
                     self.close_server(id);
                 }
                 Ok(())
             }
-            AdminOp::KillClient { key, .. } => match client_by_key(&self.clients, *key) {
+            AdminOp::KillClient(target) => match client_by_ref(&self.clients, *target) {
                 Some(id) => {
                     let error =
                         messages::fatal(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect");
@@ -571,6 +624,29 @@ impl Engine {
             }
             Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
         }
+    }
+
+    /// The databases a KILL of `scope` pauses: the one named, or every configured entry
+    /// and every database this shard has a pool or a client of (the console's excepted).
+    fn databases_killed_by(&self, scope: &Scope) -> Vec<String> {
+        let Scope::All = scope else {
+            return match scope {
+                Scope::Database(name) => vec![name.clone()],
+                Scope::All => Vec::new(),
+            };
+        };
+        let mut names: std::collections::BTreeSet<String> =
+            self.env.config().databases.keys().cloned().collect();
+        for (_, key, _) in self.linker.pools().pools() {
+            names.insert(key.database.to_string());
+        }
+        for (_, client) in self.clients.iter() {
+            if let Some(session) = client.session() {
+                names.insert(session.database().to_string());
+            }
+        }
+        names.retain(|name| !is_admin_database(name));
+        names.into_iter().collect()
     }
 
     /// Sends shard `from` this shard's answer to `request_id`.

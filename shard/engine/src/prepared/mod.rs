@@ -30,5 +30,6 @@ pub use rewrite::Chunks;
 pub(crate) use rewrite::Rewrite;
 pub(crate) use rewrite::Rewriter;
 pub(crate) use rewrite::ServerPrepared;
+pub(crate) use rewrite::StatementCounts;
 pub(crate) use rewrite::StatementLimits;
 pub use statement::{Registry, Statement};

@@ -103,6 +103,19 @@ pub(crate) enum Rewrite {
     OverLimit,
 }
 
+/// What a rewrite did with named statements, for `SHOW STATS` (PgBouncer's
+/// `client_parse_count`, `server_parse_count` and `bind_count`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatementCounts {
+    /// Parses of named statements from the client.
+    pub client_parses: u64,
+    /// Parses sent to the server for a statement it did not hold (the client's own, or
+    /// one prepared before a Bind or Describe).
+    pub server_parses: u64,
+    /// Binds of the client's named statements.
+    pub binds: u64,
+}
+
 /// One client message's rewrite, over the state it touches.
 pub(crate) struct Rewriter<'a> {
     pub names: &'a mut Option<Box<ClientStatements>>,
@@ -112,6 +125,8 @@ pub(crate) struct Rewriter<'a> {
     pub limits: StatementLimits,
     /// Type bytes of the messages pgtier added, for the tracker.
     pub injected: SmallVec<[u8; 4]>,
+    /// Named statements parsed and bound so far.
+    pub counted: StatementCounts,
 }
 
 impl Rewriter<'_> {
@@ -260,6 +275,7 @@ impl Rewriter<'_> {
             return self.parse_unnamed(parse.sql, body, effects, out);
         }
         let definition = &body[parse.statement.len() + 1..];
+        self.counted.client_parses += 1;
         if let Some(existing) = self.statement(parse.statement) {
             // PostgreSQL refuses a name in use (42P05): the server does, for the server name.
             self.ensure(&existing, OnError::Forward, false, out);
@@ -287,8 +303,12 @@ impl Rewriter<'_> {
         let statement = self.registry.intern(definition);
         names.insert(parse.statement, statement.clone());
         match self.server.statements.held(statement.id()) {
+            // The server holds it: it answers the client's Parse, but nothing new is made.
             Some(_) => self.inject_close(CloseOwed::Reprepare(statement.clone()), out),
-            None => self.make_room(statement.id(), out),
+            None => {
+                self.counted.server_parses += 1;
+                self.make_room(statement.id(), out);
+            }
         }
         statement.encode_parse(self.scratch);
         self.emit(out);
@@ -385,6 +405,7 @@ impl Rewriter<'_> {
         let statement = self.statement(name);
         let mut acts = None;
         if let Some(statement) = &statement {
+            self.counted.binds += 1;
             self.ensure(statement, OnError::Forward, false, out);
             if statement.deallocates_all() {
                 // A named `DEALLOCATE ALL`: as the unnamed one, it acts at this portal's
@@ -588,6 +609,7 @@ impl Rewriter<'_> {
             Some(Held::Unknown) => self.inject_close(CloseOwed::Reprepare(statement.clone()), out),
             None => self.make_room(statement.id(), out),
         }
+        self.counted.server_parses += 1;
         statement.encode_parse(self.scratch);
         self.inject(b'P', out);
         self.server.statements.prepared(statement.clone());

@@ -258,6 +258,8 @@ impl Backend {
 /// Where a server is and when it was used, for listings.
 #[derive(Debug)]
 pub(crate) struct ServerInfo {
+    /// Its number in listings (`SHOW SERVERS`' `id`); it keeps it when it moves shards.
+    socket_id: crate::ids::SocketId,
     addr: ServerAddr,
     /// When the connect was asked for, and when a client last got it (listings).
     connected_at: Instant,
@@ -270,6 +272,15 @@ pub(crate) struct ServerInfo {
 }
 
 impl ServerInfo {
+    pub fn socket_id(&self) -> crate::ids::SocketId {
+        self.socket_id
+    }
+
+    /// Numbered when opened (or when it arrives from another shard, with its own number).
+    pub(crate) fn set_socket_id(&mut self, id: crate::ids::SocketId) {
+        self.socket_id = id;
+    }
+
     pub(crate) fn listed_host(&self) -> Option<&str> {
         self.listed_host.as_deref()
     }
@@ -306,6 +317,7 @@ impl ServerConn {
             io: ServerIo::default(),
             backend: Backend::default(),
             info: ServerInfo {
+                socket_id: crate::ids::SocketId::default(),
                 addr,
                 connected_at: now,
                 last_linked: None,

@@ -62,6 +62,7 @@ pub struct MovedServer {
     pub(crate) connected_at: Instant,
     pub(crate) last_linked: Option<Instant>,
     pub(crate) local_addr: Option<SocketAddr>,
+    pub(crate) socket_id: crate::ids::SocketId,
 }
 
 /// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
@@ -126,6 +127,7 @@ impl ServerConn {
             connected_at: self.info.connected_at,
             last_linked: self.info.last_linked,
             local_addr: self.info.local_addr,
+            socket_id: self.info.socket_id,
         }
     }
 
@@ -147,6 +149,7 @@ impl ServerConn {
         server.backend.key = parcel.backend_key;
         server.info.last_linked = parcel.last_linked;
         server.info.local_addr = parcel.local_addr;
+        server.info.socket_id = parcel.socket_id;
         let arrival = Arrival {
             welcome: parcel.welcome,
             statements: parcel.statements,

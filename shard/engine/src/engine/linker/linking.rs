@@ -241,6 +241,10 @@ pub(in crate::engine) fn link(
     };
     let database = client.session().map(|session| session.stats());
     stats.waited(database, wait_us);
+    if !joining {
+        // A welcome's server is counted once the client keeps it (`finish_welcome`).
+        stats.assigned(database);
+    }
     let Some(session) = client.session_mut() else {
         return Linked::Gone;
     };
@@ -254,6 +258,8 @@ pub(in crate::engine) fn link(
         PoolMode::Transaction | PoolMode::Statement => Reset::None,
     };
     let refuses_blocks = session.mode().refuses_transaction_blocks();
+    let rewrites =
+        session.mode().releases_at_idle_ready() && env.limits().max_prepared_statements > 0;
     session.transaction_began(now);
     let Some(server) = servers.get_mut(server_id.0) else {
         return Linked::Gone;
@@ -263,6 +269,17 @@ pub(in crate::engine) fn link(
         .backend_mut()
         .relay_mut()
         .set_refuses_blocks(refuses_blocks);
+    if rewrites {
+        // A server opened while `max_prepared_statements` was 0 takes up statement
+        // rewriting once a reload or SET turns it on, as PgBouncer's servers do. What
+        // clients prepared on it before kept their own names, never `pgtier_N`, so none is
+        // confused with the statements pgtier prepares from now on.
+        server
+            .backend_mut()
+            .relay_mut()
+            .prepared
+            .get_or_insert_with(Box::default);
+    }
     if joining {
         client.welcoming(server_id);
         return Linked::Welcoming(server_id);
@@ -346,7 +363,17 @@ pub(in crate::engine) fn forward(
         texts: logins.texts_mut(),
         digests: stats.digests_mut(),
     };
-    client.forward_to(server, shared, options, out)
+    let forwarded = client.forward_to(server, shared, options, out);
+    let counted = out.statements;
+    if let Some(database) = client.session().map(|session| session.stats()) {
+        stats.statements(
+            database,
+            counted.client_parses,
+            counted.server_parses,
+            counted.binds,
+        );
+    }
+    forwarded
 }
 
 /// The settings a client's forward follows, from the limits in force.

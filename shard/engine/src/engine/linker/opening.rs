@@ -152,6 +152,9 @@ impl Linker {
             }
         };
         let mut server = ServerConn::new(pool, addr.clone(), mode, now);
+        server
+            .info_mut()
+            .set_socket_id(env.shared().next_socket_id());
         if let Some(host) = listed_host {
             server.opened_for_listed_host(host);
         }

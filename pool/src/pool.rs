@@ -169,6 +169,9 @@ pub(crate) struct Pool<S> {
     pub(crate) warmup_after: Option<Instant>,
     /// Where the next open goes in the database's host list, if it has one.
     pub(crate) host_turn: HostTurn,
+    /// Opens that took a reserve slot and that the caller has not been told of yet
+    /// ([`PoolSlice::take_reserve_open`](crate::PoolSlice::take_reserve_open)).
+    pub(crate) reserve_opens: u32,
 }
 
 impl<S> Pool<S> {
@@ -195,6 +198,7 @@ impl<S> Pool<S> {
             warm_share: None,
             warmup_after: None,
             host_turn: HostTurn::default(),
+            reserve_opens: 0,
         }
     }
 

@@ -549,14 +549,42 @@ fn reserve_is_used_only_after_reserve_pool_timeout() {
         .register(&key("alice"), &reserve, t0)
         .expect("register");
     assert_eq!(slice.try_open(id, t0), Ok(()));
+    assert!(!slice.take_reserve_open(id), "within pool_size");
     slice.park(id, 100, t0, None).expect("parked");
     assert_eq!(slice.try_open(id, t0 + secs(4)), Err(Refusal::PoolFull));
     assert_eq!(slice.try_open(id, t0 + secs(5)), Ok(()));
+    assert!(slice.take_reserve_open(id), "from the reserve");
+    assert!(!slice.take_reserve_open(id), "told once");
     assert_eq!(
         slice.try_open(id, t0 + secs(6)),
         Err(Refusal::PoolFull),
         "reserve spent"
     );
+}
+
+#[test]
+fn a_server_opened_from_the_reserve_stays_in_the_pool() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 1);
+    let reserve = PoolLimits {
+        reserve_pool_timeout: Some(secs(5)),
+        ..PoolLimits::with_budget(Arc::new(PoolBudget::new(1, 1)))
+    };
+    let id = slice
+        .register(&key("alice"), &reserve, t0)
+        .expect("register");
+    open_idle(&mut slice, id, 7, t0);
+    let _held = slice.checkout(id).expect("server");
+    slice.park(id, 100, t0, None).expect("parked");
+    assert_eq!(slice.try_open(id, t0 + secs(5)), Ok(()));
+    let Checkin::Handoff { waiter, lease } = slice.opened(id, 8, t0 + secs(5)) else {
+        panic!("the reserve server goes to the waiter");
+    };
+    assert_eq!(waiter, 100);
+    // As in PgBouncer, the reserve server is not closed when it comes back: the next
+    // client uses it without waiting again.
+    assert_eq!(slice.checkin(id, lease, t0 + secs(6)), Checkin::Pooled);
+    assert_eq!(slice.checkout(id).map(|lease| lease.server), Some(8));
 }
 
 #[test]

@@ -186,6 +186,8 @@ pub struct Shared {
     /// Clients per database entry and per user (`max_db_client_connections`,
     /// `max_user_client_connections`).
     pub client_counts: Arc<crate::client_counts::ClientCounts>,
+    /// Names the `*` entry has served (its "registered new auto-database" line, once each).
+    pub auto_databases: crate::auto_databases::AutoDatabases,
     pub stats: SharedStats,
     pub totals: SharedTotals,
     /// Query latency of the current interval per class (premium = 0), folded by shards.
@@ -214,6 +216,7 @@ impl Shared {
             shards: shards.max(1),
             clients: AtomicU32::new(0),
             client_counts: Arc::default(),
+            auto_databases: Default::default(),
             stats: SharedStats::default(),
             totals: SharedTotals::new(),
             latency: std::array::from_fn(|_| SharedHistogram::new()),

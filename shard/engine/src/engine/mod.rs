@@ -810,6 +810,9 @@ impl Engine {
     // ---- server connections: the server table's steps (`backend.rs`), routed ----
 
     fn on_server_connected(&mut self, id: ServerId, result: Result<(), i32>) {
+        if result.is_ok() && self.env.config().pgtier.log_connections {
+            self.log_server_connected(id);
+        }
         match self
             .servers
             .connected(id, result, self.now, &mut self.outbox)
@@ -820,6 +823,25 @@ impl Engine {
             }
             backend::Connected::StartLogin => self.start_server_login(id),
         }
+    }
+
+    /// PgBouncer's `log_connections` line for a server socket that connected: its pool,
+    /// the server's address and the local end (operators and PgBouncer's test suite read it).
+    fn log_server_connected(&self, id: ServerId) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let Some(key) = self.linker.pools().key(server.pool()) else {
+            return;
+        };
+        let info = server.info();
+        let line = crate::log_lines::server_connected(
+            &key.database,
+            &key.server_user,
+            info.addr(),
+            info.local_addr(),
+        );
+        info!(server = id.index(), "{line}");
     }
 
     fn start_server_login(&mut self, id: ServerId) {
@@ -1886,12 +1908,29 @@ impl Engine {
         }
     }
 
+    /// PgBouncer's line for the first client of a database name the `*` entry serves.
+    fn note_auto_database(&self, pool: PoolId) {
+        let Some(key) = self.linker.pools().key(pool) else {
+            return;
+        };
+        let config = self.env.config();
+        let through_fallback =
+            config.fallback.is_some() && !config.databases.contains_key(&*key.database);
+        if through_fallback && self.env.shared().auto_databases.register(&key.database) {
+            info!(
+                "{}",
+                crate::log_lines::registered_auto_database(&key.database)
+            );
+        }
+    }
+
     /// A logged-in client joins its pool: welcomed from the pool's cached parameters when
     /// it can be, else parked for a server whose login makes its welcome.
     fn join_pool(&mut self, id: ClientId) {
         let Some(pool) = self.register_pool(id) else {
             return;
         };
+        self.note_auto_database(pool);
         if let Some(error) = self.linker.failed_login_for(pool, self.now) {
             self.close_client(id, Some(error));
             return;

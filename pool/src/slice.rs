@@ -366,7 +366,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         debug_assert!(pool.opening > 0, "opened without try_open");
         pool.opening = pool.opening.saturating_sub(1);
         pool.failure = None;
-        pool.host_turn.opened();
+        pool.limits.host_turn.opened();
         if pool.draining {
             pool.limits.budgets().for_each(PoolBudget::release);
             self.forget_if_unused(id);
@@ -390,7 +390,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
             pool.failure = Some(LoginFailure { error, retry_at });
-            pool.host_turn.failed();
+            pool.limits.host_turn.failed();
             pool.limits.budgets().for_each(PoolBudget::release);
         }
         self.forget_if_unused(id);
@@ -400,7 +400,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
     /// (`balance`: PgBouncer's `load_balance_hosts`); 0 for a stale id.
     pub fn next_host(&mut self, id: PoolId, hosts: usize, balance: HostBalance) -> usize {
         self.pool_mut(id)
-            .map_or(0, |pool| pool.host_turn.next(hosts, balance))
+            .map_or(0, |pool| pool.limits.host_turn.next(hosts, balance))
     }
 
     /// The error a client joining this pool gets now instead of waiting: Some while `now <

@@ -823,3 +823,42 @@ fn checkout_checkin_cost() {
     let per_cycle = started.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
     println!("park + next_waiter: {per_cycle:.1} ns");
 }
+
+#[test]
+fn workers_share_a_pools_place_in_its_host_list() {
+    let t0 = Instant::now();
+    let shared = limits(4);
+    let mut first = Slice::new(10, 2);
+    let mut second = Slice::new(10, 2);
+    let on_first = first
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let on_second = second
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let stay = HostBalance::StayUntilFailure;
+    // The first worker's open goes to host 0, which fails: the second worker's next open
+    // passes it over, as PgBouncer's one pool would.
+    assert_eq!(first.try_open(on_first, t0), Ok(()));
+    assert_eq!(first.next_host(on_first, 2, stay), 0);
+    first.open_failed(on_first, t0, None);
+    assert_eq!(second.try_open(on_second, t0), Ok(()));
+    assert_eq!(second.next_host(on_second, 2, stay), 1);
+    assert_eq!(second.opened(on_second, 7, t0), Checkin::Pooled);
+    assert_eq!(first.next_host(on_first, 2, stay), 1, "host 1 works: stay");
+    // Both workers' opens to host 1 fail at once: the turn moves on once, not twice.
+    assert_eq!(first.try_open(on_first, t0), Ok(()));
+    assert_eq!(second.try_open(on_second, t0), Ok(()));
+    first.open_failed(on_first, t0, None);
+    second.open_failed(on_second, t0, None);
+    assert_eq!(first.next_host(on_first, 2, stay), 0);
+    assert_eq!(second.next_host(on_second, 2, stay), 0);
+    // Round robin turns once per open, whichever worker opens.
+    let round = HostBalance::RoundRobin;
+    let picks = [
+        first.next_host(on_first, 3, round),
+        second.next_host(on_second, 3, round),
+        first.next_host(on_first, 3, round),
+    ];
+    assert_eq!(picks, [2, 0, 1]);
+}

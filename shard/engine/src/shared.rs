@@ -14,7 +14,7 @@ use pgtier_core::class::CLASS_COUNT;
 use pgtier_core::metrics::{
     DatabaseRegistry, DigestStore, IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot,
 };
-use pgtier_pool::{PoolBudget, PoolKey};
+use pgtier_pool::{HostTurn, PoolBudget, PoolKey};
 
 use crate::pool_gauges::PublishedGauges;
 
@@ -100,6 +100,8 @@ pub(crate) struct KeyBudgets {
     pub pool: Arc<PoolBudget>,
     pub database: Arc<PoolBudget>,
     pub user: Arc<PoolBudget>,
+    /// Not a budget, but shared by key the same way: the pool's place in its host list.
+    pub host_turn: Arc<HostTurn>,
 }
 
 /// Budgets by key, database entry and user, created on first use and shared by every shard.
@@ -109,6 +111,7 @@ pub struct BudgetRegistry {
     pools: Mutex<HashMap<PoolKey, Arc<PoolBudget>>>,
     databases: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
     users: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
+    host_turns: Mutex<HashMap<PoolKey, Arc<HostTurn>>>,
 }
 
 fn entry<K: std::hash::Hash + Eq>(
@@ -144,6 +147,13 @@ impl BudgetRegistry {
                 max_user_connections,
                 0,
             ),
+            host_turn: self
+                .host_turns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(key.clone())
+                .or_default()
+                .clone(),
         }
     }
 

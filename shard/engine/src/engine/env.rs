@@ -96,6 +96,7 @@ impl Env {
                 .duration(),
             max_spellings: self.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
+            host_turn: budgets.host_turn,
             wait_order: match settings.waiter_policy {
                 WaiterPolicy::Fifo => WaitOrder::Fifo,
                 WaiterPolicy::Class => WaitOrder::Class {

@@ -1240,6 +1240,9 @@ impl Engine {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
+                    if self.make_room_for_replication(pool) {
+                        return;
+                    }
                     self.linker
                         .warn_if_pinned_out(pool, &self.clients, self.now);
                     self.linker.ask_other_shards_for_a_server(
@@ -1265,6 +1268,26 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A replication pool is full: its budget is shared with the ordinary pool of its
+    /// database and user, and as PgBouncer does, an idle server of that pool is evicted to
+    /// make room (here, else on another shard through the budget). False: not a
+    /// replication pool.
+    fn make_room_for_replication(&mut self, pool: PoolId) -> bool {
+        let replication = self
+            .linker
+            .pools()
+            .key(pool)
+            .is_some_and(|key| key.profile.is_replication());
+        if !replication {
+            return false;
+        }
+        match self.linker.pools_mut().evict_idle_sibling(pool) {
+            Some(closing) => self.retire(closing),
+            None => self.linker.pools_mut().request_release_of_pool_budget(pool),
+        }
+        true
     }
 
     /// Fails every client waiting on a pool with `error`.
@@ -1510,6 +1533,7 @@ impl Engine {
                 reason,
                 open_replacement,
             } => {
+                log_eviction(id, reason);
                 debug!(
                     ?id,
                     reason = reason.as_str(),
@@ -1598,6 +1622,7 @@ impl Engine {
 
     /// Ends an idle server the pool took out to close (`ServerTable::retire`).
     fn retire(&mut self, closing: pgtier_pool::Closing<ServerId>) {
+        log_eviction(closing.lease.server, closing.reason);
         self.servers.retire(closing, self.now, &mut self.outbox);
     }
 
@@ -2197,5 +2222,13 @@ impl Engine {
             0 => Ok(()),
             held => Err(format!("{held} budget slots are still held")),
         }
+    }
+}
+
+/// PgBouncer's line for a server closed to make room for other clients (operators and its
+/// test suite look for it).
+fn log_eviction(id: ServerId, reason: pgtier_pool::CloseReason) {
+    if reason.is_eviction() {
+        info!(server = id.index(), "closing because: evicted");
     }
 }

@@ -543,7 +543,8 @@ pub fn databases(
             None,
             some(0),
             some(0),
-            some(0),
+            // The global limit holds for the console too (its admin users excepted).
+            some(config.pgtier.max_db_client_connections),
             some(console_clients),
             some(0),
             some(0),

@@ -720,6 +720,18 @@ fn show_databases_lists_entries_the_fallback_and_the_console() {
         text("6499"),
         "the console is on the listen port"
     );
+    assert_eq!(rows[2][13], text("0"), "no max_db_client_connections");
+}
+
+#[test]
+fn the_console_row_shows_the_global_client_limit() {
+    let mut config = config("");
+    config.pgtier.max_db_client_connections = 2;
+    let (messages, _) = run_full("SHOW DATABASES", ConsoleRights::Stats, None, Some(&config));
+    let rows = rows(&messages);
+    let console = rows.last().expect("the console's row");
+    assert_eq!(console[0], text("pgbouncer"));
+    assert_eq!(console[13], text("2"), "max_client_connections");
 }
 
 #[test]

@@ -96,10 +96,12 @@ impl PoolBudget {
         self.reserve.store(reserve, Ordering::Relaxed);
     }
 
-    /// Whether more slots are taken than the limit allows (the limit was lowered by a reload).
+    /// Whether more slots are taken than the limit and the reserve allow (they were lowered
+    /// by a reload). A server opened from the reserve is not over: as in PgBouncer, it stays
+    /// in the pool until an idle timeout or its lifetime ends it, and clients use it meanwhile.
     pub(crate) fn is_over_limit(&self) -> bool {
         let limit = self.limit();
-        limit != 0 && self.in_use() > limit
+        limit != 0 && self.in_use() > limit.saturating_add(self.reserve())
     }
 
     /// Whether a new slot could be taken now (a hint; [`PoolBudget::try_acquire`] decides).

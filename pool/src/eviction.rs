@@ -28,6 +28,28 @@ impl<S, W: Copy> PoolSlice<S, W> {
         )
     }
 
+    /// The open of pool `id` was refused by its own budget, which other pools share (a
+    /// replication pool and the ordinary pool of its database and user, as PgBouncer counts
+    /// replication servers in the pool): takes out the longest-idle server of another pool
+    /// of this slice holding that budget, to be closed. None: no such server here; ask the
+    /// other workers through the budget ([`PoolSlice::request_release_of_pool_budget`]).
+    pub fn evict_idle_sibling(&mut self, id: PoolId) -> Option<Closing<S>> {
+        let budget = Arc::clone(&self.pool(id)?.limits.pool_budget);
+        self.take_oldest_idle(
+            |other, pool| other != id && Arc::ptr_eq(&pool.limits.pool_budget, &budget),
+            CloseReason::SharedBudgetFull,
+        )
+    }
+
+    /// Asks the other workers to close one idle server holding pool `id`'s own budget (they
+    /// do at their next housekeeping, or when one comes back unwanted), for a pool whose
+    /// budget other pools share and whose clients wait.
+    pub fn request_release_of_pool_budget(&self, id: PoolId) {
+        if let Some(pool) = self.pool(id) {
+            pool.limits.pool_budget.request_release();
+        }
+    }
+
     /// Another worker's clients wait under `budget` (a shared cap): takes out an idle server
     /// of a pool of this slice that holds it and has no client waiting here, to be closed.
     pub fn release_idle_sharing(&mut self, budget: &Arc<PoolBudget>) -> Option<Closing<S>> {

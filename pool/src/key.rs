@@ -76,6 +76,12 @@ impl StartupProfile {
             .map(|(name, value)| (name.as_ref(), value.as_ref()))
     }
 
+    /// Whether this is the profile of a replication connection (only those keep the
+    /// `replication` parameter: `replication=false` is dropped at login).
+    pub fn is_replication(&self) -> bool {
+        self.parameters().any(|(name, _)| name == "replication")
+    }
+
     /// Whether there are no untracked parameters (the common case).
     pub fn is_empty(&self) -> bool {
         self.parameters.is_empty()

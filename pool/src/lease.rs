@@ -23,14 +23,15 @@ pub enum CloseReason {
     Lifetime,
     /// Idle longer than `server_idle_timeout`, above `min_pool_size`.
     IdleTimeout,
-    /// Another worker's clients wait for a slot of a shared budget this server holds.
+    /// Another worker's clients wait for a slot of a budget this server holds.
     ReleaseRequested,
     /// The pool is draining (replica down, entry removed or changed by a reload).
     Draining,
     /// More servers are open than a (lowered) budget limit allows.
     OverLimit,
-    /// Another pool of this worker waits under a full shared budget this server holds
-    /// (`max_db_connections`, `max_user_connections`).
+    /// Another pool of this worker waits under a full budget this server holds: a shared
+    /// cap (`max_db_connections`, `max_user_connections`), or the pool size a replication
+    /// pool shares with the ordinary pool of its database and user.
     SharedBudgetFull,
     /// This worker needed room for a new pool (`max_pools_per_worker`) and this server's pool
     /// was the least recently used one nobody was registered with.
@@ -41,6 +42,15 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// Whether the server is closed to make room for clients of another pool or worker
+    /// (PgBouncer says "evicted").
+    pub const fn is_eviction(self) -> bool {
+        matches!(
+            self,
+            CloseReason::SharedBudgetFull | CloseReason::ReleaseRequested
+        )
+    }
+
     /// Text for logs and admin output.
     pub const fn as_str(self) -> &'static str {
         match self {

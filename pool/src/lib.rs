@@ -52,9 +52,9 @@ mod welcome;
 
 pub use budget::PoolBudget;
 pub use handover::{Release, give_back_slot};
-pub use host_turn::HostBalance;
+pub use host_turn::{HostBalance, HostTurn};
 pub use key::{PoolKey, ServerTarget, StartupProfile};
-pub use lease::Lease;
+pub use lease::{CloseReason, Lease};
 
 pub use pool::PoolLimits;
 pub use slice::{Checkin, Closing, PoolError, PoolId, PoolSlice, Refusal};

@@ -77,6 +77,9 @@ pub struct PoolLimits {
     pub ask_interval: Duration,
     /// Which waiter a server goes to (`waiter_policy`, `waiter_aging`).
     pub wait_order: WaitOrder,
+    /// Where the next open goes in the database's host list, if it has one; shared by every
+    /// worker's slice of the pool.
+    pub host_turn: Arc<HostTurn>,
 }
 
 impl PoolLimits {
@@ -92,6 +95,7 @@ impl PoolLimits {
             max_spellings: MAX_SPELLINGS_PER_POOL,
             ask_interval: Duration::from_millis(250),
             wait_order: WaitOrder::DEFAULT,
+            host_turn: Arc::default(),
         }
     }
 
@@ -167,8 +171,9 @@ pub(crate) struct Pool<S> {
     pub(crate) warm_share: Option<u32>,
     /// No warmup opens before this ([`PoolSlice::vacate`](crate::PoolSlice::vacate)).
     pub(crate) warmup_after: Option<Instant>,
-    /// Where the next open goes in the database's host list, if it has one.
-    pub(crate) host_turn: HostTurn,
+    /// Opens that took a reserve slot and that the caller has not been told of yet
+    /// ([`PoolSlice::take_reserve_open`](crate::PoolSlice::take_reserve_open)).
+    pub(crate) reserve_opens: u32,
 }
 
 impl<S> Pool<S> {
@@ -194,7 +199,7 @@ impl<S> Pool<S> {
             spellings,
             warm_share: None,
             warmup_after: None,
-            host_turn: HostTurn::default(),
+            reserve_opens: 0,
         }
     }
 

@@ -297,6 +297,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             return Err(Refusal::NotNow);
         }
         let granted = pool.granted > 0;
+        let mut from_reserve = false;
         if !granted {
             let use_reserve = match (
                 pool.limits.reserve_pool_timeout,
@@ -305,29 +306,45 @@ impl<S, W: Copy> PoolSlice<S, W> {
                 (Some(timeout), Some(parked_at)) => parked_at + timeout <= now,
                 _ => false,
             };
-            if let Err(refusal) = acquire_all(&pool.limits, use_reserve) {
-                // Under a full shared cap, an idle server of another pool must close. A full
-                // pool budget is not asked through the budget: the engine asks the other
-                // workers by message for a server of this very key, which moves whole rather
-                // than closing ([`PoolSlice::release_for`]).
-                let starving = pool.counts().servers() == 0 && pool.waiters.len() > 0;
-                let shared_cap = matches!(refusal, Refusal::SharedFull { .. });
-                if let Some(budget) =
-                    refusing_budget(&pool.limits, refusal).filter(|_| starving && shared_cap)
-                {
-                    budget.request_release();
+            match acquire_all(&pool.limits, use_reserve) {
+                Ok(slot) => from_reserve = slot == BudgetSlot::Reserve,
+                Err(refusal) => {
+                    // Under a full shared cap, an idle server of another pool must close. A
+                    // full pool budget is not asked through the budget: the engine asks the
+                    // other workers by message for a server of this very key, which moves
+                    // whole rather than closing ([`PoolSlice::release_for`]).
+                    let starving = pool.counts().servers() == 0 && pool.waiters.len() > 0;
+                    let shared_cap = matches!(refusal, Refusal::SharedFull { .. });
+                    if let Some(budget) =
+                        refusing_budget(&pool.limits, refusal).filter(|_| starving && shared_cap)
+                    {
+                        budget.request_release();
+                    }
+                    return Err(refusal);
                 }
-                return Err(refusal);
             }
         }
         if let Some(pool) = self.pool_mut(id) {
             if granted {
                 pool.granted -= 1;
             }
+            pool.reserve_opens += u32::from(from_reserve);
             pool.opening += 1;
             pool.failure = None;
         }
         Ok(())
+    }
+
+    /// Whether an open of pool `id` took a reserve slot (its client waited
+    /// `reserve_pool_timeout`) that the caller was not told of yet; each such open is told
+    /// once, so the caller can say so when it opens the server.
+    pub fn take_reserve_open(&mut self, id: PoolId) -> bool {
+        let Some(pool) = self.pool_mut(id) else {
+            return false;
+        };
+        let taken = pool.reserve_opens > 0;
+        pool.reserve_opens = pool.reserve_opens.saturating_sub(1);
+        taken
     }
 
     /// A server opened by [`PoolSlice::try_open`] is ready (its login succeeded, which ends
@@ -349,7 +366,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         debug_assert!(pool.opening > 0, "opened without try_open");
         pool.opening = pool.opening.saturating_sub(1);
         pool.failure = None;
-        pool.host_turn.opened();
+        pool.limits.host_turn.opened();
         if pool.draining {
             pool.limits.budgets().for_each(PoolBudget::release);
             self.forget_if_unused(id);
@@ -373,7 +390,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
             pool.failure = Some(LoginFailure { error, retry_at });
-            pool.host_turn.failed();
+            pool.limits.host_turn.failed();
             pool.limits.budgets().for_each(PoolBudget::release);
         }
         self.forget_if_unused(id);
@@ -383,7 +400,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
     /// (`balance`: PgBouncer's `load_balance_hosts`); 0 for a stale id.
     pub fn next_host(&mut self, id: PoolId, hosts: usize, balance: HostBalance) -> usize {
         self.pool_mut(id)
-            .map_or(0, |pool| pool.host_turn.next(hosts, balance))
+            .map_or(0, |pool| pool.limits.host_turn.next(hosts, balance))
     }
 
     /// The error a client joining this pool gets now instead of waiting: Some while `now <
@@ -731,15 +748,26 @@ pub(crate) fn pool_in<S>(slots: &mut [Slot<S>], id: PoolId) -> Option<&mut Pool<
     slot.pool.as_mut()
 }
 
+/// Which slot of its own budget an open took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BudgetSlot {
+    /// Within `pool_size`.
+    Pool,
+    /// Beyond it, from the reserve.
+    Reserve,
+}
+
 /// Takes one slot of every budget of a pool, or none: on a refusal the slots already taken
 /// are given back.
-fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<(), Refusal> {
+fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<BudgetSlot, Refusal> {
     let pool_budget = limits.pool_budget.as_ref();
-    let pool_acquired =
-        pool_budget.try_acquire() || (use_reserve && pool_budget.try_acquire_reserve());
-    if !pool_acquired {
+    let slot = if pool_budget.try_acquire() {
+        BudgetSlot::Pool
+    } else if use_reserve && pool_budget.try_acquire_reserve() {
+        BudgetSlot::Reserve
+    } else {
         return Err(Refusal::PoolFull);
-    }
+    };
     for (taken, budget) in limits.shared_budgets.iter().enumerate() {
         if !budget.try_acquire() {
             pool_budget.release();
@@ -749,7 +777,7 @@ fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<(), Refusal> {
             return Err(Refusal::SharedFull { budget: taken });
         }
     }
-    Ok(())
+    Ok(slot)
 }
 
 /// The budget behind a refusal.

@@ -549,14 +549,42 @@ fn reserve_is_used_only_after_reserve_pool_timeout() {
         .register(&key("alice"), &reserve, t0)
         .expect("register");
     assert_eq!(slice.try_open(id, t0), Ok(()));
+    assert!(!slice.take_reserve_open(id), "within pool_size");
     slice.park(id, 100, t0, None).expect("parked");
     assert_eq!(slice.try_open(id, t0 + secs(4)), Err(Refusal::PoolFull));
     assert_eq!(slice.try_open(id, t0 + secs(5)), Ok(()));
+    assert!(slice.take_reserve_open(id), "from the reserve");
+    assert!(!slice.take_reserve_open(id), "told once");
     assert_eq!(
         slice.try_open(id, t0 + secs(6)),
         Err(Refusal::PoolFull),
         "reserve spent"
     );
+}
+
+#[test]
+fn a_server_opened_from_the_reserve_stays_in_the_pool() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 1);
+    let reserve = PoolLimits {
+        reserve_pool_timeout: Some(secs(5)),
+        ..PoolLimits::with_budget(Arc::new(PoolBudget::new(1, 1)))
+    };
+    let id = slice
+        .register(&key("alice"), &reserve, t0)
+        .expect("register");
+    open_idle(&mut slice, id, 7, t0);
+    let _held = slice.checkout(id).expect("server");
+    slice.park(id, 100, t0, None).expect("parked");
+    assert_eq!(slice.try_open(id, t0 + secs(5)), Ok(()));
+    let Checkin::Handoff { waiter, lease } = slice.opened(id, 8, t0 + secs(5)) else {
+        panic!("the reserve server goes to the waiter");
+    };
+    assert_eq!(waiter, 100);
+    // As in PgBouncer, the reserve server is not closed when it comes back: the next
+    // client uses it without waiting again.
+    assert_eq!(slice.checkin(id, lease, t0 + secs(6)), Checkin::Pooled);
+    assert_eq!(slice.checkout(id).map(|lease| lease.server), Some(8));
 }
 
 #[test]
@@ -794,4 +822,43 @@ fn checkout_checkin_cost() {
     }
     let per_cycle = started.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
     println!("park + next_waiter: {per_cycle:.1} ns");
+}
+
+#[test]
+fn workers_share_a_pools_place_in_its_host_list() {
+    let t0 = Instant::now();
+    let shared = limits(4);
+    let mut first = Slice::new(10, 2);
+    let mut second = Slice::new(10, 2);
+    let on_first = first
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let on_second = second
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let stay = HostBalance::StayUntilFailure;
+    // The first worker's open goes to host 0, which fails: the second worker's next open
+    // passes it over, as PgBouncer's one pool would.
+    assert_eq!(first.try_open(on_first, t0), Ok(()));
+    assert_eq!(first.next_host(on_first, 2, stay), 0);
+    first.open_failed(on_first, t0, None);
+    assert_eq!(second.try_open(on_second, t0), Ok(()));
+    assert_eq!(second.next_host(on_second, 2, stay), 1);
+    assert_eq!(second.opened(on_second, 7, t0), Checkin::Pooled);
+    assert_eq!(first.next_host(on_first, 2, stay), 1, "host 1 works: stay");
+    // Both workers' opens to host 1 fail at once: the turn moves on once, not twice.
+    assert_eq!(first.try_open(on_first, t0), Ok(()));
+    assert_eq!(second.try_open(on_second, t0), Ok(()));
+    first.open_failed(on_first, t0, None);
+    second.open_failed(on_second, t0, None);
+    assert_eq!(first.next_host(on_first, 2, stay), 0);
+    assert_eq!(second.next_host(on_second, 2, stay), 0);
+    // Round robin turns once per open, whichever worker opens.
+    let round = HostBalance::RoundRobin;
+    let picks = [
+        first.next_host(on_first, 3, round),
+        second.next_host(on_second, 3, round),
+        first.next_host(on_first, 3, round),
+    ];
+    assert_eq!(picks, [2, 0, 1]);
 }

@@ -81,8 +81,8 @@ fn reached_by_held_sessions(proxy: &Pgtier, count: usize) -> Vec<&'static str> {
 fn round_robin_takes_the_next_host_for_every_new_server() {
     let pg = server();
     let socket_dir = pg.data_dir().display().to_string();
-    // One worker: each worker keeps its own turn (as PgBouncer processes sharing a port
-    // do), so the order below is one worker's.
+    // The turn is the pool's, shared by every worker; one worker keeps the sessions' order
+    // of arrival, and so of their picks, the order below.
     let listen_port = free_port().expect("port");
     let started = Pgtier::start_file(listen_port, |dir| {
         std::fs::write(dir.join("userlist.txt"), "\"postgres\" \"\"\n")?;

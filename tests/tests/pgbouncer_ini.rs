@@ -14,7 +14,7 @@ use pgtier_tests::{Pgtier, TempDir, free_port};
 const PASSWORD: &str = "s3cret pass";
 
 /// Keys of the file below that PgBouncer has and pgtier does not act on.
-const UNHONOURED: [&str; 3] = ["server_round_robin", "tcp_keepalive", "log_connections"];
+const UNHONOURED: [&str; 3] = ["server_round_robin", "tcp_keepalive", "log_disconnections"];
 
 fn pgbouncer_ini(dir: &Path, server_port: u16, listen_port: u16) -> String {
     let dir = dir.display();
@@ -45,7 +45,7 @@ server_reset_query = DISCARD ALL
 ignore_startup_parameters = extra_float_digits
 server_round_robin = 1
 tcp_keepalive = 1
-log_connections = 1
+log_disconnections = 1
 "
     )
 }
@@ -117,6 +117,8 @@ fn an_unchanged_pgbouncer_ini_serves_psql_and_pgbench() {
     let fallback = psql(&proxy, "autodb", "SELECT current_database()");
     assert!(fallback.success(), "{fallback:?}");
     assert_eq!(fallback.stdout.trim(), "autodb");
+    let again = psql(&proxy, "autodb", "SELECT 1");
+    assert!(again.success(), "{again:?}");
     // ...and one the server does not have: the server's own error.
     let missing = psql(&proxy, "nosuchdb", "SELECT 1");
     assert!(!missing.success(), "{missing:?}");
@@ -169,6 +171,16 @@ fn an_unchanged_pgbouncer_ini_serves_psql_and_pgbench() {
         assert!(warning.contains(key), "{key} missing from: {warning}");
     }
     assert!(!warning.contains("listen_addr"), "{warning}");
+
+    // PgBouncer's lines that operators grep for: each server connection (log_connections
+    // is on by default), and the first client of a name `*` serves, once.
+    let opened =
+        format!("app/postgres@127.0.0.1:{server_port} new connection to server (from 127.0.0.1:");
+    assert!(logfile.contains(&opened), "no {opened:?} in:\n{logfile}");
+    let registered = logfile
+        .matches("registered new auto-database: autodb")
+        .count();
+    assert_eq!(registered, 1, "{logfile}");
 }
 
 fn check_config(path: &Path) -> Finished {

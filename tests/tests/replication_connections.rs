@@ -124,3 +124,27 @@ fn pg_basebackup_streams_a_cluster_through_pgtier() {
         .count();
     assert!(wal_files > 0, "no WAL streamed");
 }
+
+#[test]
+fn a_replication_client_evicts_an_idle_server_of_its_full_pool() {
+    // PgBouncer counts replication servers in the pool of their database and user: with
+    // pool_size 1 and an ordinary client's server idle in it, a replication client gets
+    // its room, and the idle server is closed ("evicted").
+    let (pg, proxy) = server_and_proxy(|config| config.pool_size(1));
+    let pid = psql_ok(&proxy, "", "SELECT pg_backend_pid()");
+    let system = psql_ok(&proxy, "replication=database", "IDENTIFY_SYSTEM");
+    let system_id = admin(&pg, "SELECT system_identifier FROM pg_control_system()");
+    assert!(system.starts_with(&format!("{system_id}|")), "{system}");
+    let alive = || {
+        admin(
+            &pg,
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"),
+        )
+    };
+    let gone = until(Duration::from_secs(30), Duration::from_millis(50), || {
+        (alive() == "0").then_some(())
+    });
+    assert!(gone.is_some(), "the idle server {pid} is still open");
+    let log = proxy.log();
+    assert!(log.contains("closing because: evicted"), "{log}");
+}

@@ -185,6 +185,9 @@ pub struct Settings {
     pub syslog_ident: String,
     /// Syslog facility ("daemon").
     pub syslog_facility: String,
+    /// Log each server connection pgtier opens, as PgBouncer's `log_connections` does
+    /// (true).
+    pub log_connections: bool,
     /// Client authentication method (md5).
     pub auth_type: AuthType,
     /// pg_hba.conf-style rules choosing the method per connection when `auth_type = hba`.
@@ -459,6 +462,7 @@ impl Default for Settings {
             syslog: false,
             syslog_ident: "pgtier".to_string(),
             syslog_facility: "daemon".to_string(),
+            log_connections: true,
             auth_type: AuthType::Md5,
             auth_hba_file: None,
             auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".to_string(),

@@ -123,6 +123,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         syslog: RELOAD,
         syslog_ident: RELOAD,
         syslog_facility: RELOAD,
+        log_connections: RELOAD,
         auth_type: RELOAD,
         auth_hba_file: RELOAD,
         auth_query: RELOAD,

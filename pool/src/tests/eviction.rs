@@ -260,3 +260,45 @@ fn a_key_evicted_while_its_servers_leave_registers_a_fresh_pool() {
         "forgetting the old pool leaves the fresh one listed"
     );
 }
+
+#[test]
+fn a_pool_sharing_its_own_budget_evicts_an_idle_server_of_the_other() {
+    let t0 = Instant::now();
+    // A replication pool's key has its own profile, but its servers count in the ordinary
+    // pool's budget (the engine hands both the same one).
+    let budget = Arc::new(PoolBudget::new(1, 0));
+    let shared = PoolLimits::with_budget(Arc::clone(&budget));
+    let replication_key = PoolKey {
+        profile: StartupProfile::of_replication([("replication", "database")]),
+        ..key("alice")
+    };
+    assert!(replication_key.profile.is_replication());
+    let mut slice = Slice::new(10, 2);
+    let ordinary = slice
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    let replication = slice
+        .register(&replication_key, &shared, t0)
+        .expect("register");
+    assert!(
+        slice.evict_idle_sibling(replication).is_none(),
+        "nothing idle"
+    );
+    open_idle(&mut slice, ordinary, 1, t0);
+    assert_eq!(slice.try_open(replication, t0), Err(Refusal::PoolFull));
+    let closing = slice
+        .evict_idle_sibling(replication)
+        .expect("the ordinary pool's idle server");
+    assert_eq!(
+        (
+            closing.pool,
+            closing.lease.server,
+            closing.reason.is_eviction()
+        ),
+        (ordinary, 1, true)
+    );
+    // Its slot comes back once it is closed: the replication pool opens with it.
+    assert_eq!(slice.left(ordinary), None);
+    assert_eq!(slice.try_open(replication, t0), Ok(()));
+    assert_eq!(budget.in_use(), 1);
+}

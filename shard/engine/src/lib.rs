@@ -29,6 +29,7 @@
 
 pub mod action;
 pub mod addr;
+pub mod auto_databases;
 pub mod cancel;
 pub mod class;
 pub mod client;
@@ -42,6 +43,7 @@ pub mod gates;
 pub mod ids;
 pub mod inbox;
 pub mod listing;
+pub mod log_lines;
 pub mod messages;
 pub mod names;
 pub mod params;

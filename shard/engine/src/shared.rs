@@ -14,7 +14,7 @@ use pgtier_core::class::CLASS_COUNT;
 use pgtier_core::metrics::{
     DatabaseRegistry, DigestStore, IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot,
 };
-use pgtier_pool::{PoolBudget, PoolKey};
+use pgtier_pool::{HostTurn, PoolBudget, PoolKey};
 
 use crate::pool_gauges::PublishedGauges;
 
@@ -100,6 +100,8 @@ pub(crate) struct KeyBudgets {
     pub pool: Arc<PoolBudget>,
     pub database: Arc<PoolBudget>,
     pub user: Arc<PoolBudget>,
+    /// Not a budget, but shared by key the same way: the pool's place in its host list.
+    pub host_turn: Arc<HostTurn>,
 }
 
 /// Budgets by key, database entry and user, created on first use and shared by every shard.
@@ -109,6 +111,7 @@ pub struct BudgetRegistry {
     pools: Mutex<HashMap<PoolKey, Arc<PoolBudget>>>,
     databases: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
     users: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
+    host_turns: Mutex<HashMap<PoolKey, Arc<HostTurn>>>,
 }
 
 fn entry<K: std::hash::Hash + Eq>(
@@ -144,6 +147,13 @@ impl BudgetRegistry {
                 max_user_connections,
                 0,
             ),
+            host_turn: self
+                .host_turns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(key.clone())
+                .or_default()
+                .clone(),
         }
     }
 
@@ -186,6 +196,8 @@ pub struct Shared {
     /// Clients per database entry and per user (`max_db_client_connections`,
     /// `max_user_client_connections`).
     pub client_counts: Arc<crate::client_counts::ClientCounts>,
+    /// Names the `*` entry has served (its "registered new auto-database" line, once each).
+    pub auto_databases: crate::auto_databases::AutoDatabases,
     pub stats: SharedStats,
     pub totals: SharedTotals,
     /// Query latency of the current interval per class (premium = 0), folded by shards.
@@ -216,6 +228,7 @@ impl Shared {
             shards: shards.max(1),
             clients: AtomicU32::new(0),
             client_counts: Arc::default(),
+            auto_databases: Default::default(),
             stats: SharedStats::default(),
             totals: SharedTotals::new(),
             latency: std::array::from_fn(|_| SharedHistogram::new()),

@@ -88,7 +88,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("syslog", Honoured(Bool)),
     ("syslog_ident", Honoured(Text)),
     ("syslog_facility", Honoured(Text)),
-    ("log_connections", Unhonoured),
+    ("log_connections", Honoured(Bool)),
     ("log_disconnections", Unhonoured),
     ("log_pooler_errors", Unhonoured),
     ("log_stats", Unhonoured),

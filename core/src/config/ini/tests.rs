@@ -71,6 +71,7 @@ verbose = 1
 ignore_startup_parameters = extra_float_digits
 server_round_robin = 1
 log_connections = 0
+log_disconnections = 0
 ";
 
 #[test]
@@ -93,6 +94,7 @@ fn a_typical_file_maps_to_settings_and_entries() {
         Duration::from_millis(500)
     );
     assert!(settings.so_reuseport && settings.syslog);
+    assert!(!settings.log_connections);
     assert_eq!(settings.unix_socket_mode, 0o700);
     assert_eq!(settings.log_level, "debug");
     assert_eq!(settings.ignore_startup_parameters, ["extra_float_digits"]);
@@ -149,7 +151,10 @@ fn a_typical_file_maps_to_settings_and_entries() {
     assert_eq!(alice.pool_mode, Some(PoolMode::Transaction));
     assert_eq!(alice.max_user_connections, 7);
 
-    assert_eq!(config.unhonoured, ["server_round_robin", "log_connections"]);
+    assert_eq!(
+        config.unhonoured,
+        ["server_round_robin", "log_disconnections"]
+    );
 }
 
 #[test]

@@ -86,10 +86,10 @@ impl Env {
         let reserve = self.config.reserve_pool_size(db, &key.server_user);
         let max_db = db.map_or(settings.max_db_connections, |db| db.max_db_connections);
         let max_user = self.config.max_user_connections(&key.server_user);
-        let budgets = self
-            .shared
-            .budgets
-            .for_key(key, pool_size, reserve, max_db, max_user);
+        let budgets =
+            self.shared
+                .budgets
+                .for_key(&budget_key(key), pool_size, reserve, max_db, max_user);
         PoolLimits {
             pool_budget: budgets.pool,
             shared_budgets: vec![budgets.database, budgets.user],
@@ -101,6 +101,7 @@ impl Env {
                 .duration(),
             max_spellings: self.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
+            host_turn: budgets.host_turn,
             wait_order: match settings.waiter_policy {
                 WaiterPolicy::Fifo => WaitOrder::Fifo,
                 WaiterPolicy::Class => WaitOrder::Class {
@@ -140,5 +141,19 @@ impl Env {
         } else {
             None
         }
+    }
+}
+
+/// The key whose budgets a pool counts against: its own, but a replication pool's servers
+/// count in the ordinary pool of its database, user and server, as in PgBouncer (where they
+/// are one pool), so `pool_size` holds for both together.
+fn budget_key(key: &PoolKey) -> std::borrow::Cow<'_, PoolKey> {
+    if key.profile.is_replication() {
+        std::borrow::Cow::Owned(PoolKey {
+            profile: pgtier_pool::StartupProfile::default(),
+            ..key.clone()
+        })
+    } else {
+        std::borrow::Cow::Borrowed(key)
     }
 }

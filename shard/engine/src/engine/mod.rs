@@ -813,6 +813,9 @@ impl Engine {
     // ---- server connections: the server table's steps (`backend.rs`), routed ----
 
     fn on_server_connected(&mut self, id: ServerId, result: Result<(), i32>) {
+        if result.is_ok() && self.env.config().pgtier.log_connections {
+            self.log_server_connected(id);
+        }
         match self
             .servers
             .connected(id, result, self.now, &mut self.outbox)
@@ -823,6 +826,25 @@ impl Engine {
             }
             backend::Connected::StartLogin => self.start_server_login(id),
         }
+    }
+
+    /// PgBouncer's `log_connections` line for a server socket that connected: its pool,
+    /// the server's address and the local end (operators and PgBouncer's test suite read it).
+    fn log_server_connected(&self, id: ServerId) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let Some(key) = self.linker.pools().key(server.pool()) else {
+            return;
+        };
+        let info = server.info();
+        let line = crate::log_lines::server_connected(
+            &key.database,
+            &key.server_user,
+            info.addr(),
+            info.local_addr(),
+        );
+        info!(server = id.index(), "{line}");
     }
 
     fn start_server_login(&mut self, id: ServerId) {
@@ -1221,6 +1243,9 @@ impl Engine {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
                 Err(pgtier_pool::Refusal::PoolFull) => {
+                    if self.make_room_for_replication(pool) {
+                        return;
+                    }
                     self.linker
                         .warn_if_pinned_out(pool, &self.clients, self.now);
                     self.linker.ask_other_shards_for_a_server(
@@ -1246,6 +1271,26 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A replication pool is full: its budget is shared with the ordinary pool of its
+    /// database and user, and as PgBouncer does, an idle server of that pool is evicted to
+    /// make room (here, else on another shard through the budget). False: not a
+    /// replication pool.
+    fn make_room_for_replication(&mut self, pool: PoolId) -> bool {
+        let replication = self
+            .linker
+            .pools()
+            .key(pool)
+            .is_some_and(|key| key.profile.is_replication());
+        if !replication {
+            return false;
+        }
+        match self.linker.pools_mut().evict_idle_sibling(pool) {
+            Some(closing) => self.retire(closing),
+            None => self.linker.pools_mut().request_release_of_pool_budget(pool),
+        }
+        true
     }
 
     /// Fails every client waiting on a pool with `error`.
@@ -1491,6 +1536,7 @@ impl Engine {
                 reason,
                 open_replacement,
             } => {
+                log_eviction(id, reason);
                 debug!(
                     ?id,
                     reason = reason.as_str(),
@@ -1579,6 +1625,7 @@ impl Engine {
 
     /// Ends an idle server the pool took out to close (`ServerTable::retire`).
     fn retire(&mut self, closing: pgtier_pool::Closing<ServerId>) {
+        log_eviction(closing.lease.server, closing.reason);
         self.servers.retire(closing, self.now, &mut self.outbox);
     }
 
@@ -1889,12 +1936,29 @@ impl Engine {
         }
     }
 
+    /// PgBouncer's line for the first client of a database name the `*` entry serves.
+    fn note_auto_database(&self, pool: PoolId) {
+        let Some(key) = self.linker.pools().key(pool) else {
+            return;
+        };
+        let config = self.env.config();
+        let through_fallback =
+            config.fallback.is_some() && !config.databases.contains_key(&*key.database);
+        if through_fallback && self.env.shared().auto_databases.register(&key.database) {
+            info!(
+                "{}",
+                crate::log_lines::registered_auto_database(&key.database)
+            );
+        }
+    }
+
     /// A logged-in client joins its pool: welcomed from the pool's cached parameters when
     /// it can be, else parked for a server whose login makes its welcome.
     fn join_pool(&mut self, id: ClientId) {
         let Some(pool) = self.register_pool(id) else {
             return;
         };
+        self.note_auto_database(pool);
         if let Some(error) = self.linker.failed_login_for(pool, self.now) {
             self.close_client(id, Some(error));
             return;
@@ -2188,5 +2252,13 @@ impl Engine {
             0 => Ok(()),
             held => Err(format!("{held} budget slots are still held")),
         }
+    }
+}
+
+/// PgBouncer's line for a server closed to make room for other clients (operators and its
+/// test suite look for it).
+fn log_eviction(id: ServerId, reason: pgtier_pool::CloseReason) {
+    if reason.is_eviction() {
+        info!(server = id.index(), "closing because: evicted");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use pgtier_core::config::{LoadBalanceHosts, ServerSet};
 use pgtier_pool::{Checkin, Closing, HostBalance, PoolId, ServerTarget};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::Linker;
 use crate::action::{Action, CloseHow, Conn, Outbox};
@@ -129,6 +129,14 @@ impl Linker {
         now: Instant,
     ) -> Option<FailWaiters> {
         let key = self.pools().key(pool).cloned()?;
+        if self.pools_mut().take_reserve_open(pool) {
+            warn!(
+                database = %key.database,
+                user = %key.server_user,
+                "{}",
+                crate::log_lines::TAKING_FROM_RESERVE
+            );
+        }
         let (addr, listed_host) = match key.target {
             ServerTarget::Replica(addr) => (Ok(ServerAddr::Tcp(addr)), None),
             ServerTarget::Primary => self.primary_addr(env, servers, pool, &key.database),

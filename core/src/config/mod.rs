@@ -64,6 +64,11 @@ pub struct Config {
     source: set::Source,
 }
 
+/// Whether `name` is the admin console's database, under either of its names.
+pub fn is_admin_database(name: &str) -> bool {
+    name == ADMIN_DATABASE || name == ADMIN_DATABASE_ALIAS
+}
+
 impl Config {
     /// Reads and validates the file at `path`: a pgbouncer.ini when its name ends in `.ini` or
     /// its first section is `[databases]`, `[pgbouncer]` or `[users]`, else pgtier's TOML.

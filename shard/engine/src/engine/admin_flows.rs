@@ -368,11 +368,6 @@ pub(super) fn mark_servers_to_close(
         .collect()
 }
 
-/// The console's database, under either of its names.
-pub(super) fn is_admin_database(name: &str) -> bool {
-    name == pgtier_core::config::ADMIN_DATABASE || name == pgtier_core::config::ADMIN_DATABASE_ALIAS
-}
-
 /// KILL_CLIENT: the client `target` names, if it is here and not closing already.
 pub(super) fn client_by_ref(clients: &ClientTable, target: ClientRef) -> Option<ClientId> {
     let named = |id: ClientId| match target {

@@ -196,7 +196,7 @@ impl ClientTable {
         self.get(id.0).is_some_and(|client| {
             client.is_console()
                 || client.session().is_some_and(|session| {
-                    super::admin_flows::is_admin_database(session.database())
+                    pgtier_core::config::is_admin_database(session.database())
                 })
         })
     }

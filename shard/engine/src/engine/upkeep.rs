@@ -17,8 +17,7 @@ use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
     ConsoleStep, admin_op_condition_holds, client_by_ref, clients_of, complete, console_error,
-    idle_servers_of, ignored_set, is_admin_database, mark_servers_to_close, refusal_error,
-    servers_of,
+    idle_servers_of, ignored_set, mark_servers_to_close, refusal_error, servers_of,
 };
 use crate::engine::timeouts::ClientTimeouts;
 use crate::gates::{AdminOp, AdminRequest, ClientRef, Scope, ShutdownMode};
@@ -645,7 +644,7 @@ impl Engine {
                 names.insert(session.database().to_string());
             }
         }
-        names.retain(|name| !is_admin_database(name));
+        names.retain(|name| !pgtier_core::config::is_admin_database(name));
         names.into_iter().collect()
     }
 

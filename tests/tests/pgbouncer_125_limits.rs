@@ -218,3 +218,51 @@ fn auth_dbname_runs_auth_query_in_the_named_database() {
         refusal(&error)
     );
 }
+
+#[test]
+fn a_client_that_waited_reserve_pool_timeout_gets_a_reserve_server_which_stays() {
+    let pg = server();
+    admin(&pg, "CREATE ROLE alice LOGIN");
+    // Session mode: each client holds its server from its first query to its end.
+    let proxy = start_proxy(
+        ProxyConfig::new(pg.port())
+            .pool_mode("session")
+            .setting("reserve_pool_timeout", "1")
+            .user_setting("alice", "pool_size", "1")
+            .user_setting("alice", "reserve_pool_size", "1"),
+    );
+    let mut first = proxy.connect("postgres", "alice").expect("first");
+    works(&mut first);
+    // The second client waits reserve_pool_timeout for alice's one server, then gets a
+    // server from the reserve, and PgBouncer's warning says so.
+    let started = std::time::Instant::now();
+    let mut second = proxy.connect("postgres", "alice").expect("second");
+    works(&mut second);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(proxy.log().contains("taking connection from reserve_pool"));
+    let count = || {
+        admin(
+            &pg,
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'alice'",
+        )
+    };
+    assert_eq!(count(), "2");
+    // The reserve server stays in the pool once its client left (as in PgBouncer): the next
+    // client has it at once.
+    drop(second);
+    let started = std::time::Instant::now();
+    let mut third =
+        wait::until(PATIENCE, POLL, || proxy.connect("postgres", "alice").ok()).expect("third");
+    works(&mut third);
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(count(), "2");
+    works(&mut first);
+}

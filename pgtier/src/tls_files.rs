@@ -67,7 +67,8 @@ impl TlsContexts {
 /// Why the TLS files could not be loaded.
 #[derive(Debug)]
 pub(crate) enum TlsFilesError {
-    /// The mode needs a file the settings do not name (validation catches this first).
+    /// The mode needs a file the settings do not name (validation catches the client side's
+    /// first; the server side's CA falls back on the system bundle, when there is one).
     Missing {
         setting: &'static str,
         mode: SslMode,
@@ -166,30 +167,30 @@ fn load_connector(
 ) -> Result<TlsConnector, TlsFilesError> {
     let mode = settings.server_tls_sslmode;
     // As PgBouncer, the CA is used only by the modes that verify; in the others it is not read.
-    let ca = match mode.verifies_certificate() {
-        true => Some(required(
-            "server_tls_ca_file",
-            &settings.server_tls_ca_file,
-            mode,
-        )?),
-        false => None,
+    // Without server_tls_ca_file they verify against the system's CA bundle, as PgBouncer's
+    // TLS library does.
+    let ca = match (mode.verifies_certificate(), &settings.server_tls_ca_file) {
+        (false, _) => None,
+        (true, Some(path)) => Some(read("server_tls_ca_file", path)?),
+        (true, None) => Some(system_ca_bundle(mode, SYSTEM_CA_BUNDLES)?),
     };
     let cert = optional("server_tls_cert_file", &settings.server_tls_cert_file)?;
     let key = optional("server_tls_key_file", &settings.server_tls_key_file)?;
+    // PgBouncer's settings change one SET at a time, so one of the pair may be set before
+    // the other: no client certificate until both are.
     let client_cert = match (&cert, &key) {
         (Some(cert), Some(key)) => Some((cert.pem(), key.pem())),
         (None, None) => None,
-        (Some(_), None) => {
-            return Err(TlsFilesError::Missing {
-                setting: "server_tls_key_file",
-                mode,
-            });
-        }
-        (None, Some(_)) => {
-            return Err(TlsFilesError::Missing {
-                setting: "server_tls_cert_file",
-                mode,
-            });
+        (Some(_), None) | (None, Some(_)) => {
+            let (set, unset) = match cert.is_some() {
+                true => ("server_tls_cert_file", "server_tls_key_file"),
+                false => ("server_tls_key_file", "server_tls_cert_file"),
+            };
+            warnings.push(format!(
+                "{set} is set without {unset}: no client certificate is presented to servers \
+                 until both are set"
+            ));
+            None
         }
     };
     if key.is_some() {
@@ -215,6 +216,26 @@ fn load_connector(
         side: "server_tls",
         error,
     })
+}
+
+/// Where distributions keep the system's CA bundle (Debian and Ubuntu, Fedora and RHEL,
+/// openSUSE, Alpine and the BSDs), first found first used.
+const SYSTEM_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The first of `candidates` that exists, read; none is a `Missing` server_tls_ca_file.
+fn system_ca_bundle(mode: SslMode, candidates: &[&str]) -> Result<Loaded, TlsFilesError> {
+    match candidates.iter().map(Path::new).find(|path| path.exists()) {
+        Some(path) => read("server_tls_ca_file", path),
+        None => Err(TlsFilesError::Missing {
+            setting: "server_tls_ca_file",
+            mode,
+        }),
+    }
 }
 
 fn required(
@@ -391,20 +412,13 @@ mod tests {
         );
         assert!(message.starts_with(&expected), "{message}");
 
-        let mut unset = settings(&dir, pki, SslMode::Disable, SslMode::VerifyCa);
-        unset.server_tls_ca_file = None;
-        let message = TlsContexts::load(&unset).unwrap_err().to_string();
+        let message = system_ca_bundle(SslMode::VerifyCa, &["/nonexistent/ca.crt"])
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(
             message,
             "server_tls_sslmode = \"verify-ca\" needs server_tls_ca_file"
-        );
-
-        let mut half = settings(&dir, pki, SslMode::Disable, SslMode::Require);
-        half.server_tls_key_file = Some(dir.write("client.key", &pki.client_key_pem, 0o600));
-        let message = TlsContexts::load(&half).unwrap_err().to_string();
-        assert_eq!(
-            message,
-            "server_tls_sslmode = \"require\" needs server_tls_cert_file"
         );
 
         let mut directory = settings(&dir, pki, SslMode::Require, SslMode::Disable);
@@ -414,6 +428,29 @@ mod tests {
             message.starts_with("client_tls_cert_file: cannot read "),
             "{message}"
         );
+    }
+
+    #[test]
+    fn server_settings_half_set_between_two_sets_still_load() {
+        let dir = Dir::new("half");
+        let pki = TestPki::shared();
+        // The key before the certificate: no client certificate yet, and a warning.
+        let mut half = settings(&dir, pki, SslMode::Disable, SslMode::Require);
+        half.server_tls_key_file = Some(dir.write("client.key", &pki.client_key_pem, 0o600));
+        let contexts = TlsContexts::load(&half).unwrap();
+        assert!(contexts.connector().is_some());
+        assert_eq!(
+            contexts.warnings(),
+            [
+                "server_tls_key_file is set without server_tls_cert_file: no client certificate \
+              is presented to servers until both are set"
+            ]
+        );
+        // A verifying mode before its CA file: the system's bundle, found first of the list.
+        let bundle = dir.write("bundle.crt", &pki.ca_cert_pem, 0o644);
+        let bundle = bundle.to_str().unwrap();
+        let loaded = system_ca_bundle(SslMode::VerifyFull, &["/nonexistent/ca.crt", bundle]);
+        assert_eq!(loaded.unwrap().contents, pki.ca_cert_pem.as_bytes());
     }
 
     #[test]

@@ -651,10 +651,17 @@ impl ClientTable {
 }
 
 /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
-/// `hostssl`-only configuration would.
+/// `hostssl`-only configuration would. Unix-socket logins are exempt (PgBouncer's rule: TLS
+/// is not offered there).
 fn refuse_plaintext_login(clients: &ClientTable, id: ClientId, env: &Env) -> Result<(), Bytes> {
     let mode = env.config().pgtier.client_tls_sslmode;
-    let plain = clients.get(id.0).is_some_and(|c| c.tls().is_none());
+    let plain = clients.get(id.0).is_some_and(|c| {
+        c.tls().is_none()
+            && !c
+                .info()
+                .peer()
+                .is_some_and(crate::addr::ClientAddr::is_unix)
+    });
     if !(plain && requires_tls(mode)) {
         return Ok(());
     }

@@ -1106,11 +1106,29 @@ impl Engine {
         }
     }
 
-    /// TLS with a server failed before or during its login: the pool's waiters get the
-    /// reason (08006), as for any failed login.
+    /// TLS with a server failed. During its login the pool's waiters keep waiting for the
+    /// next attempt (`Linker::tls_failed`); later, its client gets the reason (08006).
     fn server_tls_failed(&mut self, id: ServerId, why: &str) {
         debug!(?id, why, "server TLS failed");
-        self.server_failed(id, why, None);
+        let logging_in = self.servers.get(id.0).is_some_and(|server| {
+            matches!(
+                server.state(),
+                ServerState::Negotiating { .. } | ServerState::LoggingIn { .. }
+            )
+        });
+        if !logging_in {
+            self.server_failed(id, why, None);
+            return;
+        }
+        let retry_at = self.env.login_retry_at(self.now);
+        self.linker.tls_failed(
+            &mut self.servers,
+            id,
+            why,
+            retry_at,
+            &mut self.stats,
+            &mut self.outbox,
+        );
     }
 
     // ---- servers given to clients and taken back: the linker's steps, routed ----

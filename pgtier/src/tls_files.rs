@@ -32,11 +32,29 @@ impl TlsContexts {
     /// reads nothing. The error names the setting, the file and what is wrong.
     pub fn load(settings: &Settings) -> Result<TlsContexts, TlsFilesError> {
         let mut warnings = Vec::new();
-        let acceptor = match settings.client_tls_sslmode.is_enabled() {
+        let client = usable_side(
+            "client_tls_protocols",
+            settings.client_tls_sslmode,
+            settings.client_tls_protocols,
+            &mut warnings,
+        );
+        let acceptor = match client {
             true => Some(load_acceptor(settings, &mut warnings)?),
             false => None,
         };
-        let connector = match settings.server_tls_sslmode.is_enabled() {
+        let server_mode = settings.server_tls_sslmode;
+        let server = usable_side(
+            "server_tls_protocols",
+            server_mode,
+            settings.server_tls_protocols,
+            &mut warnings,
+        );
+        // Without a connector no SSLRequest is sent: only modes that allow plain text may
+        // lack one.
+        if !server && server_mode.requires_tls() {
+            return Err(TlsFilesError::NoProtocol { mode: server_mode });
+        }
+        let connector = match server {
             true => Some(load_connector(settings, &mut warnings)?),
             false => None,
         };
@@ -73,6 +91,8 @@ pub(crate) enum TlsFilesError {
         setting: &'static str,
         mode: SslMode,
     },
+    /// `server_tls_protocols` allows no version pgtier implements, and the mode requires TLS.
+    NoProtocol { mode: SslMode },
     /// The file could not be read.
     Read {
         setting: &'static str,
@@ -99,6 +119,11 @@ impl fmt::Display for TlsFilesError {
                 let side = setting.split("_tls").next().unwrap_or(setting);
                 write!(f, "{side}_tls_sslmode = \"{mode}\" needs {setting}")
             }
+            TlsFilesError::NoProtocol { mode } => write!(
+                f,
+                "server_tls_sslmode = \"{mode}\" requires TLS, and server_tls_protocols allows \
+                 neither TLS 1.2 nor TLS 1.3, the versions pgtier implements (rustls)"
+            ),
             TlsFilesError::Read {
                 setting,
                 path,
@@ -236,6 +261,27 @@ fn system_ca_bundle(mode: SslMode, candidates: &[&str]) -> Result<Loaded, TlsFil
             mode,
         }),
     }
+}
+
+/// Whether a side whose mode is `mode` has TLS: not disabled, and `protocols` allows a
+/// version pgtier implements (else a warning says TLS is off on that side).
+fn usable_side(
+    setting: &str,
+    mode: SslMode,
+    protocols: TlsProtocols,
+    warnings: &mut Vec<String>,
+) -> bool {
+    if !mode.is_enabled() {
+        return false;
+    }
+    if !protocols.implemented() {
+        warnings.push(format!(
+            "{setting} allows neither TLS 1.2 nor TLS 1.3, the versions pgtier implements \
+             (rustls): TLS is not offered on that side"
+        ));
+        return false;
+    }
+    true
 }
 
 fn required(
@@ -451,6 +497,27 @@ mod tests {
         let bundle = bundle.to_str().unwrap();
         let loaded = system_ca_bundle(SslMode::VerifyFull, &["/nonexistent/ca.crt", bundle]);
         assert_eq!(loaded.unwrap().contents, pki.ca_cert_pem.as_bytes());
+    }
+
+    #[test]
+    fn a_side_with_only_legacy_protocols_has_no_tls() {
+        let dir = Dir::new("legacy");
+        let pki = TestPki::shared();
+        let legacy = TlsProtocols::parse("tlsv1.0").unwrap();
+        let mut settings = settings(&dir, pki, SslMode::Require, SslMode::Prefer);
+        settings.client_tls_protocols = legacy;
+        settings.server_tls_protocols = legacy;
+        let contexts = TlsContexts::load(&settings).unwrap();
+        assert!(contexts.acceptor().is_none() && contexts.connector().is_none());
+        assert_eq!(contexts.warnings().len(), 2, "{:?}", contexts.warnings());
+        assert!(contexts.warnings()[1].starts_with("server_tls_protocols allows neither"));
+        // Where servers must be spoken to over TLS, it is refused.
+        settings.server_tls_sslmode = SslMode::Require;
+        let message = TlsContexts::load(&settings).unwrap_err().to_string();
+        assert!(
+            message.starts_with("server_tls_sslmode = \"require\" requires TLS"),
+            "{message}"
+        );
     }
 
     #[test]

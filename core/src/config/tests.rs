@@ -838,10 +838,6 @@ fn invalid_tls_settings_name_the_key() {
             ":3: pgtier.client_tls_sslmode: unknown variant `verify`, expected one of `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`",
         ),
         (
-            "server_tls_protocols = \"tlsv1.0,tlsv1.1\"\n".to_string(),
-            ":3: pgtier.server_tls_protocols: `tlsv1.0,tlsv1.1` allows neither TLS 1.2 nor TLS 1.3: pgtier's TLS library (rustls) implements only those two, so no connection could be made",
-        ),
-        (
             "client_tls_protocols = \"tlsv1.2,sslv3\"\n".to_string(),
             ":3: pgtier.client_tls_protocols: unknown TLS protocol `sslv3`: expected tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, secure, default or legacy",
         ),

@@ -80,8 +80,10 @@ impl fmt::Display for SslMode {
 /// `secure` and `default` (= `tlsv1.2,tlsv1.3`); an item written `!item` removes versions (a
 /// list that starts with a removal starts from `all`). Case does not matter; an empty string is
 /// the default. pgtier's TLS library implements TLS 1.2 and 1.3 only: TLS 1.0 and 1.1 in a list
-/// are accepted and ignored ([`TlsProtocols::ignored_legacy`]), and a list that leaves neither
-/// 1.2 nor 1.3 is an error.
+/// are accepted and ignored ([`TlsProtocols::ignored_legacy`]); a list that leaves neither
+/// 1.2 nor 1.3 loads too (PgBouncer takes it), and that side then has no TLS to offer
+/// ([`TlsProtocols::implemented`]; the TLS files' loader says so, or refuses it where the mode
+/// requires TLS with servers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(try_from = "String")]
 pub struct TlsProtocols {
@@ -139,13 +141,8 @@ impl TlsProtocols {
             tls13: versions & TLS13 != 0,
             ignored_legacy: versions & (TLS10 | TLS11) != 0,
         };
-        if !protocols.tls12 && !protocols.tls13 {
-            return Err(format!(
-                "`{}` allows neither TLS 1.2 nor TLS 1.3: pgtier's TLS library (rustls) \
-                 implements only those two, so no connection could be made",
-                text.trim()
-            ));
-        }
+        // Only TLS 1.0/1.1 (`tlsv1.0`): PgBouncer takes it, so it loads, and the side finds
+        // at use that it has no version to offer (`implemented`).
         Ok(protocols)
     }
 
@@ -157,6 +154,12 @@ impl TlsProtocols {
     /// Whether TLS 1.3 is allowed.
     pub const fn tls13(self) -> bool {
         self.tls13
+    }
+
+    /// Whether the list allows a version pgtier implements (1.2 or 1.3); without one, that
+    /// side cannot use TLS at all.
+    pub const fn implemented(self) -> bool {
+        self.tls12 || self.tls13
     }
 
     /// Whether the list also named TLS 1.0 or 1.1, which pgtier does not implement and ignores.
@@ -184,7 +187,9 @@ impl fmt::Display for TlsProtocols {
         match (self.tls12, self.tls13) {
             (true, true) => f.write_str("tlsv1.2,tlsv1.3"),
             (true, false) => f.write_str("tlsv1.2"),
-            (false, _) => f.write_str("tlsv1.3"),
+            (false, true) => f.write_str("tlsv1.3"),
+            // Only versions pgtier does not implement; this spelling parses back to it.
+            (false, false) => f.write_str("tlsv1.0,tlsv1.1"),
         }
     }
 }
@@ -478,20 +483,17 @@ mod tests {
 
     #[test]
     fn protocol_errors_say_why() {
-        let error = TlsProtocols::parse("tlsv1.0,tlsv1.1").unwrap_err();
-        assert!(
-            error.contains("allows neither TLS 1.2 nor TLS 1.3")
-                && error.contains("rustls")
-                && error.starts_with("`tlsv1.0,tlsv1.1`"),
-            "{error}"
-        );
+        // Only versions pgtier lacks: loaded (PgBouncer takes it), and said at use.
+        let legacy = TlsProtocols::parse("tlsv1.0,tlsv1.1").unwrap();
+        assert!(!legacy.implemented() && legacy.ignored_legacy());
+        assert_eq!(TlsProtocols::parse(&legacy.to_string()), Ok(legacy));
         let error = TlsProtocols::parse("tlsv1.2,tlsv1.4").unwrap_err();
         assert!(
             error.starts_with("unknown TLS protocol `tlsv1.4`"),
             "{error}"
         );
-        assert!(TlsProtocols::parse("all,!secure").is_err());
-        assert!(TlsProtocols::parse("!tlsv1.2,!tlsv1.3").is_err());
+        assert!(!TlsProtocols::parse("all,!secure").unwrap().implemented());
+        assert!(!TlsProtocols::parse("!tlsv1.2,!tlsv1.3").unwrap().implemented());
     }
 
     #[test]

@@ -709,6 +709,20 @@ impl Engine {
 
     /// Begins a server's teardown. Its pool accounting is settled by the caller's state
     /// (see `settle_closed_server`); here the driver is told and the server stops taking part.
+    /// PgBouncer's line for a server it closes on purpose, `database/user closing because:
+    /// reason` (operators and its test suite look for it).
+    fn log_server_closing(&self, id: ServerId, reason: &str) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        if let Some(key) = self.linker.pools().key(server.pool()) {
+            info!(
+                server = id.index(),
+                "{}/{} closing because: {reason}", key.database, key.server_user
+            );
+        }
+    }
+
     fn close_server(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
@@ -1484,7 +1498,12 @@ impl Engine {
             .return_one(&mut self.servers, &self.admin, id, self.now)
         {
             Returned::Nothing => {}
-            Returned::Close => self.close_server(id),
+            Returned::Close => {
+                if self.servers.get(id.0).is_some_and(|s| s.close_needed()) {
+                    self.log_server_closing(id, "obsolete connection");
+                }
+                self.close_server(id);
+            }
             Returned::Checkin(pool, checkin) => self.act_on_checkin(id, pool, checkin),
         }
     }

@@ -389,3 +389,52 @@ fn a_server_on_a_unix_socket_gets_no_ssl_request() {
         "no SSLRequest on a Unix socket"
     );
 }
+
+fn reload(h: &mut Harness, text: &str) {
+    let config =
+        pgtier_core::config::Config::from_str(&config(text), "pgtier.toml").expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(config),
+            users: std::sync::Arc::new(UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+}
+
+#[test]
+fn a_reload_changing_server_tls_settings_recycles_every_server() {
+    let mut h = Harness::new(&config("pool_mode = \"transaction\""));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("bob", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    h.client_sends(b, &query("BEGIN"));
+    let _ = h.client_tags(b);
+    let servers = h.live_servers();
+    assert_eq!(servers.len(), 2);
+
+    // Nothing about server TLS changed: servers stay.
+    reload(
+        &mut h,
+        "pool_mode = \"transaction\"\ndefault_pool_size = 30",
+    );
+    assert_eq!(h.live_servers().len(), 2);
+
+    // server_tls_sslmode changed: the idle server goes now, the busy one once released.
+    reload(
+        &mut h,
+        "pool_mode = \"transaction\"\nserver_tls_sslmode = \"disable\"",
+    );
+    assert_eq!(h.live_servers().len(), 1);
+    h.client_sends(b, &query("COMMIT"));
+    let _ = h.client_tags(b);
+    assert!(h.live_servers().is_empty());
+    // And clients get new ones.
+    h.client_sends(a, &query("SELECT 1"));
+    h.complete_connects();
+    assert_eq!(h.client_tags(a), "TDCZ");
+}

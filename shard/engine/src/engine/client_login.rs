@@ -240,6 +240,17 @@ impl ClientTable {
         };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
+        // max_client_conn, counting this client; the console stays reachable past it.
+        let connected = env
+            .shared()
+            .clients
+            .load(std::sync::atomic::Ordering::Acquire);
+        if !admin && connected > env.config().pgtier.max_client_conn {
+            return Err(messages::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "no more connections allowed (max_client_conn)",
+            ));
+        }
         if gates.is_disabled(&database) {
             // DISABLE db, with PgBouncer's words.
             let message = format!("database does not allow connections: {database}");

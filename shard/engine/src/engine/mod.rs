@@ -297,21 +297,18 @@ impl Engine {
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
         self.stats.client_accepted();
-        let max = self.env.config().pgtier.max_client_conn;
-        let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
+        // Counted now, refused at its StartupMessage when past max_client_conn
+        // (`client_login.rs`), as PgBouncer does: after the SSLRequest is answered, so the
+        // client reads the reason (libpq shows an error sent instead of the SSLRequest's
+        // answer only as "error response during SSL exchange").
+        self.env.shared().clients.fetch_add(1, Ordering::AcqRel);
         let client = ClientConn::new(peer, now);
         let Some(slot) = self.clients.insert(client) else {
             self.env.shared().clients.fetch_sub(1, Ordering::AcqRel);
             return None;
         };
         let id = ClientId(slot);
-        if over {
-            let error = messages::fatal(
-                sqlstate::TOO_MANY_CONNECTIONS,
-                "no more connections allowed (max_client_conn)",
-            );
-            self.close_client(id, Some(error));
-        } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
+        if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");

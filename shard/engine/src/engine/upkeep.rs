@@ -237,6 +237,8 @@ impl Engine {
                 self.clients.logins_mut().reloaded(tls.acceptor);
                 self.servers.reloaded(tls.connector);
                 if recycle {
+                    // A login that failed under the old settings says nothing of the next.
+                    self.linker.pools_mut().forget_login_failures();
                     for id in self.servers.recycle_all() {
                         self.log_server_closing(id, "database configuration changed");
                         self.close_server(id);

@@ -123,6 +123,40 @@ fn scram_with_channel_binding_through_pgtier() {
 }
 
 #[test]
+fn version_1_certificates_on_both_sides() {
+    // PgBouncer's own test certificates are X.509 version 1 (`openssl ca` without
+    // extensions): pgtier presents one to psql and verifies PostgreSQL's, whose name is its
+    // common name (pgtier connects to 127.0.0.1), as libpq checks it.
+    let dir = TempDir::new("pgtier-tls-v1").expect("temp dir");
+    let pki = TestPki::write(dir.path(), "alice").expect("pki");
+    let server_v1 = pki
+        .issue_v1_with_openssl("pg-v1", "127.0.0.1")
+        .expect("v1 server certificate");
+    let pgtier_v1 = pki
+        .issue_v1_with_openssl("pgtier-v1", "localhost")
+        .expect("v1 pgtier certificate");
+    let pg = LocalPg::start_primary(&PgOptions {
+        tls: Some(pgtier_core::localpg::PgTls {
+            ca_file: Some(pki.ca_cert.clone()),
+            ..pgtier_core::localpg::PgTls::new(&server_v1.cert, &server_v1.key)
+        }),
+        ..PgOptions::default()
+    })
+    .expect("PostgreSQL with a v1 certificate");
+    let config = ProxyConfig::new(pg.port())
+        .setting("client_tls_sslmode", "\"require\"")
+        .setting("client_tls_cert_file", &toml_path(&pgtier_v1.cert))
+        .setting("client_tls_key_file", &toml_path(&pgtier_v1.key))
+        .setting("server_tls_sslmode", "\"verify-full\"")
+        .setting("server_tls_ca_file", &toml_path(&pki.ca_cert));
+    let proxy = start_proxy(config);
+    let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(ok, "{err}\n{}", proxy.log());
+    assert_eq!(out, "t");
+}
+
+#[test]
 fn a_server_certificate_that_does_not_verify_fails_the_login() {
     let dir = TempDir::new("pgtier-tls-other-ca").expect("temp dir");
     let pki = TestPki::write(dir.path(), "alice").expect("pki");
@@ -135,11 +169,21 @@ fn a_server_certificate_that_does_not_verify_fails_the_login() {
     .expect("PostgreSQL with TLS");
     let config = ProxyConfig::new(pg.port())
         .setting("server_tls_sslmode", "\"verify-full\"")
-        .setting("server_tls_ca_file", &toml_path(&other_pki.ca_cert));
+        .setting("server_tls_ca_file", &toml_path(&other_pki.ca_cert))
+        .setting("query_wait_timeout", "2");
     let proxy = start_proxy(config);
+    // As PgBouncer: the server is closed with the reason in the log, and the client waits
+    // for a server that can be verified, here until query_wait_timeout.
     let (ok, _, err) = psql(&proxy, "user=postgres sslmode=disable", "SELECT 1");
     assert!(!ok);
-    assert!(err.contains("TLS with server failed"), "{err}");
+    assert!(err.contains("query_wait_timeout"), "{err}");
+    let log = proxy.log();
+    assert!(
+        log.contains(
+            "closing because: TLS with server failed: TLS error: certificate verify failed"
+        ),
+        "{log}"
+    );
 }
 
 #[test]

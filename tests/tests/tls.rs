@@ -1,7 +1,8 @@
 //! TLS end to end: psql verifying pgtier's certificate (`sslmode=verify-full`), pgtier
 //! verifying PostgreSQL's (`server_tls_sslmode = verify-full`), a plain-text client refused
 //! where TLS is required, SCRAM-SHA-256-PLUS through pgtier, and a server certificate that
-//! does not verify failing the login with a clear error.
+//! does not verify leaving the client waiting with the reason logged, X.509 version 1
+//! certificates on both sides, and TLS settings changed one SET at a time.
 
 use pgtier_tests::fixtures::start_proxy;
 use pgtier_tests::pki::TestPki;
@@ -224,4 +225,47 @@ fn verify_ca_asks_for_a_client_certificate_and_checks_it() {
     assert!(!ok, "a certificate from another CA: refused ({err})");
     let (ok, _, err) = psql(&proxy, &good, "SELECT 1");
     assert!(ok, "the failures touched no one else: {err}");
+}
+
+#[test]
+fn tls_settings_change_one_set_at_a_time() {
+    // PgBouncer takes each SET alone: a key before its certificate, a verifying server mode
+    // before its CA file. In between, the TLS in effect stays.
+    let (dir, pki, pg, _) = setup("require", HbaAuth::Trust);
+    let other_dir = TempDir::new("pgtier-tls-next").expect("temp dir");
+    let next = TestPki::write(other_dir.path(), "alice").expect("next pki");
+    let config = ProxyConfig::new(pg.port())
+        .setting("admin_users", "[\"postgres\"]")
+        .setting("client_tls_sslmode", "\"prefer\"")
+        .setting("client_tls_cert_file", &toml_path(&pki.server.cert))
+        .setting("client_tls_key_file", &toml_path(&pki.server.key))
+        .setting("server_tls_sslmode", "\"disable\"");
+    let proxy = start_proxy(config);
+    let mut console = proxy.connect("pgtier", "postgres").expect("console");
+    let verified_by = |pki: &TestPki| {
+        let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+        psql(&proxy, &conninfo, "SELECT 1").0
+    };
+    assert!(verified_by(&pki));
+
+    let set = |console: &mut postgres::Client, key: &str, path: &std::path::Path| {
+        console
+            .simple_query(&format!("SET {key} = '{}'", path.display()))
+            .map(|_| ())
+    };
+    set(&mut console, "client_tls_key_file", &next.server.key).expect("the key alone is taken");
+    assert!(verified_by(&pki), "the certificate in effect stays");
+    assert!(proxy.log().contains("TLS setup failed"), "{}", proxy.log());
+    set(&mut console, "client_tls_cert_file", &next.server.cert).expect("then its certificate");
+    assert!(verified_by(&next), "the new pair is in effect");
+    assert!(!verified_by(&pki));
+
+    console
+        .simple_query("SET server_tls_sslmode = 'verify-full'")
+        .expect("a verifying mode before its CA file");
+    set(&mut console, "server_tls_ca_file", &pki.ca_cert).expect("then the CA file");
+    let conninfo = format!("user=postgres {}", next.verify_full_conninfo());
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(ok && out == "t", "{err}\n{}", proxy.log());
+    drop(dir);
 }

@@ -5,7 +5,7 @@
 //! settings did not change, so a renewed certificate is picked up; a reload whose files are
 //! broken fails as a whole and the running contexts stay in use.
 
-use pgtier_core::config::{Settings, SslMode, TlsProtocols};
+use pgtier_core::config::{Settings, SslMode, TlsCiphers, TlsProtocols};
 use pgtier_engine::tls::{
     AcceptorParams, ConnectorParams, PemFile, TlsAcceptor, TlsConfigError, TlsConnector,
 };
@@ -91,6 +91,11 @@ pub(crate) enum TlsFilesError {
         setting: &'static str,
         mode: SslMode,
     },
+    /// A `*_tls13_ciphers` value names something that is not a TLS 1.3 suite rustls has.
+    Tls13Ciphers {
+        setting: &'static str,
+        reason: String,
+    },
     /// `server_tls_protocols` allows no version pgtier implements, and the mode requires TLS.
     NoProtocol { mode: SslMode },
     /// The file could not be read.
@@ -119,6 +124,11 @@ impl fmt::Display for TlsFilesError {
                 let side = setting.split("_tls").next().unwrap_or(setting);
                 write!(f, "{side}_tls_sslmode = \"{mode}\" needs {setting}")
             }
+            // OpenSSL's words first (PgBouncer logs them; operators grep for them).
+            TlsFilesError::Tls13Ciphers { setting, reason } => write!(
+                f,
+                "{setting}: failed to set the TLSv1.3 cipher suites: {reason}"
+            ),
             TlsFilesError::NoProtocol { mode } => write!(
                 f,
                 "server_tls_sslmode = \"{mode}\" requires TLS, and server_tls_protocols allows \
@@ -172,10 +182,15 @@ fn load_acceptor(
         settings.client_tls_protocols,
         warnings,
     );
+    let ciphers = with_tls13(
+        "client_tls13_ciphers",
+        &settings.client_tls_ciphers,
+        &settings.client_tls13_ciphers,
+    )?;
     TlsAcceptor::new(&AcceptorParams {
         mode,
         protocols: settings.client_tls_protocols,
-        ciphers: &settings.client_tls_ciphers,
+        ciphers: &ciphers,
         cert_chain: cert.pem(),
         key: key.pem(),
         ca: ca.as_ref().map(Loaded::pem),
@@ -230,10 +245,15 @@ fn load_connector(
         settings.server_tls_protocols,
         warnings,
     );
+    let ciphers = with_tls13(
+        "server_tls13_ciphers",
+        &settings.server_tls_ciphers,
+        &settings.server_tls13_ciphers,
+    )?;
     TlsConnector::new(&ConnectorParams {
         mode,
         protocols: settings.server_tls_protocols,
-        ciphers: &settings.server_tls_ciphers,
+        ciphers: &ciphers,
         ca: ca.as_ref().map(Loaded::pem),
         client_cert,
     })
@@ -241,6 +261,17 @@ fn load_connector(
         side: "server_tls",
         error,
     })
+}
+
+/// `*_tls_ciphers` with its TLS 1.3 suites replaced by `*_tls13_ciphers`, when set.
+fn with_tls13(
+    setting: &'static str,
+    ciphers: &TlsCiphers,
+    tls13: &Option<String>,
+) -> Result<TlsCiphers, TlsFilesError> {
+    ciphers
+        .with_tls13(tls13.as_deref().unwrap_or(""))
+        .map_err(|reason| TlsFilesError::Tls13Ciphers { setting, reason })
 }
 
 /// Where distributions keep the system's CA bundle (Debian and Ubuntu, Fedora and RHEL,
@@ -516,6 +547,23 @@ mod tests {
         let message = TlsContexts::load(&settings).unwrap_err().to_string();
         assert!(
             message.starts_with("server_tls_sslmode = \"require\" requires TLS"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn tls13_ciphers_apply_when_the_configuration_is_built() {
+        let dir = Dir::new("tls13");
+        let pki = TestPki::shared();
+        let mut settings = settings(&dir, pki, SslMode::Require, SslMode::Disable);
+        settings.client_tls13_ciphers = Some("TLS_CHACHA20_POLY1305_SHA256".to_string());
+        assert!(TlsContexts::load(&settings).is_ok());
+        settings.client_tls13_ciphers = Some("unknown".to_string());
+        let message = TlsContexts::load(&settings).unwrap_err().to_string();
+        assert!(
+            message.starts_with(
+                "client_tls13_ciphers: failed to set the TLSv1.3 cipher suites: `unknown`"
+            ),
             "{message}"
         );
     }

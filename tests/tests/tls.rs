@@ -155,6 +155,12 @@ fn version_1_certificates_on_both_sides() {
     let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
     assert!(ok, "{err}\n{}", proxy.log());
     assert_eq!(out, "t");
+    // PgBouncer's login line, with what the client negotiated.
+    let log = proxy.log();
+    assert!(
+        log.contains("login attempt: db=postgres user=postgres tls=TLSv1.3/"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -382,6 +382,52 @@ impl TlsCiphers {
     pub fn as_str(&self) -> &str {
         &self.spelling
     }
+
+    /// These suites with the TLS 1.3 ones replaced by a `*_tls13_ciphers` value: TLS 1.3
+    /// suite names (IANA spelling, as OpenSSL takes them) separated by colons, or one of the
+    /// keywords; empty changes nothing. The error says which name is not a TLS 1.3 suite
+    /// rustls implements.
+    pub fn with_tls13(&self, tls13: &str) -> Result<TlsCiphers, String> {
+        let text = tls13.trim();
+        if text.is_empty() {
+            return Ok(self.clone());
+        }
+        let keyword = TlsCiphers::parse(text)
+            .ok()
+            .filter(|_| !text.contains(['_', '-']));
+        let chosen: Vec<CipherSuite> = match keyword {
+            Some(keyword) => keyword
+                .suites
+                .into_iter()
+                .filter(|s| s.is_tls13())
+                .collect(),
+            None => {
+                let mut chosen = Vec::new();
+                for name in list_items(text) {
+                    match CipherSuite::from_name(name).filter(|suite| suite.is_tls13()) {
+                        Some(suite) if !chosen.contains(&suite) => chosen.push(suite),
+                        Some(_) => {}
+                        None => {
+                            return Err(format!(
+                                "`{name}` is not a TLS 1.3 suite pgtier's TLS library (rustls) \
+                                 implements (TLS_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256, \
+                                 TLS_CHACHA20_POLY1305_SHA256)"
+                            ));
+                        }
+                    }
+                }
+                chosen
+            }
+        };
+        let suites = chosen
+            .into_iter()
+            .chain(self.suites.iter().copied().filter(|s| !s.is_tls13()))
+            .collect();
+        Ok(TlsCiphers {
+            spelling: self.spelling.clone(),
+            suites,
+        })
+    }
 }
 
 impl Default for TlsCiphers {
@@ -493,7 +539,33 @@ mod tests {
             "{error}"
         );
         assert!(!TlsProtocols::parse("all,!secure").unwrap().implemented());
-        assert!(!TlsProtocols::parse("!tlsv1.2,!tlsv1.3").unwrap().implemented());
+        assert!(
+            !TlsProtocols::parse("!tlsv1.2,!tlsv1.3")
+                .unwrap()
+                .implemented()
+        );
+    }
+
+    #[test]
+    fn tls13_ciphers_replace_the_tls13_suites_only() {
+        let base = TlsCiphers::parse("ECDHE-RSA-AES128-GCM-SHA256").unwrap();
+        let chosen = base.with_tls13("TLS_CHACHA20_POLY1305_SHA256").unwrap();
+        assert_eq!(
+            chosen.suites(),
+            [
+                CipherSuite::Tls13Chacha20Poly1305Sha256,
+                CipherSuite::EcdheRsaAes128GcmSha256
+            ]
+        );
+        assert_eq!(base.with_tls13("").unwrap(), base);
+        let all13 = base.with_tls13("default").unwrap();
+        assert_eq!(all13.suites().iter().filter(|s| s.is_tls13()).count(), 3);
+        let error = base.with_tls13("unknown").unwrap_err();
+        assert!(
+            error.starts_with("`unknown` is not a TLS 1.3 suite"),
+            "{error}"
+        );
+        assert!(base.with_tls13("ECDHE-RSA-AES128-GCM-SHA256").is_err());
     }
 
     #[test]

@@ -269,6 +269,7 @@ impl ClientTable {
             None if admin => PoolMode::Session,
             None => return Err(no_such_database(&database)),
         };
+        log_login_attempt(self, id, &database, &user, replication);
         let class = env
             .config()
             .database(&database)
@@ -659,6 +660,35 @@ impl ClientTable {
         }
         Repin::Move(lease)
     }
+}
+
+/// PgBouncer's line for each login it goes on with (its `log_connections`, on by default):
+/// `db/user@addr login attempt: db=... user=... tls=... replication=...`, the TLS part as
+/// SHOW CLIENTS shows it (operators and PgBouncer's test suite look for it).
+fn log_login_attempt(
+    clients: &ClientTable,
+    id: ClientId,
+    database: &str,
+    user: &str,
+    replication: bool,
+) {
+    let Some(client) = clients.get(id.0) else {
+        return;
+    };
+    let tls = client
+        .tls()
+        .and_then(|tls| tls.session.description())
+        .unwrap_or_else(|| "no".to_string());
+    let addr = client
+        .info()
+        .peer()
+        .map_or_else(|| "unknown".to_string(), ToString::to_string);
+    let replication = if replication { "yes" } else { "no" };
+    tracing::info!(
+        client = id.index(),
+        "{database}/{user}@{addr} login attempt: db={database} user={user} tls={tls} \
+         replication={replication}"
+    );
 }
 
 /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's

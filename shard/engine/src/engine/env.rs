@@ -80,6 +80,7 @@ impl Env {
         old.server_tls_sslmode != new.server_tls_sslmode
             || old.server_tls_protocols != new.server_tls_protocols
             || old.server_tls_ciphers != new.server_tls_ciphers
+            || old.server_tls13_ciphers != new.server_tls13_ciphers
             || old.server_tls_ca_file != new.server_tls_ca_file
             || old.server_tls_cert_file != new.server_tls_cert_file
             || old.server_tls_key_file != new.server_tls_key_file

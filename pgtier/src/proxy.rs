@@ -16,6 +16,7 @@ use pgtier_core::config::Config;
 use pgtier_engine::reconfigure::{Order, Pending};
 use pgtier_engine::services::Refusal;
 use pgtier_engine::shared::StatsSnapshot;
+use pgtier_engine::tls::TlsSides;
 use pgtier_engine::userlist::UserList;
 use pgtier_engine::{Engine, EngineParts};
 use tracing::{debug, error, info, warn};
@@ -68,6 +69,9 @@ pub struct ProxyHandle {
     /// The configuration in effect (the last one handed to the shards): what a console SET
     /// changes. Held for the whole of a reload, so reloads and SETs apply one at a time.
     current: Mutex<Arc<Config>>,
+    /// The TLS configurations in effect (the last ones handed to the shards), kept when a
+    /// SET leaves the TLS files inconsistent for a while.
+    tls: Mutex<TlsSides>,
     /// The console's RELOAD and SET orders, for the main loop (`run`) to carry out; `None`
     /// when no main loop does (embedded proxies: the console refuses them).
     orders: Option<Mutex<mpsc::Receiver<Order>>>,
@@ -149,6 +153,16 @@ impl ProxyHandle {
         config: Config,
         pending: Option<Arc<Pending>>,
     ) -> Result<(), String> {
+        self.apply(config, pending, OnTlsError::Fail)
+    }
+
+    /// Hands `config` to every shard; what a TLS file problem does is `on_tls_error`'s.
+    fn apply(
+        &self,
+        config: Config,
+        pending: Option<Arc<Pending>>,
+        on_tls_error: OnTlsError,
+    ) -> Result<(), String> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         for setting in pgtier_shard::listen::startup_only_changes(&self.started, &config.pgtier) {
             warn!(
@@ -157,7 +171,21 @@ impl ProxyHandle {
             );
         }
         let users = Arc::new(load_users(&config)?);
-        let tls = load_tls(&config)?;
+        let mut tls_in_effect = self.tls.lock().unwrap_or_else(PoisonError::into_inner);
+        let tls = match load_tls(&config) {
+            Ok(tls) => tls,
+            Err(error) => {
+                // PgBouncer's words (operators and its test suite look for them).
+                error!("TLS setup failed: {error}");
+                match on_tls_error {
+                    OnTlsError::Fail => return Err(error),
+                    OnTlsError::KeepInEffect => {
+                        warn!("TLS settings could not be applied, still using old configuration");
+                        tls_in_effect.clone()
+                    }
+                }
+            }
+        };
         let old_map = self.shared.routing.map.load_full();
         let map = old_map
             .reload(&config, default_probe_login)
@@ -175,6 +203,7 @@ impl ProxyHandle {
         self.reload_metrics(&config);
         let config = Arc::new(config);
         *current = config.clone();
+        *tls_in_effect = tls.clone();
         for mailbox in &self.shared.mailboxes {
             let command = Command::Reload {
                 config: config.clone(),
@@ -252,6 +281,10 @@ impl crate::reconfigure::Proxy for ProxyHandle {
         ProxyHandle::reload_with(self, config, pending)
     }
 
+    fn set_with(&self, config: Config, pending: Arc<Pending>) -> Result<(), String> {
+        self.apply(config, Some(pending), OnTlsError::KeepInEffect)
+    }
+
     fn answer(&self, order: &Order, error: Option<Refusal>) {
         let Some(mailbox) = self.shared.mailboxes.get(order.shard) else {
             return;
@@ -268,6 +301,16 @@ impl crate::reconfigure::Proxy for ProxyHandle {
     fn shards(&self) -> usize {
         self.shared.mailboxes.len()
     }
+}
+
+/// What a reload does when the TLS files do not make a configuration.
+#[derive(Clone, Copy, Debug)]
+enum OnTlsError {
+    /// It fails as a whole (SIGHUP, RELOAD, start).
+    Fail,
+    /// The rest applies and the TLS configurations in effect stay (a console SET: PgBouncer's
+    /// TLS settings change one at a time, so a key and its certificate differ in between).
+    KeepInEffect,
 }
 
 /// The auth file and, with `auth_type = hba`, the HBA rules (read again on reload).
@@ -471,6 +514,7 @@ pub(crate) fn start_bound(
         unix,
         started: config.pgtier.clone(),
         current: Mutex::new(config.clone()),
+        tls: Mutex::new(tls.clone()),
         orders: console_changes.then(|| Mutex::new(order_rx)),
         shared,
         threads,

@@ -18,6 +18,9 @@ pub(crate) trait Proxy {
     fn current_config(&self) -> Arc<Config>;
     /// Hands `config` to every shard; `pending` is the console waiting for all of them.
     fn reload_with(&self, config: Config, pending: Option<Arc<Pending>>) -> Result<(), String>;
+    /// As `reload_with`, for a console SET: TLS files that do not make a configuration
+    /// leave the TLS configurations in effect (logged) instead of failing.
+    fn set_with(&self, config: Config, pending: Arc<Pending>) -> Result<(), String>;
     /// Answers the console session waiting for `order`.
     fn answer(&self, order: &Order, error: Option<Refusal>);
     /// How many shards run.
@@ -87,7 +90,7 @@ fn set(handle: &impl Proxy, order: &Order, key: &str, value: &str) -> Result<(),
             info!(setting = key, value, "SET from the admin console");
             let pending = Pending::new(order, handle.shards());
             handle
-                .reload_with(*config, Some(pending))
+                .set_with(*config, pending)
                 .map_err(|message| format!("SET failed: {message}"))
         }
         Ok(SetOutcome::StartOnly) => {

@@ -5,7 +5,7 @@
 //! settings did not change, so a renewed certificate is picked up; a reload whose files are
 //! broken fails as a whole and the running contexts stay in use.
 
-use pgtier_core::config::{Settings, SslMode, TlsProtocols};
+use pgtier_core::config::{Settings, SslMode, TlsCiphers, TlsProtocols};
 use pgtier_engine::tls::{
     AcceptorParams, ConnectorParams, PemFile, TlsAcceptor, TlsConfigError, TlsConnector,
 };
@@ -32,11 +32,29 @@ impl TlsContexts {
     /// reads nothing. The error names the setting, the file and what is wrong.
     pub fn load(settings: &Settings) -> Result<TlsContexts, TlsFilesError> {
         let mut warnings = Vec::new();
-        let acceptor = match settings.client_tls_sslmode.is_enabled() {
+        let client = usable_side(
+            "client_tls_protocols",
+            settings.client_tls_sslmode,
+            settings.client_tls_protocols,
+            &mut warnings,
+        );
+        let acceptor = match client {
             true => Some(load_acceptor(settings, &mut warnings)?),
             false => None,
         };
-        let connector = match settings.server_tls_sslmode.is_enabled() {
+        let server_mode = settings.server_tls_sslmode;
+        let server = usable_side(
+            "server_tls_protocols",
+            server_mode,
+            settings.server_tls_protocols,
+            &mut warnings,
+        );
+        // Without a connector no SSLRequest is sent: only modes that allow plain text may
+        // lack one.
+        if !server && server_mode.requires_tls() {
+            return Err(TlsFilesError::NoProtocol { mode: server_mode });
+        }
+        let connector = match server {
             true => Some(load_connector(settings, &mut warnings)?),
             false => None,
         };
@@ -67,11 +85,19 @@ impl TlsContexts {
 /// Why the TLS files could not be loaded.
 #[derive(Debug)]
 pub(crate) enum TlsFilesError {
-    /// The mode needs a file the settings do not name (validation catches this first).
+    /// The mode needs a file the settings do not name (validation catches the client side's
+    /// first; the server side's CA falls back on the system bundle, when there is one).
     Missing {
         setting: &'static str,
         mode: SslMode,
     },
+    /// A `*_tls13_ciphers` value names something that is not a TLS 1.3 suite rustls has.
+    Tls13Ciphers {
+        setting: &'static str,
+        reason: String,
+    },
+    /// `server_tls_protocols` allows no version pgtier implements, and the mode requires TLS.
+    NoProtocol { mode: SslMode },
     /// The file could not be read.
     Read {
         setting: &'static str,
@@ -98,6 +124,16 @@ impl fmt::Display for TlsFilesError {
                 let side = setting.split("_tls").next().unwrap_or(setting);
                 write!(f, "{side}_tls_sslmode = \"{mode}\" needs {setting}")
             }
+            // OpenSSL's words first (PgBouncer logs them; operators grep for them).
+            TlsFilesError::Tls13Ciphers { setting, reason } => write!(
+                f,
+                "{setting}: failed to set the TLSv1.3 cipher suites: {reason}"
+            ),
+            TlsFilesError::NoProtocol { mode } => write!(
+                f,
+                "server_tls_sslmode = \"{mode}\" requires TLS, and server_tls_protocols allows \
+                 neither TLS 1.2 nor TLS 1.3, the versions pgtier implements (rustls)"
+            ),
             TlsFilesError::Read {
                 setting,
                 path,
@@ -146,10 +182,15 @@ fn load_acceptor(
         settings.client_tls_protocols,
         warnings,
     );
+    let ciphers = with_tls13(
+        "client_tls13_ciphers",
+        &settings.client_tls_ciphers,
+        &settings.client_tls13_ciphers,
+    )?;
     TlsAcceptor::new(&AcceptorParams {
         mode,
         protocols: settings.client_tls_protocols,
-        ciphers: &settings.client_tls_ciphers,
+        ciphers: &ciphers,
         cert_chain: cert.pem(),
         key: key.pem(),
         ca: ca.as_ref().map(Loaded::pem),
@@ -166,30 +207,30 @@ fn load_connector(
 ) -> Result<TlsConnector, TlsFilesError> {
     let mode = settings.server_tls_sslmode;
     // As PgBouncer, the CA is used only by the modes that verify; in the others it is not read.
-    let ca = match mode.verifies_certificate() {
-        true => Some(required(
-            "server_tls_ca_file",
-            &settings.server_tls_ca_file,
-            mode,
-        )?),
-        false => None,
+    // Without server_tls_ca_file they verify against the system's CA bundle, as PgBouncer's
+    // TLS library does.
+    let ca = match (mode.verifies_certificate(), &settings.server_tls_ca_file) {
+        (false, _) => None,
+        (true, Some(path)) => Some(read("server_tls_ca_file", path)?),
+        (true, None) => Some(system_ca_bundle(mode, SYSTEM_CA_BUNDLES)?),
     };
     let cert = optional("server_tls_cert_file", &settings.server_tls_cert_file)?;
     let key = optional("server_tls_key_file", &settings.server_tls_key_file)?;
+    // PgBouncer's settings change one SET at a time, so one of the pair may be set before
+    // the other: no client certificate until both are.
     let client_cert = match (&cert, &key) {
         (Some(cert), Some(key)) => Some((cert.pem(), key.pem())),
         (None, None) => None,
-        (Some(_), None) => {
-            return Err(TlsFilesError::Missing {
-                setting: "server_tls_key_file",
-                mode,
-            });
-        }
-        (None, Some(_)) => {
-            return Err(TlsFilesError::Missing {
-                setting: "server_tls_cert_file",
-                mode,
-            });
+        (Some(_), None) | (None, Some(_)) => {
+            let (set, unset) = match cert.is_some() {
+                true => ("server_tls_cert_file", "server_tls_key_file"),
+                false => ("server_tls_key_file", "server_tls_cert_file"),
+            };
+            warnings.push(format!(
+                "{set} is set without {unset}: no client certificate is presented to servers \
+                 until both are set"
+            ));
+            None
         }
     };
     if key.is_some() {
@@ -204,10 +245,15 @@ fn load_connector(
         settings.server_tls_protocols,
         warnings,
     );
+    let ciphers = with_tls13(
+        "server_tls13_ciphers",
+        &settings.server_tls_ciphers,
+        &settings.server_tls13_ciphers,
+    )?;
     TlsConnector::new(&ConnectorParams {
         mode,
         protocols: settings.server_tls_protocols,
-        ciphers: &settings.server_tls_ciphers,
+        ciphers: &ciphers,
         ca: ca.as_ref().map(Loaded::pem),
         client_cert,
     })
@@ -215,6 +261,58 @@ fn load_connector(
         side: "server_tls",
         error,
     })
+}
+
+/// `*_tls_ciphers` with its TLS 1.3 suites replaced by `*_tls13_ciphers`, when set.
+fn with_tls13(
+    setting: &'static str,
+    ciphers: &TlsCiphers,
+    tls13: &Option<String>,
+) -> Result<TlsCiphers, TlsFilesError> {
+    ciphers
+        .with_tls13(tls13.as_deref().unwrap_or(""))
+        .map_err(|reason| TlsFilesError::Tls13Ciphers { setting, reason })
+}
+
+/// Where distributions keep the system's CA bundle (Debian and Ubuntu, Fedora and RHEL,
+/// openSUSE, Alpine and the BSDs), first found first used.
+const SYSTEM_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The first of `candidates` that exists, read; none is a `Missing` server_tls_ca_file.
+fn system_ca_bundle(mode: SslMode, candidates: &[&str]) -> Result<Loaded, TlsFilesError> {
+    match candidates.iter().map(Path::new).find(|path| path.exists()) {
+        Some(path) => read("server_tls_ca_file", path),
+        None => Err(TlsFilesError::Missing {
+            setting: "server_tls_ca_file",
+            mode,
+        }),
+    }
+}
+
+/// Whether a side whose mode is `mode` has TLS: not disabled, and `protocols` allows a
+/// version pgtier implements (else a warning says TLS is off on that side).
+fn usable_side(
+    setting: &str,
+    mode: SslMode,
+    protocols: TlsProtocols,
+    warnings: &mut Vec<String>,
+) -> bool {
+    if !mode.is_enabled() {
+        return false;
+    }
+    if !protocols.implemented() {
+        warnings.push(format!(
+            "{setting} allows neither TLS 1.2 nor TLS 1.3, the versions pgtier implements \
+             (rustls): TLS is not offered on that side"
+        ));
+        return false;
+    }
+    true
 }
 
 fn required(
@@ -391,20 +489,13 @@ mod tests {
         );
         assert!(message.starts_with(&expected), "{message}");
 
-        let mut unset = settings(&dir, pki, SslMode::Disable, SslMode::VerifyCa);
-        unset.server_tls_ca_file = None;
-        let message = TlsContexts::load(&unset).unwrap_err().to_string();
+        let message = system_ca_bundle(SslMode::VerifyCa, &["/nonexistent/ca.crt"])
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(
             message,
             "server_tls_sslmode = \"verify-ca\" needs server_tls_ca_file"
-        );
-
-        let mut half = settings(&dir, pki, SslMode::Disable, SslMode::Require);
-        half.server_tls_key_file = Some(dir.write("client.key", &pki.client_key_pem, 0o600));
-        let message = TlsContexts::load(&half).unwrap_err().to_string();
-        assert_eq!(
-            message,
-            "server_tls_sslmode = \"require\" needs server_tls_cert_file"
         );
 
         let mut directory = settings(&dir, pki, SslMode::Require, SslMode::Disable);
@@ -412,6 +503,67 @@ mod tests {
         let message = TlsContexts::load(&directory).unwrap_err().to_string();
         assert!(
             message.starts_with("client_tls_cert_file: cannot read "),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn server_settings_half_set_between_two_sets_still_load() {
+        let dir = Dir::new("half");
+        let pki = TestPki::shared();
+        // The key before the certificate: no client certificate yet, and a warning.
+        let mut half = settings(&dir, pki, SslMode::Disable, SslMode::Require);
+        half.server_tls_key_file = Some(dir.write("client.key", &pki.client_key_pem, 0o600));
+        let contexts = TlsContexts::load(&half).unwrap();
+        assert!(contexts.connector().is_some());
+        assert_eq!(
+            contexts.warnings(),
+            [
+                "server_tls_key_file is set without server_tls_cert_file: no client certificate \
+              is presented to servers until both are set"
+            ]
+        );
+        // A verifying mode before its CA file: the system's bundle, found first of the list.
+        let bundle = dir.write("bundle.crt", &pki.ca_cert_pem, 0o644);
+        let bundle = bundle.to_str().unwrap();
+        let loaded = system_ca_bundle(SslMode::VerifyFull, &["/nonexistent/ca.crt", bundle]);
+        assert_eq!(loaded.unwrap().contents, pki.ca_cert_pem.as_bytes());
+    }
+
+    #[test]
+    fn a_side_with_only_legacy_protocols_has_no_tls() {
+        let dir = Dir::new("legacy");
+        let pki = TestPki::shared();
+        let legacy = TlsProtocols::parse("tlsv1.0").unwrap();
+        let mut settings = settings(&dir, pki, SslMode::Require, SslMode::Prefer);
+        settings.client_tls_protocols = legacy;
+        settings.server_tls_protocols = legacy;
+        let contexts = TlsContexts::load(&settings).unwrap();
+        assert!(contexts.acceptor().is_none() && contexts.connector().is_none());
+        assert_eq!(contexts.warnings().len(), 2, "{:?}", contexts.warnings());
+        assert!(contexts.warnings()[1].starts_with("server_tls_protocols allows neither"));
+        // Where servers must be spoken to over TLS, it is refused.
+        settings.server_tls_sslmode = SslMode::Require;
+        let message = TlsContexts::load(&settings).unwrap_err().to_string();
+        assert!(
+            message.starts_with("server_tls_sslmode = \"require\" requires TLS"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn tls13_ciphers_apply_when_the_configuration_is_built() {
+        let dir = Dir::new("tls13");
+        let pki = TestPki::shared();
+        let mut settings = settings(&dir, pki, SslMode::Require, SslMode::Disable);
+        settings.client_tls13_ciphers = Some("TLS_CHACHA20_POLY1305_SHA256".to_string());
+        assert!(TlsContexts::load(&settings).is_ok());
+        settings.client_tls13_ciphers = Some("unknown".to_string());
+        let message = TlsContexts::load(&settings).unwrap_err().to_string();
+        assert!(
+            message.starts_with(
+                "client_tls13_ciphers: failed to set the TLSv1.3 cipher suites: `unknown`"
+            ),
             "{message}"
         );
     }

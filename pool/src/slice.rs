@@ -403,6 +403,17 @@ impl<S, W: Copy> PoolSlice<S, W> {
             .map_or(0, |pool| pool.limits.host_turn.next(hosts, balance))
     }
 
+    /// Forgets every pool's login failure memo: the configuration of how servers are
+    /// reached changed (server TLS settings), so a failed login says nothing about the next
+    /// one, which may go at once.
+    pub fn forget_login_failures(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(pool) = slot.pool.as_mut() {
+                pool.failure = None;
+            }
+        }
+    }
+
     /// The error a client joining this pool gets now instead of waiting: Some while `now <
     /// retry_at` of the last failed login and this slice holds no server of the pool (idle,
     /// active or opening), so a login that may still succeed is waited for.

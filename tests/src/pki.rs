@@ -82,6 +82,70 @@ impl TestPki {
         write_pair(&self.dir, user, &cert, &key)
     }
 
+    /// An X.509 version 1 certificate from this CA with subject `CN=common_name`, made the
+    /// way PgBouncer's test suite makes its certificates (OpenSSL's `x509 -req` without
+    /// extensions; rcgen makes only version 3), written as `<stem>.crt` and `<stem>.key`.
+    /// Needs the `openssl` command.
+    pub fn issue_v1_with_openssl(&self, stem: &str, common_name: &str) -> io::Result<CertFiles> {
+        let ca_key = self.dir.join("ca.key");
+        write_file(&ca_key, &self.ca_key.serialize_pem(), 0o600)?;
+        let files = CertFiles {
+            cert: self.dir.join(format!("{stem}.crt")),
+            key: self.dir.join(format!("{stem}.key")),
+        };
+        let request = self.dir.join(format!("{stem}.csr"));
+        let subject = format!("/CN={common_name}");
+        let steps: [Vec<&std::ffi::OsStr>; 3] = [
+            vec![
+                "ecparam".as_ref(),
+                "-name".as_ref(),
+                "prime256v1".as_ref(),
+                "-genkey".as_ref(),
+                "-noout".as_ref(),
+                "-out".as_ref(),
+                files.key.as_os_str(),
+            ],
+            vec![
+                "req".as_ref(),
+                "-new".as_ref(),
+                "-key".as_ref(),
+                files.key.as_os_str(),
+                "-subj".as_ref(),
+                subject.as_ref(),
+                "-out".as_ref(),
+                request.as_os_str(),
+            ],
+            vec![
+                "x509".as_ref(),
+                "-req".as_ref(),
+                "-in".as_ref(),
+                request.as_os_str(),
+                "-CA".as_ref(),
+                self.ca_cert.as_os_str(),
+                "-CAkey".as_ref(),
+                ca_key.as_os_str(),
+                "-set_serial".as_ref(),
+                "7".as_ref(),
+                "-days".as_ref(),
+                "30".as_ref(),
+                "-out".as_ref(),
+                files.cert.as_os_str(),
+            ],
+        ];
+        for args in steps {
+            let output = std::process::Command::new("openssl").args(&args).output()?;
+            if !output.status.success() {
+                return Err(io::Error::other(format!(
+                    "openssl {:?}: {}",
+                    args,
+                    String::from_utf8_lossy(&output.stderr)
+                )));
+            }
+        }
+        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))?;
+        Ok(files)
+    }
+
     /// TLS for a [`pgtier_core::localpg::LocalPg`]: this server certificate, client
     /// certificates checked against this CA, and `cert_users` logging in by certificate.
     /// A rustls client configuration that trusts this PKI's CA (no client certificate).

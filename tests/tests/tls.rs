@@ -1,7 +1,8 @@
 //! TLS end to end: psql verifying pgtier's certificate (`sslmode=verify-full`), pgtier
 //! verifying PostgreSQL's (`server_tls_sslmode = verify-full`), a plain-text client refused
 //! where TLS is required, SCRAM-SHA-256-PLUS through pgtier, and a server certificate that
-//! does not verify failing the login with a clear error.
+//! does not verify leaving the client waiting with the reason logged, X.509 version 1
+//! certificates on both sides, and TLS settings changed one SET at a time.
 
 use pgtier_tests::fixtures::start_proxy;
 use pgtier_tests::pki::TestPki;
@@ -123,6 +124,46 @@ fn scram_with_channel_binding_through_pgtier() {
 }
 
 #[test]
+fn version_1_certificates_on_both_sides() {
+    // PgBouncer's own test certificates are X.509 version 1 (`openssl ca` without
+    // extensions): pgtier presents one to psql and verifies PostgreSQL's, whose name is its
+    // common name (pgtier connects to 127.0.0.1), as libpq checks it.
+    let dir = TempDir::new("pgtier-tls-v1").expect("temp dir");
+    let pki = TestPki::write(dir.path(), "alice").expect("pki");
+    let server_v1 = pki
+        .issue_v1_with_openssl("pg-v1", "127.0.0.1")
+        .expect("v1 server certificate");
+    let pgtier_v1 = pki
+        .issue_v1_with_openssl("pgtier-v1", "localhost")
+        .expect("v1 pgtier certificate");
+    let pg = LocalPg::start_primary(&PgOptions {
+        tls: Some(pgtier_core::localpg::PgTls {
+            ca_file: Some(pki.ca_cert.clone()),
+            ..pgtier_core::localpg::PgTls::new(&server_v1.cert, &server_v1.key)
+        }),
+        ..PgOptions::default()
+    })
+    .expect("PostgreSQL with a v1 certificate");
+    let config = ProxyConfig::new(pg.port())
+        .setting("client_tls_sslmode", "\"require\"")
+        .setting("client_tls_cert_file", &toml_path(&pgtier_v1.cert))
+        .setting("client_tls_key_file", &toml_path(&pgtier_v1.key))
+        .setting("server_tls_sslmode", "\"verify-full\"")
+        .setting("server_tls_ca_file", &toml_path(&pki.ca_cert));
+    let proxy = start_proxy(config);
+    let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(ok, "{err}\n{}", proxy.log());
+    assert_eq!(out, "t");
+    // PgBouncer's login line, with what the client negotiated.
+    let log = proxy.log();
+    assert!(
+        log.contains("login attempt: db=postgres user=postgres tls=TLSv1.3/"),
+        "{log}"
+    );
+}
+
+#[test]
 fn a_server_certificate_that_does_not_verify_fails_the_login() {
     let dir = TempDir::new("pgtier-tls-other-ca").expect("temp dir");
     let pki = TestPki::write(dir.path(), "alice").expect("pki");
@@ -135,11 +176,21 @@ fn a_server_certificate_that_does_not_verify_fails_the_login() {
     .expect("PostgreSQL with TLS");
     let config = ProxyConfig::new(pg.port())
         .setting("server_tls_sslmode", "\"verify-full\"")
-        .setting("server_tls_ca_file", &toml_path(&other_pki.ca_cert));
+        .setting("server_tls_ca_file", &toml_path(&other_pki.ca_cert))
+        .setting("query_wait_timeout", "2");
     let proxy = start_proxy(config);
+    // As PgBouncer: the server is closed with the reason in the log, and the client waits
+    // for a server that can be verified, here until query_wait_timeout.
     let (ok, _, err) = psql(&proxy, "user=postgres sslmode=disable", "SELECT 1");
     assert!(!ok);
-    assert!(err.contains("TLS with server failed"), "{err}");
+    assert!(err.contains("query_wait_timeout"), "{err}");
+    let log = proxy.log();
+    assert!(
+        log.contains(
+            "closing because: TLS with server failed: TLS error: certificate verify failed"
+        ),
+        "{log}"
+    );
 }
 
 #[test]
@@ -180,4 +231,47 @@ fn verify_ca_asks_for_a_client_certificate_and_checks_it() {
     assert!(!ok, "a certificate from another CA: refused ({err})");
     let (ok, _, err) = psql(&proxy, &good, "SELECT 1");
     assert!(ok, "the failures touched no one else: {err}");
+}
+
+#[test]
+fn tls_settings_change_one_set_at_a_time() {
+    // PgBouncer takes each SET alone: a key before its certificate, a verifying server mode
+    // before its CA file. In between, the TLS in effect stays.
+    let (dir, pki, pg, _) = setup("require", HbaAuth::Trust);
+    let other_dir = TempDir::new("pgtier-tls-next").expect("temp dir");
+    let next = TestPki::write(other_dir.path(), "alice").expect("next pki");
+    let config = ProxyConfig::new(pg.port())
+        .setting("admin_users", "[\"postgres\"]")
+        .setting("client_tls_sslmode", "\"prefer\"")
+        .setting("client_tls_cert_file", &toml_path(&pki.server.cert))
+        .setting("client_tls_key_file", &toml_path(&pki.server.key))
+        .setting("server_tls_sslmode", "\"disable\"");
+    let proxy = start_proxy(config);
+    let mut console = proxy.connect("pgtier", "postgres").expect("console");
+    let verified_by = |pki: &TestPki| {
+        let conninfo = format!("user=postgres {}", pki.verify_full_conninfo());
+        psql(&proxy, &conninfo, "SELECT 1").0
+    };
+    assert!(verified_by(&pki));
+
+    let set = |console: &mut postgres::Client, key: &str, path: &std::path::Path| {
+        console
+            .simple_query(&format!("SET {key} = '{}'", path.display()))
+            .map(|_| ())
+    };
+    set(&mut console, "client_tls_key_file", &next.server.key).expect("the key alone is taken");
+    assert!(verified_by(&pki), "the certificate in effect stays");
+    assert!(proxy.log().contains("TLS setup failed"), "{}", proxy.log());
+    set(&mut console, "client_tls_cert_file", &next.server.cert).expect("then its certificate");
+    assert!(verified_by(&next), "the new pair is in effect");
+    assert!(!verified_by(&pki));
+
+    console
+        .simple_query("SET server_tls_sslmode = 'verify-full'")
+        .expect("a verifying mode before its CA file");
+    set(&mut console, "server_tls_ca_file", &pki.ca_cert).expect("then the CA file");
+    let conninfo = format!("user=postgres {}", next.verify_full_conninfo());
+    let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
+    assert!(ok && out == "t", "{err}\n{}", proxy.log());
+    drop(dir);
 }

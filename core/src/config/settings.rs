@@ -296,6 +296,10 @@ pub struct Settings {
     pub client_tls_protocols: TlsProtocols,
     /// Cipher suites offered to clients ("default").
     pub client_tls_ciphers: TlsCiphers,
+    /// TLS 1.3 suites offered to clients, replacing those `client_tls_ciphers` allows (none:
+    /// theirs). Kept as written and read when the TLS configuration is built, as PgBouncer
+    /// applies it: a value rustls cannot use fails that build, not the setting.
+    pub client_tls13_ciphers: Option<String>,
     /// TLS towards servers (prefer, as PgBouncer 1.21 and later): `prefer` asks for TLS and
     /// falls back to plain TCP, `require` insists without checking the certificate,
     /// `verify-ca` checks the chain against `server_tls_ca_file`, `verify-full` also the host.
@@ -310,6 +314,8 @@ pub struct Settings {
     pub server_tls_protocols: TlsProtocols,
     /// Cipher suites offered to servers ("default").
     pub server_tls_ciphers: TlsCiphers,
+    /// TLS 1.3 suites offered to servers, as `client_tls13_ciphers`.
+    pub server_tls13_ciphers: Option<String>,
 
     /// Largest message a client may send: 256 MiB. PostgreSQL accepts up to 1 GB, but a client
     /// is untrusted and this bounds what one connection can make the proxy hold.
@@ -508,12 +514,14 @@ impl Default for Settings {
             client_tls_ca_file: None,
             client_tls_protocols: TlsProtocols::SECURE,
             client_tls_ciphers: TlsCiphers::default(),
+            client_tls13_ciphers: None,
             server_tls_sslmode: SslMode::Prefer,
             server_tls_ca_file: None,
             server_tls_key_file: None,
             server_tls_cert_file: None,
             server_tls_protocols: TlsProtocols::SECURE,
             server_tls_ciphers: TlsCiphers::default(),
+            server_tls13_ciphers: None,
             max_client_message_bytes: 256 * MIB,
             max_server_message_bytes: 1024 * MIB,
             send_batch_max_chunks: 64,

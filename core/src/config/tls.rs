@@ -80,8 +80,10 @@ impl fmt::Display for SslMode {
 /// `secure` and `default` (= `tlsv1.2,tlsv1.3`); an item written `!item` removes versions (a
 /// list that starts with a removal starts from `all`). Case does not matter; an empty string is
 /// the default. pgtier's TLS library implements TLS 1.2 and 1.3 only: TLS 1.0 and 1.1 in a list
-/// are accepted and ignored ([`TlsProtocols::ignored_legacy`]), and a list that leaves neither
-/// 1.2 nor 1.3 is an error.
+/// are accepted and ignored ([`TlsProtocols::ignored_legacy`]); a list that leaves neither
+/// 1.2 nor 1.3 loads too (PgBouncer takes it), and that side then has no TLS to offer
+/// ([`TlsProtocols::implemented`]; the TLS files' loader says so, or refuses it where the mode
+/// requires TLS with servers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(try_from = "String")]
 pub struct TlsProtocols {
@@ -139,13 +141,8 @@ impl TlsProtocols {
             tls13: versions & TLS13 != 0,
             ignored_legacy: versions & (TLS10 | TLS11) != 0,
         };
-        if !protocols.tls12 && !protocols.tls13 {
-            return Err(format!(
-                "`{}` allows neither TLS 1.2 nor TLS 1.3: pgtier's TLS library (rustls) \
-                 implements only those two, so no connection could be made",
-                text.trim()
-            ));
-        }
+        // Only TLS 1.0/1.1 (`tlsv1.0`): PgBouncer takes it, so it loads, and the side finds
+        // at use that it has no version to offer (`implemented`).
         Ok(protocols)
     }
 
@@ -157,6 +154,12 @@ impl TlsProtocols {
     /// Whether TLS 1.3 is allowed.
     pub const fn tls13(self) -> bool {
         self.tls13
+    }
+
+    /// Whether the list allows a version pgtier implements (1.2 or 1.3); without one, that
+    /// side cannot use TLS at all.
+    pub const fn implemented(self) -> bool {
+        self.tls12 || self.tls13
     }
 
     /// Whether the list also named TLS 1.0 or 1.1, which pgtier does not implement and ignores.
@@ -184,7 +187,9 @@ impl fmt::Display for TlsProtocols {
         match (self.tls12, self.tls13) {
             (true, true) => f.write_str("tlsv1.2,tlsv1.3"),
             (true, false) => f.write_str("tlsv1.2"),
-            (false, _) => f.write_str("tlsv1.3"),
+            (false, true) => f.write_str("tlsv1.3"),
+            // Only versions pgtier does not implement; this spelling parses back to it.
+            (false, false) => f.write_str("tlsv1.0,tlsv1.1"),
         }
     }
 }
@@ -377,6 +382,52 @@ impl TlsCiphers {
     pub fn as_str(&self) -> &str {
         &self.spelling
     }
+
+    /// These suites with the TLS 1.3 ones replaced by a `*_tls13_ciphers` value: TLS 1.3
+    /// suite names (IANA spelling, as OpenSSL takes them) separated by colons, or one of the
+    /// keywords; empty changes nothing. The error says which name is not a TLS 1.3 suite
+    /// rustls implements.
+    pub fn with_tls13(&self, tls13: &str) -> Result<TlsCiphers, String> {
+        let text = tls13.trim();
+        if text.is_empty() {
+            return Ok(self.clone());
+        }
+        let keyword = TlsCiphers::parse(text)
+            .ok()
+            .filter(|_| !text.contains(['_', '-']));
+        let chosen: Vec<CipherSuite> = match keyword {
+            Some(keyword) => keyword
+                .suites
+                .into_iter()
+                .filter(|s| s.is_tls13())
+                .collect(),
+            None => {
+                let mut chosen = Vec::new();
+                for name in list_items(text) {
+                    match CipherSuite::from_name(name).filter(|suite| suite.is_tls13()) {
+                        Some(suite) if !chosen.contains(&suite) => chosen.push(suite),
+                        Some(_) => {}
+                        None => {
+                            return Err(format!(
+                                "`{name}` is not a TLS 1.3 suite pgtier's TLS library (rustls) \
+                                 implements (TLS_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256, \
+                                 TLS_CHACHA20_POLY1305_SHA256)"
+                            ));
+                        }
+                    }
+                }
+                chosen
+            }
+        };
+        let suites = chosen
+            .into_iter()
+            .chain(self.suites.iter().copied().filter(|s| !s.is_tls13()))
+            .collect();
+        Ok(TlsCiphers {
+            spelling: self.spelling.clone(),
+            suites,
+        })
+    }
 }
 
 impl Default for TlsCiphers {
@@ -478,20 +529,43 @@ mod tests {
 
     #[test]
     fn protocol_errors_say_why() {
-        let error = TlsProtocols::parse("tlsv1.0,tlsv1.1").unwrap_err();
-        assert!(
-            error.contains("allows neither TLS 1.2 nor TLS 1.3")
-                && error.contains("rustls")
-                && error.starts_with("`tlsv1.0,tlsv1.1`"),
-            "{error}"
-        );
+        // Only versions pgtier lacks: loaded (PgBouncer takes it), and said at use.
+        let legacy = TlsProtocols::parse("tlsv1.0,tlsv1.1").unwrap();
+        assert!(!legacy.implemented() && legacy.ignored_legacy());
+        assert_eq!(TlsProtocols::parse(&legacy.to_string()), Ok(legacy));
         let error = TlsProtocols::parse("tlsv1.2,tlsv1.4").unwrap_err();
         assert!(
             error.starts_with("unknown TLS protocol `tlsv1.4`"),
             "{error}"
         );
-        assert!(TlsProtocols::parse("all,!secure").is_err());
-        assert!(TlsProtocols::parse("!tlsv1.2,!tlsv1.3").is_err());
+        assert!(!TlsProtocols::parse("all,!secure").unwrap().implemented());
+        assert!(
+            !TlsProtocols::parse("!tlsv1.2,!tlsv1.3")
+                .unwrap()
+                .implemented()
+        );
+    }
+
+    #[test]
+    fn tls13_ciphers_replace_the_tls13_suites_only() {
+        let base = TlsCiphers::parse("ECDHE-RSA-AES128-GCM-SHA256").unwrap();
+        let chosen = base.with_tls13("TLS_CHACHA20_POLY1305_SHA256").unwrap();
+        assert_eq!(
+            chosen.suites(),
+            [
+                CipherSuite::Tls13Chacha20Poly1305Sha256,
+                CipherSuite::EcdheRsaAes128GcmSha256
+            ]
+        );
+        assert_eq!(base.with_tls13("").unwrap(), base);
+        let all13 = base.with_tls13("default").unwrap();
+        assert_eq!(all13.suites().iter().filter(|s| s.is_tls13()).count(), 3);
+        let error = base.with_tls13("unknown").unwrap_err();
+        assert!(
+            error.starts_with("`unknown` is not a TLS 1.3 suite"),
+            "{error}"
+        );
+        assert!(base.with_tls13("ECDHE-RSA-AES128-GCM-SHA256").is_err());
     }
 
     #[test]

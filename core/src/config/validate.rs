@@ -156,32 +156,13 @@ fn tls(check: &Checker<'_>, settings: &Settings) -> Check {
             ),
         );
     }
-    let server = settings.server_tls_sslmode;
-    if server.verifies_certificate() && settings.server_tls_ca_file.is_none() {
-        return check.fail(
-            key("server_tls_ca_file"),
-            format!(
-                "server_tls_sslmode = \"{server}\" needs server_tls_ca_file: the CA that \
-                 server certificates must be signed by"
-            ),
-        );
-    }
-    match (
-        settings.server_tls_key_file.is_some(),
-        settings.server_tls_cert_file.is_some(),
-    ) {
-        (true, false) => check.fail(
-            key("server_tls_cert_file"),
-            "server_tls_key_file is set without server_tls_cert_file: give both (a client \
-             certificate for servers) or neither",
-        ),
-        (false, true) => check.fail(
-            key("server_tls_key_file"),
-            "server_tls_cert_file is set without server_tls_key_file: give both (a client \
-             certificate for servers) or neither",
-        ),
-        _ => Ok(()),
-    }
+    // `server_tls_sslmode = verify-*` without `server_tls_ca_file` verifies against the
+    // system's CA bundle (as PgBouncer's TLS library does), so it is not refused here: the
+    // TLS files' loader finds the bundle.
+    // A server-side key without its certificate (or the reverse) is not refused either:
+    // PgBouncer takes TLS settings one `SET` at a time, so the pair is half-set in between;
+    // the loader presents no client certificate until both are set, and says so.
+    Ok(())
 }
 
 /// pgtier's own limits in `[pgtier]`.

@@ -26,6 +26,16 @@ fn login_failure_is_reported_until_retry_at() {
 }
 
 #[test]
+fn forgotten_login_failures_let_the_next_login_go_at_once() {
+    let t0 = Instant::now();
+    let mut slice = Slice::new(10, 2);
+    let id = failed_pool(&mut slice, t0);
+    slice.forget_login_failures();
+    assert_eq!(slice.login_failure(id, t0 + secs(1)), None);
+    assert_eq!(slice.try_open(id, t0 + secs(1)), Ok(()));
+}
+
+#[test]
 fn login_failure_is_hidden_while_the_slice_holds_a_server() {
     let t0 = Instant::now();
     let mut slice = Slice::new(10, 2);

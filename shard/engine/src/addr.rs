@@ -124,7 +124,7 @@ impl ClientAddr {
         matches!(self, ClientAddr::Unix { own_user: true, .. })
     }
 
-    #[cfg(test)]
+    /// A Unix-socket peer (TLS is neither offered nor required there, as PgBouncer does).
     pub(crate) fn is_unix(&self) -> bool {
         matches!(self, ClientAddr::Unix { .. })
     }

@@ -240,6 +240,17 @@ impl ClientTable {
         };
         forwarded.sort();
         let admin = database == ADMIN_DATABASE;
+        // max_client_conn, counting this client; the console stays reachable past it.
+        let connected = env
+            .shared()
+            .clients
+            .load(std::sync::atomic::Ordering::Acquire);
+        if !admin && connected > env.config().pgtier.max_client_conn {
+            return Err(messages::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "no more connections allowed (max_client_conn)",
+            ));
+        }
         if gates.is_disabled(&database) {
             // DISABLE db, with PgBouncer's words.
             let message = format!("database does not allow connections: {database}");
@@ -258,6 +269,7 @@ impl ClientTable {
             None if admin => PoolMode::Session,
             None => return Err(no_such_database(&database)),
         };
+        log_login_attempt(self, id, &database, &user, replication);
         let class = env
             .config()
             .database(&database)
@@ -652,11 +664,47 @@ impl ClientTable {
     }
 }
 
+/// PgBouncer's line for each login it goes on with (its `log_connections`, on by default):
+/// `db/user@addr login attempt: db=... user=... tls=... replication=...`, the TLS part as
+/// SHOW CLIENTS shows it (operators and PgBouncer's test suite look for it).
+fn log_login_attempt(
+    clients: &ClientTable,
+    id: ClientId,
+    database: &str,
+    user: &str,
+    replication: bool,
+) {
+    let Some(client) = clients.get(id.0) else {
+        return;
+    };
+    let tls = client
+        .tls()
+        .and_then(|tls| tls.session.description())
+        .unwrap_or_else(|| "no".to_string());
+    let addr = client
+        .info()
+        .peer()
+        .map_or_else(|| "unknown".to_string(), ToString::to_string);
+    let replication = if replication { "yes" } else { "no" };
+    tracing::info!(
+        client = id.index(),
+        "{database}/{user}@{addr} login attempt: db={database} user={user} tls={tls} \
+         replication={replication}"
+    );
+}
+
 /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's
-/// `hostssl`-only configuration would.
+/// `hostssl`-only configuration would. Unix-socket logins are exempt (PgBouncer's rule: TLS
+/// is not offered there).
 fn refuse_plaintext_login(clients: &ClientTable, id: ClientId, env: &Env) -> Result<(), Bytes> {
     let mode = env.config().pgtier.client_tls_sslmode;
-    let plain = clients.get(id.0).is_some_and(|c| c.tls().is_none());
+    let plain = clients.get(id.0).is_some_and(|c| {
+        c.tls().is_none()
+            && !c
+                .info()
+                .peer()
+                .is_some_and(crate::addr::ClientAddr::is_unix)
+    });
     if !(plain && requires_tls(mode)) {
         return Ok(());
     }

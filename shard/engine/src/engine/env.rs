@@ -77,6 +77,20 @@ impl Env {
         self.users = users;
     }
 
+    /// Whether `new` changes how servers are connected to over TLS (PgBouncer's rule: any
+    /// `server_tls_*` setting; then every server is recycled, so none keeps weaker or
+    /// stale TLS settings).
+    pub(super) fn server_tls_differs(&self, new: &Config) -> bool {
+        let (old, new) = (&self.config.pgtier, &new.pgtier);
+        old.server_tls_sslmode != new.server_tls_sslmode
+            || old.server_tls_protocols != new.server_tls_protocols
+            || old.server_tls_ciphers != new.server_tls_ciphers
+            || old.server_tls13_ciphers != new.server_tls13_ciphers
+            || old.server_tls_ca_file != new.server_tls_ca_file
+            || old.server_tls_cert_file != new.server_tls_cert_file
+            || old.server_tls_key_file != new.server_tls_key_file
+    }
+
     /// The pool limits of `key` from the current configuration.
     pub(super) fn pool_limits(&self, key: &PoolKey) -> PoolLimits {
         let settings = &self.config.pgtier;

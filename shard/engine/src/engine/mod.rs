@@ -297,8 +297,11 @@ impl Engine {
     pub fn handle_accept(&mut self, now: Instant, peer: Option<ClientAddr>) -> Option<ClientId> {
         self.now = now;
         self.stats.client_accepted();
-        let max = self.env.config().pgtier.max_client_conn;
-        let over = self.env.shared().clients.fetch_add(1, Ordering::AcqRel) >= max;
+        // Counted now, refused at its StartupMessage when past max_client_conn
+        // (`client_login.rs`), as PgBouncer does: after the SSLRequest is answered, so the
+        // client reads the reason (libpq shows an error sent instead of the SSLRequest's
+        // answer only as "error response during SSL exchange").
+        self.env.shared().clients.fetch_add(1, Ordering::AcqRel);
         let mut client = ClientConn::new(peer, now);
         client
             .info_mut()
@@ -308,13 +311,7 @@ impl Engine {
             return None;
         };
         let id = ClientId(slot);
-        if over {
-            let error = messages::fatal(
-                sqlstate::TOO_MANY_CONNECTIONS,
-                "no more connections allowed (max_client_conn)",
-            );
-            self.close_client(id, Some(error));
-        } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
+        if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection).
             let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
@@ -712,6 +709,20 @@ impl Engine {
 
     /// Begins a server's teardown. Its pool accounting is settled by the caller's state
     /// (see `settle_closed_server`); here the driver is told and the server stops taking part.
+    /// PgBouncer's line for a server it closes on purpose, `database/user closing because:
+    /// reason` (operators and its test suite look for it).
+    fn log_server_closing(&self, id: ServerId, reason: &str) {
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        if let Some(key) = self.linker.pools().key(server.pool()) {
+            info!(
+                server = id.index(),
+                "{}/{} closing because: {reason}", key.database, key.server_user
+            );
+        }
+    }
+
     fn close_server(&mut self, id: ServerId) {
         let Some(server) = self.servers.get_mut(id.0) else {
             return;
@@ -1131,11 +1142,29 @@ impl Engine {
         }
     }
 
-    /// TLS with a server failed before or during its login: the pool's waiters get the
-    /// reason (08006), as for any failed login.
+    /// TLS with a server failed. During its login the pool's waiters keep waiting for the
+    /// next attempt (`Linker::tls_failed`); later, its client gets the reason (08006).
     fn server_tls_failed(&mut self, id: ServerId, why: &str) {
         debug!(?id, why, "server TLS failed");
-        self.server_failed(id, why, None);
+        let logging_in = self.servers.get(id.0).is_some_and(|server| {
+            matches!(
+                server.state(),
+                ServerState::Negotiating { .. } | ServerState::LoggingIn { .. }
+            )
+        });
+        if !logging_in {
+            self.server_failed(id, why, None);
+            return;
+        }
+        let retry_at = self.env.login_retry_at(self.now);
+        self.linker.tls_failed(
+            &mut self.servers,
+            id,
+            why,
+            retry_at,
+            &mut self.stats,
+            &mut self.outbox,
+        );
     }
 
     // ---- servers given to clients and taken back: the linker's steps, routed ----
@@ -1514,7 +1543,12 @@ impl Engine {
             .return_one(&mut self.servers, &self.admin, id, self.now)
         {
             Returned::Nothing => {}
-            Returned::Close => self.close_server(id),
+            Returned::Close => {
+                if self.servers.get(id.0).is_some_and(|s| s.close_needed()) {
+                    self.log_server_closing(id, "obsolete connection");
+                }
+                self.close_server(id);
+            }
             Returned::Checkin(pool, checkin) => self.act_on_checkin(id, pool, checkin),
         }
     }

@@ -85,6 +85,22 @@ impl ServerTable {
         self.connector = connector;
     }
 
+    /// The server TLS settings changed: every server is marked to close when released (its
+    /// TLS was set up under the old settings); the idle ones are returned, to close now.
+    pub(super) fn recycle_all(&mut self) -> Vec<ServerId> {
+        let mut idle = Vec::new();
+        for slot in self.slab.slots() {
+            let Some(server) = self.slab.get_mut(slot) else {
+                continue;
+            };
+            server.mark_close_needed();
+            if matches!(server.state(), crate::server::ServerState::Idle { .. }) {
+                idle.push(ServerId(slot));
+            }
+        }
+        idle
+    }
+
     /// The servers of `pools` still finishing with a departed client close once released
     /// instead of going back (a database is being vacated): how many.
     pub(super) fn close_when_released(&mut self, pools: &[pgtier_pool::PoolId]) -> usize {

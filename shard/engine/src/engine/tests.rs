@@ -361,7 +361,18 @@ fn max_client_conn_refuses_with_53300() {
     let mut h = Harness::new(&config("max_client_conn = 1"));
     let _a = h.accept();
     let b = h.accept();
-    assert_eq!(errors(&h.client_output(b)), vec!["53300".to_string()]);
+    // As PgBouncer: the SSLRequest is answered first, so libpq shows the reason (an error
+    // in place of the answer shows as "error response during SSL exchange").
+    assert!(h.client_output(b).is_empty());
+    h.client_sends(b, &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+    assert_eq!(h.client_bytes(b), b"N");
+    h.client_sends(b, &startup(&[("user", "alice"), ("database", "db")]));
+    let out = h.client_output(b);
+    assert_eq!(errors(&out), vec!["53300".to_string()]);
+    assert_eq!(
+        out[0].field(b'M').as_deref(),
+        Some("no more connections allowed (max_client_conn)")
+    );
     assert!(h.is_closed(Conn::Client(b)));
 }
 
@@ -379,6 +390,7 @@ fn a_closing_client_that_never_reads_is_cut_off_after_the_linger() {
     let _a = h.accept();
     h.clients_read = false;
     let b = h.accept();
+    h.client_sends(b, &startup(&[("user", "alice"), ("database", "db")]));
     assert!(h.closed.contains(&(Conn::Client(b), CloseHow::Flush)));
     h.advance(crate::settings::CLOSE_LINGER + Duration::from_millis(300));
     assert!(h.closed.contains(&(Conn::Client(b), CloseHow::Now)));

@@ -10,6 +10,7 @@
 //! - A client that opens with a TLS handshake (PostgreSQL 17's `sslnegotiation=direct`) must
 //!   negotiate ALPN `postgresql`, else it is closed.
 //! - A StartupMessage in plain text where `client_tls_sslmode` requires TLS gets 28000.
+//! - On the Unix socket, as PgBouncer: an SSLRequest gets `N` and no mode requires TLS.
 //! - A server gets an SSLRequest first unless `server_tls_sslmode = disable`: its `S` starts
 //!   a handshake (certificate checks by mode, `crate::tls::verify`); its `N` continues in
 //!   plain text unless the mode requires TLS, which fails the login.
@@ -26,6 +27,7 @@ use tracing::debug;
 use super::clients::ClientTable;
 use super::servers::ServerTable;
 use crate::action::{Action, CloseHow, Conn, Outbox, Wire};
+use crate::addr::ClientAddr;
 use crate::client::ClientTls;
 use crate::ids::{ClientId, ServerId};
 use crate::server::ServerConn;
@@ -215,7 +217,9 @@ impl ClientTable {
         if client.tls().is_some() {
             return SslAnswer::AlreadyEncrypted;
         }
-        let Some(acceptor) = logins.acceptor() else {
+        // A Unix socket is local already: PgBouncer answers `N` there whatever the mode.
+        let unix = client.info().peer().is_some_and(ClientAddr::is_unix);
+        let Some(acceptor) = logins.acceptor().filter(|_| !unix) else {
             return SslAnswer::Declined;
         };
         if !client.input().is_empty() {

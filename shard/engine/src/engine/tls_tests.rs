@@ -141,6 +141,17 @@ fn a_plaintext_login_where_tls_is_required_gets_28000() {
 }
 
 #[test]
+fn unix_socket_clients_are_neither_offered_nor_required_tls() {
+    let (mut h, _) = harness(SslMode::Require, "");
+    let id = h.accept_unix();
+    h.client_sends(id, SSL_REQUEST);
+    assert_eq!(h.client_bytes(id), b"N");
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+    h.complete_connects();
+    assert!(h.client_tags(id).ends_with('Z'));
+}
+
+#[test]
 fn with_prefer_a_plaintext_client_is_welcome() {
     let (mut h, _) = harness(SslMode::Prefer, "");
     let (_, welcome) = h.login("alice", "db");
@@ -250,7 +261,8 @@ fn a_server_answering_n_is_used_in_plain_text_with_prefer() {
         h.output_to(server).starts_with(SSL_REQUEST),
         "the server was asked for TLS first"
     );
-    // With require, the same answer fails the login.
+    // With require, the same answer ends that server; the client keeps waiting for the next
+    // attempt (after server_login_retry), as PgBouncer's do.
     let tls = TlsSides {
         acceptor: None,
         connector: Some(connector),
@@ -264,12 +276,9 @@ fn a_server_answering_n_is_used_in_plain_text_with_prefer() {
     h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
     h.complete_connects();
     let out = h.client_output(id);
-    assert!(
-        out.iter().any(|m| m
-            .field(b'M')
-            .is_some_and(|text| text.contains("server does not support TLS"))),
-        "{out:?}"
-    );
+    assert!(out.is_empty(), "{out:?}");
+    assert!(h.live_servers().is_empty());
+    assert!(!h.is_closed(crate::action::Conn::Client(id)));
 }
 
 /// A plain client's message whose second piece starts with the byte a TLS handshake starts
@@ -379,4 +388,53 @@ fn a_server_on_a_unix_socket_gets_no_ssl_request() {
         !h.output_to(server).starts_with(SSL_REQUEST),
         "no SSLRequest on a Unix socket"
     );
+}
+
+fn reload(h: &mut Harness, text: &str) {
+    let config =
+        pgtier_core::config::Config::from_str(&config(text), "pgtier.toml").expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(config),
+            users: std::sync::Arc::new(UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+}
+
+#[test]
+fn a_reload_changing_server_tls_settings_recycles_every_server() {
+    let mut h = Harness::new(&config("pool_mode = \"transaction\""));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("bob", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    h.client_sends(b, &query("BEGIN"));
+    let _ = h.client_tags(b);
+    let servers = h.live_servers();
+    assert_eq!(servers.len(), 2);
+
+    // Nothing about server TLS changed: servers stay.
+    reload(
+        &mut h,
+        "pool_mode = \"transaction\"\ndefault_pool_size = 30",
+    );
+    assert_eq!(h.live_servers().len(), 2);
+
+    // server_tls_sslmode changed: the idle server goes now, the busy one once released.
+    reload(
+        &mut h,
+        "pool_mode = \"transaction\"\nserver_tls_sslmode = \"disable\"",
+    );
+    assert_eq!(h.live_servers().len(), 1);
+    h.client_sends(b, &query("COMMIT"));
+    let _ = h.client_tags(b);
+    assert!(h.live_servers().is_empty());
+    // And clients get new ones.
+    h.client_sends(a, &query("SELECT 1"));
+    h.complete_connects();
+    assert_eq!(h.client_tags(a), "TDCZ");
 }

@@ -232,9 +232,19 @@ impl Engine {
                 tls,
                 pending,
             } => {
-                // New connections use the new TLS configurations; running sessions keep theirs.
+                // New connections use the new TLS configurations; running client sessions
+                // keep theirs, servers are recycled when the server side's settings changed.
+                let recycle = self.env.server_tls_differs(&config);
                 self.clients.logins_mut().reloaded(tls.acceptor);
                 self.servers.reloaded(tls.connector);
+                if recycle {
+                    // A login that failed under the old settings says nothing of the next.
+                    self.linker.pools_mut().forget_login_failures();
+                    for id in self.servers.recycle_all() {
+                        self.log_server_closing(id, "database configuration changed");
+                        self.close_server(id);
+                    }
+                }
                 self.stats.configure(&config.pgtier, self.env.shared());
                 self.env.reload(config, users);
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self

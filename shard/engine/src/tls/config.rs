@@ -13,10 +13,12 @@
 //! Both enable secret extraction so an established session's keys can later be handed to
 //! kernel TLS. Building reads nothing: the caller passes the files' bytes ([`PemFile`]).
 
+use super::certificate::Certificate;
+use super::chain::TrustAnchors;
 use super::error::TlsConfigError;
 use super::pem::{self, PemFile};
 use super::provider;
-use super::verify::{AnyCertificate, ChainOnly};
+use super::verify::{AnyCertificate, ClientCa, ServerCa};
 use pgtier_core::config::{SslMode, TlsCiphers, TlsProtocols};
 use rustls::client::{Resumption, WebPkiServerVerifier};
 use rustls::crypto::CryptoProvider;
@@ -176,7 +178,11 @@ impl TlsConnector {
     }
 }
 
-/// A certificate chain with its key, checked to belong together.
+/// A certificate chain with its key, checked to belong together. rustls's own check
+/// (`CertifiedKey::keys_match`) reads the certificate with WebPKI, which refuses X.509
+/// version 1 certificates; the key is compared here with the one read by pgtier's own
+/// reader, which takes every version, and the pair is served through a resolver, so v1
+/// certificates work as OpenSSL lets them.
 fn certified_key(
     chain: &PemFile<'_>,
     key: &PemFile<'_>,
@@ -191,36 +197,24 @@ fn certified_key(
             file: key.name.to_string(),
             reason: error.to_string(),
         })?;
-    let certified = CertifiedKey::new(certificates, signing_key);
-    match certified.keys_match() {
-        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
-            Ok(certified)
-        }
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
-            Err(TlsConfigError::KeyMismatch {
+    let leaf = certificates
+        .first()
+        .and_then(|der| Certificate::parse(der))
+        .ok_or_else(|| TlsConfigError::BadCertificate {
+            file: chain.name.to_string(),
+            reason: "the first certificate is not valid X.509 DER".to_string(),
+        })?;
+    // Every key the ring provider loads knows its public key; one that does not cannot be
+    // compared, and is taken as rustls takes it.
+    if let Some(public_key) = signing_key.public_key() {
+        if public_key.as_ref() != leaf.spki {
+            return Err(TlsConfigError::KeyMismatch {
                 key_file: key.name.to_string(),
                 cert_file: chain.name.to_string(),
-            })
+            });
         }
-        Err(error) => Err(TlsConfigError::BadCertificate {
-            file: chain.name.to_string(),
-            reason: certificate_problem(&error),
-        }),
     }
-}
-
-/// Why rustls cannot use a certificate, in words an operator can act on: an X.509
-/// version 1 certificate (OpenSSL's `x509 -req` without extensions makes them) is named as
-/// such, since rustls's message for it is only a variant name.
-fn certificate_problem(error: &rustls::Error) -> String {
-    if format!("{error:?}").contains("UnsupportedCertVersion") {
-        "it is an X.509 version 1 certificate, and pgtier's TLS library (rustls) uses only \
-         version 3 certificates: reissue it as version 3 (with OpenSSL, `x509 -req` given \
-         extensions, e.g. `-extfile` naming basicConstraints)"
-            .to_string()
-    } else {
-        error.to_string()
-    }
+    Ok(CertifiedKey::new(certificates, signing_key))
 }
 
 /// With TLS 1.2 only, at least one allowed suite must fit the key (ECDSA suites need an
@@ -251,18 +245,24 @@ fn check_suites_for_key(
     })
 }
 
-/// The CA certificates of `file` as trust anchors.
-fn roots(file: &PemFile<'_>) -> Result<Arc<RootCertStore>, TlsConfigError> {
+/// The CA certificates of `file` as trust anchors: for WebPKI, and for pgtier's own chain
+/// check (chains with version 1 certificates).
+fn roots(file: &PemFile<'_>) -> Result<(Arc<RootCertStore>, TrustAnchors), TlsConfigError> {
+    let certificates = pem::certificates(file)?;
     let mut store = RootCertStore::empty();
-    for certificate in pem::certificates(file)? {
+    for certificate in &certificates {
         store
-            .add(certificate)
+            .add(certificate.clone())
             .map_err(|error| TlsConfigError::BadCa {
                 file: file.name.to_string(),
                 reason: error.to_string(),
             })?;
     }
-    Ok(Arc::new(store))
+    let anchors = TrustAnchors::new(certificates).map_err(|index| TlsConfigError::BadCa {
+        file: file.name.to_string(),
+        reason: format!("certificate {} is not valid X.509 DER", index + 1),
+    })?;
+    Ok((Arc::new(store), anchors))
 }
 
 fn client_verifier(
@@ -279,15 +279,21 @@ fn client_verifier(
         }
         return Ok(WebPkiClientVerifier::no_client_auth());
     };
-    let builder = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone());
+    let (store, anchors) = roots(ca)?;
+    let builder = WebPkiClientVerifier::builder_with_provider(store, provider.clone());
     let builder = match mode.verifies_certificate() {
         true => builder,
         false => builder.allow_unauthenticated(),
     };
-    builder.build().map_err(|error| TlsConfigError::BadCa {
+    let webpki = builder.build().map_err(|error| TlsConfigError::BadCa {
         file: ca.name.to_string(),
         reason: error.to_string(),
-    })
+    })?;
+    Ok(Arc::new(ClientCa::new(
+        webpki,
+        anchors,
+        provider.signature_verification_algorithms,
+    )))
 }
 
 fn server_verifier(
@@ -306,16 +312,19 @@ fn server_verifier(
             mode: mode.as_str(),
         });
     };
-    let webpki = WebPkiServerVerifier::builder_with_provider(roots(ca)?, provider.clone())
+    let (store, anchors) = roots(ca)?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(store, provider.clone())
         .build()
         .map_err(|error| TlsConfigError::BadCa {
             file: ca.name.to_string(),
             reason: error.to_string(),
         })?;
-    match mode {
-        SslMode::VerifyFull => Ok(webpki),
-        _ => Ok(Arc::new(ChainOnly::new(webpki))),
-    }
+    Ok(Arc::new(ServerCa::new(
+        webpki,
+        anchors,
+        mode == SslMode::VerifyFull,
+        provider.signature_verification_algorithms,
+    )))
 }
 
 fn rustls_error(error: rustls::Error) -> TlsConfigError {

@@ -138,16 +138,7 @@ impl fmt::Display for TlsError {
                 ..
             } => {
                 // PgBouncer's (OpenSSL's) words first: operators grep for them.
-                if format!("{problem:?}").contains("UnsupportedCertVersion") {
-                    f.write_str(
-                        "TLS error: certificate verify failed: the peer's certificate is X.509 \
-                         version 1, which pgtier does not verify (its TLS library, rustls, \
-                         accepts only version 3 certificates, the only version with the \
-                         extensions verification relies on); reissue it as version 3",
-                    )
-                } else {
-                    write!(f, "TLS error: certificate verify failed: {problem}")
-                }
+                write!(f, "TLS error: certificate verify failed: {problem}")
             }
             TlsError::Protocol { error, .. } => write!(f, "TLS error: {error}"),
             TlsError::SendBufferFull => f.write_str("TLS send buffer full during the handshake"),
@@ -186,29 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_certificate_is_named_as_such() {
-        // rustls wraps webpki's refusal as an `Other` certificate error that prints as
-        // webpki's variant name; this stands in for it (webpki is not a dependency here).
-        #[derive(Debug)]
-        struct UnsupportedCertVersion;
-        impl std::fmt::Display for UnsupportedCertVersion {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("UnsupportedCertVersion")
-            }
-        }
-        impl std::error::Error for UnsupportedCertVersion {}
-        let webpki = rustls::OtherError(std::sync::Arc::new(UnsupportedCertVersion));
-        let v1 = TlsError::Protocol {
-            error: rustls::Error::InvalidCertificate(rustls::CertificateError::Other(webpki)),
-            alert_queued: true,
-        };
-        let text = v1.to_string();
-        assert!(
-            text.starts_with(
-                "TLS error: certificate verify failed: the peer's certificate is X.509 version 1"
-            ),
-            "{text}"
-        );
+    fn certificate_errors_use_openssls_words_first() {
         let unknown = TlsError::Protocol {
             error: rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
             alert_queued: true,

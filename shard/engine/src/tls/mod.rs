@@ -28,13 +28,18 @@
 //!
 //! # Files
 //! [`config`] builds the configurations, [`pem`] reads PEM input, [`provider`] restricts
-//! the crypto provider and names what was negotiated, [`verify`] holds the server
-//! certificate checks of each `server_tls_sslmode`, [`x509`] reads a certificate's common
-//! name and signature hash, [`session`] is the connection, [`error`] the two errors.
+//! the crypto provider and names what was negotiated, [`verify`] holds the peer certificate
+//! checks of each mode, [`chain`] pgtier's own chain check for X.509 version 1 certificates
+//! (which rustls's WebPKI cannot read), [`certificate`] reads a certificate of any version
+//! over the DER reader [`der`], [`x509`] reads a certificate's common name and signature
+//! hash, [`session`] is the connection, [`error`] the two errors.
 //! `test_pki` (tests and the `testing` feature) issues throw-away certificates; `tests`
 //! runs both sides against each other.
 
+mod certificate;
+mod chain;
 pub mod config;
+mod der;
 pub mod error;
 pub mod pem;
 mod provider;

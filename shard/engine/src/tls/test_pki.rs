@@ -159,6 +159,44 @@ impl TestPki {
         issued(&cert, &key)
     }
 
+    /// The CA certificate in DER.
+    pub fn ca_cert_der(&self) -> Vec<u8> {
+        self.ca.der().to_vec()
+    }
+
+    /// An X.509 version 1 certificate from this CA (no extensions, as `openssl ca` makes
+    /// without an extensions section) with subject `CN=common_name`, valid from January 1st
+    /// of `from_year` to January 1st of `until_year`; ECDSA P-256 with SHA-256. rcgen makes
+    /// only version 3, so it is encoded here and signed with ring.
+    pub fn issue_v1(&self, common_name: &str, from_year: u32, until_year: u32) -> Issued {
+        let key = KeyPair::generate().expect("v1 key");
+        let ca_der = self.ca.der().to_vec();
+        let issuer = super::certificate::Certificate::parse(&ca_der)
+            .expect("the test CA parses")
+            .subject
+            .to_vec();
+        let signer = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &self.ca_key.serialize_der(),
+            &ring::rand::SystemRandom::new(),
+        )
+        .expect("the CA key is P-256");
+        let der = v1_certificate(&V1Fields {
+            issuer: &issuer,
+            common_name,
+            from_year,
+            until_year,
+            spki: &key.public_key_der(),
+            signer: &signer,
+        });
+        let body = der_base64(&der);
+        Issued {
+            cert_pem: format!("-----BEGIN CERTIFICATE-----\n{body}-----END CERTIFICATE-----\n"),
+            key_pem: key.serialize_pem(),
+            der,
+        }
+    }
+
     /// A self-signed server certificate for `names`, signed by no CA.
     pub fn self_signed_server(names: &[&str]) -> Issued {
         let key = KeyPair::generate().expect("server key");
@@ -232,4 +270,106 @@ fn server_params(common_name: &str, names: &[&str]) -> CertificateParams {
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params
+}
+
+/// What a test version 1 certificate is made of.
+struct V1Fields<'a> {
+    issuer: &'a [u8],
+    common_name: &'a str,
+    from_year: u32,
+    until_year: u32,
+    spki: &'a [u8],
+    signer: &'a ring::signature::EcdsaKeyPair,
+}
+
+/// Encodes and signs a version 1 certificate (no version field, no extensions).
+fn v1_certificate(fields: &V1Fields<'_>) -> Vec<u8> {
+    const ECDSA_WITH_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+    const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+    let algorithm = tlv(0x30, &tlv(0x06, ECDSA_WITH_SHA256));
+    let name = tlv(
+        0x30,
+        &tlv(
+            0x31,
+            &tlv(
+                0x30,
+                &[
+                    tlv(0x06, COMMON_NAME),
+                    tlv(0x0c, fields.common_name.as_bytes()),
+                ]
+                .concat(),
+            ),
+        ),
+    );
+    let validity = tlv(
+        0x30,
+        &[time(fields.from_year), time(fields.until_year)].concat(),
+    );
+    let serial = tlv(0x02, &[0x01, 0x23, 0x45]);
+    let tbs = tlv(
+        0x30,
+        &[
+            serial,
+            algorithm.clone(),
+            fields.issuer.to_vec(),
+            validity,
+            name,
+            fields.spki.to_vec(),
+        ]
+        .concat(),
+    );
+    let signature = fields
+        .signer
+        .sign(&ring::rand::SystemRandom::new(), &tbs)
+        .expect("sign");
+    let bits = [&[0u8][..], signature.as_ref()].concat();
+    tlv(0x30, &[tbs, algorithm, tlv(0x03, &bits)].concat())
+}
+
+/// January 1st of `year`, 00:00:00 UTC, as DER requires it (UTCTime before 2050).
+fn time(year: u32) -> Vec<u8> {
+    match year {
+        1950..=2049 => tlv(0x17, format!("{:02}0101000000Z", year % 100).as_bytes()),
+        _ => tlv(0x18, format!("{year:04}0101000000Z").as_bytes()),
+    }
+}
+
+/// One DER element.
+fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    match contents.len() {
+        length @ 0..=0x7f => out.push(length as u8),
+        length @ 0x80..=0xff => out.extend_from_slice(&[0x81, length as u8]),
+        length => {
+            let length = u16::try_from(length).expect("test certificates are small");
+            out.push(0x82);
+            out.extend_from_slice(&length.to_be_bytes());
+        }
+    }
+    out.extend_from_slice(contents);
+    out
+}
+
+/// Base64 in 64-character lines, as PEM writes it.
+fn der_base64(der: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = String::new();
+    for chunk in der.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            text.push(match i <= chunk.len() {
+                true => char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]),
+                false => '=',
+            });
+        }
+    }
+    let mut lines = String::new();
+    for line in text.as_bytes().chunks(64) {
+        lines.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        lines.push('\n');
+    }
+    lines
 }

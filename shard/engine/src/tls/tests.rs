@@ -460,6 +460,104 @@ fn require_and_prefer_accept_any_certificate_even_with_a_ca() {
 }
 
 #[test]
+fn version_1_certificates_work_on_both_sides_in_both_versions() {
+    let pki = TestPki::shared();
+    let server_v1 = pki.issue_v1("localhost", 2000, 2090);
+    let client_v1 = pki.issue_v1("alice", 2000, 2090);
+    for protocols in ["tlsv1.3", "tlsv1.2"] {
+        let accept = Accept::new(SslMode::VerifyFull)
+            .with_ca(&pki.ca_cert_pem)
+            .with_cert(issued_pair(&server_v1))
+            .with_protocols(protocols)
+            .build(pki);
+        let connect = Connect::new(SslMode::VerifyFull)
+            .with_ca(&pki.ca_cert_pem)
+            .with_client_cert(issued_pair(&client_v1))
+            .with_protocols(protocols)
+            .build();
+        let pair = handshake(&accept, &connect, "localhost");
+        assert_eq!(pair.server.peer_common_name().as_deref(), Some("alice"));
+        assert_eq!(
+            pair.client.peer_certificate_der(),
+            Some(&server_v1.cert_der()[..])
+        );
+        // The name is the common name's: not the address.
+        let (side, error) = refused(&accept, &connect, "127.0.0.1");
+        assert_eq!(side, Side::Client, "{protocols}");
+        assert!(
+            matches!(
+                error,
+                Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. })
+            ),
+            "{protocols}: {error:?}"
+        );
+    }
+}
+
+#[test]
+fn version_1_peers_are_refused_when_expired_or_from_another_ca() {
+    let pki = TestPki::shared();
+    let other = TestPki::new();
+    let accept = Accept::new(SslMode::VerifyCa)
+        .with_ca(&pki.ca_cert_pem)
+        .build(pki);
+    let cases = [
+        (pki.issue_v1("alice", 2000, 2001), CertificateError::Expired),
+        (
+            other.issue_v1("alice", 2000, 2090),
+            CertificateError::BadSignature,
+        ),
+    ];
+    for (certificate, expected) in cases {
+        let connect = Connect::new(SslMode::Require)
+            .with_client_cert(issued_pair(&certificate))
+            .build();
+        let (side, error) = refused(&accept, &connect, "localhost");
+        assert_eq!(
+            (side, error),
+            (Side::Server, Error::InvalidCertificate(expected))
+        );
+    }
+    // And servers' certificates the same way.
+    let foreign = other.issue_v1("localhost", 2000, 2090);
+    let untrusted = Accept::new(SslMode::Require)
+        .with_cert(issued_pair(&foreign))
+        .build(pki);
+    let connect = Connect::new(SslMode::VerifyCa)
+        .with_ca(&pki.ca_cert_pem)
+        .build();
+    let (side, error) = refused(&untrusted, &connect, "localhost");
+    assert_eq!(
+        (side, error),
+        (
+            Side::Client,
+            Error::InvalidCertificate(CertificateError::BadSignature)
+        )
+    );
+    // prefer/require take it, the handshake signature checked against its key.
+    handshake(
+        &untrusted,
+        &Connect::new(SslMode::Require).build(),
+        "localhost",
+    );
+}
+
+#[test]
+fn a_version_1_certificate_must_match_its_key() {
+    let pki = TestPki::shared();
+    let v1 = pki.issue_v1("localhost", 2000, 2090);
+    let other = pki.issue_v1("localhost", 2000, 2090);
+    let mismatch = Accept::new(SslMode::Require)
+        .with_cert(Some((&v1.cert_pem, &other.key_pem)))
+        .try_build(pki)
+        .unwrap_err();
+    assert_eq!(
+        mismatch.to_string(),
+        "server.key: this private key does not belong to the first certificate in server.crt"
+    );
+}
+
+#[test]
 fn servers_see_pgtiers_client_certificate() {
     let pki = TestPki::shared();
     let accept = Accept::new(SslMode::VerifyCa)

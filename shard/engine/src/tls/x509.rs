@@ -4,16 +4,13 @@
 //! RFC 5929). Input may come from an unauthenticated peer: every read is bounds-checked and a
 //! malformed certificate gives `None`, never a panic.
 
-/// DER tags used here.
-const SEQUENCE: u8 = 0x30;
-const SET: u8 = 0x31;
-const OID: u8 = 0x06;
+use super::der::{
+    BMP_STRING, Element, IA5_STRING, OID, PRINTABLE_STRING, SEQUENCE, SET, T61_STRING, UTF8_STRING,
+    element, expect,
+};
+
+/// The `[0] EXPLICIT` tag of a certificate's version field.
 const EXPLICIT_VERSION: u8 = 0xa0;
-const UTF8_STRING: u8 = 0x0c;
-const PRINTABLE_STRING: u8 = 0x13;
-const T61_STRING: u8 = 0x14;
-const IA5_STRING: u8 = 0x16;
-const BMP_STRING: u8 = 0x1e;
 
 /// id-at-commonName, 2.5.4.3.
 const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
@@ -26,47 +23,12 @@ pub enum EndPointHash {
     Sha512,
 }
 
-/// One DER element: its tag and contents.
-struct Element<'a> {
-    tag: u8,
-    contents: &'a [u8],
-}
-
-/// Reads the element at the start of `input`; returns it and what follows.
-fn element(input: &[u8]) -> Option<(Element<'_>, &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None; // multi-byte tags do not occur in the parts read here
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (length, rest) = match first {
-        0..=0x7f => (usize::from(first), rest),
-        0x81..=0x84 => {
-            let count = usize::from(first & 0x7f);
-            let bytes = rest.get(..count)?;
-            let length = bytes
-                .iter()
-                .fold(0usize, |length, byte| (length << 8) | usize::from(*byte));
-            (length, rest.get(count..)?)
-        }
-        _ => return None, // indefinite or absurd lengths
-    };
-    let contents = rest.get(..length)?;
-    Some((Element { tag, contents }, rest.get(length..)?))
-}
-
-/// The contents of the element at the start of `input` if it has `tag`, and what follows.
-fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (found, rest) = element(input)?;
-    (found.tag == tag).then_some((found.contents, rest))
-}
-
 /// The tbsCertificate's contents and the outer signatureAlgorithm's contents.
 fn certificate_parts(der: &[u8]) -> Option<(&[u8], &[u8])> {
     let (certificate, _) = expect(der, SEQUENCE)?;
-    let (tbs, rest) = expect(certificate, SEQUENCE)?;
+    let (tbs, rest) = expect(certificate.contents, SEQUENCE)?;
     let (algorithm, _) = expect(rest, SEQUENCE)?;
-    Some((tbs, algorithm))
+    Some((tbs.contents, algorithm.contents))
 }
 
 /// The subject Name's contents.
@@ -81,24 +43,29 @@ fn subject(tbs: &[u8]) -> Option<&[u8]> {
     for _ in 0..4 {
         rest = element(rest)?.1;
     }
-    expect(rest, SEQUENCE).map(|(subject, _)| subject)
+    expect(rest, SEQUENCE).map(|(subject, _)| subject.contents)
 }
 
 /// The last commonName of the certificate's subject (the most specific one, as OpenSSL's
 /// lookups and PostgreSQL report), as text.
 pub(crate) fn common_name(der: &[u8]) -> Option<String> {
     let (tbs, _) = certificate_parts(der)?;
-    let mut rdns = subject(tbs)?;
+    last_common_name(subject(tbs)?)
+}
+
+/// The last commonName of a Name (given its contents: the sequence of RDN sets).
+pub(super) fn last_common_name(name: &[u8]) -> Option<String> {
+    let mut rdns = name;
     let mut found = None;
     while !rdns.is_empty() {
         let (set, rest) = expect(rdns, SET)?;
         rdns = rest;
-        let mut attributes = set;
+        let mut attributes = set.contents;
         while !attributes.is_empty() {
             let (attribute, rest) = expect(attributes, SEQUENCE)?;
             attributes = rest;
-            let (oid, value) = expect(attribute, OID)?;
-            if oid == COMMON_NAME {
+            let (oid, value) = expect(attribute.contents, OID)?;
+            if oid.contents == COMMON_NAME {
                 let (value, _) = element(value)?;
                 found = Some(decode_string(&value)?);
             }
@@ -135,6 +102,7 @@ fn decode_string(value: &Element<'_>) -> Option<String> {
 pub fn end_point_hash(der: &[u8]) -> Option<EndPointHash> {
     let (_, algorithm) = certificate_parts(der)?;
     let (oid, _) = expect(algorithm, OID)?;
+    let oid = oid.contents;
     const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
     const ECDSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04];
     if let Some(last) = oid.strip_prefix(RSA) {
@@ -186,33 +154,27 @@ mod tests {
         let bmp = Element {
             tag: BMP_STRING,
             contents: &[0x00, 0x61, 0x00, 0xe9],
+            encoded: &[],
         };
         assert_eq!(decode_string(&bmp).as_deref(), Some("aé"));
         let odd = Element {
             tag: BMP_STRING,
             contents: &[0x00],
+            encoded: &[],
         };
         assert_eq!(decode_string(&odd), None);
         let latin = Element {
             tag: T61_STRING,
             contents: &[0x62, 0xe9],
+            encoded: &[],
         };
         assert_eq!(decode_string(&latin).as_deref(), Some("bé"));
         let bad_utf8 = Element {
             tag: UTF8_STRING,
             contents: &[0xff],
+            encoded: &[],
         };
         assert_eq!(decode_string(&bad_utf8), None);
-    }
-
-    #[test]
-    fn long_lengths_and_truncation() {
-        assert!(element(&[0x04, 0x81, 0x02, 1, 2]).is_some());
-        assert!(element(&[0x04, 0x81, 0x03, 1, 2]).is_none());
-        assert!(element(&[0x04, 0x80, 0x00]).is_none());
-        assert!(element(&[0x04, 0x85, 1, 1, 1, 1, 1]).is_none());
-        assert!(element(&[0x1f, 0x01, 0x00]).is_none());
-        assert!(element(&[]).is_none());
     }
 
     proptest! {

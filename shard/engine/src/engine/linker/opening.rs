@@ -80,6 +80,38 @@ impl Linker {
         (self.pools().counts(pool).servers() == 0).then_some(FailWaiters { pool, error })
     }
 
+    /// TLS with a server failed during its login (certificate refused, handshake failed,
+    /// TLS required and the server answered `N`). As PgBouncer does, the server is closed
+    /// with the reason in the log and the pool's waiters keep waiting: the next open comes
+    /// after `server_login_retry`, and a client gives up on its own timeout (or
+    /// `query_wait_timeout`). A TLS failure is a setup problem between pgtier and the
+    /// server, not an answer from the server to relay.
+    pub(in crate::engine) fn tls_failed(
+        &mut self,
+        servers: &mut ServerTable,
+        id: ServerId,
+        why: &str,
+        retry_at: Instant,
+        stats: &mut StatsSink,
+        outbox: &mut Outbox,
+    ) {
+        let Some(server) = servers.get_mut(id.0) else {
+            return;
+        };
+        let pool = server.pool();
+        stats.login_failed();
+        info!(
+            database = %self.pools().key(pool).map(|key| key.database.to_string()).unwrap_or_default(),
+            "closing because: {why}"
+        );
+        server.mark_closing();
+        outbox.push(Action::Close {
+            conn: Conn::Server(id),
+            how: CloseHow::Now,
+        });
+        self.pools_mut().open_failed(pool, retry_at, None);
+    }
+
     /// A server could not be reached (connect refused or timed out, reset during login).
     /// On a replica the router hears of it and the pool's waiters stay queued, to be
     /// re-routed once the replica is Down; with `other_hosts` (a host list) they stay

@@ -239,6 +239,9 @@ pub struct Settings {
     pub client_idle_timeout: Seconds,
     /// Close clients idle inside a transaction longer than this (0 = disabled).
     pub idle_transaction_timeout: Seconds,
+    /// Close clients whose transaction has lasted longer than this, running or idle
+    /// (0 = disabled).
+    pub transaction_timeout: Seconds,
     /// Cancel queries running longer than this (0 = disabled).
     pub query_timeout: Seconds,
     /// Close clients that do not finish login in this time (60 s; 0 = disabled).
@@ -480,6 +483,7 @@ impl Default for Settings {
             waiter_aging: Seconds::from_millis(20),
             client_idle_timeout: Seconds::ZERO,
             idle_transaction_timeout: Seconds::ZERO,
+            transaction_timeout: Seconds::ZERO,
             query_timeout: Seconds::ZERO,
             client_login_timeout: Seconds::from_secs(60),
             server_reset_query: "DISCARD ALL".to_string(),

@@ -147,6 +147,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         waiter_aging: RELOAD,
         client_idle_timeout: RELOAD,
         idle_transaction_timeout: RELOAD,
+        transaction_timeout: RELOAD,
         query_timeout: RELOAD,
         client_login_timeout: RELOAD,
         server_reset_query: RELOAD,

@@ -134,7 +134,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("cancel_wait_timeout", Unhonoured),
     ("client_idle_timeout", Honoured(Seconds)),
     ("idle_transaction_timeout", Honoured(Seconds)),
-    ("transaction_timeout", Unhonoured),
+    ("transaction_timeout", Honoured(Seconds)),
     ("suspend_timeout", Unhonoured),
     ("pkt_buf", Unhonoured),
     ("max_packet_size", Unhonoured),
@@ -191,11 +191,12 @@ pub(super) const USER_HONOURED: &[&str] = &[
     "query_timeout",
     "query_wait_timeout",
     "idle_transaction_timeout",
+    "transaction_timeout",
     "client_idle_timeout",
 ];
 
 /// Keys of a `[users]` value that PgBouncer knows and pgtier does not act on.
-pub(super) const USER_UNHONOURED: &[&str] = &["transaction_timeout"];
+pub(super) const USER_UNHONOURED: &[&str] = &[];
 
 /// What pgtier does with the `[pgbouncer]` key `key` (already lowercased), if PgBouncer has it.
 pub(super) fn pgbouncer_key(key: &str) -> Option<Treatment> {

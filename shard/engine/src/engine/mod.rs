@@ -72,6 +72,8 @@ mod statement_mode_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timeout_tests;
 mod timeouts;
 mod tls_io;
 #[cfg(test)]

@@ -617,32 +617,6 @@ fn a_cancel_with_a_wrong_key_does_nothing() {
 }
 
 #[test]
-fn query_timeout_ends_a_query_that_runs_too_long() {
-    let mut h = Harness::new(&config(&format!("{TX}\nquery_timeout = 1")));
-    let (a, _) = h.login("alice", "db");
-    let server = h.live_servers()[0];
-    h.backend(server).hold_queries_with = Some("sleep".into());
-    h.client_sends(a, &query("SELECT sleep"));
-    h.advance(Duration::from_millis(1600));
-    assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
-    assert!(h.is_closed(Conn::Client(a)));
-    assert_eq!(
-        h.cancels,
-        vec![server],
-        "the query was cancelled on the server"
-    );
-}
-
-#[test]
-fn idle_transaction_timeout_closes_a_client_idle_in_a_transaction() {
-    let mut h = Harness::new(&config(&format!("{TX}\nidle_transaction_timeout = 1")));
-    let (a, _) = h.login("alice", "db");
-    h.client_sends(a, &query("BEGIN"));
-    h.advance(Duration::from_millis(1600));
-    assert_eq!(errors(&h.client_output(a)), vec!["25P03".to_string()]);
-}
-
-#[test]
 fn a_server_idle_past_the_check_delay_is_checked_before_reuse() {
     let mut h = Harness::new(&config(&format!("{TX}\nserver_check_delay = 1")));
     let (a, _) = h.login("alice", "db");

@@ -867,6 +867,16 @@ impl Harness {
         }
     }
 
+    /// Fails every pending connect with `errno` (111: refused, 110: timed out).
+    pub fn refuse_connects(&mut self, errno: i32) {
+        let pending = std::mem::take(&mut self.connecting);
+        for (server, _) in pending {
+            self.engine
+                .handle_server_connected(self.now, server, Err(errno));
+        }
+        self.pump();
+    }
+
     /// Completes every pending connect with success, with no fake backend behind it: the
     /// test plays the server itself with `server_sends`.
     pub fn complete_connects_without_backend(&mut self) {

@@ -250,6 +250,9 @@ pub struct Settings {
     pub server_reset_query: String,
     /// Also run `server_reset_query` in transaction mode (false).
     pub server_reset_query_always: bool,
+    /// Close a server marked to close (RECONNECT) as soon as it is idle outside a
+    /// transaction, with its client, instead of when the client leaves (false).
+    pub server_fast_close: bool,
     /// Idle servers unused longer than this are checked with `server_check_query` before reuse
     /// (30 s; 0 = always check).
     pub server_check_delay: Seconds,
@@ -488,6 +491,7 @@ impl Default for Settings {
             client_login_timeout: Seconds::from_secs(60),
             server_reset_query: "DISCARD ALL".to_string(),
             server_reset_query_always: false,
+            server_fast_close: false,
             server_check_delay: Seconds::from_secs(30),
             server_check_query: "select 1".to_string(),
             max_prepared_statements: 200,

@@ -152,6 +152,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         client_login_timeout: RELOAD,
         server_reset_query: RELOAD,
         server_reset_query_always: RELOAD,
+        server_fast_close: RELOAD,
         server_check_delay: RELOAD,
         server_check_query: RELOAD,
         max_prepared_statements: RELOAD,

@@ -99,7 +99,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_reset_query_always", Honoured(Bool)),
     ("server_check_delay", Honoured(Seconds)),
     ("server_check_query", Honoured(Text)),
-    ("server_fast_close", Unhonoured),
+    ("server_fast_close", Honoured(Bool)),
     ("server_lifetime", Honoured(Seconds)),
     ("server_idle_timeout", Honoured(Seconds)),
     ("server_connect_timeout", Honoured(Seconds)),

@@ -31,6 +31,9 @@ impl Engine {
     pub(super) fn housekeeping(&mut self) {
         self.check_client_timeouts();
         self.check_server_timeouts();
+        if self.env.config().pgtier.server_fast_close {
+            self.fast_close_servers();
+        }
         self.expire_waiters();
         self.close_idle_servers();
         if !self.admin.is_shutting_down() {
@@ -89,6 +92,29 @@ impl Engine {
         }
         for id in retire {
             self.close_server(id);
+        }
+    }
+
+    /// `server_fast_close`: a server RECONNECT marked, serving a client between
+    /// transactions (session mode, or a pinned session), closes now with its client, which
+    /// is told why, rather than when the client leaves.
+    fn fast_close_servers(&mut self) {
+        let marked: Vec<(ServerId, ClientId)> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| server.close_needed() && server.backend().tracker().is_idle())
+            .filter_map(|(slot, server)| match *server.state() {
+                ServerState::Busy { client } => Some((ServerId(slot), client)),
+                _ => None,
+            })
+            .collect();
+        for (server, client) in marked {
+            let error = messages::fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "database configuration changed",
+            );
+            self.close_client(client, Some(error));
+            self.close_server(server);
         }
     }
 

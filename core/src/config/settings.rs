@@ -225,6 +225,9 @@ pub struct Settings {
     pub server_login_retry: Seconds,
     /// Close servers idle longer than this (600 s; 0 = disabled).
     pub server_idle_timeout: Seconds,
+    /// Free a pool (its cached welcome with it) once it has had no client and no server
+    /// this long (0 = free it as soon as it is unused).
+    pub pool_idle_timeout: Seconds,
     /// Close unused servers connected longer than this (3600 s; 0 = use each server once).
     pub server_lifetime: Seconds,
     /// Fail a client that waited this long for a server (120 s; 0 = wait forever).
@@ -480,6 +483,7 @@ impl Default for Settings {
             server_connect_timeout: Seconds::from_secs(15),
             server_login_retry: Seconds::from_secs(15),
             server_idle_timeout: Seconds::from_secs(600),
+            pool_idle_timeout: Seconds::ZERO,
             server_lifetime: Seconds::from_secs(3600),
             query_wait_timeout: Seconds::from_secs(120),
             waiter_policy: WaiterPolicy::Class,

@@ -141,6 +141,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         server_connect_timeout: RELOAD,
         server_login_retry: RELOAD,
         server_idle_timeout: RELOAD,
+        pool_idle_timeout: RELOAD,
         server_lifetime: RELOAD,
         query_wait_timeout: RELOAD,
         waiter_policy: RELOAD,

@@ -106,7 +106,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_login_retry", Honoured(Seconds)),
     ("client_login_timeout", Honoured(Seconds)),
     ("autodb_idle_timeout", Unhonoured),
-    ("pool_idle_timeout", Unhonoured),
+    ("pool_idle_timeout", Honoured(Seconds)),
     ("dns_max_ttl", Unhonoured),
     ("dns_nxdomain_ttl", Unhonoured),
     ("dns_zone_check_period", Unhonoured),

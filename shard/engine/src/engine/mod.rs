@@ -226,7 +226,12 @@ impl Engine {
                 connector,
             ),
             linker: linker::Linker::new(
-                PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
+                {
+                    let mut slice =
+                        PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards());
+                    slice.set_idle_pool_timeout(config.pgtier.pool_idle_timeout.enabled());
+                    slice
+                },
                 warm,
             ),
             admin: admin::Admin::new(parts.console),

@@ -158,3 +158,34 @@ fn idle_transaction_timeout_counts_from_the_end_of_the_last_query() {
     h.advance(Duration::from_millis(1000));
     assert_eq!(errors(&mut h, a), fatal("idle transaction timeout"));
 }
+
+#[test]
+fn pool_idle_timeout_keeps_an_unused_pool_then_frees_it() {
+    let mut h = Harness::new(&config(&format!(
+        "{TX}\nserver_idle_timeout = 1\npool_idle_timeout = 2"
+    )));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    h.client_tags(a);
+    h.client_sends(a, &crate::testing::terminate());
+    let mut live = Vec::new();
+    for _ in 0..22 {
+        h.advance(Duration::from_millis(250));
+        live.push((h.live_servers().len(), h.engine.list_sessions().pools.len()));
+    }
+    // Housekeeping every 250 ms: the server goes past server_idle_timeout (1 s), then the
+    // pool, unused, past pool_idle_timeout (2 s more).
+    assert_eq!(live[2], (1, 1));
+    assert_eq!(live[3], (0, 1), "its server went idle and closed");
+    assert_eq!(live[10], (0, 1), "the pool stays while unused for 2 s");
+    assert_eq!(live[11], (0, 0), "then it is freed");
+}
+
+#[test]
+fn without_pool_idle_timeout_an_unused_pool_goes_with_its_last_server() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_idle_timeout = 1")));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &crate::testing::terminate());
+    h.advance(Duration::from_millis(1250));
+    assert!(h.engine.list_sessions().pools.is_empty());
+}

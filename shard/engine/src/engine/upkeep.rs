@@ -7,7 +7,7 @@
 //! tables (`admin_flows.rs`), and the engine posts to the shards, closes and links what it says.
 
 use bytes::BytesMut;
-use pgtier_pool::{Closing, PoolId, ServerTarget};
+use pgtier_pool::{Closing, FreedPool, PoolId, ServerTarget};
 use tracing::info;
 
 use crate::action::{Action, CloseHow, Conn};
@@ -133,7 +133,7 @@ impl Engine {
     }
 
     /// Idle servers past `server_lifetime` or `server_idle_timeout`, over a lowered limit,
-    /// or asked for by another shard.
+    /// or asked for by another shard; then pools unused past `pool_idle_timeout`.
     fn close_idle_servers(&mut self) {
         let mut closing: Vec<Closing<ServerId>> = Vec::new();
         self.linker
@@ -141,6 +141,20 @@ impl Engine {
             .collect_closable(self.now, &mut closing);
         for closing in closing {
             self.retire(closing);
+        }
+        let mut freed: Vec<FreedPool> = Vec::new();
+        self.linker
+            .pools_mut()
+            .collect_idle_pools(self.now, &mut freed);
+        for pool in freed {
+            // PgBouncer's line (operators and its test suite look for it).
+            info!(
+                shard = self.env.shard(),
+                "cleaning up idle pool for user {} on db {} because: pool idle timeout (age= {}s)",
+                pool.key.server_user,
+                pool.key.database,
+                pool.unused_for.as_secs()
+            );
         }
     }
 
@@ -273,6 +287,10 @@ impl Engine {
                     self.linker.pools_mut().set_limits(pool, limits);
                 }
                 self.linker.reset_warm_pools(self.env.config());
+                let idle_pool_timeout = self.env.config().pgtier.pool_idle_timeout.enabled();
+                self.linker
+                    .pools_mut()
+                    .set_idle_pool_timeout(idle_pool_timeout);
                 info!(shard = self.env.shard(), "configuration reloaded");
                 // The console that asked is answered once the last shard has it in effect.
                 if let Some((shard, request_id)) = pending.and_then(|pending| pending.applied()) {

@@ -257,9 +257,10 @@ pub struct Settings {
     /// transaction, with its client, instead of when the client leaves (false).
     pub server_fast_close: bool,
     /// Idle servers unused longer than this are checked with `server_check_query` before reuse
-    /// (30 s; 0 = always check).
+    /// (30 s; 0 = check every server a client used before its next client).
     pub server_check_delay: Seconds,
-    /// Query used by `server_check_delay` ("select 1"; empty = no check).
+    /// Query used by `server_check_delay` ("<empty>", PgBouncer's: the empty query; empty =
+    /// no check).
     pub server_check_query: String,
     /// Protocol-level named prepared statements each server keeps in transaction mode
     /// (200, as PgBouncer 1.22; 0 = not rewritten: a client that prepares one keeps its
@@ -497,7 +498,7 @@ impl Default for Settings {
             server_reset_query_always: false,
             server_fast_close: false,
             server_check_delay: Seconds::from_secs(30),
-            server_check_query: "select 1".to_string(),
+            server_check_query: "<empty>".to_string(),
             max_prepared_statements: 200,
             max_client_prepared_bytes: 64 * MIB,
             pin_session_state: true,

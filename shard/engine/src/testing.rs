@@ -286,6 +286,9 @@ impl FakeBackend {
                 .into_owned();
                 self.seen.push(sql.clone());
                 let mut answer = Vec::new();
+                if sql.trim().is_empty() {
+                    answer.extend(frame(b'I', b""));
+                }
                 for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
                     if !self.statement(statement, &mut answer) {
                         break;

@@ -62,6 +62,8 @@ pub struct MovedServer {
     pub(crate) connected_at: Instant,
     pub(crate) last_linked: Option<Instant>,
     pub(crate) local_addr: Option<SocketAddr>,
+    /// A client used it since its last check (it is checked on the new shard too).
+    pub(crate) used_since_check: bool,
 }
 
 /// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
@@ -126,6 +128,7 @@ impl ServerConn {
             connected_at: self.info.connected_at,
             last_linked: self.info.last_linked,
             local_addr: self.info.local_addr,
+            used_since_check: self.used_since_check,
         }
     }
 
@@ -147,6 +150,7 @@ impl ServerConn {
         server.backend.key = parcel.backend_key;
         server.info.last_linked = parcel.last_linked;
         server.info.local_addr = parcel.local_addr;
+        server.used_since_check = parcel.used_since_check;
         let arrival = Arrival {
             welcome: parcel.welcome,
             statements: parcel.statements,

@@ -346,7 +346,11 @@ pub(in crate::engine) fn forward(
         texts: logins.texts_mut(),
         digests: stats.digests_mut(),
     };
-    client.forward_to(server, shared, options, out)
+    let forwarded = client.forward_to(server, shared, options, out);
+    if out.started {
+        server.carried_client_messages();
+    }
+    forwarded
 }
 
 /// The settings a client's forward follows, from the limits in force.

@@ -124,6 +124,11 @@ fn transaction_timeout_spares_a_session_between_transactions() {
     assert!(!h.is_closed(Conn::Client(a)), "it holds its server, idle");
     h.client_sends(a, &query("SELECT 1"));
     assert_eq!(h.client_tags(a), "TDCZ");
+    h.advance(Duration::from_millis(2600));
+    assert!(
+        !h.is_closed(Conn::Client(a)),
+        "a statement outside a block ended"
+    );
 }
 
 #[test]

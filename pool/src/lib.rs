@@ -21,7 +21,7 @@
 //! 3. On release: [`PoolSlice::checkin`] and act on the [`Checkin`] (hand off, keep, close,
 //!    hand over to another worker).
 //! 4. On the timer: [`PoolSlice::poll_expired`], [`PoolSlice::collect_closable`],
-//!    [`PoolSlice::collect_opens`].
+//!    [`PoolSlice::collect_opens`], [`PoolSlice::collect_idle_pools`].
 //!
 //! Between workers (the caller carries the messages): a worker whose open is refused with
 //! [`Refusal::PoolFull`] asks the others when [`PoolSlice::should_ask_others`] says so; each
@@ -41,6 +41,7 @@ mod eviction;
 mod handover;
 mod host_turn;
 mod housekeeping;
+mod idle_pools;
 mod key;
 mod lease;
 mod pool;
@@ -53,6 +54,7 @@ mod welcome;
 pub use budget::PoolBudget;
 pub use handover::{Release, give_back_slot};
 pub use host_turn::{HostBalance, HostTurn};
+pub use idle_pools::FreedPool;
 pub use key::{PoolKey, ServerTarget, StartupProfile};
 pub use lease::{CloseReason, Lease};
 

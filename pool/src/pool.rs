@@ -158,6 +158,9 @@ pub(crate) struct Pool<S> {
     pub(crate) last_ask: Option<Instant>,
     /// The last registration, checkin or close (for choosing a pool to evict).
     pub(crate) last_used: Instant,
+    /// When a housekeeping pass last found it in use (`pool_idle_timeout` counts from
+    /// there, see `idle_pools.rs`).
+    pub(crate) last_active: Instant,
     pub(crate) registrations: u32,
     pub(crate) waiters: Queue,
     /// No new opens before its `retry_at`; kept (and the pool with it) until then.
@@ -191,6 +194,7 @@ impl<S> Pool<S> {
             release_to: None,
             last_ask: None,
             last_used: now,
+            last_active: now,
             registrations: 1,
             waiters: Queue::EMPTY,
             failure: None,

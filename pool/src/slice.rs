@@ -28,7 +28,7 @@ use crate::waiters::{WaitTicket, Waiters};
 use crate::welcome::{Spellings, Welcome};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A registered pool in one slice. Stays valid while the session that registered it has not
 /// called [`PoolSlice::unregister`], and while the pool holds anything.
@@ -129,6 +129,9 @@ pub struct PoolSlice<S, W> {
     max_pools: usize,
     /// Workers sharing the budgets, for each pool's fair share.
     pub(crate) workers: u32,
+    /// `pool_idle_timeout`: an unused pool stays listed this long (see `idle_pools.rs`);
+    /// None forgets it as soon as it is unused.
+    pub(crate) idle_pool_timeout: Option<Duration>,
 }
 
 impl<S, W: Copy> PoolSlice<S, W> {
@@ -141,6 +144,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
             waiters: Waiters::new(),
             max_pools,
             workers: u32::try_from(workers).unwrap_or(u32::MAX).max(1),
+            idle_pool_timeout: None,
         }
     }
 
@@ -733,8 +737,21 @@ impl<S, W: Copy> PoolSlice<S, W> {
         }
     }
 
-    /// Frees the slot of a pool that is unused (see the module doc).
+    /// Frees the slot of a pool that is unused (see the module doc), unless
+    /// `pool_idle_timeout` keeps it listed (a drained pool is never kept).
     pub(crate) fn forget_if_unused(&mut self, id: PoolId) {
+        let lingers = self.idle_pool_timeout.is_some();
+        if !self
+            .pool(id)
+            .is_some_and(|pool| pool.is_unused() && (pool.draining || !lingers))
+        {
+            return;
+        }
+        self.forget(id);
+    }
+
+    /// Frees the slot of pool `id`, which must be unused.
+    pub(crate) fn forget(&mut self, id: PoolId) {
         if !self.pool(id).is_some_and(Pool::is_unused) {
             return;
         }

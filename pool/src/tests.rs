@@ -751,6 +751,7 @@ impl Slice {
 mod draining;
 mod eviction;
 mod handover;
+mod idle_pools;
 mod logins;
 mod model;
 mod vacate;

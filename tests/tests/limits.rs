@@ -153,3 +153,33 @@ fn session_mode_resets_a_server_before_the_next_client() {
     );
     assert_eq!(temp_tables, 0, "temp table survived server_reset_query");
 }
+
+#[test]
+fn transaction_timeout_ends_a_transaction_with_pgbouncers_words() {
+    let (pg, proxy) =
+        server_and_proxy(|config| config.pool_size(1).setting("transaction_timeout", "1"));
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    client.batch_execute("BEGIN").expect("begin");
+    client.batch_execute("SELECT 1").expect("in time");
+    std::thread::sleep(Duration::from_millis(1700));
+    let error = client
+        .batch_execute("SELECT 1")
+        .expect_err("the transaction outlived transaction_timeout");
+    let message = error
+        .as_db_error()
+        .map(|db| (db.code().code().to_string(), db.message().to_string()));
+    assert_eq!(
+        message,
+        Some(("08P01".to_string(), "transaction timeout".to_string()))
+    );
+    // Its server holds no transaction any more; a session outside one is not affected.
+    let mut next = proxy.connect("postgres", "postgres").expect("next");
+    next.batch_execute("SELECT 1").expect("query");
+    std::thread::sleep(Duration::from_millis(1700));
+    next.batch_execute("SELECT 1")
+        .expect("no transaction, no transaction_timeout");
+    assert_eq!(
+        pgtier_tests::fixtures::server_sessions(&pg, "postgres", "idle in transaction"),
+        0
+    );
+}

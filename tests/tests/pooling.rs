@@ -231,6 +231,33 @@ fn a_client_dropped_during_a_long_query_does_not_delay_the_next() {
     );
 }
 
+/// PgBouncer's `server_login_retry`: a client that needs a server while PostgreSQL is down
+/// is not failed by the refused connect; it waits, the pool tries again after
+/// `server_login_retry`, and it is served once PostgreSQL is back.
+#[test]
+fn a_client_waits_through_a_server_restart() {
+    let (pg, proxy) = server_and_proxy(|config| config.setting("server_login_retry", "1"));
+    pg.stop().expect("stop server");
+    let config = proxy.pg_config("postgres", "postgres");
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        let answer = config
+            .connect(postgres::NoTls)
+            .and_then(|mut c| c.query_typed_one("SELECT 7", &[]))
+            .map(|row| row.get::<_, i32>(0));
+        (answer, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    pg.start().expect("restart server");
+    let (answer, waited) = waiting.join().expect("client thread");
+    assert_eq!(
+        answer.ok(),
+        Some(7),
+        "the client was served once it was back"
+    );
+    assert!(waited >= Duration::from_millis(1000), "waited {waited:?}");
+}
+
 #[test]
 fn a_killed_server_errors_its_clients_and_the_pool_recovers() {
     let (pg, proxy) = server_and_proxy(|config| {
@@ -238,6 +265,9 @@ fn a_killed_server_errors_its_clients_and_the_pool_recovers() {
             .pool_size(2)
             .setting("server_login_retry", "0.5")
             .setting("server_connect_timeout", "2")
+            // A client waits through refused connects (retried every server_login_retry)
+            // until the server is back or this ends its wait.
+            .setting("query_wait_timeout", "3")
     });
     let mut client = proxy.connect("postgres", "postgres").expect("connect");
     assert_eq!(
@@ -256,7 +286,8 @@ fn a_killed_server_errors_its_clients_and_the_pool_recovers() {
     let outcome = outcome.expect("the client hung instead of getting an error");
     assert!(outcome.is_err(), "a query on a dead server succeeded");
 
-    // While the server is down, a new client gets an error rather than hanging forever.
+    // While the server is down, a new client gets an error (at once, or once
+    // query_wait_timeout ends its wait) rather than hanging forever.
     let config = proxy.pg_config("postgres", "postgres");
     let down = wait::within(Duration::from_secs(30), move || {
         config

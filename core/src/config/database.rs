@@ -381,6 +381,8 @@ pub struct UserConfig {
     pub query_timeout: Option<super::Seconds>,
     /// `idle_transaction_timeout` of this user's clients (absent or 0 = the global setting).
     pub idle_transaction_timeout: Option<super::Seconds>,
+    /// `transaction_timeout` of this user's clients (absent or 0 = the global setting).
+    pub transaction_timeout: Option<super::Seconds>,
     /// `client_idle_timeout` of this user's clients (absent or 0 = the global setting).
     pub client_idle_timeout: Option<super::Seconds>,
     /// `query_wait_timeout` of this user's clients (absent = the entry's or the global

@@ -261,8 +261,9 @@ impl Config {
             .unwrap_or(self.pgtier.query_wait_timeout)
     }
 
-    /// A client of `user`'s `query_timeout`, `idle_transaction_timeout` and
-    /// `client_idle_timeout`: the user's where it sets one above 0, else the global ones.
+    /// A client of `user`'s `query_timeout`, `idle_transaction_timeout`,
+    /// `transaction_timeout` and `client_idle_timeout`: the user's where it sets one above
+    /// 0, else the global ones.
     pub fn client_timeouts(&self, user: &str) -> UserTimeouts {
         let settings = &self.pgtier;
         let entry = self.user(user);
@@ -274,6 +275,10 @@ impl Config {
             idle_transaction_timeout: pick(
                 entry.and_then(|e| e.idle_transaction_timeout),
                 settings.idle_transaction_timeout,
+            ),
+            transaction_timeout: pick(
+                entry.and_then(|e| e.transaction_timeout),
+                settings.transaction_timeout,
             ),
             client_idle_timeout: pick(
                 entry.and_then(|e| e.client_idle_timeout),
@@ -288,6 +293,7 @@ impl Config {
         self.users.values().any(|user| {
             user.query_timeout.is_some()
                 || user.idle_transaction_timeout.is_some()
+                || user.transaction_timeout.is_some()
                 || user.client_idle_timeout.is_some()
                 || user.query_wait_timeout.is_some()
         }) || self
@@ -321,6 +327,7 @@ impl Config {
 pub struct UserTimeouts {
     pub query_timeout: Seconds,
     pub idle_transaction_timeout: Seconds,
+    pub transaction_timeout: Seconds,
     pub client_idle_timeout: Seconds,
 }
 

@@ -231,6 +231,9 @@ pub struct Settings {
     pub server_login_retry: Seconds,
     /// Close servers idle longer than this (600 s; 0 = disabled).
     pub server_idle_timeout: Seconds,
+    /// Free a pool (its cached welcome with it) once it has had no client and no server
+    /// this long (0 = free it as soon as it is unused).
+    pub pool_idle_timeout: Seconds,
     /// Close unused servers connected longer than this (3600 s; 0 = use each server once).
     pub server_lifetime: Seconds,
     /// Fail a client that waited this long for a server (120 s; 0 = wait forever).
@@ -245,6 +248,9 @@ pub struct Settings {
     pub client_idle_timeout: Seconds,
     /// Close clients idle inside a transaction longer than this (0 = disabled).
     pub idle_transaction_timeout: Seconds,
+    /// Close clients whose transaction has lasted longer than this, running or idle
+    /// (0 = disabled).
+    pub transaction_timeout: Seconds,
     /// Cancel queries running longer than this (0 = disabled).
     pub query_timeout: Seconds,
     /// Close clients that do not finish login in this time (60 s; 0 = disabled).
@@ -253,10 +259,14 @@ pub struct Settings {
     pub server_reset_query: String,
     /// Also run `server_reset_query` in transaction mode (false).
     pub server_reset_query_always: bool,
+    /// Close a server marked to close (RECONNECT) as soon as it is idle outside a
+    /// transaction, with its client, instead of when the client leaves (false).
+    pub server_fast_close: bool,
     /// Idle servers unused longer than this are checked with `server_check_query` before reuse
-    /// (30 s; 0 = always check).
+    /// (30 s; 0 = check every server a client used before its next client).
     pub server_check_delay: Seconds,
-    /// Query used by `server_check_delay` ("select 1"; empty = no check).
+    /// Query used by `server_check_delay` ("<empty>", PgBouncer's: the empty query; empty =
+    /// no check).
     pub server_check_query: String,
     /// Protocol-level named prepared statements each server keeps in transaction mode
     /// (200, as PgBouncer 1.22; 0 = not rewritten: a client that prepares one keeps its
@@ -488,18 +498,21 @@ impl Default for Settings {
             server_connect_timeout: Seconds::from_secs(15),
             server_login_retry: Seconds::from_secs(15),
             server_idle_timeout: Seconds::from_secs(600),
+            pool_idle_timeout: Seconds::ZERO,
             server_lifetime: Seconds::from_secs(3600),
             query_wait_timeout: Seconds::from_secs(120),
             waiter_policy: WaiterPolicy::Class,
             waiter_aging: Seconds::from_millis(20),
             client_idle_timeout: Seconds::ZERO,
             idle_transaction_timeout: Seconds::ZERO,
+            transaction_timeout: Seconds::ZERO,
             query_timeout: Seconds::ZERO,
             client_login_timeout: Seconds::from_secs(60),
             server_reset_query: "DISCARD ALL".to_string(),
             server_reset_query_always: false,
+            server_fast_close: false,
             server_check_delay: Seconds::from_secs(30),
-            server_check_query: "select 1".to_string(),
+            server_check_query: "<empty>".to_string(),
             max_prepared_statements: 200,
             max_client_prepared_bytes: 64 * MIB,
             pin_session_state: true,

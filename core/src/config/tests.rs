@@ -261,7 +261,7 @@ fn defaults_equal_pgbouncer() {
     assert_eq!(settings.server_reset_query, "DISCARD ALL");
     assert!(!settings.server_reset_query_always);
     assert_eq!(settings.server_check_delay, Seconds::from_secs(30));
-    assert_eq!(settings.server_check_query, "select 1");
+    assert_eq!(settings.server_check_query, "<empty>");
     assert_eq!(settings.stats_period, Seconds::from_secs(60));
     assert!(settings.admin_users.is_empty() && settings.ignore_startup_parameters.is_empty());
 }

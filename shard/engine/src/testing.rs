@@ -286,6 +286,9 @@ impl FakeBackend {
                 .into_owned();
                 self.seen.push(sql.clone());
                 let mut answer = Vec::new();
+                if sql.trim().is_empty() {
+                    answer.extend(frame(b'I', b""));
+                }
                 for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
                     if !self.statement(statement, &mut answer) {
                         break;
@@ -869,6 +872,16 @@ impl Harness {
             self.engine
                 .handle_server_connected(self.now, server, Ok(()));
         }
+    }
+
+    /// Fails every pending connect with `errno` (111: refused, 110: timed out).
+    pub fn refuse_connects(&mut self, errno: i32) {
+        let pending = std::mem::take(&mut self.connecting);
+        for (server, _) in pending {
+            self.engine
+                .handle_server_connected(self.now, server, Err(errno));
+        }
+        self.pump();
     }
 
     /// Completes every pending connect with success, with no fake backend behind it: the

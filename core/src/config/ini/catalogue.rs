@@ -99,14 +99,14 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_reset_query_always", Honoured(Bool)),
     ("server_check_delay", Honoured(Seconds)),
     ("server_check_query", Honoured(Text)),
-    ("server_fast_close", Unhonoured),
+    ("server_fast_close", Honoured(Bool)),
     ("server_lifetime", Honoured(Seconds)),
     ("server_idle_timeout", Honoured(Seconds)),
     ("server_connect_timeout", Honoured(Seconds)),
     ("server_login_retry", Honoured(Seconds)),
     ("client_login_timeout", Honoured(Seconds)),
     ("autodb_idle_timeout", Unhonoured),
-    ("pool_idle_timeout", Unhonoured),
+    ("pool_idle_timeout", Honoured(Seconds)),
     ("dns_max_ttl", Unhonoured),
     ("dns_nxdomain_ttl", Unhonoured),
     ("dns_zone_check_period", Unhonoured),
@@ -134,7 +134,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("cancel_wait_timeout", Unhonoured),
     ("client_idle_timeout", Honoured(Seconds)),
     ("idle_transaction_timeout", Honoured(Seconds)),
-    ("transaction_timeout", Unhonoured),
+    ("transaction_timeout", Honoured(Seconds)),
     ("suspend_timeout", Unhonoured),
     ("pkt_buf", Unhonoured),
     ("max_packet_size", Unhonoured),
@@ -191,11 +191,12 @@ pub(super) const USER_HONOURED: &[&str] = &[
     "query_timeout",
     "query_wait_timeout",
     "idle_transaction_timeout",
+    "transaction_timeout",
     "client_idle_timeout",
 ];
 
 /// Keys of a `[users]` value that PgBouncer knows and pgtier does not act on.
-pub(super) const USER_UNHONOURED: &[&str] = &["transaction_timeout"];
+pub(super) const USER_UNHONOURED: &[&str] = &[];
 
 /// What pgtier does with the `[pgbouncer]` key `key` (already lowercased), if PgBouncer has it.
 pub(super) fn pgbouncer_key(key: &str) -> Option<Treatment> {

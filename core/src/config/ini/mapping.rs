@@ -270,9 +270,10 @@ impl Mapped {
                 | "max_user_client_connections" => {
                     Value::Integer(parse_count(value).map_err(fail)?)
                 }
-                "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout" => {
-                    Value::Float(parse_seconds(value).map_err(fail)?)
-                }
+                "query_timeout"
+                | "idle_transaction_timeout"
+                | "transaction_timeout"
+                | "client_idle_timeout" => Value::Float(parse_seconds(value).map_err(fail)?),
                 "query_wait_timeout" => match wait_timeout(value).map_err(fail)? {
                     Some(seconds) => Value::Float(seconds),
                     None => continue,

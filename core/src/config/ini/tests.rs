@@ -806,13 +806,12 @@ auth_dbname = authdb
         Seconds::from_secs(20)
     );
     assert!(config.has_own_client_timeouts());
-    assert!(
-        config
-            .unhonoured
-            .contains(&"[users] alice: transaction_timeout".to_string()),
-        "{:?}",
-        config.unhonoured
+    assert_eq!(alice.transaction_timeout, Seconds::from_secs(4));
+    assert_eq!(
+        config.client_timeouts("bob").transaction_timeout,
+        Seconds::ZERO
     );
+    assert!(config.unhonoured.is_empty(), "{:?}", config.unhonoured);
 }
 
 #[test]

@@ -110,6 +110,9 @@ pub struct Session {
     /// In a transaction since it last got a server at the start of one (latency of
     /// transactions).
     transaction_started: Option<Instant>,
+    /// When its server's last ReadyForQuery reached it (idle_transaction_timeout counts
+    /// from there, as PgBouncer's counts from the server's last message).
+    last_ready: Option<Instant>,
     /// Its database's slot in the shard's per-database tally (resolved once, at startup).
     stats: pgtier_core::metrics::DatabaseSlot,
     /// On an entry with a primary and replicas: its pools there and where its transaction
@@ -147,6 +150,7 @@ impl Session {
             forwarder: Forwarder::default(),
             query_started: None,
             transaction_started: None,
+            last_ready: None,
             stats: start.stats,
             reads: None,
             // Made at its first call (`link`): an idle client holds no call log.
@@ -290,6 +294,16 @@ impl Session {
 
     pub fn transaction_started(&self) -> Option<Instant> {
         self.transaction_started
+    }
+
+    /// When its server's last ReadyForQuery reached it.
+    pub fn last_ready(&self) -> Option<Instant> {
+        self.last_ready
+    }
+
+    /// Its server said ReadyForQuery.
+    pub(crate) fn server_ready(&mut self, now: Instant) {
+        self.last_ready = Some(now);
     }
 
     /// It got a server at the start of a transaction.

@@ -200,6 +200,43 @@ fn reconnect_closes_each_server_at_release_and_wait_close_waits_for_it() {
     assert_eq!(h.client_tags(client), "TDCZ", "a new server serves it");
 }
 
+/// `server_fast_close`: a session's server that RECONNECT marked closes at the end of the
+/// transaction in progress, with its client, told why; without it, at the session's end.
+#[test]
+fn server_fast_close_ends_a_marked_session_between_transactions() {
+    for fast_close in [true, false] {
+        let mut h = Harness::with_console(
+            &config(&format!(
+                "pool_mode = \"session\"\nserver_fast_close = {fast_close}"
+            )),
+            Box::new(WordConsole),
+        );
+        let (client, _) = h.login("alice", "db");
+        let (admin, _) = h.login("admin", "pgtier");
+        h.client_sends(client, &query("BEGIN"));
+        h.client_tags(client);
+        let server = h.live_servers()[0];
+        h.client_sends(admin, &query("RECONNECT"));
+        assert_eq!(answers(&mut h, admin), vec!["RECONNECT".to_string()]);
+        h.advance(std::time::Duration::from_millis(500));
+        assert_eq!(h.live_servers(), vec![server], "not closed mid-transaction");
+        h.client_sends(client, &query("COMMIT"));
+        assert_eq!(h.client_tags(client), "CZ");
+        h.advance(std::time::Duration::from_millis(500));
+        if fast_close {
+            assert!(h.live_servers().is_empty(), "closed between transactions");
+            assert!(h.is_closed(Conn::Client(client)));
+            assert_eq!(
+                answers(&mut h, client),
+                vec!["database configuration changed".to_string()]
+            );
+        } else {
+            assert_eq!(h.live_servers(), vec![server], "kept for the session");
+            assert!(!h.is_closed(Conn::Client(client)));
+        }
+    }
+}
+
 #[test]
 fn commands_are_for_admins_and_queries_after_a_waiting_command_wait_behind_it() {
     let mut h = Harness::with_console(

@@ -330,9 +330,14 @@ impl ServerTable {
         let Some(server) = self.get_mut(id.0) else {
             return false;
         };
+        // With no delay PgBouncer checks the servers its clients released, not one that
+        // has only logged in (or passed its check) since.
+        if delay.is_zero() && !server.used_since_check() {
+            return false;
+        }
         let bytes = server
             .backend_mut()
-            .internal_query(&settings.server_check_query);
+            .internal_query(check_query_text(&settings.server_check_query));
         server.checking(
             now,
             pgtier_pool::Lease {
@@ -359,3 +364,16 @@ impl ServerTable {
         )
     }
 }
+
+/// The text `server_check_query` sends: PgBouncer's `<empty>` is the empty query (the
+/// cheapest round trip, answered with EmptyQueryResponse).
+fn check_query_text(setting: &str) -> &str {
+    if setting == EMPTY_CHECK_QUERY {
+        ""
+    } else {
+        setting
+    }
+}
+
+/// PgBouncer's spelling of "send an empty query" in `server_check_query`.
+const EMPTY_CHECK_QUERY: &str = "<empty>";

@@ -58,6 +58,8 @@ mod gauges;
 mod linker;
 mod list_rows;
 mod listings;
+#[cfg(test)]
+mod login_retry_tests;
 mod moving;
 #[cfg(test)]
 mod moving_tests;
@@ -72,6 +74,8 @@ mod statement_mode_tests;
 mod stats;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timeout_tests;
 mod timeouts;
 mod tls_io;
 #[cfg(test)]
@@ -222,7 +226,12 @@ impl Engine {
                 connector,
             ),
             linker: linker::Linker::new(
-                PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards()),
+                {
+                    let mut slice =
+                        PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards());
+                    slice.set_idle_pool_timeout(config.pgtier.pool_idle_timeout.enabled());
+                    slice
+                },
                 warm,
             ),
             admin: admin::Admin::new(parts.console),
@@ -893,6 +902,12 @@ impl Engine {
     /// A login failed: every client waiting on the pool gets `error` now, and new ones get
     /// it until `server_login_retry` passes.
     fn login_failed(&mut self, id: ServerId, error: Bytes) {
+        // A server starting up or shutting down (57P01..57P03) may take logins moments
+        // later: its pool's waiters wait for the next attempt, as PgBouncer's do.
+        if crate::server::relay::is_shutdown_error(error.get(5..).unwrap_or_default()) {
+            self.server_unreachable(id, error, FailureCause::ServerShutdown);
+            return;
+        }
         let retry_at = self.env.login_retry_at(self.now);
         let fail = self.linker.login_failed(
             &mut self.servers,
@@ -907,15 +922,15 @@ impl Engine {
         }
     }
 
-    /// A server could not be reached: on a replica its router hears of it (the waiters
-    /// stay queued for a re-route), elsewhere it is a failed login.
+    /// A server could not be reached: its pool's waiters stay queued for the next attempt
+    /// (or, on a replica, a re-route); new clients get `error` meanwhile.
     fn server_unreachable(&mut self, id: ServerId, error: Bytes, cause: FailureCause) {
         let retry_at = self.env.login_retry_at(self.now);
         let other_hosts = self
             .servers
             .get(id.0)
             .is_some_and(|server| self.linker.has_other_hosts(&self.env, server.pool()));
-        let fail = self.linker.unreachable(
+        self.linker.unreachable(
             &mut self.servers,
             id,
             error,
@@ -926,9 +941,6 @@ impl Engine {
             &mut self.stats,
             &mut self.outbox,
         );
-        if let Some(fail) = fail {
-            self.fail_waiters(fail.pool, fail.error);
-        }
     }
 
     /// Server output for its linked client (`linker/to_client.rs`), and what follows it.
@@ -1244,6 +1256,13 @@ impl Engine {
             self.link(id, lease);
             return;
         }
+        // The pool's last login failed moments ago and it has no server: the client is
+        // told at once rather than queued (PgBouncer's fast fail); those already waiting
+        // wait for the next attempt.
+        if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+            self.close_client(id, Some(error));
+            return;
+        }
         self.linker.park(
             &mut self.clients,
             self.env.config(),
@@ -1264,10 +1283,8 @@ impl Engine {
             if counts.opening >= counts.waiting {
                 return;
             }
-            if let Some(error) = self.linker.failed_login_for(pool, self.now) {
-                self.fail_waiters(pool, error);
-                return;
-            }
+            // Within `server_login_retry` of a failed attempt this is refused (`NotNow`):
+            // the waiters wait for the next one.
             match self.linker.pools_mut().try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,

@@ -686,32 +686,6 @@ fn with_peering_cancel_requests_go_to_the_peer_that_issued_the_key() {
 }
 
 #[test]
-fn query_timeout_ends_a_query_that_runs_too_long() {
-    let mut h = Harness::new(&config(&format!("{TX}\nquery_timeout = 1")));
-    let (a, _) = h.login("alice", "db");
-    let server = h.live_servers()[0];
-    h.backend(server).hold_queries_with = Some("sleep".into());
-    h.client_sends(a, &query("SELECT sleep"));
-    h.advance(Duration::from_millis(1600));
-    assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
-    assert!(h.is_closed(Conn::Client(a)));
-    assert_eq!(
-        h.cancels,
-        vec![server],
-        "the query was cancelled on the server"
-    );
-}
-
-#[test]
-fn idle_transaction_timeout_closes_a_client_idle_in_a_transaction() {
-    let mut h = Harness::new(&config(&format!("{TX}\nidle_transaction_timeout = 1")));
-    let (a, _) = h.login("alice", "db");
-    h.client_sends(a, &query("BEGIN"));
-    h.advance(Duration::from_millis(1600));
-    assert_eq!(errors(&h.client_output(a)), vec!["25P03".to_string()]);
-}
-
-#[test]
 fn a_server_idle_past_the_check_delay_is_checked_before_reuse() {
     let mut h = Harness::new(&config(&format!("{TX}\nserver_check_delay = 1")));
     let (a, _) = h.login("alice", "db");
@@ -720,9 +694,62 @@ fn a_server_idle_past_the_check_delay_is_checked_before_reuse() {
     h.client_sends(a, &query("SELECT 2"));
     assert_eq!(h.client_tags(a), "TDCZ");
     let seen = &h.backend(server).seen;
-    let check = seen.iter().position(|q| q == "select 1").expect("checked");
+    let check = seen.iter().position(String::is_empty).expect("checked");
     let query_at = seen.iter().position(|q| q == "SELECT 2").expect("ran");
     assert!(check < query_at, "the check ran first: {seen:?}");
+}
+
+#[test]
+fn with_no_check_delay_only_a_server_a_client_used_is_checked() {
+    // One server, so the client waits for the one being checked.
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1\n\
+         server_check_delay = 0\nserver_check_query = \"select 7\"",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.advance(Duration::from_millis(300));
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let checks = |h: &mut Harness| {
+        h.backend(server)
+            .seen
+            .iter()
+            .filter(|q| *q == "select 7")
+            .count()
+    };
+    assert_eq!(checks(&mut h), 0, "fresh from its login: not checked");
+    h.advance(Duration::from_millis(300));
+    h.client_sends(a, &query("SELECT 2"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    assert_eq!(
+        checks(&mut h),
+        1,
+        "a client used it: checked before the next"
+    );
+    h.advance(Duration::from_millis(10));
+    h.client_sends(a, &query("SELECT 3"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    assert_eq!(checks(&mut h), 2);
+}
+
+#[test]
+fn the_empty_check_query_is_an_empty_query() {
+    let mut h = Harness::new(&config(&format!(
+        "{TX}\nserver_check_delay = 1\nserver_check_query = \"<empty>\""
+    )));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.advance(Duration::from_millis(1500));
+    h.client_sends(a, &query("SELECT 2"));
+    assert_eq!(
+        h.client_tags(a),
+        "TDCZ",
+        "the check's answer is not relayed"
+    );
+    let seen = &h.backend(server).seen;
+    assert_eq!(seen.iter().filter(|q| q.is_empty()).count(), 1, "{seen:?}");
+    assert!(!seen.iter().any(|q| q.contains("empty")), "{seen:?}");
 }
 
 #[test]

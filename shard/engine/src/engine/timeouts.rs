@@ -1,8 +1,9 @@
-//! PgBouncer's timeouts as the tables find them: the clients past a login, wait, idle or
-//! query limit (and those whose final error lingered too long), and the servers past their
-//! connect or drain limit. The engine closes what they report. A client's wait, idle and
-//! query limits are its user's (`[users]`) and its database's where they set their own, as
-//! PgBouncer 1.25 resolves them.
+//! PgBouncer's timeouts as the tables find them: the clients past a login, wait, idle,
+//! query or transaction limit (and those whose final error lingered too long), and the
+//! servers past their connect or drain limit. The engine closes what they report. A client's
+//! wait, idle, query and transaction limits are its user's (`[users]`) and its database's
+//! where they set their own, as PgBouncer 1.25 resolves them; the reasons are PgBouncer's
+//! words, which is what its users' tools and its test suite match on.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,10 @@ pub(super) struct ClientTimeouts<'a> {
     idle: Option<Duration>,
     idle_in_transaction: Option<Duration>,
     query: Option<Duration>,
+    /// The global `query_timeout` (a user's own does not apply): it also bounds the wait for
+    /// a server, as PgBouncer's does.
+    query_waiting: Option<Duration>,
+    transaction: Option<Duration>,
     /// An `auth_query` lookup, from parking on the `auth_user` pool to its answer.
     lookup: Option<Duration>,
 }
@@ -40,6 +45,8 @@ impl ClientTimeouts<'_> {
             idle: self.idle,
             idle_in_transaction: self.idle_in_transaction,
             query: self.query,
+            query_waiting: self.query_waiting,
+            transaction: self.transaction,
             lookup: self.lookup,
         };
         let (Some(config), Some(session)) = (self.own, client.session()) else {
@@ -54,31 +61,37 @@ impl ClientTimeouts<'_> {
             idle: own.client_idle_timeout.enabled(),
             idle_in_transaction: own.idle_transaction_timeout.enabled(),
             query: own.query_timeout.enabled(),
+            transaction: own.transaction_timeout.enabled(),
             ..global
         }
     }
 
-    /// The timeout a client ran past, with the SQLSTATE and setting name it is closed with.
+    /// The timeout a client ran past, with the SQLSTATE and reason it is closed with.
     fn expired(
         &self,
         client: &crate::client::ClientConn,
-        in_transaction: bool,
+        server: LinkPhase,
         now: Instant,
     ) -> Option<(SqlState, &'static str)> {
         let limits = self.of(client);
         let over = |since: Instant, limit: Option<Duration>| {
             limit.is_some_and(|limit| now.saturating_duration_since(since) > limit)
         };
-        let query_started = client.session().and_then(|s| s.query_started());
-        limits.expired_with(client, in_transaction, query_started, &over)
+        let session = client.session();
+        let started = Started {
+            query: session.and_then(|s| s.query_started()),
+            transaction: session.and_then(|s| s.transaction_started()),
+            ready: session.and_then(|s| s.last_ready()),
+        };
+        limits.expired_with(client, server, started, &over)
     }
 
     /// [`Self::expired`] with this client's limits.
     fn expired_with(
         &self,
         client: &crate::client::ClientConn,
-        in_transaction: bool,
-        query_started: Option<Instant>,
+        server: LinkPhase,
+        started: Started,
         over: &dyn Fn(Instant, Option<Duration>) -> bool,
     ) -> Option<(SqlState, &'static str)> {
         match *client.state() {
@@ -95,6 +108,12 @@ impl ClientTimeouts<'_> {
             ClientState::Routing { since, .. } if over(since, self.wait) => {
                 Some((sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout"))
             }
+            // Waiting for a server counts against `query_timeout` too (its waiting spelling).
+            ClientState::Joining { since, .. } | ClientState::Queued { since, .. }
+                if over(since, self.query_waiting) =>
+            {
+                Some((sqlstate::PROTOCOL_VIOLATION, "query_timeout"))
+            }
             ClientState::Idle { since }
                 if over(since.max(client.info().last_active()), self.idle) =>
             {
@@ -103,23 +122,61 @@ impl ClientTimeouts<'_> {
             ClientState::Console { .. } if over(client.info().last_active(), self.idle) => {
                 Some((sqlstate::IDLE_SESSION_TIMEOUT, "client_idle_timeout"))
             }
-            ClientState::Linked { .. }
-                if query_started.is_some_and(|started| over(started, self.query)) =>
-            {
-                Some((sqlstate::QUERY_CANCELED, "query_timeout"))
-            }
-            ClientState::Linked { .. }
-                if in_transaction
-                    && over(client.info().last_active(), self.idle_in_transaction) =>
-            {
-                Some((
-                    sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
-                    "idle_transaction_timeout",
-                ))
-            }
+            ClientState::Linked { .. } => self.linked_expired(client, server, started, over),
             _ => None,
         }
     }
+
+    /// A linked client's query, idle-in-transaction and transaction limits, checked in
+    /// PgBouncer's order; none applies once its server is idle outside a transaction.
+    fn linked_expired(
+        &self,
+        client: &crate::client::ClientConn,
+        server: LinkPhase,
+        started: Started,
+        over: &dyn Fn(Instant, Option<Duration>) -> bool,
+    ) -> Option<(SqlState, &'static str)> {
+        if server == LinkPhase::Idle {
+            return None;
+        }
+        if started.query.is_some_and(|at| over(at, self.query)) {
+            return Some((sqlstate::PROTOCOL_VIOLATION, "query timeout"));
+        }
+        // Idle since the later of its last message and its server's last ReadyForQuery.
+        let idle_since = started.ready.map_or(client.info().last_active(), |ready| {
+            ready.max(client.info().last_active())
+        });
+        if server == LinkPhase::IdleInTransaction && over(idle_since, self.idle_in_transaction) {
+            return Some((sqlstate::PROTOCOL_VIOLATION, "idle transaction timeout"));
+        }
+        if started
+            .transaction
+            .is_some_and(|at| over(at, self.transaction))
+        {
+            return Some((sqlstate::PROTOCOL_VIOLATION, "transaction timeout"));
+        }
+        None
+    }
+}
+
+/// When a linked client's current query and transaction started, if they run, and when its
+/// server last said ReadyForQuery.
+#[derive(Clone, Copy)]
+struct Started {
+    query: Option<Instant>,
+    transaction: Option<Instant>,
+    ready: Option<Instant>,
+}
+
+/// Where a client's server stands, as the timeouts see it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LinkPhase {
+    /// No server, or one idle outside a transaction block.
+    Idle,
+    /// Nothing running, inside a transaction block.
+    IdleInTransaction,
+    /// Running something.
+    Busy,
 }
 
 impl ClientTimeouts<'_> {
@@ -132,17 +189,19 @@ impl ClientTimeouts<'_> {
             idle: s.client_idle_timeout.enabled(),
             idle_in_transaction: s.idle_transaction_timeout.enabled(),
             query: s.query_timeout.enabled(),
+            query_waiting: s.query_timeout.enabled(),
+            transaction: s.transaction_timeout.enabled(),
             lookup: s.server_connect_timeout.enabled(),
         }
     }
 }
 
-/// The clients past a timeout, with the SQLSTATE and setting name each is closed with.
+/// The clients past a timeout, with the SQLSTATE and reason each is closed with.
 pub(super) type Expired = Vec<(ClientId, SqlState, &'static str)>;
 
 impl ClientTable {
-    /// The clients past a timeout at `now` (`servers`: whether a linked one is idle in a
-    /// transaction), and the closing ones whose final error lingered past its time.
+    /// The clients past a timeout at `now` (`servers`: where a linked one's server stands),
+    /// and the closing ones whose final error lingered past its time.
     pub(super) fn timed_out(
         &self,
         limits: &ClientTimeouts<'_>,
@@ -162,11 +221,20 @@ impl ClientTable {
                 }
                 continue;
             }
-            let in_transaction = client
-                .server()
-                .and_then(|server| servers.get(server.0))
-                .is_some_and(|server| server.backend().tracker().idle_in_transaction());
-            if let Some((code, name)) = limits.expired(client, in_transaction, now) {
+            let phase = match client.server().and_then(|server| servers.get(server.0)) {
+                None => LinkPhase::Idle,
+                Some(server) => {
+                    let tracker = server.backend().tracker();
+                    if tracker.idle_in_transaction() {
+                        LinkPhase::IdleInTransaction
+                    } else if tracker.is_idle() {
+                        LinkPhase::Idle
+                    } else {
+                        LinkPhase::Busy
+                    }
+                }
+            };
+            if let Some((code, name)) = limits.expired(client, phase, now) {
                 expired.push((id, code, name));
             }
         }

@@ -7,7 +7,7 @@
 //! tables (`admin_flows.rs`), and the engine posts to the shards, closes and links what it says.
 
 use bytes::BytesMut;
-use pgtier_pool::{Closing, PoolId, ServerTarget};
+use pgtier_pool::{Closing, FreedPool, PoolId, ServerTarget};
 use tracing::{debug, info};
 
 use crate::action::{Action, CloseHow, Conn};
@@ -32,6 +32,9 @@ impl Engine {
     pub(super) fn housekeeping(&mut self) {
         self.check_client_timeouts();
         self.check_server_timeouts();
+        if self.env.config().pgtier.server_fast_close {
+            self.fast_close_servers();
+        }
         self.expire_waiters();
         self.close_idle_servers();
         if !self.admin.is_shutting_down() {
@@ -93,6 +96,29 @@ impl Engine {
         }
     }
 
+    /// `server_fast_close`: a server RECONNECT marked, serving a client between
+    /// transactions (session mode, or a pinned session), closes now with its client, which
+    /// is told why, rather than when the client leaves.
+    fn fast_close_servers(&mut self) {
+        let marked: Vec<(ServerId, ClientId)> = self
+            .servers
+            .iter()
+            .filter(|(_, server)| server.close_needed() && server.backend().tracker().is_idle())
+            .filter_map(|(slot, server)| match *server.state() {
+                ServerState::Busy { client } => Some((ServerId(slot), client)),
+                _ => None,
+            })
+            .collect();
+        for (server, client) in marked {
+            let error = messages::fatal(
+                sqlstate::PROTOCOL_VIOLATION,
+                "database configuration changed",
+            );
+            self.close_client(client, Some(error));
+            self.close_server(server);
+        }
+    }
+
     /// Clients whose `query_wait_timeout` passed while parked.
     fn expire_waiters(&mut self) {
         while let Some(expired) = self.linker.pools_mut().poll_expired(self.now) {
@@ -108,7 +134,7 @@ impl Engine {
     }
 
     /// Idle servers past `server_lifetime` or `server_idle_timeout`, over a lowered limit,
-    /// or asked for by another shard.
+    /// or asked for by another shard; then pools unused past `pool_idle_timeout`.
     fn close_idle_servers(&mut self) {
         let mut closing: Vec<Closing<ServerId>> = Vec::new();
         self.linker
@@ -116,6 +142,20 @@ impl Engine {
             .collect_closable(self.now, &mut closing);
         for closing in closing {
             self.retire(closing);
+        }
+        let mut freed: Vec<FreedPool> = Vec::new();
+        self.linker
+            .pools_mut()
+            .collect_idle_pools(self.now, &mut freed);
+        for pool in freed {
+            // PgBouncer's line (operators and its test suite look for it).
+            info!(
+                shard = self.env.shard(),
+                "cleaning up idle pool for user {} on db {} because: pool idle timeout (age= {}s)",
+                pool.key.server_user,
+                pool.key.database,
+                pool.unused_for.as_secs()
+            );
         }
     }
 
@@ -258,6 +298,10 @@ impl Engine {
                     self.linker.pools_mut().set_limits(pool, limits);
                 }
                 self.linker.reset_warm_pools(self.env.config());
+                let idle_pool_timeout = self.env.config().pgtier.pool_idle_timeout.enabled();
+                self.linker
+                    .pools_mut()
+                    .set_idle_pool_timeout(idle_pool_timeout);
                 info!(shard = self.env.shard(), "configuration reloaded");
                 // The console that asked is answered once the last shard has it in effect.
                 if let Some((shard, request_id)) = pending.and_then(|pending| pending.applied()) {

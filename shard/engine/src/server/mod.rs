@@ -74,6 +74,11 @@ pub(crate) struct ServerConn {
     lease: Option<Lease<ServerId>>,
     /// RECONNECT marked it: it closes when next released (PgBouncer's `close_needed`).
     close_needed: bool,
+    /// A client's messages went to it since its login or its last `server_check_query`:
+    /// with `server_check_delay = 0` only such a server is checked before reuse (a server
+    /// fresh from its login is known good), as PgBouncer checks the servers its clients
+    /// released.
+    used_since_check: bool,
 }
 
 /// A server's bytes in and its transport: what it sent and was not consumed yet, its TLS
@@ -326,6 +331,7 @@ impl ServerConn {
             },
             lease: None,
             close_needed: false,
+            used_since_check: false,
         }
     }
 
@@ -397,6 +403,17 @@ impl ServerConn {
     pub fn checking(&mut self, now: Instant, lease: Lease<ServerId>) {
         self.state = ServerState::Checking { since: now };
         self.lease = Some(lease);
+        self.used_since_check = false;
+    }
+
+    /// A client's messages went to it.
+    pub(crate) fn carried_client_messages(&mut self) {
+        self.used_since_check = true;
+    }
+
+    /// Whether a client's messages went to it since its login or its last check.
+    pub(crate) fn used_since_check(&self) -> bool {
+        self.used_since_check
     }
 
     /// Serving `client` from `now` with `lease`; `reset` must run before the next client.

@@ -63,6 +63,8 @@ pub struct MovedServer {
     pub(crate) last_linked: Option<Instant>,
     pub(crate) local_addr: Option<SocketAddr>,
     pub(crate) socket_id: crate::ids::SocketId,
+    /// A client used it since its last check (it is checked on the new shard too).
+    pub(crate) used_since_check: bool,
 }
 
 /// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
@@ -128,6 +130,7 @@ impl ServerConn {
             last_linked: self.info.last_linked,
             local_addr: self.info.local_addr,
             socket_id: self.info.socket_id,
+            used_since_check: self.used_since_check,
         }
     }
 
@@ -150,6 +153,7 @@ impl ServerConn {
         server.info.last_linked = parcel.last_linked;
         server.info.local_addr = parcel.local_addr;
         server.info.socket_id = parcel.socket_id;
+        server.used_since_check = parcel.used_since_check;
         let arrival = Arrival {
             welcome: parcel.welcome,
             statements: parcel.statements,

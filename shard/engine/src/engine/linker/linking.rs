@@ -373,6 +373,9 @@ pub(in crate::engine) fn forward(
             counted.binds,
         );
     }
+    if out.started {
+        server.carried_client_messages();
+    }
     forwarded
 }
 

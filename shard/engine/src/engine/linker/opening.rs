@@ -112,11 +112,14 @@ impl Linker {
         self.pools_mut().open_failed(pool, retry_at, None);
     }
 
-    /// A server could not be reached (connect refused or timed out, reset during login).
-    /// On a replica the router hears of it and the pool's waiters stay queued, to be
-    /// re-routed once the replica is Down; with `other_hosts` (a host list) they stay
-    /// queued for the next attempt, on the next host; elsewhere it is an ordinary failed
-    /// login.
+    /// A server could not be reached (connect refused or timed out, reset during login), or
+    /// refused the login because it is starting up or shutting down.
+    /// The pool's waiters stay queued, as PgBouncer's do: the pool tries again once
+    /// `server_login_retry` passed (on the next host of a host list; on a replica, the
+    /// router hears of it and they are re-routed once it is Down), and they wait until a
+    /// server comes or their own limit (`query_wait_timeout`, `query_timeout`) ends the
+    /// wait. A client that comes meanwhile while the pool has no server gets `error` at
+    /// once (PgBouncer's fast fail).
     #[allow(clippy::too_many_arguments)] // each owner it changes, named: no context bag
     pub(in crate::engine) fn unreachable(
         &mut self,
@@ -129,21 +132,39 @@ impl Linker {
         retry_at: Instant,
         stats: &mut StatsSink,
         outbox: &mut Outbox,
-    ) -> Option<FailWaiters> {
-        let pool = servers.get(id.0)?.pool();
-        if !other_hosts && !self.report_replica_failure(pool, cause, routing) {
-            return self.login_failed(servers, id, error, retry_at, stats, outbox);
+    ) {
+        let Some(server) = servers.get_mut(id.0) else {
+            return;
+        };
+        let pool = server.pool();
+        if !other_hosts {
+            self.report_replica_failure(pool, cause, routing);
         }
         stats.login_failed();
-        if let Some(server) = servers.get_mut(id.0) {
-            server.mark_closing();
+        // PgBouncer's words (operators and its test suite look for them), then pgtier's.
+        let database = self
+            .pools()
+            .key(pool)
+            .map(|key| key.database.to_string())
+            .unwrap_or_default();
+        let text = crate::messages::error_text(&error);
+        match cause {
+            FailureCause::ConnectTimeout => {
+                info!(%database, error = %text, "closing because: connect timeout");
+            }
+            FailureCause::ConnectionRefused | FailureCause::ConnectionReset => {
+                info!(%database, error = %text, "closing because: connect failed");
+            }
+            FailureCause::ServerShutdown => {
+                info!(%database, "server login failed: FATAL {text}");
+            }
         }
+        server.mark_closing();
         outbox.push(Action::Close {
             conn: Conn::Server(id),
             how: CloseHow::Now,
         });
         self.pools_mut().open_failed(pool, retry_at, Some(error));
-        None
     }
 }
 

@@ -92,6 +92,7 @@ pub(in crate::engine) fn relay_to_client(
     // ParameterStatus: they are no new state.
     let clearing = session.pins().is_clearing();
     if let Some(status) = scan.last_status {
+        session.server_ready(now);
         unpinned = session.pins_mut().on_ready(status, scan.errors);
         if status != TxStatus::Idle
             && let Some(reads) = session.reads_mut()

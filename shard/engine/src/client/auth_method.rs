@@ -12,15 +12,35 @@ use crate::messages::{self, sqlstate};
 /// The method a login runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// No password (`trust`, `any`).
+    /// No password and no check of the user name (`any`, the console's peer login).
+    Unchecked,
+    /// No password, but the user must be known (`trust`): listed in the auth file or
+    /// found by `auth_query`, as PgBouncer requires.
     Trust,
     /// MD5, or SCRAM for a user whose stored secret is a SCRAM verifier (as PgBouncer).
     Md5,
     ScramSha256,
     /// A cleartext password.
     Plain,
-    /// A verified TLS client certificate naming the user.
+    /// A verified TLS client certificate naming the user (a known user, as for trust).
     Cert,
+}
+
+impl Method {
+    /// Whether the method asks the client for no password.
+    pub fn is_passwordless(self) -> bool {
+        matches!(self, Method::Unchecked | Method::Trust | Method::Cert)
+    }
+
+    /// PgBouncer's refusal of a user nobody knows, for a method without a password (the
+    /// password methods run their exchange against a decoy secret and fail at the proof).
+    pub(crate) fn unknown_user_refusal(self) -> Bytes {
+        let text = match self {
+            Method::Cert => "certificate authentication failed",
+            _ => "\"trust\" authentication failed",
+        };
+        messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, text)
+    }
 }
 
 /// The method for a client described by `request`; `Err` is the FATAL to close it with.
@@ -30,7 +50,8 @@ pub fn choose(
     request: &HbaRequest<'_>,
 ) -> Result<Method, Bytes> {
     Ok(match auth_type {
-        AuthType::Trust | AuthType::Any => Method::Trust,
+        AuthType::Trust => Method::Trust,
+        AuthType::Any => Method::Unchecked,
         AuthType::Md5 => Method::Md5,
         AuthType::ScramSha256 => Method::ScramSha256,
         AuthType::Plain => Method::Plain,
@@ -152,7 +173,7 @@ mod tests {
     fn global_types_ignore_the_hba_file() {
         for (auth_type, method) in [
             (AuthType::Trust, Method::Trust),
-            (AuthType::Any, Method::Trust),
+            (AuthType::Any, Method::Unchecked),
             (AuthType::Md5, Method::Md5),
             (AuthType::ScramSha256, Method::ScramSha256),
             (AuthType::Plain, Method::Plain),

@@ -111,7 +111,7 @@ pub struct Session {
     /// transactions).
     transaction_started: Option<Instant>,
     /// Its database's slot in the shard's per-database tally (resolved once, at startup).
-    stats: pgtier_core::metrics::DatabaseSlot,
+    stats: Option<pgtier_core::metrics::DatabaseSlot>,
     /// On an entry with a primary and replicas: its pools there and where its transaction
     /// runs (set when its pool on the primary is registered).
     reads: Option<Box<reads::ReaderSession>>,
@@ -127,7 +127,9 @@ pub struct SessionStart {
     pub class: ClassSetting,
     pub startup_params: Vec<(String, String)>,
     pub tracked: TrackedParams,
-    pub stats: pgtier_core::metrics::DatabaseSlot,
+    /// `None` for a database no entry serves: its login is refused after authentication,
+    /// and a name a client made up gets no row in the statistics.
+    pub stats: Option<pgtier_core::metrics::DatabaseSlot>,
 }
 
 impl Session {
@@ -317,8 +319,8 @@ impl Session {
         }
     }
 
-    /// Its database's slot in the shard's per-database tally.
-    pub fn stats(&self) -> pgtier_core::metrics::DatabaseSlot {
+    /// Its database's slot in the shard's per-database tally (`None`: no entry serves it).
+    pub fn stats(&self) -> Option<pgtier_core::metrics::DatabaseSlot> {
         self.stats
     }
 

@@ -271,7 +271,7 @@ impl Admin {
             let slot = clients
                 .get(id.0)
                 .and_then(|c| c.session())
-                .map(|s| s.stats());
+                .and_then(|s| s.stats());
             if let Some(slot) = slot {
                 stats.console_query(slot);
             }

@@ -165,7 +165,7 @@ fn disable_refuses_logins_until_enable_and_only_admins_may() {
         messages
             .iter()
             .any(|m| m.sqlstate().as_deref() == Some("08P01")
-                && m.field(b'M').as_deref() == Some("database does not allow connections: db")),
+                && m.field(b'M').as_deref() == Some("database \"db\" is disabled")),
         "{messages:?}"
     );
     assert!(h.is_closed(Conn::Client(refused)));
@@ -425,5 +425,32 @@ fn reload_and_set_are_answered_once_the_new_configuration_is_applied() {
     assert_eq!(
         error.and_then(|message| message.field(b'C')).as_deref(),
         Some("F0000")
+    );
+}
+
+#[test]
+fn a_disabled_database_is_refused_only_after_authentication() {
+    let users = crate::userlist::UserList::from_file(
+        pgtier_core::auth_file::AuthFile::parse("\"alice\" \"\"\n\"admin\" \"\"\n", "userlist.txt")
+            .expect("valid"),
+    );
+    let text = config(TX).replace(
+        "auth_type = \"trust\"",
+        "auth_type = \"trust\"\nauth_file = \"/dev/null\"",
+    );
+    let mut h = Harness::with_console_and_users(&text, users, Box::new(WordConsole));
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("DISABLE db"));
+    assert_eq!(answers(&mut h, admin), vec!["DISABLE".to_string()]);
+    // Who cannot log in learns nothing about the database (PgBouncer's order).
+    let (_, messages) = h.login("nobody", "db");
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("\"trust\" authentication failed")
+    );
+    let (_, messages) = h.login("alice", "db");
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("database \"db\" is disabled")
     );
 }

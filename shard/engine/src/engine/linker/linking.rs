@@ -239,7 +239,7 @@ pub(in crate::engine) fn link(
     } else {
         0
     };
-    let database = client.session().map(|session| session.stats());
+    let database = client.session().and_then(|session| session.stats());
     stats.waited(database, wait_us);
     let Some(session) = client.session_mut() else {
         return Linked::Gone;

@@ -124,6 +124,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         syslog_facility: RELOAD,
         auth_type: RELOAD,
         auth_hba_file: RELOAD,
+        auth_ident_file: RELOAD,
         auth_query: RELOAD,
         auth_user: RELOAD,
         auth_dbname: RELOAD,

@@ -148,7 +148,7 @@ pub fn start(
         method => method,
     };
     let check = match method {
-        Method::Unchecked | Method::Trust | Method::Cert => return Ok(None),
+        Method::Unchecked | Method::Trust | Method::Cert | Method::Peer => return Ok(None),
         Method::Plain => {
             out.extend_from_slice(CLEARTEXT_REQUEST);
             PasswordCheck::Plain

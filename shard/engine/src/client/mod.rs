@@ -388,6 +388,9 @@ pub struct ClientInfo {
     peer: Option<ClientAddr>,
     /// The local end of its socket (the listener it came through), for listings.
     local_addr: Option<std::net::SocketAddr>,
+    /// The system user the peer process of a Unix-socket client runs as (SO_PEERCRED),
+    /// for `peer` authentication.
+    peer_user: Option<Box<str>>,
     connected_at: Instant,
     /// The last time bytes arrived (idle timeouts).
     last_active: Instant,
@@ -418,6 +421,14 @@ impl ClientInfo {
     /// The driver learned the local end of its socket.
     pub(crate) fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
         self.local_addr = addr;
+    }
+
+    pub fn peer_user(&self) -> Option<&str> {
+        self.peer_user.as_deref()
+    }
+
+    pub(crate) fn set_peer_user(&mut self, user: Option<String>) {
+        self.peer_user = user.map(String::into_boxed_str);
     }
 }
 
@@ -472,6 +483,7 @@ impl ClientConn {
             info: ClientInfo {
                 peer,
                 local_addr: None,
+                peer_user: None,
                 connected_at: now,
                 last_active: now,
             },

@@ -290,7 +290,7 @@ impl ClientTable {
     }
 
     /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
-    /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
+    /// certificate or a peer's system user is checked here, as neither needs an exchange. `Err` is the FATAL to close
     /// the client with.
     pub(super) fn auth_method(&self, id: ClientId, env: &Env) -> Result<Method, Bytes> {
         let auth_type = env.config().pgtier.auth_type;
@@ -342,14 +342,29 @@ impl ClientTable {
             user: session.user(),
             physical_replication: session.is_physical_replication(),
         };
-        match auth_method::choose(auth_type, env.users().hba(), &request)? {
+        let method = auth_method::choose(auth_type, env.users().hba(), &request)?;
+        // The line's user name map, for `cert` and `peer`.
+        let map = env
+            .users()
+            .hba()
+            .and_then(|hba| hba.rule_for(&request))
+            .and_then(|rule| rule.ident_map.as_deref())
+            .map(|name| (name, env.users().ident()));
+        match method {
             Method::Cert => {
                 let name = client.tls().and_then(|tls| tls.session.peer_common_name());
-                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
-                Ok(Method::Cert)
+                auth_method::check_certificate(session.user(), tls, name.as_deref(), map)?;
             }
-            method => Ok(method),
+            Method::Peer => {
+                let peer_user = match client.info().peer() {
+                    Some(crate::addr::ClientAddr::Unix { .. }) => client.info().peer_user(),
+                    _ => None,
+                };
+                auth_method::check_peer(session.user(), peer_user, map)?;
+            }
+            _ => {}
         }
+        Ok(method)
     }
 
     /// PgBouncer's console login by peer credentials: the user `pgbouncer` on the Unix

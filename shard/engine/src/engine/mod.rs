@@ -409,6 +409,14 @@ impl Engine {
     }
 
     /// The driver learned the local address of a connection's socket (for listings).
+    /// The system user a Unix-socket client's peer process runs as (for `peer`
+    /// authentication), read by the driver at accept.
+    pub fn handle_peer_user(&mut self, id: ClientId, user: Option<String>) {
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.info_mut().set_peer_user(user);
+        }
+    }
+
     pub fn handle_local_addr(&mut self, conn: Conn, addr: Option<SocketAddr>) {
         match conn {
             Conn::Client(id) => {

@@ -454,3 +454,38 @@ fn a_disabled_database_is_refused_only_after_authentication() {
         Some("database \"db\" is disabled")
     );
 }
+
+#[test]
+fn a_failed_login_fails_the_waiters_when_only_reconnect_marked_servers_are_left() {
+    let text = config("pool_mode = \"transaction\"\ndefault_pool_size = 2");
+    let mut h = Harness::with_console(&text, Box::new(WordConsole));
+    let (holder, _) = h.login("alice", "db");
+    h.client_sends(holder, &query("BEGIN"));
+    h.client_output(holder);
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("RECONNECT"));
+    assert_eq!(answers(&mut h, admin), vec!["RECONNECT".to_string()]);
+    // The next client needs a second server, whose login the server refuses: the holder's
+    // server closes at its release, so nothing will serve the waiter (PgBouncer's
+    // kill_pool_logins).
+    h.auto_backend = false;
+    let (waiter, _) = h.login("alice", "db");
+    h.client_sends(waiter, &query("SELECT 1"));
+    let server = h.connecting.last().expect("a second server").0;
+    h.complete_connects_without_backend();
+    let error = crate::messages::fatal(
+        crate::messages::sqlstate::INVALID_PASSWORD,
+        "password authentication failed for user \"alice\"",
+    );
+    h.server_sends(server, &error);
+    let messages = h.client_output(waiter);
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("password authentication failed for user \"alice\"")
+    );
+    assert!(h.is_closed(Conn::Client(waiter)));
+    assert!(
+        !h.is_closed(Conn::Client(holder)),
+        "the holder keeps its server"
+    );
+}

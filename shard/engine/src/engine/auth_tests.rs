@@ -407,3 +407,61 @@ fn an_unknown_database_is_refused_only_after_authentication() {
     assert!(h.connects.is_empty());
     h.engine.check_invariants().expect("invariants");
 }
+
+#[test]
+fn peer_lets_in_the_system_users_its_map_names() {
+    let hba = HbaFile::parse(
+        "local all all peer map=mymap\n",
+        Path::new("hba.conf"),
+        &mut |_| Err(String::new()),
+    )
+    .expect("valid");
+    let ident = pgtier_core::ident::IdentFile::parse(
+        "mymap ops postgres\nmymap ops someuser\n",
+        Path::new("ident.conf"),
+    )
+    .expect("valid");
+    let list = users("\"postgres\" \"\"\n\"someuser\" \"\"\n\"bouncer\" \"\"\n")
+        .with_hba(hba)
+        .with_ident(ident);
+    let mut h = Harness::with_users(&with_auth("hba", ""), list);
+    let login = |h: &mut Harness, peer: Option<&str>, user: &str| {
+        let id = h.accept_unix();
+        h.engine.handle_peer_user(id, peer.map(str::to_string));
+        h.client_sends(id, &startup(&[("user", user), ("database", "db")]));
+        h.client_output(id)
+    };
+    for user in ["postgres", "someuser"] {
+        let messages = login(&mut h, Some("ops"), user);
+        assert!(welcomed(&messages), "{user}: {messages:?}");
+    }
+    let refused = vec![(
+        "28000".to_string(),
+        "unix socket login rejected".to_string(),
+    )];
+    // Not in the map, another system user, or one nobody could read.
+    assert_eq!(errors(&login(&mut h, Some("ops"), "bouncer")), refused);
+    assert_eq!(errors(&login(&mut h, Some("eve"), "postgres")), refused);
+    assert_eq!(errors(&login(&mut h, None, "postgres")), refused);
+}
+
+#[test]
+fn auth_dbname_must_name_a_usable_entry_at_login() {
+    // PgBouncer refuses these at login, not at load: each client gets its words.
+    let text = with_auth("md5", "auth_user = \"pgtier_auth\"")
+        + "[databases.reserved]\nhost = \"127.0.0.1\"\nport = 5432\nauth_dbname = \"pgbouncer\"\n\
+           [databases.missing]\nhost = \"127.0.0.1\"\nport = 5432\nauth_dbname = \"nowhere\"\n";
+    let list = users("\"pgtier_auth\" \"authpw\"\n\"admin\" \"\"\n");
+    let mut h = Harness::with_users(&text, list);
+    let config_error = vec![("08P01".to_string(), "bouncer config error".to_string())];
+    for database in ["reserved", "missing"] {
+        let (_, messages) = start_in(&mut h, database, "bob");
+        assert_eq!(errors(&messages), config_error, "{database}");
+    }
+    // The admin console's users are looked up through the global auth_user, in the global
+    // auth_dbname: without one, the console itself would be the auth database.
+    let (_, messages) = start_in(&mut h, "pgbouncer", "bob");
+    assert_eq!(errors(&messages), config_error, "the console");
+    assert!(h.connects.is_empty(), "no lookup ran");
+    h.engine.check_invariants().expect("invariants");
+}

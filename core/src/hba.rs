@@ -90,6 +90,9 @@ pub struct HbaRule {
     users: Vec<NameMatch>,
     address: AddressMatch,
     pub method: HbaMethod,
+    /// `map=NAME` (`peer` and `cert` lines): the `auth_ident_file` map that says which
+    /// system (or certificate) names may log in as which users.
+    pub ident_map: Option<String>,
 }
 
 /// How a client reached pgtier.
@@ -282,7 +285,7 @@ fn masked<const N: usize>(octets: &[u8; N], prefix_bits: u8) -> [u8; N] {
 
 /// Lines with their 0-based number; a line ending in `\` continues on the next (PostgreSQL
 /// 16), and the joined line keeps the number of its first part.
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
+pub(crate) fn logical_lines(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut pending: Option<(usize, String)> = None;
     for (index, line) in text.lines().enumerate() {
@@ -304,14 +307,14 @@ fn logical_lines(text: &str) -> Vec<(usize, String)> {
 
 /// One token: its text and whether any of it was quoted (a quoted `all` is a name).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Token {
-    text: String,
-    quoted: bool,
+pub(crate) struct Token {
+    pub(crate) text: String,
+    pub(crate) quoted: bool,
 }
 
 /// The whitespace-separated fields of a line, each a comma-separated list of tokens;
 /// `#` outside quotes starts a comment.
-fn tokenize(line: &str) -> Result<Vec<Vec<Token>>, String> {
+pub(crate) fn tokenize(line: &str) -> Result<Vec<Vec<Token>>, String> {
     let mut fields: Vec<Vec<Token>> = Vec::new();
     let mut chars = line.chars().peekable();
     let mut continues_list = false;
@@ -352,6 +355,16 @@ fn tokenize(line: &str) -> Result<Vec<Vec<Token>>, String> {
         match fields.last_mut() {
             Some(field) if continues_list => field.push(token),
             _ => fields.push(vec![token]),
+        }
+        // PgBouncer also reads `a , b` as one list: a comma after blanks continues it.
+        if !ended_by_comma {
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+            if chars.peek() == Some(&',') {
+                chars.next();
+                ended_by_comma = true;
+            }
         }
         continues_list = ended_by_comma;
     }
@@ -397,12 +410,20 @@ fn parse_rule(
         }
     };
     let method = parse_method(&single(next("authentication method")?, "method")?)?;
-    if let Ok(option) = next("option") {
-        let option: Vec<&str> = option.iter().map(|token| token.text.as_str()).collect();
-        return Err(format!(
-            "authentication option \"{}\" is not supported",
-            option.join(",")
-        ));
+    let mut ident_map = None;
+    while let Ok(option) = next("option") {
+        let option = single(option, "option")?;
+        match option.split_once('=') {
+            // The user name map of `auth_ident_file` that `peer` and `cert` consult.
+            Some(("map", name)) if matches!(method, HbaMethod::Peer | HbaMethod::Cert) => {
+                ident_map = Some(name.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "authentication option \"{option}\" is not supported"
+                ));
+            }
+        }
     }
     if method == HbaMethod::Peer && connection != ConnectionType::Local {
         return Err("peer authentication is only valid on local lines".to_string());
@@ -414,6 +435,7 @@ fn parse_rule(
         users,
         address,
         method,
+        ident_map,
     })
 }
 
@@ -797,5 +819,31 @@ mod tests {
         let error =
             parse_with("host all @a all trust\n", &[("/etc/pgtier/a", "@a\n")]).expect_err("cycle");
         assert!(error.reason.contains("nest too deeply"), "{}", error.reason);
+    }
+
+    #[test]
+    fn lists_may_have_blanks_around_commas_and_cert_and_peer_take_a_map() {
+        let file = parse(
+            "host tmp1,all user1,user2 , user3 16.0.0.0/8 md5\n\
+             hostssl p0x all 0.0.0.0/0 cert map=test\n\
+             local all all peer map=mymap\n",
+        );
+        let request = |user| tcp("16.1.1.1", false, "tmp1", user);
+        for user in ["user1", "user2", "user3"] {
+            assert_eq!(method(&file, request(user)), Some(HbaMethod::Md5), "{user}");
+        }
+        let maps: Vec<Option<&str>> = file
+            .rules()
+            .iter()
+            .map(|rule| rule.ident_map.as_deref())
+            .collect();
+        assert_eq!(maps, vec![None, Some("test"), Some("mymap")]);
+        let error = HbaFile::parse(
+            "host all all all md5 map=x\n",
+            Path::new("hba.conf"),
+            &mut |_| Err(String::new()),
+        )
+        .expect_err("md5 takes no map");
+        assert!(error.reason.contains("map=x"), "{error}");
     }
 }

@@ -7,5 +7,6 @@ pub mod auth_file;
 pub mod class;
 pub mod config;
 pub mod hba;
+pub mod ident;
 pub mod localpg;
 pub mod metrics;

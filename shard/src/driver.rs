@@ -40,7 +40,7 @@ use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
 use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
-use crate::sockets::{local_addr, peer_addr, peer_is_own_user, server_socket};
+use crate::sockets::{local_addr, peer_addr, peer_is_own_user, peer_user_name, server_socket};
 
 /// Most cancel connections in flight on one shard.
 const MAX_CANCEL_CONNS: usize = 1024;
@@ -783,6 +783,9 @@ impl<R: Ring> Shard<R> {
         };
         self.engine
             .handle_local_addr(Conn::Client(id), local_addr(fd));
+        if matches!(kind, ListenerKind::Unix { .. }) {
+            self.engine.handle_peer_user(id, peer_user_name(fd));
+        }
         self.clients.insert(client_key(id), IoConn::client(fd));
         self.arm_recv(Conn::Client(id));
     }

@@ -53,6 +53,36 @@ pub(crate) fn peer_is_own_user(fd: RawFd) -> bool {
     peer_credentials(fd).is_some_and(|(_, uid)| uid == unsafe { libc::getuid() })
 }
 
+/// The name of the system user the peer of a Unix-socket client runs as, for `peer`
+/// authentication: its user id (`SO_PEERCRED`) looked up in the user database, as
+/// PostgreSQL and PgBouncer do at login. `None` when either is unknown.
+pub(crate) fn peer_user_name(fd: RawFd) -> Option<String> {
+    let (_, uid) = peer_credentials(fd)?;
+    // SAFETY: zeroed is a valid `passwd` (null pointers, zero ids) for getpwuid_r to fill.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    // SAFETY: `entry`, `buffer` (of the length passed) and `found` are live locals;
+    // getpwuid_r writes the entry's strings within `buffer` and sets `found` to `&entry`
+    // or null.
+    let result = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if result != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success `pw_name` points at a NUL-terminated string inside `buffer`,
+    // which is alive here.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
+
 /// The process id and user id of the peer of a connected Unix socket (`SO_PEERCRED`), when
 /// the kernel gives them: the console's peer login, and `-R` finding the running pgtier.
 pub fn peer_credentials(fd: RawFd) -> Option<(libc::pid_t, libc::uid_t)> {

@@ -368,10 +368,8 @@ fn disable_refuses_new_clients_until_enable() {
         Some("1"),
         "{databases:?}"
     );
-    assert_eq!(
-        message_of(&error),
-        "database does not allow connections: app"
-    );
+    // PgBouncer's words, once the client has authenticated.
+    assert_eq!(message_of(&error), "database \"app\" is disabled");
     existing
         .simple_query("SELECT 1")
         .expect("a connected client stays");

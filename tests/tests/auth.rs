@@ -197,7 +197,10 @@ fn an_hba_file_chooses_the_method_per_user_and_reloads() {
         ProxyConfig::new(pg.port())
             .auth("hba")
             .setting("auth_hba_file", &toml_string(&hba.display().to_string()))
-            .user("bob", "pw"),
+            // A trust line still needs the user in the auth file, as in PgBouncer.
+            .user("alice", "")
+            .user("bob", "pw")
+            .user("dave", ""),
     );
     assert_logged_in_as(connect(&proxy, "alice", "anything"), "alice");
     assert_logged_in_as(connect(&proxy, "bob", "pw"), "bob");
@@ -252,7 +255,10 @@ fn cert_auth_needs_a_certificate_naming_the_user() {
             .setting("client_tls_sslmode", "\"verify-ca\"")
             .setting("client_tls_cert_file", &path(&pki.server.cert))
             .setting("client_tls_key_file", &path(&pki.server.key))
-            .setting("client_tls_ca_file", &path(&pki.ca_cert)),
+            .setting("client_tls_ca_file", &path(&pki.ca_cert))
+            // A certificate logs in only a user the auth file lists, as in PgBouncer.
+            .user("alice", "")
+            .user("bob", ""),
     );
     let tls = format!(
         "{} {}",
@@ -292,7 +298,11 @@ fn auth_query_logs_in_users_only_postgresql_knows() {
     assert_logged_in_as(connect(&proxy, "scram_user", "pw two"), "scram_user");
     assert_password_rejected(&proxy, "md5_user", "wrong");
     assert_password_rejected(&proxy, "scram_user", "wrong");
-    assert_password_rejected(&proxy, "nobody", "pw one");
+    // No row: PgBouncer's "no such user" (it runs no decoy exchange after auth_query).
+    assert_eq!(
+        refusal(&proxy, "nobody", "pw one"),
+        ("28000".to_string(), "no such user".to_string())
+    );
     // The users logged in to the server as themselves.
     let sessions = admin(
         &pg,

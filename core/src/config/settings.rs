@@ -192,8 +192,11 @@ pub struct Settings {
     pub auth_type: AuthType,
     /// pg_hba.conf-style rules choosing the method per connection when `auth_type = hba`.
     pub auth_hba_file: Option<PathBuf>,
+    /// User name maps (pg_ident.conf syntax) that `map=` options of `auth_hba_file` lines
+    /// name, for `peer` and `cert`.
+    pub auth_ident_file: Option<PathBuf>,
     /// Query run as `auth_user` on the server to find the secret of a user the auth file does
-    /// not list (PgBouncer's default reads pg_shadow).
+    /// not list (PgBouncer 1.25's default reads pg_authid).
     pub auth_query: String,
     /// User that runs `auth_query` (none: unknown users are refused).
     pub auth_user: Option<String>,
@@ -481,7 +484,9 @@ impl Default for Settings {
             log_connections: true,
             auth_type: AuthType::Md5,
             auth_hba_file: None,
-            auth_query: "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".to_string(),
+            auth_ident_file: None,
+            // PgBouncer 1.25's: an expired role gets no password, a NOLOGIN role no row.
+            auth_query: "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin".to_string(),
             auth_user: None,
             auth_dbname: None,
             auth_file: None,

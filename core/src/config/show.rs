@@ -126,6 +126,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         log_connections: RELOAD,
         auth_type: RELOAD,
         auth_hba_file: RELOAD,
+        auth_ident_file: RELOAD,
         auth_query: RELOAD,
         auth_user: RELOAD,
         auth_dbname: RELOAD,

@@ -1054,3 +1054,20 @@ fn function_overrides_need_a_primary_and_names() {
     };
     assert!(error.to_string().contains("read_only_functions"), "{error}");
 }
+
+#[test]
+fn an_ini_path_found_only_in_the_working_directory_is_taken_from_there() {
+    // As PgBouncer opens it; cargo runs this with the crate's directory as the working one.
+    let cwd = std::env::current_dir().expect("cwd");
+    let config = Config::from_ini_str(
+        "[pgbouncer]\nauth_type = trust\nauth_file = Cargo.toml\nauth_hba_file = no-such.conf\n",
+        "/nonexistent-pgtier-dir/pgbouncer.ini",
+    )
+    .expect("valid");
+    assert_eq!(config.pgtier.auth_file, Some(cwd.join("Cargo.toml")));
+    assert_eq!(
+        config.pgtier.auth_hba_file,
+        Some(PathBuf::from("/nonexistent-pgtier-dir/no-such.conf")),
+        "beside the file when found in neither"
+    );
+}

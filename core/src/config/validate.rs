@@ -258,11 +258,9 @@ pub(super) fn database(
             format!("the name \"{name}\" is reserved for the admin console"),
         );
     }
-    auth_dbname(
-        &check,
-        &format!("{base}.auth_dbname"),
-        raw.auth_dbname.as_deref(),
-    )?;
+    // An entry's `auth_dbname` naming the admin console is refused at login (each client
+    // of the entry gets "bouncer config error"), as PgBouncer does; only the global one
+    // stops the load.
     let servers = servers(&check, &base, &raw, settings)?;
     let pool_size = raw.pool_size.unwrap_or(settings.default_pool_size);
     check.at_least(&format!("{base}.pool_size"), pool_size.into(), 1)?;
@@ -307,9 +305,10 @@ pub(super) fn database(
     })
 }
 
-/// `auth_dbname` may not name the admin console, whose sessions run no query on a server
-/// (PgBouncer refuses its own admin database's name the same way). Whether an entry of that
-/// name exists is found at login, as PgBouncer does, so a reload may add it later.
+/// The global `auth_dbname` may not name the admin console, whose sessions run no query on
+/// a server (PgBouncer refuses its own admin database's name the same way). Whether an
+/// entry of that name exists is found at login, as PgBouncer does, so a reload may add it
+/// later.
 fn auth_dbname(check: &Checker<'_>, key: &str, name: Option<&str>) -> Check {
     match name {
         Some(name) if name == ADMIN_DATABASE || name == ADMIN_DATABASE_ALIAS => check.fail(

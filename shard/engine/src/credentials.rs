@@ -17,7 +17,7 @@ pub(crate) fn is_scram_secret(stored: &str) -> bool {
     stored.starts_with(SCRAM_PREFIX)
 }
 
-fn is_md5_hash(stored: &str) -> bool {
+pub(crate) fn is_md5_hash(stored: &str) -> bool {
     stored.len() == 35 && stored.starts_with("md5")
 }
 

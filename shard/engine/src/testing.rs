@@ -166,7 +166,7 @@ pub struct FakeBackend {
     copy_in: bool,
     /// Terminate arrived: PostgreSQL closes the connection after it.
     pub terminated: bool,
-    /// (user, password) rows an `auth_query` over pg_shadow finds.
+    /// (user, password) rows an `auth_query` (over pg_shadow or pg_authid) finds.
     pub shadow: Vec<(String, String)>,
     /// The first parameter of the last Bind.
     bound: Option<String>,
@@ -364,11 +364,7 @@ impl FakeBackend {
                     out.extend(frame(b'n', &[]));
                 }
             }
-            b'E' if self
-                .seen
-                .last()
-                .is_some_and(|sql| sql.contains("pg_shadow")) =>
-            {
+            b'E' if self.seen.last().is_some_and(|sql| is_lookup(sql)) => {
                 let user = self.bound.clone().unwrap_or_default();
                 let rows: Vec<(String, String)> = self
                     .shadow
@@ -641,6 +637,22 @@ impl Harness {
         Harness::build_with_console(
             config_text,
             UserList::new(),
+            Box::new(NoRouting),
+            Default::default(),
+            console,
+        )
+    }
+
+    /// A harness whose engine answers its admin console with `console` and checks logins
+    /// against `users`.
+    pub fn with_console_and_users(
+        config_text: &str,
+        users: UserList,
+        console: Box<dyn crate::services::Console>,
+    ) -> Harness {
+        Harness::build_with_console(
+            config_text,
+            users,
             Box::new(NoRouting),
             Default::default(),
             console,
@@ -1216,4 +1228,10 @@ impl crate::services::Routing for CyclingReads {
             in_flight: Arc::clone(&self.in_flight),
         }))
     }
+}
+
+/// Whether `sql` is an `auth_query` the fake backends answer from their `shadow` rows:
+/// PgBouncer's default (over pg_authid) or the classic one over pg_shadow.
+pub fn is_lookup(sql: &str) -> bool {
+    sql.contains("pg_shadow") || sql.contains("pg_authid")
 }

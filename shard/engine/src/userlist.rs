@@ -2,18 +2,22 @@
 //! the auth file (PgBouncer's userlist.txt), read by `pgtier_core::auth_file` — the same
 //! parser `pgtier check-config` uses — and handed to the password exchanges in the text form
 //! PostgreSQL itself stores (plain, `md5<hex>`, or `SCRAM-SHA-256$<iter>:<salt>$<keys>`),
-//! and with `auth_type = hba` the rules of `auth_hba_file`.
+//! and with `auth_type = hba` the rules of `auth_hba_file` and the user name maps of
+//! `auth_ident_file` they name.
 
 use std::path::Path;
 
 use pgtier_core::auth_file::{AuthFile, StoredPassword};
 use pgtier_core::config::{AuthType, Settings};
 use pgtier_core::hba::HbaFile;
+use pgtier_core::ident::IdentFile;
 
 #[derive(Debug, Clone, Default)]
 pub struct UserList {
     file: AuthFile,
     hba: Option<HbaFile>,
+    /// The user name maps the HBA lines' `map=` options name.
+    ident: IdentFile,
 }
 
 impl UserList {
@@ -23,7 +27,11 @@ impl UserList {
 
     /// An already parsed auth file.
     pub(crate) fn from_file(file: AuthFile) -> UserList {
-        UserList { file, hba: None }
+        UserList {
+            file,
+            hba: None,
+            ident: IdentFile::default(),
+        }
     }
 
     /// With these HBA rules.
@@ -32,6 +40,11 @@ impl UserList {
             hba: Some(hba),
             ..self
         }
+    }
+
+    /// With these user name maps.
+    pub(crate) fn with_ident(self, ident: IdentFile) -> UserList {
+        UserList { ident, ..self }
     }
 
     pub fn load(path: &Path) -> Result<UserList, String> {
@@ -55,12 +68,34 @@ impl UserList {
             .as_ref()
             .ok_or("auth_type = \"hba\" needs auth_hba_file")?;
         let hba = HbaFile::load(path).map_err(|error| error.to_string())?;
-        Ok(users.with_hba(hba))
+        let ident = match &settings.auth_ident_file {
+            Some(path) => IdentFile::load(path).map_err(|error| error.to_string())?,
+            None => IdentFile::default(),
+        };
+        // A line naming a map the ident file lacks would refuse every client it matches:
+        // the load is refused instead, as PgBouncer does.
+        for rule in hba.rules() {
+            if let Some(map) = &rule.ident_map
+                && !ident.has_map(map)
+            {
+                return Err(format!(
+                    "{}:{}: user name map \"{map}\" is not in auth_ident_file",
+                    path.display(),
+                    rule.line
+                ));
+            }
+        }
+        Ok(users.with_hba(hba).with_ident(ident))
     }
 
     /// The HBA rules, when `auth_type = hba`.
     pub fn hba(&self) -> Option<&HbaFile> {
         self.hba.as_ref()
+    }
+
+    /// The user name maps of `auth_ident_file` (empty without one).
+    pub fn ident(&self) -> &IdentFile {
+        &self.ident
     }
 
     /// The stored password of `user` in PostgreSQL's text form.

@@ -79,7 +79,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("scram_iterations", Unhonoured),
     ("auth_type", Honoured(Text)),
     ("auth_hba_file", Honoured(Path)),
-    ("auth_ident_file", Unhonoured),
+    ("auth_ident_file", Honoured(Path)),
     ("auth_file", Honoured(Path)),
     ("auth_user", Honoured(OptionalText)),
     ("auth_query", Honoured(Text)),

@@ -426,7 +426,8 @@ fn text_setting(key: &str, value: &str) -> Result<String, String> {
 
 /// A path as written if absolute, `~/...` in the home directory (PgBouncer expands a leading
 /// tilde), else relative to the directory of the file it is in (made absolute, so nothing
-/// later resolves it a second time).
+/// later resolves it a second time) — unless the file exists only in the working
+/// directory, where PgBouncer, which opens the path as written, would find it.
 fn path_value(origin: &Origin, value: &str) -> Value {
     let home = std::env::var_os("HOME");
     let expanded = match (value.strip_prefix('~'), &home) {
@@ -440,7 +441,12 @@ fn path_value(origin: &Origin, value: &str) -> Value {
         path.to_path_buf()
     } else {
         let directory = origin.file.parent().unwrap_or(Path::new(""));
-        std::path::absolute(directory.join(path)).unwrap_or_else(|_| directory.join(path))
+        let beside = directory.join(path);
+        let from_cwd = std::path::absolute(path).ok();
+        match from_cwd {
+            Some(from_cwd) if !beside.exists() && from_cwd.exists() => from_cwd,
+            _ => std::path::absolute(&beside).unwrap_or(beside),
+        }
     };
     Value::String(resolved.to_string_lossy().into_owned())
 }

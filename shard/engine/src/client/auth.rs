@@ -1,7 +1,8 @@
 //! A client's password exchange against the auth file: MD5, SCRAM-SHA-256 or a cleartext
-//! password (trust needs none), and the shard's cache of SCRAM verifiers. A wrong password gets 28P01 as from
-//! PostgreSQL; an unknown user fails the same way, at the proof, so the exchange does not
-//! reveal which users exist.
+//! password (trust needs none), and the shard's cache of SCRAM verifiers. A wrong password
+//! gets 28P01 ("password authentication failed for user …", or PgBouncer's "SASL
+//! authentication failed" for SCRAM); an unknown user fails the same way, at the proof, so
+//! the exchange does not reveal which users exist.
 
 use std::collections::HashMap;
 
@@ -131,8 +132,8 @@ pub struct AuthContext<'a> {
 const CLEARTEXT_REQUEST: &[u8] = &[b'R', 0, 0, 0, 8, 0, 0, 0, 3];
 
 /// Starts authenticating a client: `Ok(None)` for trust, else the exchange and its first
-/// request to send. `Method::Cert` has no exchange: the caller checks the certificate
-/// (`auth_method::check_certificate`) and passes `Method::Trust` when it names the user.
+/// request to send. The methods without a password have no exchange: the caller checks
+/// that the user is known (and, for `Method::Cert`, the certificate) before it passes them.
 pub fn start(
     method: Method,
     context: AuthContext<'_>,
@@ -147,13 +148,7 @@ pub fn start(
         method => method,
     };
     let check = match method {
-        Method::Trust => return Ok(None),
-        Method::Cert => {
-            return Err(messages::fatal(
-                sqlstate::INTERNAL_ERROR,
-                "certificate authentication was not checked",
-            ));
-        }
+        Method::Unchecked | Method::Trust | Method::Cert | Method::Peer => return Ok(None),
         Method::Plain => {
             out.extend_from_slice(CLEARTEXT_REQUEST);
             PasswordCheck::Plain
@@ -219,7 +214,9 @@ impl PasswordCheck {
                     {
                         AuthStep::Failed(messages::fatal(error.sqlstate(), &error.to_string()))
                     }
-                    Err(_) => verdict(false, &context),
+                    // PgBouncer's words for a SCRAM exchange that failed, whether the
+                    // password is wrong or nobody has that name.
+                    Err(_) => AuthStep::Failed(sasl_failed()),
                 }
             }
         }
@@ -284,6 +281,12 @@ fn verdict(ok: bool, context: &AuthContext<'_>) -> AuthStep {
         context.user
     );
     AuthStep::Failed(messages::fatal(sqlstate::INVALID_PASSWORD, &message))
+}
+
+/// A SCRAM proof that did not verify: PgBouncer's text, with PostgreSQL's code for a wrong
+/// password.
+fn sasl_failed() -> Bytes {
+    messages::fatal(sqlstate::INVALID_PASSWORD, "SASL authentication failed")
 }
 
 /// The login cannot go on safely without randomness (a predictable nonce or salt).
@@ -359,6 +362,82 @@ mod tests {
         };
         assert!(error.windows(6).any(|w| w == b"C28P01"));
         assert!(matches!(run_md5("nobody", "secret"), AuthStep::Failed(_)));
+    }
+
+    /// A SCRAM exchange of `user` with `password`, the client side played by pgtier's own
+    /// server-login state machine; what the last step said.
+    fn run_scram(user: &str, password: &str) -> AuthStep {
+        let users = users();
+        let mut secrets = SecretCache::default();
+        let mut random = SeededRandom::new(6);
+        let (check, request) = start(
+            Method::ScramSha256,
+            AuthContext {
+                user,
+                users: &users,
+                looked_up: None,
+                secrets: &mut secrets,
+                random: &mut random,
+                channel_binding: None,
+            },
+        )
+        .expect("ok")
+        .expect("scram");
+        let mut client =
+            pgtier_wire::auth::ClientAuth::new(user.as_bytes(), password.as_bytes(), [7; 18]);
+        let mut input = BytesMut::new();
+        client
+            .handle_frame(&request, &mut input)
+            .expect("client-first");
+        let step = check.step(
+            &mut input,
+            AuthContext {
+                user,
+                users: &users,
+                looked_up: None,
+                secrets: &mut secrets,
+                random: &mut random,
+                channel_binding: None,
+            },
+        );
+        let AuthStep::Continue(check, reply) = step else {
+            return step;
+        };
+        let mut input = BytesMut::new();
+        client
+            .handle_frame(&reply, &mut input)
+            .expect("client-final");
+        check.step(
+            &mut input,
+            AuthContext {
+                user,
+                users: &users,
+                looked_up: None,
+                secrets: &mut secrets,
+                random: &mut random,
+                channel_binding: None,
+            },
+        )
+    }
+
+    #[test]
+    fn scram_failures_say_sasl_authentication_failed_for_known_and_unknown_users() {
+        assert!(matches!(
+            run_scram("alice", "secret"),
+            AuthStep::Passed { .. }
+        ));
+        for (user, password) in [("alice", "wrong"), ("nobody", "secret")] {
+            let AuthStep::Failed(error) = run_scram(user, password) else {
+                panic!("{user} refused");
+            };
+            let messages = crate::testing::split_messages(&mut BytesMut::from(&error[..]));
+            assert_eq!(messages[0].sqlstate().as_deref(), Some("28P01"));
+            assert_eq!(
+                messages[0].field(b'M').as_deref(),
+                Some("SASL authentication failed"),
+                "{user}: the same words whether or not the user exists"
+            );
+        }
     }
 
     #[test]

@@ -6,21 +6,49 @@
 use bytes::Bytes;
 use pgtier_core::config::AuthType;
 use pgtier_core::hba::{HbaFile, HbaMethod, HbaRequest};
+use pgtier_core::ident::IdentFile;
 
 use crate::messages::{self, sqlstate};
 
 /// The method a login runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// No password (`trust`, `any`).
+    /// No password and no check of the user name (`any`, the console's peer login).
+    Unchecked,
+    /// No password, but the user must be known (`trust`): listed in the auth file or
+    /// found by `auth_query`, as PgBouncer requires.
     Trust,
     /// MD5, or SCRAM for a user whose stored secret is a SCRAM verifier (as PgBouncer).
     Md5,
     ScramSha256,
     /// A cleartext password.
     Plain,
-    /// A verified TLS client certificate naming the user.
+    /// A verified TLS client certificate naming the user (a known user, as for trust).
     Cert,
+    /// A Unix-socket peer running as the system user of the user's name (or one the line's
+    /// user name map lets in), a known user as for trust.
+    Peer,
+}
+
+impl Method {
+    /// Whether the method asks the client for no password.
+    pub fn is_passwordless(self) -> bool {
+        matches!(
+            self,
+            Method::Unchecked | Method::Trust | Method::Cert | Method::Peer
+        )
+    }
+
+    /// PgBouncer's refusal of a user nobody knows, for a method without a password (the
+    /// password methods run their exchange against a decoy secret and fail at the proof).
+    pub(crate) fn unknown_user_refusal(self) -> Bytes {
+        let text = match self {
+            Method::Cert => "certificate authentication failed",
+            Method::Peer => PEER_REFUSED,
+            _ => "\"trust\" authentication failed",
+        };
+        messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, text)
+    }
 }
 
 /// The method for a client described by `request`; `Err` is the FATAL to close it with.
@@ -30,7 +58,8 @@ pub fn choose(
     request: &HbaRequest<'_>,
 ) -> Result<Method, Bytes> {
     Ok(match auth_type {
-        AuthType::Trust | AuthType::Any => Method::Trust,
+        AuthType::Trust => Method::Trust,
+        AuthType::Any => Method::Unchecked,
         AuthType::Md5 => Method::Md5,
         AuthType::ScramSha256 => Method::ScramSha256,
         AuthType::Plain => Method::Plain,
@@ -54,24 +83,48 @@ fn from_hba(hba: Option<&HbaFile>, request: &HbaRequest<'_>) -> Result<Method, B
         HbaMethod::Password => Method::Plain,
         HbaMethod::Cert => Method::Cert,
         HbaMethod::Reject => return Err(refused(request.rejected_message())),
-        HbaMethod::Peer => {
-            return Err(messages::fatal(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                &format!(
-                    "peer authentication (pg_hba line {}) is not supported by pgtier",
-                    rule.line
-                ),
-            ));
-        }
+        HbaMethod::Peer => Method::Peer,
     })
 }
 
+/// PgBouncer's refusal of a `peer` login.
+const PEER_REFUSED: &str = "unix socket login rejected";
+
+/// The `peer` method: `peer_user` is the system user the Unix-socket client's process runs
+/// as (`None`: not a Unix socket, or unknown); it must be `user`, or with `map` (the line's
+/// `map=` and the ident file's maps) a system user the map lets in as `user`. `Err` is the
+/// FATAL.
+pub(crate) fn check_peer(
+    user: &str,
+    peer_user: Option<&str>,
+    map: Option<(&str, &IdentFile)>,
+) -> Result<(), Bytes> {
+    let refused = || messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, PEER_REFUSED);
+    let Some(peer_user) = peer_user else {
+        return Err(refused());
+    };
+    let permitted = match map {
+        Some((name, ident)) => {
+            let permitted = ident.permits(name, |system| system == peer_user, user);
+            if !permitted {
+                tracing::error!(user, peer_user, "ident map {name} cannot be matched");
+            }
+            permitted
+        }
+        None => peer_user == user,
+    };
+    if permitted { Ok(()) } else { Err(refused()) }
+}
+
 /// The `cert` method: `common_name` is that of the certificate the TLS handshake verified
-/// against `client_tls_ca_file` (`None`: the client presented none). `Err` is the FATAL.
+/// against `client_tls_ca_file` (`None`: the client presented none); it must be the user
+/// name, or with `map` (the line's `map=` and the ident file's maps) a name the map lets in
+/// as `user`. `Err` is the FATAL.
 pub(crate) fn check_certificate(
     user: &str,
     tls: bool,
     common_name: Option<&str>,
+    map: Option<(&str, &IdentFile)>,
 ) -> Result<(), Bytes> {
     let refused = |text: &str| messages::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, text);
     if !tls {
@@ -79,12 +132,19 @@ pub(crate) fn check_certificate(
             "TLS connection required for certificate authentication",
         ));
     }
-    match common_name {
-        None => Err(refused(
+    match (common_name, map) {
+        (None, _) => Err(refused(
             "a TLS client certificate is required for certificate authentication",
         )),
-        Some(name) if name == user => Ok(()),
-        Some(_) => Err(refused(&format!(
+        (Some(name), Some((map, ident))) => {
+            if ident.permits(map, |system| system == name, user) {
+                return Ok(());
+            }
+            tracing::error!(user, "ident map: {map} does not have a match");
+            Err(refused("certificate authentication failed"))
+        }
+        (Some(name), None) if name == user => Ok(()),
+        (Some(_), None) => Err(refused(&format!(
             "TLS certificate name mismatch: the certificate's common name is not user \"{user}\""
         ))),
     }
@@ -143,8 +203,7 @@ mod tests {
             addr: ClientAddr::Unix,
             ..request("alice")
         };
-        let (code, _) = error_of(choose(AuthType::Hba, Some(&hba), &unix).expect_err("peer"));
-        assert_eq!(code, "0A000");
+        assert_eq!(choose(AuthType::Hba, Some(&hba), &unix), Ok(Method::Peer));
         assert!(choose(AuthType::Hba, None, &request("alice")).is_err());
     }
 
@@ -152,7 +211,7 @@ mod tests {
     fn global_types_ignore_the_hba_file() {
         for (auth_type, method) in [
             (AuthType::Trust, Method::Trust),
-            (AuthType::Any, Method::Trust),
+            (AuthType::Any, Method::Unchecked),
             (AuthType::Md5, Method::Md5),
             (AuthType::ScramSha256, Method::ScramSha256),
             (AuthType::Plain, Method::Plain),
@@ -164,11 +223,52 @@ mod tests {
 
     #[test]
     fn a_certificate_must_name_the_user() {
-        assert_eq!(check_certificate("alice", true, Some("alice")), Ok(()));
+        assert_eq!(
+            check_certificate("alice", true, Some("alice"), None),
+            Ok(())
+        );
         for (tls, name) in [(false, Some("alice")), (true, None), (true, Some("bob"))] {
             let (code, text) =
-                error_of(check_certificate("alice", tls, name).expect_err("refused"));
+                error_of(check_certificate("alice", tls, name, None).expect_err("refused"));
             assert_eq!(code, "28000", "{text}");
         }
+    }
+
+    #[test]
+    fn a_peer_must_run_as_the_user_or_one_its_map_lets_in() {
+        let ident = IdentFile::parse("mymap root postgres\nmymap root someuser\n", Path::new("i"))
+            .expect("valid");
+        assert_eq!(check_peer("postgres", Some("postgres"), None), Ok(()));
+        assert_eq!(
+            check_peer("someuser", Some("root"), Some(("mymap", &ident))),
+            Ok(())
+        );
+        for (user, peer, map) in [
+            ("postgres", Some("root"), None),
+            ("postgres", None, None),
+            ("bouncer", Some("root"), Some(("mymap", &ident))),
+            ("postgres", Some("other"), Some(("mymap", &ident))),
+        ] {
+            let (code, text) = error_of(check_peer(user, peer, map).expect_err("refused"));
+            assert_eq!(
+                (code.as_str(), text.as_str()),
+                ("28000", "unix socket login rejected")
+            );
+        }
+    }
+
+    #[test]
+    fn a_certificate_map_lets_its_names_in_as_its_users() {
+        let ident = IdentFile::parse(
+            "test pgbouncer.acme.org someuser\ntest2 bouncer all\n",
+            Path::new("i"),
+        )
+        .expect("valid");
+        let check =
+            |user, name, map| check_certificate(user, true, Some(name), Some((map, &ident)));
+        assert_eq!(check("someuser", "pgbouncer.acme.org", "test"), Ok(()));
+        assert_eq!(check("anyone", "bouncer", "test2"), Ok(()));
+        let (_, text) = error_of(check("bouncer", "pgbouncer.acme.org", "test").expect_err("no"));
+        assert_eq!(text, "certificate authentication failed");
     }
 }

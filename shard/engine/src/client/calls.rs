@@ -113,9 +113,11 @@ impl<'a> CallNotes<'a> {
     pub fn of(
         log: Option<&'a mut CallLog>,
         digests: &'a mut ShardDigests,
-        database: DatabaseSlot,
+        database: Option<DatabaseSlot>,
         database_name: &'a str,
     ) -> Option<CallNotes<'a>> {
+        // A session forwards only once its database has an entry (and so a slot).
+        let database = database?;
         log.map(|log| CallNotes {
             log,
             digests,

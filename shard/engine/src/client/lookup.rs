@@ -1,11 +1,13 @@
 //! `auth_query`: the secret of a user the auth file does not list, read from the server as
 //! PgBouncer does. This file holds the pure parts: the request (Parse/Bind/Execute/Sync with
 //! the user name as `$1`), the reader of the server's answer, and the shard's cache of the
-//! secrets found. The flow that runs it on a server of the `auth_user` pool is
+//! secrets found. Every login of a user the auth file does not list asks the server again,
+//! as PgBouncer does (a password changed or a role expired takes effect at once); the
+//! cache serves the user's server logins and the checks that follow the lookup. The flow that runs it on a server of the `auth_user` pool is
 //! `engine/client_login.rs` and `engine/linker/joining.rs`.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use pgtier_wire::auth::KEY_LEN;
@@ -13,11 +15,6 @@ use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::{DataRow, ErrorResponse};
 use pgtier_wire::messages::frontend::{Bind, Execute, Parse, Sync};
 use pgtier_wire::{FrameLimits, framing};
-
-/// How long a secret found is used for new client logins before it is asked again (a
-/// password changed on the server takes effect after at most this). Server logins keep
-/// using the last secret found until the next lookup replaces it.
-pub(crate) const LOOKUP_FRESH_FOR: Duration = Duration::from_secs(30);
 
 /// Users whose secrets one shard keeps; past it the oldest entry goes. Only users the
 /// server knows are kept, so guessed names cannot fill it.
@@ -45,7 +42,11 @@ pub fn request(query: &str, user: &str) -> Bytes {
 pub enum Found {
     /// The user's stored secret (md5 hash or SCRAM verifier, or a plaintext).
     Secret(String),
-    /// No row, or a NULL password: the user cannot log in.
+    /// A row with a NULL or empty password: the user exists but no password matches it
+    /// (a passwordless method still lets it in, as PgBouncer does).
+    NoPassword,
+    /// No row: PgBouncer's "no such user", which its clients see (it runs no decoy
+    /// exchange after `auth_query`).
     NoUser,
 }
 
@@ -116,7 +117,7 @@ impl AnswerReader {
             ));
         }
         match self.found.take() {
-            Some(Found::Secret(secret)) if secret.is_empty() => Ok(Found::NoUser),
+            Some(Found::Secret(secret)) if secret.is_empty() => Ok(Found::NoPassword),
             Some(found) => Ok(found),
             None => Ok(Found::NoUser),
         }
@@ -134,7 +135,7 @@ fn secret_of(row: DataRow<'_>) -> Found {
     };
     match value.map(|value| String::from_utf8_lossy(value).into_owned()) {
         Some(secret) => Found::Secret(secret),
-        None => Found::NoUser,
+        None => Found::NoPassword,
     }
 }
 
@@ -142,7 +143,8 @@ fn secret_of(row: DataRow<'_>) -> Found {
 /// when the secret is a SCRAM verifier).
 #[derive(Clone, Debug)]
 struct Entry {
-    secret: String,
+    /// `None`: a row without a usable password.
+    secret: Option<String>,
     found_at: Instant,
     client_key: Option<[u8; KEY_LEN]>,
 }
@@ -158,13 +160,12 @@ impl LookupCache {
     /// The secret found for `user` in `database`, however old.
     pub fn secret(&self, database: &str, user: &str) -> Option<&str> {
         self.entry(database, user)
-            .map(|entry| entry.secret.as_str())
+            .and_then(|entry| entry.secret.as_deref())
     }
 
-    /// Whether a secret found recently enough to log a client in without asking again.
-    pub fn is_fresh(&self, database: &str, user: &str, now: Instant) -> bool {
-        self.entry(database, user)
-            .is_some_and(|entry| now.saturating_duration_since(entry.found_at) < LOOKUP_FRESH_FOR)
+    /// Whether a lookup found `user` in `database` (with or without a usable password).
+    pub fn found(&self, database: &str, user: &str) -> bool {
+        self.entry(database, user).is_some()
     }
 
     pub fn client_key(&self, database: &str, user: &str) -> Option<[u8; KEY_LEN]> {
@@ -175,9 +176,13 @@ impl LookupCache {
     /// Records what a lookup found (a user that does not exist forgets its entry).
     pub fn store(&mut self, database: &str, user: &str, found: Found, now: Instant) {
         let key = (database.to_string(), user.to_string());
-        let Found::Secret(secret) = found else {
-            self.entries.remove(&key);
-            return;
+        let secret = match found {
+            Found::Secret(secret) => Some(secret),
+            Found::NoPassword => None,
+            Found::NoUser => {
+                self.entries.remove(&key);
+                return;
+            }
         };
         if let Some(entry) = self.entries.get_mut(&key) {
             // The same secret keeps the ClientKey proved against it.
@@ -279,12 +284,15 @@ mod tests {
             answer(&[ok[0].clone(), secret.clone(), complete.clone()]),
             Answer::NeedMore
         );
-        for nobody in [
-            vec![complete.clone(), ready.clone()],
+        assert_eq!(
+            answer(&[complete.clone(), ready.clone()]),
+            Answer::Done(Ok(Found::NoUser))
+        );
+        for no_password in [
             vec![row(&[Some(b"bob"), None]), ready.clone()],
             vec![row(&[Some(b"bob"), Some(b"")]), ready.clone()],
         ] {
-            assert_eq!(answer(&nobody), Answer::Done(Ok(Found::NoUser)));
+            assert_eq!(answer(&no_password), Answer::Done(Ok(Found::NoPassword)));
         }
         let Answer::Done(Err(text)) = answer(&[
             error("ERROR", "42501", "permission denied for view pg_shadow"),
@@ -307,8 +315,6 @@ mod tests {
         cache.store("db", "bob", Found::Secret("md5x".into()), now);
         assert_eq!(cache.secret("db", "bob"), Some("md5x"));
         assert_eq!(cache.secret("other", "bob"), None);
-        assert!(cache.is_fresh("db", "bob", now));
-        assert!(!cache.is_fresh("db", "bob", now + LOOKUP_FRESH_FOR));
         cache.remember_client_key("db", "bob", [1; KEY_LEN]);
         cache.store("db", "bob", Found::Secret("md5x".into()), now);
         assert_eq!(cache.client_key("db", "bob"), Some([1; KEY_LEN]));
@@ -318,10 +324,13 @@ mod tests {
             None,
             "a new secret, a new key"
         );
-        cache.store("db", "bob", Found::NoUser, now);
+        cache.store("db", "bob", Found::NoPassword, now);
         assert_eq!(cache.secret("db", "bob"), None);
+        assert!(cache.found("db", "bob"), "a user without a password exists");
+        cache.store("db", "bob", Found::NoUser, now);
+        assert!(!cache.found("db", "bob"));
         for i in 0..=MAX_LOOKED_UP_USERS {
-            let at = now + Duration::from_millis(i as u64);
+            let at = now + std::time::Duration::from_millis(i as u64);
             cache.store("db", &format!("u{i}"), Found::Secret("s".into()), at);
         }
         assert_eq!(cache.entries.len(), MAX_LOOKED_UP_USERS);

@@ -114,7 +114,7 @@ pub struct Session {
     /// from there, as PgBouncer's counts from the server's last message).
     last_ready: Option<Instant>,
     /// Its database's slot in the shard's per-database tally (resolved once, at startup).
-    stats: pgtier_core::metrics::DatabaseSlot,
+    stats: Option<pgtier_core::metrics::DatabaseSlot>,
     /// On an entry with a primary and replicas: its pools there and where its transaction
     /// runs (set when its pool on the primary is registered).
     reads: Option<Box<reads::ReaderSession>>,
@@ -130,7 +130,9 @@ pub struct SessionStart {
     pub class: ClassSetting,
     pub startup_params: Vec<(String, String)>,
     pub tracked: TrackedParams,
-    pub stats: pgtier_core::metrics::DatabaseSlot,
+    /// `None` for a database no entry serves: its login is refused after authentication,
+    /// and a name a client made up gets no row in the statistics.
+    pub stats: Option<pgtier_core::metrics::DatabaseSlot>,
 }
 
 impl Session {
@@ -331,8 +333,8 @@ impl Session {
         }
     }
 
-    /// Its database's slot in the shard's per-database tally.
-    pub fn stats(&self) -> pgtier_core::metrics::DatabaseSlot {
+    /// Its database's slot in the shard's per-database tally (`None`: no entry serves it).
+    pub fn stats(&self) -> Option<pgtier_core::metrics::DatabaseSlot> {
         self.stats
     }
 
@@ -402,6 +404,9 @@ pub struct ClientInfo {
     peer: Option<ClientAddr>,
     /// The local end of its socket (the listener it came through), for listings.
     local_addr: Option<std::net::SocketAddr>,
+    /// The system user the peer process of a Unix-socket client runs as (SO_PEERCRED),
+    /// for `peer` authentication.
+    peer_user: Option<Box<str>>,
     connected_at: Instant,
     /// The last time bytes arrived (idle timeouts).
     last_active: Instant,
@@ -441,6 +446,14 @@ impl ClientInfo {
     /// The driver learned the local end of its socket.
     pub(crate) fn set_local_addr(&mut self, addr: Option<std::net::SocketAddr>) {
         self.local_addr = addr;
+    }
+
+    pub fn peer_user(&self) -> Option<&str> {
+        self.peer_user.as_deref()
+    }
+
+    pub(crate) fn set_peer_user(&mut self, user: Option<String>) {
+        self.peer_user = user.map(String::into_boxed_str);
     }
 }
 
@@ -496,6 +509,7 @@ impl ClientConn {
                 socket_id: crate::ids::SocketId::default(),
                 peer,
                 local_addr: None,
+                peer_user: None,
                 connected_at: now,
                 last_active: now,
             },

@@ -206,7 +206,7 @@ impl Admin {
         let stats_slot = clients
             .get(id.0)
             .and_then(|c| c.session())
-            .map(|s| s.stats());
+            .and_then(|s| s.stats());
         let Some(client) = clients.get_mut(id.0) else {
             return ConsoleStep::Gone;
         };

@@ -165,7 +165,7 @@ fn disable_refuses_logins_until_enable_and_only_admins_may() {
         messages
             .iter()
             .any(|m| m.sqlstate().as_deref() == Some("08P01")
-                && m.field(b'M').as_deref() == Some("database does not allow connections: db")),
+                && m.field(b'M').as_deref() == Some("database \"db\" is disabled")),
         "{messages:?}"
     );
     assert!(h.is_closed(Conn::Client(refused)));
@@ -462,5 +462,67 @@ fn reload_and_set_are_answered_once_the_new_configuration_is_applied() {
     assert_eq!(
         error.and_then(|message| message.field(b'C')).as_deref(),
         Some("F0000")
+    );
+}
+
+#[test]
+fn a_disabled_database_is_refused_only_after_authentication() {
+    let users = crate::userlist::UserList::from_file(
+        pgtier_core::auth_file::AuthFile::parse("\"alice\" \"\"\n\"admin\" \"\"\n", "userlist.txt")
+            .expect("valid"),
+    );
+    let text = config(TX).replace(
+        "auth_type = \"trust\"",
+        "auth_type = \"trust\"\nauth_file = \"/dev/null\"",
+    );
+    let mut h = Harness::with_console_and_users(&text, users, Box::new(WordConsole));
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("DISABLE db"));
+    assert_eq!(answers(&mut h, admin), vec!["DISABLE".to_string()]);
+    // Who cannot log in learns nothing about the database (PgBouncer's order).
+    let (_, messages) = h.login("nobody", "db");
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("\"trust\" authentication failed")
+    );
+    let (_, messages) = h.login("alice", "db");
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("database \"db\" is disabled")
+    );
+}
+
+#[test]
+fn a_failed_login_fails_the_waiters_when_only_reconnect_marked_servers_are_left() {
+    let text = config("pool_mode = \"transaction\"\ndefault_pool_size = 2");
+    let mut h = Harness::with_console(&text, Box::new(WordConsole));
+    let (holder, _) = h.login("alice", "db");
+    h.client_sends(holder, &query("BEGIN"));
+    h.client_output(holder);
+    let (admin, _) = h.login("admin", "pgtier");
+    h.client_sends(admin, &query("RECONNECT"));
+    assert_eq!(answers(&mut h, admin), vec!["RECONNECT".to_string()]);
+    // The next client needs a second server, whose login the server refuses: the holder's
+    // server closes at its release, so nothing will serve the waiter (PgBouncer's
+    // kill_pool_logins).
+    h.auto_backend = false;
+    let (waiter, _) = h.login("alice", "db");
+    h.client_sends(waiter, &query("SELECT 1"));
+    let server = h.connecting.last().expect("a second server").0;
+    h.complete_connects_without_backend();
+    let error = crate::messages::fatal(
+        crate::messages::sqlstate::INVALID_PASSWORD,
+        "password authentication failed for user \"alice\"",
+    );
+    h.server_sends(server, &error);
+    let messages = h.client_output(waiter);
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("password authentication failed for user \"alice\"")
+    );
+    assert!(h.is_closed(Conn::Client(waiter)));
+    assert!(
+        !h.is_closed(Conn::Client(holder)),
+        "the holder keeps its server"
     );
 }

@@ -134,7 +134,10 @@ fn hba_harness() -> Harness {
                 host all erin 127.0.0.1/32 password\n";
     let hba =
         HbaFile::parse(text, Path::new("hba.conf"), &mut |_| Err(String::new())).expect("valid");
-    let list = users("\"bob\" \"secret\"\n\"erin\" \"pw\"\n").with_hba(hba);
+    let list = users(
+        "\"alice\" \"\"\n\"bob\" \"secret\"\n\"carol\" \"\"\n\"dave\" \"\"\n\"erin\" \"pw\"\n",
+    )
+    .with_hba(hba);
     Harness::with_users(&with_auth("hba", ""), list)
 }
 
@@ -223,7 +226,7 @@ fn auth_query_finds_a_user_the_auth_file_does_not_list() {
         .backends
         .values()
         .flat_map(|backend| backend.seen.clone())
-        .filter(|sql| sql.contains("pg_shadow"))
+        .filter(|sql| testing::is_lookup(sql))
         .collect();
     assert_eq!(lookups.len(), 1, "one lookup ran");
     h.client_sends(id, &md5_answer(&request[0], "bob", "secret"));
@@ -232,7 +235,8 @@ fn auth_query_finds_a_user_the_auth_file_does_not_list() {
     assert_eq!(h.client_tags(id), "TDCZ");
     h.engine.check_invariants().expect("invariants");
 
-    // A second login uses the cached secret: no second lookup; a wrong password fails.
+    // A second login asks again (a password changed or a role expired on the server
+    // takes effect at once, as in PgBouncer); a wrong password fails.
     let (id, request) = start(&mut h, tcp(), "bob");
     h.client_sends(id, &md5_answer(&request[0], "bob", "wrong"));
     let errors = errors(&h.client_output(id));
@@ -241,26 +245,32 @@ fn auth_query_finds_a_user_the_auth_file_does_not_list() {
         .backends
         .values()
         .flat_map(|backend| backend.seen.clone())
-        .filter(|sql| sql.contains("pg_shadow"))
+        .filter(|sql| testing::is_lookup(sql))
         .count();
-    assert_eq!(lookups, 1, "the secret was cached");
+    assert_eq!(lookups, 2, "each login looks the user up");
 }
 
 #[test]
-fn auth_query_without_a_row_fails_like_a_wrong_password() {
-    let mut h = lookup_harness("md5");
-    let (id, request) = start(&mut h, tcp(), "nobody");
-    assert_eq!(request_code(&request), Some(5));
-    h.client_sends(id, &md5_answer(&request[0], "nobody", "secret"));
-    let errors = errors(&h.client_output(id));
-    assert_eq!(
-        errors,
-        vec![(
-            "28P01".to_string(),
-            "password authentication failed for user \"nobody\"".to_string()
-        )]
-    );
-    h.engine.check_invariants().expect("invariants");
+fn auth_query_without_a_row_is_no_such_user() {
+    // PgBouncer's answer after `auth_query` (it runs no decoy exchange then), whatever
+    // the method: trust needs the user to exist too.
+    for auth_type in ["md5", "trust"] {
+        let mut h = lookup_harness(auth_type);
+        let (_, messages) = start(&mut h, tcp(), "nobody");
+        assert_eq!(
+            errors(&messages),
+            vec![("28000".to_string(), "no such user".to_string())],
+            "{auth_type}"
+        );
+        h.engine.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn trust_lets_in_a_user_auth_query_finds() {
+    let mut h = lookup_harness("trust");
+    let (_, messages) = start(&mut h, tcp(), "bob");
+    assert!(welcomed(&messages), "{messages:?}");
 }
 
 #[test]
@@ -288,9 +298,12 @@ fn a_failing_auth_query_refuses_the_login_and_the_server_goes_back() {
     answer.extend(testing::error("ERROR", "42501", "permission denied"));
     answer.extend(frame(b'Z', b"I"));
     h.server_sends(server, &answer);
+    // PgBouncer's words: the configuration is wrong, not the client's login.
     let errors = errors(&h.client_output(id));
-    assert_eq!(errors.len(), 1);
-    assert_eq!(errors[0].0, "28000");
+    assert_eq!(
+        errors,
+        vec![("08P01".to_string(), "bouncer config error".to_string())]
+    );
     assert!(!h.is_closed(crate::action::Conn::Server(server)), "pooled");
     h.engine.check_invariants().expect("invariants");
 }
@@ -327,5 +340,128 @@ fn a_lookup_that_never_answers_ends_at_server_connect_timeout() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].0, "08006");
     assert!(h.is_closed(crate::action::Conn::Server(server)));
+    h.engine.check_invariants().expect("invariants");
+}
+
+#[test]
+fn trust_refuses_a_user_the_auth_file_does_not_list() {
+    let mut h = Harness::with_users(&with_auth("trust", ""), users("\"alice\" \"\"\n"));
+    let (id, messages) = start(&mut h, tcp(), "nobody");
+    assert_eq!(
+        errors(&messages),
+        vec![(
+            "28000".to_string(),
+            "\"trust\" authentication failed".to_string()
+        )]
+    );
+    assert!(h.is_closed(crate::action::Conn::Client(id)));
+    assert!(h.connects.is_empty(), "no server was asked about the user");
+    let (_, messages) = start(&mut h, tcp(), "alice");
+    assert!(welcomed(&messages), "{messages:?}");
+}
+
+#[test]
+fn trust_without_an_auth_file_takes_every_user() {
+    // No list to check the name against (pgtier's reading; PgBouncer would let no one in).
+    let mut h = Harness::new(&config(TX));
+    let (_, messages) = start(&mut h, tcp(), "anyone");
+    assert!(welcomed(&messages), "{messages:?}");
+}
+
+/// A client of database `database` as `user`.
+fn start_in(h: &mut Harness, database: &str, user: &str) -> (ClientId, Vec<Msg>) {
+    let id = h.accept_from(tcp());
+    h.client_sends(id, &startup(&[("user", user), ("database", database)]));
+    let messages = h.client_output(id);
+    (id, messages)
+}
+
+#[test]
+fn an_unknown_database_is_refused_only_after_authentication() {
+    let list = users("\"alice\" \"secret\"\n");
+    let mut h = Harness::with_users(&with_auth("md5", ""), list.clone());
+    // A wrong password (or an unknown user) learns nothing about the database.
+    for (user, text) in [("alice", "wrong"), ("nobody", "secret")] {
+        let (id, request) = start_in(&mut h, "nosuchdb", user);
+        assert_eq!(request_code(&request), Some(5), "{user}");
+        h.client_sends(id, &md5_answer(&request[0], user, text));
+        let errors = errors(&h.client_output(id));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, "28P01", "{user}");
+    }
+    let (id, request) = start_in(&mut h, "nosuchdb", "alice");
+    h.client_sends(id, &md5_answer(&request[0], "alice", "secret"));
+    assert_eq!(
+        errors(&h.client_output(id)),
+        vec![(
+            "3D000".to_string(),
+            "no such database: nosuchdb".to_string()
+        )]
+    );
+    // Under trust the unknown user fails as any unknown user does.
+    let mut h = Harness::with_users(&with_auth("trust", ""), list);
+    let (_, messages) = start_in(&mut h, "nosuchdb", "nobody");
+    assert_eq!(errors(&messages)[0].1, "\"trust\" authentication failed");
+    let (_, messages) = start_in(&mut h, "nosuchdb", "alice");
+    assert_eq!(errors(&messages)[0].1, "no such database: nosuchdb");
+    assert!(h.connects.is_empty());
+    h.engine.check_invariants().expect("invariants");
+}
+
+#[test]
+fn peer_lets_in_the_system_users_its_map_names() {
+    let hba = HbaFile::parse(
+        "local all all peer map=mymap\n",
+        Path::new("hba.conf"),
+        &mut |_| Err(String::new()),
+    )
+    .expect("valid");
+    let ident = pgtier_core::ident::IdentFile::parse(
+        "mymap ops postgres\nmymap ops someuser\n",
+        Path::new("ident.conf"),
+    )
+    .expect("valid");
+    let list = users("\"postgres\" \"\"\n\"someuser\" \"\"\n\"bouncer\" \"\"\n")
+        .with_hba(hba)
+        .with_ident(ident);
+    let mut h = Harness::with_users(&with_auth("hba", ""), list);
+    let login = |h: &mut Harness, peer: Option<&str>, user: &str| {
+        let id = h.accept_unix();
+        h.engine.handle_peer_user(id, peer.map(str::to_string));
+        h.client_sends(id, &startup(&[("user", user), ("database", "db")]));
+        h.client_output(id)
+    };
+    for user in ["postgres", "someuser"] {
+        let messages = login(&mut h, Some("ops"), user);
+        assert!(welcomed(&messages), "{user}: {messages:?}");
+    }
+    let refused = vec![(
+        "28000".to_string(),
+        "unix socket login rejected".to_string(),
+    )];
+    // Not in the map, another system user, or one nobody could read.
+    assert_eq!(errors(&login(&mut h, Some("ops"), "bouncer")), refused);
+    assert_eq!(errors(&login(&mut h, Some("eve"), "postgres")), refused);
+    assert_eq!(errors(&login(&mut h, None, "postgres")), refused);
+}
+
+#[test]
+fn auth_dbname_must_name_a_usable_entry_at_login() {
+    // PgBouncer refuses these at login, not at load: each client gets its words.
+    let text = with_auth("md5", "auth_user = \"pgtier_auth\"")
+        + "[databases.reserved]\nhost = \"127.0.0.1\"\nport = 5432\nauth_dbname = \"pgbouncer\"\n\
+           [databases.missing]\nhost = \"127.0.0.1\"\nport = 5432\nauth_dbname = \"nowhere\"\n";
+    let list = users("\"pgtier_auth\" \"authpw\"\n\"admin\" \"\"\n");
+    let mut h = Harness::with_users(&text, list);
+    let config_error = vec![("08P01".to_string(), "bouncer config error".to_string())];
+    for database in ["reserved", "missing"] {
+        let (_, messages) = start_in(&mut h, database, "bob");
+        assert_eq!(errors(&messages), config_error, "{database}");
+    }
+    // The admin console's users are looked up through the global auth_user, in the global
+    // auth_dbname: without one, the console itself would be the auth database.
+    let (_, messages) = start_in(&mut h, "pgbouncer", "bob");
+    assert_eq!(errors(&messages), config_error, "the console");
+    assert!(h.connects.is_empty(), "no lookup ran");
     h.engine.check_invariants().expect("invariants");
 }

@@ -20,6 +20,7 @@ use bytes::{Bytes, BytesMut};
 use pgtier_core::config::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS, AuthType, PoolMode};
 use pgtier_core::hba::{ClientAddr as HbaAddr, HbaRequest};
 use pgtier_pool::{PoolId, PoolKey, ServerTarget, StartupProfile};
+use tracing::info;
 
 use super::clients::ClientTable;
 use super::env::Env;
@@ -112,6 +113,12 @@ fn no_such_database(database: &str) -> Bytes {
     messages::fatal(sqlstate::INVALID_CATALOG_NAME, &message)
 }
 
+/// DISABLE's refusal, in PgBouncer's words.
+fn database_disabled(database: &str) -> Bytes {
+    let message = format!("database \"{database}\" is disabled");
+    messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message)
+}
+
 /// The user PgBouncer lets into its console by peer credentials alone.
 const CONSOLE_PEER_USER: &str = "pgbouncer";
 
@@ -178,13 +185,12 @@ impl ClientTable {
 
     /// The StartupMessage's parameters start the client's session. `Ok(false)`: the client
     /// is gone; `Err`: the FATAL to close it with (a plain-text login where TLS is
-    /// required, a bad `replication` value, no user, a disabled or unknown database).
+    /// required, a bad `replication` value, no user).
     pub(super) fn start_session(
         &mut self,
         id: ClientId,
         request: LoginRequest,
         env: &Env,
-        gates: &Gates,
         stats: &mut StatsSink,
         outbox: &mut Outbox,
     ) -> Result<bool, Bytes> {
@@ -251,37 +257,34 @@ impl ClientTable {
                 "no more connections allowed (max_client_conn)",
             ));
         }
-        if gates.is_disabled(&database) {
-            // DISABLE db, with PgBouncer's words.
-            let message = format!("database does not allow connections: {database}");
-            return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message));
-        }
         if admin && replication {
             return Err(messages::fatal(
                 sqlstate::FEATURE_NOT_SUPPORTED,
                 "the admin console takes no replication connections",
             ));
         }
-        let mode = match env.config().database(&database) {
+        // A database no entry serves is refused only once the client has authenticated
+        // (`authenticated`), as PgBouncer does: a client that cannot log in learns nothing
+        // about which databases exist.
+        let entry = env.config().database(&database);
+        let mode = match entry {
             // A replication connection keeps its own server for its whole life.
             Some(_) if replication => PoolMode::Session,
             Some(db) => env.config().pool_mode(db, &user),
-            None if admin => PoolMode::Session,
-            None => return Err(no_such_database(&database)),
+            None => PoolMode::Session,
         };
         log_login_attempt(self, id, &database, &user, replication);
-        let class = env
-            .config()
-            .database(&database)
-            .map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
-                env.config().class(db, &user)
-            });
-        let stats = stats.database_slot(&database, env.shared());
+        let class = entry.map_or(pgtier_core::class::ClassSetting::PREMIUM, |db| {
+            env.config().class(db, &user)
+        });
+        let stats =
+            (admin || entry.is_some()).then(|| stats.database_slot(&database, env.shared()));
+        let known_database = admin || entry.is_some();
         let Some((_, logins)) = self.get_with_logins(id.0) else {
             return Ok(false);
         };
         let (user, database) = (logins.intern(&user), logins.intern(&database));
-        let counted = count_client(env, &database, &user, admin)?;
+        let counted = count_client(env, &database, &user, admin, known_database)?;
         let Some(client) = self.get_mut(id.0) else {
             return Ok(false);
         };
@@ -299,7 +302,7 @@ impl ClientTable {
     }
 
     /// The method this client logs in with (`auth_type`, or its `auth_hba_file` line); a
-    /// certificate is checked here, as it needs no exchange. `Err` is the FATAL to close
+    /// certificate or a peer's system user is checked here, as neither needs an exchange. `Err` is the FATAL to close
     /// the client with.
     pub(super) fn auth_method(&self, id: ClientId, env: &Env) -> Result<Method, Bytes> {
         let auth_type = env.config().pgtier.auth_type;
@@ -310,7 +313,7 @@ impl ClientTable {
             return Ok(Method::Trust);
         };
         if self.is_console_peer(id) {
-            return Ok(Method::Trust);
+            return Ok(Method::Unchecked);
         }
         if auth_type == AuthType::Any && &**session.database() != ADMIN_DATABASE {
             // PgBouncer's `any` ignores the user name, so each database must name the
@@ -351,14 +354,29 @@ impl ClientTable {
             user: session.user(),
             physical_replication: session.is_physical_replication(),
         };
-        match auth_method::choose(auth_type, env.users().hba(), &request)? {
+        let method = auth_method::choose(auth_type, env.users().hba(), &request)?;
+        // The line's user name map, for `cert` and `peer`.
+        let map = env
+            .users()
+            .hba()
+            .and_then(|hba| hba.rule_for(&request))
+            .and_then(|rule| rule.ident_map.as_deref())
+            .map(|name| (name, env.users().ident()));
+        match method {
             Method::Cert => {
                 let name = client.tls().and_then(|tls| tls.session.peer_common_name());
-                auth_method::check_certificate(session.user(), tls, name.as_deref())?;
-                Ok(Method::Trust)
+                auth_method::check_certificate(session.user(), tls, name.as_deref(), map)?;
             }
-            method => Ok(method),
+            Method::Peer => {
+                let peer_user = match client.info().peer() {
+                    Some(crate::addr::ClientAddr::Unix { .. }) => client.info().peer_user(),
+                    _ => None,
+                };
+                auth_method::check_peer(session.user(), peer_user, map)?;
+            }
+            _ => {}
         }
+        Ok(method)
     }
 
     /// PgBouncer's console login by peer credentials: the user `pgbouncer` on the Unix
@@ -373,36 +391,34 @@ impl ClientTable {
             })
     }
 
-    /// The `auth_user` whose server must look the client's secret up before `method` can
-    /// check it: a password method, a user the auth file does not list, a database with an
-    /// `auth_user`, and no secret found recently.
+    /// The `auth_user` whose server must look the client up before `method` can check it:
+    /// a method that checks the user (every one but `any`: trust needs the user to exist),
+    /// a user the auth file does not list, and a database with an `auth_user`.
     pub(super) fn lookup_user_for(
         &self,
         id: ClientId,
         method: Method,
         env: &Env,
-        now: Instant,
     ) -> Option<String> {
-        if matches!(method, Method::Trust | Method::Cert) {
+        if method == Method::Unchecked {
             return None;
         }
         let session = self.get(id.0)?.session()?;
         if env.users().get(session.user()).is_some() {
             return None;
         }
-        let auth_user = env
-            .config()
-            .database(session.database())?
-            .auth_user
-            .clone()?;
-        if self
-            .logins()
-            .lookups()
-            .is_fresh(session.database(), session.user(), now)
-        {
-            return None;
-        }
-        Some(auth_user)
+        Some(auth_user_of(env, session.database())?.to_string())
+    }
+
+    /// Whether `user` may log in to `database` without a password (`trust`, `cert`): it
+    /// is listed in the auth file or `auth_query` found it, as PgBouncer requires, so a
+    /// client cannot learn which users exist by trying names. With neither an auth file
+    /// nor an `auth_user` there is no list to check, and every user is taken (pgtier's
+    /// reading of a configuration PgBouncer would let nobody in with).
+    fn user_is_known(&self, database: &str, user: &str, env: &Env) -> bool {
+        env.users().get(user).is_some()
+            || self.logins().lookups().found(database, user)
+            || (env.config().pgtier.auth_file.is_none() && auth_user_of(env, database).is_none())
     }
 
     /// Starts the password exchange of `method` (none for trust), against the auth file's
@@ -419,6 +435,13 @@ impl ClientTable {
             return Exchange::Gone;
         };
         let (user, database) = (session.user().clone(), session.database().clone());
+        if method.is_passwordless() {
+            if method != Method::Unchecked && !self.user_is_known(&database, &user, env) {
+                info!(%database, %user, "no such user");
+                return Exchange::Failed(method.unknown_user_refusal());
+            }
+            return Exchange::Passed;
+        }
         let channel_binding = self.channel_binding_of(id);
         let (looked_up, secrets) = self.logins_mut().auth_caches(&database, &user);
         let context = AuthContext {
@@ -511,6 +534,7 @@ impl ClientTable {
         &mut self,
         id: ClientId,
         env: &Env,
+        gates: &Gates,
         routing: &dyn Routing,
     ) -> Authenticated {
         let Some(session) = self.get_mut(id.0).and_then(|c| c.session_mut()) else {
@@ -518,6 +542,14 @@ impl ClientTable {
         };
         if &**session.database() == ADMIN_DATABASE {
             return Authenticated::Console;
+        }
+        // Refused only now, as PgBouncer does: before its password is checked, a client
+        // learns neither which databases exist nor which are disabled.
+        if env.config().database(session.database()).is_none() {
+            return Authenticated::Refused(no_such_database(session.database()));
+        }
+        if gates.is_disabled(session.database()) {
+            return Authenticated::Refused(database_disabled(session.database()));
         }
         if !routing.is_routed(session.database()) {
             return Authenticated::Unrouted;
@@ -727,6 +759,7 @@ fn count_client(
     database: &std::sync::Arc<str>,
     user: &std::sync::Arc<str>,
     admin: bool,
+    known_database: bool,
 ) -> Result<crate::client_counts::Counted, Bytes> {
     use crate::client_counts::Scope;
     let mut counted = crate::client_counts::Counted::default();
@@ -734,11 +767,13 @@ fn count_client(
     if admin && config.pgtier.is_admin(user) {
         return Ok(counted);
     }
-    let db_limit = config
-        .database(database)
-        .map_or(config.pgtier.max_db_client_connections, |db| {
-            db.max_db_client_connections
-        });
+    // A name no entry serves is refused after authentication; it is not counted, so
+    // made-up names leave no counters behind.
+    let db_limit = match config.database(database) {
+        Some(db) => db.max_db_client_connections,
+        None if known_database => config.pgtier.max_db_client_connections,
+        None => 0,
+    };
     let user_limit = config.max_user_client_connections(user);
     let counts = &env.shared().client_counts;
     counts
@@ -894,37 +929,59 @@ pub(super) fn pool_key(
     Ok(Some((key, reader_entry)))
 }
 
+/// The `auth_user` that looks up the users of `database`: its entry's (which falls back to
+/// the global one), or for the admin console the global one, as PgBouncer does.
+fn auth_user_of<'a>(env: &'a Env, database: &str) -> Option<&'a str> {
+    let config = env.config();
+    match config.database(database) {
+        Some(db) => db.auth_user.as_deref(),
+        None if database == ADMIN_DATABASE => config.pgtier.auth_user.as_deref(),
+        None => None,
+    }
+}
+
 /// The key of the `auth_user` pool client `id`'s lookup runs on: in the entry its
 /// database's `auth_dbname` names (else the global `auth_dbname`, else its own database).
-/// `Ok(None)`: the client is gone; `Err`: `auth_dbname` names no entry, PgBouncer's
-/// "bouncer config error".
+/// `Ok(None)`: the client is gone; `Err`: the FATAL to close it with, PgBouncer's: "bouncer
+/// config error" when `auth_dbname` names no entry or the admin console (the console's own
+/// users need a global `auth_dbname`), and a refusal naming a disabled `auth_dbname`.
 pub(super) fn lookup_key(
     clients: &ClientTable,
     id: ClientId,
     auth_user: &str,
     env: &Env,
+    gates: &Gates,
 ) -> Result<Option<PoolKey>, Bytes> {
     let Some(session) = clients.get(id.0).and_then(|c| c.session()) else {
         return Ok(None);
     };
-    let auth_dbname = env
-        .config()
-        .database(session.database())
-        .and_then(|db| db.auth_dbname.as_deref());
-    let database = match auth_dbname {
-        None => &**session.database(),
-        Some(name) if env.config().database(name).is_some() => name,
-        Some(name) => {
-            tracing::error!(
-                database = %session.database(),
-                "authentication database \"{name}\" is not configured (auth_dbname)"
-            );
-            return Err(messages::fatal(
-                sqlstate::PROTOCOL_VIOLATION,
-                "bouncer config error",
-            ));
-        }
+    let config = env.config();
+    let auth_dbname = match config.database(session.database()) {
+        Some(db) => db.auth_dbname.as_deref(),
+        None => config.pgtier.auth_dbname.as_deref(),
     };
+    let database = auth_dbname.unwrap_or(session.database());
+    let config_error = || messages::fatal(sqlstate::PROTOCOL_VIOLATION, "bouncer config error");
+    if database == ADMIN_DATABASE || database == ADMIN_DATABASE_ALIAS {
+        // The console's sessions run no query on a server.
+        let name = auth_dbname.unwrap_or(ADMIN_DATABASE_ALIAS);
+        tracing::error!(
+            database = %session.database(),
+            "cannot use the reserved \"{name}\" database as an auth_dbname"
+        );
+        return Err(config_error());
+    }
+    if config.database(database).is_none() {
+        tracing::error!(
+            database = %session.database(),
+            "authentication database \"{database}\" is not configured (auth_dbname)"
+        );
+        return Err(config_error());
+    }
+    if auth_dbname.is_some() && gates.is_disabled(database) {
+        let message = format!("authentication database \"{database}\" is disabled");
+        return Err(messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message));
+    }
     Ok(Some(PoolKey::new(
         database.into(),
         auth_user.into(),

@@ -336,7 +336,7 @@ impl Engine {
             self.stats.bytes(None, data.len() as u64, 0);
             return;
         };
-        let database = client.session().map(|session| session.stats());
+        let database = client.session().and_then(|session| session.stats());
         self.stats.bytes(database, data.len() as u64, 0);
         if client.is_closing() {
             return;
@@ -407,7 +407,7 @@ impl Engine {
             self.stats.bytes(None, 0, bytes as u64);
             return;
         };
-        let database = client.session().map(|session| session.stats());
+        let database = client.session().and_then(|session| session.stats());
         self.stats.bytes(database, 0, bytes as u64);
         let queued = client.backlog_mut().sent(bytes);
         if let Some(server) = client.server()
@@ -418,6 +418,14 @@ impl Engine {
     }
 
     /// The driver learned the local address of a connection's socket (for listings).
+    /// The system user a Unix-socket client's peer process runs as (for `peer`
+    /// authentication), read by the driver at accept.
+    pub fn handle_peer_user(&mut self, id: ClientId, user: Option<String>) {
+        if let Some(client) = self.clients.get_mut(id.0) {
+            client.info_mut().set_peer_user(user);
+        }
+    }
+
     pub fn handle_local_addr(&mut self, conn: Conn, addr: Option<SocketAddr>) {
         match conn {
             Conn::Client(id) => {
@@ -628,11 +636,16 @@ impl Engine {
     /// registration, its cancel key and its replica lease.
     fn close_client(&mut self, id: ClientId, error: Option<Bytes>) {
         if let Some(error) = &error {
-            // PgBouncer's line for a client it closes with an error (operators and its test
-            // suite look for it).
+            // PgBouncer's line for a client it closes with an error, with its age (operators
+            // and its test suite look for it).
+            let age = self.clients.get(id.0).map_or(0, |client| {
+                self.now
+                    .saturating_duration_since(client.info().connected_at())
+                    .as_secs()
+            });
             info!(
                 client = id.index(),
-                "closing because: {}",
+                "closing because: {} (age={age}s)",
                 messages::error_text(error)
             );
         }
@@ -908,6 +921,38 @@ impl Engine {
             self.server_unreachable(id, error, FailureCause::ServerShutdown);
             return;
         }
+        let Some(server) = self.servers.get(id.0) else {
+            return;
+        };
+        let age = self
+            .now
+            .saturating_duration_since(server.info().connected_at());
+        let replication = self.linker.pools().key(server.pool()).is_some_and(|key| {
+            key.profile
+                .parameters()
+                .any(|(name, _)| name == "replication")
+        });
+        // A replication login fails for reasons of its own (no REPLICATION role, no
+        // pg_hba.conf line for it) that say nothing of ordinary logins: its client gets
+        // PgBouncer's "login failed", the server's text staying in the log.
+        let told = if replication {
+            messages::fatal(sqlstate::CONNECTION_FAILURE, "login failed")
+        } else {
+            error.clone()
+        };
+        // PgBouncer's line for the server it closes, with what its clients are told.
+        info!(
+            "closing because: {} (age={}s)",
+            messages::error_text(&told),
+            age.as_secs()
+        );
+        if replication {
+            info!(
+                "replication server login failed: FATAL {}",
+                messages::error_text(&error)
+            );
+        }
+        let error = told;
         let retry_at = self.env.login_retry_at(self.now);
         let fail = self.linker.login_failed(
             &mut self.servers,
@@ -1818,14 +1863,9 @@ impl Engine {
     }
 
     fn on_login(&mut self, id: ClientId, request: LoginRequest) {
-        let started = self.clients.start_session(
-            id,
-            request,
-            &self.env,
-            self.admin.gates(),
-            &mut self.stats,
-            &mut self.outbox,
-        );
+        let started =
+            self.clients
+                .start_session(id, request, &self.env, &mut self.stats, &mut self.outbox);
         match started {
             Ok(true) => self.start_authentication(id),
             Ok(false) => {}
@@ -1841,10 +1881,7 @@ impl Engine {
                 return;
             }
         };
-        match self
-            .clients
-            .lookup_user_for(id, method, &self.env, self.now)
-        {
+        match self.clients.lookup_user_for(id, method, &self.env) {
             Some(auth_user) => self.start_lookup(id, method, &auth_user),
             None => self.begin_exchange(id, method),
         }
@@ -1880,7 +1917,10 @@ impl Engine {
 
     /// The password is right: the console's welcome, or the admission and the pool.
     fn on_authenticated(&mut self, id: ClientId) {
-        match self.clients.authenticated(id, &self.env, &*self.routing) {
+        match self
+            .clients
+            .authenticated(id, &self.env, self.admin.gates(), &*self.routing)
+        {
             Authenticated::Gone => {}
             Authenticated::Console => self.welcome_console(id),
             Authenticated::Unrouted => self.join_pool(id),
@@ -2056,7 +2096,7 @@ impl Engine {
             .clients
             .get(id.0)
             .and_then(|client| client.session())
-            .map(|session| session.stats())
+            .and_then(|session| session.stats())
         {
             self.stats.logged_in(database);
         }
@@ -2109,7 +2149,7 @@ impl Engine {
         if keeps_server {
             if let Some(client) = self.clients.get_mut(id.0) {
                 client.linked(server_id);
-                let database = client.session().map(|session| session.stats());
+                let database = client.session().and_then(|session| session.stats());
                 self.stats.assigned(database);
             }
             self.forward(id, server_id);
@@ -2151,7 +2191,9 @@ impl Engine {
     /// Parks the client on the `auth_user` pool of its database for a server to run the
     /// lookup on.
     fn start_lookup(&mut self, id: ClientId, method: Method, auth_user: &str) {
-        let key = match client_login::lookup_key(&self.clients, id, auth_user, &self.env) {
+        let looked_up =
+            client_login::lookup_key(&self.clients, id, auth_user, &self.env, self.admin.gates());
+        let key = match looked_up {
             Ok(Some(key)) => key,
             Ok(None) => return,
             Err(error) => {
@@ -2226,21 +2268,32 @@ impl Engine {
         }
         match result {
             Ok(found) => {
+                let no_user = found == Found::NoUser;
                 self.clients.logins_mut().lookups_mut().store(
                     &ended.database,
                     &ended.user,
                     found,
                     self.now,
                 );
+                if no_user {
+                    // PgBouncer's answer (it runs no decoy exchange after `auth_query`):
+                    // clients and tools of a PgBouncer deployment see this text.
+                    info!(database = %ended.database, user = %ended.user, "no such user");
+                    let error = messages::fatal(
+                        sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                        "no such user",
+                    );
+                    self.close_client(id, Some(error));
+                    return;
+                }
                 self.begin_exchange(id, ended.method);
             }
             Err(error) => {
                 let (database, user) = (&ended.database, &ended.user);
                 warn!(%database, %user, %error, "auth_query failed");
-                let error = messages::fatal(
-                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    "authentication lookup (auth_query) failed; see pgtier's log",
-                );
+                // PgBouncer's words for a lookup the server refused: the configuration
+                // (the query, the auth_user's rights) is wrong, not the client's login.
+                let error = messages::fatal(sqlstate::PROTOCOL_VIOLATION, "bouncer config error");
                 self.close_client(id, Some(error));
             }
         }

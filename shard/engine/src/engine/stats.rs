@@ -33,7 +33,7 @@ pub(crate) struct StatsSink {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Answers {
     pub class: ClassSetting,
-    pub database: DatabaseSlot,
+    pub database: Option<DatabaseSlot>,
     /// Queries completed, each in `elapsed_us`.
     pub completed: u64,
     pub elapsed_us: u64,
@@ -146,11 +146,15 @@ impl StatsSink {
         for _ in 0..completed {
             self.counters.record_query(class, elapsed_us);
             self.latency.record(class, elapsed_us);
-            self.databases.record_query(database, elapsed_us);
+            if let Some(database) = database {
+                self.databases.record_query(database, elapsed_us);
+            }
         }
         for _ in 0..transactions {
             self.counters.record_transaction(class, transaction_us);
-            self.databases.record_transaction(database, transaction_us);
+            if let Some(database) = database {
+                self.databases.record_transaction(database, transaction_us);
+            }
         }
         if completed > 0 {
             self.counters.maybe_flush(self.flush_policy, &shared.totals);

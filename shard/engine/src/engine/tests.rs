@@ -1003,3 +1003,33 @@ fn a_burst_of_logins_waiting_for_the_first_server_is_welcomed_without_nesting() 
         .expect("the burst ran");
     assert_eq!(outcome, (3000, 1), "every client welcomed by one server");
 }
+
+#[test]
+fn a_refused_replication_login_is_login_failed_for_its_client() {
+    // A replication refusal (no REPLICATION role, no pg_hba.conf line for it) says nothing
+    // of ordinary logins: the client gets PgBouncer's words, the server's text is logged.
+    let mut h = Harness::new(&config(TX));
+    h.auto_backend = false;
+    let id = h.accept();
+    h.client_sends(
+        id,
+        &startup(&[
+            ("user", "alice"),
+            ("database", "db"),
+            ("replication", "database"),
+        ]),
+    );
+    let server = h.connecting[0].0;
+    h.complete_connects_without_backend();
+    let error = crate::messages::fatal(
+        crate::messages::sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+        "permission denied to start WAL sender",
+    );
+    h.server_sends(server, &error);
+    let messages = h.client_output(id);
+    assert_eq!(
+        messages.iter().find_map(|m| m.field(b'M')).as_deref(),
+        Some("login failed")
+    );
+    assert!(h.is_closed(Conn::Client(id)));
+}

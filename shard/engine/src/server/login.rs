@@ -4,7 +4,7 @@
 //! password, a missing database) is kept whole: every client waiting on the pool gets it.
 
 use bytes::{Bytes, BytesMut};
-use pgtier_wire::auth::{ChannelBinding, ChannelBindingPolicy, ClientAuth, KEY_LEN};
+use pgtier_wire::auth::{AuthError, ChannelBinding, ChannelBindingPolicy, ClientAuth, KEY_LEN};
 use pgtier_wire::messages::Message;
 use pgtier_wire::messages::backend::{Authentication, BackendKeyData};
 use pgtier_wire::{FrameLimits, framing};
@@ -167,6 +167,13 @@ impl ServerLogin {
                 let password = credentials.password.ok_or_else(|| {
                     format!("no password configured for server login of user \"{user}\"")
                 })?;
+                if !can_answer(&request, password, credentials.client_key.is_some()) {
+                    tracing::error!(
+                        user,
+                        "cannot answer the server's authentication request with the stored password's form"
+                    );
+                    return Err(WRONG_PASSWORD_TYPE.to_string());
+                }
                 let login =
                     credentials::server_login(user, password, credentials.client_key, random)
                         .map_err(|error| error.to_string())?
@@ -178,10 +185,29 @@ impl ServerLogin {
                 self.auth.insert(Box::new(login))
             }
         };
-        login
-            .handle(request, out)
-            .map_err(|error| error.to_string())?;
+        login.handle(request, out).map_err(|error| match error {
+            AuthError::UnsupportedMethod => WRONG_PASSWORD_TYPE.to_string(),
+            error => error.to_string(),
+        })?;
         Ok(())
+    }
+}
+
+/// PgBouncer's words when the stored password cannot answer the server's method (a SCRAM
+/// secret without the ClientKey a SCRAM client proved, an md5 hash asked for SCRAM or a
+/// SCRAM secret asked for MD5): the configuration, not a password, is wrong.
+const WRONG_PASSWORD_TYPE: &str = "server login failed: wrong password type";
+
+/// Whether `password` in its stored form can answer `request` (`client_key`: a SCRAM
+/// client proved the ClientKey of a SCRAM secret).
+fn can_answer(request: &Authentication<'_>, password: &str, client_key: bool) -> bool {
+    let scram_secret = credentials::is_scram_secret(password);
+    match request {
+        Authentication::Md5Password { .. } => !scram_secret,
+        Authentication::Sasl { .. } => {
+            !credentials::is_md5_hash(password) && (!scram_secret || client_key)
+        }
+        _ => true,
     }
 }
 
@@ -277,6 +303,49 @@ mod tests {
             panic!("answered");
         };
         assert_eq!(&reply[..], &frame(b'p', b"secret\0")[..]);
+    }
+
+    #[test]
+    fn a_stored_form_that_cannot_answer_the_method_is_the_wrong_password_type() {
+        let scram = "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy";
+        let md5 = "md50123456789abcdef0123456789abcdef";
+        let mut md5_request = 5u32.to_be_bytes().to_vec();
+        md5_request.extend_from_slice(&[1, 2, 3, 4]);
+        let mut sasl_request = 10u32.to_be_bytes().to_vec();
+        sasl_request.extend_from_slice(b"SCRAM-SHA-256\0\0");
+        // A SCRAM secret without the ClientKey a SCRAM client proved, an md5 hash asked
+        // for SCRAM, a SCRAM secret asked for MD5: nothing is sent, PgBouncer's words.
+        for (password, request) in [
+            (scram, &sasl_request),
+            (md5, &sasl_request),
+            (scram, &md5_request),
+        ] {
+            let mut input = BytesMut::from(&frame(b'R', request)[..]);
+            let credentials = Credentials {
+                password: Some(password),
+                ..TRUST
+            };
+            let step =
+                ServerLogin::default().step(&mut input, credentials, &mut SeededRandom::new(6));
+            let LoginStep::Failed { error, from_server } = step else {
+                panic!("{password}: refused");
+            };
+            assert!(!from_server);
+            let text = crate::messages::error_text(&error);
+            assert_eq!(
+                text, "server login failed: wrong password type",
+                "{password}"
+            );
+        }
+        // A SCRAM secret with a proved ClientKey answers SCRAM.
+        let mut input = BytesMut::from(&frame(b'R', &sasl_request)[..]);
+        let credentials = Credentials {
+            password: Some(scram),
+            client_key: Some([1; KEY_LEN]),
+            ..TRUST
+        };
+        let step = ServerLogin::default().step(&mut input, credentials, &mut SeededRandom::new(7));
+        assert!(matches!(step, LoginStep::Continue { reply: Some(_) }));
     }
 
     #[test]

@@ -239,7 +239,7 @@ pub(in crate::engine) fn link(
     } else {
         0
     };
-    let database = client.session().map(|session| session.stats());
+    let database = client.session().and_then(|session| session.stats());
     stats.waited(database, wait_us);
     if !joining {
         // A welcome's server is counted once the client keeps it (`finish_welcome`).
@@ -365,7 +365,7 @@ pub(in crate::engine) fn forward(
     };
     let forwarded = client.forward_to(server, shared, options, out);
     let counted = out.statements;
-    if let Some(database) = client.session().map(|session| session.stats()) {
+    if let Some(database) = client.session().and_then(|session| session.stats()) {
         stats.statements(
             database,
             counted.client_parses,

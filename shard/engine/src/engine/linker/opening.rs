@@ -20,7 +20,7 @@ use crate::engine::servers::ServerTable;
 use crate::engine::stats::StatsSink;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
-use crate::server::ServerConn;
+use crate::server::{ServerConn, ServerState};
 use crate::services::{FailureCause, Routing};
 
 /// A pool whose waiters must get `error` now (its last server failed to log in).
@@ -77,7 +77,7 @@ impl Linker {
         });
         self.pools_mut()
             .open_failed(pool, retry_at, Some(error.clone()));
-        (self.pools().counts(pool).servers() == 0).then_some(FailWaiters { pool, error })
+        (!has_usable_server(servers, pool, id)).then_some(FailWaiters { pool, error })
     }
 
     /// TLS with a server failed during its login (certificate refused, handshake failed,
@@ -379,4 +379,23 @@ impl Linker {
             .and_then(|key| env.config().database(&key.database))
             .is_some_and(|db| matches!(&db.servers, ServerSet::Hosts(list) if list.hosts.len() > 1))
     }
+}
+
+/// Whether pool `pool` has a server besides `failed` that will serve its waiters: logged
+/// in, not closing, and not marked by RECONNECT to close at its release. Without one the
+/// waiters would only wait for logins that fail the same way, so they get the error now
+/// (PgBouncer's `kill_pool_logins`).
+fn has_usable_server(servers: &ServerTable, pool: PoolId, failed: ServerId) -> bool {
+    servers.iter().any(|(slot, server)| {
+        ServerId(slot) != failed
+            && server.pool() == pool
+            && !server.is_closing()
+            && !server.close_needed()
+            && !matches!(
+                server.state(),
+                ServerState::Connecting { .. }
+                    | ServerState::Negotiating { .. }
+                    | ServerState::LoggingIn { .. }
+            )
+    })
 }

@@ -212,6 +212,12 @@ pub struct Shared {
     /// A shutdown was asked for (a signal's or the console's `SHUTDOWN`): the process's
     /// signal loop reads it, so a signal during a console's shutdown is a second one.
     shutting_down: AtomicBool,
+    /// Shards with neither a client nor a server left during a graceful shutdown (each
+    /// counts itself in and out, at housekeeping).
+    idle_shards: AtomicUsize,
+    /// Every shard was idle at once during a graceful shutdown: the process is done and
+    /// every shard stops (together, so none waits on a shard that is gone).
+    done: AtomicBool,
     /// The ParameterStatus set of the latest server login of each pool on any shard, so a
     /// shard whose own slice of a pool has logged no server in yet welcomes a client
     /// without waiting for a server (which a small pool may not have free). Touched at
@@ -244,6 +250,8 @@ impl Shared {
             pool_gauges: PublishedGauges::new(shards),
             transactions_over: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
+            idle_shards: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
             welcomes: Mutex::default(),
         }
     }
@@ -277,6 +285,29 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|key, _| &*key.database != database);
+    }
+
+    /// A shard became idle during a graceful shutdown (`idle`), or busy again (a console
+    /// session on the Unix socket); once every shard is idle the process is done.
+    pub(crate) fn shard_idle(&self, idle: bool) {
+        if idle {
+            self.idle_shards.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.idle_shards.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Marks the process done when every shard is idle; says whether it is done.
+    pub(crate) fn check_done(&self) -> bool {
+        if self.idle_shards.load(Ordering::Acquire) >= self.shards {
+            self.done.store(true, Ordering::Release);
+        }
+        self.is_done()
+    }
+
+    /// Every shard was idle at once during a graceful shutdown.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
     }
 
     /// A shard began a shutdown.

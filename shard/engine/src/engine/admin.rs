@@ -20,6 +20,8 @@ pub(crate) struct Admin {
     /// Under WAIT_FOR_SERVERS, this shard has counted itself among those with no server in
     /// use (`Shared::shard_transactions_over`).
     transactions_over: bool,
+    /// This shard counts itself idle (`Shared::shard_idle`) during a graceful shutdown.
+    idle_counted: bool,
 }
 
 impl Admin {
@@ -30,6 +32,7 @@ impl Admin {
             console,
             shutdown: None,
             transactions_over: false,
+            idle_counted: false,
         }
     }
 
@@ -55,6 +58,12 @@ impl Admin {
 
     pub(super) fn count_transactions_over(&mut self) {
         self.transactions_over = true;
+    }
+
+    /// Whether this shard counts itself idle; `idle` is what it is now: returns whether
+    /// the count changed (and the shared count must follow).
+    pub(super) fn recount_idle(&mut self, idle: bool) -> bool {
+        std::mem::replace(&mut self.idle_counted, idle) != idle
     }
 
     /// The shutdown under way refuses the login of a client of a pool (not the console's),

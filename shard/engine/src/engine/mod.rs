@@ -272,9 +272,14 @@ impl Engine {
         }
     }
 
-    /// Shutdown was asked for and nothing is left.
+    /// Shutdown was asked for and nothing is left: here, and during a graceful shutdown on
+    /// every shard (they end together, see `count_idle`).
     pub fn is_finished(&self) -> bool {
-        self.admin.is_shutting_down() && self.clients.is_empty() && self.servers.is_empty()
+        self.admin.is_shutting_down()
+            && self.clients.is_empty()
+            && self.servers.is_empty()
+            && (self.admin.shutdown() == Some(ShutdownMode::Immediate)
+                || self.env.shared().is_done())
     }
 
     /// A shutdown began: the TCP listeners close.
@@ -322,6 +327,9 @@ impl Engine {
                 "no more connections allowed (max_client_conn)",
             );
             self.close_client(id, Some(error));
+        } else if self.env.shared().is_done() {
+            // The process is done: its listeners are closing.
+            self.close_client(id, Some(messages::pooler_shutting_down()));
         } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) && !on_unix_socket {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
             // is served like the others (a rolling restart loses no connection). One on the

@@ -757,10 +757,13 @@ fn wait_for_servers_lets_transactions_finish_and_starts_no_new_one() {
     h.client_sends(a, &query("COMMIT"));
     assert_eq!(h.client_tags(a), "CZ");
     assert!(h.accept_refused_while_shutting_down());
-    // No server in use any more: at the next housekeeping whoever is left goes.
+    // No server in use any more: at the next housekeeping whoever is left goes, and at the
+    // one after, the shard (every shard) is idle and done.
     h.advance(Duration::from_millis(300));
     assert!(h.is_closed(Conn::Client(a)));
     assert!(h.is_closed(Conn::Client(c)));
+    assert!(!h.engine.is_finished(), "not yet counted idle");
+    h.advance(Duration::from_millis(300));
     assert!(h.engine.is_finished(), "nothing is left");
 }
 
@@ -791,6 +794,33 @@ fn wait_for_servers_ends_when_no_shard_has_a_server_in_use() {
     pair.advance(Duration::from_millis(300));
     assert!(pair.shards[1].is_closed(Conn::Client(c)));
     assert!(pair.shards[0].is_closed(Conn::Client(a)));
+    for shard in &pair.shards {
+        assert!(shard.engine.is_finished());
+        assert!(!shard.engine.accepts_on_unix_socket());
+    }
+}
+
+#[test]
+fn wait_for_clients_ends_every_shard_together_once_all_are_idle() {
+    let mut pair = testing::Pair::new(&config(TX));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    for shard in &mut pair.shards {
+        let now = shard.now;
+        shard.engine.handle_command(
+            now,
+            crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForClients),
+        );
+        shard.pump();
+    }
+    pair.advance(Duration::from_millis(300));
+    assert!(
+        !pair.shards[1].engine.is_finished(),
+        "an idle shard waits for the others, so its console and mailbox stay"
+    );
+    assert!(pair.shards[1].engine.accepts_on_unix_socket());
+    pair.shards[0].client_leaves(a);
+    pair.advance(Duration::from_millis(300));
+    pair.advance(Duration::from_millis(300));
     for shard in &pair.shards {
         assert!(shard.engine.is_finished());
         assert!(!shard.engine.accepts_on_unix_socket());
@@ -901,6 +931,70 @@ fn a_reload_changes_the_pool_size_of_existing_pools() {
     h.pump();
     h.client_sends(b, &query("SELECT 1"));
     assert_eq!(h.client_tags(b), "TDCZ", "a second server was allowed");
+}
+
+#[test]
+fn a_reload_that_moves_a_database_closes_its_servers_as_they_are_released() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    let servers = h.live_servers();
+    assert_eq!(servers.len(), 2, "a's in a transaction, b's idle");
+    let moved = config(TX).replace("dbname = \"db\"", "dbname = \"elsewhere\"");
+    let moved = Config::from_str(&moved, "/tmp/pgtier-engine-test.toml").expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(moved),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    assert_eq!(h.live_servers().len(), 1, "the idle server closed at once");
+    h.client_sends(a, &query("COMMIT"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert!(
+        h.live_servers().is_empty(),
+        "the busy one closed when released"
+    );
+    let before = h.connects.len();
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(
+        h.connects.len(),
+        before + 1,
+        "a new server, of the new definition"
+    );
+}
+
+#[test]
+fn a_reload_that_changes_only_limits_keeps_the_servers() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let bigger = Config::from_str(
+        &config("pool_mode = \"transaction\"\ndefault_pool_size = 7"),
+        "/tmp/pgtier-engine-test.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(bigger),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    assert_eq!(h.live_servers().len(), 1);
 }
 
 #[test]

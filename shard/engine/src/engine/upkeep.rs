@@ -182,8 +182,10 @@ impl Engine {
             return;
         };
         let close_all = match mode {
-            ShutdownMode::WaitForClients => false,
-            ShutdownMode::WaitForTransactions => self.transactions_over_everywhere(),
+            ShutdownMode::WaitForClients => self.env.shared().is_done(),
+            ShutdownMode::WaitForTransactions => {
+                self.transactions_over_everywhere() || self.env.shared().is_done()
+            }
             ShutdownMode::Immediate => true,
         };
         let clients: Vec<ClientId> = self
@@ -219,6 +221,9 @@ impl Engine {
                 self.close_server(id);
             }
         }
+        if mode != ShutdownMode::Immediate {
+            self.count_idle();
+        }
         if mode == ShutdownMode::Immediate {
             // Nothing lingers: a client's final error is not waited for.
             for slot in self.clients.slots() {
@@ -227,6 +232,19 @@ impl Engine {
                     how: CloseHow::Now,
                 });
             }
+        }
+    }
+
+    /// During a graceful shutdown: this shard counts itself idle (no client, no server) or
+    /// busy again, and marks the process done once every shard is idle. Shards end
+    /// together, so a console session never waits on a shard that is gone.
+    fn count_idle(&mut self) {
+        let idle = self.clients.is_empty() && self.servers.is_empty();
+        if self.admin.recount_idle(idle) {
+            self.env.shared().shard_idle(idle);
+        }
+        if idle {
+            self.env.shared().check_done();
         }
     }
 
@@ -274,7 +292,16 @@ impl Engine {
                 self.clients.logins_mut().reloaded(tls.acceptor);
                 self.servers.reloaded(tls.connector);
                 self.stats.configure(&config.pgtier, self.env.shared());
+                let moved = self.databases_moved_by(&config);
                 self.env.reload(config, users);
+                for database in moved {
+                    // PgBouncer's rule: a server of the old definition closes when it is
+                    // next released (idle ones now); new servers use the new one.
+                    let scope = Scope::Database(database);
+                    for id in mark_servers_to_close(&mut self.servers, &self.linker, &scope) {
+                        self.close_server(id);
+                    }
+                }
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .linker
                     .pools()
@@ -548,6 +575,28 @@ impl Engine {
             }
             Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
         }
+    }
+
+    /// The databases with pools here whose entry in `next` opens other servers than the
+    /// entry in effect (another host, database, login or startup values; or no entry).
+    fn databases_moved_by(&self, next: &pgtier_core::config::Config) -> Vec<String> {
+        let current = self.env.config();
+        let mut moved: Vec<String> = self
+            .linker
+            .pools()
+            .pools()
+            .map(|(_, key, _)| key.database.to_string())
+            .filter(
+                |database| match (current.database(database), next.database(database)) {
+                    (Some(before), Some(after)) => !before.connects_like(after),
+                    (None, None) => false,
+                    _ => true,
+                },
+            )
+            .collect();
+        moved.sort();
+        moved.dedup();
+        moved
     }
 
     /// SIGUSR1/SIGUSR2 (on shard 0): PgBouncer's line, and the op to every shard.

@@ -2,12 +2,12 @@
 //! listeners (bound by `pgtier_shard::listen`), each shard's engine with its services, the
 //! control plane, the metrics endpoint and the resolver thread, and the signal loop (SIGHUP
 //! reload, the console's RELOAD and SET carried out by `reconfigure.rs`, SIGTERM/SIGINT
-//! graceful, a second signal immediate).
+//! graceful, a second signal immediate, SIGUSR1/SIGUSR2 PAUSE/RESUME).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -29,7 +29,9 @@ use pgtier_replicas::{
     default_probe_login,
 };
 use pgtier_shard::listen::{Listeners, UnixSocketFile};
-use pgtier_shard::{Command, Mailbox, RecvBuffers, Shard, ShardParts, ShutdownMode, UringRing};
+use pgtier_shard::{
+    Command, Mailbox, PauseSignal, RecvBuffers, Shard, ShardParts, ShutdownMode, UringRing,
+};
 
 use crate::os_random::OsRandom;
 use crate::resolve::Dns;
@@ -52,6 +54,18 @@ pub struct Shared {
     pub routing: Arc<SharedRouting>,
     /// Shards whose loop has returned.
     pub finished_shards: AtomicUsize,
+    /// Per shard: its loop has returned (a graceful shutdown ends shards one by one).
+    finished: Vec<AtomicBool>,
+}
+
+impl Shared {
+    /// Shard `index`'s loop has returned.
+    fn shard_finished(&self, index: usize) {
+        if let Some(flag) = self.finished.get(index) {
+            flag.store(true, Ordering::Release);
+        }
+        self.finished_shards.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// Commands a shard's mailbox holds before posts fail.
@@ -193,6 +207,8 @@ impl ProxyHandle {
         let plane = start_control_plane(&map, &config)?;
         // New host names are looked up here, before any shard has the configuration.
         self.dns.reload(&config);
+        // A changed entry may point a pool at another server: shards learn its welcome anew.
+        self.shared.engine.forget_welcomes();
         self.shared.routing.map.store(Arc::new(map));
         let old_plane = self
             .control
@@ -229,11 +245,35 @@ impl ProxyHandle {
 
     /// Asks every shard to shut down in `mode`.
     pub fn shutdown(&self, mode: ShutdownMode) {
+        // Known at once: a second signal right behind the first finds it.
+        self.shared.engine.note_shutdown();
         for mailbox in &self.shared.mailboxes {
             if mailbox.post(Command::Shutdown(mode)).is_err() {
                 warn!("shutdown not delivered: mailbox full");
             }
         }
+    }
+
+    /// SIGUSR1 or SIGUSR2: the first shard still running (a graceful shutdown ends them one
+    /// by one) decides with the gates every shard holds and posts the PAUSE or RESUME to
+    /// all of them.
+    pub fn pause_signal(&self, signal: PauseSignal) {
+        let running = self
+            .shared
+            .finished
+            .iter()
+            .position(|finished| !finished.load(Ordering::Acquire));
+        let Some(mailbox) = running.and_then(|index| self.shared.mailboxes.get(index)) else {
+            return;
+        };
+        if mailbox.post(Command::Signal(signal)).is_err() {
+            warn!("a signal's PAUSE or RESUME not delivered: mailbox full");
+        }
+    }
+
+    /// A shutdown was asked for (by a signal or on the console).
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.engine.is_shutting_down()
     }
 
     /// Every shard has returned.
@@ -404,6 +444,7 @@ pub(crate) fn start_bound(
         engine: Arc::new(pgtier_engine::Shared::new(workers)),
         routing: Arc::new(SharedRouting::new(map)),
         finished_shards: AtomicUsize::new(0),
+        finished: (0..workers).map(|_| AtomicBool::new(false)).collect(),
     });
     let (order_tx, order_rx) = mpsc::channel::<Order>();
     let order_tx = console_changes.then_some(order_tx);
@@ -448,7 +489,7 @@ pub(crate) fn start_bound(
                     Ok(ring) => ring,
                     Err(message) => {
                         let _ = ready.send(Err(message.clone()));
-                        shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                        shared.shard_finished(index);
                         return Err(message);
                     }
                 };
@@ -502,7 +543,7 @@ pub(crate) fn start_bound(
                 if let Err(message) = &result {
                     error!(shard = index, %message, "shard stopped");
                 }
-                shared.finished_shards.fetch_add(1, Ordering::AcqRel);
+                shared.shard_finished(index);
                 result
             })
             .map_err(|e| format!("cannot start a shard thread: {e}"))?;
@@ -587,8 +628,8 @@ fn pin_to_core(core: usize) {
     }
 }
 
-/// Blocks SIGHUP, SIGTERM, SIGINT and SIGQUIT in the calling thread (and threads it starts later), so
-/// only `wait_signal` sees them.
+/// Blocks SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 in the calling thread (and
+/// threads it starts later), so only `wait_signal` sees them.
 fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local set, then pthread_sigmask for this thread.
     unsafe {
@@ -598,6 +639,8 @@ fn block_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGQUIT);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGUSR2);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -615,10 +658,14 @@ fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
 
 /// Binds the listeners; for `patience`, a failure is tried again every few milliseconds
 /// (an address another process is letting go), then reported.
-fn bind_patiently(config: &Config, patience: Duration) -> Result<Listeners, String> {
+fn bind_patiently(
+    config: &Config,
+    patience: Duration,
+    predecessor: Option<libc::pid_t>,
+) -> Result<Listeners, String> {
     let deadline = Instant::now() + patience;
     loop {
-        match Listeners::bind(&config.pgtier, worker_count(config)) {
+        match Listeners::bind_taking_over(&config.pgtier, worker_count(config), predecessor) {
             Ok(listeners) => return Ok(listeners),
             Err(message) if Instant::now() < deadline => {
                 debug!(%message, "the addresses are not free yet");
@@ -635,6 +682,9 @@ pub(crate) struct RunHooks<'a> {
     /// How long binding tries again an address another process still holds (`-R`: the
     /// process taken over from lets its addresses go within moments).
     pub bind_patience: Duration,
+    /// `-R`: the process taken over from, whose Unix socket file (kept open for its admin
+    /// console while it finishes) this one replaces.
+    pub predecessor: Option<libc::pid_t>,
     /// The listeners are bound and no thread runs yet (drop privileges here).
     pub bound: &'a mut dyn FnMut(&Listeners) -> Result<(), String>,
     /// Every shard is serving (write the pidfile, tell a waiting parent).
@@ -646,14 +696,16 @@ pub(crate) struct RunHooks<'a> {
 /// How often the main thread looks for a RELOAD or SET asked on the admin console.
 const ORDER_POLL: Duration = Duration::from_millis(50);
 
-/// Runs the proxy from a config file until a shutdown completes, with PgBouncer 1.23's
+/// Runs the proxy from a config file until a shutdown completes, with PgBouncer 1.25's
 /// signals: SIGHUP (or RELOAD on the console) rereads the file (an invalid file is logged and
-/// the configuration in effect stays); SIGINT is the safe shutdown (`SHUTDOWN WAIT_FOR_SERVERS`: stop accepting, each
-/// client closes when its transaction ends, exit once no server is in use); SIGTERM is the
-/// super safe one (`SHUTDOWN WAIT_FOR_CLIENTS`: stop accepting, exit once every client has
-/// left, which is what a rolling restart needs); a second SIGINT/SIGTERM closes everything
-/// at once, and so does SIGQUIT (PgBouncer 1.23's immediate shutdown: the socket file is
-/// removed and the log ends with the shutdown, where the default action would leave both).
+/// the configuration in effect stays); SIGINT is the safe shutdown (`SHUTDOWN
+/// WAIT_FOR_SERVERS`: stop accepting, let running transactions finish and start no new one,
+/// exit once no server is in use); SIGTERM is the super safe one (`SHUTDOWN
+/// WAIT_FOR_CLIENTS`: stop accepting, exit once every client has left, which is what a
+/// rolling restart needs); either while a shutdown (a signal's or the console's) runs closes
+/// everything at once, and so does SIGQUIT (`SHUTDOWN`: the socket file is removed and the
+/// log ends with the shutdown, where the default action would leave both); SIGUSR1 is
+/// `PAUSE` and SIGUSR2 `RESUME` (ignored while shutting down).
 pub fn run(config_path: &Path) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|error| error.to_string())?;
     init_logging(&config.pgtier.log_level);
@@ -662,6 +714,7 @@ pub fn run(config_path: &Path) -> Result<(), String> {
         config,
         RunHooks {
             bind_patience: Duration::ZERO,
+            predecessor: None,
             bound: &mut |_| Ok(()),
             serving: &mut |_| Ok(()),
             sighup: &mut || {},
@@ -677,7 +730,7 @@ pub(crate) fn run_with(
     hooks: RunHooks<'_>,
 ) -> Result<(), String> {
     let signals = block_signals();
-    let listeners = bind_patiently(&config, hooks.bind_patience)?;
+    let listeners = bind_patiently(&config, hooks.bind_patience, hooks.predecessor)?;
     (hooks.bound)(&listeners)?;
     let handle = start_bound(config, listeners, true)?;
     if let Err(message) = (hooks.serving)(&handle) {
@@ -685,7 +738,6 @@ pub(crate) fn run_with(
         let _ = handle.join();
         return Err(message);
     }
-    let mut shutting_down = false;
     while !handle.is_finished() {
         for order in handle.take_orders() {
             crate::reconfigure::carry_out(&handle, order, config_path, &mut *hooks.sighup);
@@ -693,46 +745,48 @@ pub(crate) fn run_with(
         let Some(signal) = wait_signal(&signals, ORDER_POLL) else {
             continue;
         };
-        if signal == libc::SIGHUP {
-            info!("got SIGHUP, re-reading config");
-            // Log files first, so the reload's own lines land in the fresh file.
-            (hooks.sighup)();
-        }
-        match signal {
-            libc::SIGHUP => {
-                if let Err(message) = crate::reconfigure::reload_file(&handle, config_path, None) {
-                    warn!(%message, "config file loading failed");
-                }
-            }
-            libc::SIGQUIT => {
-                info!("SIGQUIT: immediate shutdown: closing every connection now");
-                shutting_down = true;
-                handle.shutdown(ShutdownMode::Immediate);
-            }
-            libc::SIGTERM | libc::SIGINT if shutting_down => {
-                info!("second signal: closing everything now");
-                handle.shutdown(ShutdownMode::Immediate);
-            }
-            libc::SIGTERM => {
-                info!(
-                    "SIGTERM: super safe shutdown (WAIT_FOR_CLIENTS): no new connections, \
-                     exiting once every client has left"
-                );
-                shutting_down = true;
-                handle.shutdown(ShutdownMode::WaitForClients);
-            }
-            libc::SIGINT => {
-                info!(
-                    "SIGINT: safe shutdown (WAIT_FOR_SERVERS): no new connections, each \
-                     client closes at the end of its transaction"
-                );
-                shutting_down = true;
-                handle.shutdown(ShutdownMode::WaitForTransactions);
-            }
-            _ => {}
-        }
+        on_signal(&handle, signal, config_path, &mut *hooks.sighup);
     }
     handle.join()
+}
+
+/// What a signal does, with PgBouncer's log lines (operators and its test suite look for
+/// them).
+fn on_signal(handle: &ProxyHandle, signal: i32, config_path: &Path, sighup: &mut dyn FnMut()) {
+    let shutting_down = handle.is_shutting_down();
+    match signal {
+        libc::SIGHUP => {
+            info!("got SIGHUP, re-reading config");
+            // Log files first, so the reload's own lines land in the fresh file.
+            sighup();
+            if let Err(message) = crate::reconfigure::reload_file(handle, config_path, None) {
+                warn!(%message, "config file loading failed");
+            }
+        }
+        libc::SIGQUIT => {
+            info!("got SIGQUIT, fast exit");
+            handle.shutdown(ShutdownMode::Immediate);
+        }
+        libc::SIGTERM if shutting_down => {
+            info!("got SIGTERM while shutting down, fast exit");
+            handle.shutdown(ShutdownMode::Immediate);
+        }
+        libc::SIGINT if shutting_down => {
+            info!("got SIGINT while shutting down, fast exit");
+            handle.shutdown(ShutdownMode::Immediate);
+        }
+        libc::SIGTERM => {
+            info!("got SIGTERM, shutting down, waiting for all clients disconnect");
+            handle.shutdown(ShutdownMode::WaitForClients);
+        }
+        libc::SIGINT => {
+            info!("got SIGINT, shutting down, waiting for all servers connections to be released");
+            handle.shutdown(ShutdownMode::WaitForTransactions);
+        }
+        libc::SIGUSR1 => handle.pause_signal(PauseSignal::Pause),
+        libc::SIGUSR2 => handle.pause_signal(PauseSignal::Resume),
+        _ => {}
+    }
 }
 
 fn init_logging(level: &str) {

@@ -164,10 +164,7 @@ impl<R: Ring> Shard<R> {
             self.engine.handle_timeout(now);
         }
         self.act(now);
-        if self.engine.is_shutting_down()
-            && self.listeners.iter().any(|slot| slot.listener.is_some())
-        {
-            // SHUTDOWN on the admin console (a signal's shutdown closed them already).
+        if self.engine.is_shutting_down() {
             self.close_listeners(now);
         }
         let timeout = self
@@ -256,7 +253,7 @@ impl<R: Ring> Shard<R> {
         let Some(listener) = slot.listener else {
             return;
         };
-        if slot.accept_armed || self.engine.is_shutting_down() {
+        if slot.accept_armed || slot.accept_cancelled || !self.accepts_on(listener.kind) {
             return;
         }
         let key = accept_key(index);
@@ -268,9 +265,24 @@ impl<R: Ring> Shard<R> {
         }
     }
 
+    /// Whether the engine takes connections from a listener of `kind` now.
+    fn accepts_on(&self, kind: ListenerKind) -> bool {
+        match kind {
+            ListenerKind::Tcp => !self.engine.is_shutting_down(),
+            ListenerKind::Unix { .. } => self.engine.accepts_on_unix_socket(),
+        }
+    }
+
+    /// Closes the listeners the engine no longer takes connections from (at shutdown: the
+    /// TCP ones at once, the Unix socket once the shard is done).
     fn close_listeners(&mut self, now: Instant) {
         for index in 0..self.listeners.len() {
-            self.close_listener(now, index);
+            let Some(listener) = self.listeners[index].listener else {
+                continue;
+            };
+            if !self.accepts_on(listener.kind) {
+                self.close_listener(now, index);
+            }
         }
     }
 
@@ -307,6 +319,13 @@ impl<R: Ring> Shard<R> {
             return;
         };
         let fd = listener.fd;
+        if let ListenerKind::Unix { .. } = listener.kind {
+            // Every shard holds a duplicate of the one Unix socket: its backlog is theirs
+            // too, and what is queued on it is accepted by the shards still open.
+            // SAFETY: the listener fd is this shard's and no operation uses it any more.
+            unsafe { libc::close(fd) };
+            return;
+        }
         // SAFETY: `fd` is this shard's listener; fcntl and listen only change its flags and
         // backlog.
         unsafe {

@@ -21,5 +21,5 @@ mod trap_tests;
 pub use driver::{Shard, ShardParts};
 pub use io::ring::Ring;
 pub use io::uring::{RecvBuffers, RingFlavor, UringRing};
-pub use mailbox::{Command, Mailbox, ShutdownMode};
+pub use mailbox::{Command, Mailbox, PauseSignal, ShutdownMode};
 pub use sockets::peer_credentials;

@@ -19,7 +19,7 @@
 use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -63,10 +63,22 @@ impl Listeners {
     /// stays bound (the caller may try again: `-R` waits for the process it takes over from
     /// to let its addresses go).
     pub fn bind(settings: &Settings, shards: usize) -> Result<Listeners, String> {
+        Listeners::bind_taking_over(settings, shards, None)
+    }
+
+    /// [`Listeners::bind`] for `-R`: the Unix socket file of the process `predecessor`,
+    /// which is finishing its transactions and keeps that socket open for its admin console
+    /// meanwhile, is replaced by this process's (checked by the peer credentials of the
+    /// process answering on it), so new clients reach this one at once.
+    pub fn bind_taking_over(
+        settings: &Settings,
+        shards: usize,
+        predecessor: Option<libc::pid_t>,
+    ) -> Result<Listeners, String> {
         let shards = shards.max(1);
         let mut per_shard: Vec<Vec<ShardListener>> = vec![Vec::new(); shards];
         let mut tcp_addrs = Vec::new();
-        let bound = Listeners::bind_into(settings, &mut per_shard, &mut tcp_addrs);
+        let bound = Listeners::bind_into(settings, &mut per_shard, &mut tcp_addrs, predecessor);
         match bound {
             Ok(unix) => Ok(Listeners {
                 per_shard,
@@ -90,6 +102,7 @@ impl Listeners {
         settings: &Settings,
         per_shard: &mut [Vec<ShardListener>],
         tcp_addrs: &mut Vec<SocketAddr>,
+        predecessor: Option<libc::pid_t>,
     ) -> Result<Option<UnixSocketFile>, String> {
         let shards = per_shard.len();
         let mut port = settings.listen_port;
@@ -114,7 +127,7 @@ impl Listeners {
                         .to_string(),
                 );
             }
-            Some(dir) => Some(UnixSocketFile::bind(dir, port, settings)?),
+            Some(dir) => Some(UnixSocketFile::bind(dir, port, settings, predecessor)?),
         };
         if let Some(unix) = unix.as_mut() {
             let fds = unix.shard_fds(per_shard.len())?;
@@ -254,7 +267,12 @@ pub struct UnixSocketFile {
 }
 
 impl UnixSocketFile {
-    fn bind(dir: &Path, port: u16, settings: &Settings) -> Result<UnixSocketFile, String> {
+    fn bind(
+        dir: &Path,
+        port: u16,
+        settings: &Settings,
+        predecessor: Option<libc::pid_t>,
+    ) -> Result<UnixSocketFile, String> {
         let name = format!(".s.PGSQL.{port}");
         let text = dir.to_string_lossy();
         if let Some(abstract_dir) = text.strip_prefix('@') {
@@ -277,7 +295,7 @@ impl UnixSocketFile {
             });
         }
         let path = dir.join(&name);
-        replace_stale(&path)?;
+        replace_stale(&path, predecessor)?;
         let addr = SockAddr::unix(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let socket = unix_socket()?;
         socket
@@ -381,9 +399,10 @@ fn abstract_addr(name: &[u8]) -> Result<SockAddr, String> {
         .map_err(|e| format!("abstract socket name: {e}"))
 }
 
-/// A socket file at `path` left by a process that is gone is removed; one a live process
+/// A socket file at `path` left by a process that is gone is removed, and so is one that
+/// `predecessor` (the process `-R` takes over from) answers on; one another live process
 /// answers on, or anything that is not a socket, is an error.
-fn replace_stale(path: &Path) -> Result<(), String> {
+fn replace_stale(path: &Path, predecessor: Option<libc::pid_t>) -> Result<(), String> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -396,6 +415,17 @@ fn replace_stale(path: &Path) -> Result<(), String> {
         ));
     }
     match std::os::unix::net::UnixStream::connect(path) {
+        Ok(stream)
+            if predecessor.is_some()
+                && crate::sockets::peer_credentials(stream.as_raw_fd())
+                    .is_some_and(|(pid, _)| Some(pid) == predecessor) =>
+        {
+            info!(
+                socket = %path.display(),
+                "-R: replacing the socket file of the process taken over from"
+            );
+            remove_socket_file(path)
+        }
         Ok(_) => Err(format!(
             "the Unix socket {} is in use by a running process (another pgtier or PgBouncer?); \
              each instance needs its own unix_socket_dir",
@@ -403,17 +433,18 @@ fn replace_stale(path: &Path) -> Result<(), String> {
         )),
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             info!(socket = %path.display(), "removing a stale Unix socket left by a process that is gone");
-            match std::fs::remove_file(path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(format!(
-                    "cannot remove the stale socket {}: {e}",
-                    path.display()
-                )),
-            }
+            remove_socket_file(path)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("cannot check {}: {e}", path.display())),
+    }
+}
+
+fn remove_socket_file(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove the socket {}: {e}", path.display())),
     }
 }
 

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crossbeam_queue::ArrayQueue;
 
-pub use pgtier_engine::{Command, ShutdownMode};
+pub use pgtier_engine::{Command, PauseSignal, ShutdownMode};
 
 pub struct Mailbox {
     queue: ArrayQueue<Command>,

@@ -660,6 +660,75 @@ fn shutdown_waits_for_clients(stop: impl FnOnce(&Pgtier)) {
     );
 }
 
+/// PgBouncer's "UNIX sockets will remain open during the shutdown but will only accept
+/// connections to the admin console": during both graceful shutdowns the console answers on
+/// the Unix socket, a pool login there is refused with 57P03, TCP is closed, and the socket
+/// goes when the process exits.
+#[test]
+fn the_console_stays_reachable_on_the_unix_socket_during_a_graceful_shutdown() {
+    for mode in ["WAIT_FOR_CLIENTS", "WAIT_FOR_SERVERS"] {
+        let socket_dir = pgtier_tests::TempDir::new("shutdown-socket").expect("tempdir");
+        let dir = socket_dir.path().display().to_string();
+        let mut proxy = proxy(|config| {
+            config.setting("unix_socket_dir", &pgtier_tests::config::toml_string(&dir))
+        });
+        let socket_config = |dbname: &str| {
+            let mut config = proxy.pg_config(dbname, "postgres");
+            config.host_path(socket_dir.path());
+            config.connect_timeout(Duration::from_secs(5));
+            config
+        };
+        let (console_config, pool_config) = (socket_config(CONSOLE), socket_config("postgres"));
+        let over_socket = |dbname: &str| {
+            let config = if dbname == CONSOLE {
+                &console_config
+            } else {
+                &pool_config
+            };
+            config.connect(postgres::NoTls)
+        };
+        // A session that keeps the shutdown from finishing: in a transaction, so that
+        // WAIT_FOR_SERVERS waits too.
+        let mut client = proxy.connect("postgres", "postgres").expect("client");
+        client.batch_execute("BEGIN").expect("begin");
+        let mut admin = console(&proxy);
+        assert_eq!(command(&mut admin, &format!("SHUTDOWN {mode}")), Ok(()));
+        let tcp_refused = wait::until(Duration::from_secs(5), Duration::from_millis(50), || {
+            proxy
+                .pg_config("postgres", "postgres")
+                .connect(postgres::NoTls)
+                .err()
+        });
+        assert!(tcp_refused.is_some(), "{mode}: TCP still accepted");
+        let mut late_console = over_socket(CONSOLE)
+            .unwrap_or_else(|error| panic!("{mode}: console over the socket: {error}"));
+        late_console
+            .simple_query("SHOW VERSION")
+            .expect("the console answers");
+        let refused = match over_socket("postgres") {
+            Ok(_) => panic!("{mode}: a pool login over the socket was served"),
+            Err(error) => error,
+        };
+        assert_eq!(sqlstate(&refused).as_deref(), Some("57P03"), "{mode}");
+        assert_eq!(
+            refused.as_db_error().map(|db| db.message()),
+            Some("pooler is shutting down"),
+            "{mode}"
+        );
+        client
+            .batch_execute("COMMIT")
+            .expect("the transaction ends");
+        drop((client, admin, late_console));
+        let status = proxy.wait_exit(Duration::from_secs(10));
+        assert!(
+            status.is_some_and(|status| status.success()),
+            "{mode}: exits once done: {status:?}\n{}",
+            proxy.log()
+        );
+        assert!(over_socket(CONSOLE).is_err(), "{mode}: the socket is gone");
+    }
+}
+
 #[test]
 fn shutdown_wait_for_clients_lets_open_clients_finish_then_exits() {
     shutdown_waits_for_clients(|proxy| {

@@ -1,5 +1,6 @@
-//! Operating the proxy: SIGHUP reload without dropping clients, and graceful shutdown
-//! (SIGTERM waits for clients, SIGINT waits for open transactions, a second signal is final).
+//! Operating the proxy: SIGHUP reload without dropping clients, graceful shutdown (SIGTERM
+//! waits for clients, SIGINT waits for open transactions, a second signal is final), and
+//! SIGUSR1/SIGUSR2 (PAUSE/RESUME).
 
 use std::time::{Duration, Instant};
 
@@ -187,6 +188,57 @@ fn sigint_waits_for_the_open_transaction_only() {
     assert_eq!(admin(&pg, "SELECT count(*) FROM sigint_log"), "1");
     let (_, closed) = rawwire::read_until_closed(&mut idle.stream, SHORT);
     assert!(closed, "idle client still connected after exit");
+}
+
+#[test]
+fn sigusr1_pauses_and_sigusr2_resumes() {
+    let (_pg, mut proxy) = server_and_proxy(|config| config.pool_mode("transaction"));
+    let mut client = proxy.connect("postgres", "postgres").expect("connect");
+    client.batch_execute("SELECT 1").expect("before the pause");
+    proxy.signal(libc::SIGUSR1).expect("SIGUSR1");
+    let logged = wait::until(SHORT, Duration::from_millis(50), || {
+        proxy
+            .log()
+            .contains("got SIGUSR1, pausing all activity")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "{}", proxy.log());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let paused = std::thread::spawn(move || {
+        let result = client.batch_execute("SELECT 2");
+        let _ = done_tx.send(());
+        result
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(700)).is_err(),
+        "a transaction ran while paused"
+    );
+    proxy.signal(libc::SIGUSR2).expect("SIGUSR2");
+    assert!(
+        done_rx.recv_timeout(SHORT).is_ok(),
+        "not resumed by SIGUSR2"
+    );
+    paused
+        .join()
+        .expect("thread")
+        .expect("the paused transaction ran after RESUME");
+    assert!(proxy.log().contains("got SIGUSR2, continuing from PAUSE"));
+    // During a shutdown SIGUSR2 is ignored, as PgBouncer does.
+    let _idle = proxy.connect("postgres", "postgres").expect("connect");
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.signal(libc::SIGUSR2).expect("SIGUSR2");
+    let ignored = wait::until(SHORT, Duration::from_millis(50), || {
+        proxy
+            .log()
+            .contains("got SIGUSR2 while shutting down, ignoring")
+            .then_some(())
+    });
+    assert!(ignored.is_some(), "{}", proxy.log());
+    assert!(
+        proxy.try_exit_status().is_none(),
+        "SIGUSR2 does not end the process"
+    );
 }
 
 /// The transaction status of the ReadyForQuery that ends `messages`.

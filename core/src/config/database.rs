@@ -63,6 +63,23 @@ pub struct DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// Whether a server of this entry is a server `other` would open: the same server
+    /// database, login (user, password), startup values and hosts. A reload that changes
+    /// any of these closes the entry's servers as they are released (PgBouncer's rule);
+    /// limits and timeouts apply to existing servers as they are. A replica set's servers
+    /// are keyed by their replica, so only its login and database count.
+    pub fn connects_like(&self, other: &DatabaseConfig) -> bool {
+        let same_servers = match (&self.servers, &other.servers) {
+            (ServerSet::Replicas(_), ServerSet::Replicas(_)) => true,
+            (mine, theirs) => mine == theirs,
+        };
+        same_servers
+            && self.dbname == other.dbname
+            && self.user == other.user
+            && self.password == other.password
+            && self.connect_params == other.connect_params
+    }
+
     /// The database to ask the server for when a client asked for `requested`: the entry's
     /// `dbname`, except for the `*` fallback without one, which passes the client's name on.
     pub fn server_dbname<'a>(&'a self, requested: &'a str) -> &'a str {
@@ -388,4 +405,26 @@ pub struct UserConfig {
     /// `query_wait_timeout` of this user's clients (absent = the entry's or the global
     /// setting; 0 = no limit, as PgBouncer).
     pub query_wait_timeout: Option<super::Seconds>,
+}
+
+#[cfg(test)]
+mod connects_like_tests {
+    use crate::config::Config;
+
+    fn entry(fields: &str) -> super::DatabaseConfig {
+        let text = format!(
+            "[pgtier]\nauth_type = \"trust\"\n[databases.app]\nhost = \"127.0.0.1\"\n{fields}\n"
+        );
+        let config = Config::from_str(&text, "pgtier.toml").expect("valid config");
+        config.database("app").expect("the entry").clone()
+    }
+
+    #[test]
+    fn a_new_target_or_login_is_another_server_and_a_new_limit_is_not() {
+        let base = entry("port = 5432\ndbname = \"p1\"");
+        assert!(base.connects_like(&entry("port = 5432\ndbname = \"p1\"\npool_size = 3")));
+        assert!(!base.connects_like(&entry("port = 5432\ndbname = \"p0\"")));
+        assert!(!base.connects_like(&entry("port = 5433\ndbname = \"p1\"")));
+        assert!(!base.connects_like(&entry("port = 5432\ndbname = \"p1\"\nuser = \"other\"")));
+    }
 }

@@ -119,6 +119,7 @@ pub fn run(config_path: &Path, options: &RunOptions) -> Result<(), String> {
             } else {
                 std::time::Duration::ZERO
             },
+            predecessor: taking_over,
             bound: &mut bound,
             serving: &mut serving,
             sighup: &mut sighup,
@@ -138,16 +139,16 @@ const TAKE_OVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1
 
 /// `-R`, PgBouncer's online restart, the pgtier way: the running pgtier (`pid`) is sent
 /// SIGINT, its safe shutdown: it stops accepting at once, lets every transaction in
-/// progress finish, closes each client as its transaction ends, and exits once no server is
-/// in use; this process binds the addresses as soon as they are free and serves every new
-/// client. The restart so ends within the longest transaction (PgBouncer's takeover is as
+/// progress finish, starts no new one, and exits once no server is in use; this process
+/// binds the port at once (`SO_REUSEPORT`), replaces the old one's Unix socket file (which
+/// it keeps open for its console meanwhile) and serves every new client. The restart so ends within the longest transaction (PgBouncer's takeover is as
 /// quick), where SIGTERM would wait for every idle client to leave. Unlike PgBouncer, no
 /// connection moves between the processes: a client of the old one reconnects.
 fn take_over(pid: libc::pid_t) -> Result<(), String> {
     info!(
         pid,
-        "-R: taking over from the running pgtier: it stops accepting and closes each client \
-         as its transaction ends (SIGINT); this one takes its addresses"
+        "-R: taking over from the running pgtier: it stops accepting, finishes the \
+         transactions in progress and starts no new one (SIGINT); this one takes its addresses"
     );
     // SAFETY: a plain signal to a process id read from the pidfile and checked alive.
     if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {

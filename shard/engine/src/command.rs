@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pgtier_core::config::Config;
 use pgtier_pool::PoolKey;
 
-use crate::gates::ShutdownMode;
+use crate::gates::{PauseSignal, ShutdownMode};
 use crate::listing::ShardListing;
 use crate::server::moved::{DetachedSocket, MovedServer};
 use crate::userlist::UserList;
@@ -30,6 +30,13 @@ pub enum Command {
         pending: Option<Arc<crate::reconfigure::Pending>>,
     },
     Shutdown(ShutdownMode),
+    /// SIGUSR1 or SIGUSR2, posted to one running shard: it decides with its gates (every
+    /// shard holds the same ones), logs PgBouncer's line and posts the op to every shard as
+    /// `Apply`.
+    Signal(PauseSignal),
+    /// An op every shard applies with no console session waiting for it (a signal's PAUSE
+    /// or RESUME).
+    Apply(crate::gates::AdminOp),
     /// Shard `from` has clients waiting for `key` and the pool budget is spent: end a server
     /// of that pool here for it (see `pgtier_pool::PoolSlice::release_for`).
     ReleaseIdle {

@@ -56,6 +56,27 @@ pub enum ClientRef {
     Ptr { shard: usize, key: u64 },
 }
 
+impl ShutdownMode {
+    /// Whether a client logging in to a pool during this shutdown is refused ("pooler is
+    /// shutting down"); the admin console always gets in, as with PgBouncer, whose Unix
+    /// socket stays open for it while a graceful shutdown runs. Under WAIT_FOR_CLIENTS a TCP
+    /// client is served: it can only be one the kernel had queued on a listener that was
+    /// then drained (a rolling restart loses no connection); a client of the Unix socket,
+    /// which stays open, came after the shutdown.
+    pub fn refuses_login(self, on_unix_socket: bool) -> bool {
+        match self {
+            ShutdownMode::WaitForClients => on_unix_socket,
+            ShutdownMode::WaitForTransactions | ShutdownMode::Immediate => true,
+        }
+    }
+
+    /// Whether the Unix socket stays open (for the admin console) while this shutdown
+    /// runs: yes until the shard is done, except for an immediate one.
+    pub fn keeps_unix_socket(self) -> bool {
+        self != ShutdownMode::Immediate
+    }
+}
+
 /// One process-controlling command, already checked against the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminOp {
@@ -211,6 +232,48 @@ impl Gates {
     }
 }
 
+/// SIGUSR1 and SIGUSR2: PgBouncer's signals for PAUSE and RESUME of everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseSignal {
+    /// SIGUSR1: PAUSE.
+    Pause,
+    /// SIGUSR2: RESUME (from PAUSE or SUSPEND).
+    Resume,
+}
+
+impl Gates {
+    /// What `signal` does given the gates and whether a shutdown runs: the op every shard
+    /// applies (none: nothing to do) and PgBouncer's log line for it (operators and its
+    /// test suite look for these words).
+    pub fn on_signal(
+        &self,
+        signal: PauseSignal,
+        shutting_down: bool,
+    ) -> (Option<AdminOp>, &'static str) {
+        match signal {
+            PauseSignal::Pause if self.paused_all || self.suspended => {
+                (None, "got SIGUSR1, but already paused/suspended")
+            }
+            PauseSignal::Pause => (
+                Some(AdminOp::Pause(Scope::All)),
+                "got SIGUSR1, pausing all activity",
+            ),
+            PauseSignal::Resume if shutting_down => {
+                (None, "got SIGUSR2 while shutting down, ignoring")
+            }
+            PauseSignal::Resume if self.suspended => (
+                Some(AdminOp::Resume(Scope::All)),
+                "got SIGUSR2, continuing from SUSPEND",
+            ),
+            PauseSignal::Resume if self.paused_all => (
+                Some(AdminOp::Resume(Scope::All)),
+                "got SIGUSR2, continuing from PAUSE",
+            ),
+            PauseSignal::Resume => (None, "got SIGUSR2, but not paused/suspended"),
+        }
+    }
+}
+
 /// A client's key on its shard as KILL_CLIENT names it: the low 15 bits of its slot
 /// generation, then its 32-bit slot index — the part of SHOW CLIENTS' `ptr` below the shard
 /// and kind bits (`console/src/format.rs`).
@@ -221,6 +284,56 @@ pub fn client_key(id: crate::ClientId) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sigusr1_pauses_and_sigusr2_resumes_unless_shutting_down() {
+        let mut gates = Gates::default();
+        let (op, line) = gates.on_signal(PauseSignal::Pause, false);
+        assert_eq!(op, Some(AdminOp::Pause(Scope::All)));
+        assert_eq!(line, "got SIGUSR1, pausing all activity");
+        assert_eq!(
+            gates.on_signal(PauseSignal::Resume, false),
+            (None, "got SIGUSR2, but not paused/suspended")
+        );
+        gates.pause(&Scope::All);
+        assert_eq!(
+            gates.on_signal(PauseSignal::Pause, false),
+            (None, "got SIGUSR1, but already paused/suspended")
+        );
+        assert_eq!(
+            gates.on_signal(PauseSignal::Resume, false),
+            (
+                Some(AdminOp::Resume(Scope::All)),
+                "got SIGUSR2, continuing from PAUSE"
+            )
+        );
+        assert_eq!(
+            gates.on_signal(PauseSignal::Resume, true),
+            (None, "got SIGUSR2 while shutting down, ignoring")
+        );
+        gates.resume(&Scope::All);
+        gates.suspend();
+        assert_eq!(
+            gates.on_signal(PauseSignal::Resume, false),
+            (
+                Some(AdminOp::Resume(Scope::All)),
+                "got SIGUSR2, continuing from SUSPEND"
+            )
+        );
+    }
+
+    #[test]
+    fn graceful_shutdowns_refuse_pool_logins_but_serve_drained_tcp_under_wait_for_clients() {
+        assert!(ShutdownMode::WaitForClients.refuses_login(true));
+        assert!(!ShutdownMode::WaitForClients.refuses_login(false));
+        for mode in [ShutdownMode::WaitForTransactions, ShutdownMode::Immediate] {
+            assert!(mode.refuses_login(true));
+            assert!(mode.refuses_login(false));
+        }
+        assert!(ShutdownMode::WaitForClients.keeps_unix_socket());
+        assert!(ShutdownMode::WaitForTransactions.keeps_unix_socket());
+        assert!(!ShutdownMode::Immediate.keeps_unix_socket());
+    }
 
     #[test]
     fn pause_and_resume_by_database_and_all() {

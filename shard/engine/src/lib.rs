@@ -70,7 +70,7 @@ pub use action::{Action, CloseHow, Conn};
 pub use addr::{ClientAddr, ServerAddr};
 pub use command::Command;
 pub use engine::{Engine, EngineParts, IpOnly, Resolver};
-pub use gates::ShutdownMode;
+pub use gates::{PauseSignal, ShutdownMode};
 pub use ids::{ClientId, ServerId, SlotRef, SocketId};
 pub use random::{Random, RandomUnavailable};
 pub use server::moved::DetachedSocket;

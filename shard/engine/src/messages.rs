@@ -50,6 +50,17 @@ pub fn fatal(code: SqlState, message: &str) -> Bytes {
     out.freeze()
 }
 
+/// What a client gets when a `WAIT_FOR_SERVERS` shutdown closes it instead of giving it a
+/// server (PgBouncer's words).
+pub(crate) fn server_shutting_down() -> Bytes {
+    fatal(sqlstate::ADMIN_SHUTDOWN, "server shutting down")
+}
+
+/// What a client logging in to a pool during a shutdown gets (PgBouncer's words).
+pub(crate) fn pooler_shutting_down() -> Bytes {
+    fatal(sqlstate::CANNOT_CONNECT_NOW, "pooler is shutting down")
+}
+
 /// The message field of an ErrorResponse (`message`: type byte, length, fields), for the
 /// log; empty when it has none.
 pub(crate) fn error_text(message: &[u8]) -> std::borrow::Cow<'_, str> {
@@ -59,6 +70,24 @@ pub(crate) fn error_text(message: &[u8]) -> std::borrow::Cow<'_, str> {
         .find_map(|field| field.strip_prefix(b"M"))
         .unwrap_or_default();
     String::from_utf8_lossy(text)
+}
+
+/// The SQLSTATE field of an ErrorResponse (`message`: type byte, length, fields); empty
+/// when it has none.
+pub(crate) fn error_code(message: &[u8]) -> &[u8] {
+    let fields = message.get(5..).unwrap_or_default();
+    fields
+        .split(|b| *b == 0)
+        .find_map(|field| field.strip_prefix(b"C"))
+        .unwrap_or_default()
+}
+
+/// A server refused a login because of the state it is in (57P03: starting up, shutting
+/// down, in recovery...), not because of the login: pgtier tries again after
+/// `server_login_retry` and its clients wait (PgBouncer does not fail the waiting clients
+/// for it either).
+pub(crate) fn is_transient_login_error(message: &[u8]) -> bool {
+    error_code(message) == sqlstate::CANNOT_CONNECT_NOW.as_bytes()
 }
 
 /// A server's ErrorResponse (`message`: type byte, length, fields) with its severity raised

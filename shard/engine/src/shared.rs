@@ -5,7 +5,7 @@
 //! of the current observation interval, and the registry of cross-shard pool budgets.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -220,7 +220,30 @@ pub struct Shared {
     pub scram_keys: Arc<pgtier_wire::auth::ScramKeyCache>,
     /// The last [`SocketId`](crate::ids::SocketId) handed out (0: none yet).
     socket_ids: AtomicU64,
+    /// Shards that have no server in use any more during a `WAIT_FOR_SERVERS` shutdown
+    /// (each counts itself once: no new transaction starts then, so it stays so).
+    transactions_over: AtomicUsize,
+    /// A shutdown was asked for (a signal's or the console's `SHUTDOWN`): the process's
+    /// signal loop reads it, so a signal during a console's shutdown is a second one.
+    shutting_down: AtomicBool,
+    /// Shards with neither a client nor a server left during a graceful shutdown (each
+    /// counts itself in and out, at housekeeping).
+    idle_shards: AtomicUsize,
+    /// Every shard was idle at once during a graceful shutdown: the process is done and
+    /// every shard stops (together, so none waits on a shard that is gone).
+    done: AtomicBool,
+    /// The ParameterStatus set of the latest server login of each pool on any shard, so a
+    /// shard whose own slice of a pool has logged no server in yet welcomes a client
+    /// without waiting for a server (which a small pool may not have free). Touched at
+    /// server logins and at a shard's first client of a pool only.
+    welcomes: Mutex<HashMap<PoolKey, WelcomeParams>>,
 }
+
+/// The ParameterStatus set of a server login, shared between shards.
+type WelcomeParams = Arc<[(String, String)]>;
+
+/// Pools whose welcome [`Shared`] keeps before it starts over (a bound on its memory).
+const MAX_SHARED_WELCOMES: usize = 16_384;
 
 impl Shared {
     pub fn new(shards: usize) -> Shared {
@@ -241,7 +264,88 @@ impl Shared {
             digest_metrics_top: AtomicUsize::new(50),
             pool_gauges: PublishedGauges::new(shards),
             socket_ids: AtomicU64::new(0),
+            transactions_over: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            idle_shards: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+            welcomes: Mutex::default(),
         }
+    }
+
+    /// A server of pool `key` logged in and reported `params`.
+    pub(crate) fn share_welcome(&self, key: &PoolKey, params: &[(String, String)]) {
+        let mut welcomes = self.welcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        if welcomes.len() >= MAX_SHARED_WELCOMES && !welcomes.contains_key(key) {
+            welcomes.clear();
+        }
+        welcomes.insert(key.clone(), params.into());
+    }
+
+    /// The ParameterStatus set of the latest server login of pool `key` on any shard.
+    pub(crate) fn shared_welcome(&self, key: &PoolKey) -> Option<WelcomeParams> {
+        let welcomes = self.welcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        welcomes.get(key).cloned()
+    }
+
+    /// Forgets every shared welcome (a reload may point a pool at another server).
+    pub fn forget_welcomes(&self) {
+        self.welcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Forgets the shared welcomes of `database`'s pools (KILL: its pools are gone).
+    pub(crate) fn forget_welcomes_of(&self, database: &str) {
+        self.welcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| &*key.database != database);
+    }
+
+    /// A shard became idle during a graceful shutdown (`idle`), or busy again (a console
+    /// session on the Unix socket); once every shard is idle the process is done.
+    pub(crate) fn shard_idle(&self, idle: bool) {
+        if idle {
+            self.idle_shards.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.idle_shards.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Marks the process done when every shard is idle; says whether it is done.
+    pub(crate) fn check_done(&self) -> bool {
+        if self.idle_shards.load(Ordering::Acquire) >= self.shards {
+            self.done.store(true, Ordering::Release);
+        }
+        self.is_done()
+    }
+
+    /// Every shard was idle at once during a graceful shutdown.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// A shard began a shutdown.
+    pub fn note_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Whether any shard began a shutdown.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// One more shard has no server in use under a `WAIT_FOR_SERVERS` shutdown (call once
+    /// per shard).
+    pub(crate) fn shard_transactions_over(&self) {
+        self.transactions_over.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Every shard has no server in use under a `WAIT_FOR_SERVERS` shutdown: the process
+    /// may close what is left and exit.
+    pub(crate) fn all_transactions_over(&self) -> bool {
+        self.transactions_over.load(Ordering::Acquire) >= self.shards
     }
 
     /// A new socket id for a client accepted or a server opened on any shard (one atomic

@@ -17,6 +17,11 @@ pub(crate) struct Admin {
     listings: super::listings::Listings,
     console: Box<dyn Console>,
     shutdown: Option<ShutdownMode>,
+    /// Under WAIT_FOR_SERVERS, this shard has counted itself among those with no server in
+    /// use (`Shared::shard_transactions_over`).
+    transactions_over: bool,
+    /// This shard counts itself idle (`Shared::shard_idle`) during a graceful shutdown.
+    idle_counted: bool,
 }
 
 impl Admin {
@@ -26,6 +31,8 @@ impl Admin {
             listings: Default::default(),
             console,
             shutdown: None,
+            transactions_over: false,
+            idle_counted: false,
         }
     }
 
@@ -42,6 +49,28 @@ impl Admin {
     /// A shutdown was asked for: the strictest mode asked so far applies.
     pub(super) fn shut_down(&mut self, mode: ShutdownMode) {
         self.shutdown = Some(self.shutdown.map_or(mode, |current| current.max(mode)));
+    }
+
+    /// This shard counted itself as having no server in use under WAIT_FOR_SERVERS.
+    pub(super) fn transactions_over_counted(&self) -> bool {
+        self.transactions_over
+    }
+
+    pub(super) fn count_transactions_over(&mut self) {
+        self.transactions_over = true;
+    }
+
+    /// Whether this shard counts itself idle; `idle` is what it is now: returns whether
+    /// the count changed (and the shared count must follow).
+    pub(super) fn recount_idle(&mut self, idle: bool) -> bool {
+        std::mem::replace(&mut self.idle_counted, idle) != idle
+    }
+
+    /// The shutdown under way refuses the login of a client of a pool (not the console's),
+    /// connected on the Unix socket or over TCP.
+    pub(super) fn refuses_login(&self, on_unix_socket: bool) -> bool {
+        self.shutdown
+            .is_some_and(|mode| mode.refuses_login(on_unix_socket))
     }
 
     /// The gates PAUSE, SUSPEND and DISABLE left.

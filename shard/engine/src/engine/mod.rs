@@ -281,14 +281,29 @@ impl Engine {
         }
     }
 
-    /// Shutdown was asked for and nothing is left.
+    /// Shutdown was asked for and nothing is left: here, and during a graceful shutdown on
+    /// every shard (they end together, see `count_idle`).
     pub fn is_finished(&self) -> bool {
-        self.admin.is_shutting_down() && self.clients.is_empty() && self.servers.is_empty()
+        self.admin.is_shutting_down()
+            && self.clients.is_empty()
+            && self.servers.is_empty()
+            && (self.admin.shutdown() == Some(ShutdownMode::Immediate)
+                || self.env.shared().is_done())
     }
 
-    /// Whether the listener should be closed (a shutdown began).
+    /// A shutdown began: the TCP listeners close.
     pub fn is_shutting_down(&self) -> bool {
         self.admin.is_shutting_down()
+    }
+
+    /// Whether the shard accepts on the Unix socket: during a graceful shutdown too, until
+    /// the shard is done, so the admin console stays reachable (PgBouncer's behaviour; a
+    /// client of a pool is refused at login); not once an immediate one began.
+    pub fn accepts_on_unix_socket(&self) -> bool {
+        match self.admin.shutdown() {
+            None => true,
+            Some(mode) => mode.keeps_unix_socket() && !self.is_finished(),
+        }
     }
 
     pub fn client_count(&self) -> usize {
@@ -311,6 +326,7 @@ impl Engine {
         // client reads the reason (libpq shows an error sent instead of the SSLRequest's
         // answer only as "error response during SSL exchange").
         self.env.shared().clients.fetch_add(1, Ordering::AcqRel);
+        let on_unix_socket = matches!(peer, Some(ClientAddr::Unix { .. }));
         let mut client = ClientConn::new(peer, now);
         client
             .info_mut()
@@ -320,11 +336,14 @@ impl Engine {
             return None;
         };
         let id = ClientId(slot);
-        if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) {
+        if self.env.shared().is_done() {
+            // The process is done: its listeners are closing.
+            self.close_client(id, Some(messages::pooler_shutting_down()));
+        } else if self.admin.shutdown() > Some(ShutdownMode::WaitForClients) && !on_unix_socket {
             // Under WAIT_FOR_CLIENTS a client that was in the listener's queue when it closed
-            // is served like the others (a rolling restart loses no connection).
-            let error = messages::fatal(sqlstate::CANNOT_CONNECT_NOW, "pgtier is shutting down");
-            self.close_client(id, Some(error));
+            // is served like the others (a rolling restart loses no connection). One on the
+            // Unix socket, which stays open for the console, is told at login.
+            self.close_client(id, Some(messages::pooler_shutting_down()));
         }
         Some(id)
     }
@@ -904,7 +923,8 @@ impl Engine {
             backend::LoginProgress::Failed(error) => self.login_failed(id, error),
             backend::LoginProgress::Done => {
                 if let Some((pool, checkin)) =
-                    self.linker.logged_in(&mut self.servers, id, self.now)
+                    self.linker
+                        .logged_in(&mut self.servers, id, self.now, self.env.shared())
                 {
                     self.act_on_checkin(id, pool, checkin);
                 }
@@ -1251,6 +1271,11 @@ impl Engine {
     /// check when it sat idle long), else it parks in the pool's FIFO and a server is
     /// opened for it when the budgets allow.
     fn need_server(&mut self, id: ClientId) {
+        if self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions) {
+            // WAIT_FOR_SERVERS lets running transactions finish and starts no new one.
+            self.close_client(id, Some(messages::server_shutting_down()));
+            return;
+        }
         let (class, reader) =
             match linker::linking::prepare_transaction(&mut self.clients, &self.env, id) {
                 Prepared::Gone => return,
@@ -1538,18 +1563,13 @@ impl Engine {
         ) else {
             return;
         };
-        let closing_at_shutdown = self.admin.shutdown() >= Some(ShutdownMode::WaitForTransactions);
         self.advance_release(server_id);
         let Some(client_id) = client_id else {
             return;
         };
-        if closing_at_shutdown {
-            let error = messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
-            self.close_client(client_id, Some(error));
-        } else {
-            // A pipelined next transaction is already here.
-            self.on_idle_client_bytes(client_id);
-        }
+        // A pipelined next transaction is already here (under WAIT_FOR_SERVERS it closes
+        // the client, in `need_server`).
+        self.on_idle_client_bytes(client_id);
     }
 
     /// A client left while linked to `server_id`: the server drains what it still owes (a
@@ -1867,10 +1887,25 @@ impl Engine {
             self.clients
                 .start_session(id, request, &self.env, &mut self.stats, &mut self.outbox);
         match started {
+            Ok(true) if self.shutdown_refuses_login(id) => {
+                self.close_client(id, Some(messages::pooler_shutting_down()));
+            }
             Ok(true) => self.start_authentication(id),
             Ok(false) => {}
             Err(error) => self.close_client(id, Some(error)),
         }
+    }
+
+    /// A shutdown is under way and the client logs in to a pool, not to the console.
+    fn shutdown_refuses_login(&self, id: ClientId) -> bool {
+        let Some(client) = self.clients.get(id.0) else {
+            return false;
+        };
+        let console = client
+            .session()
+            .is_some_and(|session| &**session.database() == pgtier_core::config::ADMIN_DATABASE);
+        let on_unix_socket = matches!(client.info().peer(), Some(ClientAddr::Unix { .. }));
+        !console && self.admin.refuses_login(on_unix_socket)
     }
 
     fn start_authentication(&mut self, id: ClientId) {
@@ -2054,6 +2089,7 @@ impl Engine {
             self.close_client(id, Some(error));
             return;
         }
+        self.adopt_shared_welcome(pool);
         match linker::joining::welcome_cached(&mut self.clients, &self.linker, id, pool) {
             None => {}
             Some(true) => self.welcome_from_pool(id, pool),
@@ -2063,6 +2099,20 @@ impl Engine {
                 }
                 self.need_server(id);
             }
+        }
+    }
+
+    /// This shard's slice of `pool` has logged no server in yet: it takes the welcome
+    /// another shard's server login reported, so the client needs no server to log in.
+    fn adopt_shared_welcome(&mut self, pool: PoolId) {
+        if self.linker.pools().welcome(pool).is_some() {
+            return;
+        }
+        let Some(key) = self.linker.pools().key(pool) else {
+            return;
+        };
+        if let Some(params) = self.env.shared().shared_welcome(key) {
+            self.linker.pools_mut().learn_welcome(pool, &params);
         }
     }
 

@@ -4,12 +4,13 @@
 //! a server released while the other shard waits goes there directly; a server that arrives
 //! after its waiter left stays idle; a server that holds prepared statements moves and drops
 //! them before it serves on its new shard; a server that speaks while its socket is detached
-//! is ended for its slot instead.
+//! is ended for its slot instead. A client that needs no server for its welcome gets the one
+//! another shard's server login reported.
 
 use std::time::Duration;
 
 use crate::action::Conn;
-use crate::testing::{Pair, config, parse, query, sync};
+use crate::testing::{Pair, config, parse, query, startup, sync};
 
 const TX_ONE: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 1";
 const PERIOD: Duration = Duration::from_millis(300);
@@ -21,10 +22,29 @@ fn two_clients_one_server(pair: &mut Pair) -> (crate::ClientId, crate::ClientId,
     assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'));
     let server = pair.shards[0].live_servers()[0];
     let pid = pair.shards[0].backend(server).pid;
-    let (b, messages) = pair.shards[1].login("alice", "db");
+    let (b, messages) = login_needing_a_server(&mut pair.shards[1]);
     assert!(messages.is_empty(), "b waits for a server to welcome it");
     pair.exchange();
     (a, b, pid)
+}
+
+/// A client of alice's pool whose welcome needs a server: its `application_name` is a
+/// spelling the pool has not seen a server answer (a client with none would be welcomed
+/// from the welcome another shard's server login reported).
+fn login_needing_a_server(
+    shard: &mut crate::testing::Harness,
+) -> (crate::ClientId, Vec<crate::testing::Msg>) {
+    let id = shard.accept();
+    shard.client_sends(
+        id,
+        &startup(&[
+            ("user", "alice"),
+            ("database", "db"),
+            ("application_name", "needs-a-server"),
+        ]),
+    );
+    let messages = shard.client_output(id);
+    (id, messages)
 }
 
 /// Servers counted in the budgets: each holds a slot of its pool's budget and of its
@@ -98,7 +118,7 @@ fn a_server_released_while_the_other_shard_waits_is_handed_there_directly() {
 fn a_server_that_arrives_after_its_waiter_left_is_kept_idle() {
     let mut pair = Pair::new(&config(TX_ONE));
     let (_a, _) = pair.shards[0].login("alice", "db");
-    let (b, _) = pair.shards[1].login("alice", "db");
+    let (b, _) = login_needing_a_server(&mut pair.shards[1]);
     pair.shards[1].client_leaves(b);
     pair.exchange();
     let arrived = pair.shards[1].live_servers();
@@ -124,7 +144,7 @@ fn a_server_that_speaks_while_its_socket_is_detached_is_ended_and_its_slot_moves
     let (_a, _) = pair.shards[0].login("alice", "db");
     let server = pair.shards[0].live_servers()[0];
     pair.shards[0].hold_detaches = true;
-    let (b, _) = pair.shards[1].login("alice", "db");
+    let (b, _) = login_needing_a_server(&mut pair.shards[1]);
     pair.exchange();
     assert_eq!(pair.shards[0].detaching, vec![server]);
     // A notice arrives before the receive is cancelled: the driver hands it over instead.
@@ -150,7 +170,7 @@ fn a_server_with_prepared_statements_moves_and_drops_them_before_it_serves_there
     pair.shards[0].client_sends(a, &[parse("s1", "SELECT 1"), sync()].concat());
     assert_eq!(pair.shards[0].client_tags(a), "1Z");
     let pid = pair.shards[0].backend(pair.shards[0].live_servers()[0]).pid;
-    let (b, _) = pair.shards[1].login("alice", "db");
+    let (b, _) = login_needing_a_server(&mut pair.shards[1]);
     pair.exchange();
     assert!(pair.shards[1].connects.is_empty(), "it moved");
     let server = pair.shards[1].live_servers()[0];
@@ -179,7 +199,7 @@ fn a_moving_server_whose_post_is_not_delivered_is_adopted_back_where_it_was() {
     let mut pair = Pair::new(&config(TX_ONE));
     let (a, _) = pair.shards[0].login("alice", "db");
     let pid = pair.shards[0].backend(pair.shards[0].live_servers()[0]).pid;
-    let (_b, _) = pair.shards[1].login("alice", "db");
+    let (_b, _) = login_needing_a_server(&mut pair.shards[1]);
     // Deliver the ask, but keep what shard 0 posts in answer from reaching shard 1: the
     // driver gives an undeliverable ServerMoved back to its own engine.
     for (_, command) in std::mem::take(&mut pair.shards[1].posts) {
@@ -207,4 +227,34 @@ fn a_moving_server_whose_post_is_not_delivered_is_adopted_back_where_it_was() {
         .engine
         .check_invariants()
         .expect("invariants");
+}
+
+#[test]
+fn a_client_is_welcomed_with_what_another_shards_server_login_reported() {
+    let mut pair = Pair::new(&config(TX_ONE));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    // a holds the pool's only server in a transaction.
+    pair.shards[0].client_sends(a, &query("BEGIN"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    let (b, messages) = pair.shards[1].login("alice", "db");
+    assert_eq!(
+        messages.last().map(|m| m.tag),
+        Some(b'Z'),
+        "welcomed without a server: {messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.tag == b'S' && m.body.starts_with(b"server_version\0")),
+        "with the server's parameters: {messages:?}"
+    );
+    assert!(pair.shards[1].connects.is_empty());
+    pair.exchange();
+    // b's query waits for the server a holds.
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "");
+    pair.shards[0].client_sends(a, &query("COMMIT"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
 }

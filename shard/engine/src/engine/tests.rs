@@ -356,6 +356,55 @@ fn a_failed_server_login_fails_the_waiters_and_is_remembered() {
     assert!(h.is_closed(Conn::Client(again)));
 }
 
+/// An ErrorResponse of severity FATAL with `code` and `message`.
+fn fatal_error(code: &str, message: &str) -> Vec<u8> {
+    let mut error = Vec::new();
+    for (kind, value) in [(b'S', "FATAL"), (b'C', code), (b'M', message)] {
+        error.push(kind);
+        error.extend_from_slice(value.as_bytes());
+        error.push(0);
+    }
+    error.push(0);
+    testing::frame(b'E', &error)
+}
+
+#[test]
+fn a_server_shutting_down_or_starting_up_fails_no_client_and_is_tried_again() {
+    let mut h = Harness::new(&config(&format!("{TX}\nserver_login_retry = 1")));
+    h.auto_backend = false;
+    let id = h.accept();
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+    let server = h.connecting[0].0;
+    h.complete_connects_without_backend();
+    h.server_sends(
+        server,
+        &fatal_error("57P03", "the database system is shutting down"),
+    );
+    assert!(
+        errors(&h.client_output(id)).is_empty(),
+        "the waiting client is not failed"
+    );
+    assert!(!h.is_closed(Conn::Client(id)));
+    let again = h.accept();
+    h.client_sends(again, &startup(&[("user", "alice"), ("database", "db")]));
+    assert!(
+        errors(&h.client_output(again)).is_empty(),
+        "nor is a new one"
+    );
+    assert!(!h.is_closed(Conn::Client(again)));
+    assert!(
+        h.connecting.is_empty(),
+        "no new open before server_login_retry"
+    );
+    // After server_login_retry the pool opens again, for the clients that wait.
+    h.auto_backend = true;
+    h.advance(Duration::from_millis(1300));
+    assert!(
+        h.client_output(id).iter().any(|m| m.tag == b'Z'),
+        "the waiting client is welcomed once the server is back"
+    );
+}
+
 #[test]
 fn max_client_conn_refuses_with_53300() {
     let mut h = Harness::new(&config("max_client_conn = 1"));
@@ -773,24 +822,184 @@ fn server_lifetime_zero_gives_each_server_one_checkout() {
 }
 
 #[test]
-fn wait_for_transactions_closes_a_client_when_its_transaction_ends() {
+fn wait_for_servers_lets_transactions_finish_and_starts_no_new_one() {
     let mut h = Harness::new(&config(TX));
     let (a, _) = h.login("alice", "db");
     let (b, _) = h.login("alice", "db");
+    let (c, _) = h.login("alice", "db");
     h.client_sends(a, &query("BEGIN"));
+    h.client_output(a);
     h.engine.handle_command(
         h.now,
         crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForTransactions),
     );
     h.pump();
-    assert!(h.is_closed(Conn::Client(b)), "an idle client goes at once");
-    assert!(!h.is_closed(Conn::Client(a)), "the transaction runs on");
-    h.client_sends(a, &query("COMMIT"));
     assert!(
-        h.is_closed(Conn::Client(a)),
-        "closed when its transaction ended"
+        !h.is_closed(Conn::Client(b)),
+        "an idle client stays until it asks for a server"
     );
+    assert!(!h.is_closed(Conn::Client(a)), "the transaction runs on");
+    h.client_sends(b, &query("SELECT 1"));
+    let refused = h.client_output(b);
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.field(b'M').as_deref() == Some("server shutting down")),
+        "{refused:?}"
+    );
+    assert!(h.is_closed(Conn::Client(b)), "a new transaction is refused");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ", "the open transaction goes on");
+    h.client_sends(a, &query("COMMIT"));
+    assert_eq!(h.client_tags(a), "CZ");
     assert!(h.accept_refused_while_shutting_down());
+    // No server in use any more: at the next housekeeping whoever is left goes, and at the
+    // one after, the shard (every shard) is idle and done.
+    h.advance(Duration::from_millis(300));
+    assert!(h.is_closed(Conn::Client(a)));
+    assert!(h.is_closed(Conn::Client(c)));
+    assert!(!h.engine.is_finished(), "not yet counted idle");
+    h.advance(Duration::from_millis(300));
+    assert!(h.engine.is_finished(), "nothing is left");
+}
+
+#[test]
+fn wait_for_servers_ends_when_no_shard_has_a_server_in_use() {
+    let mut pair = testing::Pair::new(&config(TX));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    let (c, _) = pair.shards[1].login("alice", "db");
+    pair.shards[0].client_sends(a, &query("BEGIN"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    for shard in &mut pair.shards {
+        let now = shard.now;
+        shard.engine.handle_command(
+            now,
+            crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForTransactions),
+        );
+        shard.pump();
+    }
+    pair.advance(Duration::from_millis(300));
+    assert!(
+        !pair.shards[1].is_closed(Conn::Client(c)),
+        "an idle client stays while another shard runs a transaction"
+    );
+    assert!(pair.shards[1].engine.accepts_on_unix_socket());
+    pair.shards[0].client_sends(a, &query("COMMIT"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    pair.advance(Duration::from_millis(300));
+    pair.advance(Duration::from_millis(300));
+    assert!(pair.shards[1].is_closed(Conn::Client(c)));
+    assert!(pair.shards[0].is_closed(Conn::Client(a)));
+    for shard in &pair.shards {
+        assert!(shard.engine.is_finished());
+        assert!(!shard.engine.accepts_on_unix_socket());
+    }
+}
+
+#[test]
+fn wait_for_clients_ends_every_shard_together_once_all_are_idle() {
+    let mut pair = testing::Pair::new(&config(TX));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    for shard in &mut pair.shards {
+        let now = shard.now;
+        shard.engine.handle_command(
+            now,
+            crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForClients),
+        );
+        shard.pump();
+    }
+    pair.advance(Duration::from_millis(300));
+    assert!(
+        !pair.shards[1].engine.is_finished(),
+        "an idle shard waits for the others, so its console and mailbox stay"
+    );
+    assert!(pair.shards[1].engine.accepts_on_unix_socket());
+    pair.shards[0].client_leaves(a);
+    pair.advance(Duration::from_millis(300));
+    pair.advance(Duration::from_millis(300));
+    for shard in &pair.shards {
+        assert!(shard.engine.is_finished());
+        assert!(!shard.engine.accepts_on_unix_socket());
+    }
+}
+
+#[test]
+fn wait_for_servers_closes_the_clients_waiting_for_a_server_at_once() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    h.client_output(a);
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "", "b waits for the one server");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Shutdown(crate::gates::ShutdownMode::WaitForTransactions),
+    );
+    h.pump();
+    let told = h.client_output(b);
+    assert!(
+        told.iter()
+            .any(|m| m.field(b'M').as_deref() == Some("server shutting down")),
+        "{told:?}"
+    );
+    assert!(h.is_closed(Conn::Client(b)));
+    assert!(!h.is_closed(Conn::Client(a)));
+}
+
+#[test]
+fn a_graceful_shutdown_lets_the_console_in_on_the_unix_socket_and_refuses_pool_logins() {
+    for mode in [
+        crate::gates::ShutdownMode::WaitForClients,
+        crate::gates::ShutdownMode::WaitForTransactions,
+    ] {
+        let mut h = Harness::new(&config(TX));
+        let (stays, _) = h.login("alice", "db");
+        // In a transaction, so that WAIT_FOR_SERVERS is not over at once.
+        h.client_sends(stays, &query("BEGIN"));
+        h.engine
+            .handle_command(h.now, crate::command::Command::Shutdown(mode));
+        h.pump();
+        assert!(h.engine.accepts_on_unix_socket(), "{mode:?}");
+        let pool_client = h.accept_unix();
+        h.client_sends(
+            pool_client,
+            &startup(&[("user", "alice"), ("database", "db")]),
+        );
+        let refused = h.client_output(pool_client);
+        assert!(
+            refused
+                .iter()
+                .any(|m| m.field(b'M').as_deref() == Some("pooler is shutting down")),
+            "{mode:?}: {refused:?}"
+        );
+        assert!(h.is_closed(Conn::Client(pool_client)));
+        let console = h.accept_unix();
+        h.client_sends(
+            console,
+            &startup(&[("user", "admin"), ("database", "pgbouncer")]),
+        );
+        let welcomed = h.client_output(console);
+        assert!(
+            welcomed.iter().any(|m| m.tag == b'Z'),
+            "{mode:?}: the console logs in: {welcomed:?}"
+        );
+        assert!(!h.is_closed(Conn::Client(console)));
+        assert!(!h.is_closed(Conn::Client(stays)));
+    }
+}
+
+#[test]
+fn an_immediate_shutdown_closes_the_unix_socket_too() {
+    let mut h = Harness::new(&config(TX));
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Shutdown(crate::gates::ShutdownMode::Immediate),
+    );
+    h.pump();
+    assert!(!h.engine.accepts_on_unix_socket());
 }
 
 #[test]
@@ -818,6 +1027,70 @@ fn a_reload_changes_the_pool_size_of_existing_pools() {
     h.pump();
     h.client_sends(b, &query("SELECT 1"));
     assert_eq!(h.client_tags(b), "TDCZ", "a second server was allowed");
+}
+
+#[test]
+fn a_reload_that_moves_a_database_closes_its_servers_as_they_are_released() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let (b, _) = h.login("alice", "db");
+    h.client_sends(a, &query("BEGIN"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    let servers = h.live_servers();
+    assert_eq!(servers.len(), 2, "a's in a transaction, b's idle");
+    let moved = config(TX).replace("dbname = \"db\"", "dbname = \"elsewhere\"");
+    let moved = Config::from_str(&moved, "/tmp/pgtier-engine-test.toml").expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(moved),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    assert_eq!(h.live_servers().len(), 1, "the idle server closed at once");
+    h.client_sends(a, &query("COMMIT"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert!(
+        h.live_servers().is_empty(),
+        "the busy one closed when released"
+    );
+    let before = h.connects.len();
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(
+        h.connects.len(),
+        before + 1,
+        "a new server, of the new definition"
+    );
+}
+
+#[test]
+fn a_reload_that_changes_only_limits_keeps_the_servers() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &query("SELECT 1"));
+    assert_eq!(h.client_tags(a), "TDCZ");
+    let bigger = Config::from_str(
+        &config("pool_mode = \"transaction\"\ndefault_pool_size = 7"),
+        "/tmp/pgtier-engine-test.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(bigger),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    assert_eq!(h.live_servers().len(), 1);
 }
 
 #[test]

@@ -13,6 +13,7 @@ use tracing::{debug, info};
 use crate::action::{Action, CloseHow, Conn};
 use crate::addr::ServerAddr;
 use crate::cancel::{CancelKey, TTL_MASK, peer_of, shard_of, ttl_of};
+use crate::client::ClientState;
 use crate::command::Command;
 use crate::engine::Engine;
 use crate::engine::admin_flows::{
@@ -20,7 +21,7 @@ use crate::engine::admin_flows::{
     idle_servers_of, ignored_set, mark_servers_to_close, refusal_error, servers_of,
 };
 use crate::engine::timeouts::ClientTimeouts;
-use crate::gates::{AdminOp, AdminRequest, ClientRef, Scope, ShutdownMode};
+use crate::gates::{AdminOp, AdminRequest, ClientRef, PauseSignal, Scope, ShutdownMode};
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::reconfigure::Order;
@@ -210,25 +211,36 @@ impl Engine {
 
     /// Closes whoever the shutdown mode says may go now; idle servers close once no client
     /// is left to use them.
+    ///
+    /// Under WAIT_FOR_SERVERS (PgBouncer's semantics) a client waiting for a server goes at
+    /// once, one in a transaction finishes it, and an idle one stays until it asks for a
+    /// server again (`need_server` closes it then) or until no shard has a server in use
+    /// any more, when everything left closes and the process exits. That moment is the
+    /// process's, not the shard's: a client idle on one shard stays while another shard
+    /// still runs a transaction.
     fn progress_shutdown(&mut self) {
         let Some(mode) = self.admin.shutdown() else {
             return;
         };
-        let clients: Vec<(ClientId, bool)> = self
+        let close_all = match mode {
+            ShutdownMode::WaitForClients => self.env.shared().is_done(),
+            ShutdownMode::WaitForTransactions => {
+                self.transactions_over_everywhere() || self.env.shared().is_done()
+            }
+            ShutdownMode::Immediate => true,
+        };
+        let clients: Vec<ClientId> = self
             .clients
             .iter()
-            .map(|(slot, client)| (ClientId(slot), client.server().is_some()))
+            .filter(|(_, client)| !client.is_closing())
+            .map(|(slot, _)| ClientId(slot))
             .collect();
-        for (id, has_server) in clients {
-            match mode {
-                ShutdownMode::WaitForClients => {}
-                // A client in a transaction closes when it ends (`release_server`).
-                ShutdownMode::WaitForTransactions if has_server => {}
-                _ => {
-                    let error =
-                        messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
-                    self.close_client(id, Some(error));
-                }
+        for id in clients {
+            if close_all {
+                let error = messages::fatal(sqlstate::ADMIN_SHUTDOWN, "pgtier is shutting down");
+                self.close_client(id, Some(error));
+            } else if mode == ShutdownMode::WaitForTransactions && self.is_waiting_for_server(id) {
+                self.close_client(id, Some(messages::server_shutting_down()));
             }
         }
         let nobody_left = self.clients.iter().all(|(_, client)| client.is_closing());
@@ -250,6 +262,9 @@ impl Engine {
                 self.close_server(id);
             }
         }
+        if mode != ShutdownMode::Immediate {
+            self.count_idle();
+        }
         if mode == ShutdownMode::Immediate {
             // Nothing lingers: a client's final error is not waited for.
             for slot in self.clients.slots() {
@@ -259,6 +274,48 @@ impl Engine {
                 });
             }
         }
+    }
+
+    /// During a graceful shutdown: this shard counts itself idle (no client, no server) or
+    /// busy again, and marks the process done once every shard is idle. Shards end
+    /// together, so a console session never waits on a shard that is gone.
+    fn count_idle(&mut self) {
+        let idle = self.clients.is_empty() && self.servers.is_empty();
+        if self.admin.recount_idle(idle) {
+            self.env.shared().shard_idle(idle);
+        }
+        if idle {
+            self.env.shared().check_done();
+        }
+    }
+
+    /// Under WAIT_FOR_SERVERS: this shard counts itself once none of its clients holds a
+    /// server, and says whether every shard has.
+    fn transactions_over_everywhere(&mut self) -> bool {
+        if !self.admin.transactions_over_counted() {
+            let in_use = self
+                .clients
+                .iter()
+                .any(|(_, client)| !client.is_closing() && client.server().is_some());
+            if !in_use {
+                self.admin.count_transactions_over();
+                self.env.shared().shard_transactions_over();
+            }
+        }
+        self.env.shared().all_transactions_over()
+    }
+
+    /// The client is parked for a server (its next transaction's, its welcome's, or a
+    /// replica's admission).
+    fn is_waiting_for_server(&self, id: ClientId) -> bool {
+        self.clients.get(id.0).is_some_and(|client| {
+            matches!(
+                client.state(),
+                ClientState::Queued { .. }
+                    | ClientState::Joining { .. }
+                    | ClientState::Routing { .. }
+            )
+        })
     }
 
     // ---- commands ----
@@ -286,7 +343,16 @@ impl Engine {
                     }
                 }
                 self.stats.configure(&config.pgtier, self.env.shared());
+                let moved = self.databases_moved_by(&config);
                 self.env.reload(config, users);
+                for database in moved {
+                    // PgBouncer's rule: a server of the old definition closes when it is
+                    // next released (idle ones now); new servers use the new one.
+                    let scope = Scope::Database(database);
+                    for id in mark_servers_to_close(&mut self.servers, &self.linker, &scope) {
+                        self.close_server(id);
+                    }
+                }
                 let keyed: Vec<(PoolId, pgtier_pool::PoolKey)> = self
                     .linker
                     .pools()
@@ -309,6 +375,7 @@ impl Engine {
                 }
             }
             Command::Shutdown(mode) => {
+                self.env.shared().note_shutdown();
                 self.admin.shut_down(mode);
                 self.progress_shutdown();
             }
@@ -368,6 +435,10 @@ impl Engine {
             } => self.apply_admin_op(from, request_id, op),
             Command::AdminDone { request_id, error } => {
                 self.on_admin_op_done(request_id, error);
+            }
+            Command::Signal(signal) => self.on_pause_signal(signal),
+            Command::Apply(op) => {
+                let _ = self.apply_op(&op);
             }
         }
     }
@@ -599,7 +670,62 @@ impl Engine {
     /// Applies an op posted by shard `from` (maybe this one); answers now or once its
     /// condition holds.
     fn apply_admin_op(&mut self, from: usize, request_id: u64, op: AdminOp) {
-        let result = match &op {
+        match self.apply_op(&op) {
+            Err(error) => self.admin_op_answered(from, request_id, Some(error)),
+            Ok(()) if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) => {
+                self.admin_op_answered(from, request_id, None);
+            }
+            Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
+        }
+    }
+
+    /// The databases with pools here whose entry in `next` opens other servers than the
+    /// entry in effect (another host, database, login or startup values; or no entry).
+    fn databases_moved_by(&self, next: &pgtier_core::config::Config) -> Vec<String> {
+        let current = self.env.config();
+        let mut moved: Vec<String> = self
+            .linker
+            .pools()
+            .pools()
+            .map(|(_, key, _)| key.database.to_string())
+            .filter(
+                |database| match (current.database(database), next.database(database)) {
+                    (Some(before), Some(after)) => !before.connects_like(after),
+                    (None, None) => false,
+                    _ => true,
+                },
+            )
+            .collect();
+        moved.sort();
+        moved.dedup();
+        moved
+    }
+
+    /// SIGUSR1/SIGUSR2 (on shard 0): PgBouncer's line, and the op to every shard.
+    fn on_pause_signal(&mut self, signal: PauseSignal) {
+        let (op, line) = self
+            .admin
+            .gates()
+            .on_signal(signal, self.admin.is_shutting_down());
+        info!("{line}");
+        let Some(op) = op else {
+            return;
+        };
+        for shard in 0..self.env.shared().shards() {
+            if shard == self.env.shard() {
+                let _ = self.apply_op(&op);
+            } else {
+                self.outbox.push(Action::Post {
+                    shard,
+                    command: Command::Apply(op.clone()),
+                });
+            }
+        }
+    }
+
+    /// Applies `op` on this shard; `Err` is its refusal here.
+    fn apply_op(&mut self, op: &AdminOp) -> Result<(), String> {
+        match op {
             AdminOp::Pause(scope) => {
                 self.admin
                     .pause(scope, &mut self.clients, &mut self.linker, self.now);
@@ -629,7 +755,9 @@ impl Engine {
                 // Every client of the scope gets PgBouncer's error and goes, every server
                 // closes now; each database is paused by name, so RESUME of one lifts it.
                 for database in self.databases_killed_by(scope) {
-                    self.admin.gates_mut().pause(&Scope::Database(database));
+                    self.admin.gates_mut().pause(&Scope::Database(database.clone()));
+                    // Its pools go: a new client's welcome needs a server again.
+                    self.env.shared().forget_welcomes_of(&database);
                 }
                 for id in clients_of(&self.clients, scope) {
                     if self.clients.is_console_client(id) {
@@ -669,13 +797,6 @@ impl Engine {
                 self.on_command(Command::Shutdown(*mode));
                 Ok(())
             }
-        };
-        match result {
-            Err(error) => self.admin_op_answered(from, request_id, Some(error)),
-            Ok(()) if admin_op_condition_holds(&self.clients, &self.servers, &self.linker, &op) => {
-                self.admin_op_answered(from, request_id, None);
-            }
-            Ok(()) => self.admin.ops_mut().wait(from, request_id, op),
         }
     }
 

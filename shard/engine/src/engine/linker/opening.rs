@@ -30,19 +30,23 @@ pub(in crate::engine) struct FailWaiters {
 }
 
 impl Linker {
-    /// Server `id` logged in: the pool learns its welcome and decides what it does (the
-    /// caller acts on the check-in).
+    /// Server `id` logged in: the pool learns its welcome (and the other shards, through
+    /// `shared`) and decides what it does (the caller acts on the check-in).
     pub(in crate::engine) fn logged_in(
         &mut self,
         servers: &mut ServerTable,
         id: ServerId,
         now: Instant,
+        shared: &crate::shared::Shared,
     ) -> Option<(PoolId, Checkin<ServerId, ClientId>)> {
         let server = servers.get_mut(id.0)?;
         let params = server.logged_in(now)?;
         let pool = server.pool();
         debug!(pid = ?server.backend().pid(), "server login done");
         self.pools_mut().learn_welcome(pool, &params);
+        if let Some(key) = self.pools().key(pool) {
+            shared.share_welcome(key, &params);
+        }
         let checkin = self.pools_mut().opened(pool, id, now);
         if let Some(server) = servers.get_mut(id.0) {
             server.idle(now);
@@ -51,7 +55,8 @@ impl Linker {
     }
 
     /// A login failed: the server closes, and the pool remembers `error` until `retry_at`
-    /// for new clients; the waiters to fail now when no server of the pool is left.
+    /// for new clients; the waiters to fail now when no server of the pool is left. A
+    /// transient refusal (57P03) fails nobody: only the next open waits for `retry_at`.
     pub(in crate::engine) fn login_failed(
         &mut self,
         servers: &mut ServerTable,
@@ -75,6 +80,12 @@ impl Linker {
             conn: Conn::Server(id),
             how: CloseHow::Now,
         });
+        if messages::is_transient_login_error(&error) {
+            // The server is starting up or shutting down (a restart): nobody is failed for
+            // it; the next open waits for `retry_at`, and clients wait for it.
+            self.pools_mut().open_failed(pool, retry_at, None);
+            return None;
+        }
         self.pools_mut()
             .open_failed(pool, retry_at, Some(error.clone()));
         (!has_usable_server(servers, pool, id)).then_some(FailWaiters { pool, error })

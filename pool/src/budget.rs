@@ -110,10 +110,13 @@ impl PoolBudget {
         limit == 0 || self.in_use() < limit
     }
 
-    /// Asks other workers to close one idle server. Outstanding requests are capped at the
-    /// servers in use, so repeated asks cannot make workers close more than exists.
+    /// Asks other workers to close one idle server. At most one request is outstanding
+    /// (none when nothing is in use): a pool still starving asks again when it is refused
+    /// again, so requests never outlive the need. Counting every refused ask made workers
+    /// close idle servers long after the starving clients were served (PgBouncer evicts one
+    /// server per connection it launches).
     pub(crate) fn request_release(&self) {
-        let cap = self.in_use();
+        let cap = self.in_use().min(1);
         let _ =
             self.release_requests
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |requests| {
@@ -128,6 +131,14 @@ impl PoolBudget {
                 requests.checked_sub(1)
             })
             .is_ok()
+    }
+
+    /// Withdraws one outstanding release request, if any: a pool just took a slot of this
+    /// budget, so clients that waited for room have some (a pool still starving asks again
+    /// when refused again). Without this, a request a freed slot made needless would still
+    /// close an idle server later, after every client was served.
+    pub(crate) fn withdraw_release_request(&self) {
+        let _ = self.take_release_request();
     }
 
     /// Outstanding release requests.
@@ -180,6 +191,23 @@ mod tests {
         assert!(!budget.try_acquire());
         budget.release();
         assert!(budget.try_acquire());
+    }
+
+    #[test]
+    fn one_release_request_at_most_and_a_taken_slot_withdraws_it() {
+        let budget = PoolBudget::new(4, 0);
+        assert!(budget.try_acquire() && budget.try_acquire() && budget.try_acquire());
+        budget.request_release();
+        budget.request_release();
+        assert_eq!(
+            budget.release_requests(),
+            1,
+            "one close per ask, asked again if needed"
+        );
+        budget.withdraw_release_request();
+        assert_eq!(budget.release_requests(), 0);
+        budget.withdraw_release_request();
+        assert_eq!(budget.release_requests(), 0);
     }
 
     #[test]

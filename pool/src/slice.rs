@@ -805,6 +805,9 @@ fn acquire_all(limits: &PoolLimits, use_reserve: bool) -> Result<BudgetSlot, Ref
             return Err(Refusal::SharedFull { budget: taken });
         }
     }
+    limits
+        .budgets()
+        .for_each(PoolBudget::withdraw_release_request);
     Ok(slot)
 }
 

@@ -863,3 +863,33 @@ fn workers_share_a_pools_place_in_its_host_list() {
     ];
     assert_eq!(picks, [2, 0, 1]);
 }
+
+#[test]
+fn a_starving_pool_under_a_cap_asks_once_and_its_open_withdraws_the_ask() {
+    let t0 = Instant::now();
+    let cap = Arc::new(PoolBudget::new(1, 0));
+    let capped = PoolLimits {
+        shared_budgets: vec![Arc::clone(&cap)],
+        ..limits(5)
+    };
+    let mut holder = Slice::new(10, 2);
+    let mut starving = Slice::new(10, 2);
+    let held = holder.register(&key("bob"), &capped, t0).expect("register");
+    let wanted = starving
+        .register(&key("alice"), &capped, t0)
+        .expect("register");
+    assert_eq!(holder.try_open(held, t0), Ok(()), "bob's server is opening");
+    starving.park(wanted, 100, t0, None).expect("parked");
+    for _ in 0..3 {
+        assert_eq!(
+            starving.try_open(wanted, t0),
+            Err(Refusal::SharedFull { budget: 0 })
+        );
+    }
+    assert_eq!(cap.release_requests(), 1, "refused three times, asked once");
+    // Bob's open fails (not for the ask): Alice's open takes its slot, and the ask is
+    // withdrawn, so no idle server is closed for her later.
+    holder.open_failed(held, t0, None);
+    assert_eq!(starving.try_open(wanted, t0), Ok(()));
+    assert_eq!(cap.release_requests(), 0);
+}

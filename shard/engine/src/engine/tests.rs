@@ -420,6 +420,15 @@ fn max_client_conn_refuses_with_53300() {
 }
 
 #[test]
+fn the_console_stays_reachable_past_max_client_conn() {
+    let mut h = Harness::new(&config("max_client_conn = 1"));
+    let _a = h.accept();
+    let (admin, messages) = h.login("admin", "pgbouncer");
+    assert!(errors(&messages).is_empty(), "{messages:?}");
+    assert!(!h.is_closed(Conn::Client(admin)));
+}
+
+#[test]
 fn the_client_login_timeout_closes_a_silent_client() {
     let mut h = Harness::new(&config("client_login_timeout = 1"));
     let id = h.accept();

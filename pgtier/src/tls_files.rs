@@ -528,6 +528,16 @@ mod tests {
         let bundle = bundle.to_str().unwrap();
         let loaded = system_ca_bundle(SslMode::VerifyFull, &["/nonexistent/ca.crt", bundle]);
         assert_eq!(loaded.unwrap().contents, pki.ca_cert_pem.as_bytes());
+        // Where this machine has a bundle, every root in it makes a configuration.
+        if system_ca_bundle(SslMode::VerifyFull, SYSTEM_CA_BUNDLES).is_ok() {
+            let mut system = settings(&dir, pki, SslMode::Disable, SslMode::VerifyFull);
+            system.server_tls_ca_file = None;
+            let contexts = TlsContexts::load(&system).unwrap();
+            assert_eq!(
+                contexts.connector().map(|c| c.mode()),
+                Some(SslMode::VerifyFull)
+            );
+        }
     }
 
     #[test]

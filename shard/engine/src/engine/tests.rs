@@ -327,6 +327,49 @@ fn a_slow_client_pauses_its_server_and_resumes_it() {
 }
 
 #[test]
+fn a_server_tls_change_forgets_a_failed_login() {
+    let mut h = Harness::new(&config(TX));
+    h.auto_backend = false;
+    let id = h.accept();
+    h.client_sends(id, &startup(&[("user", "alice"), ("database", "db")]));
+    let server = h.connecting[0].0;
+    h.complete_connects_without_backend();
+    let mut error = Vec::new();
+    for (kind, value) in [
+        (b'S', "FATAL"),
+        (b'C', "28000"),
+        (b'M', "no pg_hba.conf entry"),
+    ] {
+        error.push(kind);
+        error.extend_from_slice(value.as_bytes());
+        error.push(0);
+    }
+    error.push(0);
+    h.server_sends(server, &testing::frame(b'E', &error));
+    assert_eq!(errors(&h.client_output(id)), vec!["28000".to_string()]);
+    // The failure came under the old server TLS settings: after they change, the next client
+    // gets a new login instead of the memo.
+    let changed = pgtier_core::config::Config::from_str(
+        &config("pool_mode = \"transaction\"\nserver_tls_sslmode = \"disable\""),
+        "pgtier.toml",
+    )
+    .expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(changed),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+    h.auto_backend = true;
+    let (_, messages) = h.login("alice", "db");
+    assert!(errors(&messages).is_empty(), "{messages:?}");
+}
+
+#[test]
 fn a_failed_server_login_fails_the_waiters_and_is_remembered() {
     let mut h = Harness::new(&config(TX));
     h.auto_backend = false;
@@ -423,6 +466,15 @@ fn max_client_conn_refuses_with_53300() {
         Some("no more connections allowed (max_client_conn)")
     );
     assert!(h.is_closed(Conn::Client(b)));
+}
+
+#[test]
+fn the_console_stays_reachable_past_max_client_conn() {
+    let mut h = Harness::new(&config("max_client_conn = 1"));
+    let _a = h.accept();
+    let (admin, messages) = h.login("admin", "pgbouncer");
+    assert!(errors(&messages).is_empty(), "{messages:?}");
+    assert!(!h.is_closed(Conn::Client(admin)));
 }
 
 #[test]

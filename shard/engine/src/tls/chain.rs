@@ -52,15 +52,15 @@ pub(super) struct TrustAnchors {
 }
 
 impl TrustAnchors {
-    /// The anchors; the error is the position (from 0) of a certificate that cannot be read.
-    pub(super) fn new(certificates: Vec<CertificateDer<'static>>) -> Result<TrustAnchors, usize> {
-        match certificates
-            .iter()
-            .position(|der| Certificate::parse(der).is_none())
-        {
-            Some(index) => Err(index),
-            None => Ok(TrustAnchors { certificates }),
-        }
+    /// The anchors of a CA file. A certificate pgtier's reader cannot read (WebPKI took it,
+    /// or the file would have been refused) stays usable for version 3 chains through WebPKI
+    /// and is left out here, so an odd root in a system bundle does not stop the start.
+    pub(super) fn new(certificates: Vec<CertificateDer<'static>>) -> TrustAnchors {
+        let certificates = certificates
+            .into_iter()
+            .filter(|der| Certificate::parse(der).is_some())
+            .collect();
+        TrustAnchors { certificates }
     }
 
     fn parsed(&self) -> impl Iterator<Item = Certificate<'_>> {

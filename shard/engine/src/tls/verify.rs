@@ -270,12 +270,7 @@ mod tests {
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .unwrap();
-        ServerCa::new(
-            webpki,
-            TrustAnchors::new(vec![ca]).unwrap(),
-            check_name,
-            algorithms,
-        )
+        ServerCa::new(webpki, TrustAnchors::new(vec![ca]), check_name, algorithms)
     }
 
     fn check(verifier: &dyn ServerCertVerifier, der: &[u8], name: &str) -> Result<(), Error> {

@@ -10,7 +10,7 @@ fn algorithms() -> WebPkiSupportedAlgorithms {
 }
 
 fn anchors(pki: &TestPki) -> TrustAnchors {
-    TrustAnchors::new(vec![CertificateDer::from(pki.ca_cert_der())]).unwrap()
+    TrustAnchors::new(vec![CertificateDer::from(pki.ca_cert_der())])
 }
 
 fn check(pki: &TestPki, leaf: &[u8], purpose: Purpose) -> Result<(), CertificateError> {
@@ -127,8 +127,7 @@ fn an_intermediate_must_be_a_ca() {
     let impostor = CertificateDer::from(other_pki.ca_cert_der());
     let only_other = TrustAnchors::new(vec![CertificateDer::from(
         TestPki::self_signed_server(&["x"]).cert_der(),
-    )])
-    .unwrap();
+    )]);
     let result = verify_chain(
         &leaf,
         &[impostor],
@@ -182,6 +181,27 @@ fn host_names_follow_libpq() {
             presented: vec!["localhost".to_string(), "127.0.0.1".to_string()],
         })
     );
+}
+
+#[test]
+fn unreadable_anchors_are_left_out() {
+    let pki = TestPki::shared();
+    let anchors = TrustAnchors::new(vec![
+        CertificateDer::from(b"not a certificate".to_vec()),
+        CertificateDer::from(pki.ca_cert_der()),
+    ]);
+    assert_eq!(anchors.parsed().count(), 1);
+    let v1 = pki.issue_v1("localhost", 2000, 2090).cert_der();
+    let leaf = CertificateDer::from(v1);
+    let result = verify_chain(
+        &leaf,
+        &[],
+        &anchors,
+        Purpose::ServerAuth,
+        UnixTime::now(),
+        &algorithms(),
+    );
+    assert_eq!(result, Ok(()));
 }
 
 #[test]

@@ -10,7 +10,11 @@
 //! one worker cannot starve another worker for the whole `query_wait_timeout`. (For a full
 //! pool budget the engine asks by message for a server of that very key, which moves whole.)
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use bytes::Bytes;
 
 /// Shared count of open (or opening) servers against a limit, plus a reserve.
 #[repr(align(128))]
@@ -24,6 +28,14 @@ pub struct PoolBudget {
     reserve: AtomicU32,
     /// Idle servers other workers are asked to close.
     release_requests: AtomicU32,
+    /// Whether `failure` holds a login failure: read first, so that no worker takes the
+    /// lock while none is recorded (the common case).
+    has_failure: AtomicBool,
+    /// The last failed login of this budget's pool and until when it stands, for every
+    /// worker: a login the server refused on one worker is not tried again by the others
+    /// before `server_login_retry`, as PgBouncer's one pool would not. Written only when a
+    /// login fails or succeeds after a failure.
+    failure: Mutex<Option<(Instant, Bytes)>>,
 }
 
 impl PoolBudget {
@@ -34,7 +46,38 @@ impl PoolBudget {
             limit: AtomicU32::new(limit),
             reserve: AtomicU32::new(reserve),
             release_requests: AtomicU32::new(0),
+            has_failure: AtomicBool::new(false),
+            failure: Mutex::new(None),
         }
+    }
+
+    /// A login of this budget's pool failed with `error`; it stands until `retry_at`.
+    pub(crate) fn record_failure(&self, retry_at: Instant, error: Bytes) {
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        *failure = Some((retry_at, error));
+        self.has_failure.store(true, Ordering::Release);
+    }
+
+    /// A login of this budget's pool succeeded: the failure is over.
+    pub(crate) fn clear_failure(&self) {
+        if !self.has_failure.load(Ordering::Acquire) {
+            return;
+        }
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        *failure = None;
+        self.has_failure.store(false, Ordering::Release);
+    }
+
+    /// The error of a login failure that still stands at `now`, recorded by any worker.
+    pub(crate) fn failure(&self, now: Instant) -> Option<Bytes> {
+        if !self.has_failure.load(Ordering::Acquire) {
+            return None;
+        }
+        let failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        failure
+            .as_ref()
+            .filter(|(retry_at, _)| now < *retry_at)
+            .map(|(_, error)| error.clone())
     }
 
     /// Takes one slot within the limit; false when the budget is spent.

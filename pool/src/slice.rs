@@ -370,6 +370,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
         debug_assert!(pool.opening > 0, "opened without try_open");
         pool.opening = pool.opening.saturating_sub(1);
         pool.failure = None;
+        pool.limits.pool_budget.clear_failure();
         pool.limits.host_turn.opened();
         if pool.draining {
             pool.limits.budgets().for_each(PoolBudget::release);
@@ -393,6 +394,11 @@ impl<S, W: Copy> PoolSlice<S, W> {
         if let Some(pool) = self.pool_mut(id) {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
+            if let Some(error) = &error {
+                pool.limits
+                    .pool_budget
+                    .record_failure(retry_at, error.clone());
+            }
             pool.failure = Some(LoginFailure { error, retry_at });
             pool.limits.host_turn.failed();
             pool.limits.budgets().for_each(PoolBudget::release);
@@ -419,15 +425,18 @@ impl<S, W: Copy> PoolSlice<S, W> {
     }
 
     /// The error a client joining this pool gets now instead of waiting: Some while `now <
-    /// retry_at` of the last failed login and this slice holds no server of the pool (idle,
-    /// active or opening), so a login that may still succeed is waited for.
-    pub fn login_failure(&self, id: PoolId, now: Instant) -> Option<&Bytes> {
+    /// retry_at` of the last failed login (on this worker, or with an error on any other)
+    /// and this slice holds no server of the pool (idle, active or opening), so a login
+    /// that may still succeed is waited for.
+    pub fn login_failure(&self, id: PoolId, now: Instant) -> Option<Bytes> {
         let pool = self.pool(id)?;
-        let failure = pool.failure.as_ref()?;
-        if now >= failure.retry_at || pool.live_servers() > 0 {
+        if pool.live_servers() > 0 {
             return None;
         }
-        failure.error.as_ref()
+        match pool.failure.as_ref() {
+            Some(failure) if now < failure.retry_at => failure.error.clone(),
+            _ => pool.limits.pool_budget.failure(now),
+        }
     }
 
     /// A checked-out server was closed instead of checked in (dirty, broken, replica down).

@@ -21,7 +21,7 @@ fn login_failure_is_reported_until_retry_at() {
     let t0 = Instant::now();
     let mut slice = Slice::new(10, 2);
     let id = failed_pool(&mut slice, t0);
-    assert_eq!(slice.login_failure(id, t0 + secs(14)), Some(&error()));
+    assert_eq!(slice.login_failure(id, t0 + secs(14)), Some(error()));
     assert_eq!(slice.login_failure(id, t0 + secs(15)), None);
 }
 
@@ -90,7 +90,7 @@ fn a_later_failure_replaces_the_error() {
     assert_eq!(slice.try_open(id, t0 + secs(15)), Ok(()));
     let other = Bytes::from_static(b"E database does not exist");
     slice.open_failed(id, t0 + secs(30), Some(other.clone()));
-    assert_eq!(slice.login_failure(id, t0 + secs(16)), Some(&other));
+    assert_eq!(slice.login_failure(id, t0 + secs(16)), Some(other));
 }
 
 #[test]
@@ -157,5 +157,32 @@ fn spelling_limit_comes_from_the_limits_and_follows_a_reload() {
     assert_eq!(
         slice.spellings(id).map(|spellings| spellings.limit),
         Some(3)
+    );
+}
+
+#[test]
+fn a_login_failure_stands_for_every_worker_of_the_pool() {
+    // One worker's refused login is not tried again by the others before retry_at, as
+    // PgBouncer's one pool would not; a login that succeeds anywhere ends it.
+    let t0 = Instant::now();
+    let shared = limits(5);
+    let (mut first, mut second) = (Slice::new(10, 2), Slice::new(10, 2));
+    let a = first.register(&key("alice"), &shared, t0).expect("a");
+    let b = second.register(&key("alice"), &shared, t0).expect("b");
+    assert_eq!(second.login_failure(b, t0), None);
+    assert_eq!(first.try_open(a, t0), Ok(()));
+    first.open_failed(a, t0 + secs(15), Some(error()));
+    assert_eq!(second.login_failure(b, t0 + secs(14)), Some(error()));
+    assert_eq!(
+        second.login_failure(b, t0 + secs(15)),
+        None,
+        "retry_at passed"
+    );
+    assert_eq!(first.try_open(a, t0 + secs(15)), Ok(()));
+    first.opened(a, 1, t0 + secs(15));
+    assert_eq!(
+        second.login_failure(b, t0 + secs(14)),
+        None,
+        "a login succeeded"
     );
 }

@@ -743,10 +743,7 @@ impl World {
         let counts = self.slices[slice].counts(id);
         let holds_servers = counts.idle + counts.active + counts.opening > 0;
         let expected = error.filter(|_| !holds_servers);
-        assert_eq!(
-            self.slices[slice].login_failure(id, self.now).cloned(),
-            expected
-        );
+        assert_eq!(self.slices[slice].login_failure(id, self.now), expected);
         if expected.is_some() {
             self.saw(Event::LoginFailure);
             // The engine fails the waiters; they disconnect.

@@ -2262,7 +2262,7 @@ impl Engine {
         if !client_login::start_looking_up(&mut self.clients, id, pool, method, self.now) {
             return;
         }
-        if let Some(error) = self.linker.pools().login_failure(pool, self.now).cloned() {
+        if let Some(error) = self.linker.pools().login_failure(pool, self.now) {
             // The auth_user's own login failed moments ago (a wrong password for it).
             self.close_client(id, Some(error));
             return;

@@ -121,7 +121,7 @@ impl Linker {
         if replica {
             return None;
         }
-        self.pools().login_failure(pool, now).cloned()
+        self.pools().login_failure(pool, now)
     }
 
     /// Tells the router that a connection to a pool's replica failed. False when the pool

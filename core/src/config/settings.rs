@@ -271,6 +271,11 @@ pub struct Settings {
     /// Query used by `server_check_delay` ("<empty>", PgBouncer's: the empty query; empty =
     /// no check).
     pub server_check_query: String,
+    /// A NOTICE sent to every client at login, after BackendKeyData (empty = none).
+    pub login_notify_message: String,
+    /// A client waiting for a server longer than this gets one NOTICE per wait saying it is
+    /// queued (5 s, PgBouncer's default; 0 = never).
+    pub query_wait_notify: Seconds,
     /// Protocol-level named prepared statements each server keeps in transaction mode
     /// (200, as PgBouncer 1.22; 0 = not rewritten: a client that prepares one keeps its
     /// server, as with other session state).
@@ -518,6 +523,8 @@ impl Default for Settings {
             server_fast_close: false,
             server_check_delay: Seconds::from_secs(30),
             server_check_query: "<empty>".to_string(),
+            login_notify_message: String::new(),
+            query_wait_notify: Seconds::from_secs(5),
             max_prepared_statements: 200,
             max_client_prepared_bytes: 64 * MIB,
             pin_session_state: true,

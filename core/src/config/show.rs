@@ -159,6 +159,8 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         server_fast_close: RELOAD,
         server_check_delay: RELOAD,
         server_check_query: RELOAD,
+        login_notify_message: RELOAD,
+        query_wait_notify: RELOAD,
         max_prepared_statements: RELOAD,
         max_client_prepared_bytes: RELOAD,
         pin_session_state: RELOAD,

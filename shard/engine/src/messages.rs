@@ -43,6 +43,11 @@ pub fn ready_for_query(out: &mut BytesMut, status: u8) {
     .encode(out);
 }
 
+/// A NoticeResponse (severity NOTICE, SQLSTATE 00000) carrying `message`.
+pub fn notice(out: &mut BytesMut, message: &str) {
+    ErrorNotice::new(Severity::Notice, sqlstate::SUCCESSFUL_COMPLETION, message).encode_notice(out);
+}
+
 /// A FATAL ErrorResponse, sent just before the shard closes a connection.
 pub fn fatal(code: SqlState, message: &str) -> Bytes {
     let mut out = BytesMut::with_capacity(64 + message.len());

@@ -63,10 +63,12 @@ pub enum ClientState {
     Welcoming { server: ServerId },
     /// Welcomed, holding no server (between transactions in transaction mode), since `since`.
     Idle { since: Instant },
-    /// Welcomed and waiting since `since` for a server for its next query.
+    /// Welcomed and waiting since `since` for a server for its next query; `notified` once
+    /// it was told it is queued (`query_wait_notify`).
     Queued {
         since: Instant,
         ticket: Option<WaitTicket>,
+        notified: bool,
     },
     /// Linked to `server`; bytes flow both ways.
     Linked { server: ServerId },
@@ -632,7 +634,22 @@ impl ClientConn {
         self.state = ClientState::Queued {
             since,
             ticket: None,
+            notified: false,
         };
+    }
+
+    /// Whether it has waited for a server longer than `after` in its current wait and was
+    /// not told yet (`query_wait_notify`).
+    pub(crate) fn owes_wait_notice(&self, after: std::time::Duration, now: Instant) -> bool {
+        matches!(self.state, ClientState::Queued { since, notified: false, .. }
+            if now.saturating_duration_since(since) > after)
+    }
+
+    /// It was told it is queued: once per wait.
+    pub(crate) fn wait_notified(&mut self) {
+        if let ClientState::Queued { notified, .. } = &mut self.state {
+            *notified = true;
+        }
     }
 
     /// It parked in its pool's queue (`ticket`), or left it (`None`).

@@ -585,15 +585,16 @@ impl ClientTable {
     }
 
     /// AuthenticationOk, the parameters `params` with the client's tracked values, a
-    /// BackendKeyData (`pid`: the server's in session mode; `peer`: this process's
-    /// `peer_id`, which the key carries) and ReadyForQuery. `Ok(false)`:
-    /// the client is gone; `Err`: no cancel key could be drawn (the FATAL to close with).
+    /// BackendKeyData (`pid`: the server's in session mode; the key carries this process's
+    /// `peer_id`), `login_notify_message` as a NOTICE when set, and ReadyForQuery.
+    /// `Ok(false)`: the client is gone; `Err`: no cancel key could be drawn (the FATAL to
+    /// close with).
     pub(super) fn welcome(
         &mut self,
         id: ClientId,
         params: &[(String, String)],
         pid: Option<u32>,
-        peer: u16,
+        env: &Env,
         random: &mut dyn Random,
         outbox: &mut Outbox,
     ) -> Result<bool, Bytes> {
@@ -605,7 +606,7 @@ impl ClientTable {
         };
         let key = logins
             .keys_mut()
-            .issue(id, pid, peer, random)
+            .issue(id, pid, env.peer_id(), random)
             .map_err(auth::no_randomness)?;
         session.welcomed(key);
         let mut out = BytesMut::with_capacity(512);
@@ -617,6 +618,10 @@ impl ClientTable {
             messages::parameter_status(&mut out, name, value);
         }
         messages::backend_key_data(&mut out, key.pid, key.secret);
+        let notice = &env.config().pgtier.login_notify_message;
+        if !notice.is_empty() {
+            messages::notice(&mut out, notice);
+        }
         messages::ready_for_query(&mut out, b'I');
         self.send(id, out.freeze(), outbox);
         Ok(true)
@@ -659,7 +664,7 @@ impl ClientTable {
         .iter()
         .map(|(name, value)| (name.to_string(), value.to_string()))
         .collect();
-        if !self.welcome(id, &params, None, env.peer_id(), random, outbox)? {
+        if !self.welcome(id, &params, None, env, random, outbox)? {
             return Ok(false);
         }
         if let Some(client) = self.get_mut(id.0) {

@@ -64,6 +64,8 @@ mod moving;
 #[cfg(test)]
 mod moving_tests;
 #[cfg(test)]
+mod notice_tests;
+#[cfg(test)]
 mod prepared_tests;
 mod read_routing;
 #[cfg(test)]
@@ -2122,7 +2124,7 @@ impl Engine {
             id,
             params,
             pid,
-            self.env.peer_id(),
+            &self.env,
             self.random.as_mut(),
             &mut self.outbox,
         );

@@ -242,6 +242,34 @@ impl ClientTable {
     }
 }
 
+/// What a client waiting past `query_wait_notify` is told, once per wait (PgBouncer's words).
+const WAIT_NOTICE: &str = "No server connection available in postgres backend, client being queued";
+
+impl ClientTable {
+    /// Tells each welcomed client that has waited for a server longer than `after` (once
+    /// per wait) that it is queued, as a NOTICE.
+    pub(super) fn notify_long_waits(
+        &mut self,
+        after: Duration,
+        now: Instant,
+        outbox: &mut crate::action::Outbox,
+    ) {
+        let owed: Vec<ClientId> = self
+            .iter()
+            .filter(|(_, client)| client.owes_wait_notice(after, now))
+            .map(|(slot, _)| ClientId(slot))
+            .collect();
+        for id in owed {
+            if let Some(client) = self.get_mut(id.0) {
+                client.wait_notified();
+            }
+            let mut notice = bytes::BytesMut::new();
+            crate::messages::notice(&mut notice, WAIT_NOTICE);
+            self.send(id, notice.freeze(), outbox);
+        }
+    }
+}
+
 impl ServerTable {
     /// The servers past `server_connect_timeout` while connecting or logging in (they
     /// failed), and those draining, checked or leaving past `drain_limit` (they retire).

@@ -32,6 +32,10 @@ use crate::settings::{DEFAULT_DRAIN_LIMIT, LISTING_WAIT};
 impl Engine {
     pub(super) fn housekeeping(&mut self) {
         self.check_client_timeouts();
+        if let Some(after) = Engine::enabled(self.env.config().pgtier.query_wait_notify) {
+            self.clients
+                .notify_long_waits(after, self.now, &mut self.outbox);
+        }
         self.check_server_timeouts();
         if self.env.config().pgtier.server_fast_close {
             self.fast_close_servers();

@@ -74,7 +74,7 @@ fn unknown_database_fails_promptly_with_3d000() {
 #[test]
 fn startup_options_reach_the_server() {
     let pg = start_pg(HbaAuth::Trust);
-    let proxy = trust_proxy(&pg, "transaction", 2, "");
+    let proxy = trust_proxy(&pg, "transaction", 2, "forward_startup_options = true");
     let port = proxy.local_addr().port();
     let mut client = RawClient::connect(
         port,

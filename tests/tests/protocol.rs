@@ -305,7 +305,11 @@ fn notices_reach_the_client() {
 #[test]
 fn startup_options_reach_the_server() {
     for pool_mode in ["session", "transaction"] {
-        let (_pg, proxy) = server_and_proxy(|config| config.pool_mode(pool_mode));
+        let (_pg, proxy) = server_and_proxy(|config| {
+            config
+                .pool_mode(pool_mode)
+                .setting("forward_startup_options", "true")
+        });
         let mut config = proxy.pg_config("postgres", "postgres");
         config
             .options("-c statement_timeout=1234 -c search_path=pg_catalog")
@@ -331,6 +335,51 @@ fn startup_options_reach_the_server() {
         let mut plain = proxy.connect("postgres", "postgres").expect("plain client");
         let shown = plain.simple_query("SHOW statement_timeout").expect("show");
         assert_eq!(simple_rows(&shown), ["0"], "{pool_mode}");
+    }
+}
+
+/// By default `options` is read as PgBouncer reads it: tracked settings are applied like
+/// top-level parameters, ignored ones dropped, others and non-settings refused.
+#[test]
+fn startup_options_are_read_as_pgbouncer_reads_them() {
+    let (_pg, proxy) = server_and_proxy(|config| {
+        config
+            .pool_mode("transaction")
+            .setting("ignore_startup_parameters", "[\"extra_float_digits\"]")
+    });
+    let connect = |options: &str| {
+        let mut config = proxy.pg_config("postgres", "postgres");
+        config.options(options);
+        config.connect(postgres::NoTls)
+    };
+    let show = |client: &mut postgres::Client, name: &str| {
+        let shown = client.simple_query(&format!("SHOW {name}")).expect("show");
+        simple_rows(&shown)
+    };
+    let mut client = connect("-c timezone=Europe/Lisbon  -c    datestyle=German,\\ YMD")
+        .expect("tracked settings");
+    assert_eq!(show(&mut client, "timezone"), ["Europe/Lisbon"]);
+    assert_eq!(show(&mut client, "datestyle"), ["German, YMD"]);
+    let long = "1".repeat(5000);
+    let mut client = connect(&format!("-c extra_float_digits={long}")).expect("ignored");
+    assert_eq!(show(&mut client, "extra_float_digits"), ["1"]);
+    let refusal = |options: &str| {
+        let error = connect(options).err().expect("refused");
+        error
+            .as_db_error()
+            .map(|e| e.message().to_string())
+            .unwrap_or_else(|| format!("{error:?}"))
+    };
+    assert_eq!(
+        refusal("-c enable_seqscan=off"),
+        "unsupported startup parameter in options: enable_seqscan"
+    );
+    for options in ["-d", "-c timezone"] {
+        assert_eq!(
+            refusal(options),
+            "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed",
+            "{options}"
+        );
     }
 }
 

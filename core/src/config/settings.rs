@@ -292,8 +292,13 @@ pub struct Settings {
     /// Users allowed read-only SHOW commands on the `pgtier` virtual database.
     pub stats_users: Vec<String>,
     /// Startup parameters dropped (not forwarded, not part of the pool key). pgtier forwards
-    /// every other startup parameter to the server.
+    /// every other top-level startup parameter to the server; see `forward_startup_options`
+    /// for the settings inside `options`.
     pub ignore_startup_parameters: Vec<String>,
+    /// Settings in a client's `options` startup parameter that pgtier does not track (and
+    /// `ignore_startup_parameters` does not drop) go into its server's startup packet, its
+    /// pool keyed by them (false: the login is refused, as PgBouncer refuses it). pgtier only.
+    pub forward_startup_options: bool,
     /// Observation interval for averages and latency percentiles (60 s).
     pub stats_period: Seconds,
     /// Log filter in `tracing` EnvFilter syntax ("info"); `PGTIER_LOG` overrides it.
@@ -531,6 +536,7 @@ impl Default for Settings {
             admin_users: Vec::new(),
             stats_users: Vec::new(),
             ignore_startup_parameters: Vec::new(),
+            forward_startup_options: false,
             stats_period: Seconds::from_secs(60),
             log_level: "info".to_string(),
             client_tls_sslmode: SslMode::Disable,

@@ -13,6 +13,8 @@ use pgtier_core::config::{Config, DatabaseConfig};
 use pgtier_policy::tiers::Tier;
 use pgtier_wire::startup_options::{StartupOption, parse_options};
 
+use crate::login_options::escape;
+
 /// The setting name clients use in `options` (matched ASCII case-insensitively, as
 /// PostgreSQL matches setting names).
 pub(crate) const CLASS_OPTION: &str = "pgtier.class";
@@ -170,17 +172,6 @@ pub(crate) fn strip_class_option(options: &str) -> Option<String> {
         return Some(options.to_string());
     }
     (!kept.is_empty()).then(|| kept.join(" "))
-}
-
-fn escape(arg: &str) -> String {
-    let mut out = String::with_capacity(arg.len());
-    for c in arg.chars() {
-        if c == '\\' || c.is_ascii_whitespace() {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub mod ids;
 pub mod inbox;
 pub mod listing;
 pub mod log_lines;
+pub(crate) mod login_options;
 pub mod messages;
 pub mod names;
 pub mod params;

@@ -36,6 +36,7 @@ use crate::console_session::ConsoleSession;
 use crate::engine::tls_io::{SslAnswer, requires_tls};
 use crate::gates::Gates;
 use crate::ids::{ClientId, SlotRef};
+use crate::login_options::{OptionsPolicy, read_login_options};
 use crate::messages::{self, sqlstate};
 use crate::params::{TrackedParams, tracked_index};
 use crate::random::Random;
@@ -210,7 +211,11 @@ impl ClientTable {
             None => false,
             Some((_, value)) => replication_requested(value)?,
         };
-        for (name, value) in request.params {
+        let mut params = request.params;
+        if !replication {
+            read_options(&mut params, &mut tracked, &mut forwarded, env)?;
+        }
+        for (name, value) in params {
             match name.as_str() {
                 "user" => user = Some(value),
                 "database" => database = Some(value),
@@ -728,6 +733,38 @@ fn log_login_attempt(
         "{database}/{user}@{addr} login attempt: db={database} user={user} tls={tls} \
          replication={replication}"
     );
+}
+
+/// Takes an ordinary login's `options` out of `params` and reads it (`crate::login_options`):
+/// its tracked settings go in `tracked` first, so that a top-level parameter of the same name
+/// wins as in PostgreSQL; what is left of it goes in `forwarded`. `Err`: PgBouncer's FATAL.
+fn read_options(
+    params: &mut Vec<(String, String)>,
+    tracked: &mut TrackedParams,
+    forwarded: &mut Vec<(String, String)>,
+    env: &Env,
+) -> Result<(), Bytes> {
+    let Some(at) = params.iter().position(|(name, _)| name == "options") else {
+        return Ok(());
+    };
+    let (_, options) = params.remove(at);
+    let settings = &env.config().pgtier;
+    let ignored = |name: &str| {
+        settings.ignores_startup_parameter(name) || settings.ignores_startup_parameter("options")
+    };
+    let policy = OptionsPolicy {
+        ignored: &ignored,
+        forward_untracked: settings.forward_startup_options,
+    };
+    let read = read_login_options(&options, &policy)
+        .map_err(|message| messages::fatal(sqlstate::PROTOCOL_VIOLATION, &message))?;
+    for (name, value) in &read.tracked {
+        tracked.set(name, value);
+    }
+    if let Some(options) = read.forwarded {
+        forwarded.push(("options".to_string(), options));
+    }
+    Ok(())
 }
 
 /// A plain-text login where TLS is required: refused with 28000, as PostgreSQL's

@@ -1166,7 +1166,9 @@ use pgtier_core::config::Config;
 
 #[test]
 fn distinct_startup_parameters_cannot_lock_out_new_pools() {
-    let mut h = Harness::new(&config(&format!("{TX}\nmax_pools_per_worker = 2")));
+    let mut h = Harness::new(&config(&format!(
+        "{TX}\nmax_pools_per_worker = 2\nforward_startup_options = true"
+    )));
     for n in 0..5 {
         let option = format!("-c work_mem={}MB", n + 1);
         let id = h.accept();

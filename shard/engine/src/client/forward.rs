@@ -666,12 +666,13 @@ impl super::ClientConn {
         // In transaction and statement mode, Query and Parse texts are classified: for the
         // session state that pins the client (and the statements that undo it), and for the
         // statements that drop named statements.
-        let rewriting = relay.prepared.is_some();
+        relay.follow_statement_limit(options.statements.per_server);
+        let rewriting = relay.rewriting_mut().is_some();
         let shared_server = session.mode.releases_at_idle_ready();
         let watch = (shared_server && (options.pinning || rewriting)).then(|| Watch {
             conforming_strings: session.tracked.standard_conforming_strings(),
         });
-        let mut rewriter = relay.prepared.as_deref_mut().map(|prepared| Rewriter {
+        let mut rewriter = relay.rewriting_mut().map(|prepared| Rewriter {
             names: &mut session.statements,
             server: prepared,
             registry: shared.registry,

@@ -626,6 +626,48 @@ fn a_pinned_clients_held_messages_go_after_an_idle_ready() {
     );
 }
 
+/// Reloads `h` with `config(extra)`.
+fn reload(h: &mut Harness, extra: &str) {
+    let config =
+        pgtier_core::config::Config::from_str(&config(extra), "/tmp/reload.toml").expect("config");
+    h.engine.handle_command(
+        h.now,
+        crate::command::Command::Reload {
+            config: std::sync::Arc::new(config),
+            users: std::sync::Arc::new(crate::userlist::UserList::new()),
+            tls: Default::default(),
+            pending: None,
+        },
+    );
+    h.pump();
+}
+
+#[test]
+fn max_prepared_statements_set_to_zero_pauses_rewriting_on_servers_that_did_it() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    h.client_sends(a, &pipeline(&[parse("s1", "SELECT 1"), sync()]));
+    assert_eq!(h.client_tags(a), "1Z");
+    let server = h.live_servers()[0];
+    reload(&mut h, &format!("{TX}\nmax_prepared_statements = 0"));
+    // The client's name goes to the server as it is, which does not know it.
+    h.client_sends(a, &pipeline(&[bind("s1"), execute(), sync()]));
+    let answer = h.client_output(a);
+    assert_eq!(tags(&answer), "EZ");
+    assert_eq!(errors(&answer)[0].0, "26000");
+    assert_eq!(
+        h.backend(server).statements,
+        ["pgtier_1"],
+        "what the server holds stays"
+    );
+    // Raised again: the statement is rewritten and prepared again (closed first: while
+    // paused, the client could have dropped anything).
+    reload(&mut h, TX);
+    h.client_sends(a, &pipeline(&[bind("s1"), execute(), sync()]));
+    assert_eq!(h.client_tags(a), "2CZ");
+    assert_eq!(h.live_servers(), [server]);
+}
+
 /// `SHOW STATS`' prepared statement counters, as PgBouncer counts them: a client's named
 /// Parse, a Parse pgtier sends for a statement the server lacks (not a re-prepare of one it
 /// holds), and a Bind of a named statement.

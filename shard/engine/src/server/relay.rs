@@ -152,6 +152,10 @@ pub(crate) struct Relay {
     swallowed_error: Option<Bytes>,
     /// Named-statement rewriting on this server (transaction or statement mode), if on.
     pub prepared: Option<Box<ServerPrepared>>,
+    /// `max_prepared_statements` was set to 0 while it rewrote: the client's messages pass
+    /// unchanged and its answers are not followed, while the statements it holds stay, as
+    /// in PgBouncer (see [`Relay::follow_statement_limit`]).
+    rewriting_paused: bool,
     /// What the linked client's current call was answered so far.
     answering: Answered,
     /// What the answers decided for the linked client's statement names.
@@ -235,6 +239,35 @@ impl Relay {
         self.swallowed_error.take()
     }
 
+    /// Rewriting on this server, unless paused (`max_prepared_statements = 0`).
+    pub(crate) fn rewriting_mut(&mut self) -> Option<&mut ServerPrepared> {
+        self.prepared
+            .as_deref_mut()
+            .filter(|_| !self.rewriting_paused)
+    }
+
+    /// Follows a change of `max_prepared_statements` (`per_server`) before a client's next
+    /// messages: 0 pauses rewriting, anything else resumes it. Only between answers (the
+    /// ledger empty), so that every answer is read as what it answers. On resuming, what
+    /// the server holds is unknown (the client may have sent `DEALLOCATE ALL` meanwhile), so
+    /// each statement is closed before it is prepared again.
+    pub(crate) fn follow_statement_limit(&mut self, per_server: usize) {
+        let Some(prepared) = self.prepared.as_deref_mut() else {
+            return;
+        };
+        let pause = per_server == 0;
+        if pause == self.rewriting_paused || !prepared.ledger.is_empty() {
+            return;
+        }
+        if !pause {
+            prepared.statements.all_unknown();
+            prepared
+                .statements
+                .set_unnamed(crate::prepared::unnamed::ServerUnnamed::Unknown);
+        }
+        self.rewriting_paused = pause;
+    }
+
     /// The ledger still waits for answers (a pipeline of the client's, or pgtier's own).
     pub(crate) fn owes_statement_answers(&self) -> bool {
         self.prepared
@@ -312,7 +345,8 @@ impl Relay {
             // The message is taken now: the ledger hears of it exactly once. Answers to the
             // engine's own queries come before anything of a client's and are not its.
             let internal = self.swallow > 0;
-            let verdict = match self.prepared.as_mut().filter(|_| !internal) {
+            let paused = self.rewriting_paused;
+            let verdict = match self.prepared.as_mut().filter(|_| !internal && !paused) {
                 Some(prepared) => prepared.ledger.on_server_message(
                     code,
                     &mut prepared.statements,

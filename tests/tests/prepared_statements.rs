@@ -1429,6 +1429,29 @@ fn the_lru_keeps_at_most_max_prepared_statements_on_a_server() {
     assert!(counts.contains(&KEPT), "the cache never filled: {counts:?}");
 }
 
+/// A client that prepares a name it already holds gets PostgreSQL's 42P05, where PgBouncer
+/// closes it; the log says so in PgBouncer's words, which tools look for.
+#[test]
+fn a_parse_of_a_name_in_use_is_refused_and_logged() {
+    let pg = shared_server();
+    let proxy = fixtures::start_proxy(ProxyConfig::new(pg.port()).pool_size(1));
+    let mut client =
+        rawwire::login(proxy.port(), "postgres", "postgres", RAW_TIMEOUT).expect("login");
+    exchange(&mut client, &f().parse("reused", "SELECT 1").sync()).expect("first parse");
+    let refused = exchange(&mut client, &f().parse("reused", "SELECT 1").sync())
+        .expect_err("the name is in use");
+    assert!(
+        refused.starts_with("42P05") && refused.contains("\"reused\""),
+        "{refused}"
+    );
+    exchange(&mut client, &run_statement("reused", &[])).expect("the client goes on");
+    let log = proxy.log();
+    assert!(
+        log.contains("prepared statement 'reused' was already prepared"),
+        "{log}"
+    );
+}
+
 // ---- pgbench -M prepared ----
 
 /// `pgbench -i` into a database of this run's own on the shared server (the session and

@@ -278,6 +278,11 @@ impl Rewriter<'_> {
         self.counted.client_parses += 1;
         if let Some(existing) = self.statement(parse.statement) {
             // PostgreSQL refuses a name in use (42P05): the server does, for the server name.
+            // Logged in PgBouncer's words, which closes the client instead.
+            tracing::info!(
+                "prepared statement '{}' was already prepared",
+                String::from_utf8_lossy(parse.statement)
+            );
             self.ensure(&existing, OnError::Forward, false, out);
             statement::encode_parse_named(self.scratch, existing.server_name(), definition);
             self.emit(out);

@@ -57,6 +57,10 @@ pub struct DatabaseConfig {
     /// The entry whose servers run that query (the entry's `auth_dbname`, else the global
     /// one; `None`: this entry's own servers).
     pub auth_dbname: Option<String>,
+    /// SQL run once on every new server connection of this entry, right after its login and
+    /// before any client uses it (PgBouncer's `connect_query`); an error in it fails the
+    /// login. `None`: nothing is run.
+    pub connect_query: Option<String>,
     /// Startup parameters sent to the server on every new connection of this entry
     /// (pgbouncer.ini's `client_encoding`, `datestyle`, `timezone`), as (name, value).
     pub connect_params: Vec<(String, String)>,

@@ -40,6 +40,7 @@ pub(super) struct DatabaseRaw {
     pub auth_user: Option<String>,
     pub auth_query: Option<String>,
     pub auth_dbname: Option<String>,
+    pub connect_query: Option<String>,
     pub client_encoding: Option<String>,
     pub datestyle: Option<String>,
     pub timezone: Option<String>,

@@ -301,6 +301,7 @@ pub(super) fn database(
             .auth_query
             .unwrap_or_else(|| settings.auth_query.clone()),
         auth_dbname: raw.auth_dbname.or_else(|| settings.auth_dbname.clone()),
+        connect_query: raw.connect_query.filter(|query| !query.trim().is_empty()),
         connect_params,
     })
 }

@@ -162,6 +162,7 @@ pub(super) const DATABASE_HONOURED: &[&str] = &[
     "auth_user",
     "auth_query",
     "auth_dbname",
+    "connect_query",
     "pool_size",
     "min_pool_size",
     "reserve_pool",
@@ -179,7 +180,7 @@ pub(super) const DATABASE_HONOURED: &[&str] = &[
 ];
 
 /// Keys of a `[databases]` connection string that PgBouncer knows and pgtier does not act on.
-pub(super) const DATABASE_UNHONOURED: &[&str] = &["connect_query"];
+pub(super) const DATABASE_UNHONOURED: &[&str] = &[];
 
 /// Keys of a `[users]` value that pgtier acts on.
 pub(super) const USER_HONOURED: &[&str] = &[

@@ -535,11 +535,7 @@ dns_max_ttl = 15
 ");
     assert_eq!(
         config.unhonoured,
-        [
-            "tcp_keepalive",
-            "dns_max_ttl",
-            "[databases] app: connect_query"
-        ]
+        ["tcp_keepalive", "dns_max_ttl"]
     );
 }
 
@@ -577,6 +573,23 @@ peer_id = 2
         ));
         assert!(message.contains(expected), "{text}: {message}");
     }
+}
+
+#[test]
+fn a_databases_connect_query_is_read() {
+    let config = ini("\
+[databases]
+app = host=127.0.0.1 connect_query='set enable_seqscan=off; set enable_nestloop=off'
+plain = host=127.0.0.1
+[pgbouncer]
+auth_type = trust
+");
+    let app = config.database("app").expect("app");
+    assert_eq!(
+        app.connect_query.as_deref(),
+        Some("set enable_seqscan=off; set enable_nestloop=off")
+    );
+    assert_eq!(config.database("plain").expect("plain").connect_query, None);
 }
 
 #[test]

@@ -142,7 +142,7 @@ impl ServerTable {
             }
         }
         let startup = ServerLogin::startup_message(&key.server_user, dbname, &params);
-        server.logging_in(now);
+        server.logging_in(now, entry.and_then(|db| db.connect_query.as_deref()));
         outbox.send(Conn::Server(id), startup);
     }
 

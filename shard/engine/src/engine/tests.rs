@@ -1360,3 +1360,26 @@ fn a_refused_replication_login_is_login_failed_for_its_client() {
     );
     assert!(h.is_closed(Conn::Client(id)));
 }
+
+#[test]
+fn an_entrys_connect_query_runs_once_on_each_new_server_before_any_client() {
+    let text = "[pgtier]\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
+                [databases.db]\nhost = \"127.0.0.1\"\n\
+                connect_query = \"SET enable_seqscan = off\"\n";
+    let mut h = Harness::new(text);
+    let (a, welcome) = h.login("alice", "db");
+    assert_eq!(welcome.last().map(|m| m.tag), Some(b'Z'));
+    for _ in 0..2 {
+        h.client_sends(a, &query("SELECT 1"));
+        assert_eq!(h.client_tags(a), "TDCZ", "the client sees only its own answers");
+    }
+    let servers = h.live_servers();
+    assert_eq!(servers.len(), 1);
+    let seen = &h.backend(servers[0]).seen;
+    assert_eq!(seen.first().map(String::as_str), Some("SET enable_seqscan = off"));
+    assert_eq!(
+        seen.iter().filter(|sql| sql.contains("enable_seqscan")).count(),
+        1,
+        "once per server: {seen:?}"
+    );
+}

@@ -1,7 +1,9 @@
 //! Logging a new server connection in: the StartupMessage, the password exchange the server
 //! asks for (answered with the pool's configured credential), then every ParameterStatus and
-//! the BackendKeyData until the first ReadyForQuery. A server's own ErrorResponse (a wrong
-//! password, a missing database) is kept whole: every client waiting on the pool gets it.
+//! the BackendKeyData until the first ReadyForQuery; then the entry's `connect_query`, if it
+//! has one, until the next. A server's own ErrorResponse (a wrong password, a missing
+//! database, an error in `connect_query`) is kept whole: every client waiting on the pool
+//! gets it.
 
 use bytes::{Bytes, BytesMut};
 use pgtier_wire::auth::{AuthError, ChannelBinding, ChannelBindingPolicy, ClientAuth, KEY_LEN};
@@ -62,9 +64,24 @@ pub struct ServerLogin {
     /// The password exchange, from the server's first request that needs one.
     auth: Option<Box<ClientAuth>>,
     backend: Backend,
+    /// The entry's `connect_query` (a Query message), sent at the login's ReadyForQuery:
+    /// the login is done at the ReadyForQuery that answers it.
+    connect_query: Option<Bytes>,
 }
 
 impl ServerLogin {
+    /// A login that runs `connect_query` (SQL) once the server is ready, when there is one.
+    pub(crate) fn with_connect_query(connect_query: Option<&str>) -> ServerLogin {
+        ServerLogin {
+            connect_query: connect_query.map(|sql| {
+                let mut out = BytesMut::with_capacity(sql.len() + 6);
+                messages::query(&mut out, sql);
+                out.freeze()
+            }),
+            ..ServerLogin::default()
+        }
+    }
+
     /// The StartupMessage for a pool's server.
     pub fn startup_message(user: &str, dbname: &str, params: &[(&str, &str)]) -> Bytes {
         let mut all: Vec<(&str, &str)> = Vec::with_capacity(params.len() + 2);
@@ -135,7 +152,10 @@ impl ServerLogin {
                         from_server: true,
                     };
                 }
-                b'Z' => return LoginStep::Done,
+                b'Z' => match self.connect_query.take() {
+                    Some(query) => replies.extend_from_slice(&query),
+                    None => return LoginStep::Done,
+                },
                 _ => {}
             }
         }
@@ -356,6 +376,54 @@ mod tests {
             step,
             LoginStep::Failed {
                 from_server: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn the_connect_query_runs_before_the_login_is_done() {
+        let mut login = ServerLogin::with_connect_query(Some("set timezone = 'Asia/Tokyo'"));
+        let mut random = SeededRandom::new(1);
+        let mut input = BytesMut::new();
+        input.extend_from_slice(&frame(b'R', &0u32.to_be_bytes()));
+        input.extend_from_slice(&frame(b'S', b"TimeZone\0UTC\0"));
+        input.extend_from_slice(&frame(b'Z', b"I"));
+        let LoginStep::Continue { reply: Some(query) } = login.step(&mut input, TRUST, &mut random)
+        else {
+            panic!("the connect query is sent");
+        };
+        assert_eq!(
+            &query[..],
+            &frame(b'Q', b"set timezone = 'Asia/Tokyo'\0")[..]
+        );
+        input.extend_from_slice(&frame(b'S', b"TimeZone\0Asia/Tokyo\0"));
+        input.extend_from_slice(&frame(b'C', b"SET\0"));
+        input.extend_from_slice(&frame(b'Z', b"I"));
+        assert!(matches!(
+            login.step(&mut input, TRUST, &mut random),
+            LoginStep::Done
+        ));
+        assert_eq!(login.into_backend().tracked.get(2), Some("Asia/Tokyo"));
+    }
+
+    #[test]
+    fn an_error_in_the_connect_query_fails_the_login() {
+        let mut login = ServerLogin::with_connect_query(Some("set nonsense = 1"));
+        let mut random = SeededRandom::new(1);
+        let mut input = BytesMut::new();
+        input.extend_from_slice(&frame(b'R', &0u32.to_be_bytes()));
+        input.extend_from_slice(&frame(b'Z', b"I"));
+        assert!(matches!(
+            login.step(&mut input, TRUST, &mut random),
+            LoginStep::Continue { reply: Some(_) }
+        ));
+        input.extend_from_slice(&frame(b'E', b"SERROR\0C42704\0Mno such parameter\0\0"));
+        input.extend_from_slice(&frame(b'Z', b"I"));
+        assert!(matches!(
+            login.step(&mut input, TRUST, &mut random),
+            LoginStep::Failed {
+                from_server: true,
                 ..
             }
         ));

@@ -360,10 +360,11 @@ impl ServerConn {
     }
 
     /// Its StartupMessage was sent at `now`.
-    pub(crate) fn logging_in(&mut self, now: Instant) {
+    /// StartupMessage sent at `now`; `connect_query` runs once the server is ready.
+    pub(crate) fn logging_in(&mut self, now: Instant, connect_query: Option<&str>) {
         self.state = ServerState::LoggingIn {
             since: now,
-            login: Box::default(),
+            login: Box::new(ServerLogin::with_connect_query(connect_query)),
         };
     }
 

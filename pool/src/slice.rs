@@ -293,10 +293,13 @@ impl<S, W: Copy> PoolSlice<S, W> {
         let Some(pool) = self.pool(id) else {
             return Err(Refusal::NotNow);
         };
+        // A login refused on this worker, or with an error on any other, is not tried
+        // again before its `retry_at`.
         let retry_later = pool
             .failure
             .as_ref()
-            .is_some_and(|failure| now < failure.retry_at);
+            .is_some_and(|failure| now < failure.retry_at)
+            || pool.limits.pool_budget.failure(now).is_some();
         if pool.draining || retry_later {
             return Err(Refusal::NotNow);
         }

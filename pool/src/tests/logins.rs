@@ -174,6 +174,11 @@ fn a_login_failure_stands_for_every_worker_of_the_pool() {
     first.open_failed(a, t0 + secs(15), Some(error()));
     assert_eq!(second.login_failure(b, t0 + secs(14)), Some(error()));
     assert_eq!(
+        second.try_open(b, t0 + secs(14)),
+        Err(Refusal::NotNow),
+        "the refused login is not tried again"
+    );
+    assert_eq!(
         second.login_failure(b, t0 + secs(15)),
         None,
         "retry_at passed"

@@ -1679,6 +1679,17 @@ impl Engine {
         self.servers.close_unpooled(id, &mut self.outbox);
     }
 
+    /// A checked-out server of `pool` closed: a replacement opens for its waiters, unless
+    /// a login of the pool was just refused (here or on another shard), whose error they
+    /// get now instead.
+    fn replace_closed(&mut self, pool: PoolId) {
+        if self.linker.pools_mut().closed(pool, self.now) {
+            self.open_server(pool);
+        } else if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+            self.fail_waiters(pool, error);
+        }
+    }
+
     /// The pool accounting of a server that is closing, by the state it was in.
     fn settle_closed_server(
         &mut self,
@@ -1696,10 +1707,8 @@ impl Engine {
                 self.open_for_waiters(pool);
             }
             ServerState::Idle { .. } => {
-                if self.linker.pools_mut().take_idle(pool, &id).is_some()
-                    && self.linker.pools_mut().closed(pool, self.now)
-                {
-                    self.open_server(pool);
+                if self.linker.pools_mut().take_idle(pool, &id).is_some() {
+                    self.replace_closed(pool);
                 }
             }
             ServerState::Leaving { .. } | ServerState::Moving { .. } => {
@@ -1717,8 +1726,8 @@ impl Engine {
             ServerState::Checking { .. }
             | ServerState::Busy { .. }
             | ServerState::Releasing { .. } => {
-                if lease.is_some() && self.linker.pools_mut().closed(pool, self.now) {
-                    self.open_server(pool);
+                if lease.is_some() {
+                    self.replace_closed(pool);
                 }
                 self.open_for_waiters_under_caps(pool);
             }

@@ -543,8 +543,9 @@ fn two_shards() -> (Shard<FakeRing>, Shard<FakeRing>) {
     (shard(0), shard(1))
 }
 
-/// A client of shard `shard` sends its startup; with the pool's one server on the other
-/// shard it waits, and its shard asks the other for the server.
+/// A client of shard `shard` logs in, welcomed at once with what the other shard's server
+/// login reported, and sends a query; with the pool's one server on the other shard it
+/// waits, and its shard asks the other for the server.
 fn waiting_client(shard: &mut Shard<FakeRing>) {
     accept(shard);
     let recv = shard
@@ -554,6 +555,19 @@ fn waiting_client(shard: &mut Shard<FakeRing>) {
     shard
         .ring()
         .deliver(recv, &startup(&[("user", "alice"), ("database", "db")]));
+    turn(shard);
+    let mut welcome = Vec::new();
+    while let Some(send) = shard.ring().take(is_kind(OpKind::ClientSend)) {
+        welcome.extend(shard.ring().accept_send(send, usize::MAX));
+        turn(shard);
+    }
+    assert_eq!(welcome.first(), Some(&b'R'));
+    assert_eq!(welcome.last(), Some(&b'I'), "welcomed without a server");
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv armed while idle");
+    shard.ring().deliver(recv, &query("SELECT 1"));
     turn(shard);
 }
 
@@ -611,14 +625,17 @@ fn an_idle_server_socket_moves_to_the_shard_whose_client_waits_unclosed() {
         !taker.ring().has(is_kind(OpKind::ServerConnect)),
         "PostgreSQL sees no new connection"
     );
-    // The waiting client is welcomed through it.
-    let mut welcome = Vec::new();
-    while let Some(send) = taker.ring().take(is_kind(OpKind::ClientSend)) {
-        welcome.extend(taker.ring().accept_send(send, usize::MAX));
-        turn(&mut taker);
-    }
-    assert_eq!(welcome.first(), Some(&b'R'));
-    assert_eq!(welcome.last(), Some(&b'I'), "ends with ReadyForQuery");
+    // The waiting client's query goes to it.
+    let sent = taker
+        .ring()
+        .take(is_kind(OpKind::ServerSend))
+        .expect("the query is sent on the moved server");
+    let bytes = taker.ring().accept_send(sent, usize::MAX);
+    assert!(
+        bytes.windows(8).any(|w| w == b"SELECT 1"),
+        "{:?}",
+        String::from_utf8_lossy(&bytes)
+    );
 }
 
 #[test]

@@ -45,6 +45,49 @@ fn sighup_adds_a_database_without_dropping_clients() {
 }
 
 #[test]
+fn a_reload_that_moves_a_database_sends_its_next_transactions_to_the_new_one() {
+    let (pg, mut proxy) = server_and_proxy(|config| config.pool_mode("transaction"));
+    admin(&pg, "CREATE DATABASE moved_to");
+    let config = proxy
+        .config()
+        .clone()
+        .database("app", pg.port(), "postgres");
+    proxy.rewrite_config(config).expect("rewrite");
+    proxy.reload().expect("SIGHUP");
+    let current = |client: &mut postgres::Client| -> String {
+        client
+            .query_one("SELECT current_database()::text", &[])
+            .expect("query")
+            .get(0)
+    };
+    let mut client = wait::until(SHORT, Duration::from_millis(100), || {
+        proxy.connect("app", "postgres").ok()
+    })
+    .expect("app served");
+    assert_eq!(current(&mut client), "postgres");
+    let mut config = proxy.config().clone();
+    for entry in &mut config.databases {
+        if entry.name == "app" {
+            entry.dbname = "moved_to".to_string();
+        }
+    }
+    proxy.rewrite_config(config).expect("rewrite");
+    proxy.reload().expect("SIGHUP");
+    // The idle server of the old definition is closed: the same client's next
+    // transaction, and a new client's, run on the new database (no server_lifetime wait).
+    let moved = wait::until(SHORT, Duration::from_millis(100), || {
+        (current(&mut client) == "moved_to").then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "still on the old database\n{}",
+        proxy.log()
+    );
+    let mut fresh = proxy.connect("app", "postgres").expect("connect");
+    assert_eq!(current(&mut fresh), "moved_to");
+}
+
+#[test]
 fn sighup_changes_limits_and_a_bad_file_keeps_the_old_config() {
     let (_pg, mut proxy) = server_and_proxy(|config| config);
     let mut client = proxy.connect("postgres", "postgres").expect("connect");

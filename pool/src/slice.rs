@@ -423,6 +423,9 @@ impl<S, W: Copy> PoolSlice<S, W> {
         for slot in &mut self.slots {
             if let Some(pool) = slot.pool.as_mut() {
                 pool.failure = None;
+                // The memo other workers share goes too (each worker forgets on the same
+                // reload).
+                pool.limits.pool_budget.clear_failure();
             }
         }
     }

@@ -533,10 +533,7 @@ dns_max_ttl = 15
 [peers]
 1 = host=/tmp/pgbouncer1
 ");
-    assert_eq!(
-        config.unhonoured,
-        ["tcp_keepalive", "dns_max_ttl"]
-    );
+    assert_eq!(config.unhonoured, ["tcp_keepalive", "dns_max_ttl"]);
 }
 
 #[test]

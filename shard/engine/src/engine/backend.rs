@@ -310,6 +310,21 @@ impl ServerTable {
         now: Instant,
         outbox: &mut Outbox,
     ) -> bool {
+        if !self.is_stale(lease, config, now) {
+            return false;
+        }
+        self.start_check(lease, config, now, outbox);
+        true
+    }
+
+    /// Whether the idle server of `lease` is due for `server_check_query` before a client
+    /// gets it (`start_check_if_stale`).
+    pub(super) fn is_stale(
+        &self,
+        lease: &pgtier_pool::Lease<ServerId>,
+        config: &Config,
+        now: Instant,
+    ) -> bool {
         let settings = &config.pgtier;
         if settings.server_check_query.is_empty() {
             return false;
@@ -326,8 +341,7 @@ impl ServerTable {
         {
             return false;
         }
-        let id = lease.server;
-        let Some(server) = self.get_mut(id.0) else {
+        let Some(server) = self.get(lease.server.0) else {
             return false;
         };
         // With no delay PgBouncer checks the servers its clients released, not one that
@@ -335,6 +349,23 @@ impl ServerTable {
         if delay.is_zero() && !server.used_since_check() {
             return false;
         }
+        true
+    }
+
+    /// Sends `server_check_query` to the server of `lease`, which holds the lease until the
+    /// answer (`is_stale` said it is due).
+    pub(super) fn start_check(
+        &mut self,
+        lease: &pgtier_pool::Lease<ServerId>,
+        config: &Config,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) {
+        let settings = &config.pgtier;
+        let id = lease.server;
+        let Some(server) = self.get_mut(id.0) else {
+            return;
+        };
         let bytes = server
             .backend_mut()
             .internal_query(check_query_text(&settings.server_check_query));
@@ -347,7 +378,6 @@ impl ServerTable {
             },
         );
         outbox.send(Conn::Server(id), bytes);
-        true
     }
 
     /// Whether server `id`'s check failed (an error, or not idle after it); `None` when it

@@ -139,6 +139,12 @@ impl Linker {
             // Not reached: the server was inserted just now.
             return Arrived::Placed;
         }
+        if servers.is_stale(&lease, env.config(), now) && self.pools_mut().adopt_checked_out(pool) {
+            // Idle past server_check_delay on the shard it left: checked here before a
+            // client gets it, as on any checkout; the check's end places it.
+            servers.start_check(&lease, env.config(), now, outbox);
+            return Arrived::Placed;
+        }
         let checkin = self.pools_mut().adopt_server(pool, lease, now);
         Arrived::Checkin { id, checkin }
     }

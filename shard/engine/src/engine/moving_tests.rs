@@ -258,3 +258,38 @@ fn a_client_is_welcomed_with_what_another_shards_server_login_reported() {
     pair.exchange();
     assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
 }
+
+/// PgBouncer's test_server_check_query with two shards: with `server_check_delay = 0`, a
+/// server a client used and released on shard 0 runs the check query on shard 1 before that
+/// shard's client gets it, as it would on a checkout where it sat.
+#[test]
+fn a_used_server_that_moves_is_checked_before_the_client_there_gets_it() {
+    let mut pair = Pair::new(&config(&format!(
+        "{TX_ONE}\nserver_check_delay = 0\nserver_check_query = \"SELECT 2\""
+    )));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    pair.shards[0].client_sends(a, &query("SELECT 1"));
+    assert_eq!(pair.shards[0].client_tags(a), "TDCZ");
+    let server = pair.shards[0].live_servers()[0];
+    let pid = pair.shards[0].backend(server).pid;
+    pair.shards[0].client_leaves(a);
+    pair.advance(PERIOD);
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 3"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    let moved = pair.shards[1].live_servers();
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        pair.shards[1].backend(moved[0]).pid,
+        pid,
+        "the same backend"
+    );
+    let seen = pair.shards[1].backend(moved[0]).seen.clone();
+    let check = seen.iter().position(|q| q == "SELECT 2").expect("checked");
+    let query_at = seen.iter().position(|q| q == "SELECT 3").expect("ran");
+    assert!(check < query_at, "the check ran first: {seen:?}");
+    for shard in &pair.shards {
+        shard.engine.check_invariants().expect("invariants");
+    }
+}

@@ -175,7 +175,10 @@ impl Linker {
             conn: Conn::Server(id),
             how: CloseHow::Now,
         });
-        self.pools_mut().open_failed(pool, retry_at, Some(error));
+        // A server starting up or shutting down (a restart) is about to take logins again:
+        // a client that comes meanwhile waits with the others instead of failing fast.
+        let memo = (cause != FailureCause::ServerShutdown).then_some(error);
+        self.pools_mut().open_failed(pool, retry_at, memo);
     }
 }
 

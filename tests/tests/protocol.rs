@@ -339,13 +339,15 @@ fn startup_options_reach_the_server() {
 }
 
 /// By default `options` is read as PgBouncer reads it: tracked settings are applied like
-/// top-level parameters, ignored ones dropped, others and non-settings refused.
+/// top-level parameters, ignored ones dropped, `track_extra_parameters` accepted, others
+/// and non-settings refused.
 #[test]
 fn startup_options_are_read_as_pgbouncer_reads_them() {
     let (_pg, proxy) = server_and_proxy(|config| {
         config
             .pool_mode("transaction")
             .setting("ignore_startup_parameters", "[\"extra_float_digits\"]")
+            .setting("track_extra_parameters", "[\"search_path\"]")
     });
     let connect = |options: &str| {
         let mut config = proxy.pg_config("postgres", "postgres");
@@ -363,6 +365,8 @@ fn startup_options_are_read_as_pgbouncer_reads_them() {
     let long = "1".repeat(5000);
     let mut client = connect(&format!("-c extra_float_digits={long}")).expect("ignored");
     assert_eq!(show(&mut client, "extra_float_digits"), ["1"]);
+    let mut client = connect("-c search_path=pg_catalog").expect("track_extra_parameters");
+    assert_eq!(show(&mut client, "search_path"), ["pg_catalog"]);
     let refusal = |options: &str| {
         let error = connect(options).err().expect("refused");
         error

@@ -295,6 +295,11 @@ pub struct Settings {
     /// every other top-level startup parameter to the server; see `forward_startup_options`
     /// for the settings inside `options`.
     pub ignore_startup_parameters: Vec<String>,
+    /// Parameters besides the tracked set that a client may set in `options`
+    /// (`IntervalStyle`, PgBouncer 1.25's default; names compared without case). pgtier does
+    /// not re-apply them with SET: they go into the server's startup packet, and the pool is
+    /// keyed by them, like any other startup parameter pgtier forwards.
+    pub track_extra_parameters: Vec<String>,
     /// Settings in a client's `options` startup parameter that pgtier does not track (and
     /// `ignore_startup_parameters` does not drop) go into its server's startup packet, its
     /// pool keyed by them (false: the login is refused, as PgBouncer refuses it). pgtier only.
@@ -536,6 +541,7 @@ impl Default for Settings {
             admin_users: Vec::new(),
             stats_users: Vec::new(),
             ignore_startup_parameters: Vec::new(),
+            track_extra_parameters: vec!["IntervalStyle".to_string()],
             forward_startup_options: false,
             stats_period: Seconds::from_secs(60),
             log_level: "info".to_string(),

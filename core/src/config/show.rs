@@ -167,6 +167,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         admin_users: RELOAD,
         stats_users: RELOAD,
         ignore_startup_parameters: RELOAD,
+        track_extra_parameters: RELOAD,
         forward_startup_options: RELOAD,
         stats_period: RELOAD,
         log_level: RELOAD,

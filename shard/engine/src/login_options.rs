@@ -2,9 +2,10 @@
 //! `-c name=value` and `--name=value` settings; a tracked parameter (`DateStyle`,
 //! `TimeZone`...) joins the client's tracked values, so its pool is shared and the value is
 //! re-applied with SET like a top-level one; a setting `ignore_startup_parameters` names (or
-//! any untracked one, when it names `options`) is dropped; any other setting is refused, as
-//! PgBouncer refuses it, unless `forward_startup_options` lets it reach the server's
-//! startup packet (its pool keyed by it). pgtier's own `pgtier.class` is kept for the
+//! any untracked one, when it names `options`) is dropped; a setting
+//! `track_extra_parameters` names, or any other when `forward_startup_options` is on, goes
+//! into the server's startup packet (its pool keyed by it: pgtier does not re-apply these
+//! with SET); any other setting is refused, as PgBouncer refuses it. pgtier's own `pgtier.class` is kept for the
 //! replica routing, which consumes it.
 
 use pgtier_pool::tracked_index;
@@ -29,6 +30,8 @@ pub(crate) struct LoginOptions {
 pub(crate) struct OptionsPolicy<'a> {
     /// Whether `ignore_startup_parameters` names this setting (or `options`).
     pub ignored: &'a dyn Fn(&str) -> bool,
+    /// Whether `track_extra_parameters` names this setting.
+    pub extra: &'a dyn Fn(&str) -> bool,
     /// `forward_startup_options`: untracked settings go to the server instead of being refused.
     pub forward_untracked: bool,
 }
@@ -49,7 +52,10 @@ pub(crate) fn read_login_options(
         };
         if tracked_index(&name).is_some() {
             read.tracked.push((name, value));
-        } else if name.eq_ignore_ascii_case(CLASS_OPTION) || policy.forward_untracked {
+        } else if name.eq_ignore_ascii_case(CLASS_OPTION)
+            || policy.forward_untracked
+            || (policy.extra)(&name)
+        {
             kept.push(format!("-c {}", escape(&format!("{name}={value}"))));
         } else if !(policy.ignored)(&name) {
             return Err(format!("unsupported startup parameter in options: {name}"));
@@ -81,10 +87,12 @@ mod tests {
                 .iter()
                 .any(|i| i.eq_ignore_ascii_case(name) || i.eq_ignore_ascii_case("options"))
         };
+        let extra = |name: &str| name.eq_ignore_ascii_case("search_path");
         read_login_options(
             options,
             &OptionsPolicy {
                 ignored: &ignored,
+                extra: &extra,
                 forward_untracked: forward,
             },
         )
@@ -145,6 +153,21 @@ mod tests {
         assert_eq!(
             forwarded.forwarded.as_deref(),
             Some("-c enable_seqscan=false -c search_path=a\\ b")
+        );
+    }
+
+    #[test]
+    fn extra_tracked_settings_are_forwarded() {
+        let read = read(
+            "-c SEARCH_PATH=malicious,public -c timezone=UTC",
+            &[],
+            false,
+        )
+        .unwrap();
+        assert_eq!(read.tracked, pairs(&[("timezone", "UTC")]));
+        assert_eq!(
+            read.forwarded.as_deref(),
+            Some("-c SEARCH_PATH=malicious,public")
         );
     }
 

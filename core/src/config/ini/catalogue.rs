@@ -66,7 +66,7 @@ pub(super) const PGBOUNCER_KEYS: &[(&str, Treatment)] = &[
     ("server_round_robin", Unhonoured),
     // pgtier's tracked set is fixed (client_encoding, datestyle, timezone,
     // standard_conforming_strings, application_name, IntervalStyle): accepted and reported.
-    ("track_extra_parameters", Unhonoured),
+    ("track_extra_parameters", Honoured(List)),
     ("ignore_startup_parameters", Honoured(List)),
     // Peering (1.19): cancel keys carry it, and `[peers]` says where to forward them.
     ("peer_id", Honoured(Count)),

@@ -752,8 +752,15 @@ fn read_options(
     let ignored = |name: &str| {
         settings.ignores_startup_parameter(name) || settings.ignores_startup_parameter("options")
     };
+    let extra = |name: &str| {
+        settings
+            .track_extra_parameters
+            .iter()
+            .any(|extra| extra.eq_ignore_ascii_case(name))
+    };
     let policy = OptionsPolicy {
         ignored: &ignored,
+        extra: &extra,
         forward_untracked: settings.forward_startup_options,
     };
     let read = read_login_options(&options, &policy)

@@ -164,6 +164,16 @@ fn register_buffers(ring: &IoUring, recv: RecvBuffers) -> Result<BufRing, String
 }
 
 fn unavailable_message(error: &io::Error) -> String {
+    if error.raw_os_error() == Some(libc::ENOMEM) {
+        // Ring memory counts against the locked-memory limit of the user (summed over all of
+        // its processes), not the machine's free memory: say which knob it is.
+        return format!(
+            "io_uring could not set up its ring ({error}): the rings count against the \
+             locked-memory limit of the user pgtier runs as, summed over its processes \
+             (RLIMIT_MEMLOCK, `ulimit -l`; systemd's LimitMEMLOCK=). Raise it, or lower \
+             `ring_entries` (each shard's ring takes about ring_entries x 100 bytes)"
+        );
+    }
     format!(
         "io_uring is unavailable ({error}). pgtier needs io_uring: on Linux >= 6.1 set \
          `sysctl kernel.io_uring_disabled=0` (or 1 and run as a member of \
@@ -235,6 +245,17 @@ impl Ring for UringRing {
 mod tests {
     use super::*;
     use crate::io::op_key::OpKind;
+
+    /// ENOMEM from io_uring_setup is the user's locked-memory limit, not free memory: the
+    /// message names the limit and the setting that shrinks the ring.
+    #[test]
+    fn a_ring_refused_for_memory_names_the_locked_memory_limit() {
+        let message = unavailable_message(&io::Error::from_raw_os_error(libc::ENOMEM));
+        assert!(message.contains("RLIMIT_MEMLOCK"), "{message}");
+        assert!(message.contains("ring_entries"), "{message}");
+        let other = unavailable_message(&io::Error::from_raw_os_error(libc::EINVAL));
+        assert!(other.contains("io_uring_disabled"), "{other}");
+    }
 
     /// A ring whose completion queue is far smaller than the burst it gets: with the kernel's
     /// FEAT_NODROP every completion must still be reaped, none lost or duplicated.

@@ -404,6 +404,15 @@ impl<S, W: Copy> PoolSlice<S, W> {
         if pool.live_servers() > 0 {
             return None;
         }
+        self.standing_login_failure(id, now)
+    }
+
+    /// The error of the pool's last failed login while it stands (`now < retry_at`, on
+    /// this worker, or with an error on any other), whatever servers this slice holds: for
+    /// a caller that knows better than the slice which of them will serve again (servers
+    /// RECONNECT marked will not).
+    pub fn standing_login_failure(&self, id: PoolId, now: Instant) -> Option<Bytes> {
+        let pool = self.pool(id)?;
         match pool.failure.as_ref() {
             Some(failure) if now < failure.retry_at => failure.error.clone(),
             _ => pool.limits.pool_budget.failure(now),

@@ -40,6 +40,9 @@ fn login_failure_is_hidden_while_the_slice_holds_a_server() {
         None,
         "another login is still under way"
     );
+    // For a caller that knows which servers will serve again, it still stands.
+    assert_eq!(slice.standing_login_failure(id, t0), Some(error()));
+    assert_eq!(slice.standing_login_failure(id, t0 + secs(15)), None);
 }
 
 #[test]

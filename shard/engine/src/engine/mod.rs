@@ -1255,7 +1255,7 @@ impl Engine {
             if counts.opening >= counts.waiting {
                 return;
             }
-            if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+            if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
                 self.fail_waiters(pool, error);
                 return;
             }
@@ -1563,7 +1563,7 @@ impl Engine {
     fn replace_closed(&mut self, pool: PoolId) {
         if self.linker.pools_mut().closed(pool, self.now) {
             self.open_server(pool);
-        } else if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+        } else if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
             self.fail_waiters(pool, error);
         }
     }
@@ -1941,7 +1941,7 @@ impl Engine {
         let Some(pool) = self.register_pool(id) else {
             return;
         };
-        if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+        if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
             self.close_client(id, Some(error));
             return;
         }

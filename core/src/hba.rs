@@ -5,10 +5,12 @@
 //! Supported, as PgBouncer does: `local`, `host`, `hostssl`, `hostnossl` lines; databases
 //! `all`, `sameuser`, names and `@file`; users `all`, names and `@file`; addresses in CIDR
 //! form, as an address plus a mask, or `all`; methods trust, reject, md5, scram-sha-256,
-//! password, cert and peer. `replication` matches physical replication connections, which
-//! match nothing else, as in PostgreSQL (a logical one matches as any connection to its
-//! database). Everything else (host names, `samehost`, `samenet`,
-//! `+group`, `samerole`, regular expressions, `include`, options such as `map=`) is refused
+//! password, cert and peer, the last two with an optional `map=NAME` (a user name map of
+//! `auth_ident_file`, `crate::ident`). `replication` matches physical replication
+//! connections, which match nothing else, as in PostgreSQL (a logical one matches as any
+//! connection to its database). Lists may have blanks around their commas, as PgBouncer
+//! reads them. Everything else (host names, `samehost`, `samenet`, `+group`, `samerole`,
+//! regular expressions, `include`, other options such as `clientcert=`) is refused
 //! when the file is loaded, naming the line, rather than being ignored: a rule read
 //! differently from PostgreSQL's reading could let in a client PostgreSQL would refuse.
 

@@ -133,6 +133,9 @@ pub(crate) struct LoginFailure {
     /// The error the pool's clients get meanwhile; None = they keep waiting.
     pub(crate) error: Option<Bytes>,
     pub(crate) retry_at: Instant,
+    /// The server refused the login (its clients are failed, `standing_login_failure`);
+    /// false for a server that could not be reached, whose waiters wait for the next try.
+    pub(crate) refused: bool,
 }
 
 /// One pool's state.

@@ -394,15 +394,38 @@ impl<S, W: Copy> PoolSlice<S, W> {
     /// Waiters stay parked: fail them with [`PoolSlice::next_waiter`] or
     /// [`PoolSlice::take_waiters`].
     pub fn open_failed(&mut self, id: PoolId, retry_at: Instant, error: Option<Bytes>) {
+        self.open_failed_as(id, retry_at, error, true);
+    }
+
+    /// Opening a server failed because it could not be reached (refused or timed-out
+    /// connect, reset in login): as [`PoolSlice::open_failed`], but `error` is only for
+    /// clients that join meanwhile (PgBouncer's fast fail) and stays on this worker; the
+    /// waiters are not failed by it (`standing_login_failure` leaves it out), they wait for
+    /// the next attempt.
+    pub fn open_unreachable(&mut self, id: PoolId, retry_at: Instant, error: Option<Bytes>) {
+        self.open_failed_as(id, retry_at, error, false);
+    }
+
+    fn open_failed_as(
+        &mut self,
+        id: PoolId,
+        retry_at: Instant,
+        error: Option<Bytes>,
+        refused: bool,
+    ) {
         if let Some(pool) = self.pool_mut(id) {
             debug_assert!(pool.opening > 0, "open_failed without try_open");
             pool.opening = pool.opening.saturating_sub(1);
-            if let Some(error) = &error {
+            if let Some(error) = error.as_ref().filter(|_| refused) {
                 pool.limits
                     .pool_budget
                     .record_failure(retry_at, error.clone());
             }
-            pool.failure = Some(LoginFailure { error, retry_at });
+            pool.failure = Some(LoginFailure {
+                error,
+                retry_at,
+                refused,
+            });
             pool.limits.host_turn.failed();
             pool.limits.budgets().for_each(PoolBudget::release);
         }
@@ -441,6 +464,18 @@ impl<S, W: Copy> PoolSlice<S, W> {
         }
         match pool.failure.as_ref() {
             Some(failure) if now < failure.retry_at => failure.error.clone(),
+            _ => pool.limits.pool_budget.failure(now),
+        }
+    }
+
+    /// The error of the pool's last failed login while it stands (`now < retry_at`, on
+    /// this worker, or with an error on any other), whatever servers this slice holds: for
+    /// a caller that knows better than the slice which of them will serve again (servers
+    /// RECONNECT marked will not).
+    pub fn standing_login_failure(&self, id: PoolId, now: Instant) -> Option<Bytes> {
+        let pool = self.pool(id)?;
+        match pool.failure.as_ref() {
+            Some(failure) if now < failure.retry_at && failure.refused => failure.error.clone(),
             _ => pool.limits.pool_budget.failure(now),
         }
     }

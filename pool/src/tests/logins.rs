@@ -50,6 +50,9 @@ fn login_failure_is_hidden_while_the_slice_holds_a_server() {
         None,
         "another login is still under way"
     );
+    // For a caller that knows which servers will serve again, it still stands.
+    assert_eq!(slice.standing_login_failure(id, t0), Some(error()));
+    assert_eq!(slice.standing_login_failure(id, t0 + secs(15)), None);
 }
 
 #[test]
@@ -189,5 +192,27 @@ fn a_login_failure_stands_for_every_worker_of_the_pool() {
         second.login_failure(b, t0 + secs(14)),
         None,
         "a login succeeded"
+    );
+}
+
+#[test]
+fn an_unreachable_server_fails_newcomers_here_but_not_the_waiters_nor_other_workers() {
+    // A connect that was refused says the server is down for now: a client joining on this
+    // worker hears it at once (fast fail), the waiters wait for the next attempt (not a
+    // standing failure), and other workers try for themselves.
+    let t0 = Instant::now();
+    let shared = limits(5);
+    let (mut first, mut second) = (Slice::new(10, 2), Slice::new(10, 2));
+    let a = first.register(&key("alice"), &shared, t0).expect("a");
+    let b = second.register(&key("alice"), &shared, t0).expect("b");
+    assert_eq!(first.try_open(a, t0), Ok(()));
+    first.open_unreachable(a, t0 + secs(15), Some(error()));
+    assert_eq!(first.login_failure(a, t0 + secs(14)), Some(error()));
+    assert_eq!(first.standing_login_failure(a, t0 + secs(14)), None);
+    assert_eq!(second.login_failure(b, t0 + secs(14)), None);
+    assert_eq!(
+        first.try_open(a, t0 + secs(14)),
+        Err(Refusal::NotNow),
+        "tried again after server_login_retry"
     );
 }

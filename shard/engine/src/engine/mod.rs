@@ -1331,7 +1331,7 @@ impl Engine {
         // The pool's last login failed moments ago and it has no server: the client is
         // told at once rather than queued (PgBouncer's fast fail); those already waiting
         // wait for the next attempt.
-        if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+        if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
             self.close_client(id, Some(error));
             return;
         }
@@ -1355,8 +1355,13 @@ impl Engine {
             if counts.opening >= counts.waiting {
                 return;
             }
-            // Within `server_login_retry` of a failed attempt this is refused (`NotNow`):
-            // the waiters wait for the next one.
+            // A refused login (not an unreachable server, whose waiters wait for the
+            // next attempt) fails the waiters while no server that will serve them is
+            // left; within `server_login_retry` an open is refused (`NotNow`).
+            if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
+                self.fail_waiters(pool, error);
+                return;
+            }
             match self.linker.pools_mut().try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
                 Err(pgtier_pool::Refusal::NotNow) => return,
@@ -1685,7 +1690,7 @@ impl Engine {
     fn replace_closed(&mut self, pool: PoolId) {
         if self.linker.pools_mut().closed(pool, self.now) {
             self.open_server(pool);
-        } else if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+        } else if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
             self.fail_waiters(pool, error);
         }
     }
@@ -2096,7 +2101,13 @@ impl Engine {
             return;
         };
         self.note_auto_database(pool);
-        if let Some(error) = self.linker.failed_login_for(pool, self.now) {
+        // A refused login that stands, or (PgBouncer's fast fail) this worker's last attempt
+        // to reach the server failed and it holds no server of the pool.
+        let failed = self
+            .linker
+            .failed_login_for(&self.servers, pool, self.now)
+            .or_else(|| self.linker.pools().login_failure(pool, self.now));
+        if let Some(error) = failed {
             self.close_client(id, Some(error));
             return;
         }

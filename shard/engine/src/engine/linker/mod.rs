@@ -108,9 +108,12 @@ impl Linker {
     }
 
     /// The memoed login failure of a pool whose clients must get it now (not on a replica,
-    /// whose waiters are re-routed instead).
+    /// whose waiters are re-routed instead): one that stands while this shard holds no
+    /// server of the pool that will serve them (servers RECONNECT marked will not), as
+    /// PgBouncer's `kill_pool_logins`.
     pub(in crate::engine) fn failed_login_for(
         &self,
+        servers: &crate::engine::servers::ServerTable,
         pool: pgtier_pool::PoolId,
         now: Instant,
     ) -> Option<bytes::Bytes> {
@@ -121,7 +124,8 @@ impl Linker {
         if replica {
             return None;
         }
-        self.pools().login_failure(pool, now)
+        let error = self.pools().standing_login_failure(pool, now)?;
+        (!opening::has_usable_server(servers, pool, None)).then_some(error)
     }
 
     /// Tells the router that a connection to a pool's replica failed. False when the pool

@@ -88,7 +88,7 @@ impl Linker {
         }
         self.pools_mut()
             .open_failed(pool, retry_at, Some(error.clone()));
-        (!has_usable_server(servers, pool, id)).then_some(FailWaiters { pool, error })
+        (!has_usable_server(servers, pool, Some(id))).then_some(FailWaiters { pool, error })
     }
 
     /// TLS with a server failed during its login (certificate refused, handshake failed,
@@ -178,7 +178,7 @@ impl Linker {
         // A server starting up or shutting down (a restart) is about to take logins again:
         // a client that comes meanwhile waits with the others instead of failing fast.
         let memo = (cause != FailureCause::ServerShutdown).then_some(error);
-        self.pools_mut().open_failed(pool, retry_at, memo);
+        self.pools_mut().open_unreachable(pool, retry_at, memo);
     }
 }
 
@@ -395,13 +395,17 @@ impl Linker {
     }
 }
 
-/// Whether pool `pool` has a server besides `failed` that will serve its waiters: logged
+/// Whether pool `pool` has a server (besides `failed`) that will serve its waiters: logged
 /// in, not closing, and not marked by RECONNECT to close at its release. Without one the
 /// waiters would only wait for logins that fail the same way, so they get the error now
 /// (PgBouncer's `kill_pool_logins`).
-fn has_usable_server(servers: &ServerTable, pool: PoolId, failed: ServerId) -> bool {
+pub(super) fn has_usable_server(
+    servers: &ServerTable,
+    pool: PoolId,
+    failed: Option<ServerId>,
+) -> bool {
     servers.iter().any(|(slot, server)| {
-        ServerId(slot) != failed
+        Some(ServerId(slot)) != failed
             && server.pool() == pool
             && !server.is_closing()
             && !server.close_needed()

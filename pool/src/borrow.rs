@@ -59,7 +59,8 @@ impl<S, W: Copy> PoolSlice<S, W> {
 
     /// Whether a borrow for pool `id` is on its way.
     pub fn borrowing(&self, id: PoolId) -> bool {
-        self.pool(id).is_some_and(|pool| pool.borrow_until.is_some())
+        self.pool(id)
+            .is_some_and(|pool| pool.borrow_until.is_some())
     }
 
     /// The borrow of pool `id` is over: its server arrived (`failed` false), or it was

@@ -71,7 +71,11 @@ mod tests {
         let board = IdleBoard::new(3);
         assert_eq!(board.holder_besides(0), None);
         board.step(0, true);
-        assert_eq!(board.holder_besides(0), None, "its own idle servers are not borrowed");
+        assert_eq!(
+            board.holder_besides(0),
+            None,
+            "its own idle servers are not borrowed"
+        );
         board.step(2, true);
         assert_eq!(board.holder_besides(0), Some(2));
         board.step(2, false);

@@ -1828,6 +1828,9 @@ impl Engine {
             "a server slot was handed to this shard"
         );
         self.linker.pools_mut().adopt_slot(key);
+        // A lent server that could not move after all (it spoke while its socket was being
+        // detached) is ended and its slot comes instead: that answers the borrow too.
+        self.linker.pools_mut().end_borrow(pool, true, self.now);
         self.open_for_waiters(pool);
         self.linker.pools_mut().return_unused_slots(pool);
     }

@@ -1371,14 +1371,23 @@ fn an_entrys_connect_query_runs_once_on_each_new_server_before_any_client() {
     assert_eq!(welcome.last().map(|m| m.tag), Some(b'Z'));
     for _ in 0..2 {
         h.client_sends(a, &query("SELECT 1"));
-        assert_eq!(h.client_tags(a), "TDCZ", "the client sees only its own answers");
+        assert_eq!(
+            h.client_tags(a),
+            "TDCZ",
+            "the client sees only its own answers"
+        );
     }
     let servers = h.live_servers();
     assert_eq!(servers.len(), 1);
     let seen = &h.backend(servers[0]).seen;
-    assert_eq!(seen.first().map(String::as_str), Some("SET enable_seqscan = off"));
     assert_eq!(
-        seen.iter().filter(|sql| sql.contains("enable_seqscan")).count(),
+        seen.first().map(String::as_str),
+        Some("SET enable_seqscan = off")
+    );
+    assert_eq!(
+        seen.iter()
+            .filter(|sql| sql.contains("enable_seqscan"))
+            .count(),
         1,
         "once per server: {seen:?}"
     );

@@ -776,7 +776,9 @@ impl Engine {
                 // Every client of the scope gets PgBouncer's error and goes, every server
                 // closes now; each database is paused by name, so RESUME of one lifts it.
                 for database in self.databases_killed_by(scope) {
-                    self.admin.gates_mut().pause(&Scope::Database(database.clone()));
+                    self.admin
+                        .gates_mut()
+                        .pause(&Scope::Database(database.clone()));
                     // Its pools go: a new client's welcome needs a server again.
                     self.env.shared().forget_welcomes_of(&database);
                 }

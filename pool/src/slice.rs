@@ -435,6 +435,9 @@ impl<S, W: Copy> PoolSlice<S, W> {
         for slot in &mut self.slots {
             if let Some(pool) = slot.pool.as_mut() {
                 pool.failure = None;
+                // The failure every worker sees too (`PoolBudget`): each worker runs this on
+                // the same reload, but this one's clients must not meet another's memo.
+                pool.limits.pool_budget.clear_failure();
             }
         }
     }

@@ -12,8 +12,8 @@
 //!    for A as in a handover (`handover.rs`: it counts as leaving, moves whole, and A adopts
 //!    it with [`PoolSlice::adopt_server`], to its oldest waiter). A server is owned by one
 //!    worker at all times: the lent one left B's idle list before any message, so no client of
-//!    B can get it meanwhile. Nothing to lend (used meanwhile, clients wait on B, a TLS session
-//!    that cannot move): B says so.
+//!    B can get it meanwhile. Nothing to lend (used meanwhile, clients wait on B, a server that
+//!    is not clean): B says so.
 //! 3. A ends the borrow with [`PoolSlice::end_borrow`] when the server arrives, when B
 //!    refuses, or at the deadline ([`PoolSlice::expired_borrows`]), and opens as before for
 //!    the waiters still unserved. A refused or unanswered borrow is not tried again within

@@ -70,7 +70,7 @@ impl Linker {
     }
 
     /// Shard `from` would open a server of `key` and has none idle: lend it our most
-    /// recently used idle server of that pool that can move whole (a TLS session cannot),
+    /// recently used idle server of that pool that can move whole (clean, see `is_movable`),
     /// unless clients wait for it here. False: nothing to lend; tell `from`.
     pub(super) fn lend_idle_to(
         &mut self,

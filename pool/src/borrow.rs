@@ -72,9 +72,18 @@ impl<S, W: Copy> PoolSlice<S, W> {
         if failed {
             pool.borrow_failed_at = Some(now);
         }
-        if pool.borrow_until.take().is_some() {
-            self.pending_borrows = self.pending_borrows.saturating_sub(1);
+        if pool.borrow_until.take().is_none() {
+            return;
         }
+        if !failed {
+            // A server came for the waiters without a new slot: the room they asked for
+            // under a full cap is not needed any more (as when a pool takes a slot), or an
+            // idle server would be closed later with nobody to use the room.
+            pool.limits
+                .budgets()
+                .for_each(crate::budget::PoolBudget::withdraw_release_request);
+        }
+        self.pending_borrows = self.pending_borrows.saturating_sub(1);
     }
 
     /// The earliest deadline of a borrow on its way.

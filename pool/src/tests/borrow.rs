@@ -174,3 +174,33 @@ fn idle_counts_follow_the_idle_list() {
     slices[0].collect_closable(t0, &mut closing);
     assert_eq!(board.idle_of(0), 0, "{closing:?}");
 }
+
+#[test]
+fn a_borrowed_server_withdraws_the_room_its_waiters_asked_for() {
+    let t0 = Instant::now();
+    let cap = Arc::new(PoolBudget::new(1, 0));
+    let shared = PoolLimits {
+        idle_board: Arc::new(IdleBoard::new(2)),
+        shared_budgets: vec![Arc::clone(&cap)],
+        ..limits(20)
+    };
+    let mut slice = Slice::new(10, 2);
+    slice.set_worker(1);
+    let id = slice
+        .register(&key("alice"), &shared, t0)
+        .expect("register");
+    assert!(cap.try_acquire(), "another pool holds the cap");
+    slice.park(id, 1, t0, None);
+    assert_eq!(
+        slice.try_open(id, t0),
+        Err(Refusal::SharedFull { budget: 0 })
+    );
+    assert_eq!(cap.release_requests(), 1, "room asked for under the cap");
+    slice.start_borrow(id, t0 + millis(100));
+    slice.end_borrow(id, false, t0);
+    assert_eq!(
+        cap.release_requests(),
+        0,
+        "served by the borrowed server instead"
+    );
+}

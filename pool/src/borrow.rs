@@ -29,18 +29,28 @@ use crate::slice::{PoolId, PoolSlice};
 impl<S, W: Copy> PoolSlice<S, W> {
     /// The worker to borrow an idle server of pool `id` from, if one should be asked now:
     /// there are other workers, none of this pool's servers is idle here, no borrow is on its
-    /// way, none failed within `ask_interval`, the pool is not draining, and another worker
-    /// published an idle server of the key.
+    /// way, none failed within `ask_interval`, the pool is not draining, it is under no
+    /// shared cap, and another worker published an idle server of the key.
     pub fn borrow_from(&self, id: PoolId, now: Instant) -> Option<usize> {
         let pool = self.pool(id)?;
         let failed_lately = pool
             .borrow_failed_at
             .is_some_and(|at| now.saturating_duration_since(at) < pool.limits.ask_interval);
+        // Under a `max_db_connections` or `max_user_connections` cap the pool makes room by
+        // closing another pool's idle server and opening (as PgBouncer evicts to launch),
+        // asynchronously: a borrow serving the waiters meanwhile would leave that room
+        // unused, the servers of the cap fewer than it allows. Capped pools keep to that.
+        let capped = pool
+            .limits
+            .shared_budgets
+            .iter()
+            .any(|budget| budget.limit() > 0);
         if self.workers < 2
             || !pool.idle.is_empty()
             || pool.borrow_until.is_some()
             || failed_lately
             || pool.draining
+            || capped
         {
             return None;
         }

@@ -204,3 +204,33 @@ fn a_borrowed_server_withdraws_the_room_its_waiters_asked_for() {
         "served by the borrowed server instead"
     );
 }
+
+#[test]
+fn no_borrow_under_a_cap_which_makes_room_instead() {
+    let t0 = Instant::now();
+    let cap = Arc::new(PoolBudget::new(1, 0));
+    let shared = PoolLimits {
+        idle_board: Arc::new(IdleBoard::new(2)),
+        shared_budgets: vec![Arc::clone(&cap)],
+        ..limits(20)
+    };
+    let mut slices = [Slice::new(10, 2), Slice::new(10, 2)];
+    slices[0].set_worker(0);
+    slices[1].set_worker(1);
+    let ids = [
+        slices[0]
+            .register(&key("alice"), &shared, t0)
+            .expect("register"),
+        slices[1]
+            .register(&key("alice"), &shared, t0)
+            .expect("register"),
+    ];
+    assert_eq!(slices[0].try_open(ids[0], t0), Ok(()));
+    assert_eq!(slices[0].opened(ids[0], 7, t0), Checkin::Pooled);
+    slices[1].park(ids[1], 1, t0, None);
+    assert_eq!(slices[1].borrow_from(ids[1], t0), None, "the cap is full");
+    cap.set_limit(2, 0);
+    assert_eq!(slices[1].borrow_from(ids[1], t0), None, "still capped");
+    cap.set_limit(0, 0);
+    assert_eq!(slices[1].borrow_from(ids[1], t0), Some(0), "no cap");
+}

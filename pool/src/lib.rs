@@ -36,11 +36,14 @@
 //! [`give_back_slot`] without the pool). A slot is thus counted exactly once at all times: by
 //! a server of one slice, as adopted by one slice, or by the one message carrying it.
 
+mod borrow;
 mod budget;
 mod eviction;
 mod handover;
 mod host_turn;
 mod housekeeping;
+mod idle_board;
+mod idle_list;
 mod idle_pools;
 mod key;
 mod lease;
@@ -54,6 +57,7 @@ mod welcome;
 pub use budget::PoolBudget;
 pub use handover::{Release, give_back_slot};
 pub use host_turn::{HostBalance, HostTurn};
+pub use idle_board::IdleBoard;
 pub use idle_pools::FreedPool;
 pub use key::{PoolKey, ServerTarget, StartupProfile};
 pub use lease::{CloseReason, Lease};

@@ -17,8 +17,9 @@
 
 use crate::budget::PoolBudget;
 use crate::host_turn::HostTurn;
+use crate::idle_board::IdleBoard;
+use crate::idle_list::IdleList;
 use crate::key::PoolKey;
-use crate::lease::Lease;
 use crate::wait_order::WaitOrder;
 use crate::waiters::Queue;
 use crate::welcome::{MAX_SPELLINGS_PER_POOL, Spellings, Welcome};
@@ -80,6 +81,9 @@ pub struct PoolLimits {
     /// Where the next open goes in the database's host list, if it has one; shared by every
     /// worker's slice of the pool.
     pub host_turn: Arc<HostTurn>,
+    /// Idle servers of this key per worker, shared by every worker's slice of the pool: a
+    /// worker with none idle borrows one rather than opening (`borrow.rs`).
+    pub idle_board: Arc<IdleBoard>,
 }
 
 impl PoolLimits {
@@ -96,6 +100,7 @@ impl PoolLimits {
             ask_interval: Duration::from_millis(250),
             wait_order: WaitOrder::DEFAULT,
             host_turn: Arc::default(),
+            idle_board: Arc::default(),
         }
     }
 
@@ -143,8 +148,8 @@ pub(crate) struct LoginFailure {
 pub(crate) struct Pool<S> {
     pub(crate) key: PoolKey,
     pub(crate) limits: PoolLimits,
-    /// Back = most recently used.
-    pub(crate) idle: VecDeque<Lease<S>>,
+    /// Back = most recently used; its count is published on `limits.idle_board`.
+    pub(crate) idle: IdleList<S>,
     pub(crate) active: u32,
     pub(crate) opening: u32,
     /// Servers out of the pool to be closed, their slots still held (see the module doc).
@@ -180,15 +185,21 @@ pub(crate) struct Pool<S> {
     /// Opens that took a reserve slot and that the caller has not been told of yet
     /// ([`PoolSlice::take_reserve_open`](crate::PoolSlice::take_reserve_open)).
     pub(crate) reserve_opens: u32,
+    /// A borrow of another worker's idle server is on its way until then (`borrow.rs`).
+    pub(crate) borrow_until: Option<Instant>,
+    /// When the last borrow was refused or went unanswered: no other is tried within
+    /// `ask_interval`, so a pool whose idle servers elsewhere cannot move opens at once.
+    pub(crate) borrow_failed_at: Option<Instant>,
 }
 
 impl<S> Pool<S> {
-    pub(crate) fn new(key: PoolKey, limits: PoolLimits, now: Instant) -> Pool<S> {
+    pub(crate) fn new(key: PoolKey, limits: PoolLimits, now: Instant, worker: usize) -> Pool<S> {
         let spellings = Spellings::with_limit(limits.max_spellings);
+        let idle = IdleList::new(Arc::clone(&limits.idle_board), worker);
         Pool {
             key,
             limits,
-            idle: VecDeque::new(),
+            idle,
             active: 0,
             opening: 0,
             leaving: 0,
@@ -207,6 +218,8 @@ impl<S> Pool<S> {
             warm_share: None,
             warmup_after: None,
             reserve_opens: 0,
+            borrow_until: None,
+            borrow_failed_at: None,
         }
     }
 

@@ -28,6 +28,7 @@ use crate::waiters::{WaitTicket, Waiters};
 use crate::welcome::{Spellings, Welcome};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A registered pool in one slice. Stays valid while the session that registered it has not
@@ -132,6 +133,11 @@ pub struct PoolSlice<S, W> {
     /// `pool_idle_timeout`: an unused pool stays listed this long (see `idle_pools.rs`);
     /// None forgets it as soon as it is unused.
     pub(crate) idle_pool_timeout: Option<Duration>,
+    /// This worker's index among them, where it publishes its idle servers
+    /// ([`PoolLimits::idle_board`]); out of range until [`PoolSlice::set_worker`].
+    pub(crate) worker: usize,
+    /// Pools with a borrow on its way (`borrow.rs`), so the timer scans them only then.
+    pub(crate) pending_borrows: u32,
 }
 
 impl<S, W: Copy> PoolSlice<S, W> {
@@ -145,7 +151,15 @@ impl<S, W: Copy> PoolSlice<S, W> {
             max_pools,
             workers: u32::try_from(workers).unwrap_or(u32::MAX).max(1),
             idle_pool_timeout: None,
+            worker: usize::MAX,
+            pending_borrows: 0,
         }
+    }
+
+    /// This slice is worker `worker`'s: its idle servers are published under that index
+    /// for pools registered from now on.
+    pub fn set_worker(&mut self, worker: usize) {
+        self.worker = worker;
     }
 
     /// Finds or creates the pool for `key` and counts one more session using it. `limits` is
@@ -169,7 +183,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
                 max_pools: self.max_pools,
             });
         }
-        let id = self.allocate_slot(Pool::new(key.clone(), limits.clone(), now));
+        let id = self.allocate_slot(Pool::new(key.clone(), limits.clone(), now, self.worker));
         self.by_key.insert(key.clone(), id);
         Ok(id)
     }
@@ -202,6 +216,7 @@ impl<S, W: Copy> PoolSlice<S, W> {
     pub fn set_limits(&mut self, id: PoolId, limits: PoolLimits) {
         if let Some(pool) = self.pool_mut(id) {
             pool.spellings.limit = limits.max_spellings;
+            pool.idle.set_board(Arc::clone(&limits.idle_board));
             pool.limits = limits;
         }
     }
@@ -807,6 +822,9 @@ impl<S, W: Copy> PoolSlice<S, W> {
         }
         let slot = &mut self.slots[id.index as usize];
         if let Some(pool) = slot.pool.take() {
+            if pool.borrow_until.is_some() {
+                self.pending_borrows = self.pending_borrows.saturating_sub(1);
+            }
             // A drained pool's key may already name a fresh pool.
             if self.by_key.get(&pool.key) == Some(&id) {
                 self.by_key.remove(&pool.key);

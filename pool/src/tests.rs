@@ -748,6 +748,7 @@ impl Slice {
     }
 }
 
+mod borrow;
 mod draining;
 mod eviction;
 mod handover;

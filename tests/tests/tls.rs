@@ -2,7 +2,8 @@
 //! verifying PostgreSQL's (`server_tls_sslmode = verify-full`), a plain-text client refused
 //! where TLS is required, SCRAM-SHA-256-PLUS through pgtier, and a server certificate that
 //! does not verify leaving the client waiting with the reason logged, X.509 version 1
-//! certificates on both sides, and TLS settings changed one SET at a time.
+//! certificates on both sides, TLS settings changed one SET at a time, and a TLS server
+//! cached idle on one shard serving the next client on either shard (its session moves).
 
 use pgtier_tests::fixtures::start_proxy;
 use pgtier_tests::pki::TestPki;
@@ -18,6 +19,15 @@ fn toml_path(path: &std::path::Path) -> String {
 /// A TLS PostgreSQL, the PKI it and pgtier use, and a pgtier with client TLS in `mode` and
 /// server TLS verifying the server fully.
 fn setup(mode: &str, auth: HbaAuth) -> (TempDir, TestPki, LocalPg, Pgtier) {
+    setup_with(mode, auth, |config| config)
+}
+
+/// [`setup`], with the proxy configuration adjusted by `adjust`.
+fn setup_with(
+    mode: &str,
+    auth: HbaAuth,
+    adjust: impl FnOnce(ProxyConfig) -> ProxyConfig,
+) -> (TempDir, TestPki, LocalPg, Pgtier) {
     let dir = TempDir::new("pgtier-tls").expect("temp dir");
     let pki = TestPki::write(dir.path(), "alice").expect("pki");
     let pg = LocalPg::start_primary(&PgOptions {
@@ -40,7 +50,7 @@ fn setup(mode: &str, auth: HbaAuth) -> (TempDir, TestPki, LocalPg, Pgtier) {
         .setting("client_tls_key_file", &toml_path(&pki.server.key))
         .setting("server_tls_sslmode", "\"verify-full\"")
         .setting("server_tls_ca_file", &toml_path(&pki.ca_cert));
-    let proxy = start_proxy(config);
+    let proxy = start_proxy(adjust(config));
     (dir, pki, pg, proxy)
 }
 
@@ -272,4 +282,34 @@ fn tls_settings_change_one_set_at_a_time() {
     let (ok, out, err) = psql(&proxy, &conninfo, BACKEND_SSL);
     assert!(ok && out == "t", "{err}\n{}", proxy.log());
     drop(dir);
+}
+
+#[test]
+fn a_tls_server_idle_on_one_shard_serves_sequential_clients_on_both() {
+    let (_dir, _pki, _pg, proxy) = setup_with("prefer", HbaAuth::Trust, |config| {
+        let mut config = config.pool_size(20);
+        config.workers = 2;
+        config
+    });
+    // Ten sequential clients: SO_REUSEPORT spreads them over both shards (all ten on one
+    // shard has odds of 1 in 512); each finds the one TLS server, moved whole if need be.
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let (ok, out, err) = psql(
+            &proxy,
+            "user=postgres sslmode=disable",
+            "SELECT pg_backend_pid() || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        );
+        assert!(ok, "{err}\n{}", proxy.log());
+        seen.push(out);
+    }
+    assert!(
+        seen[0].ends_with(" true"),
+        "the server is reached over TLS: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|out| *out == seen[0]),
+        "one TLS backend served every client: {seen:?}\n{}",
+        proxy.log()
+    );
 }

@@ -43,6 +43,17 @@ pub enum Command {
         key: Arc<PoolKey>,
         from: usize,
     },
+    /// Shard `from` would open a server of `key` for its clients and has none idle: lend it
+    /// an idle server of that pool from here, moved whole, or answer `LendRefused`
+    /// (see `pgtier_pool::PoolSlice::lend`).
+    LendIdle {
+        key: Arc<PoolKey>,
+        from: usize,
+    },
+    /// The shard asked by `LendIdle` has no idle server of `key` it can move: open one.
+    LendRefused {
+        key: Arc<PoolKey>,
+    },
     /// A server slot of `key` was handed to this shard (the budgets still count it).
     SlotGranted {
         key: Arc<PoolKey>,

@@ -11,6 +11,11 @@ pub(crate) const MAX_STARTUP_BYTES: u32 = 10_000;
 /// Housekeeping period: timeouts are checked at this granularity, as PgBouncer's janitor does.
 pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
 
+/// How long a shard waits for another shard to lend it an idle server before it opens one
+/// (`pgtier_pool`'s `borrow.rs`): the answer is one mailbox hop, so this only bounds a shard
+/// that is stuck or gone.
+pub(crate) const BORROW_WAIT: Duration = Duration::from_millis(100);
+
 /// How long a client closed with an error may take to receive it before it is cut off.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 

@@ -14,7 +14,7 @@ use pgtier_core::class::CLASS_COUNT;
 use pgtier_core::metrics::{
     DatabaseRegistry, DigestStore, IntervalSummary, SharedHistogram, SharedTotals, TotalsSnapshot,
 };
-use pgtier_pool::{HostTurn, PoolBudget, PoolKey};
+use pgtier_pool::{HostTurn, IdleBoard, PoolBudget, PoolKey};
 
 use crate::pool_gauges::PublishedGauges;
 
@@ -112,6 +112,8 @@ pub struct BudgetRegistry {
     databases: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
     users: Mutex<HashMap<Arc<str>, Arc<PoolBudget>>>,
     host_turns: Mutex<HashMap<PoolKey, Arc<HostTurn>>>,
+    /// By exact key (a replication pool's idle servers are not its sibling's).
+    idle_boards: Mutex<HashMap<PoolKey, Arc<IdleBoard>>>,
 }
 
 fn entry<K: std::hash::Hash + Eq>(
@@ -155,6 +157,16 @@ impl BudgetRegistry {
                 .or_default()
                 .clone(),
         }
+    }
+
+    /// Where each of `workers` workers publishes its idle servers of `key`.
+    pub(crate) fn idle_board(&self, key: &PoolKey, workers: usize) -> Arc<IdleBoard> {
+        self.idle_boards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(IdleBoard::new(workers)))
+            .clone()
     }
 
     /// Slots held in every budget together (zero once every server is closed).

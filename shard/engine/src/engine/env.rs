@@ -116,6 +116,7 @@ impl Env {
             max_spellings: self.limits.max_spellings_per_pool,
             ask_interval: crate::settings::HOUSEKEEPING_PERIOD,
             host_turn: budgets.host_turn,
+            idle_board: self.shared.budgets.idle_board(key, self.shared.shards()),
             wait_order: match settings.waiter_policy {
                 WaiterPolicy::Fifo => WaitOrder::Fifo,
                 WaiterPolicy::Class => WaitOrder::Class {

@@ -232,6 +232,7 @@ impl Engine {
                     let mut slice =
                         PoolSlice::new(limits.max_pools_per_worker, parts.shared.shards());
                     slice.set_idle_pool_timeout(config.pgtier.pool_idle_timeout.enabled());
+                    slice.set_worker(parts.shard);
                     slice
                 },
                 warm,
@@ -277,9 +278,13 @@ impl Engine {
 
     /// When `handle_timeout` must run next.
     pub fn poll_timeout(&self) -> Instant {
-        match self.linker.read_recheck_at() {
+        let next = match self.linker.read_recheck_at() {
             Some(at) => at.min(self.next_housekeeping),
             None => self.next_housekeeping,
+        };
+        match self.linker.pools().next_borrow_deadline() {
+            Some(at) => at.min(next),
+            None => next,
         }
     }
 
@@ -570,6 +575,14 @@ impl Engine {
         self.now = now;
         if self.linker.read_recheck_at().is_some_and(|at| now >= at) {
             self.recheck_read_waits();
+        }
+        if self
+            .linker
+            .pools()
+            .next_borrow_deadline()
+            .is_some_and(|at| now >= at)
+        {
+            self.expire_borrows();
         }
         if now < self.next_housekeeping {
             return;
@@ -1352,7 +1365,8 @@ impl Engine {
     fn open_for_waiters(&mut self, pool: PoolId) {
         loop {
             let counts = self.linker.pools().counts(pool);
-            if counts.opening >= counts.waiting {
+            let borrowing = u32::from(self.linker.pools().borrowing(pool));
+            if counts.opening + borrowing >= counts.waiting {
                 return;
             }
             // A refused login (not an unreachable server, whose waiters wait for the
@@ -1361,6 +1375,9 @@ impl Engine {
             if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
                 self.fail_waiters(pool, error);
                 return;
+            }
+            if self.borrow_idle_server(pool) {
+                continue;
             }
             match self.linker.pools_mut().try_open(pool, self.now) {
                 Ok(()) => self.open_server(pool),
@@ -1393,6 +1410,58 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// Another shard published an idle server of `pool` and none is idle here: ask it to
+    /// lend one (moved whole) rather than open a new connection, as PgBouncer's one pool
+    /// would reuse it (`pgtier_pool`'s `borrow.rs`). True: asked; the borrow counts as one
+    /// open on its way until it is answered or `BORROW_WAIT` passes.
+    fn borrow_idle_server(&mut self, pool: PoolId) -> bool {
+        let Some(from) = self.linker.pools().borrow_from(pool, self.now) else {
+            return false;
+        };
+        let Some(key) = self.linker.pools().key(pool).cloned().map(Arc::new) else {
+            return false;
+        };
+        debug!(
+            shard = self.env.shard(),
+            from, "borrowing an idle server of another shard"
+        );
+        self.outbox.push(Action::Post {
+            shard: from,
+            command: Command::LendIdle {
+                key,
+                from: self.env.shard(),
+            },
+        });
+        self.linker
+            .pools_mut()
+            .start_borrow(pool, self.now + crate::settings::BORROW_WAIT);
+        true
+    }
+
+    /// A borrow of pool `key` was refused: its waiters get servers opened.
+    fn borrow_refused(&mut self, key: &pgtier_pool::PoolKey) {
+        let Some(pool) = self.linker.pools().find(key) else {
+            return;
+        };
+        self.linker.pools_mut().end_borrow(pool, true, self.now);
+        self.open_for_waiters(pool);
+    }
+
+    /// Borrows that went unanswered: their waiters get servers opened.
+    fn expire_borrows(&mut self) {
+        let mut expired = Vec::new();
+        self.linker
+            .pools_mut()
+            .expired_borrows(self.now, &mut expired);
+        for pool in expired {
+            debug!(
+                shard = self.env.shard(),
+                "a borrow went unanswered: opening"
+            );
+            self.open_for_waiters(pool);
         }
     }
 
@@ -1773,6 +1842,9 @@ impl Engine {
             "a server slot was handed to this shard"
         );
         self.linker.pools_mut().adopt_slot(key);
+        // A lent server that could not move after all (it spoke while its socket was being
+        // detached) is ended and its slot comes instead: that answers the borrow too.
+        self.linker.pools_mut().end_borrow(pool, true, self.now);
         self.open_for_waiters(pool);
         self.linker.pools_mut().return_unused_slots(pool);
     }
@@ -1854,6 +1926,10 @@ impl Engine {
                 }
             }
         };
+        // Whether it was borrowed or handed over, the pool's borrow is answered: what the
+        // server does not cover is opened below (`act_on_checkin` serves one waiter).
+        let was_borrowing = self.linker.pools().borrowing(pool);
+        self.linker.pools_mut().end_borrow(pool, false, self.now);
         let arrived = self.linker.arrive(
             &mut self.servers,
             &mut self.outbox,
@@ -1875,6 +1951,11 @@ impl Engine {
             Arrived::Checkin { id, checkin } => {
                 self.stats.server_moved_in();
                 self.act_on_checkin(id, pool, checkin);
+                if was_borrowing {
+                    // Closed on arrival (lifetime, a lowered limit): its waiter still needs
+                    // a server.
+                    self.open_for_waiters(pool);
+                }
             }
         }
         if registered {

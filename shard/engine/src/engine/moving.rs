@@ -69,6 +69,30 @@ impl Linker {
         }
     }
 
+    /// Shard `from` would open a server of `key` and has none idle: lend it our most
+    /// recently used idle server of that pool that can move whole (clean, see `is_movable`),
+    /// unless clients wait for it here. False: nothing to lend; tell `from`.
+    pub(super) fn lend_idle_to(
+        &mut self,
+        servers: &mut ServerTable,
+        key: &pgtier_pool::PoolKey,
+        from: usize,
+        shard: usize,
+        now: Instant,
+        outbox: &mut Outbox,
+    ) -> bool {
+        let movable = |id: &ServerId| servers.get(id.0).is_some_and(ServerConn::is_movable);
+        let Some(lease) = self.pools_mut().lend(key, from, movable) else {
+            return false;
+        };
+        let id = lease.server;
+        if let Some(server) = servers.get_mut(id.0) {
+            server.hold_lease(lease);
+        }
+        servers.hand_on(id, from, shard, now, outbox);
+        true
+    }
+
     /// The driver detached moving server `id`'s socket: the server leaves the table with
     /// what it knows of its backend, and its pool counts it as moved.
     pub(super) fn pack(&mut self, servers: &mut ServerTable, id: ServerId, now: Instant) -> Packed {
@@ -139,10 +163,12 @@ impl Linker {
             // Not reached: the server was inserted just now.
             return Arrived::Placed;
         }
-        if servers.is_stale(&lease, env.config(), now) && self.pools_mut().adopt_checked_out(pool) {
-            // Idle past server_check_delay on the shard it left: checked here before a
-            // client gets it, as on any checkout; the check's end places it.
-            servers.start_check(&lease, env.config(), now, outbox);
+        // Idle past `server_check_delay` on the shard it left: checked before a client here
+        // gets it, as a server idle here would be (it joins its pool once the check passes).
+        if self.pools().key(pool).is_some()
+            && servers.start_check_if_stale(&lease, env.config(), now, outbox)
+        {
+            self.pools_mut().adopt_checked_out(pool);
             return Arrived::Placed;
         }
         let checkin = self.pools_mut().adopt_server(pool, lease, now);

@@ -5,7 +5,9 @@
 //! after its waiter left stays idle; a server that holds prepared statements moves and drops
 //! them before it serves on its new shard; a server that speaks while its socket is detached
 //! is ended for its slot instead. A client that needs no server for its welcome gets the one
-//! another shard's server login reported.
+//! another shard's server login reported. A shard that would open a server borrows another
+//! shard's idle one instead (moved whole, checked first when stale); a borrow refused because
+//! the server was used meanwhile, or left unanswered, falls back to opening.
 
 use std::time::Duration;
 
@@ -257,6 +259,130 @@ fn a_client_is_welcomed_with_what_another_shards_server_login_reported() {
     pair.shards[0].client_sends(a, &query("COMMIT"));
     pair.exchange();
     assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+}
+
+const TX_MANY: &str = "pool_mode = \"transaction\"\ndefault_pool_size = 20";
+
+/// A client of alice's pool on shard 0 ran a query and left its server idle; returns the
+/// server's pid.
+fn idle_on_shard_0(pair: &mut Pair) -> u32 {
+    let (a, _) = pair.shards[0].login("alice", "db");
+    pair.shards[0].client_sends(a, &query("SELECT 1"));
+    assert_eq!(pair.shards[0].client_tags(a), "TDCZ");
+    pair.shards[0].client_leaves(a);
+    let server = pair.shards[0].live_servers()[0];
+    pair.shards[0].backend(server).pid
+}
+
+#[test]
+fn a_shard_borrows_another_shards_idle_server_rather_than_opening_one() {
+    let mut pair = Pair::new(&config(TX_MANY));
+    let pid = idle_on_shard_0(&mut pair);
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    assert_eq!(
+        pair.shards[1].client_tags(b),
+        "",
+        "b waits for the lent server"
+    );
+    assert!(
+        pair.shards[1].connects.is_empty(),
+        "nothing opened meanwhile"
+    );
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    let servers = pair.shards[1].live_servers();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(
+        pair.shards[1].backend(servers[0]).pid,
+        pid,
+        "the same backend"
+    );
+    assert!(
+        pair.shards[1].connects.is_empty(),
+        "pool size 20, yet no open"
+    );
+    assert!(pair.shards[0].live_servers().is_empty());
+    assert_eq!(budget_in_use(&pair), 1);
+    // Now idle here, it is reused locally: no message on the way.
+    pair.shards[1].client_sends(b, &query("SELECT 2"));
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    assert!(pair.shards[1].posts.is_empty());
+    for shard in &pair.shards {
+        shard.engine.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn a_borrow_refused_because_the_server_was_used_meanwhile_opens_a_server() {
+    let mut pair = Pair::new(&config(TX_MANY));
+    let (a, _) = pair.shards[0].login("alice", "db");
+    pair.shards[0].client_sends(a, &query("SELECT 1"));
+    assert_eq!(pair.shards[0].client_tags(a), "TDCZ");
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    assert_eq!(pair.shards[1].posts.len(), 1, "the borrow is on its way");
+    // Before it arrives, shard 0's own client takes its idle server: it stays there.
+    pair.shards[0].client_sends(a, &query("BEGIN"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    pair.exchange();
+    assert_eq!(
+        pair.shards[1].connects.len(),
+        1,
+        "refused: shard 1 opened one"
+    );
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    assert_eq!(
+        pair.shards[0].live_servers().len(),
+        1,
+        "the busy server stayed"
+    );
+    pair.shards[0].client_sends(a, &query("COMMIT"));
+    assert_eq!(pair.shards[0].client_tags(a), "CZ");
+    assert_eq!(budget_in_use(&pair), 2);
+    for shard in &pair.shards {
+        shard.engine.check_invariants().expect("invariants");
+    }
+}
+
+#[test]
+fn an_unanswered_borrow_falls_back_to_opening() {
+    let mut pair = Pair::new(&config(TX_MANY));
+    idle_on_shard_0(&mut pair);
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    // The other shard never answers.
+    let lost = std::mem::take(&mut pair.shards[1].posts);
+    assert_eq!(lost.len(), 1);
+    pair.shards[1].advance(Duration::from_millis(50));
+    assert!(
+        pair.shards[1].connects.is_empty(),
+        "still waiting for the answer"
+    );
+    pair.shards[1].advance(Duration::from_millis(60));
+    assert_eq!(pair.shards[1].connects.len(), 1, "opened past BORROW_WAIT");
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+}
+
+#[test]
+fn a_borrowed_server_idle_past_server_check_delay_is_checked_before_it_serves() {
+    let mut pair = Pair::new(&config(&format!("{TX_MANY}\nserver_check_delay = 0")));
+    let pid = idle_on_shard_0(&mut pair);
+    pair.advance(Duration::from_millis(10));
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 2"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    let server = pair.shards[1].live_servers()[0];
+    let backend = pair.shards[1].backend(server);
+    assert_eq!(backend.pid, pid);
+    let check = backend.seen.iter().position(|q| q.is_empty());
+    let served = backend.seen.iter().position(|q| q == "SELECT 2");
+    assert!(
+        check.is_some() && check < served,
+        "checked, then served: {:?}",
+        backend.seen
+    );
 }
 
 /// PgBouncer's test_server_check_query with two shards: with `server_check_delay = 0`, a

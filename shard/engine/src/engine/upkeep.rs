@@ -391,6 +391,23 @@ impl Engine {
                 self.now,
                 &mut self.outbox,
             ),
+            Command::LendIdle { key, from } => {
+                let lent = self.linker.lend_idle_to(
+                    &mut self.servers,
+                    &key,
+                    from,
+                    self.env.shard(),
+                    self.now,
+                    &mut self.outbox,
+                );
+                if !lent {
+                    self.outbox.push(Action::Post {
+                        shard: from,
+                        command: Command::LendRefused { key },
+                    });
+                }
+            }
+            Command::LendRefused { key } => self.borrow_refused(&key),
             Command::SlotGranted { key } => self.adopt_granted_slot(&key),
             Command::ServerMoved { server, socket } => self.adopt_moved_server(server, socket),
             Command::ReleaseIdleUnderCap { database, user } => {

@@ -20,9 +20,17 @@ fn shop_config(extra: &str) -> String {
 /// servers.
 fn idle_shop_servers(pair: &mut Pair) -> [crate::ServerId; 2] {
     let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    // Both in a transaction at once, so that each shard opens its own server (a server idle
+    // on the other shard would be borrowed instead).
     for shard in &mut pair.shards {
         let (client, _) = shard.login("alice", "shop");
-        shard.client_sends(client, &query("SELECT 1"));
+        shard.client_sends(client, &query("BEGIN"));
+        assert!(shard.client_tags(client).ends_with('Z'));
+        clients.push(client);
+    }
+    for (shard, client) in pair.shards.iter_mut().zip(clients) {
+        shard.client_sends(client, &query("COMMIT"));
         assert!(shard.client_tags(client).ends_with('Z'));
         shard.client_leaves(client);
         let live = shard.live_servers();

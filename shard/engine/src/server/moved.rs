@@ -9,9 +9,10 @@
 //! shard's pool may never have had a server to learn it from). Prepared statements do not:
 //! their server-side names `pgtier_<n>` are numbered by this shard's registry and mean other
 //! texts on another shard, so a server that may hold some gets `DEALLOCATE ALL` on arrival
-//! (answer swallowed) before it serves anyone there. A TLS session cannot move (its record
-//! state belongs to this shard's rustls objects): such a server is ended for its slot
-//! instead, as before.
+//! (answer swallowed) before it serves anyone there. A TLS session moves with its socket:
+//! its rustls state (keys, sequence numbers, any partly received record) is a plain value
+//! that belongs to whichever shard holds it, so it moves once the handshake is over and no
+//! record waits to be sent.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -65,6 +66,8 @@ pub struct MovedServer {
     pub(crate) socket_id: crate::ids::SocketId,
     /// A client used it since its last check (it is checked on the new shard too).
     pub(crate) used_since_check: bool,
+    /// Its TLS session, if it has one: the socket carries its records.
+    pub(crate) tls: Option<Box<crate::tls::TlsSession>>,
 }
 
 /// What an adopted server's new shard still needs of its parcel: its pool's welcome, and
@@ -80,7 +83,7 @@ pub struct Arrival {
 impl ServerConn {
     /// Whether this server may move to another shard whole: idle and clean (nothing owed,
     /// nothing received and unread, not paused, no cancel on its way, no reset pending, not
-    /// marked by RECONNECT, no statement answer owed) and without TLS (see the module doc).
+    /// marked by RECONNECT, no statement answer owed) and with no TLS record left to send (see the module doc).
     pub(crate) fn is_movable(&self) -> bool {
         let clean = self.io.input.is_empty()
             && self.backend.tracker.is_idle()
@@ -90,7 +93,11 @@ impl ServerConn {
             && self.backend.reset == Reset::None
             && !self.io.paused
             && !self.close_needed;
-        let portable = self.io.tls.is_none()
+        let portable = self
+            .io
+            .tls
+            .as_ref()
+            .is_none_or(|tls| !tls.is_handshaking() && !tls.has_output())
             && self
                 .backend
                 .relay
@@ -131,6 +138,7 @@ impl ServerConn {
             local_addr: self.info.local_addr,
             socket_id: self.info.socket_id,
             used_since_check: self.used_since_check,
+            tls: self.io.tls,
         }
     }
 
@@ -154,6 +162,7 @@ impl ServerConn {
         server.info.local_addr = parcel.local_addr;
         server.info.socket_id = parcel.socket_id;
         server.used_since_check = parcel.used_since_check;
+        server.io.tls = parcel.tls;
         let arrival = Arrival {
             welcome: parcel.welcome,
             statements: parcel.statements,
@@ -183,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_clean_server_without_tls_or_statements_moves() {
+    fn only_a_clean_server_without_statements_moves() {
         assert!(server().is_movable());
         let mut owed = server();
         let _ = owed.backend.internal_query("ROLLBACK");
@@ -209,6 +218,108 @@ mod tests {
             "a statement cache moves (emptied on arrival)"
         );
         assert!(!empty_cache.backend().holds_statements());
+    }
+
+    /// A TLS session towards a rustls server over the test PKI, and that server.
+    fn tls_pair() -> (crate::tls::TlsSession, crate::tls::TlsSession) {
+        use crate::tls::{ConnectorParams, PemFile, TlsConnector, TlsSession};
+        use pgtier_core::config::{SslMode, TlsCiphers, TlsProtocols};
+        let pki = crate::tls::test_pki::TestPki::shared();
+        let ciphers = TlsCiphers::parse("default").expect("ciphers");
+        let connector = TlsConnector::new(&ConnectorParams {
+            mode: SslMode::VerifyFull,
+            protocols: TlsProtocols::parse("secure").expect("protocols"),
+            ciphers: &ciphers,
+            ca: Some(PemFile::new("ca.crt", pki.ca_cert_pem.as_bytes())),
+            client_cert: None,
+        })
+        .expect("connector");
+        let sides = crate::testing::client_tls(SslMode::Require);
+        let acceptor = sides.acceptor.as_ref().expect("acceptor");
+        let client = TlsSession::connect(&connector, "localhost").expect("connect");
+        let server = TlsSession::accept(acceptor).expect("accept");
+        (client, server)
+    }
+
+    /// Moves records between the two sessions until neither has more to send.
+    fn handshake(
+        client: &mut crate::tls::TlsSession,
+        server: &mut crate::tls::TlsSession,
+    ) -> bytes::BytesMut {
+        let mut plaintext = bytes::BytesMut::new();
+        for _ in 0..16 {
+            let mut moved = false;
+            while let Some(records) = client.take_output() {
+                server.receive(&records, &mut plaintext).expect("records");
+                moved = true;
+            }
+            while let Some(records) = server.take_output() {
+                client.receive(&records, &mut plaintext).expect("records");
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        plaintext
+    }
+
+    #[test]
+    fn a_tls_server_moves_with_its_session_once_the_handshake_is_over() {
+        let (session, mut peer) = tls_pair();
+        let mut handshaking = server();
+        handshaking.io.tls = Some(Box::new(session));
+        assert!(!handshaking.is_movable(), "the handshake is running");
+        let Some(mut session) = handshaking.io.tls.take() else {
+            panic!("session");
+        };
+        handshake(&mut session, &mut peer);
+        assert!(!session.is_handshaking());
+        session.send(b"x").expect("queued");
+        let mut sending = server();
+        sending.io.tls = Some(session);
+        assert!(!sending.is_movable(), "a record waits to be sent");
+        let Some(mut session) = sending.io.tls.take() else {
+            panic!("session");
+        };
+        let mut received = bytes::BytesMut::new();
+        while let Some(records) = session.take_output() {
+            peer.receive(&records, &mut received).expect("records");
+        }
+        assert_eq!(&received[..], b"x");
+        let mut settled = server();
+        settled.io.tls = Some(session);
+        assert!(settled.is_movable());
+        // It arrives with its session: the peer's next record decrypts on the new shard.
+        let parcel = settled.into_parcel(
+            PoolKey::new(
+                "db".into(),
+                "user".into(),
+                pgtier_pool::ServerTarget::Primary,
+                pgtier_pool::StartupProfile::default(),
+            ),
+            None,
+            Instant::now(),
+        );
+        let (mut adopted, _) = ServerConn::adopted(
+            crate::test_support::pool_id(),
+            parcel,
+            PoolMode::Transaction,
+            false,
+            Instant::now(),
+        );
+        peer.send(b"hello").expect("queued");
+        let mut plaintext = bytes::BytesMut::new();
+        while let Some(records) = peer.take_output() {
+            adopted
+                .io
+                .tls
+                .as_mut()
+                .expect("the session moved")
+                .receive(&records, &mut plaintext)
+                .expect("decrypts");
+        }
+        assert_eq!(&plaintext[..], b"hello");
     }
 
     #[test]

@@ -168,7 +168,6 @@ impl TlsSession {
     }
 
     /// Whether records are waiting for [`TlsSession::take_output`].
-    #[cfg(test)]
     pub(crate) fn has_output(&self) -> bool {
         !self.output.is_empty() || self.conn.wants_write()
     }

@@ -99,9 +99,32 @@ pub fn find_setting(options: &[StartupOption], name: &str) -> Option<String> {
     })
 }
 
+/// `arg` escaped so that [`parse_options`] (PostgreSQL's split of `options`) reads it back
+/// as one argument: a backslash before every backslash and whitespace character.
+pub fn escape_option(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    for c in arg.chars() {
+        if c == '\\' || c.is_ascii_whitespace() {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_escaped_argument_is_read_back_whole() {
+        let value = "search_path=a b\\c";
+        let options = format!("-c {}", escape_option(value));
+        assert_eq!(
+            parse_options(&options, 4).unwrap(),
+            vec![setting("search_path", "a b\\c")]
+        );
+    }
 
     fn setting(name: &str, value: &str) -> StartupOption {
         StartupOption::Setting {

@@ -11,9 +11,7 @@ use core::fmt;
 use pgtier_core::class::ClassSetting;
 use pgtier_core::config::{Config, DatabaseConfig};
 use pgtier_policy::tiers::Tier;
-use pgtier_wire::startup_options::{StartupOption, parse_options};
-
-use crate::login_options::escape;
+use pgtier_wire::startup_options::{StartupOption, escape_option as escape, parse_options};
 
 /// The setting name clients use in `options` (matched ASCII case-insensitively, as
 /// PostgreSQL matches setting names).

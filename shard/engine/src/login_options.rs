@@ -9,7 +9,7 @@
 //! replica routing, which consumes it.
 
 use pgtier_pool::tracked_index;
-use pgtier_wire::startup_options::{StartupOption, parse_options};
+use pgtier_wire::startup_options::{StartupOption, escape_option as escape, parse_options};
 
 use crate::class::{CLASS_OPTION, MAX_OPTION_ARGUMENTS};
 
@@ -63,18 +63,6 @@ pub(crate) fn read_login_options(
     }
     read.forwarded = (!kept.is_empty()).then(|| kept.join(" "));
     Ok(read)
-}
-
-/// `arg` escaped so that PostgreSQL's split of `options` reads it back as one argument.
-pub(crate) fn escape(arg: &str) -> String {
-    let mut out = String::with_capacity(arg.len());
-    for c in arg.chars() {
-        if c == '\\' || c.is_ascii_whitespace() {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -278,7 +278,11 @@ pub fn proxy_config(server_port: u16, dbname: &str, variation: Variation) -> Pro
             PoolMode::Session => variation.pool_size.max(16),
             PoolMode::Transaction => variation.pool_size,
         })
-        .setting("query_wait_timeout", "60");
+        .setting("query_wait_timeout", "60")
+        // A client queued for a server is told so after 5 s by default (PgBouncer's
+        // query_wait_notify): a pooling notice the server never sends, so off here, where
+        // a loaded machine may keep a client waiting that long.
+        .setting("query_wait_notify", "0");
     config.workers = variation.workers;
     config
 }

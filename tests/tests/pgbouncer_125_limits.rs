@@ -239,6 +239,8 @@ fn a_client_that_waited_reserve_pool_timeout_gets_a_reserve_server_which_stays()
     // Session mode: each client holds its server from its first query to its end.
     let proxy = start_proxy(
         ProxyConfig::new(pg.port())
+            // trust needs the user in the auth file (as PgBouncer's trust does).
+            .user("alice", "")
             .pool_mode("session")
             .setting("reserve_pool_timeout", "1")
             .user_setting("alice", "pool_size", "1")

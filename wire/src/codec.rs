@@ -166,6 +166,7 @@ pub(crate) fn put_nullable_value(out: &mut BytesMut, value: Option<&[u8]>) {
 }
 
 /// Walks `count` length-prefixed values, returning the bytes they occupy.
+#[inline]
 pub(crate) fn take_values<'a>(
     reader: &mut Reader<'a>,
     count: usize,

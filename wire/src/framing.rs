@@ -81,6 +81,7 @@ impl Frame {
 
 /// Reads and checks the header at the front of `buf`; `Ok(None)` while fewer than five bytes
 /// are buffered. A length below 4 or above `limits.max_message_len` is a protocol violation.
+#[inline]
 pub fn peek_header(buf: &[u8], limits: &FrameLimits) -> Result<Option<FrameHeader>, ProtocolError> {
     let Some(header) = buf.get(..HEADER_LEN) else {
         return Ok(None);
@@ -101,6 +102,7 @@ pub fn peek_header(buf: &[u8], limits: &FrameLimits) -> Result<Option<FrameHeade
 }
 
 /// Detaches the first message of `buf` if it is complete; `Ok(None)` if more bytes are needed.
+#[inline]
 pub fn split_message(
     buf: &mut BytesMut,
     limits: &FrameLimits,
@@ -117,6 +119,7 @@ pub fn split_message(
 }
 
 /// Detaches the first `len` bytes, normally a [`Run::len`] measured by [`scan_run`].
+#[inline]
 pub fn split_run(buf: &mut BytesMut, len: usize) -> Bytes {
     buf.split_to(len.min(buf.len())).freeze()
 }

@@ -64,6 +64,7 @@ pub struct Values<'a> {
 }
 
 impl<'a> Values<'a> {
+    #[inline]
     pub(crate) fn read(reader: &mut Reader<'a>) -> Result<Self, ProtocolError> {
         let count = reader.i16()?;
         if count < 0 {

@@ -28,7 +28,7 @@ use pgtier_replicas::{
     ControlOptions, ControlPlane, ReplyMailbox, RouterMap, ShardRouting, SharedRouting,
     default_probe_login,
 };
-use pgtier_shard::listen::{Listeners, UnixSocketFile};
+use pgtier_shard::listen::{Listeners, TcpStops, UnixSocketFile};
 use pgtier_shard::{
     Command, Mailbox, PauseSignal, RecvBuffers, Shard, ShardParts, ShutdownMode, UringRing,
 };
@@ -78,6 +78,8 @@ pub struct ProxyHandle {
     tcp_addrs: Vec<SocketAddr>,
     /// The Unix socket; its file is removed when the handle is dropped.
     unix: Option<UnixSocketFile>,
+    /// The TCP listeners, stopped at once when a shutdown would refuse a queued client.
+    tcp_stops: TcpStops,
     /// The settings the process started with (those a reload cannot change are named).
     started: pgtier_core::config::Settings,
     /// The configuration in effect (the last one handed to the shards): what a console SET
@@ -247,6 +249,11 @@ impl ProxyHandle {
     pub fn shutdown(&self, mode: ShutdownMode) {
         // Known at once: a second signal right behind the first finds it.
         self.shared.engine.note_shutdown();
+        if mode.refuses_login(false) {
+            // Before the shards hear of it: meanwhile they would accept clients only to
+            // refuse them, where the kernel gives them to another process on the port.
+            self.tcp_stops.stop_listening();
+        }
         for mailbox in &self.shared.mailboxes {
             if mailbox.post(Command::Shutdown(mode)).is_err() {
                 warn!("shutdown not delivered: mailbox full");
@@ -414,6 +421,7 @@ pub(crate) fn start_bound(
     }
     let users = Arc::new(load_users(&config)?);
     let tls = load_tls(&config)?;
+    let tcp_stops = listeners.tcp_stops()?;
     let Listeners {
         per_shard: listen_fds,
         tcp_addrs,
@@ -553,6 +561,7 @@ pub(crate) fn start_bound(
         addr,
         tcp_addrs,
         unix,
+        tcp_stops,
         started: config.pgtier.clone(),
         current: Mutex::new(config.clone()),
         tls: Mutex::new(tls.clone()),

@@ -301,27 +301,42 @@ impl<R: Ring> Shard<R> {
     /// The multishot accept is cancelled first and the rest waits for its last completion:
     /// until then the ring holds a reference to the socket, so closing the fd would not
     /// close the listener, and it would go on taking connections nobody drains.
+    ///
+    /// When a queued client would only be refused (`WAIT_FOR_SERVERS`, an immediate
+    /// shutdown), draining it helps nobody: the TCP listener leaves its `SO_REUSEPORT` group
+    /// at once instead (`shutdown(SHUT_RD)` stops a listening socket even while the ring
+    /// still holds it), so what the kernel had queued here goes to another process's
+    /// listener with `tcp_migrate_req = 1` (reset without it, as when PgBouncer exits), and
+    /// nothing more is accepted here to be refused.
     fn close_listener(&mut self, now: Instant, index: usize) {
+        let refuses_queued = self.engine.refuses_queued_tcp_clients();
         let Some(slot) = self.listeners.get_mut(index) else {
             return;
         };
-        if slot.listener.is_none() {
+        let Some(listener) = slot.listener else {
             return;
-        }
+        };
         if slot.accept_armed {
             if !slot.accept_cancelled {
                 slot.accept_cancelled = true;
+                if refuses_queued {
+                    stop_listening(listener);
+                }
                 self.cancel_op(accept_key(index));
             }
             return;
         }
-        let Some(listener) = slot.listener.take() else {
-            return;
-        };
+        if refuses_queued {
+            stop_listening(listener);
+        }
+        slot.listener = None;
         let fd = listener.fd;
-        if let ListenerKind::Unix { .. } = listener.kind {
-            // Every shard holds a duplicate of the one Unix socket: its backlog is theirs
-            // too, and what is queued on it is accepted by the shards still open.
+        // A Unix listener: every shard holds a duplicate of the one socket, its backlog is
+        // theirs too, and what is queued on it is accepted by the shards still open. A TCP
+        // listener stopped (above, or by the signal loop) has nothing to drain, and `listen`
+        // would restart it.
+        if refuses_queued || matches!(listener.kind, ListenerKind::Unix { .. }) || !is_listening(fd)
+        {
             // SAFETY: the listener fd is this shard's and no operation uses it any more.
             unsafe { libc::close(fd) };
             return;
@@ -358,6 +373,8 @@ impl<R: Ring> Shard<R> {
                 drained, "accepted the queued connections before closing the listener"
             );
         }
+        // Stopped, not only closed: the signal loop holds a duplicate (`TcpStops`).
+        stop_listening(listener);
         // SAFETY: the listener fd is this shard's and no operation uses it any more.
         unsafe { libc::close(fd) };
     }
@@ -751,10 +768,20 @@ impl<R: Ring> Shard<R> {
         if !more {
             // A multishot accept that ends must be re-armed, or the shard stops accepting.
             slot.accept_armed = false;
+            // EINVAL: the socket no longer listens. A shutdown stopped it (this shard's
+            // `close_listener`, or the signal loop's `TcpStops` just before the shutdown
+            // reaches this shard's mailbox): nothing to accept or re-arm; the listener is
+            // closing.
+            let stopped = result == -libc::EINVAL && kind == Some(ListenerKind::Tcp);
+            if stopped {
+                slot.accept_cancelled = true;
+            }
             let cancelled = slot.accept_cancelled;
             self.arm_accept(listener);
             if cancelled {
-                if let Some(kind) = kind {
+                if let Some(kind) = kind
+                    && !stopped
+                {
                     self.accept_one(now, kind, result);
                 }
                 // The cancelled accept is over: drain and close the listener now.
@@ -1070,9 +1097,36 @@ struct ListenerSlot {
     listener: Option<ShardListener>,
     /// True from submitting the multishot accept until a completion without MORE.
     accept_armed: bool,
-    /// The listener is closing: the multishot accept was cancelled, and the listener is
-    /// drained and closed once its last completion arrives (`close_listener`).
+    /// The listener is closing: the multishot accept was cancelled (or ended because the
+    /// socket was stopped), and the listener is drained and closed once its last completion
+    /// arrives (`close_listener`).
     accept_cancelled: bool,
+}
+
+/// Takes a TCP listener out of its `SO_REUSEPORT` group now (`listen::stop_listening_fd`);
+/// its fd stays open until `close_listener` closes it. A Unix listener is shared by every
+/// shard and left alone.
+fn stop_listening(listener: ShardListener) {
+    if listener.kind == ListenerKind::Tcp {
+        crate::listen::stop_listening_fd(listener.fd);
+    }
+}
+
+/// Whether `fd` is a listening socket (`SO_ACCEPTCONN`); not once it was stopped.
+fn is_listening(fd: RawFd) -> bool {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live local.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && value != 0
 }
 
 /// The key of listener `index`'s multishot accept.

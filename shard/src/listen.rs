@@ -19,7 +19,7 @@
 use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -161,6 +161,62 @@ impl Listeners {
         std::os::unix::fs::chown(path, Some(uid), gid)
             .map_err(|e| format!("cannot chown {}: {e}", path.display()))
     }
+}
+
+impl Listeners {
+    /// A way for a thread other than the shards (the signal loop) to stop every TCP listener
+    /// at once: duplicates of their descriptors, so the numbers stay this handle's whatever
+    /// the shards close meanwhile.
+    pub fn tcp_stops(&self) -> Result<TcpStops, String> {
+        let mut fds = Vec::new();
+        for listener in self.per_shard.iter().flatten() {
+            if listener.kind != ListenerKind::Tcp {
+                continue;
+            }
+            // SAFETY: `listener.fd` is open (the shards have not started); the duplicate is
+            // owned by the handle returned.
+            let fd = unsafe { libc::fcntl(listener.fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if fd < 0 {
+                return Err(format!(
+                    "cannot duplicate a listening socket: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: `fd` was just returned by fcntl and is owned by nobody else.
+            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        Ok(TcpStops(fds))
+    }
+}
+
+/// The process's TCP listeners, to take them out of their `SO_REUSEPORT` group the moment a
+/// shutdown that would refuse a queued client begins (SIGQUIT, SIGINT), rather than when
+/// each shard gets to it: until then a shard may still accept a connection only to refuse
+/// it, where the kernel would give it to another process's listener (with
+/// `tcp_migrate_req = 1`). A listening socket shut down for reading stops listening whoever
+/// holds it; closing these duplicates alone would not (the shards hold theirs), so a shard
+/// also shuts its listener down before closing it, and these never keep one listening.
+#[derive(Debug)]
+pub struct TcpStops(Vec<OwnedFd>);
+
+impl TcpStops {
+    /// Stops every TCP listener now (what each had queued goes to another listener of its
+    /// group with `tcp_migrate_req = 1`, or is reset).
+    pub fn stop_listening(&self) {
+        for fd in &self.0 {
+            stop_listening_fd(fd.as_raw_fd());
+        }
+    }
+}
+
+/// Takes the TCP listener `fd` out of its `SO_REUSEPORT` group now: a listening socket shut
+/// down for reading runs Linux's close steps (its queue goes to another listener of the
+/// group with `tcp_migrate_req = 1`, or is reset) whoever else holds the file (the ring, for
+/// its accept). Once stopped, it stays so unless `listen` is called on it again.
+pub fn stop_listening_fd(fd: RawFd) {
+    // SAFETY: shutdown takes plain integers and only changes the socket's state; on a
+    // socket already stopped it fails harmlessly (ENOTCONN).
+    unsafe { libc::shutdown(fd, libc::SHUT_RD) };
 }
 
 /// Settings read once, when the process binds and starts, that differ between `started`

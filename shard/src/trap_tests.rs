@@ -289,6 +289,20 @@ fn a_multishot_accept_is_rearmed_when_more_is_missing() {
 }
 
 #[test]
+fn a_multishot_accept_ended_by_a_stopped_listener_is_not_rearmed() {
+    let mut shard = test_shard();
+    let accept = shard.ring().take(is_kind(OpKind::Accept)).expect("accept");
+    // The signal loop stopped the listener (`TcpStops`) before the shutdown reached this
+    // shard: re-arming would only fail again, in a loop, until the mailbox is read.
+    shard.ring().complete(accept, -libc::EINVAL, false);
+    turn(&mut shard);
+    assert!(
+        !shard.ring().has(is_kind(OpKind::Accept)),
+        "an accept on a socket that no longer listens is not submitted again"
+    );
+}
+
+#[test]
 fn an_error_is_sent_before_the_socket_closes() {
     let mut shard = test_shard();
     accept(&mut shard);

@@ -303,6 +303,15 @@ impl Engine {
         self.admin.is_shutting_down()
     }
 
+    /// Whether a TCP client the kernel still has queued for this shard would only be refused
+    /// ("pooler is shutting down"): under `WAIT_FOR_SERVERS` and an immediate shutdown, not
+    /// under `WAIT_FOR_CLIENTS`, which serves it.
+    pub fn refuses_queued_tcp_clients(&self) -> bool {
+        self.admin
+            .shutdown()
+            .is_some_and(|mode| mode.refuses_login(false))
+    }
+
     /// Whether the shard accepts on the Unix socket: during a graceful shutdown too, until
     /// the shard is done, so the admin console stays reachable (PgBouncer's behaviour; a
     /// client of a pool is refused at login); not once an immediate one began.

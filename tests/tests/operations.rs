@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use pgtier_tests::config::toml_string;
 use pgtier_tests::fixtures::{admin, server_and_proxy, sqlstate};
-use pgtier_tests::{rawwire, wait};
+use pgtier_tests::{TempDir, rawwire, wait};
 
 const SHORT: Duration = Duration::from_secs(10);
 
@@ -172,7 +173,22 @@ fn sigterm_waits_for_clients_then_exits() {
 
 #[test]
 fn sigquit_closes_everything_at_once_and_exits_cleanly() {
-    let (pg, mut proxy) = server_and_proxy(|config| config);
+    // A Unix socket and a log file, as a PgBouncer user runs it: both must be left tidy.
+    let files = TempDir::new("sigquit").expect("tempdir");
+    let logfile = files.path().join("pgtier.log");
+    let (pg, mut proxy) = server_and_proxy(|config| {
+        config
+            .setting(
+                "unix_socket_dir",
+                &toml_string(&files.path().display().to_string()),
+            )
+            .setting("logfile", &toml_string(&logfile.display().to_string()))
+    });
+    let socket = files.path().join(format!(".s.PGSQL.{}", proxy.port()));
+    assert!(
+        socket.exists(),
+        "the Unix socket file is there while it runs"
+    );
     admin(&pg, "CREATE TABLE quit_log(v int)");
     let mut client = proxy.connect("postgres", "postgres").expect("connect");
     client
@@ -191,6 +207,18 @@ fn sigquit_closes_everything_at_once_and_exits_cleanly() {
     );
     // Its open transaction was rolled back by the server, not committed.
     assert_eq!(admin(&pg, "SELECT count(*) FROM quit_log"), "0");
+    assert!(!socket.exists(), "the Unix socket file is removed");
+    // The log ends with the shutdown, whole lines only: PgBouncer's line for the signal,
+    // then the client closed because of it.
+    let log = std::fs::read_to_string(&logfile).expect("logfile");
+    let signalled = log
+        .find("got SIGQUIT, fast exit")
+        .unwrap_or_else(|| panic!("no line for SIGQUIT:\n{log}"));
+    assert!(
+        log[signalled..].contains("closing because: pgtier is shutting down"),
+        "the client's close after the signal is logged:\n{log}"
+    );
+    assert!(log.ends_with('\n'), "the last line is whole:\n{log}");
 }
 
 #[test]

@@ -11,14 +11,12 @@
 //! the clients all live there, on its loopback. `PGTIER_TEST_TCP_MIGRATE_REQ=0` leaves it
 //! off, to measure what a host without it sees (the tests then fail, naming the resets).
 
-use std::io;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pgtier_tests::fixtures::{server, start_proxy};
-use pgtier_tests::{ProxyConfig, rawwire, wait};
+use pgtier_tests::{ProxyConfig, netns, rawwire, wait};
 
 /// Connections that must start after the signal, all of them served.
 const CONNECTS_AFTER_DEATH: usize = 200;
@@ -60,8 +58,10 @@ fn sigquit_of_one_of_two_processes_on_a_port_resets_no_new_connection() {
 
 fn one_of_two_dies(signal: libc::c_int) {
     let migrate = std::env::var("PGTIER_TEST_TCP_MIGRATE_REQ").map_or(true, |value| value != "0");
-    let Some(outcome) = in_own_network_namespace(migrate, move || connect_through_a_death(signal))
-    else {
+    let outcome = netns::run_isolated(migrate, move |isolated| {
+        isolated.then(|| connect_through_a_death(signal))
+    });
+    let Some(outcome) = outcome else {
         eprintln!("skipped: no network namespace of its own (not root?)");
         return;
     };
@@ -181,47 +181,4 @@ fn connect_loop(port: u16, attempts: &Mutex<Vec<Attempt>>, stop: &AtomicBool) {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Runs `body` on a thread in a new network namespace with its loopback up and
-/// `net.ipv4.tcp_migrate_req` set to `migrate`; processes and threads it starts inherit the
-/// namespace, which goes away with the last of them. `None` where a namespace cannot be made
-/// (not root).
-fn in_own_network_namespace<T: Send + 'static>(
-    migrate: bool,
-    body: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    let thread = std::thread::spawn(move || {
-        // SAFETY: unshare takes a flag; CLONE_NEWNET moves only this thread (and what it
-        // starts from now on) to a new network namespace.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            let error = io::Error::last_os_error();
-            assert_eq!(
-                error.raw_os_error(),
-                Some(libc::EPERM),
-                "unshare(CLONE_NEWNET): {error}"
-            );
-            return None;
-        }
-        shell("ip link set lo up").expect("loopback up in the namespace");
-        // Written by a child of this thread: /proc/sys/net is the namespace of its reader.
-        shell(&format!(
-            "echo {} > /proc/sys/net/ipv4/tcp_migrate_req",
-            u8::from(migrate)
-        ))
-        .expect("net.ipv4.tcp_migrate_req in the namespace (Linux 5.14 or later)");
-        Some(body())
-    });
-    thread
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
-
-fn shell(script: &str) -> io::Result<()> {
-    let status = Command::new("sh").args(["-c", script]).status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!("`{script}`: {status}")))
-    }
 }

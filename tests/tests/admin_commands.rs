@@ -10,7 +10,7 @@ use std::time::Duration;
 use pgtier_tests::fixtures::{PGBENCH_TIMEOUT, sqlstate, start_proxy};
 use pgtier_tests::process::{Finished, pg_tool, run};
 use pgtier_tests::shared_server::shared_server;
-use pgtier_tests::{Pgtier, ProxyConfig, wait};
+use pgtier_tests::{Pgtier, ProxyConfig, netns, wait};
 
 /// The admin console's database.
 const CONSOLE: &str = "pgtier";
@@ -744,31 +744,6 @@ fn sigterm_waits_for_clients_like_shutdown_wait_for_clients() {
     });
 }
 
-/// `net.ipv4.tcp_migrate_req = 1` while it lives (the value before is put back), where this
-/// process may write it (root); elsewhere nothing changes.
-struct MigrateRequests(Option<String>);
-
-const MIGRATE_REQ: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
-
-impl MigrateRequests {
-    fn enable() -> MigrateRequests {
-        let before = std::fs::read_to_string(MIGRATE_REQ).ok();
-        let set = before.is_some() && std::fs::write(MIGRATE_REQ, "1").is_ok();
-        if !set {
-            eprintln!("could not set {MIGRATE_REQ}: the handover may reset a connection");
-        }
-        MigrateRequests(before.filter(|_| set))
-    }
-}
-
-impl Drop for MigrateRequests {
-    fn drop(&mut self) {
-        if let Some(before) = &self.0 {
-            let _ = std::fs::write(MIGRATE_REQ, before.trim());
-        }
-    }
-}
-
 /// Connects, sends an SSLRequest and expects pgtier's `N`, over and over until `stop`:
 /// (answered, failures). A reset or an EOF is a connection a closing listener lost.
 fn connect_until(port: u16, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec<String>) {
@@ -800,15 +775,25 @@ fn connect_until(port: u16, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec
 fn rolling_restart_under_pgbench_loses_no_transaction_or_connection() {
     // The host setting docs/operations.md recommends for rolling restarts: without it a
     // handshake that completes between the old listener's last accept and its close is reset
-    // by the kernel, which under load (this test's burst) happens now and then.
-    let _migrate = MigrateRequests::enable();
-    let _ = pgbench_tables();
+    // by the kernel, which under load (this test's burst) happens now and then. It is set in
+    // a network namespace of the test's own (with its own server), never on the host.
+    netns::run_isolated(true, |isolated| {
+        if !isolated {
+            eprintln!("no network namespace of its own: the handover may reset a connection");
+        }
+        rolling_restart_under_pgbench();
+    });
+}
+
+fn rolling_restart_under_pgbench() {
+    let pg = pgtier_tests::fixtures::server();
+    pgtier_tests::fixtures::pgbench_init(&pg, 1);
     let configure = |config: ProxyConfig| {
         let mut config = config.pool_size(8);
         config.workers = 2;
         config
     };
-    let mut old = proxy(configure);
+    let mut old = start_proxy(configure(ProxyConfig::new(pg.port())));
     let port = old.port();
     let bench = std::thread::spawn(move || pgbench(port, 32, 20));
     std::thread::sleep(Duration::from_secs(4));

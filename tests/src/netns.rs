@@ -38,13 +38,45 @@ fn enter_new(tcp_migrate_req: bool) -> io::Result<bool> {
             _ => Err(error),
         };
     }
-    shell("ip link set lo up")?;
+    loopback_up()?;
     // Written by a child of this thread: /proc/sys/net shows the namespace of its reader.
     shell(&format!(
         "echo {} > /proc/sys/net/ipv4/tcp_migrate_req",
         u8::from(tcp_migrate_req)
     ))?;
     Ok(true)
+}
+
+/// Brings up `lo` of the calling thread's namespace (what `ip link set lo up` does, without
+/// needing iproute2).
+fn loopback_up() -> io::Result<()> {
+    // SAFETY: a plain datagram socket, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ifreq` is plain data; all-zero is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: both ioctls read and write only `request`, a live local of the type they take;
+    // the union field is the flags these two requests use.
+    let outcome = unsafe {
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut request) < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &request) < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        }
+    };
+    // SAFETY: `fd` is the socket opened above, used no more.
+    unsafe { libc::close(fd) };
+    outcome
 }
 
 fn shell(script: &str) -> io::Result<()> {

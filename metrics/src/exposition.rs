@@ -814,6 +814,7 @@ mod tests {
             class: pgtier_policy::ServiceClass::Freemium.into(),
             leased: None,
             after: None,
+            avoid: None,
         };
         // Replica 0 is excluded, replica 1 never polled (so it still serves plain reads).
         drop(reader.route(&ask, &mut local));

@@ -147,21 +147,27 @@ pub(crate) fn may_run_again(unit: &[u8]) -> bool {
     pos == unit.len() && pos > 0
 }
 
-/// Whether the server output `first` (the start of what would go to the client) opens with
-/// the backend announcing its exit: a FATAL or PANIC error, or the WARNING a backend sends
-/// when its postmaster stops it at once (57P01..57P03, `pg_ctl stop -m immediate` or a crash
-/// of another backend). `Some(shutdown)` then, `shutdown` when it names a shutdown (the
-/// replica is going away).
-pub(crate) fn announces_exit(first: &[u8]) -> Option<bool> {
-    let header = first.get(..5)?;
-    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    let body = first.get(5..1 + len)?;
-    let shutdown = crate::server::relay::is_shutdown_error(body);
-    match header[0] {
-        b'E' if crate::server::relay::is_fatal(body) => Some(shutdown),
-        b'N' if shutdown => Some(true),
-        _ => None,
+/// Whether the server output `output` (what would go to the client, from a message's start)
+/// holds the backend announcing its exit: a FATAL or PANIC error, or the WARNING a backend
+/// sends when its postmaster stops it at once (57P01..57P03, `pg_ctl stop -m immediate` or a
+/// crash of another backend). What comes before it does not matter, since none of it went to
+/// the client: a backend that dies while it runs a query flushes the RowDescription it had
+/// buffered with its last words. `Some(shutdown)` then, `shutdown` when it names a shutdown
+/// (the replica is going away). Only whole messages are read.
+pub(crate) fn announces_exit(output: &[u8]) -> Option<bool> {
+    let mut pos = 0usize;
+    while let Some(header) = output.get(pos..pos + 5) {
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let body = output.get(pos + 5..(pos + 1).checked_add(len)?)?;
+        let shutdown = crate::server::relay::is_shutdown_error(body);
+        match header[0] {
+            b'E' if crate::server::relay::is_fatal(body) => return Some(shutdown),
+            b'N' if shutdown => return Some(true),
+            _ => {}
+        }
+        pos += 1 + len;
     }
+    None
 }
 
 #[cfg(test)]
@@ -274,6 +280,11 @@ mod tests {
         let notice = message(b'N', b"SNOTICE\0VNOTICE\0C00000\0Mhello\0\0");
         assert_eq!(announces_exit(&notice), None);
         assert_eq!(announces_exit(&fatal[..10]), None, "not whole");
+        // Its last words come after what it had buffered.
+        let buffered = [message(b'T', b"\0\0"), fatal.clone()].concat();
+        assert_eq!(announces_exit(&buffered), Some(true));
+        let answered = [message(b'T', b"\0\0"), message(b'C', b"SELECT 1\0")].concat();
+        assert_eq!(announces_exit(&answered), None);
         assert_eq!(announces_exit(&message(b'T', b"\0\0")), None);
     }
 }

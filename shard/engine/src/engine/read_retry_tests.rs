@@ -328,3 +328,24 @@ fn a_read_runs_again_at_most_read_retries_times() {
     h.server_gone(server_on(&h, FIRST));
     assert_eq!(errors(&h.client_output(b)), vec!["08006".to_string()]);
 }
+
+#[test]
+fn a_backend_terminated_mid_query_flushes_its_row_description_and_the_read_still_runs_again() {
+    let (mut h, _) = harness("");
+    let (a, _) = h.login("alice", "db");
+    h.hold_new_backends = Some("slow".into());
+    h.client_sends(a, &query("SELECT slow FROM t"));
+    let first = server_on(&h, FIRST);
+    h.hold_new_backends = None;
+    // `pg_terminate_backend`: the RowDescription it had buffered, then its FATAL, in one read.
+    let mut last_words = frame(b'T', b"\0\0");
+    last_words.extend(testing::error(
+        "FATAL",
+        "57P01",
+        "terminating connection due to administrator command",
+    ));
+    h.server_sends(first, &last_words);
+    h.server_gone(first);
+    assert_eq!(h.client_tags(a), "TDCZ", "one answer, no error");
+    assert!(!h.is_closed(Conn::Client(a)));
+}

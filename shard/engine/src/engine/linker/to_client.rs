@@ -90,9 +90,9 @@ pub(in crate::engine) fn relay_to_client(
     if let Some(first) = forwarded.first()
         && session.retry().is_armed()
     {
-        // The first byte of the answer: a read kept to run again no longer may, unless the
-        // backend opens it by announcing its exit (`client::retry`), which then stays
-        // unsent and the read runs on another server.
+        // The first bytes of the answer: a read kept to run again no longer may, unless the
+        // backend announces its exit in them (`client::retry`): they then stay unsent and
+        // the read runs on another server.
         let exit = crate::client::retry::announces_exit(first);
         if let Some(shutdown) = exit
             && session

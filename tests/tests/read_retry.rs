@@ -87,7 +87,7 @@ fn backend_running<'a>(servers: &[&'a LocalPg], text: &str) -> Option<(&'a Local
     wait::until(Duration::from_secs(20), Duration::from_millis(5), || {
         servers.iter().find_map(|server| {
             let pid = server.psql("postgres", &sql).ok()?;
-            (!pid.is_empty()).then(|| (*server, pid))
+            (!pid.is_empty()).then_some((*server, pid))
         })
     })
 }

@@ -12,7 +12,7 @@ use crate::client::Session;
 use crate::client::forward::Forwarded;
 use crate::client::reads::{ReadTxn, Unit};
 use crate::client::retry::{KeptBytes, may_run_again};
-use crate::ids::ClientId;
+use crate::ids::{ClientId, ServerId};
 use crate::services::Routing;
 
 /// Whether a session that just got a server for a new transaction may run its statement
@@ -124,6 +124,20 @@ impl ClientTable {
                 }
             }
         }
+    }
+
+    /// Clients linked to a server with a read kept that may still run again (at most `max`
+    /// runs): the housekeeping looks at their servers' replicas.
+    pub(super) fn reads_that_may_run_again(&self, max: u32) -> Vec<(ClientId, ServerId)> {
+        self.iter()
+            .filter_map(|(slot, client)| {
+                let session = client.session()?;
+                if !session.retry().may_run_again_within(max) {
+                    return None;
+                }
+                Some((ClientId(slot), client.server()?))
+            })
+            .collect()
     }
 
     /// Client `id`'s server died on `replica` before any of its answer reached it: its kept

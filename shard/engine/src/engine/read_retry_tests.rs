@@ -32,6 +32,8 @@ struct Asked {
     avoids: Vec<Option<SocketAddr>>,
     /// Failures reported, by replica.
     failures: Vec<SocketAddr>,
+    /// Replicas the test says are Down.
+    down: Vec<SocketAddr>,
 }
 
 #[derive(Debug)]
@@ -83,8 +85,10 @@ impl Routing for Routed {
             asked.failures.push(replica);
         }
     }
-    fn is_down(&self, _: &str, _: SocketAddr) -> bool {
-        false
+    fn is_down(&self, _: &str, replica: SocketAddr) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|asked| asked.down.contains(&replica))
     }
     fn route_read(&self, request: &ReadRequest<'_>) -> ReadRoute {
         if let Ok(mut asked) = self.0.lock() {
@@ -347,5 +351,26 @@ fn a_backend_terminated_mid_query_flushes_its_row_description_and_the_read_still
     h.server_sends(first, &last_words);
     h.server_gone(first);
     assert_eq!(h.client_tags(a), "TDCZ", "one answer, no error");
+    assert!(!h.is_closed(Conn::Client(a)));
+}
+
+#[test]
+fn a_read_on_a_replica_that_goes_down_without_a_word_runs_again_elsewhere() {
+    let (mut h, asked) = harness("");
+    let (a, _) = h.login("alice", "db");
+    h.hold_new_backends = Some("slow".into());
+    h.client_sends(a, &query("SELECT slow FROM t"));
+    let first = server_on(&h, FIRST);
+    h.hold_new_backends = None;
+    h.advance(std::time::Duration::from_millis(300));
+    assert!(h.client_output(a).is_empty(), "its replica is up: it waits");
+    // Hung or partitioned: the probes mark it Down, its server says nothing.
+    asked.lock().expect("asked").down.push(addr(FIRST));
+    h.advance(std::time::Duration::from_millis(300));
+    assert_eq!(h.client_tags(a), "TDCZ", "answered by the other replica");
+    assert!(
+        h.is_closed(Conn::Server(first)),
+        "the hung server is closed"
+    );
     assert!(!h.is_closed(Conn::Client(a)));
 }

@@ -1245,6 +1245,7 @@ impl Engine {
             %replica,
             "a read's server died before it answered: running it again on another server"
         );
+        self.stats.read_run_again();
         match again {
             // Routed again, not to that replica (`read_routing.rs`).
             read_retry::Again::Reader => self.need_server(id),

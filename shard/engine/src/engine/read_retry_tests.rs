@@ -180,6 +180,8 @@ fn a_read_killed_before_its_answer_runs_on_another_replica_and_the_client_sees_o
         "the replica was reported"
     );
     drop(asked);
+    h.engine.fold_counters();
+    assert_eq!(h.engine.env.shared().snapshot().reads_run_again, 1);
     // The session goes on as usual.
     h.client_sends(a, &query("SELECT 2"));
     assert_eq!(h.client_tags(a), "TDCZ");

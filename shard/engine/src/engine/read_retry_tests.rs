@@ -376,3 +376,29 @@ fn a_read_on_a_replica_that_goes_down_without_a_word_runs_again_elsewhere() {
     );
     assert!(!h.is_closed(Conn::Client(a)));
 }
+
+#[test]
+fn a_read_after_session_state_or_behind_a_write_is_not_run_again() {
+    let (mut h, _) = harness("");
+    // A SET pins the session to its server: its reads may depend on that state.
+    let (a, _) = h.login("alice", "set");
+    h.client_sends(a, &query("SET work_mem = '64MB'"));
+    assert_eq!(h.client_tags(a), "CZ");
+    let server = server_on(&h, FIRST);
+    h.backend(server).hold_queries_with = Some("slow".into());
+    h.client_sends(a, &query("SELECT slow FROM t"));
+    h.server_gone(server);
+    assert_eq!(errors(&h.client_output(a)), vec!["08006".to_string()]);
+    assert_eq!(seen_by_live(&mut h, "slow"), 0, "not run again");
+    // A read pipelined with a write in one send: the server got both, neither runs again.
+    let (b, _) = h.login("alice", "set");
+    // Both held: no answer begins.
+    h.hold_new_backends = Some(" t".into());
+    let pipeline = [query("SELECT slow FROM t"), query("UPDATE t SET a = 1")].concat();
+    h.client_sends(b, &pipeline);
+    h.hold_new_backends = None;
+    assert!(h.client_output(b).is_empty());
+    h.server_gone(server_on(&h, FIRST));
+    assert_eq!(errors(&h.client_output(b)), vec!["08006".to_string()]);
+    assert_eq!(seen_by_live(&mut h, "UPDATE"), 0, "never sent again");
+}

@@ -917,6 +917,7 @@ fn show_replicas_ends_with_replay_lag_and_reads_and_show_readers_sums_them() {
         class: ServiceClass::Freemium.into(),
         leased: None,
         after: None,
+        avoid: None,
     };
     let pgtier_replicas::ReadPlacement::Replica(_ticket) = reader.route(&ask, &mut local) else {
         panic!("replica 1 serves reads");

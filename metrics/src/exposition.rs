@@ -224,6 +224,11 @@ impl PgtierCollector {
                 "reads that waited read_your_writes_timeout and ran on the primary",
                 snapshot.read_waits_timed_out,
             ),
+            (
+                "pgtier_reads_run_again",
+                "reads on replicas run again on another server after theirs died unanswered",
+                snapshot.reads_run_again,
+            ),
         ];
         for (name, help, value) in counters {
             family(encoder, name, help, None, MetricType::Counter)?
@@ -814,6 +819,7 @@ mod tests {
             class: pgtier_policy::ServiceClass::Freemium.into(),
             leased: None,
             after: None,
+            avoid: None,
         };
         // Replica 0 is excluded, replica 1 never polled (so it still serves plain reads).
         drop(reader.route(&ask, &mut local));

@@ -10,6 +10,7 @@
 //!
 //! Which replicas may serve a read:
 //! - not Down in the router's snapshot, not excluded by the lag cap, weight above zero;
+//! - not the replica a read that is run again must avoid (its server died under it);
 //! - with a lease (session-level PLB): only the leased replica;
 //! - `routing = "plb"` with `plb_per_transaction`: the replicas whose current role serves the
 //!   read's class (its pool, replicas borrowed for it, and Mixed ones);
@@ -57,6 +58,9 @@ pub struct ReadAsk {
     pub leased: Option<SocketAddr>,
     /// Read-your-writes: see every commit acknowledged before this instant.
     pub after: Option<Instant>,
+    /// A replica not to use: the read is run again after its server there died, and the
+    /// replica may not be Down in the snapshot yet.
+    pub avoid: Option<SocketAddr>,
 }
 
 /// Source of ids telling readers apart in shard-local state.
@@ -198,7 +202,11 @@ impl ReadRouter {
                     !self.per_transaction_plb || serves(role, self.router.policy().fit(ask.class))
                 }
             };
-            if !allowed {
+            if !allowed
+                || self
+                    .replica_addr(replica)
+                    .is_some_and(|addr| ask.avoid == Some(addr))
+            {
                 continue;
             }
             let index = replica.index();

@@ -46,6 +46,7 @@ fn ask(after: Option<Instant>) -> ReadAsk {
         class: ServiceClass::Freemium.into(),
         leased: None,
         after,
+        avoid: None,
     }
 }
 
@@ -117,6 +118,28 @@ fn tickets_count_reads_in_flight_until_dropped() {
     drop(tickets);
     assert_eq!(reader.counters().total_in_flight(), 0);
     assert_eq!(reader.primary_fallbacks(), 0);
+}
+
+#[test]
+fn a_read_run_again_avoids_the_replica_its_server_died_on() {
+    let map = map("");
+    let reader = Arc::clone(map.reader("app").expect("reader"));
+    let mut local = ReadLocal::new(3);
+    let avoiding = ReadAsk {
+        avoid: Some(addr(15402)),
+        ..ask(None)
+    };
+    for _ in 0..60 {
+        let placed = placed(&reader, &avoiding, &mut local);
+        assert!(matches!(placed, Some(ReplicaId(0 | 2))), "{placed:?}");
+    }
+    // The session's only replica (session-level PLB's lease) is the one to avoid: the read
+    // falls back to the primary.
+    let leased = ReadAsk {
+        leased: Some(addr(15402)),
+        ..avoiding
+    };
+    assert_eq!(placed(&reader, &leased, &mut local), None);
 }
 
 #[test]
@@ -205,6 +228,7 @@ fn a_leased_read_runs_only_on_its_replica() {
         class: ServiceClass::Premium.into(),
         leased: Some(addr(port)),
         after,
+        avoid: None,
     };
     for _ in 0..10 {
         assert_eq!(
@@ -241,6 +265,7 @@ fn per_transaction_plb_keeps_reads_in_the_class_pool() {
             class: class.into(),
             leased: None,
             after: None,
+            avoid: None,
         };
         let mut seen = Vec::new();
         for _ in 0..20 {
@@ -301,6 +326,7 @@ fn the_shard_routing_serves_reads_and_shares_user_writes() {
         class: ServiceClass::Freemium.into(),
         leased: None,
         after: None,
+        avoid: None,
     };
     let ReadRoute::Replica(ticket) = one.route_read(&request("app")) else {
         panic!("a replica");

@@ -275,6 +275,7 @@ impl Routing for ShardRouting {
             class: request.class,
             leased: request.leased,
             after: request.after,
+            avoid: request.avoid,
         };
         // Only this shard's thread calls in, and never re-entrantly; a busy cell would be a
         // bug, answered safely with the primary.

@@ -101,6 +101,7 @@ fn ask(after: Option<Instant>) -> ReadAsk {
         class: ServiceClass::Freemium.into(),
         leased: None,
         after,
+        avoid: None,
     }
 }
 

@@ -407,6 +407,10 @@ pub struct Settings {
     /// Move transaction-mode sessions that sit between transactions off a replica that went
     /// Down, instead of failing them (true).
     pub repin_idle_sessions: bool,
+    /// Times one autocommit read-only statement on a replica is run again on another server
+    /// of its class when its server dies before any of its answer reached the client (1;
+    /// 0: never).
+    pub read_retries: u32,
     /// Role and health events kept for `SHOW ROLE_EVENTS` / `SHOW EVENTS` (1024).
     pub role_events_capacity: u32,
     /// Address of the Prometheus metrics endpoint (127.0.0.1).
@@ -583,6 +587,7 @@ impl Default for Settings {
             read_only_functions: Vec::new(),
             write_functions: Vec::new(),
             repin_idle_sessions: true,
+            read_retries: 1,
             role_events_capacity: 1024,
             metrics_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             metrics_port: 0,

@@ -208,6 +208,7 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         read_only_functions: RELOAD,
         write_functions: RELOAD,
         repin_idle_sessions: RELOAD,
+        read_retries: RELOAD,
         role_events_capacity: RESTART,
         metrics_addr: RESTART,
         metrics_port: RESTART,

@@ -20,6 +20,18 @@ impl Inbox {
         }
     }
 
+    /// Bytes taken off earlier go back in front of what waits (a statement that runs again
+    /// on another server). Copies, but only on that rare path.
+    pub(crate) fn put_back(&mut self, front: &[bytes::Bytes]) {
+        let front_len: usize = front.iter().map(bytes::Bytes::len).sum();
+        let mut bytes = BytesMut::with_capacity(front_len + self.bytes.len());
+        for piece in front {
+            bytes.extend_from_slice(piece);
+        }
+        bytes.extend_from_slice(&self.bytes);
+        self.bytes = bytes;
+    }
+
     /// An input consumed to the end is dropped: even empty, it would keep its allocation
     /// (and the chunks split off it, until they are sent, shared).
     pub(crate) fn release_if_consumed(&mut self) {

@@ -91,6 +91,9 @@ pub struct ReadRequest<'a> {
     /// Read-your-writes: the read must see every transaction that committed on the primary
     /// before this instant (`None`: no target).
     pub after: Option<std::time::Instant>,
+    /// A replica the read must not run on: its server there died under this very read, which
+    /// is being run again (`read_retries`) before the replica's Down is published.
+    pub avoid: Option<SocketAddr>,
 }
 
 /// Where a read runs.

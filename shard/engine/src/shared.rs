@@ -43,6 +43,9 @@ pub struct SharedStats {
     pub reads_on_primary: AtomicU64,
     pub read_waits: AtomicU64,
     pub read_waits_timed_out: AtomicU64,
+    /// Reads on replicas run again on another server after theirs died unanswered
+    /// (`read_retries`).
+    pub reads_run_again: AtomicU64,
 }
 
 /// Totals at one moment (lagging by at most one batch per shard).
@@ -57,6 +60,7 @@ pub struct StatsSnapshot {
     pub reads_on_primary: u64,
     pub read_waits: u64,
     pub read_waits_timed_out: u64,
+    pub reads_run_again: u64,
 }
 
 /// One shard's connection events not yet folded in.
@@ -71,6 +75,7 @@ pub(crate) struct LocalStats {
     pub reads_on_primary: u64,
     pub read_waits: u64,
     pub read_waits_timed_out: u64,
+    pub reads_run_again: u64,
 }
 
 impl LocalStats {
@@ -90,6 +95,7 @@ impl LocalStats {
         add(&shared.reads_on_primary, &mut self.reads_on_primary);
         add(&shared.read_waits, &mut self.read_waits);
         add(&shared.read_waits_timed_out, &mut self.read_waits_timed_out);
+        add(&shared.reads_run_again, &mut self.reads_run_again);
     }
 }
 
@@ -384,6 +390,7 @@ impl Shared {
             reads_on_primary: load(&self.stats.reads_on_primary),
             read_waits: load(&self.stats.read_waits),
             read_waits_timed_out: load(&self.stats.read_waits_timed_out),
+            reads_run_again: load(&self.stats.reads_run_again),
         }
     }
 

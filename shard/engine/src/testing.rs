@@ -590,6 +590,8 @@ pub struct Harness {
     /// Sockets the engine adopted (server, fake descriptor) and closed without a connection.
     pub adopted: Vec<(ServerId, i32)>,
     pub closed_sockets: Vec<i32>,
+    /// Queries containing this text are held by every backend connected from now on.
+    pub hold_new_backends: Option<String>,
     next_pid: u32,
 }
 
@@ -735,6 +737,7 @@ impl Harness {
             detaching: Vec::new(),
             adopted: Vec::new(),
             closed_sockets: Vec::new(),
+            hold_new_backends: None,
             next_pid: 1000 + 1000 * shard as u32,
         }
     }
@@ -879,7 +882,8 @@ impl Harness {
         let pending = std::mem::take(&mut self.connecting);
         for (server, _) in pending {
             self.next_pid += 1;
-            let backend = FakeBackend::new(self.next_pid).with_shadow(&self.shadow);
+            let mut backend = FakeBackend::new(self.next_pid).with_shadow(&self.shadow);
+            backend.hold_queries_with = self.hold_new_backends.clone();
             self.backends.insert(server, backend);
             self.engine
                 .handle_server_connected(self.now, server, Ok(()));

@@ -61,6 +61,14 @@ impl CallLog {
         }
     }
 
+    /// The calls in flight will never be answered (their server died before any answer and
+    /// they are sent again): they are forgotten.
+    pub(crate) fn unanswered(&mut self) {
+        self.pending.clear();
+        self.overflow = 0;
+        self.executed = None;
+    }
+
     /// A ReadyForQuery for the client came: the digest of the call it ends, if counted.
     pub fn complete(&mut self) -> Option<DigestKey> {
         if let Some(call) = self.pending.pop_front() {

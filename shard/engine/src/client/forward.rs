@@ -64,6 +64,19 @@ pub(crate) struct Forwarded {
     pub end: Option<ForwardEnd>,
     /// Named statements parsed and bound (statement rewriting only).
     pub statements: crate::prepared::StatementCounts,
+    /// When set (`Some`, empty) by the caller: every piece taken off the client's input, in
+    /// order, whatever the server gets instead (a read that may run again keeps the client's
+    /// own bytes, `crate::client::retry`).
+    pub kept: Option<crate::client::retry::KeptBytes>,
+}
+
+impl Forwarded {
+    /// A piece of the client's input was taken.
+    fn took(&mut self, piece: &bytes::Bytes) {
+        if let Some(kept) = self.kept.as_mut() {
+            kept.push(piece.clone());
+        }
+    }
 }
 
 /// One linked client's framing state between calls.
@@ -262,7 +275,7 @@ impl Forwarder {
                 && !tracker.copy_in()
             {
                 // Statements of clients that left are closed before a new segment starts.
-                flush(input, &mut pos, &mut out.chunks);
+                flush(input, &mut pos, out);
                 rewriter.sweep_orphans(&mut out.chunks);
                 tell_tracker(tracker, rewriter);
             }
@@ -312,8 +325,9 @@ impl Forwarder {
             out.effects = out.effects.union(effects);
             match (plan, rewriter.as_deref_mut()) {
                 (Plan::Whole, Some(rewriter)) => {
-                    flush(input, &mut pos, &mut out.chunks);
+                    flush(input, &mut pos, out);
                     let frame = take_front(input, total);
+                    out.took(&frame);
                     let outcome = rewriter.message(&frame, effects, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
                     match outcome {
@@ -326,8 +340,9 @@ impl Forwarder {
                     }
                 }
                 (Plan::BindHead(head_len), Some(rewriter)) => {
-                    flush(input, &mut pos, &mut out.chunks);
+                    flush(input, &mut pos, out);
                     let head = take_front(input, head_len);
+                    out.took(&head);
                     let outcome = rewriter.bind_head(&head, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
                     if outcome == Rewrite::AsIs {
@@ -346,7 +361,7 @@ impl Forwarder {
                 }
             }
         }
-        flush(input, &mut pos, &mut out.chunks);
+        flush(input, &mut pos, out);
         if out.end == Some(ForwardEnd::Terminate) {
             input.clear();
         }
@@ -382,9 +397,11 @@ fn sql_text(body: &[u8], parse: bool) -> &[u8] {
 }
 
 /// Sends `input[..pos]` on as it is.
-fn flush(input: &mut BytesMut, pos: &mut usize, chunks: &mut Chunks) {
+fn flush(input: &mut BytesMut, pos: &mut usize, out: &mut Forwarded) {
     if *pos > 0 {
-        chunks.push(take_front(input, *pos));
+        let piece = take_front(input, *pos);
+        out.took(&piece);
+        out.chunks.push(piece);
         *pos = 0;
     }
 }

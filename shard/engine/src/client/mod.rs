@@ -9,6 +9,7 @@ pub mod forward;
 pub mod lookup;
 pub mod pins;
 pub mod reads;
+pub(crate) mod retry;
 pub mod startup;
 pub mod texts;
 
@@ -122,6 +123,8 @@ pub struct Session {
     reads: Option<Box<reads::ReaderSession>>,
     /// Its calls in flight, for query digests (`None` with `query_digests` off).
     calls: Option<Box<calls::CallLog>>,
+    /// Its statement as a read on a replica that may run again (`read_retries`).
+    retry: retry::ReadRetry,
 }
 
 /// What a StartupMessage names: the session it begins.
@@ -159,6 +162,7 @@ impl Session {
             reads: None,
             // Made at its first call (`link`): an idle client holds no call log.
             calls: None,
+            retry: retry::ReadRetry::Off,
         }
     }
 
@@ -376,6 +380,22 @@ impl Session {
     #[cfg(test)]
     pub(crate) fn has_call_log(&self) -> bool {
         self.calls.is_some()
+    }
+
+    pub(crate) fn retry(&self) -> &retry::ReadRetry {
+        &self.retry
+    }
+
+    pub(crate) fn retry_mut(&mut self) -> &mut retry::ReadRetry {
+        &mut self.retry
+    }
+
+    /// Its statement runs again on another server: the calls it had in flight there will
+    /// never be answered (they are logged again as it is forwarded again).
+    pub(crate) fn calls_unanswered(&mut self) {
+        if let Some(calls) = self.calls.as_deref_mut() {
+            calls.unanswered();
+        }
     }
 
     /// Its call log is dropped (digests turned off, or it had nothing in flight).

@@ -67,6 +67,9 @@ mod moving_tests;
 mod notice_tests;
 #[cfg(test)]
 mod prepared_tests;
+mod read_retry;
+#[cfg(test)]
+mod read_retry_tests;
 mod read_routing;
 #[cfg(test)]
 mod read_routing_tests;
@@ -126,7 +129,7 @@ use linker::linking::{IdleBytes, LeftBehind, Linked, Prepared, Returned};
 use linker::to_client::Relayed;
 use moving::Arrived;
 use pgtier_pool::Checkin;
-use pgtier_pool::{Lease, PoolError, PoolId, PoolKey};
+use pgtier_pool::{Lease, PoolError, PoolId, PoolKey, ServerTarget};
 use pgtier_wire::session_state::Effects;
 
 /// Resolves a configured host name to an address (the driver's, as it may block).
@@ -1063,6 +1066,14 @@ impl Engine {
                 self.close_server(server_id);
                 self.close_client_after_flush(client_id);
             }
+            Relayed::Died { shutdown } => {
+                let cause = shutdown.then_some(FailureCause::ServerShutdown);
+                self.server_failed(
+                    server_id,
+                    "server closed the connection unexpectedly",
+                    cause,
+                );
+            }
             Relayed::Malformed => {
                 self.server_failed(server_id, "server sent an invalid message", None);
             }
@@ -1203,6 +1214,9 @@ impl Engine {
                         .report_replica_failure(pool, cause, &*self.routing)
                 });
                 self.close_server(id);
+                if self.run_read_again(client, pool) {
+                    return;
+                }
                 let message = if on_replica {
                     format!("the replica serving this connection failed: {message}")
                 } else {
@@ -1219,6 +1233,60 @@ impl Engine {
                 self.close_server(id);
             }
         }
+    }
+
+    /// The server under client `id`'s kept read (`client::retry`) died on a replica before
+    /// any of its answer reached the client: the read goes back in front of the client's
+    /// input and runs on another server of its class, at most `read_retries` times. False
+    /// when it may not: the client is told as before.
+    fn run_read_again(&mut self, id: ClientId, pool: PoolId) -> bool {
+        let Some(ServerTarget::Replica(replica)) =
+            self.linker.pools().key(pool).map(|key| key.target)
+        else {
+            return false;
+        };
+        let max = self.env.config().pgtier.read_retries;
+        let Some(again) = self.clients.put_read_back(id, max, replica, self.now) else {
+            return false;
+        };
+        info!(
+            client = id.index(),
+            %replica,
+            "a read's server died before it answered: running it again on another server"
+        );
+        self.stats.read_run_again();
+        match again {
+            // Routed again, not to that replica (`read_routing.rs`).
+            read_retry::Again::Reader => self.need_server(id),
+            read_retry::Again::Leased => self.wait_for_another_server(id, pool, replica),
+        }
+        true
+    }
+
+    /// A replica-set session whose read runs again: once its replica is Down it moves (as
+    /// sessions between transactions do); until then it waits on the replica's pool for a
+    /// server other than the idle ones, which may have died with the one that failed: a new
+    /// one, or one another session gives back. The replica's failure was reported, so it is
+    /// Down moments later unless only that backend died, and the housekeeping moves the
+    /// pool's waiters off a Down replica.
+    fn wait_for_another_server(&mut self, id: ClientId, pool: PoolId, replica: SocketAddr) {
+        let Some(session) = self.clients.get(id.0).and_then(|c| c.session()) else {
+            return;
+        };
+        if self.routing.is_down(session.database(), replica) {
+            self.repin(id);
+            return;
+        }
+        let class = crate::class::wait_class(session.class());
+        self.linker.park(
+            &mut self.clients,
+            self.env.config(),
+            id,
+            class,
+            pool,
+            self.now,
+        );
+        self.open_for_waiters(pool);
     }
 
     fn on_cancel_done(&mut self, id: ServerId) {
@@ -1582,6 +1650,10 @@ impl Engine {
     /// Moves the client's complete (or streaming) messages to its server.
     fn forward(&mut self, id: ClientId, server_id: ServerId) {
         let mut out = Forwarded::default();
+        let keep = self.clients.read_to_keep(id, &self.env, &*self.routing);
+        if let read_retry::Keep::Unit(_) = keep {
+            out.kept = Some(crate::client::retry::KeptBytes::new());
+        }
         let options = linker::linking::forward_options(&self.env, self.now);
         if !linker::linking::forward(
             &mut self.clients,
@@ -1593,6 +1665,13 @@ impl Engine {
             &mut out,
         ) {
             return;
+        }
+        if !matches!(keep, read_retry::Keep::Nothing) {
+            let seen = read_retry::ForwardSeen {
+                keep,
+                out: &mut out,
+            };
+            self.clients.read_forwarded(id, seen);
         }
         if !out.vacate.is_empty() {
             // Before the statement goes: the closes are on their way when it arrives.

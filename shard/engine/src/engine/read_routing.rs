@@ -36,7 +36,7 @@ fn classify(text: &[u8], functions: &EntryFunctions<'_>) -> pgtier_wire::read_on
 
 /// The first unit of `input`, classified with the entry's function answers; a Bind of one
 /// of the client's named statements answers by that statement's text.
-fn first_unit(
+pub(super) fn first_unit(
     config: &Config,
     routing: &dyn crate::services::Routing,
     database: &str,
@@ -168,6 +168,7 @@ impl TxnRouter<'_> {
             class: crate::class::tier(session.class()),
             leased,
             after,
+            avoid: session.retry().avoid(),
         };
         match self.routing.route_read(&request) {
             ReadRoute::Replica(ticket) => {

@@ -194,6 +194,11 @@ impl StatsSink {
         self.local.reads_on_primary += 1;
     }
 
+    /// A read's server died unanswered and it runs again (`read_retries`).
+    pub(super) fn read_run_again(&mut self) {
+        self.local.reads_run_again += 1;
+    }
+
     /// A read waited for a replica to catch up (`timed_out`: it gave up and went to the
     /// primary).
     pub(super) fn read_waited(&mut self, timed_out: bool) {

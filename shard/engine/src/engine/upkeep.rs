@@ -48,6 +48,7 @@ impl Engine {
         }
         self.open_wanted_servers();
         self.reroute_waiters_of_down_replicas();
+        self.rerun_reads_on_down_replicas();
         self.expire_listings();
         for id in self
             .admin
@@ -192,6 +193,32 @@ impl Engine {
             .collect();
         for pool in starving {
             self.open_for_waiters(pool);
+        }
+    }
+
+    /// Reads kept to run again (`read_retries`) whose server is on a replica that went Down
+    /// (its probes or another connection's failure said so: a hung or partitioned replica
+    /// that never answers) run again elsewhere now; their server is closed. Only reads with
+    /// runs left are taken: the others wait for their answer as before.
+    fn rerun_reads_on_down_replicas(&mut self) {
+        let max = self.env.config().pgtier.read_retries;
+        let mut on_down = Vec::new();
+        for (client, server) in self.clients.reads_that_may_run_again(max) {
+            let down = self
+                .servers
+                .get(server.0)
+                .filter(|server| server.client() == Some(client))
+                .and_then(|server| self.linker.pools().key(server.pool()))
+                .is_some_and(|key| {
+                    matches!(key.target, ServerTarget::Replica(addr)
+                        if self.routing.is_down(&key.database, addr))
+                });
+            if down {
+                on_down.push(server);
+            }
+        }
+        for server in on_down {
+            self.server_failed(server, "the replica serving this read went Down", None);
         }
     }
 

@@ -285,9 +285,13 @@ pub(in crate::engine) fn link(
         return Linked::Welcoming(server_id);
     }
     client.linked(server_id);
-    let Some(session) = client.session() else {
+    let Some(session) = client.session_mut() else {
         return Linked::Gone;
     };
+    // A read on a replica may run again should this server die before it answers.
+    let again = crate::engine::read_retry::may_run_reads_again(session, env);
+    session.retry_mut().linked(again);
+    let session = &*session;
     let mut sql = String::new();
     if !session.is_replication()
         && session

@@ -32,6 +32,10 @@ pub(in crate::engine) enum Relayed {
     /// The backend sent its FATAL and exits: the server closes, the client once it has
     /// the FATAL. `shutdown`: it announced a shutdown (the replica router hears of it).
     Fatal { pool: PoolId, shutdown: bool },
+    /// The backend announced its exit before any answer to a read that may run again
+    /// (`shutdown`: a shutdown, which the replica router hears of); nothing went to the
+    /// client.
+    Died { shutdown: bool },
     /// The server broke the protocol.
     Malformed,
     /// A message over `max_server_message_bytes`, this long.
@@ -83,6 +87,23 @@ pub(in crate::engine) fn relay_to_client(
     let mut forwarded = Chunks::new();
     let mut scan = server.relay_output(session.tracked_mut(), max);
     server.take_relayed(&mut scan, &mut forwarded);
+    if let Some(first) = forwarded.first()
+        && session.retry().is_armed()
+    {
+        // The first bytes of the answer: a read kept to run again no longer may, unless the
+        // backend announces its exit in them (`client::retry`): they then stay unsent and
+        // the read runs on another server.
+        let exit = crate::client::retry::announces_exit(first);
+        if let Some(shutdown) = exit
+            && session
+                .retry()
+                .may_run_again_within(env.config().pgtier.read_retries)
+        {
+            drop(server.backend_mut().relay_mut().take_fallout());
+            return Relayed::Died { shutdown };
+        }
+        session.retry_mut().answer_began();
+    }
     apply_fallout(
         session.statements_slot(),
         server.backend_mut().relay_mut().take_fallout(),

@@ -1,0 +1,168 @@
+//! `pgtier-faults`: runs the fault scenarios of issue 26 in network namespaces and prints
+//! (or writes into docs/reliability.md) the table of results. Run as root through
+//! bench/faults.sh, which installs nftables and builds this and pgtier.
+//!
+//! Options: `--short` (three scenarios of a few seconds and the ledger self-check: the CI
+//! subset), `--only a,b` (scenario names), `--self-check` (only the self-check),
+//! `--doc PATH` (rewrite the table in that file), `--draft` (say the machine was loaded),
+//! `--prefix NAME` and `--subnet A.B.C` (namespace names and addresses).
+//! Exits 1 when an acknowledged write is lost, a write duplicated, or the self-check fails.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use pgtier_tests::faults::netns::Lab;
+use pgtier_tests::faults::report;
+use pgtier_tests::faults::scenarios::{self, Fault, HOSTS, Timing};
+
+struct Options {
+    short: bool,
+    only: Option<Vec<Fault>>,
+    self_check_only: bool,
+    doc: Option<PathBuf>,
+    draft: bool,
+    prefix: String,
+    subnet: String,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut options = Options {
+        short: false,
+        only: None,
+        self_check_only: false,
+        doc: None,
+        draft: false,
+        prefix: "faults".to_string(),
+        subnet: "10.26.10".to_string(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--short" => options.short = true,
+            "--self-check" => options.self_check_only = true,
+            "--draft" => options.draft = true,
+            "--doc" => options.doc = Some(PathBuf::from(value("--doc")?)),
+            "--prefix" => options.prefix = value("--prefix")?,
+            "--subnet" => options.subnet = value("--subnet")?,
+            "--only" => {
+                let list = value("--only")?;
+                let faults = list
+                    .split(',')
+                    .map(|name| Fault::from_name(name).ok_or(format!("unknown scenario {name}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                options.only = Some(faults);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(options)
+}
+
+fn main() -> ExitCode {
+    let options = match parse() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("pgtier-faults: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    arm_watchdog(&options);
+    let outcome = run(&options);
+    let _ = std::fs::remove_dir_all(scenarios::work_dir());
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("pgtier-faults: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Every step is bounded, but a bug in the harness must not leave namespaces and servers
+/// behind: past the deadline the lab is torn down and the process exits.
+fn arm_watchdog(options: &Options) {
+    let limit = if options.short {
+        Duration::from_secs(240)
+    } else {
+        Duration::from_secs(1800)
+    };
+    let prefix = options.prefix.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("pgtier-faults: ran past {limit:?}; tearing the lab down");
+        pgtier_tests::faults::netns::remove_lab(&prefix, &HOSTS);
+        let _ = std::fs::remove_dir_all(scenarios::work_dir());
+        std::process::exit(1);
+    });
+}
+
+fn run(options: &Options) -> std::io::Result<bool> {
+    let header = report::header(options.draft, if options.short { "short" } else { "full" });
+    let lab = Lab::create(&options.prefix, &options.subnet, &HOSTS)?;
+    let mut ok = true;
+    if options.short || options.self_check_only {
+        match scenarios::self_check(&lab) {
+            Ok(line) => eprintln!("faults: {line}"),
+            Err(error) => {
+                eprintln!("faults: ledger self-check FAILED: {error}");
+                ok = false;
+            }
+        }
+        if options.self_check_only {
+            return Ok(ok);
+        }
+    }
+    let (faults, timing) = if options.short {
+        (
+            vec![Fault::ReplicaPartition, Fault::KilledReplica, Fault::Loss],
+            Timing {
+                baseline: Duration::from_secs(3),
+                fault: Duration::from_secs(3),
+                after: Duration::from_secs(3),
+            },
+        )
+    } else {
+        (
+            Fault::ALL.to_vec(),
+            Timing {
+                baseline: Duration::from_secs(6),
+                fault: Duration::from_secs(10),
+                after: Duration::from_secs(10),
+            },
+        )
+    };
+    let faults = options.only.clone().unwrap_or(faults);
+    let results = scenarios::run_all(&lab, &faults, timing, |result| {
+        eprintln!(
+            "faults: {} done: {}",
+            result.fault.name(),
+            result.ledger.summary()
+        );
+    })?;
+    for result in &results {
+        if !result.ledger.holds() {
+            eprintln!(
+                "faults: {}: the ledger does not hold: {}",
+                result.fault.name(),
+                result.ledger.summary()
+            );
+            ok = false;
+        }
+    }
+    let body = format!(
+        "{header}\n\nPhases: {} s undisturbed, {} s of fault, {} s after the heal.\n\n{}",
+        timing.baseline.as_secs(),
+        timing.fault.as_secs(),
+        timing.after.as_secs(),
+        report::table(&results)
+    );
+    println!("{body}");
+    if let Some(doc) = &options.doc {
+        report::rewrite_doc(doc, &body)?;
+        eprintln!("faults: wrote the table into {}", doc.display());
+    }
+    Ok(ok)
+}

@@ -70,7 +70,11 @@ fn main() -> ExitCode {
     };
     arm_watchdog(&options);
     let outcome = run(&options);
-    let _ = std::fs::remove_dir_all(scenarios::work_dir());
+    if std::env::var_os("PGTIER_FAULTS_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(scenarios::work_dir());
+    } else {
+        eprintln!("pgtier-faults: kept {}", scenarios::work_dir().display());
+    }
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -84,11 +88,9 @@ fn main() -> ExitCode {
 /// Every step is bounded, but a bug in the harness must not leave namespaces and servers
 /// behind: past the deadline the lab is torn down and the process exits.
 fn arm_watchdog(options: &Options) {
-    let limit = if options.short {
-        Duration::from_secs(240)
-    } else {
-        Duration::from_secs(1800)
-    };
+    let scenarios = options.only.as_ref().map_or(Fault::ALL.len(), Vec::len) as u32;
+    let per_scenario = if options.short { 70 } else { 90 };
+    let limit = Duration::from_secs(120 + u64::from(scenarios * per_scenario));
     let prefix = options.prefix.clone();
     std::thread::spawn(move || {
         std::thread::sleep(limit);

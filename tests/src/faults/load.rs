@@ -179,7 +179,7 @@ impl Ctx {
     async fn connect(&self, database: &str) -> Result<Client, String> {
         let mut config = tokio_postgres::Config::new();
         config
-            .host(&self.spec.pgtier.ip().to_string())
+            .host(self.spec.pgtier.ip().to_string())
             .port(self.spec.pgtier.port())
             .user("postgres")
             .dbname(database)
@@ -232,8 +232,7 @@ async fn run(spec: LoadSpec, start: Instant, stop: Arc<AtomicBool>) -> LoadRepor
         };
         ctx.write_outcome(id, outcome);
     }
-    let report = ctx.report.borrow().clone();
-    report
+    ctx.report.take()
 }
 
 async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {

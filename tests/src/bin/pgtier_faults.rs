@@ -5,7 +5,9 @@
 //! Options: `--short` (three scenarios of a few seconds and the ledger self-check: the CI
 //! subset), `--only a,b` (scenario names), `--self-check` (only the self-check),
 //! `--doc PATH` (rewrite the table in that file), `--draft` (say the machine was loaded),
-//! `--prefix NAME` and `--subnet A.B.C` (namespace names and addresses).
+//! `--prefix NAME` and `--subnet A.B.C` (namespace names and addresses),
+//! `--setting KEY=VALUE` and `--entry-setting KEY=VALUE` (further `[pgtier]` and reader
+//! entry lines, TOML values), `--cleanup` (remove a lab a killed run left behind).
 //! Exits 1 when an acknowledged write is lost, a write duplicated, or the self-check fails.
 
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use pgtier_tests::faults::netns::Lab;
+use pgtier_tests::faults::proxy::Settings;
 use pgtier_tests::faults::report;
 use pgtier_tests::faults::scenarios::{self, Fault, HOSTS, Timing};
 
@@ -22,6 +25,8 @@ struct Options {
     self_check_only: bool,
     doc: Option<PathBuf>,
     draft: bool,
+    cleanup: bool,
+    settings: Settings,
     prefix: String,
     subnet: String,
 }
@@ -33,6 +38,8 @@ fn parse() -> Result<Options, String> {
         self_check_only: false,
         doc: None,
         draft: false,
+        cleanup: false,
+        settings: Settings::default(),
         prefix: "faults".to_string(),
         subnet: "10.26.10".to_string(),
     };
@@ -43,6 +50,15 @@ fn parse() -> Result<Options, String> {
             "--short" => options.short = true,
             "--self-check" => options.self_check_only = true,
             "--draft" => options.draft = true,
+            "--cleanup" => options.cleanup = true,
+            "--setting" => {
+                let line = Settings::parse_line(&value("--setting")?)?;
+                options.settings.global.push(line);
+            }
+            "--entry-setting" => {
+                let line = Settings::parse_line(&value("--entry-setting")?)?;
+                options.settings.entry.push(line);
+            }
             "--doc" => options.doc = Some(PathBuf::from(value("--doc")?)),
             "--prefix" => options.prefix = value("--prefix")?,
             "--subnet" => options.subnet = value("--subnet")?,
@@ -68,6 +84,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if options.cleanup {
+        pgtier_tests::faults::netns::remove_lab(&options.prefix, &HOSTS);
+        return ExitCode::SUCCESS;
+    }
     arm_watchdog(&options);
     let outcome = run(&options);
     if std::env::var_os("PGTIER_FAULTS_KEEP").is_none() {
@@ -137,7 +157,7 @@ fn run(options: &Options) -> std::io::Result<bool> {
         )
     };
     let faults = options.only.clone().unwrap_or(faults);
-    let results = scenarios::run_all(&lab, &faults, timing, |result| {
+    let results = scenarios::run_all(&lab, &faults, timing, &options.settings, |result| {
         eprintln!(
             "faults: {} done: {}",
             result.fault.name(),

@@ -12,6 +12,25 @@ use super::netns::{Host, Lab};
 /// The port pgtier listens on in its namespace.
 pub const PGTIER_PORT: u16 = 6432;
 
+/// Further configuration lines, values in TOML syntax: `global` go to `[pgtier]`, `entry` to
+/// the reader entry `[databases.app]` (how the lead re-runs the scenarios with settings
+/// another branch adds, e.g. `target_session_attrs`).
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    pub global: Vec<(String, String)>,
+    pub entry: Vec<(String, String)>,
+}
+
+impl Settings {
+    /// Parses `KEY=VALUE` (the value in TOML syntax).
+    pub fn parse_line(line: &str) -> Result<(String, String), String> {
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{line:?} is not KEY=VALUE"))?;
+        Ok((key.trim().to_string(), value.trim().to_string()))
+    }
+}
+
 /// A pgtier process in the lab; killed on drop.
 #[derive(Debug)]
 pub struct LabPgtier {
@@ -23,13 +42,13 @@ pub struct LabPgtier {
 impl LabPgtier {
     /// Writes the configuration into `dir` and starts pgtier with it in the pgtier host's
     /// namespace; returns once it accepts connections from the clients' namespace.
-    /// `extra` are further `[pgtier]` lines (value in TOML syntax).
+    /// `settings` adds configuration lines.
     pub fn start(
         lab: &Lab,
         dir: &Path,
         primary: &str,
         replicas: &[String],
-        extra: &[(String, String)],
+        settings: &Settings,
     ) -> io::Result<LabPgtier> {
         std::fs::create_dir_all(dir)?;
         let userlist = dir.join("userlist.txt");
@@ -42,7 +61,7 @@ impl LabPgtier {
              health_check_user = \"postgres\"\n",
             userlist.display()
         );
-        for (key, value) in extra {
+        for (key, value) in &settings.global {
             toml.push_str(&format!("{key} = {value}\n"));
         }
         let list: Vec<String> = replicas.iter().map(|r| format!("\"{r}\"")).collect();
@@ -50,6 +69,9 @@ impl LabPgtier {
             "\n[databases.app]\nprimary = \"{primary}\"\nreplicas = [{}]\ndbname = \"postgres\"\n",
             list.join(", ")
         ));
+        for (key, value) in &settings.entry {
+            toml.push_str(&format!("{key} = {value}\n"));
+        }
         let config = dir.join("pgtier.toml");
         std::fs::write(&config, toml)?;
         let log = dir.join("pgtier.log");

@@ -12,7 +12,7 @@ use super::ledger::{self, LedgerCheck, Outcome};
 use super::load::{BUCKET, Load, LoadReport, LoadSpec};
 use super::netns::{self, Host, Lab};
 use super::nodes::{Node, PG_PORT};
-use super::proxy::LabPgtier;
+use super::proxy::{LabPgtier, Settings};
 use super::relay::Relay;
 
 /// The hosts every lab has: clients, pgtier, the relay, a primary and two replicas.
@@ -221,6 +221,7 @@ pub fn run_all(
     lab: &Lab,
     faults: &[Fault],
     timing: Timing,
+    settings: &Settings,
     mut on_result: impl FnMut(&ScenarioResult),
 ) -> io::Result<Vec<ScenarioResult>> {
     let root = work_dir();
@@ -244,6 +245,7 @@ pub fn run_all(
             current,
             fault,
             timing,
+            settings,
             id_base,
             &root.join(fault.name()),
         )?;
@@ -274,6 +276,7 @@ fn run_one(
     cluster: &mut Cluster,
     fault: Fault,
     timing: Timing,
+    settings: &Settings,
     id_base: i64,
     dir: &Path,
 ) -> io::Result<ScenarioResult> {
@@ -298,7 +301,7 @@ fn run_one(
         }
     }
     let target = fault.replica().map(|index| replicas[index - 1].clone());
-    let pgtier = LabPgtier::start(lab, dir, &endpoints[cluster.primary], &replicas, &[])?;
+    let pgtier = LabPgtier::start(lab, dir, &endpoints[cluster.primary], &replicas, settings)?;
     let load = Load::start(lab, spec(pgtier.addr(), timing, id_base))?;
     sleep_until(&load, timing.baseline);
     let fault_at = load.elapsed();
@@ -526,7 +529,7 @@ pub fn self_check(lab: &Lab) -> io::Result<String> {
         &root.join("self-check"),
         &endpoints[0],
         &endpoints[1..],
-        &[],
+        &Settings::default(),
     )?;
     let timing = Timing {
         baseline: Duration::from_secs(2),

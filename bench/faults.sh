@@ -52,9 +52,5 @@ bin="target/$profile/pgtier-faults"
 if [ "$doc" = 1 ]; then
   args+=(--doc docs/reliability.md)
 fi
-# Interrupted, the harness cannot tear its lab down itself: end it, then remove what it left
-# (the processes in its namespaces, the namespaces, its data directories).
-"$bin" "${args[@]}" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; "$bin" --cleanup; rm -rf "/tmp/pgtier-faults-$pid"; exit 130' INT TERM
-wait "$pid"
+# SIGINT/SIGTERM make the harness tear its lab down; after a SIGKILL, run it with --cleanup.
+exec "$bin" "${args[@]}"

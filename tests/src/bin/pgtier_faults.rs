@@ -88,6 +88,7 @@ fn main() -> ExitCode {
         pgtier_tests::faults::netns::remove_lab(&options.prefix, &HOSTS);
         return ExitCode::SUCCESS;
     }
+    catch_interrupts(&options.prefix);
     arm_watchdog(&options);
     let outcome = run(&options);
     if std::env::var_os("PGTIER_FAULTS_KEEP").is_none() {
@@ -103,6 +104,35 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// SIGINT or SIGTERM tears the lab down before exiting: the processes in its namespaces
+/// (servers, pgtier) would otherwise outlive the harness. The signals are blocked in every
+/// thread and taken by one that waits for them (processes this one starts get an empty
+/// mask: std's spawn resets it).
+fn catch_interrupts(prefix: &str) {
+    // SAFETY: sigset_t is plain data that sigemptyset initializes; the calls take pointers
+    // to it that live across them; pthread_sigmask changes only this thread's mask, which
+    // the threads started afterwards inherit.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let prefix = prefix.to_string();
+    std::thread::spawn(move || {
+        let mut signal: libc::c_int = 0;
+        // SAFETY: `set` is an initialized sigset_t owned by this closure, `signal` a valid
+        // out-pointer.
+        unsafe { libc::sigwait(&set, &mut signal) };
+        eprintln!("pgtier-faults: signal {signal}; tearing the lab down");
+        pgtier_tests::faults::netns::remove_lab(&prefix, &HOSTS);
+        let _ = std::fs::remove_dir_all(scenarios::work_dir());
+        std::process::exit(130);
+    });
 }
 
 /// Every step is bounded, but a bug in the harness must not leave namespaces and servers

@@ -1,6 +1,7 @@
 //! The load a fault scenario runs under, from the clients' namespace: readers doing
 //! `pgbench -S`'s transaction (one primary-key SELECT) through the reader entry, writers
-//! keeping the write ledger through the same entry, and a console poller that notes when
+//! keeping the write ledger through the same entry (the first also reading each of its
+//! acknowledged ids back, to check read-your-writes), and a console poller that notes when
 //! pgtier marks a replica up or down. Everything runs on one thread (a current-thread tokio
 //! runtime), so every socket is created in that thread's namespace; every operation has a
 //! client-side deadline, so a scenario ends in bounded time whatever pgtier does.
@@ -57,6 +58,9 @@ pub struct LoadReport {
     pub write_errors: BTreeMap<String, u32>,
     pub ledger: Vec<WriteRecord>,
     pub states: Vec<StateChange>,
+    /// Reads of a session's own acknowledged write, and how many did not see it.
+    pub ryw_reads: u32,
+    pub ryw_stale: u32,
 }
 
 /// A running load; `finish` stops it and returns what it saw.
@@ -296,10 +300,13 @@ async fn writer(ctx: Rc<Ctx>, index: usize) {
         };
         sequence += 1;
         let id = ctx.spec.id_base + (index as i64) * 10_000_000 + sequence;
-        let (outcome, keep) = write_once(&ctx, &current, index, id).await;
+        let (outcome, mut keep) = write_once(&ctx, &current, index, id).await;
         ctx.in_flight.borrow_mut().remove(&index);
         let failed = !matches!(outcome, Outcome::Acknowledged);
         ctx.write_outcome(id, outcome);
+        if keep && index == 0 {
+            keep = read_own_write(&ctx, &current, id).await;
+        }
         if keep {
             client = Some(current);
         }
@@ -342,6 +349,33 @@ async fn write_once(ctx: &Ctx, client: &Client, index: usize, id: i64) -> (Outco
         }
     }
     (Outcome::Acknowledged, true)
+}
+
+/// Reads `id` back in a new transaction of the same session: the reader entry must route it
+/// to a server that has the write. Returns whether the connection may be used again.
+async fn read_own_write(ctx: &Ctx, client: &Client, id: i64) -> bool {
+    let sql = format!("SELECT count(*) FROM ledger WHERE id = {id}");
+    match tokio::time::timeout(ctx.spec.op_timeout, client.simple_query(&sql)).await {
+        Ok(Ok(messages)) => {
+            let seen = messages.iter().any(|message| {
+                matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("1"))
+            });
+            let mut report = ctx.report.borrow_mut();
+            report.ryw_reads += 1;
+            if !seen {
+                report.ryw_stale += 1;
+            }
+            true
+        }
+        Ok(Err(error)) => {
+            ctx.write_error(format!("read own write: {}", error_kind(&error)));
+            !connection_died(&error, client)
+        }
+        Err(_) => {
+            ctx.write_error("read own write: client timeout".to_string());
+            false
+        }
+    }
 }
 
 /// Polls SHOW REPLICAS every 100 ms and notes each change of a replica's state.

@@ -107,6 +107,11 @@ fn row(result: &ScenarioResult) -> String {
             list.join(", ")
         );
     }
+    let _ = write!(
+        ledger_cell,
+        "; read-your-writes: {} reads, {} stale",
+        result.ryw_reads, result.ryw_stale
+    );
     let detection = match result.detection {
         Some(at) => format!("{} (SHOW REPLICAS down)", seconds(at)),
         None if matches!(

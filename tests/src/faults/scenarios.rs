@@ -126,6 +126,9 @@ pub struct ScenarioResult {
     pub write_gap: Option<Duration>,
     /// Seconds of the phase `recovery` is searched in (for "not within").
     pub window: Duration,
+    /// Reads of a session's own acknowledged write, and how many missed it.
+    pub ryw_reads: u32,
+    pub ryw_stale: u32,
 }
 
 /// The lab's PostgreSQL cluster.
@@ -452,6 +455,8 @@ fn measure(
         recovery,
         write_gap: write_gap(report, phases),
         window: phases.end.saturating_sub(phases.recovery_from),
+        ryw_reads: report.ryw_reads,
+        ryw_stale: report.ryw_stale,
     }
 }
 

@@ -4,8 +4,10 @@
 //! switchover and failover), a write ledger checked on the primary after each scenario,
 //! and the table of docs/reliability.md. Needs root, `ip` and `nft`.
 
+pub mod cluster;
 pub mod ledger;
 pub mod load;
+pub mod measure;
 pub mod netns;
 pub mod nodes;
 pub mod proxy;

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use super::fault::Fault;
 use super::ledger::{LedgerCheck, Outcome};
 use super::load::{BUCKET, LoadReport};
-use super::scenarios::Fault;
 
 /// What one scenario measured.
 #[derive(Clone, Debug)]

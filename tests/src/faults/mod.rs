@@ -5,6 +5,7 @@
 //! and the table of docs/reliability.md. Needs root, `ip` and `nft`.
 
 pub mod cluster;
+pub mod fault;
 pub mod ledger;
 pub mod load;
 pub mod measure;

@@ -6,8 +6,8 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use super::fault::Fault;
 use super::measure::ScenarioResult;
-use super::scenarios::Fault;
 
 pub const BEGIN: &str = "<!-- BEGIN faults table: written by bench/faults.sh, do not edit -->";
 pub const END: &str = "<!-- END faults table -->";

@@ -28,13 +28,25 @@ pub struct Relay {
 impl Relay {
     /// Listens on `listen` inside the relay host's namespace and forwards to `upstream`.
     pub fn start(lab: &Lab, listen: SocketAddr, upstream: SocketAddr) -> io::Result<Relay> {
+        Relay::start_in(Some(lab.ns(Host::Relay)), listen, upstream)
+    }
+
+    /// As `start`, in the namespace called `ns`, or in the caller's own with `None`.
+    pub fn start_in(
+        ns: Option<String>,
+        listen: SocketAddr,
+        upstream: SocketAddr,
+    ) -> io::Result<Relay> {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
-        let ns = lab.ns(Host::Relay);
         let (delay, stopping) = (Arc::clone(&delay_ms), Arc::clone(&stop));
         std::thread::spawn(move || {
-            let listener = super::netns::enter_named(&ns)
+            let entered = match &ns {
+                Some(ns) => super::netns::enter_named(ns),
+                None => Ok(()),
+            };
+            let listener = entered
                 .and_then(|()| TcpListener::bind(listen))
                 .and_then(|l| l.set_nonblocking(true).map(|()| l));
             match listener {
@@ -151,4 +163,58 @@ fn pump(from: TcpStream, mut to: TcpStream, delay: &AtomicU64) {
         }
         let _ = to.shutdown(Shutdown::Write);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream that echoes everything back.
+    fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut stream = stream;
+                    let mut reader = stream.try_clone().expect("clone");
+                    let _ = io::copy(&mut reader, &mut stream);
+                });
+            }
+        });
+        addr
+    }
+
+    fn relay_to(upstream: SocketAddr) -> Relay {
+        let port = crate::free_port().expect("port");
+        Relay::start_in(None, SocketAddr::from(([127, 0, 0, 1], port)), upstream).expect("relay")
+    }
+
+    #[test]
+    fn bytes_come_back_in_order() {
+        let relay = relay_to(echo_server());
+        let mut stream = TcpStream::connect(relay.listen()).expect("connect");
+        let sent: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut writer = stream.try_clone().expect("clone");
+        let copy = sent.clone();
+        let writing = std::thread::spawn(move || writer.write_all(&copy));
+        let mut received = vec![0u8; sent.len()];
+        stream.read_exact(&mut received).expect("echo");
+        writing.join().expect("writer").expect("write");
+        assert!(received == sent, "bytes reordered or changed");
+    }
+
+    #[test]
+    fn a_round_trip_takes_at_least_the_delay_each_way() {
+        let relay = relay_to(echo_server());
+        relay.set_delay(Duration::from_millis(100));
+        let mut stream = TcpStream::connect(relay.listen()).expect("connect");
+        let started = Instant::now();
+        stream.write_all(b"ping").expect("write");
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer).expect("echo");
+        // A lower bound only: a slow machine makes it longer, never shorter.
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(&answer, b"ping");
+    }
 }

@@ -31,6 +31,10 @@ extra=()
 # PgBouncer's own suite (scripts/pgbouncer-suite.sh): fetched with curl, makes its certificates
 # with openssl, and proxies some connections through socat.
 for tool in curl openssl socat; do command -v "$tool" >/dev/null || extra+=("$tool"); done
+# The fault-injection run (bench/faults.sh) drops and loses packets with nft in network
+# namespaces (ip, from iproute2).
+command -v nft >/dev/null || extra+=(nftables)
+command -v ip >/dev/null || extra+=(iproute2)
 if [ "${#extra[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

@@ -5,7 +5,8 @@
 # user) or as a user that can run initdb. Set PGTIER_SKIP_FUZZ=1 to skip the fuzz smoke
 # runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml),
 # PGTIER_SKIP_LIVE=1 to skip the PLB live smoke (scripts/plb-live-smoke.sh),
-# PGTIER_SKIP_PGB_SUITE=1 to skip PgBouncer's own suite (scripts/pgbouncer-suite.sh).
+# PGTIER_SKIP_PGB_SUITE=1 to skip PgBouncer's own suite (scripts/pgbouncer-suite.sh),
+# PGTIER_SKIP_FAULTS=1 to skip the short fault-injection run (bench/faults.sh --short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,11 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_
 if [ "${PGTIER_SKIP_PGB_SUITE:-0}" != "1" ]; then
   echo "== PgBouncer's own test suite against pgtier (tests/pgbouncer-suite/ci-subset.txt)"
   bash scripts/pgbouncer-suite.sh target/debug/pgtier
+fi
+
+if [ "${PGTIER_SKIP_FAULTS:-0}" != "1" ]; then
+  echo "== faults under load in network namespaces, write ledger (bench/faults.sh --short)"
+  bash bench/faults.sh --short
 fi
 
 if [ "${PGTIER_SKIP_LIVE:-0}" != "1" ]; then

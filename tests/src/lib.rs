@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod differential;
+pub mod faults;
 pub mod fixtures;
 pub mod netns;
 pub mod pki;

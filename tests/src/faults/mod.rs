@@ -1,0 +1,17 @@
+//! The fault-injection harness of issue 26 (`pgtier-faults`, driven by bench/faults.sh):
+//! pgtier, its clients and each PostgreSQL node in their own network namespaces, faults
+//! injected under load (nftables drops and loss, a delaying relay, SIGSTOP, SIGKILL,
+//! switchover and failover), a write ledger checked on the primary after each scenario,
+//! and the table of docs/reliability.md. Needs root, `ip` and `nft`.
+
+pub mod cluster;
+pub mod fault;
+pub mod ledger;
+pub mod load;
+pub mod measure;
+pub mod netns;
+pub mod nodes;
+pub mod proxy;
+pub mod relay;
+pub mod report;
+pub mod scenarios;

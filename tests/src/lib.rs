@@ -17,6 +17,7 @@
 pub mod config;
 pub mod differential;
 pub mod fixtures;
+pub mod hostile;
 pub mod pki;
 pub mod process;
 pub mod protofuzz;

@@ -24,6 +24,7 @@ pub mod protofuzz;
 pub mod proxy;
 pub mod rawwire;
 pub mod shared_server;
+pub mod soak;
 pub mod tempdir;
 pub mod wait;
 

@@ -1296,6 +1296,7 @@ impl Engine {
             IdleBytes::Invalid(code) => {
                 self.protocol_error(id, &format!("invalid frontend message type {code}"));
             }
+            IdleBytes::Malformed => self.protocol_error(id, "invalid message length or sequence"),
             IdleBytes::Queued => self.need_server(id),
         }
     }

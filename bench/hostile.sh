@@ -2,7 +2,8 @@
 # hostile.sh: legit load through pgtier while hostile clients attack it, one attack at a time.
 #
 # Starts a throw-away PostgreSQL and pgtier (md5 logins, $WORKERS workers, transaction mode),
-# measures `pgbench -S` through pgtier undisturbed, then runs it again during each attack of
+# measures `pgbench -S` through pgtier undisturbed and during each attack (an undisturbed run
+# right before each, to compare with) of
 # `pgtier-hostile` (tests/src/hostile.rs): slowloris startups, random garbage, 2 GB length
 # words, a connect flood, clients that never read their answers, and password guessing
 # (with auth_failure_delay = 0 and = $AUTH_DELAY). For each it reports legit tps as a share
@@ -128,7 +129,9 @@ peak() {
   awk '{ if ($1 > r) r = $1; if ($2 > f) f = $2 } END { printf "%.0f %d\n", r / 1024, f }' "$1"
 }
 
-# row NAME ATTACK DELAY: pgbench with the attack running beside it (none: undisturbed)
+# row NAME ATTACK: pgbench with the attack running beside it (none: undisturbed). Each
+# attack's share is against the undisturbed run just before it, so a machine whose load
+# drifts (other work on it) moves both alike.
 rows=()
 failures=0
 undisturbed=""
@@ -160,7 +163,7 @@ row() {
   read -r rss fds <<<"$(peak "$samples")"
   local alive=yes share="1.00"
   kill -0 "$pgtier_pid" 2>/dev/null || alive=no
-  if [ -z "$undisturbed" ]; then
+  if [ "$attack" = none ]; then
     undisturbed="$tps"
   else
     share="$(awk -v t="$tps" -v u="$undisturbed" 'BEGIN { printf "%.2f", (u > 0 ? t / u : 0) }')"
@@ -175,20 +178,22 @@ row() {
   [ "$alive" = yes ] || { log "pgtier died: $(tail -5 "$work/pgtier.log")"; exit 1; }
 }
 
-log "undisturbed"
-row undisturbed none
+# undisturbed, then the attack: NAME ATTACK
+paired() {
+  log "undisturbed, before $1"
+  row "undisturbed" none
+  log "$1"
+  row "$1" "$2"
+}
 for attack in $ATTACKS; do
   if [ "$attack" = brute-force ]; then
     write_config 0; kill -HUP "$pgtier_pid"; sleep 1
-    log "brute-force, auth_failure_delay = 0"
-    row "brute-force (delay 0)" brute-force
+    paired "brute-force (delay 0)" brute-force
     write_config "$AUTH_DELAY"; kill -HUP "$pgtier_pid"; sleep 1
-    log "brute-force, auth_failure_delay = $AUTH_DELAY"
-    row "brute-force (delay $AUTH_DELAY)" brute-force
+    paired "brute-force (delay $AUTH_DELAY)" brute-force
     continue
   fi
-  log "$attack"
-  row "$attack" "$attack"
+  paired "$attack" "$attack"
 done
 
 {
@@ -203,7 +208,8 @@ done
   echo "pgtier $("$PGTIER_BIN" --version | awk '{print $2}') ($WORKERS workers, md5 logins, transaction mode,"
   echo "pool $POOL_SIZE, max_client_conn 20000). Legit load: \`pgbench -S -c $CLIENTS -j 2 -T $DURATION\`"
   echo "through pgtier (scale $SCALE); each attack (\`pgtier-hostile\`, tests/src/hostile.rs) runs"
-  echo "from 2 s in to 1 s before the end. Share: legit tps over the undisturbed run. RSS and fds:"
+  echo "from 2 s in to 1 s before the end. Share: legit tps over the undisturbed run just before it
+(each attack has its own, so a drift in the machine's other load moves both). RSS and fds:"
   echo "pgtier's peak during the row, from /proc. Bar: share >= $MIN_SHARE, 0 failed transactions,"
   echo "0 aborted clients, pgtier alive."
   echo

@@ -49,11 +49,12 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 work="$(mktemp -d /tmp/pgtier-hostile.XXXXXX)"
 chmod 755 "$work"
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"
-pgtier_pid=""; attack_pid=""; sampler_pid=""
+pgtier_pid=""; attack_pid=""; sampler_pid=""; logins_pid=""
 cleanup() {
   set +e
   [ -n "$attack_pid" ] && kill "$attack_pid" 2>/dev/null
   [ -n "$sampler_pid" ] && kill "$sampler_pid" 2>/dev/null
+  [ -n "$logins_pid" ] && kill "$logins_pid" 2>/dev/null
   [ -n "$pgtier_pid" ] && kill -INT "$pgtier_pid" 2>/dev/null && sleep 0.5 && kill -9 "$pgtier_pid" 2>/dev/null
   [ -f "$work/data/postmaster.pid" ] && as_pg "$bindir/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null 2>&1
   rm -rf "$work"
@@ -110,6 +111,17 @@ sample() {
   done
 }
 
+# logins FILE: a new legit login (psql, one query) every 0.5 s until killed; "ok" or "failed"
+# per try into FILE. A held connection table (slowloris) or a login path that the attack
+# slows shows here, where pgbench's connections, made before the attack, would not.
+logins() {
+  while true; do
+    if "$bindir/psql" -XAtq -h 127.0.0.1 -p "$pgtier_port" -U postgres -c "SELECT 1" postgres \
+        >/dev/null 2>&1; then echo ok; else echo failed; fi >>"$1"
+    sleep 0.5
+  done
+}
+
 # run_pgbench -> "tps failed aborted" (aborted: clients pgbench gave up on, or 1 when it failed)
 run_pgbench() {
   local out tps failed aborted=0
@@ -148,10 +160,18 @@ row() {
         --user "$user" --password "$password" ) >"$work/attack-$name" 2>&1 &
     attack_pid=$!
   fi
+  : >"$work/logins-$name"
+  ( sleep 2.5; logins "$work/logins-$name" ) &
+  logins_pid=$!
   local ticks_before ticks_after cpu
   ticks_before="$(cpu_ticks "$pgtier_pid")"
   read -r tps failed aborted <<<"$(run_pgbench)"
   ticks_after="$(cpu_ticks "$pgtier_pid")"
+  kill "$logins_pid" 2>/dev/null; wait "$logins_pid" 2>/dev/null || true
+  logins_pid=""
+  local logins_ok logins_tried
+  logins_ok="$(grep -c '^ok' "$work/logins-$name" || true)"
+  logins_tried="$(wc -l <"$work/logins-$name")"
   cpu="$(awk -v b="$ticks_before" -v a="$ticks_after" -v hz="$ticks_per_s" -v d="$DURATION" \
     'BEGIN { printf "%.0f", 100 * (a - b) / hz / d }')"
   if [ -n "$attack_pid" ]; then
@@ -170,11 +190,12 @@ row() {
   fi
   local verdict=ok
   if [ "$alive" != yes ] || [ "$failed" != 0 ] || [ "$aborted" != 0 ] \
+     || [ "$logins_ok" != "$logins_tried" ] \
      || awk -v s="$share" -v m="$MIN_SHARE" 'BEGIN { exit !(s < m) }'; then
     verdict=FAIL; failures=$((failures + 1))
   fi
-  log "$name: tps $tps ($share), failed $failed, aborted $aborted, RSS ${rss} MB, fds $fds, pgtier CPU ${cpu}%, alive $alive: $verdict"
-  rows+=("| $name | $(printf '%.0f' "$tps") | $share | $failed | $aborted | $rss | $fds | $cpu | $alive | $verdict | $report |")
+  log "$name: tps $tps ($share), failed $failed, aborted $aborted, RSS ${rss} MB, fds $fds, pgtier CPU ${cpu}%, new logins $logins_ok/$logins_tried, alive $alive: $verdict"
+  rows+=("| $name | $(printf '%.0f' "$tps") | $share | $failed | $aborted | $logins_ok/$logins_tried | $rss | $fds | $cpu | $alive | $verdict | $report |")
   [ "$alive" = yes ] || { log "pgtier died: $(tail -5 "$work/pgtier.log")"; exit 1; }
 }
 
@@ -210,11 +231,12 @@ done
   echo "through pgtier (scale $SCALE); each attack (\`pgtier-hostile\`, tests/src/hostile.rs) runs"
   echo "from 2 s in to 1 s before the end. Share: legit tps over the undisturbed run just before it
 (each attack has its own, so a drift in the machine's other load moves both). RSS and fds:"
-  echo "pgtier's peak during the row, from /proc. Bar: share >= $MIN_SHARE, 0 failed transactions,"
-  echo "0 aborted clients, pgtier alive."
+  echo "pgtier's peak during the row, from /proc. New legit logins: psql logging in and running one"
+  echo "query every 0.5 s during the attack, as the legit user from the same address. Bar: share"
+  echo ">= $MIN_SHARE, 0 failed transactions, 0 aborted clients, every new login ok, pgtier alive."
   echo
-  echo "| load | legit tps | share | failed tx | aborted clients | pgtier peak RSS MB | pgtier peak fds | pgtier CPU % of a core | pgtier alive | verdict | attacker's counts |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| load | legit tps | share | failed tx | aborted clients | new legit logins ok | pgtier peak RSS MB | pgtier peak fds | pgtier CPU % of a core | pgtier alive | verdict | attacker's counts |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${rows[@]}"
   echo
   echo "The attacks (tests/src/hostile.rs, defaults): slowloris, 3000 connections each sending"

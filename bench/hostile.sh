@@ -242,7 +242,7 @@ done
   echo "The attacks (tests/src/hostile.rs, defaults): slowloris, 3000 connections each sending"
   echo "its startup packet one byte per 0.5 s; garbage, 32 connections of random bytes (500 new"
   echo "per second); oversized, 2 GB length words in a startup packet or a logged-in Query, then"
-  echo "256 KiB of the body (200 per second); connect-flood, connect and drop, half after a startup"
+  echo "64 KiB of the body (200 per second); connect-flood, connect and drop, half after a startup"
   echo "packet (2000 per second); no-read, 8 clients of user \`mallory\` (a tenant with its own"
   echo "pool) sending 16 queries of 800 MB answers each, never reading; brute-force, wrong md5"
   echo "logins for the legit user (1000 per second at most; \`auth_failures\` counts the 28P01s"

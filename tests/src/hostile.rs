@@ -459,7 +459,7 @@ impl Job {
     /// Oversized: a startup packet claiming 2 GB, and a logged-in client's Query claiming
     /// 2 GB, each followed by as many bytes as the proxy takes.
     async fn oversized(self) {
-        let filler = vec![b'x'; 64 * 1024];
+        let filler = vec![b'x'; 16 * 1024];
         let mut round = self.index;
         while !self.over() {
             round += 1;
@@ -484,7 +484,7 @@ impl Job {
             // A start of the claimed body, then see whether the proxy closed: more would only
             // measure the attacker's own loopback copying.
             let mut sent = 0;
-            while sent < 256 << 10 && self.send(&mut conn, &filler).await {
+            while sent < 64 << 10 && self.send(&mut conn, &filler).await {
                 sent += filler.len();
             }
             self.read_to_end(&mut conn).await;

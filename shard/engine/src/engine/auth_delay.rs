@@ -4,7 +4,11 @@
 //! learns no more per second than one that tries them in turn. Clients are held, not the
 //! shard: each held failure is a deadline the engine's timer answers, and a correct password
 //! (from any address) is never delayed. The addresses remembered are bounded; past the bound,
-//! the further addresses share one spacing (a guesser with many addresses slows itself).
+//! the further addresses share one spacing (a guesser with many addresses slows itself). An
+//! address's queue reaches at most `longest_wait` ahead (`client_login_timeout` closes a
+//! client held longer anyway), so a long attack does not push its answers ever further out,
+//! and a held client that goes away takes its entry with it: what is held is bounded by the
+//! clients there are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -14,6 +18,16 @@ use bytes::Bytes;
 
 use crate::addr::ClientAddr;
 use crate::ids::ClientId;
+
+/// How far ahead an address's answers are scheduled at most: `client_login_timeout`, which
+/// closes a client held longer; a minute when it is off.
+pub(super) fn longest_wait(config: &pgtier_core::config::Config) -> Duration {
+    config
+        .pgtier
+        .client_login_timeout
+        .enabled()
+        .unwrap_or(Duration::from_secs(60))
+}
 
 /// Whose failures are spaced together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,6 +45,8 @@ pub(super) struct AuthDelay {
     /// `None`: failures are answered at once.
     delay: Option<Duration>,
     max_addresses: usize,
+    /// How far ahead an address's next answer may be scheduled.
+    longest_wait: Duration,
     /// When the last failure held for each source is answered.
     last_answer: HashMap<Source, Instant>,
     /// The failures held, by answer time, with the error each is answered with.
@@ -38,18 +54,29 @@ pub(super) struct AuthDelay {
 }
 
 impl AuthDelay {
-    pub(super) fn new(delay: Option<Duration>, max_addresses: usize) -> AuthDelay {
+    pub(super) fn new(
+        delay: Option<Duration>,
+        max_addresses: usize,
+        longest_wait: Duration,
+    ) -> AuthDelay {
         AuthDelay {
             delay,
             max_addresses,
+            longest_wait,
             ..AuthDelay::default()
         }
     }
 
     /// A reload: failures already held keep their time; the next ones follow the new values.
-    pub(super) fn configure(&mut self, delay: Option<Duration>, max_addresses: usize) {
+    pub(super) fn configure(
+        &mut self,
+        delay: Option<Duration>,
+        max_addresses: usize,
+        longest_wait: Duration,
+    ) {
         self.delay = delay;
         self.max_addresses = max_addresses;
+        self.longest_wait = longest_wait;
     }
 
     /// Holds the failure of `id` from `peer`: when its error is due, or `Err(error)` when the
@@ -66,7 +93,8 @@ impl AuthDelay {
         };
         let source = self.source_of(peer);
         let previous = self.last_answer.get(&source).copied();
-        let answer_at = previous.map_or(now, |at| at.max(now)) + delay;
+        let answer_at = (previous.map_or(now, |at| at.max(now)) + delay)
+            .min(now + self.longest_wait.max(delay));
         self.last_answer.insert(source, answer_at);
         self.held.insert((answer_at, id), error);
         Ok(answer_at)
@@ -84,6 +112,17 @@ impl AuthDelay {
         } else {
             Source::Overflow
         }
+    }
+
+    /// A held client went away (closed by `client_login_timeout`, or it left): its entry goes.
+    pub(super) fn forget(&mut self, id: ClientId, answer_at: Instant) {
+        self.held.remove(&(answer_at, id));
+    }
+
+    /// Failures held (tests).
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.held.len()
     }
 
     /// When the earliest held failure is due.
@@ -134,10 +173,11 @@ mod tests {
     }
 
     const DELAY: Duration = Duration::from_millis(500);
+    const LONGEST: Duration = Duration::from_secs(60);
 
     #[test]
     fn off_answers_at_once() {
-        let mut delay = AuthDelay::new(None, 10);
+        let mut delay = AuthDelay::new(None, 10, LONGEST);
         let now = Instant::now();
         let error = Bytes::from_static(b"E");
         assert_eq!(
@@ -149,7 +189,7 @@ mod tests {
 
     #[test]
     fn failures_of_one_address_are_answered_one_per_delay_others_are_not_queued_behind() {
-        let mut delay = AuthDelay::new(Some(DELAY), 10);
+        let mut delay = AuthDelay::new(Some(DELAY), 10, LONGEST);
         let now = Instant::now();
         let e = Bytes::from_static(b"E");
         let a1 = delay.hold(client(1), from("10.0.0.1"), e.clone(), now);
@@ -185,7 +225,7 @@ mod tests {
 
     #[test]
     fn addresses_past_the_bound_share_one_spacing() {
-        let mut delay = AuthDelay::new(Some(DELAY), 2);
+        let mut delay = AuthDelay::new(Some(DELAY), 2, LONGEST);
         let now = Instant::now();
         let e = Bytes::from_static(b"E");
         for (index, ip) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
@@ -206,5 +246,31 @@ mod tests {
         // A known address keeps its own spacing.
         let a = delay.hold(client(9), from("10.0.0.1"), e, now);
         assert_eq!(a, Ok(now + 2 * DELAY));
+    }
+
+    #[test]
+    fn an_address_queue_reaches_at_most_the_longest_wait_and_a_client_gone_is_forgotten() {
+        let mut delay = AuthDelay::new(Some(DELAY), 10, Duration::from_secs(2));
+        let now = Instant::now();
+        let e = Bytes::from_static(b"E");
+        let times: Vec<Instant> = (0..8)
+            .map(|n| {
+                delay
+                    .hold(client(n), from("10.0.0.1"), e.clone(), now)
+                    .expect("held")
+            })
+            .collect();
+        assert_eq!(times[3], now + 4 * DELAY);
+        assert!(
+            times[4..]
+                .iter()
+                .all(|at| *at == now + Duration::from_secs(2))
+        );
+        assert_eq!(delay.held(), 8);
+        for (n, at) in times.iter().enumerate() {
+            delay.forget(client(n as u32), *at);
+        }
+        assert_eq!(delay.held(), 0);
+        assert_eq!(delay.next_answer(), None);
     }
 }

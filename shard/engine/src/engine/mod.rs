@@ -219,6 +219,7 @@ impl Engine {
         let auth_delay = auth_delay::AuthDelay::new(
             config.pgtier.auth_failure_delay.enabled(),
             config.pgtier.auth_failure_delay_max_addresses as usize,
+            auth_delay::longest_wait(&config),
         );
         let crate::tls::TlsSides {
             acceptor,
@@ -728,6 +729,7 @@ impl Engine {
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
                 self.client_left_server(id, server);
             }
+            ClientState::Refused { answer_at } => self.auth_delay.forget(id, answer_at),
             ClientState::LookingUp { ticket, server, .. } => {
                 if let Some(ticket) = ticket {
                     self.linker.pools_mut().cancel_wait(ticket);
@@ -2078,10 +2080,11 @@ impl Engine {
         }
     }
 
-    /// The held failures now due get their errors (a client that left meanwhile, or was
-    /// closed by `client_login_timeout`, is skipped).
+    /// The held failures now due get their errors.
     fn answer_held_failures(&mut self) {
         for (id, error) in self.auth_delay.take_due(self.now) {
+            // A client gone meanwhile took its entry with it (`begin_client_close`); a slot
+            // reused since has another generation.
             if self.clients.get(id.0).is_some_and(|c| c.is_refused()) {
                 self.close_client(id, Some(error));
             }

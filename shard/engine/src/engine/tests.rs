@@ -271,7 +271,9 @@ fn garbage_after_login_gets_08p01_and_never_reaches_a_server() {
 
 #[test]
 fn a_length_past_the_limit_is_refused_before_it_waits_for_a_server() {
-    let mut h = Harness::new(&config("pool_mode = \"transaction\"\ndefault_pool_size = 1"));
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
     let (holder, _) = h.login("alice", "db");
     let (claimer, _) = h.login("alice", "db");
     h.client_sends(holder, &query("BEGIN"));

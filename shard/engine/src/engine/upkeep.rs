@@ -351,6 +351,7 @@ impl Engine {
                 self.auth_delay.configure(
                     config.pgtier.auth_failure_delay.enabled(),
                     config.pgtier.auth_failure_delay_max_addresses as usize,
+                    super::auth_delay::longest_wait(&config),
                 );
                 let moved = self.databases_moved_by(&config);
                 self.env.reload(config, users);

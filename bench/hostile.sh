@@ -122,6 +122,12 @@ logins() {
   done
 }
 
+# PostgreSQL sessions ever started on the database (pgtier's server logins, and this query's)
+server_sessions() {
+  "$bindir/psql" -XAtq -h 127.0.0.1 -p "$pg_port" -U postgres postgres \
+    -c "SELECT sessions FROM pg_stat_database WHERE datname = 'postgres'"
+}
+
 # run_pgbench -> "tps failed aborted" (aborted: clients pgbench gave up on, or 1 when it failed)
 run_pgbench() {
   local out tps failed aborted=0
@@ -163,10 +169,12 @@ row() {
   : >"$work/logins-$name"
   ( sleep 2.5; logins "$work/logins-$name" ) &
   logins_pid=$!
-  local ticks_before ticks_after cpu
+  local ticks_before ticks_after cpu sessions_before sessions_after
+  sessions_before="$(server_sessions)"
   ticks_before="$(cpu_ticks "$pgtier_pid")"
   read -r tps failed aborted <<<"$(run_pgbench)"
   ticks_after="$(cpu_ticks "$pgtier_pid")"
+  sessions_after="$(server_sessions)"
   kill "$logins_pid" 2>/dev/null; wait "$logins_pid" 2>/dev/null || true
   logins_pid=""
   local logins_ok logins_tried
@@ -195,7 +203,9 @@ row() {
     verdict=FAIL; failures=$((failures + 1))
   fi
   log "$name: tps $tps ($share), failed $failed, aborted $aborted, RSS ${rss} MB, fds $fds, pgtier CPU ${cpu}%, new logins $logins_ok/$logins_tried, alive $alive: $verdict"
-  rows+=("| $name | $(printf '%.0f' "$tps") | $share | $failed | $aborted | $logins_ok/$logins_tried | $rss | $fds | $cpu | $alive | $verdict | $report |")
+  local server_logins=$((sessions_after - sessions_before - 1))
+  log "$name: $server_logins server logins"
+  rows+=("| $name | $(printf '%.0f' "$tps") | $share | $failed | $aborted | $logins_ok/$logins_tried | $server_logins | $rss | $fds | $cpu | $alive | $verdict | $report |")
   [ "$alive" = yes ] || { log "pgtier died: $(tail -5 "$work/pgtier.log")"; exit 1; }
 }
 
@@ -232,11 +242,12 @@ done
   echo "from 2 s in to 1 s before the end. Share: legit tps over the undisturbed run just before it
 (each attack has its own, so a drift in the machine's other load moves both). RSS and fds:"
   echo "pgtier's peak during the row, from /proc. New legit logins: psql logging in and running one"
-  echo "query every 0.5 s during the attack, as the legit user from the same address. Bar: share"
+  echo "query every 0.5 s during the attack, as the legit user from the same address. Server logins:"
+  echo "sessions PostgreSQL started during the row (pgtier opening servers). Bar: share"
   echo ">= $MIN_SHARE, 0 failed transactions, 0 aborted clients, every new login ok, pgtier alive."
   echo
-  echo "| load | legit tps | share | failed tx | aborted clients | new legit logins ok | pgtier peak RSS MB | pgtier peak fds | pgtier CPU % of a core | pgtier alive | verdict | attacker's counts |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| load | legit tps | share | failed tx | aborted clients | new legit logins ok | server logins | pgtier peak RSS MB | pgtier peak fds | pgtier CPU % of a core | pgtier alive | verdict | attacker's counts |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${rows[@]}"
   echo
   echo "The attacks (tests/src/hostile.rs, defaults): slowloris, 3000 connections each sending"

@@ -151,6 +151,7 @@ peak() {
 # attack's share is against the undisturbed run just before it, so a machine whose load
 # drifts (other work on it) moves both alike.
 rows=()
+baselines=()
 failures=0
 undisturbed=""
 row() {
@@ -193,6 +194,7 @@ row() {
   kill -0 "$pgtier_pid" 2>/dev/null || alive=no
   if [ "$attack" = none ]; then
     undisturbed="$tps"
+    baselines+=("$tps")
   else
     share="$(awk -v t="$tps" -v u="$undisturbed" 'BEGIN { printf "%.2f", (u > 0 ? t / u : 0) }')"
   fi
@@ -249,6 +251,11 @@ done
   echo "| load | legit tps | share | failed tx | aborted clients | new legit logins ok | server logins | pgtier peak RSS MB | pgtier peak fds | pgtier CPU % of a core | pgtier alive | verdict | attacker's counts |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${rows[@]}"
+  echo
+  printf '%s\n' "${baselines[@]}" | awk '
+    NR == 1 { lo = $1; hi = $1 } { if ($1 < lo) lo = $1; if ($1 > hi) hi = $1 }
+    END { printf "The undisturbed runs ranged %.0f to %.0f tps (the lowest %.2f of the highest): a share\n", lo, hi, lo / hi
+          print "within that spread of 1.00 is the machine, not the attack." }'
   echo
   echo "The attacks (tests/src/hostile.rs, defaults): slowloris, 3000 connections each sending"
   echo "its startup packet one byte per 0.5 s; garbage, 32 connections of random bytes (500 new"

@@ -6,7 +6,8 @@
 # runs, PGTIER_SKIP_BUDGETS=1 to skip the instruction budgets (bench/budgets.toml),
 # PGTIER_SKIP_LIVE=1 to skip the PLB live smoke (scripts/plb-live-smoke.sh),
 # PGTIER_SKIP_PGB_SUITE=1 to skip PgBouncer's own suite (scripts/pgbouncer-suite.sh),
-# PGTIER_SKIP_FAULTS=1 to skip the short fault-injection run (bench/faults.sh --short).
+# PGTIER_SKIP_FAULTS=1 to skip the short fault-injection run (bench/faults.sh --short),
+# PGTIER_SKIP_SOAK=1 to skip the 2-minute soak (bench/soak.sh runs the 30-minute one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,12 @@ echo "== cargo test"
 ulimit -Hn 65536 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${PGTIER_TEST_THREADS:-2}"
+
+if [ "${PGTIER_SKIP_SOAK:-0}" != "1" ]; then
+  echo "== soak, 2 minutes: pgtier's RSS, fds, pools and servers stay flat (pgtier-soak)"
+  cargo build --locked -q -p pgtier-tests --bins
+  cargo run --locked -q -p pgtier-tests --bin pgtier-soak -- --minutes 2
+fi
 
 if [ "${PGTIER_SKIP_PGB_SUITE:-0}" != "1" ]; then
   echo "== PgBouncer's own test suite against pgtier (tests/pgbouncer-suite/ci-subset.txt)"

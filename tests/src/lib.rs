@@ -18,6 +18,7 @@ pub mod config;
 pub mod differential;
 pub mod faults;
 pub mod fixtures;
+pub mod hostile;
 pub mod netns;
 pub mod pki;
 pub mod process;
@@ -25,6 +26,7 @@ pub mod protofuzz;
 pub mod proxy;
 pub mod rawwire;
 pub mod shared_server;
+pub mod soak;
 pub mod tempdir;
 pub mod wait;
 

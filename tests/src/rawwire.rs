@@ -210,6 +210,13 @@ pub fn terminate_message() -> Vec<u8> {
     with_length(Some(b'X'), &[])
 }
 
+/// PasswordMessage with a cleartext password (the answer to AuthenticationCleartextPassword).
+pub fn password_message(password: &str) -> Vec<u8> {
+    let mut body = password.as_bytes().to_vec();
+    body.push(0);
+    with_length(Some(b'p'), &body)
+}
+
 /// CancelRequest for the key a client was given.
 pub fn cancel_message(process_id: i32, secret_key: i32) -> Vec<u8> {
     let mut body = CANCEL_REQUEST_CODE.to_be_bytes().to_vec();

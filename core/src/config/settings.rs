@@ -258,6 +258,13 @@ pub struct Settings {
     pub query_timeout: Seconds,
     /// Close clients that do not finish login in this time (60 s; 0 = disabled).
     pub client_login_timeout: Seconds,
+    /// After a failed authentication, the client's error is held this long, as PostgreSQL's
+    /// `auth_delay` holds it; failures from one address are answered one per delay, so
+    /// parallel guesses from it are slowed as much as serial ones (0 = answer at once).
+    pub auth_failure_delay: Seconds,
+    /// Client addresses per worker whose failures `auth_failure_delay` spaces apart (10000);
+    /// past it, the failures of further addresses share one spacing.
+    pub auth_failure_delay_max_addresses: u32,
     /// Run when a session-mode client releases its server ("DISCARD ALL"; empty = none).
     pub server_reset_query: String,
     /// Also run `server_reset_query` in transaction mode (false).
@@ -532,6 +539,8 @@ impl Default for Settings {
             transaction_timeout: Seconds::ZERO,
             query_timeout: Seconds::ZERO,
             client_login_timeout: Seconds::from_secs(60),
+            auth_failure_delay: Seconds::ZERO,
+            auth_failure_delay_max_addresses: 10_000,
             server_reset_query: "DISCARD ALL".to_string(),
             server_reset_query_always: false,
             server_fast_close: false,

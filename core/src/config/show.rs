@@ -154,6 +154,8 @@ pub fn config_rows(settings: &Settings) -> Vec<ConfigRow> {
         transaction_timeout: RELOAD,
         query_timeout: RELOAD,
         client_login_timeout: RELOAD,
+        auth_failure_delay: RELOAD,
+        auth_failure_delay_max_addresses: RELOAD,
         server_reset_query: RELOAD,
         server_reset_query_always: RELOAD,
         server_fast_close: RELOAD,

@@ -39,6 +39,9 @@ pub enum ClientState {
     Startup,
     /// Its password exchange is under way.
     Authenticating(PasswordCheck),
+    /// Its authentication failed; the error is held until `answer_at` (`auth_failure_delay`,
+    /// `engine/auth_delay.rs`), its input is not read.
+    Refused { answer_at: Instant },
     /// Not in the auth file: its secret is being read with `auth_query` since `since`, on a
     /// server of the `auth_user` pool (`session.pool` until the answer). Parked (`ticket`)
     /// until a server is free, then running on `server`, whose answer `answer` reads;
@@ -567,6 +570,7 @@ impl ClientConn {
         match self.state {
             ClientState::Startup
             | ClientState::Authenticating(_)
+            | ClientState::Refused { .. }
             | ClientState::LookingUp { .. } => "login",
             ClientState::Routing { .. } => "waiting_for_replica",
             ClientState::Joining { .. } | ClientState::Queued { .. } => "waiting",
@@ -608,6 +612,16 @@ impl ClientConn {
     /// Its password exchange goes on with `check`.
     pub(crate) fn authenticating(&mut self, check: PasswordCheck) {
         self.state = ClientState::Authenticating(check);
+    }
+
+    /// Its authentication failed: the error is answered at `answer_at`.
+    pub(crate) fn refused(&mut self, answer_at: Instant) {
+        self.state = ClientState::Refused { answer_at };
+    }
+
+    /// Its authentication failed and its error is still held.
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(self.state, ClientState::Refused { .. })
     }
 
     /// Its secret is being looked up (`auth_query`) since `since`.

@@ -46,6 +46,9 @@ mod admin;
 mod admin_flows;
 #[cfg(test)]
 mod admin_flows_tests;
+mod auth_delay;
+#[cfg(test)]
+mod auth_delay_tests;
 #[cfg(test)]
 mod auth_tests;
 mod backend;
@@ -179,6 +182,8 @@ pub struct Engine {
     routing: Box<dyn Routing>,
     random: Box<dyn Random>,
     outbox: Outbox,
+    /// Failed logins whose error is held (`auth_failure_delay`).
+    auth_delay: auth_delay::AuthDelay,
     next_housekeeping: Instant,
     /// The time of the event being handled.
     now: Instant,
@@ -214,6 +219,11 @@ impl Engine {
         let config = parts.config;
         let limits = Limits::from_config(&config);
         let warm = linker::warmup::warm_pools(&config);
+        let auth_delay = auth_delay::AuthDelay::new(
+            config.pgtier.auth_failure_delay.enabled(),
+            config.pgtier.auth_failure_delay_max_addresses as usize,
+            auth_delay::longest_wait(&config),
+        );
         let crate::tls::TlsSides {
             acceptor,
             connector,
@@ -252,6 +262,7 @@ impl Engine {
             routing: parts.routing,
             random: parts.random,
             outbox: Outbox::default(),
+            auth_delay,
             next_housekeeping: parts.now + HOUSEKEEPING_PERIOD,
             now: parts.now,
         }
@@ -285,7 +296,11 @@ impl Engine {
             Some(at) => at.min(self.next_housekeeping),
             None => self.next_housekeeping,
         };
-        match self.linker.pools().next_borrow_deadline() {
+        let next = match self.linker.pools().next_borrow_deadline() {
+            Some(at) => at.min(next),
+            None => next,
+        };
+        match self.auth_delay.next_answer() {
             Some(at) => at.min(next),
             None => next,
         }
@@ -596,6 +611,9 @@ impl Engine {
         {
             self.expire_borrows();
         }
+        if self.auth_delay.next_answer().is_some_and(|at| now >= at) {
+            self.answer_held_failures();
+        }
         if now < self.next_housekeeping {
             return;
         }
@@ -723,6 +741,7 @@ impl Engine {
             ClientState::Welcoming { server } | ClientState::Linked { server } => {
                 self.client_left_server(id, server);
             }
+            ClientState::Refused { answer_at } => self.auth_delay.forget(id, answer_at),
             ClientState::LookingUp { ticket, server, .. } => {
                 if let Some(ticket) = ticket {
                     self.linker.pools_mut().cancel_wait(ticket);
@@ -822,7 +841,8 @@ impl Engine {
             | ClientState::Joining { .. }
             | ClientState::LookingUp { .. }
             | ClientState::Welcoming { .. }
-            | ClientState::Queued { .. } => self.hold_client_input(id),
+            | ClientState::Queued { .. }
+            | ClientState::Refused { .. } => self.hold_client_input(id),
             ClientState::Closing { .. } => {}
         }
     }
@@ -1355,6 +1375,7 @@ impl Engine {
             IdleBytes::Invalid(code) => {
                 self.protocol_error(id, &format!("invalid frontend message type {code}"));
             }
+            IdleBytes::Malformed => self.protocol_error(id, "invalid message length or sequence"),
             IdleBytes::Queued => self.need_server(id),
         }
     }
@@ -2120,7 +2141,7 @@ impl Engine {
             Exchange::Gone => {}
             Exchange::Passed => self.on_authenticated(id),
             Exchange::Started => self.on_auth_bytes(id),
-            Exchange::Failed(error) => self.close_client(id, Some(error)),
+            Exchange::Failed(error) => self.refuse_login(id, error),
         }
     }
 
@@ -2131,7 +2152,30 @@ impl Engine {
         match progress {
             AuthProgress::Pending => {}
             AuthProgress::Passed => self.on_authenticated(id),
-            AuthProgress::Failed(error) => self.close_client(id, Some(error)),
+            AuthProgress::Failed(error) => self.refuse_login(id, error),
+        }
+    }
+
+    /// Its authentication failed: the error now, or held for `auth_failure_delay`.
+    fn refuse_login(&mut self, id: ClientId, error: Bytes) {
+        let Some(client) = self.clients.get_mut(id.0) else {
+            return;
+        };
+        let peer = client.info().peer().copied();
+        match self.auth_delay.hold(id, peer, error, self.now) {
+            Ok(answer_at) => client.refused(answer_at),
+            Err(error) => self.close_client(id, Some(error)),
+        }
+    }
+
+    /// The held failures now due get their errors.
+    fn answer_held_failures(&mut self) {
+        for (id, error) in self.auth_delay.take_due(self.now) {
+            // A client gone meanwhile took its entry with it (`begin_client_close`); a slot
+            // reused since has another generation.
+            if self.clients.get(id.0).is_some_and(|c| c.is_refused()) {
+                self.close_client(id, Some(error));
+            }
         }
     }
 

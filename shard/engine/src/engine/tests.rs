@@ -270,6 +270,25 @@ fn garbage_after_login_gets_08p01_and_never_reaches_a_server() {
 }
 
 #[test]
+fn a_length_past_the_limit_is_refused_before_it_waits_for_a_server() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (holder, _) = h.login("alice", "db");
+    let (claimer, _) = h.login("alice", "db");
+    h.client_sends(holder, &query("BEGIN"));
+    assert_eq!(h.client_tags(holder), "CZ");
+    // A Query claiming 2 GB, and the start of its body: refused at once, though the only
+    // server is busy (it would otherwise wait for it, then be refused by the forwarder).
+    let mut claim = vec![b'Q'];
+    claim.extend_from_slice(&0x7FFF_FFF0u32.to_be_bytes());
+    claim.extend_from_slice(&[b'x'; 1024]);
+    h.client_sends(claimer, &claim);
+    assert_eq!(errors(&h.client_output(claimer)), vec!["08P01".to_string()]);
+    assert!(h.is_closed(Conn::Client(claimer)));
+}
+
+#[test]
 fn an_unknown_database_gets_3d000_at_once() {
     let mut h = Harness::new(&config(TX));
     let (id, messages) = h.login("alice", "nowhere");

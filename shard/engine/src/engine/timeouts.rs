@@ -97,6 +97,7 @@ impl ClientTimeouts<'_> {
         match *client.state() {
             ClientState::Startup
             | ClientState::Authenticating(_)
+            | ClientState::Refused { .. }
             | ClientState::LookingUp { .. }
                 if over(client.info().connected_at(), self.login) =>
             {

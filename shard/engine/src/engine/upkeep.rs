@@ -62,6 +62,7 @@ impl Engine {
         }
         self.fold_counters();
         self.clients.drop_empty_call_logs();
+        self.auth_delay.forget_answered(self.now);
         if self.env.config().pgtier.metrics_port != 0 {
             self.publish_pool_gauges();
         }
@@ -374,6 +375,11 @@ impl Engine {
                     }
                 }
                 self.stats.configure(&config.pgtier, self.env.shared());
+                self.auth_delay.configure(
+                    config.pgtier.auth_failure_delay.enabled(),
+                    config.pgtier.auth_failure_delay_max_addresses as usize,
+                    super::auth_delay::longest_wait(&config),
+                );
                 let moved = self.databases_moved_by(&config);
                 self.env.reload(config, users);
                 for database in moved {

@@ -35,6 +35,9 @@ pub(in crate::engine) enum IdleBytes {
     Quit,
     /// Not a frontend message: refused before it takes a server.
     Invalid(u8),
+    /// A length word past `max_client_message_bytes` (or below 4): refused before it takes a
+    /// server, so a client claiming 2 GB costs the pool nothing.
+    Malformed,
     /// A transaction starts: the client is queued and needs a server.
     Queued,
 }
@@ -56,6 +59,14 @@ pub(in crate::engine) fn idle_client_bytes(
         Some(b'X') => IdleBytes::Quit,
         // Refused before it takes a server: garbage never reaches one.
         Some(code) if !Tracker::is_client_message(code) => IdleBytes::Invalid(code),
+        Some(_)
+            if !length_word_fits(
+                client.input().bytes(),
+                env.limits().max_client_message_bytes,
+            ) =>
+        {
+            IdleBytes::Malformed
+        }
         // A reader session's transaction is routed by its first whole unit.
         Some(_) if whole_unit_missing => IdleBytes::Nothing,
         Some(_) => {
@@ -63,6 +74,16 @@ pub(in crate::engine) fn idle_client_bytes(
             IdleBytes::Queued
         }
     }
+}
+
+/// Whether the first message's length word (once its five header bytes are in) is one the
+/// forwarder would take; the forwarder checks it again as it streams.
+fn length_word_fits(input: &[u8], max_message_bytes: u32) -> bool {
+    let Some(&[_, a, b, c, d]) = input.get(..5) else {
+        return true;
+    };
+    let length = u32::from_be_bytes([a, b, c, d]);
+    (4..=max_message_bytes).contains(&length)
 }
 
 /// Whether a client that needs a server goes on.

@@ -145,6 +145,20 @@ pub trait Routing {
     /// A transaction that may have changed functions committed through `database`: what
     /// is known of its primary's functions is forgotten.
     fn functions_changed(&self, _database: &str) {}
+    /// The host `database`'s writes go to when pgtier elects it (a reader entry whose
+    /// hosts it polls): `None` when the entry's configured primary is used as written.
+    fn primary(&self, _database: &str) -> Option<PrimaryNow> {
+        None
+    }
+}
+
+/// The elected primary of an entry, as [`Routing::primary`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrimaryNow {
+    /// `None`: the primary was demoted and no host was promoted yet (no writes).
+    pub addr: Option<SocketAddr>,
+    /// Moves with every change of `addr`.
+    pub epoch: u64,
 }
 
 /// No replica sets: every database entry has one server.

@@ -61,6 +61,7 @@ mod listings;
 #[cfg(test)]
 mod login_retry_tests;
 mod moving;
+mod primary_moves;
 #[cfg(test)]
 mod moving_tests;
 #[cfg(test)]
@@ -1498,6 +1499,7 @@ impl Engine {
         let failed = self.linker.open_server(
             &mut self.servers,
             &self.env,
+            &*self.routing,
             &mut self.stats,
             &mut self.outbox,
             pool,

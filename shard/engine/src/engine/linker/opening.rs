@@ -190,6 +190,7 @@ impl Linker {
         &mut self,
         servers: &mut ServerTable,
         env: &Env,
+        routing: &dyn Routing,
         stats: &mut StatsSink,
         outbox: &mut Outbox,
         pool: PoolId,
@@ -206,7 +207,9 @@ impl Linker {
         }
         let (addr, listed_host) = match key.target {
             ServerTarget::Replica(addr) => (Ok(ServerAddr::Tcp(addr)), None),
-            ServerTarget::Primary => self.primary_addr(env, servers, pool, &key.database),
+            ServerTarget::Primary => {
+                self.primary_addr(env, routing, servers, pool, &key.database)
+            }
         };
         let mode = env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
@@ -351,10 +354,12 @@ impl Linker {
 impl Linker {
     /// Where a new server of `pool`, on its entry's primary, connects: the entry's host,
     /// the next host of its host list (named too: its certificate is checked against it),
-    /// or the primary (else the first replica) of a replica set.
+    /// or the primary (else the first replica) of a replica set: the one pgtier elected
+    /// among its hosts when it polls them (a promoted replica after a failover).
     fn primary_addr<'a>(
         &mut self,
         env: &'a Env,
+        routing: &dyn Routing,
         servers: &ServerTable,
         pool: PoolId,
         database: &str,
@@ -376,13 +381,22 @@ impl Linker {
                     None => (Err("the host list is empty".to_string()), None),
                 }
             }
-            ServerSet::Replicas(set) => (
-                set.primary
+            ServerSet::Replicas(set) => match routing.primary(database) {
+                Some(elected) => (
+                    elected.addr.map(ServerAddr::Tcp).ok_or_else(|| {
+                        "no primary: the entry's primary is in recovery and no host was promoted"
+                            .to_string()
+                    }),
+                    None,
+                ),
+                None => (
+                    set.primary
                     .or_else(|| set.replicas.first().copied())
                     .map(ServerAddr::Tcp)
-                    .ok_or_else(|| "replica set is empty".to_string()),
-                None,
-            ),
+                        .ok_or_else(|| "replica set is empty".to_string()),
+                    None,
+                ),
+            },
         }
     }
 

@@ -26,8 +26,8 @@ use crate::function_lookup;
 use crate::functions::FunctionCatalog;
 use crate::health::HealthConfig;
 use crate::lsn::{Lsn, LsnTracker, insert_lsn_as_end};
-use crate::primary_election::HostRole;
 use crate::pg_link::{PgLink, Row};
+use crate::primary_election::HostRole;
 use crate::probe::{LOGIN_BUDGET_FACTOR, ProbeLogin};
 use crate::read_router::ReadRouter;
 

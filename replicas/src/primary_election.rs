@@ -135,7 +135,10 @@ mod tests {
     fn settled() -> PrimaryElection {
         let mut election = PrimaryElection::new(3, 0);
         assert_eq!(election.on_round(&[rw(1), Standby, Standby]), None);
-        assert_eq!((election.elected(), election.timeline()), (Some(0), Some(1)));
+        assert_eq!(
+            (election.elected(), election.timeline()),
+            (Some(0), Some(1))
+        );
         election
     }
 
@@ -168,7 +171,10 @@ mod tests {
                 timeline: 2
             })
         );
-        assert_eq!((election.elected(), election.timeline()), (Some(1), Some(2)));
+        assert_eq!(
+            (election.elected(), election.timeline()),
+            (Some(1), Some(2))
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use std::time::Instant;
 use ahash::AHashMap;
 use arc_swap::ArcSwap;
 use pgtier_engine::services::{
-    Admission, AdmissionReply, FailureCause, PrimaryNow, ReadRequest, ReadRoute, Refusal, ReplicaLease, Routing,
+    Admission, AdmissionReply, FailureCause, PrimaryNow, ReadRequest, ReadRoute, Refusal,
+    ReplicaLease, Routing,
 };
 use pgtier_policy::tiers::Tier;
 use pgtier_wire::SqlState;

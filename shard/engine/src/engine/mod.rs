@@ -61,13 +61,13 @@ mod listings;
 #[cfg(test)]
 mod login_retry_tests;
 mod moving;
-mod primary_moves;
 #[cfg(test)]
 mod moving_tests;
 #[cfg(test)]
 mod notice_tests;
 #[cfg(test)]
 mod prepared_tests;
+mod primary_moves;
 mod read_routing;
 #[cfg(test)]
 mod read_routing_tests;

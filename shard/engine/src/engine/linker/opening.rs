@@ -207,9 +207,7 @@ impl Linker {
         }
         let (addr, listed_host) = match key.target {
             ServerTarget::Replica(addr) => (Ok(ServerAddr::Tcp(addr)), None),
-            ServerTarget::Primary => {
-                self.primary_addr(env, routing, servers, pool, &key.database)
-            }
+            ServerTarget::Primary => self.primary_addr(env, routing, servers, pool, &key.database),
         };
         let mode = env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
@@ -391,8 +389,8 @@ impl Linker {
                 ),
                 None => (
                     set.primary
-                    .or_else(|| set.replicas.first().copied())
-                    .map(ServerAddr::Tcp)
+                        .or_else(|| set.replicas.first().copied())
+                        .map(ServerAddr::Tcp)
                         .ok_or_else(|| "replica set is empty".to_string()),
                     None,
                 ),

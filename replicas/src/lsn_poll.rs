@@ -47,7 +47,7 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// One polled server and its connection.
 #[derive(Debug)]
-struct Polled {
+pub(crate) struct Polled {
     addr: SocketAddr,
     link: Option<PgLink>,
     /// After a failure: no new connection before this instant.
@@ -57,7 +57,7 @@ struct Polled {
 }
 
 impl Polled {
-    fn new(addr: SocketAddr) -> Polled {
+    pub(crate) fn new(addr: SocketAddr) -> Polled {
         Polled {
             addr,
             link: None,
@@ -92,7 +92,7 @@ impl Polled {
     }
 
     /// Runs `sql` (connecting first if needed); `None` when the server is in its retry wait.
-    fn query(
+    pub(crate) fn query(
         &mut self,
         login: &ProbeLogin,
         sql: &str,
@@ -182,8 +182,8 @@ pub(crate) fn poll_loop(
 
 /// What one host answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct HostAnswer {
-    role: HostRole,
+pub(crate) struct HostAnswer {
+    pub(crate) role: HostRole,
     /// The insert position (as the end of what was written) of a read-write host, the
     /// replay position of a standby.
     lsn: Option<Lsn>,
@@ -241,7 +241,7 @@ fn poll_round(
 
 /// Reads one answer to [`HOST_SQL`]. A read-write answer without a timeline (a promotion
 /// between the columns' evaluations) counts as unreachable this round.
-fn host_answer(row: &Row, sent_at: Instant) -> HostAnswer {
+pub(crate) fn host_answer(row: &Row, sent_at: Instant) -> HostAnswer {
     let text = |column: usize| {
         row.get(column)
             .and_then(|v| v.as_deref())

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pgtier_tests::fixtures::{admin, start_proxy};
+use pgtier_tests::fixtures::start_proxy;
 use pgtier_tests::wait;
 use pgtier_tests::{LocalPg, PgOptions, Pgtier, ProxyConfig};
 
@@ -200,33 +200,121 @@ impl Load {
     }
 }
 
+/// One PostgreSQL server and where it listens.
+struct Node {
+    pg: LocalPg,
+    host: String,
+    port: u16,
+}
+
+impl Node {
+    fn sql(&self, sql: &str) -> String {
+        let conninfo = format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.host, self.port
+        );
+        self.pg
+            .psql_conninfo(&conninfo, sql)
+            .unwrap_or_else(|error| panic!("{sql} on {}:{}: {error}", self.host, self.port))
+    }
+
+    fn wait_caught_up(&self, primary: &Node) {
+        let target = primary.sql("SELECT pg_current_wal_lsn()");
+        let sql = format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn");
+        let caught_up = wait::until(Duration::from_secs(30), Duration::from_millis(20), || {
+            (self.sql(&sql) == "t").then_some(())
+        });
+        assert!(
+            caught_up.is_some(),
+            "replica {}:{} catches up",
+            self.host,
+            self.port
+        );
+    }
+}
+
+/// How pgtier is told about the three servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// A reader entry: `primary` and `replicas`, each server on its own port.
+    Reader,
+    /// PgBouncer's host list on one port (`host = "127.0.0.1,127.0.0.2,127.0.0.3"`), each
+    /// server on its own loopback address, with `target_session_attrs = "read-write"`.
+    HostList,
+}
+
 struct Cluster {
-    old_primary: LocalPg,
-    promoted: LocalPg,
-    other: LocalPg,
+    shape: Shape,
+    old_primary: Node,
+    promoted: Node,
+    other: Node,
 }
 
 impl Cluster {
     /// A primary, two synchronous streaming replicas, and the ledger table.
-    fn start() -> Cluster {
-        let primary = LocalPg::start_primary(&PgOptions::default()).expect("primary");
-        let promoted = LocalPg::start_replica(&primary).expect("replica 1");
-        let other = LocalPg::start_replica(&primary).expect("replica 2");
+    fn start(shape: Shape) -> Cluster {
+        let pg = LocalPg::start_primary(&PgOptions::default()).expect("primary");
+        let port = pg.port();
+        let primary = Node {
+            pg,
+            host: "127.0.0.1".to_string(),
+            port,
+        };
+        let replica = |address: &str| {
+            let pg = LocalPg::start_replica(&primary.pg).expect("replica");
+            match shape {
+                Shape::Reader => {
+                    let port = pg.port();
+                    Node {
+                        pg,
+                        host: "127.0.0.1".to_string(),
+                        port,
+                    }
+                }
+                Shape::HostList => {
+                    // The same port as the primary, on another loopback address.
+                    pg.stop().expect("stop the new replica");
+                    let conf = pg.data_dir().join("postgresql.conf");
+                    let mut text = std::fs::read_to_string(&conf).expect("read postgresql.conf");
+                    text.push_str(&format!(
+                        "\nlisten_addresses = '{address}'\nport = {}\n",
+                        primary.port
+                    ));
+                    std::fs::write(&conf, text).expect("write postgresql.conf");
+                    // pg_basebackup copied the primary's socket lock file (its socket
+                    // directory is its data directory): on the same port it would stop us.
+                    let lock = pg
+                        .data_dir()
+                        .join(format!(".s.PGSQL.{}.lock", primary.port));
+                    let _ = std::fs::remove_file(lock);
+                    if let Err(error) = pg.start() {
+                        let log = std::fs::read_to_string(pg.log_path()).unwrap_or_default();
+                        let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                        panic!(
+                            "restart the replica on {address}: {error}\n{}",
+                            tail.join("\n")
+                        );
+                    }
+                    Node {
+                        pg,
+                        host: address.to_string(),
+                        port: primary.port,
+                    }
+                }
+            }
+        };
+        let promoted = replica("127.0.0.2");
+        let other = replica("127.0.0.3");
         // Set after the clones, so the replicas (promoted later) do not inherit it.
-        admin(
-            &primary,
-            "ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 (*)'",
-        );
+        primary.sql("ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 (*)'");
         // localpg turns synchronous_commit off for speed; a commit must wait for the standbys.
-        admin(&primary, "ALTER SYSTEM SET synchronous_commit = on");
-        admin(&primary, "SELECT pg_reload_conf()");
-        admin(&primary, "CREATE TABLE ledger (id bigint PRIMARY KEY)");
-        for replica in [&promoted, &other] {
-            replica
-                .wait_caught_up(&primary, Duration::from_secs(30))
-                .expect("replica catches up");
-        }
+        primary.sql("ALTER SYSTEM SET synchronous_commit = on");
+        primary.sql("SELECT pg_reload_conf()");
+        primary.sql("CREATE TABLE ledger (id bigint PRIMARY KEY)");
+        promoted.wait_caught_up(&primary);
+        other.wait_caught_up(&primary);
         Cluster {
+            shape,
             old_primary: primary,
             promoted,
             other,
@@ -234,14 +322,30 @@ impl Cluster {
     }
 
     fn proxy(&self) -> Pgtier {
-        let config = ProxyConfig::new(self.old_primary.port())
-            .reader_database(
-                "app",
-                self.old_primary.port(),
-                &[self.promoted.port(), self.other.port()],
-                "postgres",
-            )
-            .database_setting("read_your_writes_timeout", "0.5")
+        let mut config = ProxyConfig::new(self.old_primary.port);
+        match self.shape {
+            Shape::Reader => {
+                config = config
+                    .reader_database(
+                        "app",
+                        self.old_primary.port,
+                        &[self.promoted.port, self.other.port],
+                        "postgres",
+                    )
+                    .database_setting("read_your_writes_timeout", "0.5");
+            }
+            Shape::HostList => {
+                config.raw_tables = format!(
+                    "\n[databases.app]\nhost = \"{},{},{}\"\nport = {}\ndbname = \"postgres\"\n\
+                     target_session_attrs = \"read-write\"\n",
+                    self.old_primary.host,
+                    self.promoted.host,
+                    self.other.host,
+                    self.old_primary.port
+                );
+            }
+        }
+        let config = config
             .setting("health_check_user", "\"postgres\"")
             .setting("admin_users", "[\"postgres\"]")
             .pool_size(8);
@@ -250,21 +354,18 @@ impl Cluster {
 
     /// Promotes the replica, then points the other one at it (an HA manager's steps).
     fn promote(&self) {
-        self.promoted.promote().expect("pg_ctl promote");
-        admin(
-            &self.other,
-            &format!(
-                "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres'",
-                self.promoted.port()
-            ),
-        );
-        admin(&self.other, "SELECT pg_reload_conf()");
+        self.promoted.pg.promote().expect("pg_ctl promote");
+        self.other.sql(&format!(
+            "ALTER SYSTEM SET primary_conninfo = 'host={} port={} user=postgres'",
+            self.promoted.host, self.promoted.port
+        ));
+        self.other.sql("SELECT pg_reload_conf()");
     }
 }
 
 /// SIGKILLs the postmaster and every backend of `pg`, as a machine crash ends them.
-fn kill_hard(pg: &LocalPg) {
-    let postmaster = pg.postmaster_pid().expect("postmaster pid");
+fn kill_hard(node: &Node) {
+    let postmaster = node.pg.postmaster_pid().expect("postmaster pid");
     let children = children_of(postmaster);
     // SAFETY: plain kill(2) of processes this test's server started.
     unsafe { libc::kill(postmaster, libc::SIGKILL) };
@@ -272,7 +373,9 @@ fn kill_hard(pg: &LocalPg) {
         // SAFETY: as above.
         unsafe { libc::kill(*child, libc::SIGKILL) };
     }
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], pg.port()));
+    let address: std::net::SocketAddr = format!("{}:{}", node.host, node.port)
+        .parse()
+        .expect("an address");
     let gone = wait::until(Duration::from_secs(10), Duration::from_millis(5), || {
         std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100))
             .is_err()
@@ -301,8 +404,8 @@ fn children_of(parent: i32) -> Vec<i32> {
 }
 
 /// Ids in `pg`'s ledger.
-fn ledger_ids(pg: &LocalPg) -> std::collections::BTreeSet<i64> {
-    admin(pg, "SELECT id FROM ledger ORDER BY id")
+fn ledger_ids(node: &Node) -> std::collections::BTreeSet<i64> {
+    node.sql("SELECT id FROM ledger ORDER BY id")
         .lines()
         .filter_map(|line| line.trim().parse().ok())
         .collect()
@@ -332,10 +435,10 @@ enum Fault {
     Failover,
 }
 
-fn run(fault: Fault) {
+fn run(shape: Shape, fault: Fault) {
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6} ms] {what}", t0.elapsed().as_millis());
-    let cluster = Cluster::start();
+    let cluster = Cluster::start(shape);
     step("cluster up");
     let proxy = cluster.proxy();
     step("pgtier up");
@@ -348,7 +451,7 @@ fn run(fault: Fault) {
     let fault_at = Instant::now();
     step("warm");
     match fault {
-        Fault::Switchover => cluster.old_primary.stop().expect("stop the old primary"),
+        Fault::Switchover => cluster.old_primary.pg.stop().expect("stop the old primary"),
         Fault::Failover => kill_hard(&cluster.old_primary),
     }
     let stopped_at = Instant::now();
@@ -378,7 +481,7 @@ fn run(fault: Fault) {
         .filter(|a| a.outcome == Outcome::Unknown)
         .count();
     println!(
-        "{fault:?}: writes unavailable for {} ms (longest gap between acknowledged writes; \
+        "{shape:?} {fault:?}: writes unavailable for {} ms (longest gap between acknowledged writes; \
          stopping (or killing) the old primary took {} ms, pg_ctl promote and re-pointing the other \
          replica {} ms); {acked} acknowledged, {} failed definitely, {unknown} unknown; \
          reads {reads} answered, {read_errors} failed",
@@ -395,7 +498,10 @@ fn run(fault: Fault) {
         .filter(|a| a.outcome == Outcome::Acked && !on_new.contains(&a.id))
         .map(|a| a.id)
         .collect();
-    println!("{fault:?}: acknowledged writes lost: {}", lost.len());
+    println!(
+        "{shape:?} {fault:?}: acknowledged writes lost: {}",
+        lost.len()
+    );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     let present_failed: Vec<&i64> = failed.iter().filter(|id| on_new.contains(id)).collect();
     assert!(
@@ -409,10 +515,9 @@ fn run(fault: Fault) {
         "a row nobody wrote"
     );
     assert_eq!(
-        admin(
-            &cluster.promoted,
-            "SELECT count(*) - count(DISTINCT id) FROM ledger"
-        ),
+        cluster
+            .promoted
+            .sql("SELECT count(*) - count(DISTINCT id) FROM ledger"),
         "0"
     );
 
@@ -438,12 +543,10 @@ fn run(fault: Fault) {
     // The old primary comes back as a standalone primary on its old timeline.
     cluster
         .old_primary
+        .pg
         .start()
         .expect("restart the old primary");
-    assert_eq!(
-        admin(&cluster.old_primary, "SELECT pg_is_in_recovery()"),
-        "f"
-    );
+    assert_eq!(cluster.old_primary.sql("SELECT pg_is_in_recovery()"), "f");
     let before = ledger_ids(&cluster.old_primary).len();
     // Let the poller see it, then make every server new: none may go to the old primary.
     std::thread::sleep(Duration::from_millis(500));
@@ -469,7 +572,7 @@ fn run(fault: Fault) {
         .count();
     assert_eq!(lost, 0, "acknowledged writes missing on the new primary");
     println!(
-        "{fault:?}: old primary back read-write on its old timeline: {} writes after it, 0 on it",
+        "{shape:?} {fault:?}: old primary back read-write on its old timeline: {} writes after it, 0 on it",
         ledger
             .iter()
             .filter(|a| a.outcome == Outcome::Acked)
@@ -484,10 +587,20 @@ fn run(fault: Fault) {
 
 #[test]
 fn switchover_moves_writes_to_the_promoted_replica_without_losing_any() {
-    run(Fault::Switchover);
+    run(Shape::Reader, Fault::Switchover);
 }
 
 #[test]
 fn failover_after_a_killed_primary_loses_no_acknowledged_write() {
-    run(Fault::Failover);
+    run(Shape::Reader, Fault::Failover);
+}
+
+#[test]
+fn a_read_write_host_list_follows_a_switchover() {
+    run(Shape::HostList, Fault::Switchover);
+}
+
+#[test]
+fn a_read_write_host_list_follows_a_failover() {
+    run(Shape::HostList, Fault::Failover);
 }

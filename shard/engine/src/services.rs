@@ -155,10 +155,19 @@ pub trait Routing {
 /// The elected primary of an entry, as [`Routing::primary`] gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrimaryNow {
-    /// `None`: the primary was demoted and no host was promoted yet (no writes).
-    pub addr: Option<SocketAddr>,
-    /// Moves with every change of `addr`.
+    /// `None`: no host is the primary now (demoted, none promoted yet): no new servers.
+    pub server: Option<ElectedServer>,
+    /// Moves with every change of `server`.
     pub epoch: u64,
+}
+
+/// Which server an elected primary is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectedServer {
+    /// A reader entry's primary or one of its replicas, by address.
+    Addr(SocketAddr),
+    /// The host at this index of a host list (`target_session_attrs`).
+    Listed(usize),
 }
 
 /// No replica sets: every database entry has one server.

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use pgtier_core::config::ServerSet;
 use pgtier_pool::{PoolId, ServerTarget};
 use tracing::warn;
 
@@ -21,6 +22,7 @@ use crate::engine::Engine;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::ServerState;
+use crate::services::ElectedServer;
 
 impl Engine {
     /// Acts on every primary move this shard has not acted on yet.
@@ -36,14 +38,31 @@ impl Engine {
                 continue;
             };
             if self.linker.primary_moved(&database, now.epoch) {
-                self.leave_old_primary(&database, now.addr.map(ServerAddr::Tcp));
+                self.leave_old_primary(&database, now.server);
             }
         }
     }
 
     /// Closes `database`'s primary-pool servers not on `primary` (all of them when there is
-    /// no primary) and lets the pools open again at once.
-    fn leave_old_primary(&mut self, database: &Arc<str>, primary: Option<ServerAddr>) {
+    /// no primary) and lets the pools open again at once. A host list's servers are told
+    /// apart by the host name they were opened for, a reader entry's by address.
+    fn leave_old_primary(&mut self, database: &Arc<str>, primary: Option<ElectedServer>) {
+        let listed_name: Option<String> = match primary {
+            Some(ElectedServer::Listed(index)) => {
+                match self.env.config().database(database).map(|db| &db.servers) {
+                    Some(ServerSet::Hosts(list)) => list.hosts.get(index).map(|h| h.host.clone()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let on_primary = |server: &crate::server::ServerConn| match primary {
+            None => false,
+            Some(ElectedServer::Addr(addr)) => *server.info().addr() == ServerAddr::Tcp(addr),
+            Some(ElectedServer::Listed(_)) => {
+                listed_name.is_some() && server.info().listed_host() == listed_name.as_deref()
+            }
+        };
         let pools: Vec<PoolId> = self
             .linker
             .pools()
@@ -64,9 +83,7 @@ impl Engine {
             .servers
             .iter()
             .filter(|(_, server)| {
-                pools.contains(&server.pool())
-                    && !server.is_closing()
-                    && primary.as_ref() != Some(server.info().addr())
+                pools.contains(&server.pool()) && !server.is_closing() && !on_primary(server)
             })
             .map(|(slot, server)| {
                 let client = match server.state() {

@@ -21,7 +21,7 @@ use crate::engine::stats::StatsSink;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::{ServerConn, ServerState};
-use crate::services::{FailureCause, Routing};
+use crate::services::{ElectedServer, FailureCause, PrimaryNow, Routing};
 
 /// A pool whose waiters must get `error` now (its last server failed to log in).
 pub(in crate::engine) struct FailWaiters {
@@ -366,9 +366,31 @@ impl Linker {
             return (Err(format!("database \"{database}\" does not exist")), None);
         };
         let resolve = |host: &str, port: u16| servers.resolve(host, port);
-        match &db.servers {
-            ServerSet::Single(host_port) => (ServerAddr::of_host(host_port, resolve), None),
-            ServerSet::Hosts(list) => {
+        let elected = match &db.servers {
+            ServerSet::Single(_) => None,
+            ServerSet::Hosts(_) | ServerSet::Replicas(_) => routing.primary(database),
+        };
+        match (&db.servers, elected) {
+            (ServerSet::Single(host_port), _) => (ServerAddr::of_host(host_port, resolve), None),
+            (_, Some(PrimaryNow { server: None, .. })) => (
+                Err(
+                    "no primary: no host of the entry is read-write on a newer timeline than \
+                     the last primary"
+                        .to_string(),
+                ),
+                None,
+            ),
+            (
+                ServerSet::Hosts(list),
+                Some(PrimaryNow {
+                    server: Some(ElectedServer::Listed(index)),
+                    ..
+                }),
+            ) => match list.hosts.get(index) {
+                Some(host) => (ServerAddr::of_host(host, resolve), Some(host.host.as_str())),
+                None => (Err("the elected host is not in the list".to_string()), None),
+            },
+            (ServerSet::Hosts(list), _) => {
                 let balance = match list.balance {
                     LoadBalanceHosts::RoundRobin => HostBalance::RoundRobin,
                     LoadBalanceHosts::Disable => HostBalance::StayUntilFailure,
@@ -379,22 +401,20 @@ impl Linker {
                     None => (Err("the host list is empty".to_string()), None),
                 }
             }
-            ServerSet::Replicas(set) => match routing.primary(database) {
-                Some(elected) => (
-                    elected.addr.map(ServerAddr::Tcp).ok_or_else(|| {
-                        "no primary: the entry's primary is in recovery and no host was promoted"
-                            .to_string()
-                    }),
-                    None,
-                ),
-                None => (
-                    set.primary
-                        .or_else(|| set.replicas.first().copied())
-                        .map(ServerAddr::Tcp)
-                        .ok_or_else(|| "replica set is empty".to_string()),
-                    None,
-                ),
-            },
+            (
+                ServerSet::Replicas(_),
+                Some(PrimaryNow {
+                    server: Some(ElectedServer::Addr(addr)),
+                    ..
+                }),
+            ) => (Ok(ServerAddr::Tcp(addr)), None),
+            (ServerSet::Replicas(set), _) => (
+                set.primary
+                    .or_else(|| set.replicas.first().copied())
+                    .map(ServerAddr::Tcp)
+                    .ok_or_else(|| "replica set is empty".to_string()),
+                None,
+            ),
         }
     }
 

@@ -186,6 +186,7 @@ impl Linker {
     /// Opens a server for `pool` (its budget slot was taken by `try_open`): a connect is
     /// asked for. When it cannot be (no address, no slot in the table), the pool
     /// remembers why, and its waiters are to fail.
+    #[allow(clippy::too_many_arguments)] // each owner it reads or changes, named: no context bag
     pub(in crate::engine) fn open_server(
         &mut self,
         servers: &mut ServerTable,

@@ -522,6 +522,23 @@ fn run(shape: Shape, fault: Fault) {
     );
 
     step("ledger checked");
+    if shape == Shape::Reader {
+        let mut console = proxy.connect("pgtier", "postgres").expect("console");
+        let rows = console.simple_query("SHOW READERS").expect("SHOW READERS");
+        let primary = rows.iter().find_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get("primary").map(str::to_string),
+            _ => None,
+        });
+        assert_eq!(
+            primary,
+            Some(format!(
+                "{}:{}",
+                cluster.promoted.host, cluster.promoted.port
+            )),
+            "SHOW READERS names the new primary"
+        );
+    }
+
     // Reads go on and read-your-writes holds against the new primary.
     let mut client = proxy.connect("app", "postgres").expect("connect");
     client

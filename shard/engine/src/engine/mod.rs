@@ -68,6 +68,8 @@ mod notice_tests;
 #[cfg(test)]
 mod prepared_tests;
 mod primary_moves;
+#[cfg(test)]
+mod primary_moves_tests;
 mod read_routing;
 #[cfg(test)]
 mod read_routing_tests;

@@ -353,13 +353,16 @@ impl Cluster {
     }
 
     /// Promotes the replica, then points the other one at it (an HA manager's steps).
-    fn promote(&self) {
+    /// Returns when `pg_ctl promote` returned.
+    fn promote(&self) -> Instant {
         self.promoted.pg.promote().expect("pg_ctl promote");
+        let promoted = Instant::now();
         self.other.sql(&format!(
             "ALTER SYSTEM SET primary_conninfo = 'host={} port={} user=postgres'",
             self.promoted.host, self.promoted.port
         ));
         self.other.sql("SELECT pg_reload_conf()");
+        promoted
     }
 }
 
@@ -455,7 +458,7 @@ fn run(shape: Shape, fault: Fault) {
         Fault::Failover => kill_hard(&cluster.old_primary),
     }
     let stopped_at = Instant::now();
-    cluster.promote();
+    let promote_returned = cluster.promote();
     let promoted_at = Instant::now();
     let resumed = wait::until(Duration::from_secs(30), Duration::from_millis(5), || {
         (load.acked_after(promoted_at) > 0).then_some(())
@@ -467,6 +470,25 @@ fn run(shape: Shape, fault: Fault) {
     step("load finished");
 
     let gap = longest_write_gap(&ledger, fault_at);
+    // pgtier's own share: the first write acknowledged once the old primary was gone (so
+    // on the new one), against the moment pg_ctl promote returned (it polls the server
+    // every 100 ms, so this can be negative).
+    let first_after = ledger
+        .iter()
+        .filter(|a| a.outcome == Outcome::Acked && a.at > stopped_at)
+        .map(|a| a.at)
+        .min();
+    let after_promote_ms = first_after.map_or(i128::MAX, |at| {
+        if at >= promote_returned {
+            (at - promote_returned).as_millis() as i128
+        } else {
+            -((promote_returned - at).as_millis() as i128)
+        }
+    });
+    println!(
+        "{shape:?} {fault:?}: first write acknowledged {after_promote_ms} ms after pg_ctl \
+         promote returned"
+    );
     let acked = ledger
         .iter()
         .filter(|a| a.outcome == Outcome::Acked)

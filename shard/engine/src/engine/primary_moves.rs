@@ -43,6 +43,26 @@ impl Engine {
         }
     }
 
+    /// Acts on a move of `pool`'s entry's primary, if `pool` is a primary pool and its entry
+    /// moved since this shard last looked; true when it did.
+    pub(super) fn follow_primary_move_of(&mut self, pool: PoolId) -> bool {
+        let Some(key) = self.linker.pools().key(pool) else {
+            return false;
+        };
+        if key.target != ServerTarget::Primary {
+            return false;
+        }
+        let database = Arc::clone(&key.database);
+        let Some(now) = self.routing.primary(&database) else {
+            return false;
+        };
+        if !self.linker.primary_moved(&database, now.epoch) {
+            return false;
+        }
+        self.leave_old_primary(&database, now.server);
+        true
+    }
+
     /// Closes `database`'s primary-pool servers not on `primary` (all of them when there is
     /// no primary) and lets the pools open again at once. A host list's servers are told
     /// apart by the host name they were opened for, a reader entry's by address.

@@ -11,7 +11,7 @@ use crate::services::{
     Admission, AdmissionReply, ElectedServer, FailureCause, PrimaryNow, ReadRequest, ReadRoute,
     ReplicaLease, Routing,
 };
-use crate::testing::{Harness, query};
+use crate::testing::{Harness, query, startup};
 use pgtier_policy::tiers::Tier;
 
 const OLD: &str = "127.0.0.1:5000";
@@ -147,4 +147,24 @@ fn the_same_epoch_closes_nothing() {
     for server in servers {
         assert!(!h.is_closed(Conn::Server(server)));
     }
+}
+
+#[test]
+fn a_login_after_a_move_goes_to_the_new_primary_before_the_housekeeping_pass() {
+    let (mut h, cell) = harness();
+    h.auto_backend = false;
+    let first = h.accept();
+    h.client_sends(first, &startup(&[("user", "alice"), ("database", "app")]));
+    assert_eq!(connected(&h), [OLD]);
+    // The old primary is gone: the pool remembers the failure (PgBouncer's fast fail).
+    h.refuse_connects(111);
+    elect(&cell, Some(ElectedServer::Addr(addr(NEW))), 1);
+    // No housekeeping pass yet: a new client still reaches the new primary.
+    let second = h.accept();
+    h.client_sends(second, &startup(&[("user", "alice"), ("database", "app")]));
+    assert!(
+        !h.is_closed(Conn::Client(second)),
+        "failed for the old primary"
+    );
+    assert_eq!(connected(&h).last().map(String::as_str), Some(NEW));
 }

@@ -366,25 +366,38 @@ impl Cluster {
     }
 }
 
-/// SIGKILLs the postmaster and every backend of `pg`, as a machine crash ends them.
+/// SIGKILLs the postmaster and every backend of `node`, as a machine crash ends them. The
+/// postmaster is stopped first so it forks nothing the kill would miss (a backend left
+/// alive would keep the shared memory and stop the restart).
 fn kill_hard(node: &Node) {
     let postmaster = node.pg.postmaster_pid().expect("postmaster pid");
-    let children = children_of(postmaster);
     // SAFETY: plain kill(2) of processes this test's server started.
-    unsafe { libc::kill(postmaster, libc::SIGKILL) };
+    unsafe { libc::kill(postmaster, libc::SIGSTOP) };
+    let children = children_of(postmaster);
     for child in &children {
         // SAFETY: as above.
         unsafe { libc::kill(*child, libc::SIGKILL) };
     }
-    let address: std::net::SocketAddr = format!("{}:{}", node.host, node.port)
-        .parse()
-        .expect("an address");
+    // SAFETY: as above.
+    unsafe { libc::kill(postmaster, libc::SIGKILL) };
     let gone = wait::until(Duration::from_secs(10), Duration::from_millis(5), || {
-        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100))
-            .is_err()
+        std::iter::once(postmaster)
+            .chain(children.iter().copied())
+            .all(is_gone)
             .then_some(())
     });
-    assert!(gone.is_some(), "the killed server stopped listening");
+    assert!(gone.is_some(), "the killed server's processes are gone");
+}
+
+/// Whether `pid` exited (gone, or a zombie not reaped yet).
+fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
 }
 
 fn children_of(parent: i32) -> Vec<i32> {
@@ -580,11 +593,21 @@ fn run(shape: Shape, fault: Fault) {
 
     step("ryw checked");
     // The old primary comes back as a standalone primary on its old timeline.
-    cluster
-        .old_primary
-        .pg
-        .start()
-        .expect("restart the old primary");
+    if fault == Fault::Failover {
+        // A killed postmaster's pid counts as running (to PostgreSQL's lock file check)
+        // until its zombie is reaped, which can take a moment here.
+        if let Ok(pid) = cluster.old_primary.pg.postmaster_pid() {
+            let reaped = wait::until(Duration::from_secs(30), Duration::from_millis(20), || {
+                (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+            });
+            assert!(reaped.is_some(), "the killed postmaster was never reaped");
+        }
+    }
+    if let Err(error) = cluster.old_primary.pg.start() {
+        let log = std::fs::read_to_string(cluster.old_primary.pg.log_path()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        panic!("restart the old primary: {error}\n{}", tail.join("\n"));
+    }
     assert_eq!(cluster.old_primary.sql("SELECT pg_is_in_recovery()"), "f");
     let before = ledger_ids(&cluster.old_primary).len();
     // Let the poller see it, then make every server new: none may go to the old primary.

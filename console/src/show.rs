@@ -243,7 +243,8 @@ fn readers(readers: &[Arc<ReadRouter>]) -> ResultSet {
                 .sum();
             vec![
                 text(reader.name()),
-                text(reader.primary()),
+                // The host writes go to now: the configured primary until a promotion.
+                reader.elected_primary().addr.map(|addr| addr.to_string()),
                 view.primary_lsn().map(|lsn| lsn.to_string()),
                 text(bool_text(view.primary_stale)),
                 text(reader.replica_count()),

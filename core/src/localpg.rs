@@ -224,6 +224,23 @@ impl LocalPg {
         Ok(())
     }
 
+    /// Promotes a standby to a primary (`pg_ctl promote`), waiting until it takes writes.
+    pub fn promote(&self) -> io::Result<()> {
+        let data = self.data_dir_str()?;
+        self.run_server_tool("pg_ctl", &["-D", data, "-w", "-t", "60", "promote"])?;
+        Ok(())
+    }
+
+    /// The postmaster's process id (the first line of `postmaster.pid`), for tests that
+    /// signal it themselves.
+    pub fn postmaster_pid(&self) -> io::Result<i32> {
+        let text = std::fs::read_to_string(self.data_dir.join("postmaster.pid"))?;
+        text.lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no pid in postmaster.pid"))
+    }
+
     /// Runs one SQL string through psql as the superuser and returns trimmed stdout.
     pub fn psql(&self, dbname: &str, sql: &str) -> io::Result<String> {
         let port = self.port.to_string();

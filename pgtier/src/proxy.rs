@@ -607,6 +607,9 @@ fn start_control_plane(map: &RouterMap, config: &Config) -> Result<ControlPlane,
     plane
         .start_lsn_pollers(map.readers())
         .map_err(|error| format!("cannot start the LSN pollers: {error}"))?;
+    plane
+        .start_primary_watches(map.host_primaries())
+        .map_err(|error| format!("cannot start the primary watches: {error}"))?;
     Ok(plane)
 }
 

@@ -468,6 +468,15 @@ impl<S, W: Copy> PoolSlice<S, W> {
         }
     }
 
+    /// Forgets one pool's login failure memo: where its servers are reached changed (its
+    /// entry's primary moved), so the next open may go at once.
+    pub fn forget_login_failure(&mut self, id: PoolId) {
+        if let Some(pool) = self.pool_mut(id) {
+            pool.failure = None;
+            pool.limits.pool_budget.clear_failure();
+        }
+    }
+
     /// The error a client joining this pool gets now instead of waiting: Some while `now <
     /// retry_at` of the last failed login (on this worker, or with an error on any other)
     /// and this slice holds no server of the pool (idle, active or opening), so a login

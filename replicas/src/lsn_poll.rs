@@ -1,7 +1,11 @@
 //! The LSN poller of one reader entry: a control-plane thread that, every
-//! `lsn_poll_interval`, asks the primary for `pg_current_wal_insert_lsn()` and each replica
-//! for `pg_last_wal_replay_lsn()`, feeds the answers to an [`LsnTracker`] and publishes its
-//! view on the entry's [`ReadRouter`].
+//! `lsn_poll_interval`, asks every host of the entry (the configured primary and each
+//! replica) whether it is in recovery and where its WAL is (the insert position on a
+//! primary, the replay position on a standby), elects the entry's primary from the answers
+//! ([`PrimaryElection`](crate::primary_election::PrimaryElection): a replica promoted on a
+//! newer timeline takes over, an old primary is fenced), feeds the positions to an
+//! [`LsnTracker`] (the elected primary's insert position, the standbys' replay positions)
+//! and publishes its view on the entry's [`ReadRouter`].
 //!
 //! Like the probes, it uses blocking std sockets (`PgLink`) on its own thread and logs in
 //! with the entry's probe login. One thread per entry asks one server at a time; a server
@@ -23,21 +27,27 @@ use crate::functions::FunctionCatalog;
 use crate::health::HealthConfig;
 use crate::lsn::{Lsn, LsnTracker, insert_lsn_as_end};
 use crate::pg_link::{PgLink, Row};
+use crate::primary_election::HostRole;
 use crate::probe::{LOGIN_BUDGET_FACTOR, ProbeLogin};
 use crate::read_router::ReadRouter;
 
-/// The primary's insert position, and the page size that tells a page header from data.
-pub(crate) const PRIMARY_SQL: &str =
-    "SELECT pg_current_wal_insert_lsn(), current_setting('wal_block_size')";
-/// A replica's replay position (NULL on a server that is not a standby).
-pub(crate) const REPLICA_SQL: &str = "SELECT pg_last_wal_replay_lsn()";
+/// One query for every host: whether it is in recovery; its replay position (a standby) or
+/// insert position (a primary); the page size that tells a page header from data; and a
+/// primary's timeline (the first 8 hex digits of its current WAL file's name, which
+/// changes the moment a promotion ends, unlike the last checkpoint's).
+pub(crate) const HOST_SQL: &str = "SELECT pg_is_in_recovery(), \
+     CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+     ELSE pg_current_wal_insert_lsn() END, \
+     current_setting('wal_block_size'), \
+     CASE WHEN pg_is_in_recovery() THEN NULL \
+     ELSE substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8) END";
 
 /// Longest uninterrupted sleep, so a shutdown is noticed quickly.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// One polled server and its connection.
 #[derive(Debug)]
-struct Polled {
+pub(crate) struct Polled {
     addr: SocketAddr,
     link: Option<PgLink>,
     /// After a failure: no new connection before this instant.
@@ -47,7 +57,7 @@ struct Polled {
 }
 
 impl Polled {
-    fn new(addr: SocketAddr) -> Polled {
+    pub(crate) fn new(addr: SocketAddr) -> Polled {
         Polled {
             addr,
             link: None,
@@ -82,7 +92,7 @@ impl Polled {
     }
 
     /// Runs `sql` (connecting first if needed); `None` when the server is in its retry wait.
-    fn query(
+    pub(crate) fn query(
         &mut self,
         login: &ProbeLogin,
         sql: &str,
@@ -147,19 +157,18 @@ pub(crate) fn poll_loop(
         return;
     };
     let interval = interval.max(Duration::from_millis(1));
-    let mut primary = Polled::new(reader.primary());
-    let mut replicas: Vec<Polled> = (0..reader.replica_count())
-        .filter_map(|i| {
-            pgtier_policy::ReplicaId::from_index(i).and_then(|r| reader.replica_addr(r))
-        })
+    let mut hosts: Vec<Polled> = (0..reader.host_count())
+        .filter_map(|host| reader.host_addr(host))
         .map(Polled::new)
         .collect();
-    let mut tracker = LsnTracker::new(replicas.len(), reader.lag_cap());
+    let mut tracker = LsnTracker::new(reader.replica_count(), reader.lag_cap());
     while !stop.load(Ordering::Acquire) {
         let started = Instant::now();
-        poll_round(&login, &health, &mut primary, &mut replicas, &mut tracker);
+        let elected = poll_round(reader, &login, &health, &mut hosts, &mut tracker);
         reader.publish(tracker.view(Instant::now()));
-        look_up_functions(&login, &health, &mut primary, reader.functions());
+        if let Some(primary) = elected.and_then(|host| hosts.get_mut(host)) {
+            look_up_functions(&login, &health, primary, reader.functions());
+        }
         let next = started + interval;
         while !stop.load(Ordering::Acquire) {
             let now = Instant::now();
@@ -171,31 +180,97 @@ pub(crate) fn poll_loop(
     }
 }
 
+/// What one host answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HostAnswer {
+    pub(crate) role: HostRole,
+    /// The insert position (as the end of what was written) of a read-write host, the
+    /// replay position of a standby.
+    lsn: Option<Lsn>,
+    /// Taken before the query was sent.
+    sent_at: Instant,
+}
+
+/// Asks every host, elects the primary, feeds the tracker; returns the elected host.
 fn poll_round(
+    reader: &ReadRouter,
     login: &ProbeLogin,
     health: &HealthConfig,
-    primary: &mut Polled,
-    replicas: &mut [Polled],
+    hosts: &mut [Polled],
     tracker: &mut LsnTracker,
-) {
-    // Taken before the query is sent: every commit acknowledged before it is below the answer.
-    let sent_at = Instant::now();
-    match primary.query(login, PRIMARY_SQL, health) {
-        Some(Ok(row)) => match primary_lsn(&row) {
-            Some(lsn) => tracker.on_primary(sent_at, lsn),
-            None => tracker.on_primary_failed(),
-        },
-        Some(Err(_)) | None => tracker.on_primary_failed(),
+) -> Option<usize> {
+    let answers: Vec<HostAnswer> = hosts
+        .iter_mut()
+        .map(|host| {
+            // Taken before the query is sent: every commit acknowledged before it is below
+            // the answer.
+            let sent_at = Instant::now();
+            match host.query(login, HOST_SQL, health) {
+                Some(Ok(row)) => host_answer(&row, sent_at),
+                Some(Err(_)) | None => HostAnswer {
+                    role: HostRole::Unreachable,
+                    lsn: None,
+                    sent_at,
+                },
+            }
+        })
+        .collect();
+    let roles: Vec<HostRole> = answers.iter().map(|answer| answer.role).collect();
+    let elected = reader.on_poll_round(&roles);
+    match elected.and_then(|host| answers.get(host)) {
+        Some(HostAnswer {
+            role: HostRole::ReadWrite { .. },
+            lsn: Some(lsn),
+            sent_at,
+        }) => tracker.on_primary(*sent_at, *lsn),
+        _ => tracker.on_primary_failed(),
     }
-    for (index, replica) in replicas.iter_mut().enumerate() {
-        let replay = match replica.query(login, REPLICA_SQL, health) {
-            Some(Ok(row)) => first_lsn(&row),
-            Some(Err(_)) | None => None,
-        };
-        match replay {
-            Some(lsn) => tracker.on_replica(index, lsn),
-            None => tracker.on_replica_failed(index),
+    // Host i + 1 is replica i; only a standby's position is a replay position.
+    for (index, answer) in answers.iter().skip(1).enumerate() {
+        match answer {
+            HostAnswer {
+                role: HostRole::Standby,
+                lsn: Some(lsn),
+                ..
+            } => tracker.on_replica(index, *lsn),
+            _ => tracker.on_replica_failed(index),
         }
+    }
+    elected
+}
+
+/// Reads one answer to [`HOST_SQL`]. A read-write answer without a timeline (a promotion
+/// between the columns' evaluations) counts as unreachable this round.
+pub(crate) fn host_answer(row: &Row, sent_at: Instant) -> HostAnswer {
+    let text = |column: usize| {
+        row.get(column)
+            .and_then(|v| v.as_deref())
+            .and_then(|v| std::str::from_utf8(v).ok())
+    };
+    let unreachable = HostAnswer {
+        role: HostRole::Unreachable,
+        lsn: None,
+        sent_at,
+    };
+    let lsn = text(1).and_then(|v| Lsn::parse(v.as_bytes()));
+    match text(0) {
+        Some("t") => HostAnswer {
+            role: HostRole::Standby,
+            lsn,
+            sent_at,
+        },
+        Some("f") => {
+            let Some(timeline) = text(3).and_then(|v| u32::from_str_radix(v, 16).ok()) else {
+                return unreachable;
+            };
+            let block_size = text(2).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            HostAnswer {
+                role: HostRole::ReadWrite { timeline },
+                lsn: lsn.map(|insert| insert_lsn_as_end(insert, block_size)),
+                sent_at,
+            }
+        }
+        _ => unreachable,
     }
 }
 
@@ -220,17 +295,31 @@ fn look_up_functions(
     }
 }
 
-fn first_lsn(row: &Row) -> Option<Lsn> {
-    Lsn::parse(row.first()?.as_deref()?)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn primary_lsn(row: &Row) -> Option<Lsn> {
-    let insert = first_lsn(row)?;
-    let block_size = row
-        .get(1)
-        .and_then(|v| v.as_deref())
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    Some(insert_lsn_as_end(insert, block_size))
+    fn row(columns: &[Option<&str>]) -> Row {
+        columns
+            .iter()
+            .map(|c| c.map(|v| v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn answers_are_read_as_roles() {
+        let at = Instant::now();
+        let primary = host_answer(
+            &row(&[Some("f"), Some("0/3000060"), Some("8192"), Some("0000000A")]),
+            at,
+        );
+        assert_eq!(primary.role, HostRole::ReadWrite { timeline: 10 });
+        assert_eq!(primary.lsn, Lsn::parse(b"0/3000060"));
+        let standby = host_answer(&row(&[Some("t"), Some("0/3000060"), None, None]), at);
+        assert_eq!(standby.role, HostRole::Standby);
+        // Read-write without a timeline: not trusted this round.
+        let torn = host_answer(&row(&[Some("f"), Some("0/1"), Some("8192"), None]), at);
+        assert_eq!(torn.role, HostRole::Unreachable);
+        assert_eq!(host_answer(&row(&[]), at).role, HostRole::Unreachable);
+    }
 }

@@ -13,10 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant, SystemTime};
 
-use pgtier_core::config::{Config, DatabaseConfig, ReplicaSet as ConfiguredReplicas, ServerSet};
+use pgtier_core::config::{
+    Config, DatabaseConfig, HostList, ReplicaSet as ConfiguredReplicas, ServerSet,
+};
 use pgtier_policy::ReplicaId;
 
 use crate::health::{HealthConfig, ProbeOutcome};
+use crate::host_primary::{self, HostPrimary};
 use crate::lsn_poll;
 use crate::probe::{ProbeLogin, ProbeReport, Prober};
 use crate::read_router::ReadRouter;
@@ -70,6 +73,8 @@ pub struct RouterMap {
     routers: Vec<Arc<ReplicaRouter>>,
     readers_by_entry: BTreeMap<String, Arc<ReadRouter>>,
     readers: Vec<Arc<ReadRouter>>,
+    /// Host-list entries with `target_session_attrs = "read-write"`: their primary election.
+    host_primaries: BTreeMap<String, Arc<HostPrimary>>,
 }
 
 impl RouterMap {
@@ -79,7 +84,9 @@ impl RouterMap {
         config: &Config,
         probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
     ) -> Result<RouterMap, RouterError> {
-        RouterMap::build(config, probe_login, |_| None, |_, _, _| None)
+        let mut map = RouterMap::build(config, &probe_login, |_| None, |_, _, _| None)?;
+        map.host_primaries = host_primaries(config, &probe_login, |_, _, _| None);
+        Ok(map)
     }
 
     /// The routers of a reloaded `config`: a replica set whose replicas, routing and probe
@@ -92,9 +99,9 @@ impl RouterMap {
         config: &Config,
         probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
     ) -> Result<RouterMap, RouterError> {
-        RouterMap::build(
+        let mut map = RouterMap::build(
             config,
-            probe_login,
+            &probe_login,
             |wanted| {
                 self.routers
                     .iter()
@@ -113,12 +120,19 @@ impl RouterMap {
                 }
                 kept
             },
-        )
+        )?;
+        map.host_primaries = host_primaries(config, &probe_login, |name, list, login| {
+            self.host_primaries
+                .get(name)
+                .filter(|kept| kept.same_setup(list, login))
+                .cloned()
+        });
+        Ok(map)
     }
 
     fn build(
         config: &Config,
-        probe_login: impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
+        probe_login: &impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
         reuse: impl Fn(&RouterConfig) -> Option<Arc<ReplicaRouter>>,
         reuse_reader: impl Fn(
             &Arc<ReplicaRouter>,
@@ -200,12 +214,50 @@ impl RouterMap {
         &self.readers
     }
 
+    /// The primary election of host-list entry `name` (with `target_session_attrs`
+    /// asking for the primary).
+    pub fn host_primary(&self, entry: &str) -> Option<&Arc<HostPrimary>> {
+        self.host_primaries.get(entry)
+    }
+
+    /// Every host-list entry's primary election.
+    pub fn host_primaries(&self) -> impl Iterator<Item = &Arc<HostPrimary>> {
+        self.host_primaries.values()
+    }
+
     /// The read side built over `router`, if its entry has a primary.
     pub fn reader_of(&self, router: &Arc<ReplicaRouter>) -> Option<&Arc<ReadRouter>> {
         self.readers
             .iter()
             .find(|reader| Arc::ptr_eq(reader.router(), router))
     }
+}
+
+/// The primary elections of the host-list entries whose `target_session_attrs` asks for
+/// the primary, kept from the running configuration where `reuse` says so. An entry without
+/// a login gets none (the configuration refuses it).
+fn host_primaries(
+    config: &Config,
+    probe_login: &impl Fn(&DatabaseConfig) -> Option<ProbeLogin>,
+    reuse: impl Fn(&str, &HostList, &ProbeLogin) -> Option<Arc<HostPrimary>>,
+) -> BTreeMap<String, Arc<HostPrimary>> {
+    let mut out = BTreeMap::new();
+    for (name, database) in &config.databases {
+        let ServerSet::Hosts(list) = &database.servers else {
+            continue;
+        };
+        if !list.target.wants_primary() {
+            continue;
+        }
+        let Some(login) = probe_login(database).or_else(|| health_check_login(config, database))
+        else {
+            continue;
+        };
+        let watch =
+            reuse(name, list, &login).unwrap_or_else(|| HostPrimary::new(name, list, login));
+        out.insert(name.clone(), watch);
+    }
+    out
 }
 
 /// Probes log in as the entry's forced server user when it has one; otherwise probes are
@@ -289,6 +341,26 @@ impl ControlPlane {
             let handle = std::thread::Builder::new()
                 .name("pgtier-lsn".to_string())
                 .spawn(move || lsn_poll::poll_loop(&reader, &stop, interval, health))?;
+            self.probers.push(handle);
+        }
+        Ok(())
+    }
+
+    /// Starts one thread per host-list entry that elects its primary, after running the
+    /// first round of each new election here (so no connection goes out before a primary
+    /// is known). They stop with the plane; a reload's new plane takes kept elections over.
+    pub fn start_primary_watches<'a>(
+        &mut self,
+        watches: impl Iterator<Item = &'a Arc<HostPrimary>>,
+    ) -> io::Result<()> {
+        for watch in watches {
+            let health = self.options.health;
+            host_primary::first_round(watch, health);
+            let watch = Arc::clone(watch);
+            let stop = Arc::clone(&self.stop);
+            let handle = std::thread::Builder::new()
+                .name("pgtier-primary".to_string())
+                .spawn(move || host_primary::watch_loop(&watch, &stop, health))?;
             self.probers.push(handle);
         }
         Ok(())

@@ -22,8 +22,8 @@
 //! never be known.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -36,6 +36,7 @@ use pgtier_policy::{
 
 use crate::functions::FunctionCatalog;
 use crate::lsn::{LagCap, LsnView};
+use crate::primary_election::{HostRole, PrimaryElection, PrimaryMove};
 use crate::probe::ProbeLogin;
 use crate::read_ticket::{InFlightRead, ReadCounters};
 use crate::route_table::RouteRole;
@@ -119,6 +120,20 @@ pub struct ReadRouter {
     primary_fallbacks: AtomicU64,
     not_yet: AtomicU64,
     functions: FunctionCatalog,
+    /// Which host writes go to, decided by the poller's rounds (kept across reloads with
+    /// the reader, so a reload does not forget a failover).
+    election: Mutex<PrimaryElection>,
+    /// What the election decided, as the shards read it.
+    elected: ArcSwap<ElectedPrimary>,
+}
+
+/// The host a reader entry's writes go to, as the shards read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElectedPrimary {
+    /// `None`: the primary was demoted and no host was promoted yet.
+    pub addr: Option<SocketAddr>,
+    /// Moves with every change of `addr`, so a shard sees a move it has not acted on.
+    pub epoch: u64,
 }
 
 impl ReadRouter {
@@ -161,6 +176,11 @@ impl ReadRouter {
             primary_fallbacks: AtomicU64::new(0),
             not_yet: AtomicU64::new(0),
             functions: FunctionCatalog::default(),
+            election: Mutex::new(PrimaryElection::new(count + 1, 0)),
+            elected: ArcSwap::from_pointee(ElectedPrimary {
+                addr: Some(primary),
+                epoch: 0,
+            }),
         }))
     }
 
@@ -266,6 +286,64 @@ impl ReadRouter {
         self.view.store(Arc::new(view));
     }
 
+    /// Applies one poll round's view of the hosts (host 0 the configured primary, host
+    /// `i + 1` replica `i`); returns the host writes go to now. A move is logged and
+    /// published to the shards, which close their servers on the old primary.
+    pub fn on_poll_round(&self, roles: &[HostRole]) -> Option<usize> {
+        let mut election = self.election.lock().unwrap_or_else(PoisonError::into_inner);
+        let change = election.on_round(roles);
+        let elected = election.elected();
+        drop(election);
+        let Some(change) = change else {
+            return elected;
+        };
+        let addr = elected.and_then(|host| self.host_addr(host));
+        match change {
+            PrimaryMove::Elected { from, timeline, .. } => tracing::warn!(
+                entry = %self.name(),
+                from = ?from.and_then(|host| self.host_addr(host)),
+                to = ?addr,
+                timeline,
+                "primary moved: a host was promoted on a newer timeline; writes go there now"
+            ),
+            PrimaryMove::Demoted { from } => tracing::warn!(
+                entry = %self.name(),
+                from = ?self.host_addr(from),
+                "the primary is in recovery: no host takes writes until one is promoted"
+            ),
+        }
+        let epoch = self.elected.load().epoch + 1;
+        self.elected.store(Arc::new(ElectedPrimary { addr, epoch }));
+        elected
+    }
+
+    /// Whether host `host` (numbered as in [`ReadRouter::on_poll_round`]) is fenced: seen
+    /// read-write while another host is the primary, not seen in recovery since.
+    pub fn is_fenced(&self, host: usize) -> bool {
+        self.election
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_fenced(host)
+    }
+
+    /// The host writes go to now.
+    pub fn elected_primary(&self) -> ElectedPrimary {
+        **self.elected.load()
+    }
+
+    /// Address of host `host`: 0 the configured primary, `i + 1` replica `i`.
+    pub fn host_addr(&self, host: usize) -> Option<SocketAddr> {
+        match host.checked_sub(1) {
+            None => Some(self.primary),
+            Some(index) => ReplicaId::from_index(index).and_then(|r| self.replica_addr(r)),
+        }
+    }
+
+    /// Hosts the election chooses among: the configured primary and the replicas.
+    pub fn host_count(&self) -> usize {
+        self.weights.len() + 1
+    }
+
     // ---- read-only views ----
 
     /// The newest LSN view.
@@ -283,7 +361,7 @@ impl ReadRouter {
         self.router.name()
     }
 
-    /// The primary's address.
+    /// The configured primary's address (writes go to [`ReadRouter::elected_primary`]).
     pub fn primary(&self) -> SocketAddr {
         self.primary
     }

@@ -14,7 +14,8 @@ use std::time::Instant;
 use ahash::AHashMap;
 use arc_swap::ArcSwap;
 use pgtier_engine::services::{
-    Admission, AdmissionReply, FailureCause, ReadRequest, ReadRoute, Refusal, ReplicaLease, Routing,
+    Admission, AdmissionReply, ElectedServer, FailureCause, PrimaryNow, ReadRequest, ReadRoute,
+    Refusal, ReplicaLease, Routing,
 };
 use pgtier_policy::tiers::Tier;
 use pgtier_wire::SqlState;
@@ -257,6 +258,24 @@ impl Routing for ShardRouting {
     ) -> Option<bool> {
         let map = self.shared.map.load();
         map.reader(database)?.functions().read_only(schema, name)
+    }
+
+    fn primary(&self, database: &str) -> Option<PrimaryNow> {
+        let map = self.shared.map.load();
+        if let Some(watch) = map.host_primary(database) {
+            let elected = watch.elected();
+            return Some(PrimaryNow {
+                server: elected.host.map(ElectedServer::Listed),
+                epoch: elected.epoch,
+            });
+        }
+        // Without a probe login nothing polls the hosts: the configured primary stands.
+        let reader = map.reader(database).filter(|r| r.probe_login().is_some())?;
+        let elected = reader.elected_primary();
+        Some(PrimaryNow {
+            server: elected.addr.map(ElectedServer::Addr),
+            epoch: elected.epoch,
+        })
     }
 
     fn functions_changed(&self, database: &str) {

@@ -114,6 +114,8 @@ pub enum ServerSet {
 pub struct HostList {
     pub hosts: Vec<HostPort>,
     pub balance: LoadBalanceHosts,
+    /// Which hosts may take new connections (pgtier's key, libpq's name).
+    pub target: TargetSessionAttrs,
 }
 
 impl HostList {
@@ -148,6 +150,41 @@ impl LoadBalanceHosts {
             LoadBalanceHosts::RoundRobin => "round-robin",
             LoadBalanceHosts::Disable => "disable",
         }
+    }
+}
+
+/// `target_session_attrs` of a host list (pgtier's key, with libpq's name and values): which
+/// hosts new server connections may go to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+pub enum TargetSessionAttrs {
+    /// Every host, as `load_balance_hosts` walks them (PgBouncer's behaviour).
+    #[default]
+    #[serde(rename = "any")]
+    Any,
+    /// Only the host that is the primary now: pgtier polls every host's
+    /// `pg_is_in_recovery()` and timeline, follows a promotion and fences an old primary
+    /// (`pgtier_replicas::primary_election`). libpq's `read-write` also skips a primary
+    /// whose `default_transaction_read_only` is on; pgtier treats the two alike.
+    #[serde(rename = "read-write")]
+    ReadWrite,
+    /// The same as `read-write` here.
+    #[serde(rename = "primary")]
+    Primary,
+}
+
+impl TargetSessionAttrs {
+    /// Spelling used in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TargetSessionAttrs::Any => "any",
+            TargetSessionAttrs::ReadWrite => "read-write",
+            TargetSessionAttrs::Primary => "primary",
+        }
+    }
+
+    /// Whether only the current primary takes new connections.
+    pub const fn wants_primary(self) -> bool {
+        !matches!(self, TargetSessionAttrs::Any)
     }
 }
 

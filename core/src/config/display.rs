@@ -35,13 +35,18 @@ fn write_database(f: &mut fmt::Formatter<'_>, database: &DatabaseConfig) -> fmt:
     write!(f, "  database {} -> ", database.name)?;
     match &database.servers {
         ServerSet::Single(server) => write!(f, "{server}")?,
-        ServerSet::Hosts(list) => write!(
-            f,
-            "hosts {} port {}, load_balance_hosts {}",
-            list.joined(),
-            list.port(),
-            list.balance.as_str()
-        )?,
+        ServerSet::Hosts(list) => {
+            write!(
+                f,
+                "hosts {} port {}, load_balance_hosts {}",
+                list.joined(),
+                list.port(),
+                list.balance.as_str()
+            )?;
+            if list.target.wants_primary() {
+                write!(f, ", target_session_attrs {}", list.target.as_str())?;
+            }
+        }
         ServerSet::Replicas(set) => {
             write!(
                 f,

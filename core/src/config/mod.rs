@@ -24,7 +24,7 @@ pub use database::UserConfig;
 pub use database::{
     DatabaseConfig, DedicatedSplit, HostList, HostPort, LoadBalanceHosts, PlbLoadSignal,
     PlbSettings, ReadSettings, ReplicaIndex, ReplicaSet, Routing, RoutingKind, RywScope, ServerSet,
-    TierSettings,
+    TargetSessionAttrs, TierSettings,
 };
 pub use error::ConfigError;
 pub use function_names::{FunctionNames, FunctionOverrides};

@@ -26,6 +26,7 @@ pub(super) struct DatabaseRaw {
     pub host: Option<String>,
     pub port: Option<u16>,
     pub load_balance_hosts: Option<super::database::LoadBalanceHosts>,
+    pub target_session_attrs: Option<super::database::TargetSessionAttrs>,
     pub dbname: Option<String>,
     pub user: Option<String>,
     pub password: Option<String>,

@@ -1071,3 +1071,44 @@ fn an_ini_path_found_only_in_the_working_directory_is_taken_from_there() {
         "beside the file when found in neither"
     );
 }
+
+#[test]
+fn target_session_attrs_takes_libpqs_values_on_a_host_list_only() {
+    use crate::config::{ServerSet, TargetSessionAttrs};
+    let list = |value: &str| {
+        load_trusting(&format!(
+            "[pgtier]\nhealth_check_user = \"mon\"\n[databases.app]\nhost = \"10.0.0.1,10.0.0.2\"\n\
+             target_session_attrs = \"{value}\"\n"
+        ))
+    };
+    let no_login = error(&trusting(
+        "[databases.app]\nhost = \"10.0.0.1,10.0.0.2\"\ntarget_session_attrs = \"read-write\"\n",
+    ));
+    assert!(no_login.contains("health_check_user"), "{no_login}");
+    for (value, expected) in [
+        ("any", TargetSessionAttrs::Any),
+        ("read-write", TargetSessionAttrs::ReadWrite),
+        ("primary", TargetSessionAttrs::Primary),
+    ] {
+        let config = list(value).expect(value);
+        match &config.database("app").expect("app").servers {
+            ServerSet::Hosts(hosts) => assert_eq!(hosts.target, expected),
+            other => panic!("a host list: {other:?}"),
+        }
+    }
+    let plain = load_trusting("[databases.app]\nhost = \"10.0.0.1,10.0.0.2\"\n").expect("plain");
+    match &plain.database("app").expect("app").servers {
+        ServerSet::Hosts(hosts) => assert_eq!(hosts.target, TargetSessionAttrs::Any),
+        other => panic!("a host list: {other:?}"),
+    }
+    assert!(list("standby").is_err(), "not a value pgtier serves");
+    let single = error(&trusting(
+        "[databases.app]\nhost = \"10.0.0.1\"\ntarget_session_attrs = \"read-write\"\n",
+    ));
+    assert!(single.contains("needs a host list"), "{single}");
+    let reader = error(&trusting(
+        "[databases.app]\nprimary = \"10.0.0.1:5432\"\nreplicas = [\"10.0.0.2:5432\"]\n\
+         target_session_attrs = \"read-write\"\n",
+    ));
+    assert!(reader.contains("follows a promotion"), "{reader}");
+}

@@ -360,16 +360,38 @@ fn servers(
         let port = raw.port.unwrap_or(DEFAULT_SERVER_PORT);
         check.at_least(&format!("{base}.port"), port.into(), 1)?;
         if host.contains(',') {
+            let needs_login = raw
+                .target_session_attrs
+                .is_some_and(|target| target.wants_primary());
+            if needs_login && raw.user.is_none() && settings.health_check_user.is_empty() {
+                return check.fail(
+                    format!("{base}.target_session_attrs"),
+                    "needs a login to ask each host whether it is the primary: set \
+                     health_check_user (or the entry's user)",
+                );
+            }
             return host_list(check, base, &host, port, raw);
         }
-        if raw.load_balance_hosts.is_some() {
-            return check.fail(
-                format!("{base}.load_balance_hosts"),
-                "needs a host list (host = \"a,b\")",
-            );
+        for (present, key) in [
+            (raw.load_balance_hosts.is_some(), "load_balance_hosts"),
+            (raw.target_session_attrs.is_some(), "target_session_attrs"),
+        ] {
+            if present {
+                return check.fail(
+                    format!("{base}.{key}"),
+                    "needs a host list (host = \"a,b\")",
+                );
+            }
         }
         return Ok(ServerSet::Single(HostPort { host, port }));
     };
+    if raw.target_session_attrs.is_some() {
+        return check.fail(
+            format!("{base}.target_session_attrs"),
+            "applies to a host list: a reader entry (primary and replicas) follows a promotion \
+             of its primary by itself",
+        );
+    }
     if raw.load_balance_hosts.is_some() {
         return check.fail(
             format!("{base}.load_balance_hosts"),
@@ -530,6 +552,7 @@ fn host_list(
     Ok(ServerSet::Hosts(HostList {
         hosts,
         balance: raw.load_balance_hosts.unwrap_or_default(),
+        target: raw.target_session_attrs.unwrap_or_default(),
     }))
 }
 

@@ -148,6 +148,29 @@ pub trait Routing {
     /// A transaction that may have changed functions committed through `database`: what
     /// is known of its primary's functions is forgotten.
     fn functions_changed(&self, _database: &str) {}
+    /// The host `database`'s writes go to when pgtier elects it (a reader entry whose
+    /// hosts it polls): `None` when the entry's configured primary is used as written.
+    fn primary(&self, _database: &str) -> Option<PrimaryNow> {
+        None
+    }
+}
+
+/// The elected primary of an entry, as [`Routing::primary`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrimaryNow {
+    /// `None`: no host is the primary now (demoted, none promoted yet): no new servers.
+    pub server: Option<ElectedServer>,
+    /// Moves with every change of `server`.
+    pub epoch: u64,
+}
+
+/// Which server an elected primary is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectedServer {
+    /// A reader entry's primary or one of its replicas, by address.
+    Addr(SocketAddr),
+    /// The host at this index of a host list (`target_session_attrs`).
+    Listed(usize),
 }
 
 /// No replica sets: every database entry has one server.

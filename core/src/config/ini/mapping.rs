@@ -186,6 +186,15 @@ impl Mapped {
                 self.unhonour(format!("[databases] {name}: {key}"));
                 continue;
             }
+            if key == "target_session_attrs" {
+                // pgtier's key, not PgBouncer's: pgtier-only settings stay in TOML.
+                return Err(fail(format!(
+                    "{} has no such connection parameter; pgtier's target_session_attrs is \
+                     set in a TOML file that starts from this one (pgbouncer_ini = \"...\" \
+                     and [databases.{name}] target_session_attrs = \"read-write\")",
+                    catalogue::PGBOUNCER_VERSION
+                )));
+            }
             if !catalogue::DATABASE_HONOURED.contains(&key.as_str()) {
                 let known = catalogue::DATABASE_HONOURED
                     .iter()

@@ -861,3 +861,12 @@ fn pgbouncer_125_values_pgtier_refuses_say_why() {
         ));
     }
 }
+
+#[test]
+fn target_session_attrs_is_pgtiers_and_stays_in_toml() {
+    let message = ini_error("[databases]\napp = host=a,b target_session_attrs=read-write\n");
+    assert!(
+        message.contains("no such connection parameter") && message.contains("pgbouncer_ini"),
+        "{message}"
+    );
+}

@@ -70,6 +70,9 @@ mod moving_tests;
 mod notice_tests;
 #[cfg(test)]
 mod prepared_tests;
+mod primary_moves;
+#[cfg(test)]
+mod primary_moves_tests;
 mod read_retry;
 #[cfg(test)]
 mod read_retry_tests;
@@ -1596,6 +1599,7 @@ impl Engine {
         let failed = self.linker.open_server(
             &mut self.servers,
             &self.env,
+            &*self.routing,
             &mut self.stats,
             &mut self.outbox,
             pool,
@@ -2316,10 +2320,18 @@ impl Engine {
         self.note_auto_database(pool);
         // A refused login that stands, or (PgBouncer's fast fail) this worker's last attempt
         // to reach the server failed and it holds no server of the pool.
-        let failed = self
-            .linker
-            .failed_login_for(&self.servers, pool, self.now)
-            .or_else(|| self.linker.pools().login_failure(pool, self.now));
+        let failed_now = |engine: &Engine| {
+            engine
+                .linker
+                .failed_login_for(&engine.servers, pool, engine.now)
+                .or_else(|| engine.linker.pools().login_failure(pool, engine.now))
+        };
+        let mut failed = failed_now(self);
+        // The failure may be the old primary's, and a new one elected since the last
+        // housekeeping pass: follow the move now rather than fail this client for it.
+        if failed.is_some() && self.follow_primary_move_of(pool) {
+            failed = failed_now(self);
+        }
         if let Some(error) = failed {
             self.close_client(id, Some(error));
             return;

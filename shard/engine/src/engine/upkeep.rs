@@ -42,6 +42,7 @@ impl Engine {
         }
         self.expire_waiters();
         self.close_idle_servers();
+        self.follow_primary_moves();
         if !self.admin.is_shutting_down() {
             self.linker
                 .keep_pools_warm(&self.env, &*self.routing, self.clients.logins(), self.now);

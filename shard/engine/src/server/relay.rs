@@ -386,7 +386,8 @@ impl Relay {
                 b'S' => {
                     if let Some((name, value)) = messages::parse_parameter_status(body) {
                         let tracked = server_params.set(name, value);
-                        out.session_param_changed |= !tracked && !dropping;
+                        out.session_param_changed |=
+                            !tracked && !dropping && !reports_server_state(name);
                         if !dropping && let Some(client) = client.as_deref_mut() {
                             client.set(name, value);
                         }
@@ -490,6 +491,14 @@ pub(crate) fn is_fatal(body: &[u8]) -> bool {
 pub(crate) fn is_shutdown_error(body: &[u8]) -> bool {
     body.split(|b| *b == 0)
         .any(|field| matches!(field, [b'C', b'5', b'7', b'P', b'0', b'1' | b'2' | b'3']))
+}
+
+/// Parameters a server reports of itself, not of the session: `in_hot_standby` turns off
+/// when a standby is promoted, on every one of its connections, and that is no state a
+/// client set (pinning for it would keep a reader session on a server that just stopped
+/// being a replica).
+fn reports_server_state(name: &str) -> bool {
+    name.eq_ignore_ascii_case("in_hot_standby")
 }
 
 #[cfg(test)]
@@ -678,6 +687,21 @@ mod tests {
         assert_eq!(client.get(2), Some("Europe/Paris"));
         assert_eq!(server.get(2), Some("Europe/Paris"));
         assert!(scan.session_param_changed);
+    }
+
+    #[test]
+    fn a_promotion_report_is_no_session_state() {
+        let data = frame(b'S', b"in_hot_standby\0off\0");
+        let mut client = TrackedParams::default();
+        let scan = Relay::default().scan(
+            &data,
+            &mut busy_tracker(),
+            &mut TrackedParams::default(),
+            Some(&mut client),
+            1 << 20,
+        );
+        assert!(!scan.session_param_changed);
+        assert_eq!(scan.forward_bytes(), data.len());
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub(super) mod to_client;
 pub(super) mod vacate;
 pub(super) mod warmup;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use pgtier_pool::PoolSlice;
@@ -38,6 +39,9 @@ pub(crate) struct Linker {
     /// When a full pool was last checked for being held entirely by pinned clients (the
     /// check walks the clients, so it runs at most once a second, and warns once a minute).
     pinned_check: PinnedCheck,
+    /// Per reader entry whose primary pgtier elects: the election epoch this shard last
+    /// acted on (`Engine::follow_primary_moves`); absent = 0, the first one.
+    primary_epochs: Vec<(Arc<str>, u64)>,
 }
 
 impl Linker {
@@ -52,6 +56,27 @@ impl Linker {
             next_read_recheck: None,
             warm,
             pinned_check: PinnedCheck::default(),
+            primary_epochs: Vec::new(),
+        }
+    }
+
+    /// Records that `database`'s elected primary is at `epoch`; true when that is news to
+    /// this shard (its servers on the old primary are to go).
+    pub(in crate::engine) fn primary_moved(&mut self, database: &Arc<str>, epoch: u64) -> bool {
+        match self
+            .primary_epochs
+            .iter_mut()
+            .find(|(name, _)| name == database)
+        {
+            Some((_, seen)) if *seen == epoch => false,
+            Some((_, seen)) => {
+                *seen = epoch;
+                true
+            }
+            None => {
+                self.primary_epochs.push((Arc::clone(database), epoch));
+                epoch != 0
+            }
         }
     }
 

@@ -21,7 +21,7 @@ use crate::engine::stats::StatsSink;
 use crate::ids::{ClientId, ServerId};
 use crate::messages::{self, sqlstate};
 use crate::server::{ServerConn, ServerState};
-use crate::services::{FailureCause, Routing};
+use crate::services::{ElectedServer, FailureCause, PrimaryNow, Routing};
 
 /// A pool whose waiters must get `error` now (its last server failed to log in).
 pub(in crate::engine) struct FailWaiters {
@@ -186,10 +186,12 @@ impl Linker {
     /// Opens a server for `pool` (its budget slot was taken by `try_open`): a connect is
     /// asked for. When it cannot be (no address, no slot in the table), the pool
     /// remembers why, and its waiters are to fail.
+    #[allow(clippy::too_many_arguments)] // each owner it reads or changes, named: no context bag
     pub(in crate::engine) fn open_server(
         &mut self,
         servers: &mut ServerTable,
         env: &Env,
+        routing: &dyn Routing,
         stats: &mut StatsSink,
         outbox: &mut Outbox,
         pool: PoolId,
@@ -206,7 +208,7 @@ impl Linker {
         }
         let (addr, listed_host) = match key.target {
             ServerTarget::Replica(addr) => (Ok(ServerAddr::Tcp(addr)), None),
-            ServerTarget::Primary => self.primary_addr(env, servers, pool, &key.database),
+            ServerTarget::Primary => self.primary_addr(env, routing, servers, pool, &key.database),
         };
         let mode = env.pool_mode_of(&key.database, &key.server_user);
         let addr = match addr {
@@ -351,10 +353,12 @@ impl Linker {
 impl Linker {
     /// Where a new server of `pool`, on its entry's primary, connects: the entry's host,
     /// the next host of its host list (named too: its certificate is checked against it),
-    /// or the primary (else the first replica) of a replica set.
+    /// or the primary (else the first replica) of a replica set: the one pgtier elected
+    /// among its hosts when it polls them (a promoted replica after a failover).
     fn primary_addr<'a>(
         &mut self,
         env: &'a Env,
+        routing: &dyn Routing,
         servers: &ServerTable,
         pool: PoolId,
         database: &str,
@@ -363,9 +367,31 @@ impl Linker {
             return (Err(format!("database \"{database}\" does not exist")), None);
         };
         let resolve = |host: &str, port: u16| servers.resolve(host, port);
-        match &db.servers {
-            ServerSet::Single(host_port) => (ServerAddr::of_host(host_port, resolve), None),
-            ServerSet::Hosts(list) => {
+        let elected = match &db.servers {
+            ServerSet::Single(_) => None,
+            ServerSet::Hosts(_) | ServerSet::Replicas(_) => routing.primary(database),
+        };
+        match (&db.servers, elected) {
+            (ServerSet::Single(host_port), _) => (ServerAddr::of_host(host_port, resolve), None),
+            (_, Some(PrimaryNow { server: None, .. })) => (
+                Err(
+                    "no primary: no host of the entry is read-write on a newer timeline than \
+                     the last primary"
+                        .to_string(),
+                ),
+                None,
+            ),
+            (
+                ServerSet::Hosts(list),
+                Some(PrimaryNow {
+                    server: Some(ElectedServer::Listed(index)),
+                    ..
+                }),
+            ) => match list.hosts.get(index) {
+                Some(host) => (ServerAddr::of_host(host, resolve), Some(host.host.as_str())),
+                None => (Err("the elected host is not in the list".to_string()), None),
+            },
+            (ServerSet::Hosts(list), _) => {
                 let balance = match list.balance {
                     LoadBalanceHosts::RoundRobin => HostBalance::RoundRobin,
                     LoadBalanceHosts::Disable => HostBalance::StayUntilFailure,
@@ -376,7 +402,14 @@ impl Linker {
                     None => (Err("the host list is empty".to_string()), None),
                 }
             }
-            ServerSet::Replicas(set) => (
+            (
+                ServerSet::Replicas(_),
+                Some(PrimaryNow {
+                    server: Some(ElectedServer::Addr(addr)),
+                    ..
+                }),
+            ) => (Ok(ServerAddr::Tcp(addr)), None),
+            (ServerSet::Replicas(set), _) => (
                 set.primary
                     .or_else(|| set.replicas.first().copied())
                     .map(ServerAddr::Tcp)

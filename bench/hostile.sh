@@ -19,7 +19,7 @@
 #   in to 1 s before the end) SCALE=10 CLIENTS=8 WORKERS=2 POOL_SIZE=20 AUTH_DELAY=0.5
 #   MIN_SHARE=0.8 ATTACKS="slowloris garbage oversized connect-flood no-read brute-force"
 #   PGTIER_BIN=<release build> HOSTILE_BIN=<release build> OUT=docs/reliability-hostile.md
-#   DRAFT=1 (the fragment says the figures are a draft, taken on a shared machine)
+#   DRAFT=0 (1: the fragment says the figures are a draft, taken on a shared machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -33,7 +33,7 @@ AUTH_DELAY="${AUTH_DELAY:-0.5}"
 MIN_SHARE="${MIN_SHARE:-0.8}"
 ATTACKS="${ATTACKS:-slowloris garbage oversized connect-flood no-read brute-force}"
 OUT="${OUT:-docs/reliability-hostile.md}"
-DRAFT="${DRAFT:-1}"
+DRAFT="${DRAFT:-0}"
 
 # shellcheck source=bench/lib.sh
 source bench/lib.sh

@@ -204,12 +204,17 @@ fn run(options: &Options) -> std::io::Result<bool> {
             ok = false;
         }
     }
+    let more = options
+        .doc
+        .as_deref()
+        .map(pgtier_tests::faults::fragments::rows)
+        .unwrap_or_default();
     let body = format!(
         "{header}\n\nPhases: {} s undisturbed, {} s of fault, {} s after the heal.\n\n{}",
         timing.baseline.as_secs(),
         timing.fault.as_secs(),
         timing.after.as_secs(),
-        report::table(&results)
+        report::table(&results, &more)
     );
     println!("{body}");
     if let Some(doc) = &options.doc {

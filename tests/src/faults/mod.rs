@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod fault;
+pub mod fragments;
 pub mod ledger;
 pub mod load;
 pub mod measure;

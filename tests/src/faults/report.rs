@@ -12,13 +12,6 @@ use super::measure::ScenarioResult;
 pub const BEGIN: &str = "<!-- BEGIN faults table: written by bench/faults.sh, do not edit -->";
 pub const END: &str = "<!-- END faults table -->";
 
-/// Rows other parts of issue 26 measure; shown so the table has every row it must have.
-const PLACEHOLDERS: [&str; 2] = [
-    "hostile loads (slowloris, garbage, oversized lengths, connect flood, unread answers, \
-     auth brute force)",
-    "soak (30 min mixed load; RSS and fd slopes)",
-];
-
 /// The header line saying where and how the figures were taken.
 pub fn header(draft: bool, mode: &str) -> String {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -48,7 +41,8 @@ pub fn header(draft: bool, mode: &str) -> String {
 }
 
 /// The markdown table.
-pub fn table(results: &[ScenarioResult]) -> String {
+/// `more` are the rows other benches measured (`super::fragments::rows`).
+pub fn table(results: &[ScenarioResult], more: &[String]) -> String {
     let mut text = String::from(
         "| scenario | load held (share of undisturbed) | errors seen by clients, by kind | \
          acknowledged writes lost | writes duplicated | detection time | recovery time | \
@@ -62,12 +56,8 @@ pub fn table(results: &[ScenarioResult]) -> String {
         };
         let _ = writeln!(text, "{}", row(result));
     }
-    for placeholder in PLACEHOLDERS {
-        let _ = writeln!(
-            text,
-            "| {placeholder} | measured by the hostile-load/soak part of issue 26, not by this \
-             harness | | | | | | |"
-        );
+    for row in more {
+        let _ = writeln!(text, "{row}");
     }
     text
 }

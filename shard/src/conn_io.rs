@@ -226,7 +226,9 @@ mod idle_client_size {
         let session = size_of::<pgtier_engine::client::Session>();
         // 320: the server's last ReadyForQuery (1.25's idle_transaction_timeout counts from
         // it), and a stats slot that may be absent (a database no entry serves is refused
-        // only after authentication).
-        assert!(session <= 320, "Session is {session} bytes");
+        // only after authentication). 400: a read that may run again after its server dies
+        // keeps the client's own bytes of its statement inline (two `Bytes`, no allocation
+        // per read transaction) and the replica to avoid (`client/retry.rs`), +80.
+        assert!(session <= 400, "Session is {session} bytes");
     }
 }

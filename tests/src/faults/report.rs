@@ -112,7 +112,7 @@ fn row(result: &ScenarioResult) -> String {
         {
             "not marked down".to_string()
         }
-        None => "— (no primary probe)".to_string(),
+        None => "— (not a replica fault)".to_string(),
     };
     let mut recovery = match result.recovery {
         Some(at) => seconds(at),

@@ -1,13 +1,19 @@
-//! Borrowing another worker's idle server instead of opening one. PgBouncer has one pool per
-//! (database, user), so a client reuses the server the previous client left idle; pgtier's
-//! pool is split into one slice per worker, and without this a client landing on another
-//! worker would connect again (a new backend, a new login, perhaps one `pg_hba.conf` now
-//! refuses). Local reuse stays first and free of messages: only a worker that would open a
-//! server for its waiters, and has none idle, borrows:
-//! 1. Worker A's waiters outnumber its opens, it has no idle server of the pool, and
+//! Borrowing another worker's idle server when a login of the pool is refused. PgBouncer has
+//! one pool per (database, user), so a client reuses the server the previous client left
+//! idle even after `pg_hba.conf` or a password changed; pgtier's pool is split into one
+//! slice per worker, and without this a client landing on the other worker would get the
+//! refusal although a logged-in server of its pool sits idle. A worker that can still log
+//! in opens its own server within `pool_size`, as before: a new client then gets a new
+//! backend about as often as it would without pooling across workers, and no message
+//! crosses workers on the common path (borrowing every time made a new client reuse the
+//! last client's backend, and its pid, far more often; see docs/compatibility.md). At
+//! `pool_size` the handover (`handover.rs`) moves idle servers instead.
+//! 1. Worker A's waiters outnumber its opens, it has no idle server of the pool, a login of
+//!    the pool was refused within `server_login_retry` (here or on another worker), and
 //!    [`PoolSlice::borrow_from`] names worker B, which published idle servers of the key
 //!    ([`IdleBoard`](crate::IdleBoard)): A sends "lend me an idle server of K" and counts
-//!    the borrow as one open on its way, until a deadline.
+//!    the borrow as one open on its way, until a deadline; its waiters are not failed with
+//!    the refusal meanwhile.
 //! 2. B runs [`PoolSlice::lend`]: an idle server that can move (the caller says which) leaves
 //!    for A as in a handover (`handover.rs`: it counts as leaving, moves whole, and A adopts
 //!    it with [`PoolSlice::adopt_server`], to its oldest waiter). A server is owned by one
@@ -15,10 +21,10 @@
 //!    B can get it meanwhile. Nothing to lend (used meanwhile, clients wait on B, a server that
 //!    is not clean): B says so.
 //! 3. A ends the borrow with [`PoolSlice::end_borrow`] when the server arrives, when B
-//!    refuses, or at the deadline ([`PoolSlice::expired_borrows`]), and opens as before for
-//!    the waiters still unserved. A refused or unanswered borrow is not tried again within
-//!    `ask_interval`, so a pool whose idle servers cannot move does not pay a round trip
-//!    per open.
+//!    refuses, or at the deadline ([`PoolSlice::expired_borrows`]); its waiters still
+//!    unserved then get the refusal. A refused or unanswered borrow is not tried again
+//!    within `ask_interval`, so a pool whose idle servers cannot move does not pay a round
+//!    trip per client.
 
 use std::time::Instant;
 
@@ -27,10 +33,11 @@ use crate::lease::Lease;
 use crate::slice::{PoolId, PoolSlice};
 
 impl<S, W: Copy> PoolSlice<S, W> {
-    /// The worker to borrow an idle server of pool `id` from, if one should be asked now:
-    /// there are other workers, none of this pool's servers is idle here, no borrow is on its
-    /// way, none failed within `ask_interval`, the pool is not draining, it is under no
-    /// shared cap, and another worker published an idle server of the key.
+    /// The worker to borrow an idle server of pool `id` from, if one should be asked now: a
+    /// login of the pool was refused within `server_login_retry` (so opening cannot serve
+    /// the waiters), there are other workers, none of this pool's servers is idle here, no
+    /// borrow is on its way, none failed within `ask_interval`, the pool is not draining, it
+    /// is under no shared cap, and another worker published an idle server of the key.
     pub fn borrow_from(&self, id: PoolId, now: Instant) -> Option<usize> {
         let pool = self.pool(id)?;
         let failed_lately = pool
@@ -45,7 +52,9 @@ impl<S, W: Copy> PoolSlice<S, W> {
             .shared_budgets
             .iter()
             .any(|budget| budget.limit() > 0);
-        if self.workers < 2
+        let login_refused = self.standing_login_failure(id, now).is_some();
+        if !login_refused
+            || self.workers < 2
             || !pool.idle.is_empty()
             || pool.borrow_until.is_some()
             || failed_lately

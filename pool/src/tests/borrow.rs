@@ -34,6 +34,58 @@ fn idle_on_worker_0(slices: &mut [Slice; 2], ids: [PoolId; 2], t0: Instant) {
     assert_eq!(slices[0].opened(ids[0], 7, t0), Checkin::Pooled);
 }
 
+/// Worker 1 tried to log in and PostgreSQL refused (say `pg_hba.conf` changed): no open is
+/// tried before 10 s.
+fn refused_on_worker_1(slices: &mut [Slice; 2], ids: [PoolId; 2], t0: Instant) {
+    assert_eq!(slices[1].try_open(ids[1], t0), Ok(()));
+    slices[1].open_failed(
+        ids[1],
+        t0 + Duration::from_secs(10),
+        Some(Bytes::from_static(b"E no pg_hba.conf entry")),
+    );
+}
+
+#[test]
+fn a_worker_that_can_log_in_opens_rather_than_borrows() {
+    let t0 = Instant::now();
+    let (mut slices, ids) = two_workers(t0);
+    idle_on_worker_0(&mut slices, ids, t0);
+    slices[1].park(ids[1], 1, t0, None);
+    assert_eq!(
+        slices[1].borrow_from(ids[1], t0),
+        None,
+        "no login was refused: worker 1 opens its own server"
+    );
+    refused_on_worker_1(&mut slices, ids, t0);
+    assert_eq!(
+        slices[1].borrow_from(ids[1], t0),
+        Some(0),
+        "refused: borrow"
+    );
+    assert_eq!(
+        slices[1].borrow_from(ids[1], t0 + Duration::from_secs(10)),
+        None,
+        "past server_login_retry a login is tried again"
+    );
+}
+
+#[test]
+fn a_refusal_on_another_worker_lets_this_one_borrow_too() {
+    let t0 = Instant::now();
+    let (mut slices, ids) = two_workers(t0);
+    idle_on_worker_0(&mut slices, ids, t0);
+    // Worker 0 opens a second server while the first is idle (say for a burst) and
+    // PostgreSQL refuses it: the refusal is shared through the pool's budget.
+    assert_eq!(slices[0].try_open(ids[0], t0), Ok(()));
+    slices[0].open_failed(
+        ids[0],
+        t0 + Duration::from_secs(10),
+        Some(Bytes::from_static(b"E password authentication failed")),
+    );
+    slices[1].park(ids[1], 1, t0, None);
+    assert_eq!(slices[1].borrow_from(ids[1], t0), Some(0));
+}
+
 #[test]
 fn an_idle_server_on_another_worker_is_lent_whole_and_adopted() {
     let t0 = Instant::now();
@@ -50,6 +102,7 @@ fn an_idle_server_on_another_worker_is_lent_whole_and_adopted() {
         "its own idle server is checked out, not borrowed"
     );
     slices[1].park(ids[1], 1, t0, None);
+    refused_on_worker_1(&mut slices, ids, t0);
     assert_eq!(slices[1].borrow_from(ids[1], t0), Some(0));
     slices[1].start_borrow(ids[1], t0 + millis(100));
     assert!(slices[1].borrowing(ids[1]));
@@ -130,6 +183,7 @@ fn a_refused_or_unanswered_borrow_is_not_tried_again_within_the_ask_interval() {
     let t0 = Instant::now();
     let (mut slices, ids) = two_workers(t0);
     idle_on_worker_0(&mut slices, ids, t0);
+    refused_on_worker_1(&mut slices, ids, t0);
     slices[1].start_borrow(ids[1], t0 + millis(100));
     assert_eq!(slices[1].next_borrow_deadline(), Some(t0 + millis(100)));
     let mut expired = Vec::new();
@@ -228,6 +282,9 @@ fn no_borrow_under_a_cap_which_makes_room_instead() {
     assert_eq!(slices[0].try_open(ids[0], t0), Ok(()));
     assert_eq!(slices[0].opened(ids[0], 7, t0), Checkin::Pooled);
     slices[1].park(ids[1], 1, t0, None);
+    cap.set_limit(2, 0);
+    refused_on_worker_1(&mut slices, ids, t0);
+    cap.set_limit(1, 0);
     assert_eq!(slices[1].borrow_from(ids[1], t0), None, "the cap is full");
     cap.set_limit(2, 0);
     assert_eq!(slices[1].borrow_from(ids[1], t0), None, "still capped");

@@ -1444,10 +1444,13 @@ impl Engine {
         }
         // The pool's last login failed moments ago and it has no server: the client is
         // told at once rather than queued (PgBouncer's fast fail); those already waiting
-        // wait for the next attempt.
+        // wait for the next attempt. Unless another shard holds an idle server of the pool
+        // to lend, which PgBouncer's one pool would have given the client.
         if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
-            self.close_client(id, Some(error));
-            return;
+            if !self.lendable(pool) {
+                self.close_client(id, Some(error));
+                return;
+            }
         }
         self.linker.park(
             &mut self.clients,
@@ -1514,10 +1517,18 @@ impl Engine {
         }
     }
 
-    /// Another shard published an idle server of `pool` and none is idle here: ask it to
-    /// lend one (moved whole) rather than open a new connection, as PgBouncer's one pool
-    /// would reuse it (`pgtier_pool`'s `borrow.rs`). True: asked; the borrow counts as one
-    /// open on its way until it is answered or `BORROW_WAIT` passes.
+    /// Whether a client of `pool`, whose login PostgreSQL refused, can still be served by
+    /// another shard's idle server: one is on its way, or one can be asked for.
+    fn lendable(&self, pool: PoolId) -> bool {
+        let pools = self.linker.pools();
+        pools.borrowing(pool) || pools.borrow_from(pool, self.now).is_some()
+    }
+
+    /// A login of `pool` was refused, another shard published an idle server of it and none
+    /// is idle here: ask that shard to lend one (moved whole) rather than fail the waiters,
+    /// as PgBouncer's one pool would reuse it (`pgtier_pool`'s `borrow.rs`). True: asked;
+    /// the borrow counts as one open on its way until it is answered or `BORROW_WAIT`
+    /// passes.
     fn borrow_idle_server(&mut self, pool: PoolId) -> bool {
         let Some(from) = self.linker.pools().borrow_from(pool, self.now) else {
             return false;
@@ -1551,7 +1562,7 @@ impl Engine {
         self.open_for_waiters(pool);
     }
 
-    /// Borrows that went unanswered: their waiters get servers opened.
+    /// Borrows that went unanswered: their waiters get a server opened, or the refusal.
     fn expire_borrows(&mut self) {
         let mut expired = Vec::new();
         self.linker
@@ -1586,8 +1597,13 @@ impl Engine {
         true
     }
 
-    /// Fails every client waiting on a pool with `error`.
+    /// Fails every client waiting on a pool with `error` (a refused login), unless another
+    /// shard lends them an idle server of the pool first (`pgtier_pool`'s `borrow.rs`):
+    /// they wait for the borrow, and get `error` if it is refused or unanswered.
     fn fail_waiters(&mut self, pool: PoolId, error: Bytes) {
+        if self.linker.pools().borrowing(pool) || self.borrow_idle_server(pool) {
+            return;
+        }
         while let Some(waiter) = self.linker.pools_mut().next_waiter(pool) {
             self.clients.clear_ticket(waiter);
             self.close_client(waiter, Some(error.clone()));
@@ -2319,7 +2335,8 @@ impl Engine {
         };
         self.note_auto_database(pool);
         // A refused login that stands, or (PgBouncer's fast fail) this worker's last attempt
-        // to reach the server failed and it holds no server of the pool.
+        // to reach the server failed and it holds no server of the pool; unless another
+        // shard can lend an idle server of it.
         let failed_now = |engine: &Engine| {
             engine
                 .linker
@@ -2332,7 +2349,7 @@ impl Engine {
         if failed.is_some() && self.follow_primary_move_of(pool) {
             failed = failed_now(self);
         }
-        if let Some(error) = failed {
+        if let Some(error) = failed.filter(|_| !self.lendable(pool)) {
             self.close_client(id, Some(error));
             return;
         }

@@ -5,9 +5,10 @@
 //! after its waiter left stays idle; a server that holds prepared statements moves and drops
 //! them before it serves on its new shard; a server that speaks while its socket is detached
 //! is ended for its slot instead. A client that needs no server for its welcome gets the one
-//! another shard's server login reported. A shard that would open a server borrows another
-//! shard's idle one instead (moved whole, checked first when stale); a borrow refused because
-//! the server was used meanwhile, or left unanswered, falls back to opening.
+//! another shard's server login reported. A shard that can log in opens its own server; one
+//! whose login PostgreSQL refused borrows another shard's idle server instead of failing its
+//! waiters (moved whole, checked first when stale); a borrow refused because the server was
+//! used meanwhile, or left unanswered, gives them the refusal.
 
 use std::time::Duration;
 
@@ -274,21 +275,63 @@ fn idle_on_shard_0(pair: &mut Pair) -> u32 {
     pair.shards[0].backend(server).pid
 }
 
+/// Shard 1 sends `sql` for client `b`; its pool has no server, so it logs one in, and
+/// PostgreSQL refuses the login (`pg_hba.conf` changed since shard 0's server logged in).
+fn login_refused_on_shard_1(pair: &mut Pair, b: crate::ClientId, sql: &str) {
+    let shard = &mut pair.shards[1];
+    shard.auto_backend = false;
+    shard.client_sends(b, &query(sql));
+    let (server, _) = shard
+        .connecting
+        .last()
+        .cloned()
+        .expect("shard 1 logs a server in");
+    shard.complete_connects_without_backend();
+    shard.server_sends(
+        server,
+        &crate::testing::error(
+            "FATAL",
+            "28000",
+            "no pg_hba.conf entry for host \"127.0.0.1\", user \"alice\", database \"db\"",
+        ),
+    );
+    shard.auto_backend = true;
+}
+
+#[test]
+fn a_shard_that_can_log_in_opens_its_own_server() {
+    let mut pair = Pair::new(&config(TX_MANY));
+    let pid = idle_on_shard_0(&mut pair);
+    let (b, _) = pair.shards[1].login("alice", "db");
+    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    assert_eq!(pair.shards[1].connects.len(), 1, "opened within pool_size");
+    assert!(pair.shards[1].posts.is_empty(), "nothing asked of shard 0");
+    let server = pair.shards[1].live_servers()[0];
+    assert_ne!(
+        pair.shards[1].backend(server).pid,
+        pid,
+        "a backend of its own"
+    );
+    assert_eq!(
+        pair.shards[0].live_servers().len(),
+        1,
+        "shard 0's stays idle"
+    );
+}
+
 #[test]
 fn a_shard_borrows_another_shards_idle_server_rather_than_opening_one() {
     let mut pair = Pair::new(&config(TX_MANY));
     let pid = idle_on_shard_0(&mut pair);
     let (b, _) = pair.shards[1].login("alice", "db");
-    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    login_refused_on_shard_1(&mut pair, b, "SELECT 1");
     assert_eq!(
         pair.shards[1].client_tags(b),
         "",
-        "b waits for the lent server"
+        "b waits for the lent server, not failed with the refusal"
     );
-    assert!(
-        pair.shards[1].connects.is_empty(),
-        "nothing opened meanwhile"
-    );
+    assert_eq!(pair.shards[1].connects.len(), 1, "only the refused login");
     pair.exchange();
     assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
     let servers = pair.shards[1].live_servers();
@@ -298,10 +341,7 @@ fn a_shard_borrows_another_shards_idle_server_rather_than_opening_one() {
         pid,
         "the same backend"
     );
-    assert!(
-        pair.shards[1].connects.is_empty(),
-        "pool size 20, yet no open"
-    );
+    assert_eq!(pair.shards[1].connects.len(), 1, "no other open");
     assert!(pair.shards[0].live_servers().is_empty());
     assert_eq!(budget_in_use(&pair), 1);
     // Now idle here, it is reused locally: no message on the way.
@@ -314,24 +354,30 @@ fn a_shard_borrows_another_shards_idle_server_rather_than_opening_one() {
 }
 
 #[test]
-fn a_borrow_refused_because_the_server_was_used_meanwhile_opens_a_server() {
+fn a_borrow_refused_because_the_server_was_used_meanwhile_gives_the_refusal() {
     let mut pair = Pair::new(&config(TX_MANY));
     let (a, _) = pair.shards[0].login("alice", "db");
     pair.shards[0].client_sends(a, &query("SELECT 1"));
     assert_eq!(pair.shards[0].client_tags(a), "TDCZ");
     let (b, _) = pair.shards[1].login("alice", "db");
-    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    login_refused_on_shard_1(&mut pair, b, "SELECT 1");
     assert_eq!(pair.shards[1].posts.len(), 1, "the borrow is on its way");
     // Before it arrives, shard 0's own client takes its idle server: it stays there.
     pair.shards[0].client_sends(a, &query("BEGIN"));
     assert_eq!(pair.shards[0].client_tags(a), "CZ");
     pair.exchange();
+    let messages = pair.shards[1].client_output(b);
+    assert_eq!(
+        messages.iter().find_map(|m| m.sqlstate()).as_deref(),
+        Some("28000"),
+        "refused: b gets PostgreSQL's refusal: {messages:?}"
+    );
+    assert!(pair.shards[1].is_closed(Conn::Client(b)));
     assert_eq!(
         pair.shards[1].connects.len(),
         1,
-        "refused: shard 1 opened one"
+        "no open within server_login_retry"
     );
-    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
     assert_eq!(
         pair.shards[0].live_servers().len(),
         1,
@@ -339,29 +385,52 @@ fn a_borrow_refused_because_the_server_was_used_meanwhile_opens_a_server() {
     );
     pair.shards[0].client_sends(a, &query("COMMIT"));
     assert_eq!(pair.shards[0].client_tags(a), "CZ");
-    assert_eq!(budget_in_use(&pair), 2);
+    assert_eq!(budget_in_use(&pair), 1);
+    // Within server_login_retry, a client joining on shard 1 is not failed with the refusal
+    // while shard 0's server is idle again: it is lent.
+    pair.advance(PERIOD * 2);
+    let (c, messages) = pair.shards[1].login("alice", "db");
+    assert_eq!(messages.last().map(|m| m.tag), Some(b'Z'), "{messages:?}");
+    pair.shards[1].client_sends(c, &query("SELECT 1"));
+    pair.exchange();
+    assert_eq!(pair.shards[1].client_tags(c), "TDCZ");
+    assert_eq!(
+        pair.shards[1].connects.len(),
+        1,
+        "still only the refused login"
+    );
+    assert_eq!(
+        pair.shards[1].live_servers().len(),
+        1,
+        "served by the lent server"
+    );
     for shard in &pair.shards {
         shard.engine.check_invariants().expect("invariants");
     }
 }
 
 #[test]
-fn an_unanswered_borrow_falls_back_to_opening() {
+fn an_unanswered_borrow_gives_the_refusal() {
     let mut pair = Pair::new(&config(TX_MANY));
     idle_on_shard_0(&mut pair);
     let (b, _) = pair.shards[1].login("alice", "db");
-    pair.shards[1].client_sends(b, &query("SELECT 1"));
+    login_refused_on_shard_1(&mut pair, b, "SELECT 1");
     // The other shard never answers.
     let lost = std::mem::take(&mut pair.shards[1].posts);
     assert_eq!(lost.len(), 1);
     pair.shards[1].advance(Duration::from_millis(50));
     assert!(
-        pair.shards[1].connects.is_empty(),
+        !pair.shards[1].is_closed(Conn::Client(b)),
         "still waiting for the answer"
     );
     pair.shards[1].advance(Duration::from_millis(60));
-    assert_eq!(pair.shards[1].connects.len(), 1, "opened past BORROW_WAIT");
-    assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
+    let messages = pair.shards[1].client_output(b);
+    assert_eq!(
+        messages.iter().find_map(|m| m.sqlstate()).as_deref(),
+        Some("28000"),
+        "past BORROW_WAIT: {messages:?}"
+    );
+    assert!(pair.shards[1].is_closed(Conn::Client(b)));
 }
 
 #[test]
@@ -370,7 +439,7 @@ fn a_borrowed_server_idle_past_server_check_delay_is_checked_before_it_serves() 
     let pid = idle_on_shard_0(&mut pair);
     pair.advance(Duration::from_millis(10));
     let (b, _) = pair.shards[1].login("alice", "db");
-    pair.shards[1].client_sends(b, &query("SELECT 2"));
+    login_refused_on_shard_1(&mut pair, b, "SELECT 2");
     pair.exchange();
     assert_eq!(pair.shards[1].client_tags(b), "TDCZ");
     let server = pair.shards[1].live_servers()[0];

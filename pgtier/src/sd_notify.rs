@@ -124,7 +124,10 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert!(receive(&listener).starts_with("READY=1\n"));
         let reloading = receive(&listener);
-        assert!(reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{reloading}");
+        assert!(
+            reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+            "{reloading}"
+        );
         assert!(receive(&listener).starts_with("STOPPING=1\n"));
     }
 

@@ -21,7 +21,9 @@ pub struct PageInfo<'a> {
 pub fn ini_page(config_md: &str, info: &PageInfo<'_>) -> String {
     let mut page = header("PGTIER.INI", 5, info);
     page.push_str(".SH NAME\npgtier.ini \\- configuration file of pgtier\n");
-    page.push_str(".SH SYNOPSIS\n/etc/pgtier/pgtier.ini\n.br\n/etc/pgtier/NAME.ini (pgtier@NAME.service)\n");
+    page.push_str(
+        ".SH SYNOPSIS\n/etc/pgtier/pgtier.ini\n.br\n/etc/pgtier/NAME.ini (pgtier@NAME.service)\n",
+    );
     page.push_str(".SH DESCRIPTION\n");
     // The title line is the page's NAME; the rest is the reference, section by section.
     let body = config_md
@@ -112,7 +114,9 @@ pub fn section<'a>(markdown: &'a str, heading: &str) -> Option<&'a str> {
         .match_indices(heading)
         .map(|(at, _)| at)
         .find(|at| *at == 0 || markdown.as_bytes()[at - 1] == b'\n')?;
-    let body_start = markdown[start..].find('\n').map_or(markdown.len(), |n| start + n + 1);
+    let body_start = markdown[start..]
+        .find('\n')
+        .map_or(markdown.len(), |n| start + n + 1);
     let rest = &markdown[body_start..];
     let mut offset = 0;
     let mut in_code = false;
@@ -206,13 +210,19 @@ pub fn roff_from_markdown(markdown: &str) -> String {
             } else {
                 inline(title)
             };
-            out.push_str(&format!(".{macro_name} \"{}\"\n", title.replace('"', "\\(dq")));
+            out.push_str(&format!(
+                ".{macro_name} \"{}\"\n",
+                title.replace('"', "\\(dq")
+            ));
             block = Block::Nothing;
             in_list = false;
             continue;
         }
         if let Some(cells) = table_cells(trimmed) {
-            if cells.iter().all(|cell| cell.chars().all(|c| c == '-' || c == ':')) {
+            if cells
+                .iter()
+                .all(|cell| cell.chars().all(|c| c == '-' || c == ':'))
+            {
                 continue;
             }
             match &block {
@@ -368,7 +378,13 @@ mod tests {
     #[test]
     fn the_command_page_has_the_switches_and_the_signals() {
         let page = command_page(CONFIG_MD, OPERATIONS_MD, &INFO);
-        for needle in ["\\fB\\-d\\fR", "\\fB-R\\fR", "SIGHUP", "SIGTERM", "\\fB-V\\fR"] {
+        for needle in [
+            "\\fB\\-d\\fR",
+            "\\fB-R\\fR",
+            "SIGHUP",
+            "SIGTERM",
+            "\\fB-V\\fR",
+        ] {
             let found = page.contains(needle) || page.contains(&needle.replace("\\-", "-"));
             assert!(found, "pgtier(1) lacks {needle}");
         }
@@ -398,7 +414,10 @@ mod tests {
             section(text, "## A"),
             Some("a\n### A1\nb\n```\n# not a heading\n```\n")
         );
-        assert_eq!(section(text, "### A1"), Some("b\n```\n# not a heading\n```\n"));
+        assert_eq!(
+            section(text, "### A1"),
+            Some("b\n```\n# not a heading\n```\n")
+        );
         assert_eq!(section(text, "## C"), None);
     }
 }

@@ -48,7 +48,10 @@ impl ShardView<'_> {
                 }
                 ClientState::Linked { .. } => {
                     gauge.clients_active += 1;
-                    if client.session().is_some_and(|session| session.pins_server()) {
+                    if client
+                        .session()
+                        .is_some_and(|session| session.pins_server())
+                    {
                         gauge.clients_pinned += 1;
                     }
                 }

@@ -2,14 +2,15 @@
 //! and the Prometheus alert rules query exists in a scrape of the metrics endpoint of a
 //! pgtier in front of a real primary with two streaming replicas (a reader entry, so the lag
 //! series exist, and a PLB replica set, so the role series exist), after traffic through
-//! each; and the condition of the "pool exhausted by pinned clients" rule is what the
-//! endpoint shows when a pinned client holds the only server of a pool and another waits.
+//! each; where promtool is installed, every query parses. And the condition of the "pool
+//! exhausted by pinned clients" rule is what the endpoint shows when a pinned client holds the
+//! only server of a pool and another waits.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pgtier_tests::fixtures::{psql_through, start_proxy};
@@ -102,6 +103,62 @@ fn scrape_until_all(port: u16, wanted: &BTreeSet<String>) -> String {
     }
 }
 
+/// The PromQL of every dashboard panel (`"expr": "..."`, JSON string escapes undone).
+fn dashboard_queries(dashboard: &str) -> Vec<String> {
+    dashboard
+        .split("\"expr\": \"")
+        .skip(1)
+        .map(|rest| {
+            let mut query = String::new();
+            let mut chars = rest.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => query.extend(chars.next()),
+                    other => query.push(other),
+                }
+            }
+            query
+        })
+        .collect()
+}
+
+/// promtool, when installed (Debian's `prometheus` package), parses the alert rules and every
+/// dashboard query (as recording rules, Grafana's variables replaced by plain values).
+fn check_with_promtool(dashboard: &str) {
+    let Ok(version) = Command::new("promtool").arg("--version").output() else {
+        eprintln!("promtool is not installed: the queries are not parsed");
+        return;
+    };
+    assert!(version.status.success());
+    let dir = pgtier_tests::TempDir::new("promtool").expect("tempdir");
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, query) in dashboard_queries(dashboard).iter().enumerate() {
+        let query = query
+            .replace("$__rate_interval", "5m")
+            .replace("$instance", ".*")
+            .replace("$database", ".*");
+        rules.push_str(&format!(
+            "      - record: dashboard:query{index}\n        expr: '{}'\n",
+            query.replace('\'', "''")
+        ));
+    }
+    let dashboard_rules = dir.path().join("dashboard.yml");
+    std::fs::write(&dashboard_rules, rules).expect("rules");
+    let checked = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(repo().join("docs/ops/pgtier-alerts.yml"))
+        .arg(&dashboard_rules)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        checked.status.success(),
+        "promtool check rules:\n{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
 /// A primary with two streaming replicas, caught up.
 fn cluster() -> (LocalPg, Vec<LocalPg>) {
     let primary = LocalPg::start_primary(&PgOptions::default()).expect("primary");
@@ -143,6 +200,11 @@ fn every_metric_the_dashboard_and_the_alert_rules_query_is_in_a_live_scrape() {
     let dashboard =
         std::fs::read_to_string(repo().join("docs/ops/pgtier-dashboard.json")).expect("dashboard");
     let rules = std::fs::read_to_string(repo().join("docs/ops/pgtier-alerts.yml")).expect("rules");
+    assert!(
+        dashboard_queries(&dashboard).len() > 20,
+        "the dashboard's panels have queries"
+    );
+    check_with_promtool(&dashboard);
     let mut wanted = queried_metrics(&dashboard);
     wanted.extend(queried_metrics(&rules));
     // Prometheus's own series for a scrape target, not the endpoint's.

@@ -86,7 +86,9 @@ struct ThrowAwayRoot {
 }
 
 impl ThrowAwayRoot {
-    fn new() -> ThrowAwayRoot {
+    /// The root, with `files` (a file of this machine, its path inside the root) put there
+    /// first: a temp directory on a separate mount (a tmpfs /tmp) would not show through.
+    fn new(files: &[(&Path, &str)]) -> ThrowAwayRoot {
         let dir = TempDir::new("root").expect("a directory for the root");
         let (upper, work, merged) = (
             dir.path().join("upper"),
@@ -95,6 +97,13 @@ impl ThrowAwayRoot {
         );
         for path in [&upper, &work, &merged] {
             std::fs::create_dir_all(path).expect("overlay directories");
+        }
+        for (file, inside) in files {
+            let target = upper.join(inside.trim_start_matches('/'));
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).expect("a directory in the root");
+            }
+            std::fs::copy(file, &target).expect("copy into the root");
         }
         let script = format!(
             "set -e
@@ -315,10 +324,10 @@ fn the_package_installs_runs_as_its_unit_would_and_purges() {
     let host_had_pgtier = Path::new("/usr/sbin/pgtier").exists();
     let host_had_user = run(Command::new("getent").args(["passwd", "pgtier"]), WAIT)
         .is_ok_and(|found| found.success());
-    let root = ThrowAwayRoot::new();
+    let root = ThrowAwayRoot::new(&[(&deb, "/root/pgtier.deb")]);
 
     // dpkg -i, with the real maintainer scripts.
-    let installed = root.ok(&format!("dpkg -i {} 2>&1", deb.display()));
+    let installed = root.ok("dpkg -i /root/pgtier.deb 2>&1");
     assert!(installed.contains("Setting up pgtier"), "{installed}");
     assert!(
         root.changed("/usr/sbin/pgtier"),

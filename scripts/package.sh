@@ -41,9 +41,10 @@ changelog_date="$(date -u -d "$date" '+%a, %d %b %Y %H:%M:%S +0000')"
 # you publish.
 maintainer="${DEBFULLNAME:-pgtier developers} <${DEBEMAIL:-pgtier@users.noreply.github.com}>"
 
+target="${CARGO_TARGET_DIR:-target}"
 if [ -z "$binary" ]; then
   cargo build --release --locked -p pgtier --bin pgtier
-  binary="target/release/pgtier"
+  binary="$target/release/pgtier"
 fi
 cargo build --locked -q -p pgtier-manpage --bin pgtier-manpage
 
@@ -68,7 +69,7 @@ install -m 0644 packaging/pgtier@.service "$stage/lib/systemd/system/pgtier@.ser
 install -D -m 0644 packaging/pgtier.tmpfiles "$stage/usr/lib/tmpfiles.d/pgtier.conf"
 
 # Man pages, generated from the docs.
-target/debug/pgtier-manpage --out "$work/man" --docs docs --version "$version" --date "$date"
+"$target/debug/pgtier-manpage" --out "$work/man" --docs docs --version "$version" --date "$date"
 install -d "$stage/usr/share/man/man1" "$stage/usr/share/man/man5"
 gzip -9n -c "$work/man/pgtier.1" >"$stage/usr/share/man/man1/pgtier.1.gz"
 gzip -9n -c "$work/man/pgtier.ini.5" >"$stage/usr/share/man/man5/pgtier.ini.5.gz"

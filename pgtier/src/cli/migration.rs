@@ -67,10 +67,11 @@ const DIFFERENCES: &[(&str, &str)] = &[
 ];
 
 /// How a transaction- or statement-mode pool differs: session state pins (pgtier's default).
-const PINNING: &str = "a client that creates session state (SET, a temporary table, LISTEN, an \
-     advisory lock, a named statement PgBouncer would not track) keeps its server until the \
-     state is gone, where PgBouncer hands the server on with the state on it; \
-     pin_session_state = false (TOML) is PgBouncer's behaviour";
+const PINNING: &str = "a client that creates session state (a plain SET, LISTEN, SQL PREPARE, \
+     a temporary table, a session advisory lock; a named protocol-level statement only with \
+     max_prepared_statements = 0) keeps its server until the state is undone, where PgBouncer \
+     hands the server on with the state on it; pin_session_state = false (a pgtier TOML key) \
+     is PgBouncer's behaviour";
 
 /// The report for an ini file that loads (after the lists of honoured and unhonoured keys):
 /// the differences and the start line.

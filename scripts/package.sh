@@ -4,10 +4,10 @@
 #
 #   scripts/package.sh [--binary PATH] [--out DIR] [--no-lintian]
 #
-# --binary packages an already built pgtier (the test command's target/debug/pgtier in CI,
-# so CI does not build a release binary just for this); without it the release binary is
-# built. The man pages are written by pgtier-manpage (packaging/manpage) from docs/config.md
-# and docs/operations.md, so they list exactly what the docs list.
+# --binary packages an already built pgtier (tests/tests/package.rs packages the debug binary
+# the tests run, so the test command builds no release binary for it); without it the
+# release binary is built. The man pages are written by pgtier-manpage (packaging/manpage)
+# from docs/config.md and docs/operations.md, so they list exactly what the docs list.
 #
 # Why dpkg-deb from a staged tree and not cargo-deb: everything the package holds besides the
 # binary (units, maintainer scripts, conffiles, generated man pages, the ops dashboard) is a

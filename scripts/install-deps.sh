@@ -35,6 +35,17 @@ for tool in curl openssl socat; do command -v "$tool" >/dev/null || extra+=("$to
 # namespaces (ip, from iproute2).
 command -v nft >/dev/null || extra+=(nftables)
 command -v ip >/dev/null || extra+=(iproute2)
+# The Debian package (scripts/package.sh, tests/tests/package.rs): dpkg-shlibdeps and strip,
+# lintian, man to render its pages, systemd-analyze to verify its units, logrotate to rotate
+# the installed log (unshare, nsenter and chroot, to install it into a throw-away root, are
+# in every Debian).
+command -v dpkg-shlibdeps >/dev/null || extra+=(dpkg-dev)
+command -v strip >/dev/null || extra+=(binutils)
+command -v lintian >/dev/null || extra+=(lintian)
+command -v man >/dev/null || extra+=(man-db)
+command -v systemd-analyze >/dev/null || extra+=(systemd)
+command -v adduser >/dev/null || extra+=(adduser)
+command -v logrotate >/dev/null || extra+=(logrotate)
 if [ "${#extra[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

@@ -268,6 +268,19 @@ impl PgtierCollector {
         )?;
         let mut metric = family(
             encoder,
+            "pgtier_pool_pinned_clients",
+            "clients whose session state pins their server to them between transactions",
+            None,
+            MetricType::Gauge,
+        )?;
+        for pool in &pools {
+            let labels = [("database", &*pool.database), ("user", &*pool.user)];
+            metric
+                .encode_family(&labels)?
+                .encode_gauge(&pool.clients_pinned)?;
+        }
+        let mut metric = family(
+            encoder,
             "pgtier_pool_max_wait",
             "how long the oldest client queued in the pool has waited",
             Some(&Unit::Seconds),
@@ -714,6 +727,7 @@ mod tests {
                 user: "alice".into(),
                 clients_active: 3,
                 clients_waiting: 1,
+                clients_pinned: 1,
                 servers_idle: 2,
                 max_wait_us: 250_000,
                 ..PoolGauge::default()
@@ -752,6 +766,7 @@ mod tests {
             "pgtier_pool_clients{database=\"app\",user=\"alice\",state=\"waiting\"} 1",
             "pgtier_pool_servers{database=\"app\",user=\"alice\",state=\"idle\"} 2",
             "pgtier_pool_max_wait_seconds{database=\"app\",user=\"alice\"} 0.25",
+            "pgtier_pool_pinned_clients{database=\"app\",user=\"alice\"} 1",
             "# TYPE pgtier_class_query_duration_seconds histogram",
             "# TYPE pgtier_query_calls_total counter",
             "pgtier_query_calls_total{database=\"app\",query_id=\"000000000000feed\"} 2",

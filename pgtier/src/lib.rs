@@ -7,12 +7,13 @@
 //! (`pgtier_console`), the metrics endpoint (`pgtier_metrics`), server name resolution off
 //! the shard threads (`resolve.rs`), the OS random generator (`os_random.rs`) and the TLS
 //! files (`tls_files.rs`). `proxy.rs` starts the shards and turns signals into reloads and
-//! shutdowns.
+//! shutdowns, telling systemd of each (`sd_notify.rs`).
 pub mod cli;
 mod os_random;
 mod proxy;
 mod reconfigure;
 mod resolve;
+mod sd_notify;
 mod tls_files;
 
 pub use pgtier_engine::shared::StatsSnapshot;

@@ -35,6 +35,7 @@ use pgtier_shard::{
 
 use crate::os_random::OsRandom;
 use crate::resolve::Dns;
+use crate::sd_notify::Notifier;
 
 /// A shard that panicked takes the process down with this status (EX_SOFTWARE): a proxy
 /// with a dead shard would keep its listener in the port's SO_REUSEPORT group, and about one
@@ -742,6 +743,7 @@ pub(crate) fn run_with(
     hooks: RunHooks<'_>,
 ) -> Result<(), String> {
     let signals = block_signals();
+    let systemd = Notifier::from_env();
     let listeners = bind_patiently(&config, hooks.bind_patience, hooks.predecessor)?;
     (hooks.bound)(&listeners)?;
     let handle = start_bound(config, listeners, true)?;
@@ -750,30 +752,57 @@ pub(crate) fn run_with(
         let _ = handle.join();
         return Err(message);
     }
+    // Every shard listens (`start_bound` returned) and the pidfile is written.
+    systemd.ready();
+    let mut told_stopping = false;
     while !handle.is_finished() {
         for order in handle.take_orders() {
+            let reload = matches!(order.change, pgtier_engine::reconfigure::Change::Reload);
+            if reload {
+                systemd.reloading();
+            }
             crate::reconfigure::carry_out(&handle, order, config_path, &mut *hooks.sighup);
+            if reload {
+                systemd.ready();
+            }
         }
-        let Some(signal) = wait_signal(&signals, ORDER_POLL) else {
-            continue;
-        };
-        on_signal(&handle, signal, config_path, &mut *hooks.sighup);
+        if let Some(signal) = wait_signal(&signals, ORDER_POLL) {
+            on_signal(&handle, signal, config_path, &systemd, &mut *hooks.sighup);
+        }
+        // A signal's shutdown or the console's SHUTDOWN: systemd waits for the exit from now.
+        if !told_stopping && handle.is_shutting_down() {
+            systemd.stopping();
+            told_stopping = true;
+        }
+    }
+    if !told_stopping {
+        systemd.stopping();
     }
     handle.join()
 }
 
 /// What a signal does, with PgBouncer's log lines (operators and its test suite look for
 /// them).
-fn on_signal(handle: &ProxyHandle, signal: i32, config_path: &Path, sighup: &mut dyn FnMut()) {
+fn on_signal(
+    handle: &ProxyHandle,
+    signal: i32,
+    config_path: &Path,
+    systemd: &Notifier,
+    sighup: &mut dyn FnMut(),
+) {
     let shutting_down = handle.is_shutting_down();
     match signal {
         libc::SIGHUP => {
+            systemd.reloading();
             info!("got SIGHUP, re-reading config");
             // Log files first, so the reload's own lines land in the fresh file.
             sighup();
             if let Err(message) = crate::reconfigure::reload_file(handle, config_path, None) {
                 warn!(%message, "config file loading failed");
             }
+            // Done either way: a file that does not load leaves the running configuration,
+            // which still serves.
+            systemd.ready();
         }
         libc::SIGQUIT => {
             info!("got SIGQUIT, fast exit");

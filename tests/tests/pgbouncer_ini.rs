@@ -246,6 +246,8 @@ fn pgbouncer_125s_own_test_ini_loads() {
     let dir = TempDir::new("ini-125").expect("tempdir");
     let path = dir.path().join("test.ini");
     std::fs::write(&path, text).expect("ini");
+    // check-config also reads the auth file the proxy would read at start.
+    std::fs::write(dir.path().join("userlist.txt"), "").expect("userlist");
     let finished = check_config(&path);
     assert!(finished.success(), "{finished:?}");
     let out = &finished.stdout;

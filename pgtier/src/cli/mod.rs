@@ -8,6 +8,7 @@ mod daemon;
 mod demo;
 mod demo_load;
 mod logging;
+mod migration;
 mod pidfile;
 mod privileges;
 mod run;

@@ -17,6 +17,9 @@ pub struct PoolGauge {
     pub clients_active: u32,
     /// Clients queued for a server (`cl_waiting`).
     pub clients_waiting: u32,
+    /// Clients whose session state (SET, a temporary table, an advisory lock...) pins their
+    /// server to them between transactions: those servers serve no other client.
+    pub clients_pinned: u32,
     /// Servers linked to a client (`sv_active`).
     pub servers_active: u32,
     /// Idle servers ready for use (`sv_idle`).
@@ -36,6 +39,7 @@ impl PoolGauge {
     pub fn merge(&mut self, other: &PoolGauge) {
         self.clients_active += other.clients_active;
         self.clients_waiting += other.clients_waiting;
+        self.clients_pinned += other.clients_pinned;
         self.servers_active += other.servers_active;
         self.servers_idle += other.servers_idle;
         self.servers_used += other.servers_used;

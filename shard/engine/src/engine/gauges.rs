@@ -46,9 +46,18 @@ impl ShardView<'_> {
                     let waited = self.now.saturating_duration_since(since).as_micros() as u64;
                     gauge.max_wait_us = gauge.max_wait_us.max(waited);
                 }
-                ClientState::Idle { .. }
-                | ClientState::Linked { .. }
-                | ClientState::Welcoming { .. } => gauge.clients_active += 1,
+                ClientState::Linked { .. } => {
+                    gauge.clients_active += 1;
+                    if client
+                        .session()
+                        .is_some_and(|session| session.pins_server())
+                    {
+                        gauge.clients_pinned += 1;
+                    }
+                }
+                ClientState::Idle { .. } | ClientState::Welcoming { .. } => {
+                    gauge.clients_active += 1;
+                }
                 _ => {}
             }
         }

@@ -37,6 +37,10 @@ if ! command -v nft >/dev/null; then
   echo "faults.sh: installing nftables (the nft tool; the kernel side is built in)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y nftables >/dev/null
 fi
+if ! command -v iptables >/dev/null; then
+  echo "faults.sh: installing iptables (its NFQUEUE target feeds the harness's netem)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y iptables >/dev/null
+fi
 command -v ip >/dev/null || { echo "faults.sh: iproute2 (ip) is needed" >&2; exit 2; }
 
 profile="${PROFILE:-}"

@@ -32,8 +32,10 @@ extra=()
 # with openssl, and proxies some connections through socat.
 for tool in curl openssl socat; do command -v "$tool" >/dev/null || extra+=("$tool"); done
 # The fault-injection run (bench/faults.sh) drops and loses packets with nft in network
-# namespaces (ip, from iproute2).
+# namespaces (ip, from iproute2), and queues them to its userspace netem with iptables'
+# NFQUEUE target (tests/src/faults/netem.rs, tests/tests/netem.rs).
 command -v nft >/dev/null || extra+=(nftables)
+command -v iptables >/dev/null || extra+=(iptables)
 command -v ip >/dev/null || extra+=(iproute2)
 if [ "${#extra[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -37,13 +37,16 @@ fn in_namespace<T: Send + 'static>(body: impl FnOnce(&LocalPg) -> T + Send + 'st
     })
 }
 
-/// The server's segments to its clients (only that direction, so every reordering the
-/// netem counts is one of a single flow's segments).
+/// The server's segments to its clients (the direction that carries the large answers).
 fn queue_server_segments(pg: &LocalPg) -> QueueRules {
     let mut rules = QueueRules::new(None);
     let port = pg.port().to_string();
     rules
-        .add("OUTPUT", &["-o", "lo", "-p", "tcp", "--sport", &port], QUEUE)
+        .add(
+            "OUTPUT",
+            &["-o", "lo", "-p", "tcp", "--sport", &port],
+            QUEUE,
+        )
         .expect("the NFQUEUE rule (is iptables installed? scripts/install-deps.sh)");
     rules
 }
@@ -96,7 +99,10 @@ fn jitter_reorders_a_flows_segments_and_queries_still_succeed() {
     eprintln!("jitter: {stats:?}");
     assert!(stats.packets > 50, "{stats:?}");
     assert_eq!(stats.accepted, stats.packets, "{stats:?}");
-    assert!(stats.reordered > 0, "no segment overtook another: {stats:?}");
+    assert!(
+        stats.reordered > 0,
+        "no segment overtook another: {stats:?}"
+    );
 }
 
 #[test]
@@ -117,7 +123,10 @@ fn late_packets_are_overtaken_and_lost_packets_are_recovered() {
     };
     eprintln!("reorder and loss: {stats:?}");
     assert!(stats.late > 0 && stats.dropped > 0, "{stats:?}");
-    assert!(stats.reordered > 0, "no segment overtook a late one: {stats:?}");
+    assert!(
+        stats.reordered > 0,
+        "no segment overtook a late one: {stats:?}"
+    );
     assert_eq!(stats.accepted + stats.dropped, stats.packets, "{stats:?}");
 }
 

@@ -2,7 +2,7 @@
 //! (or writes into docs/reliability.md) the table of results. Run as root through
 //! bench/faults.sh, which installs nftables and builds this and pgtier.
 //!
-//! Options: `--short` (three scenarios of a few seconds and the ledger self-check: the CI
+//! Options: `--short` (four scenarios of a few seconds and the ledger self-check: the CI
 //! subset), `--only a,b` (scenario names), `--self-check` (only the self-check),
 //! `--doc PATH` (rewrite the table in that file), `--draft` (say the machine was loaded),
 //! `--prefix NAME` and `--subnet A.B.C` (namespace names and addresses),
@@ -169,7 +169,12 @@ fn run(options: &Options) -> std::io::Result<bool> {
     }
     let (faults, timing) = if options.short {
         (
-            vec![Fault::ReplicaPartition, Fault::KilledReplica, Fault::Loss],
+            vec![
+                Fault::ReplicaPartition,
+                Fault::KilledReplica,
+                Fault::Loss,
+                Fault::Jitter,
+            ],
             Timing {
                 baseline: Duration::from_secs(3),
                 fault: Duration::from_secs(3),

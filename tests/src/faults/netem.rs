@@ -10,7 +10,7 @@
 //! netem that stops or dies delays nothing further and blackholes nothing.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -107,7 +107,8 @@ pub struct NetemStats {
     pub dropped: u64,
     /// Packets given the extra `late_by`.
     pub late: u64,
-    /// Accepted packets that left after a packet queued later than them: real reordering.
+    /// Accepted packets that left after a later packet of their own flow (connection and
+    /// direction): the reordering the flow's receiver sees.
     pub reordered: u64,
 }
 
@@ -172,7 +173,7 @@ impl Netem {
                 rng: Rng(seed | 1),
                 held: BinaryHeap::new(),
                 arrivals: 0,
-                highest_sent: None,
+                highest_sent: HashMap::new(),
                 counters: counting,
             };
             let outcome = scheduler.run(&stopping);
@@ -218,8 +219,9 @@ impl Drop for Netem {
     }
 }
 
-/// One held packet: due time, then arrival order (the tie-break keeps equal delays in order).
-type Held = Reverse<(Instant, u64, u32)>;
+/// One held packet: due time, arrival order (the tie-break keeps equal delays in order),
+/// packet id, flow.
+type Held = Reverse<(Instant, u64, u32, Option<u64>)>;
 
 /// The thread's state: the socket, the packets held by due time, the counters.
 struct Scheduler {
@@ -228,8 +230,8 @@ struct Scheduler {
     rng: Rng,
     held: BinaryHeap<Held>,
     arrivals: u64,
-    /// The arrival number of the latest-arrived packet accepted so far.
-    highest_sent: Option<u64>,
+    /// Per flow, the arrival number of its latest-arrived packet accepted so far.
+    highest_sent: HashMap<u64, u64>,
     counters: Arc<Counters>,
 }
 
@@ -239,7 +241,7 @@ impl Scheduler {
         let mut out = Vec::with_capacity(32 * 256);
         while !stop.load(Ordering::Relaxed) {
             let wait_ms = match self.held.peek() {
-                Some(Reverse((due, _, _))) => {
+                Some(Reverse((due, ..))) => {
                     let left = due.saturating_duration_since(Instant::now());
                     // Round up: waking early would spin until the deadline.
                     i32::try_from(left.as_micros().div_ceil(1000))
@@ -270,7 +272,7 @@ impl Scheduler {
             };
             let now = Instant::now();
             for message in super::nfqueue::parse(&buf[..n]) {
-                let Message::Packet { id } = message else {
+                let Message::Packet { id, flow } = message else {
                     continue;
                 };
                 self.counters.packets.fetch_add(1, Ordering::Relaxed);
@@ -284,7 +286,8 @@ impl Scheduler {
                         if late {
                             self.counters.late.fetch_add(1, Ordering::Relaxed);
                         }
-                        self.held.push(Reverse((now + hold, self.arrivals, id)));
+                        self.held
+                            .push(Reverse((now + hold, self.arrivals, id, flow)));
                     }
                 }
             }
@@ -293,21 +296,23 @@ impl Scheduler {
 
     /// Moves every packet due by `now` into `out` as an accept.
     fn release_due(&mut self, now: Instant, out: &mut Vec<u8>) {
-        while let Some(Reverse((due, arrival, id))) = self.held.peek().copied() {
+        while let Some(Reverse((due, arrival, id, flow))) = self.held.peek().copied() {
             if due > now {
                 break;
             }
             self.held.pop();
-            self.accept(arrival, id, out);
+            self.accept(arrival, id, flow, out);
         }
     }
 
-    fn accept(&mut self, arrival: u64, id: u32, out: &mut Vec<u8>) {
-        match self.highest_sent {
-            Some(highest) if arrival < highest => {
+    fn accept(&mut self, arrival: u64, id: u32, flow: Option<u64>, out: &mut Vec<u8>) {
+        if let Some(flow) = flow {
+            let highest = self.highest_sent.entry(flow).or_insert(arrival);
+            if arrival < *highest {
                 self.counters.reordered.fetch_add(1, Ordering::Relaxed);
+            } else {
+                *highest = arrival;
             }
-            _ => self.highest_sent = Some(arrival),
         }
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         push_verdict(out, self.socket.queue(), id, Verdict::Accept);
@@ -326,8 +331,8 @@ impl Scheduler {
     /// Accepts every held packet now (the netem is stopping).
     fn release_all(&mut self) -> io::Result<()> {
         let mut out = Vec::new();
-        while let Some(Reverse((_, arrival, id))) = self.held.pop() {
-            self.accept(arrival, id, &mut out);
+        while let Some(Reverse((_, arrival, id, flow))) = self.held.pop() {
+            self.accept(arrival, id, flow, &mut out);
         }
         self.flush(&mut out)
     }

@@ -1,6 +1,7 @@
 //! The kernel's nfnetlink_queue protocol, spoken over a raw `AF_NETLINK` /
 //! `NETLINK_NETFILTER` socket: bind a queue number, receive each queued packet's id, and
-//! send a verdict (accept or drop) for any id, in any order. This is what the harness's
+//! send a verdict (accept or drop) for any id, in any order. Only the first bytes of each
+//! packet are copied (its IP and port headers, to tell its flow). This is what the harness's
 //! packet-level netem (`netem.rs`) stands on, since this kernel has no `tc netem` and no
 //! nft `queue` statement; packets reach the queue through iptables' `NFQUEUE` target.
 //!
@@ -26,14 +27,17 @@ const CFG_FLAGS: u16 = 5;
 /// Configuration commands (`NFQNL_CFG_CMD_*`).
 const CMD_BIND: u8 = 1;
 const CMD_UNBIND: u8 = 2;
-/// Copy only the packet's metadata (id, hook), never its bytes: verdicts need only the id.
-const COPY_META: u8 = 1;
+/// Copy the packet's metadata and its first `COPY_RANGE` bytes: verdicts need only the id,
+/// and the IP and port headers name the packet's flow (for counting real reordering).
+const COPY_PACKET: u8 = 2;
+const COPY_RANGE: u32 = 64;
 /// `NFQA_CFG_F_FAIL_OPEN`: when the queue is full, or a packet cannot be handed to us, the
 /// kernel accepts it rather than dropping it.
 const FLAG_FAIL_OPEN: u32 = 1;
 /// Packet attributes (`NFQA_*`).
 const ATTR_PACKET_HDR: u16 = 1;
 const ATTR_VERDICT_HDR: u16 = 2;
+const ATTR_PAYLOAD: u16 = 10;
 /// The attribute type without its nested/byte-order bits.
 const ATTR_TYPE_MASK: u16 = 0x3fff;
 /// `NLMSG_ERROR`: an acknowledgement (error 0) or a refusal (a negative errno).
@@ -53,8 +57,9 @@ pub enum Verdict {
 /// One message from the kernel, as far as a verdict-only listener cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Message {
-    /// A packet was queued; its verdict is owed by `id`.
-    Packet { id: u32 },
+    /// A packet was queued; its verdict is owed by `id`. `flow` names its connection and
+    /// direction (a hash of addresses, protocol and ports), when its headers were readable.
+    Packet { id: u32, flow: Option<u64> },
     /// The answer to request `seq`: 0 for success, else a positive errno.
     Ack { seq: u32, errno: i32 },
     /// Anything else (ignored).
@@ -116,13 +121,13 @@ fn command_request(seq: u32, queue: u16, command: u8) -> Vec<u8> {
     out
 }
 
-/// The request setting a bound queue's parameters: metadata only, at most `max_len`
+/// The request setting a bound queue's parameters: the headers only, at most `max_len`
 /// packets held, fail-open.
 pub fn params_request(seq: u32, queue: u16, max_len: u32) -> Vec<u8> {
     let mut attrs = Vec::new();
     // nfqnl_msg_config_params (packed): copy_range (big-endian), copy_mode.
-    let mut params = 0u32.to_be_bytes().to_vec();
-    params.push(COPY_META);
+    let mut params = COPY_RANGE.to_be_bytes().to_vec();
+    params.push(COPY_PACKET);
     push_attr(&mut attrs, CFG_PARAMS, &params);
     push_attr(&mut attrs, CFG_QUEUE_MAXLEN, &max_len.to_be_bytes());
     // The kernel changes only the flags named in the mask.
@@ -175,10 +180,7 @@ fn parse_one(kind: u16, seq: u32, body: &[u8]) -> Message {
         return match body.get(..4) {
             Some(bytes) => {
                 let error = i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                Message::Ack {
-                    seq,
-                    errno: -error,
-                }
+                Message::Ack { seq, errno: -error }
             }
             None => Message::Other,
         };
@@ -186,6 +188,7 @@ fn parse_one(kind: u16, seq: u32, body: &[u8]) -> Message {
     if kind != (SUBSYS_QUEUE << 8) | MSG_PACKET || body.len() < NFGEN_HDR_LEN {
         return Message::Other;
     }
+    let (mut id, mut flow) = (None, None);
     let mut attrs = &body[NFGEN_HDR_LEN..];
     while attrs.len() >= 4 {
         let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
@@ -193,14 +196,42 @@ fn parse_one(kind: u16, seq: u32, body: &[u8]) -> Message {
         if len < 4 || len > attrs.len() {
             break;
         }
-        if kind == ATTR_PACKET_HDR && len >= 8 {
+        match kind {
             // nfqnl_msg_packet_hdr: the packet id (big-endian) comes first.
-            let id = u32::from_be_bytes([attrs[4], attrs[5], attrs[6], attrs[7]]);
-            return Message::Packet { id };
+            ATTR_PACKET_HDR if len >= 8 => {
+                id = Some(u32::from_be_bytes([attrs[4], attrs[5], attrs[6], attrs[7]]));
+            }
+            ATTR_PAYLOAD => flow = flow_of(&attrs[4..len]),
+            _ => {}
         }
         attrs = &attrs[align4(len).min(attrs.len())..];
     }
-    Message::Other
+    match id {
+        Some(id) => Message::Packet { id, flow },
+        None => Message::Other,
+    }
+}
+
+/// A hash of an IP packet's addresses, protocol and (for TCP and UDP) ports: one value per
+/// connection and direction. `None` when the headers are not there to read.
+pub fn flow_of(packet: &[u8]) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let (addresses, protocol, transport) = match packet.first()? >> 4 {
+        4 => {
+            let header_len = usize::from(packet.first()? & 0x0f) * 4;
+            (packet.get(12..20)?, *packet.get(9)?, header_len)
+        }
+        // Extension headers are not walked: the next header is taken as the transport.
+        6 => (packet.get(8..40)?, *packet.get(6)?, 40),
+        _ => return None,
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    addresses.hash(&mut hasher);
+    protocol.hash(&mut hasher);
+    if protocol == 6 || protocol == 17 {
+        packet.get(transport..transport + 4)?.hash(&mut hasher);
+    }
+    Some(hasher.finish())
 }
 
 /// A netlink socket bound to one queue of the calling thread's network namespace. The
@@ -214,7 +245,7 @@ pub struct QueueSocket {
 }
 
 impl QueueSocket {
-    /// Opens the socket, binds `queue` (metadata only, fail-open, at most `max_len` held).
+    /// Opens the socket, binds `queue` (headers only, fail-open, at most `max_len` held).
     pub fn bind(queue: u16, max_len: u32) -> io::Result<QueueSocket> {
         // SAFETY: socket takes plain integers and returns a new descriptor or -1.
         let raw = unsafe {
@@ -401,8 +432,19 @@ mod tests {
         // 16 + 4 + (12 params + 8 maxlen + 8 flags + 8 mask).
         assert_eq!(out.len(), 56);
         assert_eq!(u16::from_ne_bytes([out[20], out[21]]), 9);
-        assert_eq!(&out[24..29], &[0, 0, 0, 0, COPY_META]);
+        assert_eq!(&out[24..29], &[0, 0, 0, 64, COPY_PACKET]);
         assert_eq!(&out[36..40], &4096u32.to_be_bytes());
+    }
+
+    /// The first bytes of an IPv4 TCP segment from 10.0.0.1:`port` to 10.0.0.2:5432.
+    fn tcp_segment(port: u16) -> Vec<u8> {
+        let mut packet = vec![
+            0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        packet.extend_from_slice(&port.to_be_bytes());
+        packet.extend_from_slice(&5432u16.to_be_bytes());
+        packet.extend_from_slice(&[0; 16]);
+        packet
     }
 
     /// A packet message as the kernel sends it: a header attribute and a payload attribute.
@@ -413,9 +455,26 @@ mod tests {
         let mut header = id.to_be_bytes().to_vec();
         header.extend_from_slice(&[0x08, 0x00, 3]);
         push_attr(&mut attrs, ATTR_PACKET_HDR, &header);
+        push_attr(&mut attrs, ATTR_PAYLOAD, &tcp_segment(40000 + id as u16));
         let mut out = Vec::new();
         push_message(&mut out, MSG_PACKET, 0, 0, 1, &attrs);
         out
+    }
+
+    fn packet(id: u32) -> Message {
+        Message::Packet {
+            id,
+            flow: flow_of(&tcp_segment(40000 + id as u16)),
+        }
+    }
+
+    #[test]
+    fn a_flow_is_its_addresses_and_ports() {
+        let one = flow_of(&tcp_segment(1000)).expect("IPv4 TCP");
+        assert_eq!(flow_of(&tcp_segment(1000)), Some(one));
+        assert_ne!(flow_of(&tcp_segment(1001)), Some(one));
+        assert_eq!(flow_of(&tcp_segment(1000)[..21]), None);
+        assert_eq!(flow_of(&[0x15; 40]), None);
     }
 
     #[test]
@@ -434,8 +493,8 @@ mod tests {
         assert_eq!(
             parse(&datagram),
             vec![
-                Message::Packet { id: 41 },
-                Message::Packet { id: 42 },
+                packet(41),
+                packet(42),
                 Message::Ack {
                     seq: 5,
                     errno: libc::EPERM
@@ -450,7 +509,7 @@ mod tests {
         let full = datagram.len();
         datagram.extend(packet_message(2));
         datagram.truncate(full + 10);
-        assert_eq!(parse(&datagram), vec![Message::Packet { id: 1 }]);
+        assert_eq!(parse(&datagram), vec![packet(1)]);
         assert!(parse(&[0xff; 40]).is_empty());
     }
 }

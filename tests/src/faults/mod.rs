@@ -19,3 +19,4 @@ pub mod proxy;
 pub mod relay;
 pub mod report;
 pub mod scenarios;
+pub mod session;

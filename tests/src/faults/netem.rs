@@ -173,7 +173,7 @@ impl Netem {
                 rng: Rng(seed | 1),
                 held: BinaryHeap::new(),
                 arrivals: 0,
-                highest_sent: HashMap::new(),
+                order: FlowOrder::default(),
                 counters: counting,
             };
             let outcome = scheduler.run(&stopping);
@@ -230,8 +230,7 @@ struct Scheduler {
     rng: Rng,
     held: BinaryHeap<Held>,
     arrivals: u64,
-    /// Per flow, the arrival number of its latest-arrived packet accepted so far.
-    highest_sent: HashMap<u64, u64>,
+    order: FlowOrder,
     counters: Arc<Counters>,
 }
 
@@ -306,13 +305,8 @@ impl Scheduler {
     }
 
     fn accept(&mut self, arrival: u64, id: u32, flow: Option<u64>, out: &mut Vec<u8>) {
-        if let Some(flow) = flow {
-            let highest = self.highest_sent.entry(flow).or_insert(arrival);
-            if arrival < *highest {
-                self.counters.reordered.fetch_add(1, Ordering::Relaxed);
-            } else {
-                *highest = arrival;
-            }
+        if self.order.overtaken(flow, arrival) {
+            self.counters.reordered.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         push_verdict(out, self.socket.queue(), id, Verdict::Accept);
@@ -335,6 +329,29 @@ impl Scheduler {
             self.accept(arrival, id, flow, &mut out);
         }
         self.flush(&mut out)
+    }
+}
+
+/// Which accepted packets left after a later packet of their own flow.
+#[derive(Debug, Default)]
+struct FlowOrder {
+    /// Per flow, the arrival number of its latest-arrived packet accepted so far.
+    highest: HashMap<u64, u64>,
+}
+
+impl FlowOrder {
+    /// Notes that the packet that arrived `arrival`-th, of `flow`, leaves now; true when a
+    /// packet of the same flow that arrived after it already left.
+    fn overtaken(&mut self, flow: Option<u64>, arrival: u64) -> bool {
+        let Some(flow) = flow else {
+            return false;
+        };
+        let highest = self.highest.entry(flow).or_insert(arrival);
+        if arrival < *highest {
+            return true;
+        }
+        *highest = arrival;
+        false
     }
 }
 
@@ -476,6 +493,18 @@ mod tests {
             }
         }
         assert!((800..1200).contains(&late), "{late} of 10000 late");
+    }
+
+    #[test]
+    fn only_a_packet_overtaken_within_its_own_flow_counts() {
+        let mut order = FlowOrder::default();
+        // Flow 1 sends arrivals 1 and 3, flow 2 arrival 2; 2 leaves first, then 3, then 1.
+        assert!(!order.overtaken(Some(2), 2));
+        assert!(!order.overtaken(Some(1), 3));
+        assert!(order.overtaken(Some(1), 1));
+        // Another flow's later packet leaving first is no reordering of this one.
+        assert!(!order.overtaken(Some(2), 4));
+        assert!(!order.overtaken(None, 0));
     }
 
     #[test]

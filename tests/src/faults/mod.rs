@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod load;
 pub mod measure;
 pub mod netem;
+pub mod netem_cli;
 pub mod netns;
 pub mod nfqueue;
 pub mod nodes;

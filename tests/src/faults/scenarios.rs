@@ -130,7 +130,8 @@ fn run_one(
     let target = fault.replica().map(|index| replicas[index - 1].clone());
     // The netem listens for the whole scenario; its rules route the replica's packets to it
     // only while the fault lasts.
-    let netem_ns = lab.ns(Host::Node(1));
+    let netem_host = Host::Node(fault.replica().map_or(1, |index| index as u8));
+    let netem_ns = lab.ns(netem_host);
     let netem = match fault.netem() {
         Some(spec) => Some(Netem::start(
             Some(netem_ns.clone()),

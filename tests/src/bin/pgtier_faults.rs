@@ -239,9 +239,11 @@ fn run(options: &Options) -> std::io::Result<bool> {
     let faults = options.only.clone().unwrap_or(faults);
     let results = scenarios::run_all(&lab, &faults, timing, &options.settings, |result| {
         eprintln!(
-            "faults: {} done: {}",
+            "faults: {} done: {}; client errors: reads {:?}, writes {:?}",
             result.fault.name(),
-            result.ledger.summary()
+            result.ledger.summary(),
+            result.read_errors,
+            result.write_errors
         );
     })?;
     for result in &results {

@@ -3,13 +3,15 @@
 # writes (issue 26). Runs tests/src/bin/pgtier_faults.rs (module tests/src/faults/): pgtier,
 # the clients and a primary with two streaming replicas each in their own network namespace
 # (`faults-*`, 10.26.10.0/24 on a bridge), faults injected under load (nftables drops and
-# loss, a delaying relay, SIGSTOP, SIGKILL, switchover, failover), the ledger checked on the
-# primary after each scenario. Traffic stays inside those namespaces. Needs root.
+# loss, a delaying relay, a userspace netem over iptables' NFQUEUE for per-packet delay,
+# jitter and reordering, SIGSTOP, SIGKILL, switchover, failover), the ledger checked on the
+# primary after each scenario. Traffic stays inside those namespaces. Needs root, and
+# installs nftables and iptables when missing.
 #
 # Usage: bash bench/faults.sh [--short] [--only a,b] [--draft] [--no-doc]
-#   default: every scenario (about 6 minutes), release build, and the table is written into
+#   default: every scenario (about 8 minutes), release build, and the table is written into
 #            docs/reliability.md;
-#   --short: the CI subset (ledger self-check and three scenarios, about a minute), debug
+#   --short: the CI subset (ledger self-check and four scenarios, about 90 s), debug
 #            build, the table only printed;
 #   --draft: the header says the machine was loaded (figures indicative only).
 # Environment: PROFILE=release|debug (default: release, debug with --short),
@@ -36,6 +38,10 @@ fi
 if ! command -v nft >/dev/null; then
   echo "faults.sh: installing nftables (the nft tool; the kernel side is built in)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y nftables >/dev/null
+fi
+if ! command -v iptables >/dev/null; then
+  echo "faults.sh: installing iptables (its NFQUEUE target feeds the harness's netem)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y iptables >/dev/null
 fi
 command -v ip >/dev/null || { echo "faults.sh: iproute2 (ip) is needed" >&2; exit 2; }
 

@@ -32,8 +32,10 @@ extra=()
 # with openssl, and proxies some connections through socat.
 for tool in curl openssl socat; do command -v "$tool" >/dev/null || extra+=("$tool"); done
 # The fault-injection run (bench/faults.sh) drops and loses packets with nft in network
-# namespaces (ip, from iproute2).
+# namespaces (ip, from iproute2), and queues them to its userspace netem with iptables'
+# NFQUEUE target (tests/src/faults/netem.rs, tests/tests/netem.rs).
 command -v nft >/dev/null || extra+=(nftables)
+command -v iptables >/dev/null || extra+=(iptables)
 command -v ip >/dev/null || extra+=(iproute2)
 # The Debian package (scripts/package.sh, tests/tests/package.rs): dpkg-shlibdeps and strip,
 # lintian, man to render its pages, systemd-analyze to verify its units, logrotate to rotate

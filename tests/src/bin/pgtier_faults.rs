@@ -2,18 +2,21 @@
 //! (or writes into docs/reliability.md) the table of results. Run as root through
 //! bench/faults.sh, which installs nftables and builds this and pgtier.
 //!
-//! Options: `--short` (three scenarios of a few seconds and the ledger self-check: the CI
+//! Options: `--short` (four scenarios of a few seconds and the ledger self-check: the CI
 //! subset), `--only a,b` (scenario names), `--self-check` (only the self-check),
 //! `--doc PATH` (rewrite the table in that file), `--draft` (say the machine was loaded),
 //! `--prefix NAME` and `--subnet A.B.C` (namespace names and addresses),
 //! `--setting KEY=VALUE` and `--entry-setting KEY=VALUE` (further `[pgtier]` and reader
 //! entry lines, TOML values), `--cleanup` (remove a lab a killed run left behind).
+//! `--netem ...` runs the packet-level netem alone on one link until SIGINT or SIGTERM
+//! (tests/src/faults/netem_cli.rs).
 //! Exits 1 when an acknowledged write is lost, a write duplicated, or the self-check fails.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use pgtier_tests::faults::netem_cli::NetemOptions;
 use pgtier_tests::faults::netns::Lab;
 use pgtier_tests::faults::proxy::Settings;
 use pgtier_tests::faults::report;
@@ -77,6 +80,10 @@ fn parse() -> Result<Options, String> {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--netem") {
+        return netem_alone(&args[1..]);
+    }
     let options = match parse() {
         Ok(options) => options,
         Err(message) => {
@@ -106,22 +113,60 @@ fn main() -> ExitCode {
     }
 }
 
-/// SIGINT or SIGTERM tears the lab down before exiting: the processes in its namespaces
-/// (servers, pgtier) would otherwise outlive the harness. The signals are blocked in every
-/// thread and taken by one that waits for them (processes this one starts get an empty
-/// mask: std's spawn resets it).
-fn catch_interrupts(prefix: &str) {
+/// `--netem`: the netem on one link until SIGINT or SIGTERM, then its counts.
+fn netem_alone(args: &[String]) -> ExitCode {
+    let options = match NetemOptions::parse(args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("pgtier-faults: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    // Blocked before the netem's thread starts, so that it inherits the mask and the
+    // signals wait for `sigwait` here.
+    let set = block_interrupts();
+    let outcome = pgtier_tests::faults::netem_cli::run(&options, || {
+        eprintln!(
+            "pgtier-faults: netem on {} ({:?}); SIGINT to stop",
+            options.link, options.spec
+        );
+        let mut signal: libc::c_int = 0;
+        // SAFETY: `set` is an initialized sigset_t, `signal` a valid out-pointer.
+        unsafe { libc::sigwait(&set, &mut signal) };
+    });
+    match outcome {
+        Ok(stats) => {
+            println!("{stats:?}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("pgtier-faults: netem: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts from now on).
+fn block_interrupts() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data that sigemptyset initializes; the calls take pointers
     // to it that live across them; pthread_sigmask changes only this thread's mask, which
     // the threads started afterwards inherit.
-    let set = unsafe {
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
-    };
+    }
+}
+
+/// SIGINT or SIGTERM tears the lab down before exiting: the processes in its namespaces
+/// (servers, pgtier) would otherwise outlive the harness. The signals are blocked in every
+/// thread and taken by one that waits for them (processes this one starts get an empty
+/// mask: std's spawn resets it).
+fn catch_interrupts(prefix: &str) {
+    let set = block_interrupts();
     let prefix = prefix.to_string();
     std::thread::spawn(move || {
         let mut signal: libc::c_int = 0;
@@ -169,7 +214,12 @@ fn run(options: &Options) -> std::io::Result<bool> {
     }
     let (faults, timing) = if options.short {
         (
-            vec![Fault::ReplicaPartition, Fault::KilledReplica, Fault::Loss],
+            vec![
+                Fault::ReplicaPartition,
+                Fault::KilledReplica,
+                Fault::Loss,
+                Fault::Jitter,
+            ],
             Timing {
                 baseline: Duration::from_secs(3),
                 fault: Duration::from_secs(3),
@@ -189,9 +239,11 @@ fn run(options: &Options) -> std::io::Result<bool> {
     let faults = options.only.clone().unwrap_or(faults);
     let results = scenarios::run_all(&lab, &faults, timing, &options.settings, |result| {
         eprintln!(
-            "faults: {} done: {}",
+            "faults: {} done: {}; client errors: reads {:?}, writes {:?}",
             result.fault.name(),
-            result.ledger.summary()
+            result.ledger.summary(),
+            result.read_errors,
+            result.write_errors
         );
     })?;
     for result in &results {

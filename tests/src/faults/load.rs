@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::SimpleQueryMessage;
 
 use super::ledger::{Outcome, WriteRecord};
 use super::netns::{Host, Lab};
+use super::session::Session;
 
 /// Rows of the `accounts` table the readers pick from.
 pub const ACCOUNTS: u64 = 100_000;
@@ -180,7 +181,7 @@ impl Ctx {
         report.ledger.push(WriteRecord { id, at, outcome });
     }
 
-    async fn connect(&self, database: &str) -> Result<Client, String> {
+    async fn connect(&self, database: &str) -> Result<Session, String> {
         let mut config = tokio_postgres::Config::new();
         config
             .host(self.spec.pgtier.ip().to_string())
@@ -188,16 +189,7 @@ impl Ctx {
             .user("postgres")
             .dbname(database)
             .connect_timeout(self.spec.op_timeout);
-        match tokio::time::timeout(self.spec.op_timeout, config.connect(NoTls)).await {
-            Ok(Ok((client, connection))) => {
-                tokio::task::spawn_local(async move {
-                    let _ = connection.await;
-                });
-                Ok(client)
-            }
-            Ok(Err(error)) => Err(format!("connect: {}", error_kind(&error))),
-            Err(_) => Err("connect: client timeout".to_string()),
-        }
+        Session::connect(&config, self.spec.op_timeout).await
     }
 }
 
@@ -248,7 +240,7 @@ async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {
 async fn reader(ctx: Rc<Ctx>, index: usize) {
     let mut rng =
         0x9E37_79B9_7F4A_7C15_u64 ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
-    let mut client: Option<Client> = None;
+    let mut client: Option<Session> = None;
     while !ctx.stopped() {
         let current = match client.take() {
             Some(current) => current,
@@ -266,14 +258,15 @@ async fn reader(ctx: Rc<Ctx>, index: usize) {
         rng ^= rng << 17;
         let aid = 1 + rng % ACCOUNTS;
         let sql = format!("SELECT abalance FROM accounts WHERE aid = {aid}");
-        match tokio::time::timeout(ctx.spec.op_timeout, current.simple_query(&sql)).await {
+        match tokio::time::timeout(ctx.spec.op_timeout, current.client().simple_query(&sql)).await {
             Ok(Ok(_)) => {
                 ctx.read_done();
                 client = Some(current);
             }
             Ok(Err(error)) => {
-                ctx.read_error(error_kind(&error));
-                if !connection_died(&error, &current) {
+                let failure = current.failure(&error);
+                ctx.read_error(failure.kind);
+                if !failure.died {
                     client = Some(current);
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -284,7 +277,7 @@ async fn reader(ctx: Rc<Ctx>, index: usize) {
 }
 
 async fn writer(ctx: Rc<Ctx>, index: usize) {
-    let mut client: Option<Client> = None;
+    let mut client: Option<Session> = None;
     let mut sequence: i64 = 0;
     while !ctx.stopped() {
         let current = match client.take() {
@@ -318,19 +311,20 @@ async fn writer(ctx: Rc<Ctx>, index: usize) {
 
 /// One ledger write: BEGIN, INSERT, COMMIT, each a round trip. Returns the outcome and
 /// whether the connection may be used again.
-async fn write_once(ctx: &Ctx, client: &Client, index: usize, id: i64) -> (Outcome, bool) {
+async fn write_once(ctx: &Ctx, session: &Session, index: usize, id: i64) -> (Outcome, bool) {
     let insert = format!("INSERT INTO ledger(id, writer) VALUES ({id}, {index})");
     let steps = [("BEGIN", false), (insert.as_str(), false), ("COMMIT", true)];
     for (sql, is_commit) in steps {
         ctx.in_flight.borrow_mut().insert(index, (id, is_commit));
-        match tokio::time::timeout(ctx.spec.op_timeout, client.simple_query(sql)).await {
+        match tokio::time::timeout(ctx.spec.op_timeout, session.client().simple_query(sql)).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => {
-                let kind = error_kind(&error);
-                let died = connection_died(&error, client);
+                let failure = session.failure(&error);
+                let kind = failure.kind;
                 // An ERROR inside the block leaves it aborted: the connection is dropped
-                // rather than rolled back, which aborts it all the same.
-                let outcome = if is_commit && died {
+                // rather than rolled back, which aborts it all the same. A COMMIT never
+                // sent (the connection had ended before it) did not commit.
+                let outcome = if is_commit && failure.died && failure.sent {
                     Outcome::Unknown { kind }
                 } else {
                     Outcome::Failed { kind }
@@ -353,9 +347,9 @@ async fn write_once(ctx: &Ctx, client: &Client, index: usize, id: i64) -> (Outco
 
 /// Reads `id` back in a new transaction of the same session: the reader entry must route it
 /// to a server that has the write. Returns whether the connection may be used again.
-async fn read_own_write(ctx: &Ctx, client: &Client, id: i64) -> bool {
+async fn read_own_write(ctx: &Ctx, session: &Session, id: i64) -> bool {
     let sql = format!("SELECT count(*) FROM ledger WHERE id = {id}");
-    match tokio::time::timeout(ctx.spec.op_timeout, client.simple_query(&sql)).await {
+    match tokio::time::timeout(ctx.spec.op_timeout, session.client().simple_query(&sql)).await {
         Ok(Ok(messages)) => {
             let seen = messages.iter().any(|message| {
                 matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("1"))
@@ -368,8 +362,9 @@ async fn read_own_write(ctx: &Ctx, client: &Client, id: i64) -> bool {
             true
         }
         Ok(Err(error)) => {
-            ctx.write_error(format!("read own write: {}", error_kind(&error)));
-            !connection_died(&error, client)
+            let failure = session.failure(&error);
+            ctx.write_error(format!("read own write: {}", failure.kind));
+            !failure.died
         }
         Err(_) => {
             ctx.write_error("read own write: client timeout".to_string());
@@ -381,7 +376,7 @@ async fn read_own_write(ctx: &Ctx, client: &Client, id: i64) -> bool {
 /// Polls SHOW REPLICAS every 100 ms and notes each change of a replica's state.
 async fn console_poller(ctx: Rc<Ctx>) {
     let mut last: HashMap<String, String> = HashMap::new();
-    let mut console: Option<Client> = None;
+    let mut console: Option<Session> = None;
     while !ctx.stopped() {
         let current = match console.take() {
             Some(current) => current,
@@ -395,7 +390,7 @@ async fn console_poller(ctx: Rc<Ctx>) {
         };
         let answer = tokio::time::timeout(
             Duration::from_secs(2),
-            current.simple_query("SHOW REPLICAS"),
+            current.client().simple_query("SHOW REPLICAS"),
         )
         .await;
         if let Ok(Ok(messages)) = answer {
@@ -418,38 +413,5 @@ async fn console_poller(ctx: Rc<Ctx>) {
             console = Some(current);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// An error as a client would file it: its SQLSTATE, or what happened to the connection.
-pub fn error_kind(error: &tokio_postgres::Error) -> String {
-    if let Some(db) = error.as_db_error() {
-        return db.code().code().to_string();
-    }
-    if error.is_closed() {
-        return "connection closed".to_string();
-    }
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<io::Error>() {
-            return match io.kind() {
-                // The peer went away: libpq and JDBC both call this a connection failure.
-                io::ErrorKind::ConnectionReset
-                | io::ErrorKind::BrokenPipe
-                | io::ErrorKind::UnexpectedEof
-                | io::ErrorKind::ConnectionAborted => "connection closed".to_string(),
-                kind => format!("io {kind:?}"),
-            };
-        }
-        source = cause.source();
-    }
-    "connection closed".to_string()
-}
-
-/// True when the error ended the connection (a FATAL, or a socket failure).
-fn connection_died(error: &tokio_postgres::Error, client: &Client) -> bool {
-    match error.as_db_error() {
-        Some(db) => db.severity() == "FATAL" || db.severity() == "PANIC" || client.is_closed(),
-        None => true,
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::fault::Fault;
 use super::ledger::{LedgerCheck, Outcome};
 use super::load::{BUCKET, LoadReport};
+use super::netem::NetemStats;
 
 /// What one scenario measured.
 #[derive(Clone, Debug)]
@@ -31,6 +32,8 @@ pub struct ScenarioResult {
     /// Reads of a session's own acknowledged write, and how many missed it.
     pub ryw_reads: u32,
     pub ryw_stale: u32,
+    /// What the packet-level netem did, for the faults it injects.
+    pub netem: Option<NetemStats>,
 }
 
 /// The moments of a scenario, from the start of its load.
@@ -84,6 +87,7 @@ pub fn measure(
         window: phases.end.saturating_sub(phases.recovery_from),
         ryw_reads: report.ryw_reads,
         ryw_stale: report.ryw_stale,
+        netem: None,
     }
 }
 

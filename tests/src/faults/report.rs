@@ -103,15 +103,16 @@ fn row(result: &ScenarioResult) -> String {
         "; read-your-writes: {} reads, {} stale",
         result.ryw_reads, result.ryw_stale
     );
+    if let Some(netem) = &result.netem {
+        let _ = write!(
+            ledger_cell,
+            "; netem: {} packets, {} overtaken within their connection, {} dropped",
+            netem.packets, netem.reordered, netem.dropped
+        );
+    }
     let detection = match result.detection {
         Some(at) => format!("{} (SHOW REPLICAS down)", seconds(at)),
-        None if matches!(
-            result.fault,
-            Fault::ReplicaPartition | Fault::Delay | Fault::HungReplica | Fault::KilledReplica
-        ) =>
-        {
-            "not marked down".to_string()
-        }
+        None if result.fault.replica().is_some() => "not marked down".to_string(),
         None => "— (not a replica fault)".to_string(),
     };
     let mut recovery = match result.recovery {

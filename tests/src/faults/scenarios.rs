@@ -12,6 +12,7 @@ pub use super::fault::Fault;
 use super::ledger::{self, Outcome};
 use super::load::{Load, LoadSpec};
 use super::measure::{Phases, ScenarioResult, measure};
+use super::netem::{Netem, QueueRules};
 use super::netns::{self, Host, Lab};
 use super::nodes::{Node, PG_PORT};
 use super::proxy::{LabPgtier, Settings};
@@ -127,6 +128,20 @@ fn run_one(
         }
     }
     let target = fault.replica().map(|index| replicas[index - 1].clone());
+    // The netem listens for the whole scenario; its rules route the replica's packets to it
+    // only while the fault lasts.
+    let netem_host = Host::Node(fault.replica().map_or(1, |index| index as u8));
+    let netem_ns = lab.ns(netem_host);
+    let netem = match fault.netem() {
+        Some(spec) => Some(Netem::start(
+            Some(netem_ns.clone()),
+            NETEM_QUEUE,
+            spec,
+            id_base as u64,
+        )?),
+        None => None,
+    };
+    let mut rules = QueueRules::new(Some(netem_ns));
     let pgtier = LabPgtier::start(
         lab,
         dir,
@@ -137,10 +152,10 @@ fn run_one(
     let load = Load::start(lab, spec(pgtier.addr(), timing, id_base))?;
     sleep_until(&load, timing.baseline);
     let fault_at = load.elapsed();
-    inject(lab, cluster, fault, relay.as_ref())?;
+    inject(lab, cluster, fault, relay.as_ref(), &mut rules)?;
     sleep_until(&load, fault_at + timing.fault);
     let heal_at = load.elapsed();
-    heal(lab, cluster, fault, relay.as_ref())?;
+    heal(lab, cluster, fault, relay.as_ref(), &mut rules)?;
     sleep_until(&load, heal_at + timing.after);
     let end = load.elapsed();
     let report = load.finish()?;
@@ -156,8 +171,10 @@ fn run_one(
     }
     drop(pgtier);
     drop(relay);
+    rules.clear()?;
+    let netem = netem.map(Netem::stop).transpose()?;
     let recovery_from = if fault.promotes() { fault_at } else { heal_at };
-    Ok(measure(
+    let mut result = measure(
         fault,
         &report,
         checked,
@@ -168,7 +185,18 @@ fn run_one(
             end,
         },
         target.as_deref(),
-    ))
+    );
+    result.netem = netem;
+    Ok(result)
+}
+
+/// The NFQUEUE number of the netem (queues are per namespace).
+const NETEM_QUEUE: u16 = 0;
+
+/// Sends every packet on the netem host's link, both ways, to the netem's queue.
+fn queue_link(rules: &mut QueueRules) -> io::Result<()> {
+    rules.add("INPUT", &["-i", "eth0"], NETEM_QUEUE)?;
+    rules.add("OUTPUT", &["-o", "eth0"], NETEM_QUEUE)
 }
 
 fn parse_ip(text: &str) -> io::Result<std::net::IpAddr> {
@@ -183,8 +211,15 @@ fn sleep_until(load: &Load, at: Duration) {
     }
 }
 
-fn inject(lab: &Lab, cluster: &mut Cluster, fault: Fault, relay: Option<&Relay>) -> io::Result<()> {
+fn inject(
+    lab: &Lab,
+    cluster: &mut Cluster,
+    fault: Fault,
+    relay: Option<&Relay>,
+    rules: &mut QueueRules,
+) -> io::Result<()> {
     match fault {
+        Fault::PacketDelay | Fault::Jitter | Fault::Reordering => queue_link(rules),
         Fault::ReplicaPartition => lab.nft_load(Host::Node(1), &netns::partition_ruleset()),
         Fault::PrimaryPartition => lab.nft_load(Host::Node(0), &netns::partition_ruleset()),
         Fault::Delay => {
@@ -212,8 +247,16 @@ fn inject(lab: &Lab, cluster: &mut Cluster, fault: Fault, relay: Option<&Relay>)
     }
 }
 
-fn heal(lab: &Lab, cluster: &mut Cluster, fault: Fault, relay: Option<&Relay>) -> io::Result<()> {
+fn heal(
+    lab: &Lab,
+    cluster: &mut Cluster,
+    fault: Fault,
+    relay: Option<&Relay>,
+    rules: &mut QueueRules,
+) -> io::Result<()> {
     match fault {
+        // Packets already held still leave at their time.
+        Fault::PacketDelay | Fault::Jitter | Fault::Reordering => rules.clear(),
         Fault::ReplicaPartition => lab.nft_flush(Host::Node(1)),
         Fault::PrimaryPartition => lab.nft_flush(Host::Node(0)),
         Fault::Delay => {

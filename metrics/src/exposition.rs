@@ -148,6 +148,7 @@ impl Collector for PgtierCollector {
         self.databases(&mut encoder)?;
         self.digests(&mut encoder)?;
         self.classes(&mut encoder)?;
+        self.fleet(&mut encoder)?;
         let map = self.sources.routing.map.load_full();
         encode_replicas(&mut encoder, map.routers())?;
         encode_readers(&mut encoder, map.readers())
@@ -155,6 +156,97 @@ impl Collector for PgtierCollector {
 }
 
 impl PgtierCollector {
+    /// The fleet families (docs/fleet.md), only while `fleet_name` is set.
+    fn fleet(&self, encoder: &mut DescriptorEncoder<'_>) -> Encoded {
+        let status = &self.sources.routing.fleet;
+        let view = status.view();
+        if view.mode == "off" {
+            return Ok(());
+        }
+        let fleet = [("fleet", &*view.name)];
+        family(
+            encoder,
+            "pgtier_fleet_mode",
+            "this host's fleet mode as a label: fleet (the shared table) or local (the store is unreachable)",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_family(&[("fleet", &*view.name), ("mode", view.mode)])?
+        .encode_gauge(&1u32)?;
+        let live = view.members.iter().filter(|member| member.live).count() as u64;
+        let gauges = [
+            (
+                "pgtier_fleet_leader",
+                "1 while this host is the fleet's leader",
+                u64::from(view.is_leader),
+            ),
+            (
+                "pgtier_fleet_version",
+                "the newest fleet role-table version this host applied",
+                view.version,
+            ),
+            (
+                "pgtier_fleet_stored_version",
+                "the newest role-table version in the store",
+                view.stored_version,
+            ),
+            (
+                "pgtier_fleet_live_members",
+                "members whose last report is younger than fleet_member_timeout",
+                live,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            family(encoder, name, help, None, MetricType::Gauge)?
+                .encode_family(&fleet)?
+                .encode_gauge(&value)?;
+        }
+        {
+            let mut metric = family(
+                encoder,
+                "pgtier_fleet_member_report_age",
+                "age of each member's last report on the store's clock",
+                Some(&Unit::Seconds),
+                MetricType::Gauge,
+            )?;
+            for member in &view.members {
+                let labels = [("fleet", &*view.name), ("member", &*member.host)];
+                metric
+                    .encode_family(&labels)?
+                    .encode_gauge(&member.age.as_secs_f64())?;
+            }
+        }
+        let counters = status.counters();
+        let counters = [
+            (
+                "pgtier_fleet_local_fallbacks",
+                "times this host fell back to local PLB",
+                counters.went_local,
+            ),
+            (
+                "pgtier_fleet_versions_applied",
+                "fleet role-table versions this host applied",
+                counters.applied,
+            ),
+            (
+                "pgtier_fleet_versions_published",
+                "role-table versions this host published as leader",
+                counters.published,
+            ),
+            (
+                "pgtier_fleet_failed_rounds",
+                "rounds with the fleet's store that failed",
+                counters.failed_rounds,
+            ),
+        ];
+        for (name, help, value) in counters {
+            family(encoder, name, help, None, MetricType::Counter)?
+                .encode_family(&fleet)?
+                .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+        }
+        Ok(())
+    }
+
     fn process(&self, encoder: &mut DescriptorEncoder<'_>) -> Encoded {
         let engine = &self.sources.engine;
         let snapshot = engine.snapshot();

@@ -265,7 +265,7 @@ fn host_primaries(
 /// The probe login of an entry without a forced `user`: `health_check_user` (with
 /// `health_check_password`), when set. Probes without a login only see that the postmaster
 /// answers; a reader entry's WAL positions need one.
-fn health_check_login(config: &Config, database: &DatabaseConfig) -> Option<ProbeLogin> {
+pub(crate) fn health_check_login(config: &Config, database: &DatabaseConfig) -> Option<ProbeLogin> {
     let settings = &config.pgtier;
     (!settings.health_check_user.is_empty()).then(|| ProbeLogin {
         user: settings.health_check_user.clone(),
@@ -363,6 +363,23 @@ impl ControlPlane {
                 .spawn(move || host_primary::watch_loop(&watch, &stop, health))?;
             self.probers.push(handle);
         }
+        Ok(())
+    }
+
+    /// Starts the fleet thread (`fleet_name` set): it shares this plane's routers' load and
+    /// role tables with the other hosts of the fleet and writes what it sees to `status`.
+    /// It stops with the plane (its store connection closes, which frees the leader's lock).
+    pub fn start_fleet(
+        &mut self,
+        config: crate::fleet::FleetConfig,
+        status: Arc<crate::fleet::FleetStatus>,
+    ) -> io::Result<()> {
+        let routers = self.routers.clone();
+        let stop = Arc::clone(&self.stop);
+        let handle = std::thread::Builder::new()
+            .name("pgtier-fleet".to_string())
+            .spawn(move || crate::fleet::run::fleet_loop(&routers, &status, &config, &stop))?;
+        self.probers.push(handle);
         Ok(())
     }
 

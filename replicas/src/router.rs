@@ -373,6 +373,24 @@ impl ReplicaRouter {
         self.authority().health().to_vec()
     }
 
+    // ---- what the fleet calls ----
+
+    /// Whether a fleet's leader decides this router's returns (fleet mode) or this host
+    /// does (local mode).
+    pub(crate) fn set_fleet_mode(&self, fleet: bool) {
+        self.authority().set_fleet(fleet);
+    }
+
+    /// Adopts the role table a fleet's leader published (see `crate::fleet`).
+    pub(crate) fn apply_fleet_table(&self, table: &RouteTable) {
+        self.authority().apply_fleet_table(&self.state, table);
+    }
+
+    /// The table the control shard holds now (what a new fleet starts from).
+    pub(crate) fn authority_table(&self) -> RouteTable {
+        self.authority().table().clone()
+    }
+
     // ---- what the control plane calls ----
 
     /// Runs everything pending for this router: health reports first (so no admission lands

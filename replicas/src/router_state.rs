@@ -244,6 +244,11 @@ impl RouterState {
         self.in_flight.load(replica)
     }
 
+    /// Transactions in flight of each rank on `replica` (zero unless PLB decides on them).
+    pub(crate) fn in_flight_tiers(&self, replica: ReplicaId) -> TierLoad {
+        self.in_flight.tier_load(replica)
+    }
+
     /// Whether sessions report their transactions (`load_signal = "in_flight"`).
     pub fn counts_in_flight(&self) -> bool {
         self.counts_in_flight

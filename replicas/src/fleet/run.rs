@@ -1,0 +1,364 @@
+//! The fleet thread: one per process while `fleet_name` is set. Each interval it writes this
+//! host's report, takes or keeps the leader's lock, reads the members and the published
+//! table, computes and publishes the next table when it leads, and applies any newer version
+//! to the routers. Between rounds it waits on the store's connection, so a NOTIFY applies a
+//! new version at once. It never runs on a shard's or the control shard's thread; when the
+//! store fails, the routers go back to local PLB in the same round.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use pgtier_core::config::{Config, ServerSet};
+use pgtier_policy::ReplicaId;
+
+use super::leader::next_table;
+use super::mode::{Member, Mode, Transition, next_version};
+use super::report::{HostReport, ReplicaReport, RouterReport, sum};
+use super::roles::FleetTables;
+use super::status::{FleetStatus, FleetView, MemberView};
+use super::store::{MemberRow, Store, StoreTarget, TableRow};
+use crate::probe::ProbeLogin;
+use crate::router::ReplicaRouter;
+
+/// How this host takes part in its fleet, from `[pgtier]`.
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    /// `fleet_name`.
+    pub name: String,
+    /// This host's id: its host name and listen port (unique per process of a fleet).
+    pub host: String,
+    /// The store, or why there is none (then the host stays local and says why).
+    pub target: Result<StoreTarget, String>,
+    /// `fleet_report_interval`.
+    pub interval: Duration,
+    /// `fleet_member_timeout` (resolved).
+    pub member_timeout: Duration,
+}
+
+impl FleetConfig {
+    /// The fleet of `config`, `None` when `fleet_name` is empty. `login` gives an entry's
+    /// probe login, which the store's login borrows from when `fleet_store` omits it.
+    pub fn from_config(
+        config: &Config,
+        login: impl Fn(&pgtier_core::config::DatabaseConfig) -> Option<ProbeLogin>,
+    ) -> Option<FleetConfig> {
+        let settings = &config.pgtier;
+        if settings.fleet_name.is_empty() {
+            return None;
+        }
+        let entry = config
+            .databases
+            .values()
+            .find_map(|database| match &database.servers {
+                ServerSet::Replicas(set) => set.primary.map(|primary| {
+                    let entry_login = login(database)
+                        .or_else(|| crate::plane::health_check_login(config, database));
+                    (primary, entry_login)
+                }),
+                _ => None,
+            });
+        let target = pgtier_core::config::fleet_store_pairs(&settings.fleet_store).and_then(
+            |pairs| match (pairs.is_empty(), &entry) {
+                (false, _) => {
+                    StoreTarget::from_pairs(&pairs, entry.as_ref().and_then(|e| e.1.as_ref()))
+                }
+                (true, Some((primary, Some(login)))) => Ok(StoreTarget {
+                    host: primary.ip().to_string(),
+                    port: primary.port(),
+                    login: login.clone(),
+                }),
+                (true, Some((_, None))) => Err("fleet_store is empty and the first entry with a \
+                     primary has no login (set its user, or health_check_user)"
+                    .to_string()),
+                (true, None) => {
+                    Err("fleet_store is empty and no replica-set entry has a primary".to_string())
+                }
+            },
+        );
+        Some(FleetConfig {
+            name: settings.fleet_name.clone(),
+            host: format!("{}:{}", host_name(), settings.listen_port),
+            target,
+            interval: settings.fleet_report_interval.duration(),
+            member_timeout: settings.fleet_member_timeout(),
+        })
+    }
+
+    /// How long one store call may take: the interval, within [0.2 s, 5 s].
+    fn call_timeout(&self) -> Duration {
+        self.interval
+            .clamp(Duration::from_millis(200), Duration::from_secs(5))
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Longest wait without looking at the stop flag.
+const STOP_SLICE: Duration = Duration::from_millis(50);
+
+/// Runs the fleet until `stop`; the routers are back in local mode when it returns.
+pub(crate) fn fleet_loop(
+    routers: &[Arc<ReplicaRouter>],
+    status: &FleetStatus,
+    config: &FleetConfig,
+    stop: &AtomicBool,
+) {
+    let mut host = Host {
+        routers,
+        status,
+        config,
+        member: Member::default(),
+        store: None,
+        leading: false,
+        members: Vec::new(),
+        table: None,
+    };
+    let mut next_round = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        if Instant::now() >= next_round {
+            next_round = Instant::now() + config.interval;
+            host.round();
+            continue;
+        }
+        let until = next_round.min(Instant::now() + STOP_SLICE);
+        host.wait(until);
+    }
+    for router in routers {
+        router.set_fleet_mode(false);
+    }
+}
+
+/// The fleet thread's state between rounds.
+struct Host<'a> {
+    routers: &'a [Arc<ReplicaRouter>],
+    status: &'a FleetStatus,
+    config: &'a FleetConfig,
+    member: Member,
+    store: Option<Store>,
+    /// This host's link holds the leader's lock.
+    leading: bool,
+    /// The members as last read.
+    members: Vec<MemberRow>,
+    /// The table as last read.
+    table: Option<TableRow>,
+}
+
+impl Host<'_> {
+    fn round(&mut self) {
+        let transitions = match self.exchange() {
+            Ok(()) => self.member.on_store_reached(self.leading),
+            Err(cause) => {
+                self.store = None;
+                self.leading = false;
+                self.status.count_failed_round();
+                self.member.on_store_lost(&cause)
+            }
+        };
+        self.log(&transitions);
+        self.apply_newer();
+        self.publish_view();
+    }
+
+    /// One round with the store: report, lead, read, and publish when leading.
+    fn exchange(&mut self) -> Result<(), String> {
+        let target = self.config.target.as_ref().map_err(Clone::clone)?;
+        if self.store.is_none() {
+            self.store = Some(Store::open(
+                target,
+                &self.config.name,
+                self.config.call_timeout(),
+            )?);
+            self.leading = false;
+        }
+        let Some(store) = self.store.as_mut() else {
+            return Err("no store".to_string());
+        };
+        store.report(&self.config.host, &local_report(self.routers).encode())?;
+        let new_leader = !self.leading && store.try_lead()?;
+        self.leading |= new_leader;
+        self.members = store.members()?;
+        self.table = store.table()?;
+        if self.leading {
+            self.lead(new_leader)?;
+        }
+        Ok(())
+    }
+
+    /// The leader's part: the next tables from the stored ones and the live members' sum.
+    fn lead(&mut self, new_leader: bool) -> Result<(), String> {
+        let stored = self
+            .table
+            .as_ref()
+            .map(|row| FleetTables::decode(&row.tables))
+            .unwrap_or_default();
+        let live: Vec<HostReport> = self
+            .members
+            .iter()
+            .filter(|member| member.age < self.config.member_timeout)
+            .map(|member| HostReport::decode(&member.report))
+            .collect();
+        let mut next = FleetTables::default();
+        for router in self.routers {
+            let name = router.name();
+            let base = stored
+                .table(name)
+                .filter(|table| table.iter().count() == router.replica_count())
+                .cloned()
+                .unwrap_or_else(|| router.authority_table());
+            let summed = sum(&live, name, router.replica_count());
+            next.routers.push((
+                name.to_string(),
+                next_table(router.policy(), &base, &summed),
+            ));
+        }
+        let encoded = next.encode();
+        let stored_version = self.table.as_ref().map(|row| row.version);
+        let changed = self.table.as_ref().is_none_or(|row| row.tables != encoded);
+        let Some(version) = next_version(stored_version, new_leader, changed) else {
+            return Ok(());
+        };
+        let forget_after = (10 * self.config.member_timeout).max(Duration::from_secs(60));
+        let Some(store) = self.store.as_mut() else {
+            return Err("no store".to_string());
+        };
+        store.publish(version, &self.config.host, &encoded, forget_after)?;
+        self.status.count_published();
+        self.table = Some(TableRow {
+            version,
+            leader: self.config.host.clone(),
+            tables: encoded,
+        });
+        Ok(())
+    }
+
+    /// Waits for a notification until `until`; one that arrives reads and applies the table.
+    fn wait(&mut self, until: Instant) {
+        let Some(store) = self.store.as_mut() else {
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            return;
+        };
+        let read = match store.wait_for_notification(until) {
+            Ok(false) => return,
+            Ok(true) => store.table(),
+            Err(cause) => Err(cause),
+        };
+        match read {
+            Ok(table) => {
+                self.table = table;
+                self.apply_newer();
+                self.publish_view();
+            }
+            // The next round reconnects, or says the store is gone.
+            Err(_) => {
+                self.store = None;
+                self.leading = false;
+            }
+        }
+    }
+
+    /// Applies the table read last when it is newer than the one applied.
+    fn apply_newer(&mut self) {
+        let Some(row) = &self.table else {
+            return;
+        };
+        if !self.member.should_apply(row.version) {
+            return;
+        }
+        let tables = FleetTables::decode(&row.tables);
+        for router in self.routers {
+            if let Some(table) = tables.table(router.name()) {
+                router.apply_fleet_table(table);
+            }
+        }
+        self.member.applied_version(row.version);
+        self.status.count_applied();
+        tracing::debug!(fleet = %self.config.name, version = row.version, leader = %row.leader, "fleet table applied");
+    }
+
+    fn log(&self, transitions: &[Transition]) {
+        let (fleet, host) = (&self.config.name, &self.config.host);
+        for transition in transitions {
+            match transition {
+                Transition::JoinedFleet => {
+                    for router in self.routers {
+                        router.set_fleet_mode(true);
+                    }
+                    tracing::info!(%fleet, %host, "fleet: the store is reachable; routing from the fleet's table");
+                }
+                Transition::WentLocal { cause } => {
+                    for router in self.routers {
+                        router.set_fleet_mode(false);
+                    }
+                    self.status.count_local();
+                    tracing::warn!(%fleet, %host, %cause, "fleet: the store is unreachable; local PLB until it returns");
+                }
+                Transition::BecameLeader => {
+                    tracing::info!(%fleet, %host, "fleet: this host is the leader")
+                }
+                Transition::StoppedLeading => {
+                    tracing::info!(%fleet, %host, "fleet: this host no longer leads")
+                }
+            }
+        }
+    }
+
+    fn publish_view(&self) {
+        let cause = match self.member.mode() {
+            Mode::Local { cause } => Some(cause.clone()),
+            _ => None,
+        };
+        let members = self
+            .members
+            .iter()
+            .map(|member| MemberView {
+                host: member.host.clone(),
+                last_report: member.reported_at.clone(),
+                age: member.age,
+                live: member.age < self.config.member_timeout,
+            })
+            .collect();
+        self.status.publish(FleetView {
+            name: self.config.name.clone(),
+            host: self.config.host.clone(),
+            mode: self.member.mode().as_str(),
+            cause,
+            leader: self.table.as_ref().map(|row| row.leader.clone()),
+            is_leader: self.leading && matches!(self.member.mode(), Mode::Fleet { .. }),
+            version: self.member.applied().unwrap_or(0),
+            stored_version: self.table.as_ref().map_or(0, |row| row.version),
+            members,
+        });
+    }
+}
+
+/// This host's load and health of every router.
+fn local_report(routers: &[Arc<ReplicaRouter>]) -> HostReport {
+    let routers = routers
+        .iter()
+        .map(|router| {
+            let health = router.replica_health();
+            let replicas = (0..router.replica_count())
+                .filter_map(ReplicaId::from_index)
+                .map(|replica| ReplicaReport {
+                    sessions: router.tier_load(replica),
+                    in_flight: router.state().in_flight_tiers(replica),
+                    down: health
+                        .get(replica.index())
+                        .is_some_and(|h| !h.state.is_up()),
+                })
+                .collect();
+            RouterReport {
+                name: router.name().to_string(),
+                replicas,
+            }
+        })
+        .collect();
+    HostReport { routers }
+}

@@ -119,6 +119,7 @@ pub(crate) fn fleet_loop(
         leading: false,
         members: Vec::new(),
         table: None,
+        newest_seen: 0,
     };
     let mut next_round = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -148,6 +149,9 @@ struct Host<'a> {
     members: Vec<MemberRow>,
     /// The table as last read.
     table: Option<TableRow>,
+    /// The newest version this host ever saw: a leader never writes one at or below it, even
+    /// if the store lost its row.
+    newest_seen: u64,
 }
 
 impl Host<'_> {
@@ -185,6 +189,7 @@ impl Host<'_> {
         self.leading |= new_leader;
         self.members = store.members()?;
         self.table = store.table()?;
+        self.note_seen();
         if self.leading {
             self.lead(new_leader)?;
         }
@@ -219,7 +224,11 @@ impl Host<'_> {
             ));
         }
         let encoded = next.encode();
-        let stored_version = self.table.as_ref().map(|row| row.version);
+        let stored_version = self
+            .table
+            .as_ref()
+            .map(|row| row.version)
+            .max((self.newest_seen > 0).then_some(self.newest_seen));
         let changed = self.table.as_ref().is_none_or(|row| row.tables != encoded);
         let Some(version) = next_version(stored_version, new_leader, changed) else {
             return Ok(());
@@ -252,6 +261,7 @@ impl Host<'_> {
         match read {
             Ok(table) => {
                 self.table = table;
+                self.note_seen();
                 self.apply_newer();
                 self.publish_view();
             }
@@ -260,6 +270,12 @@ impl Host<'_> {
                 self.store = None;
                 self.leading = false;
             }
+        }
+    }
+
+    fn note_seen(&mut self) {
+        if let Some(row) = &self.table {
+            self.newest_seen = self.newest_seen.max(row.version);
         }
     }
 

@@ -1,7 +1,9 @@
 //! The fleet's store: the SQL one member runs over its own [`PgLink`] to a PostgreSQL the
-//! hosts share. Two UNLOGGED tables (created if missing: their rows are rewritten every
-//! interval, so WAL would buy nothing and a crash only loses what the next interval rewrites),
-//! a session-level advisory lock for the leader, and `NOTIFY pgtier_fleet` when a version is
+//! hosts share. Two tables, created if missing: the members' reports, UNLOGGED (every row is
+//! rewritten each interval, so WAL would buy nothing and a crash loses only what the next
+//! interval rewrites), and the published table, logged (one row, written only when it
+//! changes, so its version survives a crash of the store and never starts over); a
+//! session-level advisory lock for the leader; `NOTIFY pgtier_fleet` when a version is
 //! published. Every call has a deadline; any error means the caller drops the link.
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -131,7 +133,7 @@ impl Store {
              CREATE UNLOGGED TABLE IF NOT EXISTS pgtier_fleet_members (\
                fleet text NOT NULL, host text NOT NULL, reported_at timestamptz NOT NULL, \
                report text NOT NULL, PRIMARY KEY (fleet, host)); \
-             CREATE UNLOGGED TABLE IF NOT EXISTS pgtier_fleet_tables (\
+             CREATE TABLE IF NOT EXISTS pgtier_fleet_tables (\
                fleet text PRIMARY KEY, version bigint NOT NULL, leader text NOT NULL, \
                published_at timestamptz NOT NULL, tables text NOT NULL); \
              COMMIT; LISTEN {CHANNEL}"

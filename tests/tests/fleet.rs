@@ -1,0 +1,166 @@
+//! A fleet (docs/fleet.md): three pgtier processes in front of one primary and two streaming
+//! replicas share one PLB view through a fourth PostgreSQL, the store.
+//!
+//! Checked, each with a bounded wait for the condition: all three converge on the same
+//! role-table version and agree on the leader; SIGKILL of the leader's process makes another
+//! host leader and the version keeps increasing (a new leader publishes stored + 1, never a
+//! fork); with the store stopped every survivor reports local mode in `SHOW FLEET` and keeps
+//! serving reads; with the store back every survivor is in fleet mode again.
+
+use std::time::Duration;
+
+use pgtier_tests::fixtures::start_proxy;
+use pgtier_tests::wait;
+use pgtier_tests::{LocalPg, PgOptions, Pgtier, ProxyConfig};
+
+/// This host's row of `SHOW FLEET` and the leader's name, as one proxy answers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FleetRow {
+    member: String,
+    mode: String,
+    version: u64,
+    leader: Option<String>,
+    members: usize,
+}
+
+fn show_fleet(proxy: &Pgtier) -> Option<FleetRow> {
+    let mut admin = proxy.connect("pgtier", "admin").ok()?;
+    let messages = admin.simple_query("SHOW FLEET").ok()?;
+    let rows: Vec<postgres::SimpleQueryRow> = messages
+        .into_iter()
+        .filter_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .collect();
+    let leader = rows
+        .iter()
+        .find(|row| row.get("is_leader") == Some("t"))
+        .and_then(|row| row.get("member"))
+        .map(str::to_string);
+    let own = rows.iter().find(|row| row.get("is_self") == Some("t"))?;
+    Some(FleetRow {
+        member: own.get("member")?.to_string(),
+        mode: own.get("mode")?.to_string(),
+        version: own.get("version")?.parse().ok()?,
+        leader,
+        members: rows.len(),
+    })
+}
+
+fn read_once(proxy: &Pgtier) -> bool {
+    proxy
+        .connect("app", "postgres")
+        .and_then(|mut client| client.simple_query("SELECT 1"))
+        .is_ok()
+}
+
+fn fleet_proxy(primary: u16, replicas: &[u16], store: u16) -> Pgtier {
+    let config = ProxyConfig::new(primary)
+        .reader_database("app", primary, replicas, "postgres")
+        .user("admin", "")
+        .setting("admin_users", "[\"admin\"]")
+        .setting("health_check_user", "\"postgres\"")
+        .setting("fleet_name", "\"fleet-test\"")
+        .setting(
+            "fleet_store",
+            &format!("\"host=127.0.0.1 port={store} dbname=postgres user=postgres\""),
+        )
+        .setting("fleet_report_interval", "0.2");
+    start_proxy(config)
+}
+
+/// Waits until every proxy in `proxies` reports fleet mode with one common version of at
+/// least `at_least` and one common leader; returns them.
+fn converged(proxies: &[&Pgtier], at_least: u64) -> Option<(u64, String)> {
+    wait::until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let rows: Vec<FleetRow> = proxies.iter().filter_map(|p| show_fleet(p)).collect();
+        if rows.len() != proxies.len() {
+            return None;
+        }
+        let first = rows.first()?;
+        let leader = first.leader.clone()?;
+        let agreed = rows.iter().all(|row| {
+            row.mode == "fleet"
+                && row.version == first.version
+                && row.version >= at_least
+                && row.leader.as_deref() == Some(leader.as_str())
+        });
+        agreed.then(|| (first.version, leader))
+    })
+}
+
+#[test]
+fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
+    let primary = LocalPg::start_primary(&PgOptions::default()).expect("primary");
+    let replicas: Vec<LocalPg> = (0..2)
+        .map(|_| LocalPg::start_replica(&primary).expect("replica"))
+        .collect();
+    let replica_ports: Vec<u16> = replicas.iter().map(LocalPg::port).collect();
+    let store = LocalPg::start_primary(&PgOptions::default()).expect("store");
+    let mut proxies: Vec<Pgtier> = (0..3)
+        .map(|_| fleet_proxy(primary.port(), &replica_ports, store.port()))
+        .collect();
+
+    // All three agree on one version and one leader.
+    let all: Vec<&Pgtier> = proxies.iter().collect();
+    let (version, leader) = converged(&all, 1).unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("the hosts did not converge: {rows:?}\n{}", proxies[0].log())
+    });
+    // Each lists the three members once every one has reported.
+    let rows = wait::until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let rows: Vec<FleetRow> = proxies.iter().filter_map(show_fleet).collect();
+        (rows.len() == 3 && rows.iter().all(|row| row.members == 3)).then_some(rows)
+    })
+    .unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("not every host lists three members: {rows:?}")
+    });
+    for proxy in &proxies {
+        assert!(read_once(proxy), "reads are served in fleet mode");
+    }
+
+    // SIGKILL the leader's process: another host takes the lock and publishes a newer
+    // version, which every survivor applies.
+    let leader_index = rows
+        .iter()
+        .position(|row| row.member == leader)
+        .expect("the leader is one of the three");
+    let mut killed = proxies.remove(leader_index);
+    killed.signal(libc::SIGKILL).expect("SIGKILL the leader");
+    let _ = killed.wait_exit(Duration::from_secs(10));
+    let survivors: Vec<&Pgtier> = proxies.iter().collect();
+    let (after_kill, new_leader) = converged(&survivors, version + 1).unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("no new leader after the kill: {rows:?}")
+    });
+    assert_ne!(new_leader, leader, "a survivor leads");
+    assert!(after_kill > version, "the version kept increasing");
+
+    // The store goes away: every survivor says local mode and keeps serving reads.
+    store.stop_immediate().expect("stop the store");
+    for proxy in &proxies {
+        let local = wait::until(Duration::from_secs(30), Duration::from_millis(100), || {
+            show_fleet(proxy).filter(|row| row.mode == "local")
+        });
+        assert!(local.is_some(), "local mode: {:?}", show_fleet(proxy));
+        assert!(read_once(proxy), "reads are served in local mode");
+    }
+    assert!(
+        proxies
+            .iter()
+            .all(|proxy| proxy.log().contains("local PLB until it returns")),
+        "the log says so"
+    );
+
+    // The store is back: fleet mode again, on a version at least as new.
+    store.start().expect("restart the store");
+    converged(&survivors, after_kill).unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("the hosts did not rejoin the fleet: {rows:?}")
+    });
+    for proxy in &proxies {
+        assert!(read_once(proxy), "reads are served after the rejoin");
+    }
+}

@@ -86,7 +86,7 @@ fn converged(proxies: &[&Pgtier], at_least: u64) -> Option<(u64, String)> {
                 && row.version >= at_least
                 && row.leader.as_deref() == Some(leader.as_str())
         });
-        agreed.then(|| (first.version, leader))
+        agreed.then_some((first.version, leader))
     })
 }
 

@@ -197,7 +197,7 @@ impl Authority {
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = state.counters().read_tiers_into(&mut loads);
+                let view = state.read_tier_loads(&mut loads);
                 plb.admit(table, view, class)
                     .map_err(AdmissionError::from)
                     .map(|decision| {

@@ -62,6 +62,7 @@ pub mod primary_election;
 pub mod probe;
 pub mod read_router;
 pub mod read_ticket;
+pub mod remote_load;
 pub mod route_table;
 pub mod router;
 pub mod router_config;
@@ -70,6 +71,8 @@ pub mod router_stats;
 pub mod routing;
 pub mod snapshot;
 
+#[cfg(test)]
+mod fleet_tests;
 #[cfg(test)]
 mod read_tests;
 #[cfg(test)]

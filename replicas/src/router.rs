@@ -515,7 +515,7 @@ impl ReplicaRouter {
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = state.counters().read_tiers_into(&mut loads);
+                let view = state.read_tier_loads(&mut loads);
                 let decision = match plb.admit(table, view, class) {
                     Ok(decision) => decision,
                     Err(error) => return LocalAttempt::Refused(error.into()),
@@ -526,7 +526,7 @@ impl ReplicaRouter {
                 let seen = view
                     .get(decision.replica.index())
                     .map_or(0, |l| l.of(class));
-                let claimed = state.counters().try_claim(decision.replica, class, seen);
+                let claimed = state.claim_tier(decision.replica, class, seen);
                 (decision.replica, claimed)
             }
             _ => return LocalAttempt::Refused(AdmissionError::Internal(TABLE_MISMATCH.into())),

@@ -19,6 +19,7 @@ use super::roles::FleetTables;
 use super::status::{FleetStatus, FleetView, MemberView};
 use super::store::{MemberRow, Store, StoreTarget, TableRow};
 use crate::probe::ProbeLogin;
+use crate::remote_load::RemoteLoad;
 use crate::router::ReplicaRouter;
 
 /// How this host takes part in its fleet, from `[pgtier]`.
@@ -133,6 +134,7 @@ pub(crate) fn fleet_loop(
     }
     for router in routers {
         router.set_fleet_mode(false);
+        router.state().set_remote(RemoteLoad::default());
     }
 }
 
@@ -157,11 +159,17 @@ struct Host<'a> {
 impl Host<'_> {
     fn round(&mut self) {
         let transitions = match self.exchange() {
-            Ok(()) => self.member.on_store_reached(self.leading),
+            Ok(()) => {
+                self.share_remote();
+                self.member.on_store_reached(self.leading)
+            }
             Err(cause) => {
                 self.store = None;
                 self.leading = false;
                 self.status.count_failed_round();
+                for router in self.routers {
+                    router.state().set_remote(RemoteLoad::default());
+                }
                 self.member.on_store_lost(&cause)
             }
         };
@@ -245,6 +253,24 @@ impl Host<'_> {
             tables: encoded,
         });
         Ok(())
+    }
+
+    /// Gives each router the other live members' load, which its decisions add to its own.
+    fn share_remote(&self) {
+        let others: Vec<HostReport> = self
+            .members
+            .iter()
+            .filter(|member| {
+                member.host != self.config.host && member.age < self.config.member_timeout
+            })
+            .map(|member| HostReport::decode(&member.report))
+            .collect();
+        for router in self.routers {
+            let summed = sum(&others, router.name(), router.replica_count());
+            router
+                .state()
+                .set_remote(RemoteLoad::new(&summed.sessions, &summed.in_flight));
+        }
     }
 
     /// Waits for a notification until `until`; one that arrives reads and applies the table.

@@ -864,6 +864,46 @@ mod tests {
         assert_eq!(help, types, "every family has HELP and TYPE");
     }
 
+    #[test]
+    fn the_fleet_families_appear_only_with_a_fleet() {
+        let sources = sources();
+        let fleet = Arc::clone(&sources.routing.fleet);
+        let registry = registry(sources);
+        let text = encode(&registry, Format::PrometheusText).expect("encodes");
+        assert!(!text.contains("pgtier_fleet"), "{text}");
+        fleet.publish(pgtier_replicas::FleetView {
+            name: "east".to_string(),
+            host: "a:6432".to_string(),
+            mode: "local",
+            is_leader: false,
+            version: 0,
+            stored_version: 9,
+            members: vec![pgtier_replicas::MemberView {
+                host: "b:6432".to_string(),
+                last_report: String::new(),
+                age: std::time::Duration::from_millis(1500),
+                live: true,
+            }],
+            ..pgtier_replicas::FleetView::default()
+        });
+        let text = encode(&registry, Format::PrometheusText).expect("encodes");
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        for wanted in [
+            "pgtier_fleet_mode{fleet=\"east\",mode=\"local\"} 1",
+            "pgtier_fleet_leader{fleet=\"east\"} 0",
+            "pgtier_fleet_version{fleet=\"east\"} 0",
+            "pgtier_fleet_stored_version{fleet=\"east\"} 9",
+            "pgtier_fleet_live_members{fleet=\"east\"} 1",
+            "pgtier_fleet_member_report_age_seconds{fleet=\"east\",member=\"b:6432\"} 1.5",
+            "pgtier_fleet_local_fallbacks_total{fleet=\"east\"} 0",
+            "pgtier_fleet_versions_applied_total{fleet=\"east\"} 0",
+            "pgtier_fleet_versions_published_total{fleet=\"east\"} 0",
+            "pgtier_fleet_failed_rounds_total{fleet=\"east\"} 0",
+        ] {
+            assert!(has(&lines, wanted), "missing {wanted:?} in\n{text}");
+        }
+    }
+
     /// Encodes only the replica families of `routers`.
     #[derive(Debug)]
     struct Replicas(Vec<Arc<pgtier_replicas::router::ReplicaRouter>>);

@@ -102,7 +102,8 @@ impl FleetStatus {
         }
     }
 
-    pub(crate) fn publish(&self, view: FleetView) {
+    /// Replaces the view (the fleet thread after each round; tests).
+    pub fn publish(&self, view: FleetView) {
         self.view.store(Arc::new(view));
     }
 

@@ -21,7 +21,7 @@ use pgtier_policy::ReplicaId;
 use crate::health::{HealthConfig, ProbeOutcome};
 use crate::host_primary::{self, HostPrimary};
 use crate::lsn_poll;
-use crate::probe::{ProbeLogin, ProbeReport, Prober};
+use crate::probe::{ProbeLogin, ProbeReport, Prober, health_check_login};
 use crate::read_router::ReadRouter;
 use crate::router::ReplicaRouter;
 use crate::router_config::{RouterConfig, RouterError};
@@ -262,19 +262,6 @@ fn host_primaries(
 
 /// Probes log in as the entry's forced server user when it has one; otherwise probes are
 /// handshake-only.
-/// The probe login of an entry without a forced `user`: `health_check_user` (with
-/// `health_check_password`), when set. Probes without a login only see that the postmaster
-/// answers; a reader entry's WAL positions need one.
-pub(crate) fn health_check_login(config: &Config, database: &DatabaseConfig) -> Option<ProbeLogin> {
-    let settings = &config.pgtier;
-    (!settings.health_check_user.is_empty()).then(|| ProbeLogin {
-        user: settings.health_check_user.clone(),
-        password: (!settings.health_check_password.is_empty())
-            .then(|| settings.health_check_password.clone()),
-        dbname: database.dbname.clone(),
-    })
-}
-
 pub fn default_probe_login(database: &DatabaseConfig) -> Option<ProbeLogin> {
     database.user.as_ref().map(|user| ProbeLogin {
         user: user.clone(),

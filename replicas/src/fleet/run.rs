@@ -54,7 +54,7 @@ impl FleetConfig {
             .find_map(|database| match &database.servers {
                 ServerSet::Replicas(set) => set.primary.map(|primary| {
                     let entry_login = login(database)
-                        .or_else(|| crate::plane::health_check_login(config, database));
+                        .or_else(|| crate::probe::health_check_login(config, database));
                     (primary, entry_login)
                 }),
                 _ => None,

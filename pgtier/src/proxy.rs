@@ -206,7 +206,12 @@ impl ProxyHandle {
         let map = old_map
             .reload(&config, default_probe_login)
             .map_err(|error| format!("replica routing: {error}"))?;
-        let plane = start_control_plane(&map, &config, &self.shared.routing.fleet)?;
+        let plane = start_control_plane(
+            &map,
+            &config,
+            &self.shared.routing.fleet,
+            &self.shared.engine,
+        )?;
         // New host names are looked up here, before any shard has the configuration.
         self.dns.reload(&config);
         // A changed entry may point a pool at another server: shards learn its welcome anew.
@@ -446,11 +451,12 @@ pub(crate) fn start_bound(
     let map = RouterMap::from_config(&config, default_probe_login)
         .map_err(|error| format!("replica routing: {error}"))?;
     let fleet = FleetStatus::new();
-    let plane = start_control_plane(&map, &config, &fleet)?;
+    let engine = Arc::new(pgtier_engine::Shared::new(workers));
+    let plane = start_control_plane(&map, &config, &fleet, &engine)?;
     let dns = Dns::start(&config)?;
     let shared = Arc::new(Shared {
         mailboxes,
-        engine: Arc::new(pgtier_engine::Shared::new(workers)),
+        engine,
         routing: Arc::new(SharedRouting::with_fleet(map, fleet)),
         finished_shards: AtomicUsize::new(0),
         finished: (0..workers).map(|_| AtomicBool::new(false)).collect(),
@@ -605,6 +611,7 @@ fn start_control_plane(
     map: &RouterMap,
     config: &Config,
     fleet: &Arc<FleetStatus>,
+    engine: &Arc<pgtier_engine::Shared>,
 ) -> Result<ControlPlane, String> {
     let mut plane =
         ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
@@ -617,7 +624,7 @@ fn start_control_plane(
         .map_err(|error| format!("cannot start the primary watches: {error}"))?;
     if let Some(fleet_config) = FleetConfig::from_config(config, default_probe_login) {
         plane
-            .start_fleet(fleet_config, Arc::clone(fleet))
+            .start_fleet(fleet_config, Arc::clone(fleet), Arc::clone(engine))
             .map_err(|error| format!("cannot start the fleet thread: {error}"))?;
     }
     Ok(plane)

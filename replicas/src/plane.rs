@@ -354,18 +354,22 @@ impl ControlPlane {
     }
 
     /// Starts the fleet thread (`fleet_name` set): it shares this plane's routers' load and
-    /// role tables with the other hosts of the fleet and writes what it sees to `status`.
+    /// role tables with the other hosts of the fleet, writes what it sees to `status`, and
+    /// gives the routers' entries their share of `max_db_connections` in `engine`'s budgets.
     /// It stops with the plane (its store connection closes, which frees the leader's lock).
     pub fn start_fleet(
         &mut self,
         config: crate::fleet::FleetConfig,
         status: Arc<crate::fleet::FleetStatus>,
+        engine: Arc<pgtier_engine::Shared>,
     ) -> io::Result<()> {
         let routers = self.routers.clone();
         let stop = Arc::clone(&self.stop);
         let handle = std::thread::Builder::new()
             .name("pgtier-fleet".to_string())
-            .spawn(move || crate::fleet::run::fleet_loop(&routers, &status, &config, &stop))?;
+            .spawn(move || {
+                crate::fleet::run::fleet_loop(&routers, &status, &engine.budgets, &config, &stop)
+            })?;
         self.probers.push(handle);
         Ok(())
     }

@@ -58,6 +58,7 @@ fn read_once(proxy: &Pgtier) -> bool {
 fn fleet_proxy(primary: u16, replicas: &[u16], store: u16) -> Pgtier {
     let config = ProxyConfig::new(primary)
         .reader_database("app", primary, replicas, "postgres")
+        .database_setting("max_db_connections", "9")
         .user("admin", "")
         .setting("admin_users", "[\"admin\"]")
         .setting("health_check_user", "\"postgres\"")
@@ -119,6 +120,14 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
     });
     for proxy in &proxies {
         assert!(read_once(proxy), "reads are served in fleet mode");
+        // The entry's max_db_connections is divided among the live members.
+        let shared = wait::until(Duration::from_secs(10), Duration::from_millis(100), || {
+            proxy
+                .log()
+                .contains("max_db_connections shared by the live members")
+                .then_some(())
+        });
+        assert!(shared.is_some(), "{}", proxy.log());
     }
 
     // SIGKILL the leader's process: another host takes the lock and publishes a newer

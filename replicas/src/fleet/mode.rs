@@ -1,6 +1,6 @@
 //! The pure rules of one fleet member: whether it works from the fleet's table or its own
-//! (and when to say so), which versions it applies, which version a leader writes next, and
-//! each host's share of a server budget.
+//! (and when to say so), which versions it applies, and which version a leader writes next.
+//! (Each host's share of a server budget is `pgtier_pool::fleet_share`.)
 
 /// Where this host's role tables come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,17 +138,6 @@ pub fn next_version(stored: Option<u64>, new_leader: bool, changed: bool) -> Opt
     (new_leader || changed || stored.is_none()).then(|| stored.unwrap_or(0).saturating_add(1))
 }
 
-/// One host's share of a fleet-wide budget of `limit` server connections: `limit` divided by
-/// the live members, rounded up (so the fleet never gets less than `limit`, at most `live - 1`
-/// more), at least 1. `0` (no limit) stays 0.
-pub fn budget_share(limit: u32, live: usize) -> u32 {
-    if limit == 0 {
-        return 0;
-    }
-    let live = u32::try_from(live.max(1)).unwrap_or(u32::MAX);
-    limit.div_ceil(live).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,14 +203,5 @@ mod tests {
         assert_eq!(next_version(Some(41), false, true), Some(42));
         assert_eq!(next_version(Some(41), false, false), None);
         assert_eq!(next_version(Some(u64::MAX), true, true), Some(u64::MAX));
-    }
-
-    #[test]
-    fn each_host_takes_its_share_rounded_up() {
-        assert_eq!(budget_share(100, 3), 34);
-        assert_eq!(budget_share(100, 1), 100);
-        assert_eq!(budget_share(100, 0), 100);
-        assert_eq!(budget_share(2, 3), 1);
-        assert_eq!(budget_share(0, 3), 0);
     }
 }

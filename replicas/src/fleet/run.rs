@@ -21,6 +21,7 @@ use super::store::{MemberRow, Store, StoreTarget, TableRow};
 use crate::probe::ProbeLogin;
 use crate::remote_load::RemoteLoad;
 use crate::router::ReplicaRouter;
+use pgtier_engine::shared::BudgetRegistry;
 
 /// How this host takes part in its fleet, from `[pgtier]`.
 #[derive(Clone, Debug)]
@@ -108,12 +109,15 @@ const STOP_SLICE: Duration = Duration::from_millis(50);
 pub(crate) fn fleet_loop(
     routers: &[Arc<ReplicaRouter>],
     status: &FleetStatus,
+    budgets: &BudgetRegistry,
     config: &FleetConfig,
     stop: &AtomicBool,
 ) {
     let mut host = Host {
         routers,
         status,
+        budgets,
+        shared_by: 0,
         config,
         member: Member::default(),
         store: None,
@@ -142,6 +146,10 @@ pub(crate) fn fleet_loop(
 struct Host<'a> {
     routers: &'a [Arc<ReplicaRouter>],
     status: &'a FleetStatus,
+    /// Where the routers' entries get their share of `max_db_connections`.
+    budgets: &'a BudgetRegistry,
+    /// The live members the budgets were last shared by (0: not yet).
+    shared_by: u32,
     config: &'a FleetConfig,
     member: Member,
     store: Option<Store>,
@@ -161,6 +169,7 @@ impl Host<'_> {
         let transitions = match self.exchange() {
             Ok(()) => {
                 self.share_remote();
+                self.share_budgets();
                 self.member.on_store_reached(self.leading)
             }
             Err(cause) => {
@@ -271,6 +280,29 @@ impl Host<'_> {
                 .state()
                 .set_remote(RemoteLoad::new(&summed.sessions, &summed.in_flight));
         }
+    }
+
+    /// Each router's entries take their share of `max_db_connections`: divided by the live
+    /// members, this host included. In local mode the last share stays (the other hosts
+    /// most likely still serve), so a store outage does not multiply the servers.
+    fn share_budgets(&mut self) {
+        let live = self
+            .members
+            .iter()
+            .filter(|member| member.age < self.config.member_timeout)
+            .count()
+            .max(1);
+        let live = u32::try_from(live).unwrap_or(u32::MAX);
+        if live == self.shared_by {
+            return;
+        }
+        for router in self.routers {
+            for entry in router.name().split(',') {
+                self.budgets.share_database(entry, live);
+            }
+        }
+        tracing::info!(fleet = %self.config.name, members = live, "fleet: max_db_connections shared by the live members");
+        self.shared_by = live;
     }
 
     /// Waits for a notification until `until`; one that arrives reads and applies the table.

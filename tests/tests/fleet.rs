@@ -4,8 +4,10 @@
 //! Checked, each with a bounded wait for the condition: all three converge on the same
 //! role-table version and agree on the leader; SIGKILL of the leader's process makes another
 //! host leader and the version keeps increasing (a new leader publishes stored + 1, never a
-//! fork); with the store stopped every survivor reports local mode in `SHOW FLEET` and keeps
-//! serving reads; with the store back every survivor is in fleet mode again.
+//! fork); a leader that stops reporting but keeps its connection (SIGSTOP) has its backend
+//! ended by a follower, which takes over; with the store stopped every survivor reports local
+//! mode in `SHOW FLEET` and keeps serving reads; with the store back every survivor is in
+//! fleet mode again.
 
 use std::time::Duration;
 
@@ -147,6 +149,40 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
     assert_ne!(new_leader, leader, "a survivor leads");
     assert!(after_kill > version, "the version kept increasing");
 
+    // The new leader stops (SIGSTOP: its connection stays open and keeps the lock, but its
+    // reports stop): the other survivor ends its backend and takes over.
+    let stopped_index = proxies
+        .iter()
+        .position(|proxy| show_fleet(proxy).is_some_and(|row| row.member == new_leader))
+        .expect("the new leader is a survivor");
+    let running = &proxies[1 - stopped_index];
+    proxies[stopped_index]
+        .signal(libc::SIGSTOP)
+        .expect("SIGSTOP the leader");
+    let taken_over = converged(&[running], after_kill + 1);
+    proxies[stopped_index]
+        .signal(libc::SIGCONT)
+        .expect("SIGCONT the old leader");
+    let (after_stop, third_leader) = taken_over.unwrap_or_else(|| {
+        panic!(
+            "no takeover from a silent leader: {:?}\n{}",
+            show_fleet(running),
+            running.log()
+        )
+    });
+    assert_ne!(third_leader, new_leader);
+    assert!(
+        running.log().contains("the leader stopped reporting"),
+        "{}",
+        running.log()
+    );
+    // The continued host finds its connection ended and follows the new leader.
+    let survivors: Vec<&Pgtier> = proxies.iter().collect();
+    let (before_outage, _) = converged(&survivors, after_stop).unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("the continued host did not rejoin: {rows:?}")
+    });
+
     // The store goes away: every survivor says local mode and keeps serving reads.
     store.stop_immediate().expect("stop the store");
     for proxy in &proxies {
@@ -165,7 +201,7 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
 
     // The store is back: fleet mode again, on a version at least as new.
     store.start().expect("restart the store");
-    converged(&survivors, after_kill).unwrap_or_else(|| {
+    converged(&survivors, before_outage).unwrap_or_else(|| {
         let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
         panic!("the hosts did not rejoin the fleet: {rows:?}")
     });

@@ -194,7 +194,9 @@ impl Host<'_> {
             self.store = Some(Store::open(
                 target,
                 &self.config.name,
+                &self.config.host,
                 self.config.call_timeout(),
+                self.config.member_timeout,
             )?);
             self.leading = false;
         }
@@ -209,8 +211,23 @@ impl Host<'_> {
         self.note_seen();
         if self.leading {
             self.lead(new_leader)?;
+        } else if let Some(leader) = self.silent_leader() {
+            let store = self.store.as_mut().ok_or("no store")?;
+            if store.depose(&leader)? {
+                tracing::warn!(fleet = %self.config.name, %leader, "fleet: the leader stopped reporting; its lock was taken back");
+            }
         }
         Ok(())
+    }
+
+    /// The leader named by the stored table, when its own report is older than
+    /// `fleet_member_timeout` (or missing) while it still holds the lock.
+    fn silent_leader(&self) -> Option<String> {
+        let leader = &self.table.as_ref()?.leader;
+        let report = self.members.iter().find(|member| &member.host == leader);
+        report
+            .is_none_or(|member| member.age >= self.config.member_timeout)
+            .then(|| leader.clone())
     }
 
     /// The leader's part: the next tables from the stored ones and the live members' sum.

@@ -111,13 +111,23 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects, logs in, creates the tables if missing and LISTENs.
-    pub fn open(target: &StoreTarget, fleet: &str, timeout: Duration) -> Result<Store, String> {
+    /// Connects, logs in, creates the tables if missing and LISTENs. `dead_after` bounds how
+    /// long the store takes to notice this connection is gone on a silent partition (TCP
+    /// keepalives and user timeout, set for this session), which is when a leader's lock frees.
+    pub fn open(
+        target: &StoreTarget,
+        fleet: &str,
+        host: &str,
+        timeout: Duration,
+        dead_after: Duration,
+    ) -> Result<Store, String> {
         let deadline = Instant::now() + timeout;
+        // The host id in application_name lets a follower end exactly a silent leader's
+        // backend (see `depose`), never a new leader's.
         let link = PgLink::open(
             target.addr()?,
             &target.login,
-            "pgtier fleet",
+            &application_name(host),
             deadline,
             deadline,
         )?;
@@ -126,6 +136,14 @@ impl Store {
             fleet: fleet.to_string(),
             timeout,
         };
+        // Keepalives every second after `dead_after` of silence, 3 probes; unacknowledged data
+        // for as long fails the connection too. Any role may set these for its own session.
+        let idle = dead_after.as_secs().max(1);
+        let user_timeout_ms = (dead_after + Duration::from_secs(3)).as_millis();
+        store.run(&format!(
+            "SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; \
+             SET tcp_keepalives_count = 3; SET tcp_user_timeout = {user_timeout_ms}"
+        ))?;
         // Creation is serialized by a transaction-level lock, so hosts starting together do
         // not race on the catalog.
         store.run(&format!(
@@ -164,6 +182,23 @@ impl Store {
             "SELECT pg_try_advisory_lock({LOCK_CLASS}, hashtext({fleet}))"
         ))?;
         Ok(first_text(&rows, 0).as_deref() == Some("t"))
+    }
+
+    /// Ends the store's backend holding the leader's lock, for a leader whose own reports
+    /// stopped (a stuck host, or a partition the store has not noticed yet): its lock frees
+    /// and the next round elects another. Needs the right to signal that backend (the same
+    /// role, or `pg_signal_backend`). Returns whether a backend was ended.
+    pub fn depose(&mut self, leader: &str) -> Result<bool, String> {
+        let fleet = quote(&self.fleet)?;
+        let name = quote(&application_name(leader))?;
+        let rows = self.run(&format!(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l \
+               JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {LOCK_CLASS} \
+               AND l.objid = hashtext({fleet})::oid AND l.objsubid = 2 \
+               AND l.pid <> pg_backend_pid() AND a.application_name = left({name}, 63)"
+        ))?;
+        Ok(rows.iter().any(|row| text(row, 0).as_deref() == Some("t")))
     }
 
     /// Every member's row, newest report first.
@@ -235,6 +270,11 @@ impl Store {
         self.link.discard_unprompted();
         Ok(arrived)
     }
+}
+
+/// The application_name of `host`'s fleet connection (PostgreSQL keeps 63 bytes of it).
+fn application_name(host: &str) -> String {
+    format!("pgtier fleet {host}")
 }
 
 /// A text value as an SQL literal (standard strings: only `'` is special). A NUL cannot be

@@ -201,11 +201,23 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
 
     // The store is back: fleet mode again, on a version at least as new.
     store.start().expect("restart the store");
-    converged(&survivors, before_outage).unwrap_or_else(|| {
+    let (rejoined, _) = converged(&survivors, before_outage).unwrap_or_else(|| {
         let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
         panic!("the hosts did not rejoin the fleet: {rows:?}")
     });
     for proxy in &proxies {
         assert!(read_once(proxy), "reads are served after the rejoin");
+    }
+
+    // A reload restarts each host's fleet thread over the kept routers: the fleet carries on.
+    for proxy in &proxies {
+        proxy.reload().expect("SIGHUP");
+    }
+    converged(&survivors, rejoined).unwrap_or_else(|| {
+        let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
+        panic!("the fleet did not carry on after a reload: {rows:?}")
+    });
+    for proxy in &proxies {
+        assert!(read_once(proxy), "reads are served after the reload");
     }
 }

@@ -136,9 +136,21 @@ pub(crate) fn fleet_loop(
         let until = next_round.min(Instant::now() + STOP_SLICE);
         host.wait(until);
     }
+    // Back to what a host without a fleet has (a reload that removed the fleet; a newer
+    // fleet thread over the same routers sets its own state again at its next round).
     for router in routers {
         router.set_fleet_mode(false);
         router.state().set_remote(RemoteLoad::default());
+    }
+    share_budgets(routers, budgets, 1);
+}
+
+/// `live` members share the `max_db_connections` of every entry the routers serve.
+fn share_budgets(routers: &[Arc<ReplicaRouter>], budgets: &BudgetRegistry, live: u32) {
+    for router in routers {
+        for entry in router.name().split(',') {
+            budgets.share_database(entry, live);
+        }
     }
 }
 
@@ -183,6 +195,12 @@ impl Host<'_> {
             }
         };
         self.log(&transitions);
+        // Every round, not only at a transition: a reload's old fleet thread resets the routers
+        // it shared with this one as it stops.
+        let fleet = matches!(self.member.mode(), Mode::Fleet { .. });
+        for router in self.routers {
+            router.set_fleet_mode(fleet);
+        }
         self.apply_newer();
         self.publish_view();
     }
@@ -310,16 +328,13 @@ impl Host<'_> {
             .count()
             .max(1);
         let live = u32::try_from(live).unwrap_or(u32::MAX);
-        if live == self.shared_by {
-            return;
+        // Applied every round, not only on change: a reload's old fleet thread may reset the
+        // shares as it stops, after this one set them.
+        share_budgets(self.routers, self.budgets, live);
+        if live != self.shared_by {
+            tracing::info!(fleet = %self.config.name, members = live, "fleet: max_db_connections shared by the live members");
+            self.shared_by = live;
         }
-        for router in self.routers {
-            for entry in router.name().split(',') {
-                self.budgets.share_database(entry, live);
-            }
-        }
-        tracing::info!(fleet = %self.config.name, members = live, "fleet: max_db_connections shared by the live members");
-        self.shared_by = live;
     }
 
     /// Waits for a notification until `until`; one that arrives reads and applies the table.

@@ -296,11 +296,13 @@ impl RouterState {
         &out[..len]
     }
 
-    /// The rest of the fleet's load, when there is any to add.
-    fn remote(&self) -> Option<Arc<RemoteLoad>> {
+    /// The rest of the fleet's load, when there is any to add. A guard, not a clone: every
+    /// shard reads it at every decision, and a reference count would be one cache line all
+    /// of them write.
+    fn remote(&self) -> Option<Guard<Arc<RemoteLoad>>> {
         self.has_remote
             .load(Ordering::Acquire)
-            .then(|| self.remote.load_full())
+            .then(|| self.remote.load())
     }
 
     /// Replaces the rest of the fleet's load (the fleet thread, each round; empty in local

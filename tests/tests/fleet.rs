@@ -221,3 +221,91 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
         assert!(read_once(proxy), "reads are served after the reload");
     }
 }
+
+/// The roles `SHOW REPLICAS` gives on one proxy, in replica order.
+fn roles(proxy: &Pgtier) -> Option<Vec<String>> {
+    let mut admin = proxy.connect("pgtier", "admin").ok()?;
+    let rows = admin.simple_query("SHOW REPLICAS").ok()?;
+    Some(
+        rows.into_iter()
+            .filter_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => row.get("role").map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// θ_premium = 2 and one premium session on each of three hosts: no host alone is past θ,
+/// the fleet is (3 sessions on one premium replica). The fleet borrows the Mixed replica for
+/// premium, and every host routes from that table.
+#[test]
+fn the_fleet_borrows_on_the_summed_load_that_no_host_alone_sees() {
+    let primary = LocalPg::start_primary(&PgOptions::default()).expect("primary");
+    let replicas: Vec<LocalPg> = (0..3)
+        .map(|_| LocalPg::start_replica(&primary).expect("replica"))
+        .collect();
+    let addresses: Vec<String> = replicas
+        .iter()
+        .map(|replica| format!("\"127.0.0.1:{}\"", replica.port()))
+        .collect();
+    let store = LocalPg::start_primary(&PgOptions::default()).expect("store");
+    let proxy = |fleet: bool| {
+        let mut config = ProxyConfig::new(primary.port())
+            .database("ro", 0, "postgres")
+            .database_setting("replicas", &format!("[{}]", addresses.join(", ")))
+            .database_setting("user", "\"postgres\"")
+            .database_setting("routing", "\"plb\"")
+            .user("admin", "")
+            .user("premium", "")
+            .user_setting("premium", "class", "\"premium\"")
+            .setting("admin_users", "[\"admin\"]");
+        config.raw_tables = format!(
+            "\n[databases.ro.plb]\npremium = [{}]\nfreemium = [{}]\ntheta_premium = 2\n",
+            addresses[0], addresses[1]
+        );
+        if fleet {
+            config = config
+                .setting("fleet_name", "\"summed\"")
+                .setting(
+                    "fleet_store",
+                    &format!(
+                        "\"host=127.0.0.1 port={} dbname=postgres user=postgres\"",
+                        store.port()
+                    ),
+                )
+                .setting("fleet_report_interval", "0.2");
+        }
+        start_proxy(config)
+    };
+    let session = |proxy: &Pgtier| {
+        let mut client = proxy.connect("ro", "premium").expect("premium login");
+        client.simple_query("SELECT 1").expect("a read");
+        client
+    };
+
+    // Without a fleet, three hosts each with one premium session borrow nothing.
+    let alone: Vec<Pgtier> = (0..3).map(|_| proxy(false)).collect();
+    let _held: Vec<postgres::Client> = alone.iter().map(session).collect();
+    for host in &alone {
+        let roles = roles(host).expect("SHOW REPLICAS");
+        assert_eq!(roles, ["premium", "freemium", "mixed"], "one host alone");
+    }
+
+    // As a fleet, the same load makes the Mixed replica premium's, on every host.
+    let fleet: Vec<Pgtier> = (0..3).map(|_| proxy(true)).collect();
+    let _held: Vec<postgres::Client> = fleet.iter().map(session).collect();
+    for host in &fleet {
+        let borrowed = wait::until(Duration::from_secs(30), Duration::from_millis(100), || {
+            roles(host)
+                .filter(|roles| roles.get(2).map(String::as_str) == Some("borrowed_to_premium"))
+        });
+        assert!(
+            borrowed.is_some(),
+            "the fleet did not borrow: {:?} {:?}\n{}",
+            roles(host),
+            show_fleet(host),
+            host.log()
+        );
+    }
+}

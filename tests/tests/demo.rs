@@ -238,8 +238,13 @@ fn fleet_state(port: u16) -> Option<(String, u64, String)> {
 
 #[test]
 fn demo_with_three_proxies_runs_one_fleet_and_cleans_up() {
-    // Three consecutive ports of this test's own range.
-    let port = 27150;
+    // Three consecutive free ports (the demo listens on PORT, PORT+1, PORT+2).
+    let port = wait::until(Duration::from_secs(10), Duration::from_millis(10), || {
+        let port = free_port().ok()?;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        (port < u16::MAX - 2 && free(port + 1) && free(port + 2)).then_some(port)
+    })
+    .expect("three consecutive free ports");
     let ports = [port, port + 1, port + 2];
     let mut demo = Command::new(proxy_binary().expect("binary"))
         .args(["demo", "--port", &port.to_string(), "--replicas", "2"])

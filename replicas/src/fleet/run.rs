@@ -120,8 +120,7 @@ pub(crate) fn fleet_loop(
         shared_by: 0,
         config,
         member: Member::default(),
-        store: None,
-        leading: false,
+        link: None,
         members: Vec::new(),
         table: None,
         newest_seen: 0,
@@ -164,9 +163,8 @@ struct Host<'a> {
     shared_by: u32,
     config: &'a FleetConfig,
     member: Member,
-    store: Option<Store>,
-    /// This host's link holds the leader's lock.
-    leading: bool,
+    /// The connection to the store, while there is one.
+    link: Option<Link>,
     /// The members as last read.
     members: Vec<MemberRow>,
     /// The table as last read.
@@ -176,17 +174,31 @@ struct Host<'a> {
     newest_seen: u64,
 }
 
+/// A connection to the store, and whether it holds the leader's lock (which it loses with
+/// the connection).
+struct Link {
+    store: Store,
+    leading: bool,
+}
+
 impl Host<'_> {
+    fn leading(&self) -> bool {
+        self.link.as_ref().is_some_and(|link| link.leading)
+    }
+
+    fn store(&mut self) -> Option<&mut Store> {
+        self.link.as_mut().map(|link| &mut link.store)
+    }
+
     fn round(&mut self) {
         let transitions = match self.exchange() {
             Ok(()) => {
                 self.share_remote();
                 self.share_budgets();
-                self.member.on_store_reached(self.leading)
+                self.member.on_store_reached(self.leading())
             }
             Err(cause) => {
-                self.store = None;
-                self.leading = false;
+                self.link = None;
                 self.status.count_failed_round();
                 for router in self.routers {
                     router.state().set_remote(RemoteLoad::default());
@@ -208,29 +220,32 @@ impl Host<'_> {
     /// One round with the store: report, lead, read, and publish when leading.
     fn exchange(&mut self) -> Result<(), String> {
         let target = self.config.target.as_ref().map_err(Clone::clone)?;
-        if self.store.is_none() {
-            self.store = Some(Store::open(
+        if self.link.is_none() {
+            let store = Store::open(
                 target,
                 &self.config.name,
                 &self.config.host,
                 self.config.call_timeout(),
                 self.config.member_timeout,
-            )?);
-            self.leading = false;
+            )?;
+            self.link = Some(Link {
+                store,
+                leading: false,
+            });
         }
-        let Some(store) = self.store.as_mut() else {
+        let Some(Link { store, leading }) = self.link.as_mut() else {
             return Err("no store".to_string());
         };
         store.report(&self.config.host, &local_report(self.routers).encode())?;
-        let new_leader = !self.leading && store.try_lead()?;
-        self.leading |= new_leader;
+        let new_leader = !*leading && store.try_lead()?;
+        *leading |= new_leader;
         self.members = store.members()?;
         self.table = store.table()?;
         self.note_seen();
-        if self.leading {
+        if self.leading() {
             self.lead(new_leader)?;
         } else if let Some(leader) = self.silent_leader() {
-            let store = self.store.as_mut().ok_or("no store")?;
+            let store = self.store().ok_or("no store")?;
             if store.depose(&leader)? {
                 tracing::warn!(fleet = %self.config.name, %leader, "fleet: the leader stopped reporting; its lock was taken back");
             }
@@ -285,11 +300,12 @@ impl Host<'_> {
         let Some(version) = next_version(stored_version, new_leader, changed) else {
             return Ok(());
         };
-        let forget_after = (10 * self.config.member_timeout).max(Duration::from_secs(60));
-        let Some(store) = self.store.as_mut() else {
+        let config = self.config;
+        let forget_after = (10 * config.member_timeout).max(Duration::from_secs(60));
+        let Some(store) = self.store() else {
             return Err("no store".to_string());
         };
-        store.publish(version, &self.config.host, &encoded, forget_after)?;
+        store.publish(version, &config.host, &encoded, forget_after)?;
         self.status.count_published();
         self.table = Some(TableRow {
             version,
@@ -339,7 +355,7 @@ impl Host<'_> {
 
     /// Waits for a notification until `until`; one that arrives reads and applies the table.
     fn wait(&mut self, until: Instant) {
-        let Some(store) = self.store.as_mut() else {
+        let Some(store) = self.store() else {
             std::thread::sleep(until.saturating_duration_since(Instant::now()));
             return;
         };
@@ -357,8 +373,7 @@ impl Host<'_> {
             }
             // The next round reconnects, or says the store is gone.
             Err(_) => {
-                self.store = None;
-                self.leading = false;
+                self.link = None;
             }
         }
     }
@@ -436,7 +451,7 @@ impl Host<'_> {
             mode: self.member.mode().as_str(),
             cause,
             leader: self.table.as_ref().map(|row| row.leader.clone()),
-            is_leader: self.leading && matches!(self.member.mode(), Mode::Fleet { .. }),
+            is_leader: self.leading() && matches!(self.member.mode(), Mode::Fleet { .. }),
             version: self.member.applied().unwrap_or(0),
             stored_version: self.table.as_ref().map_or(0, |row| row.version),
             members,

@@ -4,11 +4,13 @@
 //! Checked, each with a bounded wait for the condition: all three converge on the same
 //! role-table version and agree on the leader; SIGKILL of the leader's process makes another
 //! host leader and the version keeps increasing (a new leader publishes stored + 1, never a
-//! fork); a leader that stops reporting but keeps its connection (SIGSTOP) has its backend
+//! fork), while the survivors' clients read without an error; a leader that stops reporting but keeps its connection (SIGSTOP) has its backend
 //! ended by a follower, which takes over; with the store stopped every survivor reports local
 //! mode in `SHOW FLEET` and keeps serving reads; with the store back every survivor is in
 //! fleet mode again.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use pgtier_tests::fixtures::start_proxy;
@@ -55,6 +57,60 @@ fn read_once(proxy: &Pgtier) -> bool {
         .connect("app", "postgres")
         .and_then(|mut client| client.simple_query("SELECT 1"))
         .is_ok()
+}
+
+/// One client per proxy reading in a loop on its own connection until stopped.
+struct ReadLoad {
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ReadLoad {
+    fn start(proxies: &[Pgtier]) -> ReadLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let threads = proxies
+            .iter()
+            .map(|proxy| {
+                let config = proxy.pg_config("app", "postgres");
+                let (stop, reads, failed) = (stop.clone(), reads.clone(), failed.clone());
+                std::thread::spawn(move || {
+                    let Ok(mut client) = config.connect(postgres::NoTls) else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    };
+                    while !stop.load(Ordering::Acquire) {
+                        match client.simple_query("SELECT 1") {
+                            Ok(_) => reads.fetch_add(1, Ordering::Relaxed),
+                            Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                        };
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                })
+            })
+            .collect();
+        ReadLoad {
+            stop,
+            reads,
+            failed,
+            threads,
+        }
+    }
+
+    /// Stops the clients; (reads answered, reads failed).
+    fn stop(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Release);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
 }
 
 fn fleet_proxy(primary: u16, replicas: &[u16], store: u16) -> Pgtier {
@@ -139,13 +195,22 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
         .position(|row| row.member == leader)
         .expect("the leader is one of the three");
     let mut killed = proxies.remove(leader_index);
+    // Clients of the survivors read all through the kill and the takeover.
+    let load = ReadLoad::start(&proxies);
     killed.signal(libc::SIGKILL).expect("SIGKILL the leader");
     let _ = killed.wait_exit(Duration::from_secs(10));
     let survivors: Vec<&Pgtier> = proxies.iter().collect();
-    let (after_kill, new_leader) = converged(&survivors, version + 1).unwrap_or_else(|| {
+    let converged_after_kill = converged(&survivors, version + 1);
+    let (reads, failed) = load.stop();
+    let (after_kill, new_leader) = converged_after_kill.unwrap_or_else(|| {
         let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
         panic!("no new leader after the kill: {rows:?}")
     });
+    assert!(reads > 0, "the survivors' clients read");
+    assert_eq!(
+        failed, 0,
+        "no read failed on a survivor during the takeover"
+    );
     assert_ne!(new_leader, leader, "a survivor leads");
     assert!(after_kill > version, "the version kept increasing");
 

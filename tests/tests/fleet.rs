@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgtier_tests::fixtures::start_proxy;
 use pgtier_tests::wait;
@@ -197,10 +197,16 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
     let mut killed = proxies.remove(leader_index);
     // Clients of the survivors read all through the kill and the takeover.
     let load = ReadLoad::start(&proxies);
+    let killed_at = Instant::now();
     killed.signal(libc::SIGKILL).expect("SIGKILL the leader");
     let _ = killed.wait_exit(Duration::from_secs(10));
     let survivors: Vec<&Pgtier> = proxies.iter().collect();
     let converged_after_kill = converged(&survivors, version + 1);
+    // Printed, not asserted (a loaded machine stretches it): up to the poll step of `converged`.
+    eprintln!(
+        "leader kill: both survivors on a newer version after {:?} (interval 0.2 s)",
+        killed_at.elapsed()
+    );
     let (reads, failed) = load.stop();
     let (after_kill, new_leader) = converged_after_kill.unwrap_or_else(|| {
         let rows: Vec<Option<FleetRow>> = proxies.iter().map(show_fleet).collect();
@@ -221,10 +227,15 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
         .position(|proxy| show_fleet(proxy).is_some_and(|row| row.member == new_leader))
         .expect("the new leader is a survivor");
     let running = &proxies[1 - stopped_index];
+    let stopped_at = Instant::now();
     proxies[stopped_index]
         .signal(libc::SIGSTOP)
         .expect("SIGSTOP the leader");
     let taken_over = converged(&[running], after_kill + 1);
+    eprintln!(
+        "stuck leader: taken over after {:?} (member timeout 0.6 s)",
+        stopped_at.elapsed()
+    );
     proxies[stopped_index]
         .signal(libc::SIGCONT)
         .expect("SIGCONT the old leader");

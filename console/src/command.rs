@@ -10,6 +10,8 @@ pub(crate) enum AdminCommand {
     Replicas,
     /// `SHOW ROUTERS`: strategy, layout generation and admission counters per replica set.
     Routers,
+    /// `SHOW FLEET`: the hosts sharing this one's PLB view, the leader, the table version.
+    Fleet,
     /// `SHOW READERS`: per reader entry, the primary's WAL position and read counters.
     Readers,
     /// `SHOW ROLE_EVENTS`: recent borrows and returns.
@@ -68,7 +70,7 @@ pub(crate) enum AdminCommand {
 
 impl AdminCommand {
     /// Every command with its one-line description, for `SHOW HELP`.
-    pub const ALL: [(AdminCommand, &'static str); 29] = [
+    pub const ALL: [(AdminCommand, &'static str); 30] = [
         (
             AdminCommand::Pools,
             "one row per (database, user) pool across shards: clients and servers per state",
@@ -150,6 +152,10 @@ impl AdminCommand {
             "strategy, layout generation and admission counters per replica set",
         ),
         (
+            AdminCommand::Fleet,
+            "the fleet sharing this host's PLB view: members, leader, role-table version, mode",
+        ),
+        (
             AdminCommand::Readers,
             "per reader entry (primary plus replicas): the primary's WAL position and read counters",
         ),
@@ -195,6 +201,7 @@ impl AdminCommand {
         match self {
             AdminCommand::Replicas => "REPLICAS",
             AdminCommand::Routers => "ROUTERS",
+            AdminCommand::Fleet => "FLEET",
             AdminCommand::Readers => "READERS",
             AdminCommand::RoleEvents => "ROLE_EVENTS",
             AdminCommand::Events => "EVENTS",

@@ -12,6 +12,7 @@
 //! raises a flag the process's main thread reads.
 
 mod command;
+mod fleet;
 mod format;
 mod listing;
 mod operations;
@@ -83,6 +84,8 @@ pub struct AdminView<'a> {
     pub state: PoolerState,
     /// What PAUSE, KILL and DISABLE hold (`None`: nothing is paused or disabled).
     pub gates: Option<&'a pgtier_engine::gates::Gates>,
+    /// The fleet as this host last saw it, for `SHOW FLEET` (`None`: no rows).
+    pub fleet: Option<&'a pgtier_replicas::FleetView>,
 }
 
 /// What [`answer`] produced.

@@ -108,6 +108,7 @@ mod tests {
             config: None,
             state: crate::PoolerState::default(),
             gates: None,
+            fleet: None,
         };
         let set = show_queries(&view);
         let names: Vec<&str> = set.columns.iter().map(|column| column.name).collect();

@@ -56,6 +56,7 @@ fn view<'a>(
     stats: &'a StatsView,
     databases: &'a [pgtier_core::metrics::DatabaseStats],
     digests: &'a pgtier_core::metrics::DigestStore,
+    fleet: &'a pgtier_replicas::FleetView,
 ) -> AdminView<'a> {
     AdminView {
         routers: map.routers(),
@@ -71,6 +72,7 @@ fn view<'a>(
             suspended: request.gates.is_suspended(),
         },
         gates: Some(request.gates),
+        fleet: Some(fleet),
     }
 }
 
@@ -83,7 +85,15 @@ impl Console for ShardConsole {
         let stats = self.stats();
         let databases = self.shared.databases.stats();
         let map = self.routing.map.load_full();
-        let view = view(request, &map, &stats, &databases, &self.shared.digests);
+        let fleet = self.routing.fleet.view();
+        let view = view(
+            request,
+            &map,
+            &stats,
+            &databases,
+            &self.shared.digests,
+            &fleet,
+        );
         crate::answer(request.query, request.rights, &view, out);
     }
 
@@ -91,7 +101,15 @@ impl Console for ShardConsole {
         let stats = self.stats();
         let databases = self.shared.databases.stats();
         let map = self.routing.map.load_full();
-        let view = view(request, &map, &stats, &databases, &self.shared.digests);
+        let fleet = self.routing.fleet.view();
+        let view = view(
+            request,
+            &map,
+            &stats,
+            &databases,
+            &self.shared.digests,
+            &fleet,
+        );
         crate::answer_statement(request.query, request.rights, request.formats, &view)
     }
 

@@ -58,6 +58,7 @@ pub(crate) fn result_set(command: AdminCommand, view: &AdminView<'_>) -> ResultS
     match command {
         AdminCommand::Replicas => replicas(view.routers, view.readers),
         AdminCommand::Routers => routers(view.routers),
+        AdminCommand::Fleet => crate::fleet::show_fleet(view.fleet),
         AdminCommand::Readers => readers(view.readers),
         AdminCommand::RoleEvents => role_events(view.routers),
         AdminCommand::Events => failure_events(view.routers),

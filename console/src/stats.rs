@@ -294,6 +294,7 @@ mod tests {
             config: None,
             state: crate::PoolerState::default(),
             gates: None,
+            fleet: None,
         }
     }
 

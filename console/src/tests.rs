@@ -105,6 +105,7 @@ fn view<'a>(
         digests: None,
         state: PoolerState::default(),
         gates: None,
+        fleet: None,
     }
 }
 

@@ -148,6 +148,7 @@ impl Collector for PgtierCollector {
         self.databases(&mut encoder)?;
         self.digests(&mut encoder)?;
         self.classes(&mut encoder)?;
+        self.fleet(&mut encoder)?;
         let map = self.sources.routing.map.load_full();
         encode_replicas(&mut encoder, map.routers())?;
         encode_readers(&mut encoder, map.readers())
@@ -155,6 +156,97 @@ impl Collector for PgtierCollector {
 }
 
 impl PgtierCollector {
+    /// The fleet families (docs/fleet.md), only while `fleet_name` is set.
+    fn fleet(&self, encoder: &mut DescriptorEncoder<'_>) -> Encoded {
+        let status = &self.sources.routing.fleet;
+        let view = status.view();
+        if view.mode == "off" {
+            return Ok(());
+        }
+        let fleet = [("fleet", &*view.name)];
+        family(
+            encoder,
+            "pgtier_fleet_mode",
+            "this host's fleet mode as a label: fleet (the shared table) or local (the store is unreachable)",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_family(&[("fleet", &*view.name), ("mode", view.mode)])?
+        .encode_gauge(&1u32)?;
+        let live = view.members.iter().filter(|member| member.live).count() as u64;
+        let gauges = [
+            (
+                "pgtier_fleet_leader",
+                "1 while this host is the fleet's leader",
+                u64::from(view.is_leader),
+            ),
+            (
+                "pgtier_fleet_version",
+                "the newest fleet role-table version this host applied",
+                view.version,
+            ),
+            (
+                "pgtier_fleet_stored_version",
+                "the newest role-table version in the store",
+                view.stored_version,
+            ),
+            (
+                "pgtier_fleet_live_members",
+                "members whose last report is younger than fleet_member_timeout",
+                live,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            family(encoder, name, help, None, MetricType::Gauge)?
+                .encode_family(&fleet)?
+                .encode_gauge(&value)?;
+        }
+        {
+            let mut metric = family(
+                encoder,
+                "pgtier_fleet_member_report_age",
+                "age of each member's last report on the store's clock",
+                Some(&Unit::Seconds),
+                MetricType::Gauge,
+            )?;
+            for member in &view.members {
+                let labels = [("fleet", &*view.name), ("member", &*member.host)];
+                metric
+                    .encode_family(&labels)?
+                    .encode_gauge(&member.age.as_secs_f64())?;
+            }
+        }
+        let counters = status.counters();
+        let counters = [
+            (
+                "pgtier_fleet_local_fallbacks",
+                "times this host fell back to local PLB",
+                counters.went_local,
+            ),
+            (
+                "pgtier_fleet_versions_applied",
+                "fleet role-table versions this host applied",
+                counters.applied,
+            ),
+            (
+                "pgtier_fleet_versions_published",
+                "role-table versions this host published as leader",
+                counters.published,
+            ),
+            (
+                "pgtier_fleet_failed_rounds",
+                "rounds with the fleet's store that failed",
+                counters.failed_rounds,
+            ),
+        ];
+        for (name, help, value) in counters {
+            family(encoder, name, help, None, MetricType::Counter)?
+                .encode_family(&fleet)?
+                .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+        }
+        Ok(())
+    }
+
     fn process(&self, encoder: &mut DescriptorEncoder<'_>) -> Encoded {
         let engine = &self.sources.engine;
         let snapshot = engine.snapshot();
@@ -785,6 +877,46 @@ mod tests {
         let help = lines.iter().filter(|l| l.starts_with("# HELP ")).count();
         let types = lines.iter().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(help, types, "every family has HELP and TYPE");
+    }
+
+    #[test]
+    fn the_fleet_families_appear_only_with_a_fleet() {
+        let sources = sources();
+        let fleet = Arc::clone(&sources.routing.fleet);
+        let registry = registry(sources);
+        let text = encode(&registry, Format::PrometheusText).expect("encodes");
+        assert!(!text.contains("pgtier_fleet"), "{text}");
+        fleet.publish(pgtier_replicas::FleetView {
+            name: "east".to_string(),
+            host: "a:6432".to_string(),
+            mode: "local",
+            is_leader: false,
+            version: 0,
+            stored_version: 9,
+            members: vec![pgtier_replicas::MemberView {
+                host: "b:6432".to_string(),
+                last_report: String::new(),
+                age: std::time::Duration::from_millis(1500),
+                live: true,
+            }],
+            ..pgtier_replicas::FleetView::default()
+        });
+        let text = encode(&registry, Format::PrometheusText).expect("encodes");
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        for wanted in [
+            "pgtier_fleet_mode{fleet=\"east\",mode=\"local\"} 1",
+            "pgtier_fleet_leader{fleet=\"east\"} 0",
+            "pgtier_fleet_version{fleet=\"east\"} 0",
+            "pgtier_fleet_stored_version{fleet=\"east\"} 9",
+            "pgtier_fleet_live_members{fleet=\"east\"} 1",
+            "pgtier_fleet_member_report_age_seconds{fleet=\"east\",member=\"b:6432\"} 1.5",
+            "pgtier_fleet_local_fallbacks_total{fleet=\"east\"} 0",
+            "pgtier_fleet_versions_applied_total{fleet=\"east\"} 0",
+            "pgtier_fleet_versions_published_total{fleet=\"east\"} 0",
+            "pgtier_fleet_failed_rounds_total{fleet=\"east\"} 0",
+        ] {
+            assert!(has(&lines, wanted), "missing {wanted:?} in\n{text}");
+        }
     }
 
     /// Encodes only the replica families of `routers`.

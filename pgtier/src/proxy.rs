@@ -25,8 +25,8 @@ use pgtier_console::ShardConsole;
 use pgtier_metrics::MetricsEndpoint;
 use pgtier_metrics::Sources;
 use pgtier_replicas::{
-    ControlOptions, ControlPlane, ReplyMailbox, RouterMap, ShardRouting, SharedRouting,
-    default_probe_login,
+    ControlOptions, ControlPlane, FleetConfig, FleetStatus, ReplyMailbox, RouterMap, ShardRouting,
+    SharedRouting, default_probe_login,
 };
 use pgtier_shard::listen::{Listeners, TcpStops, UnixSocketFile};
 use pgtier_shard::{
@@ -207,7 +207,12 @@ impl ProxyHandle {
         let map = old_map
             .reload(&config, default_probe_login)
             .map_err(|error| format!("replica routing: {error}"))?;
-        let plane = start_control_plane(&map, &config)?;
+        let plane = start_control_plane(
+            &map,
+            &config,
+            &self.shared.routing.fleet,
+            &self.shared.engine,
+        )?;
         // New host names are looked up here, before any shard has the configuration.
         self.dns.reload(&config);
         // A changed entry may point a pool at another server: shards learn its welcome anew.
@@ -446,12 +451,14 @@ pub(crate) fn start_bound(
         .collect();
     let map = RouterMap::from_config(&config, default_probe_login)
         .map_err(|error| format!("replica routing: {error}"))?;
-    let plane = start_control_plane(&map, &config)?;
+    let fleet = FleetStatus::new();
+    let engine = Arc::new(pgtier_engine::Shared::new(workers));
+    let plane = start_control_plane(&map, &config, &fleet, &engine)?;
     let dns = Dns::start(&config)?;
     let shared = Arc::new(Shared {
         mailboxes,
-        engine: Arc::new(pgtier_engine::Shared::new(workers)),
-        routing: Arc::new(SharedRouting::new(map)),
+        engine,
+        routing: Arc::new(SharedRouting::with_fleet(map, fleet)),
         finished_shards: AtomicUsize::new(0),
         finished: (0..workers).map(|_| AtomicBool::new(false)).collect(),
     });
@@ -601,7 +608,12 @@ pub(crate) fn start_bound(
 }
 
 /// The control shard over `map`'s routers, with an LSN poller for each reader entry.
-fn start_control_plane(map: &RouterMap, config: &Config) -> Result<ControlPlane, String> {
+fn start_control_plane(
+    map: &RouterMap,
+    config: &Config,
+    fleet: &Arc<FleetStatus>,
+    engine: &Arc<pgtier_engine::Shared>,
+) -> Result<ControlPlane, String> {
     let mut plane =
         ControlPlane::start(map.routers(), ControlOptions::from_settings(&config.pgtier))
             .map_err(|error| format!("cannot start the control shard: {error}"))?;
@@ -611,6 +623,11 @@ fn start_control_plane(map: &RouterMap, config: &Config) -> Result<ControlPlane,
     plane
         .start_primary_watches(map.host_primaries())
         .map_err(|error| format!("cannot start the primary watches: {error}"))?;
+    if let Some(fleet_config) = FleetConfig::from_config(config, default_probe_login) {
+        plane
+            .start_fleet(fleet_config, Arc::clone(fleet), Arc::clone(engine))
+            .map_err(|error| format!("cannot start the fleet thread: {error}"))?;
+    }
     Ok(plane)
 }
 

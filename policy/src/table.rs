@@ -199,7 +199,7 @@ impl RoleTable {
     }
 
     /// The two-class table of a two-rank table (rank 0 premium, every other rank freemium).
-    pub(crate) fn from_ranks(ranks: &TierTable) -> RoleTable {
+    pub fn from_ranks(ranks: &TierTable) -> RoleTable {
         let mut table = RoleTable {
             roles: [Role::Mixed; MAX_REPLICAS],
             len: ranks.len(),

@@ -190,10 +190,29 @@ impl PoolBudget {
     }
 }
 
+/// One host's share of a server budget its fleet shares (docs/fleet.md): `limit` divided by
+/// the live `members`, rounded up (so the fleet together never has less than `limit`, and at
+/// most `members - 1` more), at least 1. `0` (no limit) stays 0; no member counts as one.
+pub fn fleet_share(limit: u32, members: u32) -> u32 {
+    if limit == 0 {
+        return 0;
+    }
+    limit.div_ceil(members.max(1)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn each_fleet_host_takes_its_share_rounded_up() {
+        assert_eq!(fleet_share(100, 3), 34);
+        assert_eq!(fleet_share(100, 1), 100);
+        assert_eq!(fleet_share(100, 0), 100);
+        assert_eq!(fleet_share(2, 3), 1);
+        assert_eq!(fleet_share(0, 3), 0);
+    }
 
     #[test]
     fn acquire_stops_at_limit_and_release_reopens() {

@@ -54,7 +54,7 @@ mod wait_order;
 mod waiters;
 mod welcome;
 
-pub use budget::PoolBudget;
+pub use budget::{PoolBudget, fleet_share};
 pub use handover::{Release, give_back_slot};
 pub use host_turn::{HostBalance, HostTurn};
 pub use idle_board::IdleBoard;

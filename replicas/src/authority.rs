@@ -50,6 +50,9 @@ pub(crate) struct Authority {
     table: RouteTable,
     generation: u64,
     health: Vec<ReplicaHealth>,
+    /// The table comes from a fleet's leader (see `crate::fleet`): returns are the
+    /// leader's, decided on the fleet's summed load, not on this host's share of it.
+    fleet: bool,
 }
 
 impl Authority {
@@ -65,6 +68,80 @@ impl Authority {
                     since: now,
                 })
                 .collect(),
+            fleet: false,
+        }
+    }
+
+    /// Whether a fleet's leader decides this router's returns.
+    pub(crate) fn set_fleet(&mut self, fleet: bool) {
+        self.fleet = fleet;
+    }
+
+    /// The table the control shard holds now.
+    pub(crate) fn table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// Adopts a table the fleet's leader computed. A replica this host's own probes see Down
+    /// stays Down here (with the local repair around it) until the fleet agrees; a table of
+    /// another vocabulary (a leader with another configuration) is refused. Returns the
+    /// snapshots published.
+    pub(crate) fn apply_fleet_table(&mut self, state: &RouterState, fleet: &RouteTable) -> usize {
+        let same_shape = match (&self.table, fleet) {
+            (RouteTable::Classes(mine), RouteTable::Classes(theirs)) => mine.len() == theirs.len(),
+            (RouteTable::Tiers(mine), RouteTable::Tiers(theirs)) => {
+                mine.len() == theirs.len() && mine.tiers() == theirs.tiers()
+            }
+            _ => false,
+        };
+        if !same_shape {
+            tracing::warn!(router = %state.name(), "the fleet's table does not fit this router's configuration; kept the local one");
+            return 0;
+        }
+        let was_down: Vec<bool> = (0..self.health.len())
+            .map(|index| ReplicaId::from_index(index).is_none_or(|r| self.is_table_down(r)))
+            .collect();
+        self.table = fleet.clone();
+        for index in 0..self.health.len() {
+            let Some(replica) = ReplicaId::from_index(index) else {
+                break;
+            };
+            if !self.health[index].state.is_up() && !self.is_table_down(replica) {
+                self.repair_down(state, replica);
+            }
+        }
+        let newly_down = (0..self.health.len()).any(|index| {
+            ReplicaId::from_index(index).is_some_and(|r| self.is_table_down(r) && !was_down[index])
+        });
+        self.publish(state);
+        if newly_down {
+            state.bump_failure_epoch();
+        }
+        1
+    }
+
+    fn is_table_down(&self, replica: ReplicaId) -> bool {
+        self.table.role(replica).is_none_or(|role| role.is_down())
+    }
+
+    /// Marks `replica` Down in the table with the policy's repair, without an event (the
+    /// health transition that caused it was recorded when it happened).
+    fn repair_down(&mut self, state: &RouterState, replica: ReplicaId) {
+        let repaired = match (*state.policy(), &mut self.table) {
+            (RouterPolicy::Classes(strategy), RouteTable::Classes(table)) => {
+                let mut loads: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];
+                let view = state.counters().read_into(&mut loads);
+                strategy.handle_down(table, replica, view).map(|_| ())
+            }
+            (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
+                let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
+                let view = state.counters().read_tiers_into(&mut loads);
+                plb.handle_down(table, replica, view).map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        if let Err(error) = repaired {
+            tracing::error!(router = %state.name(), %error, "failure handling refused");
         }
     }
 
@@ -120,7 +197,7 @@ impl Authority {
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = state.counters().read_tiers_into(&mut loads);
+                let view = state.read_tier_loads(&mut loads);
                 plb.admit(table, view, class)
                     .map_err(AdmissionError::from)
                     .map(|decision| {
@@ -156,6 +233,9 @@ impl Authority {
     /// Applies the returns the policy finds due on the current counts. Returns the snapshots
     /// published.
     pub(crate) fn evaluate_returns(&mut self, state: &RouterState) -> usize {
+        if self.fleet {
+            return 0;
+        }
         let applied = match (*state.policy(), &self.table) {
             (RouterPolicy::Classes(Strategy::Plb(plb)), RouteTable::Classes(table)) => {
                 let mut sessions: LoadArray = [ReplicaLoad::default(); MAX_REPLICAS];

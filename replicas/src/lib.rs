@@ -16,6 +16,7 @@
 //!   positions that decide read-your-writes and the lag cap, and the thread that polls them.
 //! - [`functions`], [`function_lookup`]: what the entry's primary says of the functions its
 //!   reads call (looked up by the same thread), for the read-only classifier.
+//! - [`fleet`]: several hosts sharing one PLB view through a PostgreSQL store.
 //! - [`plane`]: the control thread, the prober threads, routers built from the config.
 //! - `pgtier_engine::class`: the class of a session at login.
 //! - [`events`], [`counters`], [`snapshot`], [`route_table`], [`lease`], [`mailbox`]: the
@@ -46,6 +47,7 @@ pub mod admission_error;
 pub mod authority;
 pub mod counters;
 pub mod events;
+pub mod fleet;
 pub mod function_lookup;
 pub mod functions;
 pub mod health;
@@ -60,6 +62,7 @@ pub mod primary_election;
 pub mod probe;
 pub mod read_router;
 pub mod read_ticket;
+pub mod remote_load;
 pub mod route_table;
 pub mod router;
 pub mod router_config;
@@ -68,6 +71,8 @@ pub mod router_stats;
 pub mod routing;
 pub mod snapshot;
 
+#[cfg(test)]
+mod fleet_tests;
 #[cfg(test)]
 mod read_tests;
 #[cfg(test)]
@@ -80,6 +85,7 @@ mod tests;
 pub use admission_error::AdmissionError;
 pub use authority::ReplicaHealth;
 pub use events::{ControlEvent, EventKind, HealthTransition};
+pub use fleet::{FleetConfig, FleetCounters, FleetStatus, FleetView, MemberView};
 pub use health::{HealthConfig, HealthState, LastProbe, ProbeOutcome};
 pub use host_primary::{ElectedHost, HostPrimary};
 pub use lease::SessionLease;

@@ -193,6 +193,51 @@ impl PgLink {
         }
     }
 
+    /// Waits on the idle link until `until` for the server to send something unprompted (a
+    /// NOTIFY): `Ok(true)` as soon as bytes arrive (kept for the next read), `Ok(false)` when
+    /// nothing did, an error when the server closed or reset the link.
+    pub(crate) fn wait_for_bytes(&mut self, until: Instant) -> Result<bool, String> {
+        if !self.buffer.is_empty() {
+            return Ok(true);
+        }
+        loop {
+            let Ok(budget) = remaining(until) else {
+                return Ok(false);
+            };
+            self.stream
+                .set_read_timeout(Some(budget))
+                .map_err(|e| io_cause("set timeout", &e))?;
+            let mut chunk = [0u8; 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("server closed the connection".to_string()),
+                Ok(read) => {
+                    self.buffer.extend_from_slice(&chunk[..read]);
+                    return Ok(true);
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(false);
+                }
+                Err(error) => return Err(io_cause("receive", &error)),
+            }
+        }
+    }
+
+    /// Drops whole messages the server sent unprompted (notifications, notices), so the
+    /// next wait sees only new ones.
+    pub(crate) fn discard_unprompted(&mut self) {
+        let limits = FrameLimits {
+            max_message_len: MAX_MESSAGE_BYTES,
+            ..FrameLimits::default()
+        };
+        while let Ok(Some(_)) = split_message(&mut self.buffer, &limits) {}
+    }
+
     fn send(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), String> {
         set_deadline(&self.stream, deadline)?;
         self.stream

@@ -21,7 +21,7 @@ use pgtier_policy::ReplicaId;
 use crate::health::{HealthConfig, ProbeOutcome};
 use crate::host_primary::{self, HostPrimary};
 use crate::lsn_poll;
-use crate::probe::{ProbeLogin, ProbeReport, Prober};
+use crate::probe::{ProbeLogin, ProbeReport, Prober, health_check_login};
 use crate::read_router::ReadRouter;
 use crate::router::ReplicaRouter;
 use crate::router_config::{RouterConfig, RouterError};
@@ -262,19 +262,6 @@ fn host_primaries(
 
 /// Probes log in as the entry's forced server user when it has one; otherwise probes are
 /// handshake-only.
-/// The probe login of an entry without a forced `user`: `health_check_user` (with
-/// `health_check_password`), when set. Probes without a login only see that the postmaster
-/// answers; a reader entry's WAL positions need one.
-fn health_check_login(config: &Config, database: &DatabaseConfig) -> Option<ProbeLogin> {
-    let settings = &config.pgtier;
-    (!settings.health_check_user.is_empty()).then(|| ProbeLogin {
-        user: settings.health_check_user.clone(),
-        password: (!settings.health_check_password.is_empty())
-            .then(|| settings.health_check_password.clone()),
-        dbname: database.dbname.clone(),
-    })
-}
-
 pub fn default_probe_login(database: &DatabaseConfig) -> Option<ProbeLogin> {
     database.user.as_ref().map(|user| ProbeLogin {
         user: user.clone(),
@@ -363,6 +350,27 @@ impl ControlPlane {
                 .spawn(move || host_primary::watch_loop(&watch, &stop, health))?;
             self.probers.push(handle);
         }
+        Ok(())
+    }
+
+    /// Starts the fleet thread (`fleet_name` set): it shares this plane's routers' load and
+    /// role tables with the other hosts of the fleet, writes what it sees to `status`, and
+    /// gives the routers' entries their share of `max_db_connections` in `engine`'s budgets.
+    /// It stops with the plane (its store connection closes, which frees the leader's lock).
+    pub fn start_fleet(
+        &mut self,
+        config: crate::fleet::FleetConfig,
+        status: Arc<crate::fleet::FleetStatus>,
+        engine: Arc<pgtier_engine::Shared>,
+    ) -> io::Result<()> {
+        let routers = self.routers.clone();
+        let stop = Arc::clone(&self.stop);
+        let handle = std::thread::Builder::new()
+            .name("pgtier-fleet".to_string())
+            .spawn(move || {
+                crate::fleet::run::fleet_loop(&routers, &status, &engine.budgets, &config, &stop)
+            })?;
+        self.probers.push(handle);
         Ok(())
     }
 

@@ -143,6 +143,22 @@ impl Prober {
     }
 }
 
+/// The probe login of an entry without a forced `user`: `health_check_user` (with
+/// `health_check_password`), when set. Probes without a login only see that the postmaster
+/// answers; a reader entry's WAL positions need one.
+pub(crate) fn health_check_login(
+    config: &pgtier_core::config::Config,
+    database: &pgtier_core::config::DatabaseConfig,
+) -> Option<ProbeLogin> {
+    let settings = &config.pgtier;
+    (!settings.health_check_user.is_empty()).then(|| ProbeLogin {
+        user: settings.health_check_user.clone(),
+        password: (!settings.health_check_password.is_empty())
+            .then(|| settings.health_check_password.clone()),
+        dbname: database.dbname.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -373,6 +373,24 @@ impl ReplicaRouter {
         self.authority().health().to_vec()
     }
 
+    // ---- what the fleet calls ----
+
+    /// Whether a fleet's leader decides this router's returns (fleet mode) or this host
+    /// does (local mode).
+    pub(crate) fn set_fleet_mode(&self, fleet: bool) {
+        self.authority().set_fleet(fleet);
+    }
+
+    /// Adopts the role table a fleet's leader published (see `crate::fleet`).
+    pub(crate) fn apply_fleet_table(&self, table: &RouteTable) {
+        self.authority().apply_fleet_table(&self.state, table);
+    }
+
+    /// The table the control shard holds now (what a new fleet starts from).
+    pub(crate) fn authority_table(&self) -> RouteTable {
+        self.authority().table().clone()
+    }
+
     // ---- what the control plane calls ----
 
     /// Runs everything pending for this router: health reports first (so no admission lands
@@ -497,7 +515,7 @@ impl ReplicaRouter {
             }
             (RouterPolicy::Tiers(plb), RouteTable::Tiers(table)) => {
                 let mut loads: TierLoadArray = [TierLoad::default(); MAX_REPLICAS];
-                let view = state.counters().read_tiers_into(&mut loads);
+                let view = state.read_tier_loads(&mut loads);
                 let decision = match plb.admit(table, view, class) {
                     Ok(decision) => decision,
                     Err(error) => return LocalAttempt::Refused(error.into()),
@@ -508,7 +526,7 @@ impl ReplicaRouter {
                 let seen = view
                     .get(decision.replica.index())
                     .map_or(0, |l| l.of(class));
-                let claimed = state.counters().try_claim(decision.replica, class, seen);
+                let claimed = state.claim_tier(decision.replica, class, seen);
                 (decision.replica, claimed)
             }
             _ => return LocalAttempt::Refused(AdmissionError::Internal(TABLE_MISMATCH.into())),

@@ -20,8 +20,9 @@ use pgtier_policy::{
     SplitMix64, Strategy, StrategyName,
 };
 
-use crate::counters::{CounterError, LoadArray, SessionCounters};
+use crate::counters::{CounterError, LoadArray, SessionCounters, TierLoadArray};
 use crate::events::{ControlEvent, EventLog};
+use crate::remote_load::RemoteLoad;
 use crate::route_table::RouteTable;
 use crate::router_config::RouterPolicy;
 use crate::router_stats::{RouterCounters, RouterStats};
@@ -37,6 +38,10 @@ pub struct RouterState {
     /// that raced with the decision.
     published_generation: AtomicU64,
     counters: SessionCounters,
+    /// The load the rest of the fleet reported, added to every decision's counts.
+    remote: ArcSwap<RemoteLoad>,
+    /// `remote` is not empty: without a fleet a decision never loads it.
+    has_remote: AtomicBool,
     /// Transactions in flight per replica and class; kept only when PLB decides on them.
     in_flight: SessionCounters,
     /// `load_signal = "in_flight"`: sessions report their transactions.
@@ -88,6 +93,8 @@ impl RouterState {
             published_generation: AtomicU64::new(snapshot.generation),
             snapshot: ArcSwap::from_pointee(snapshot),
             counters: SessionCounters::new(count),
+            remote: ArcSwap::from_pointee(RemoteLoad::default()),
+            has_remote: AtomicBool::new(false),
             in_flight: SessionCounters::new(count),
             counts_in_flight: matches!(
                 policy,
@@ -244,6 +251,11 @@ impl RouterState {
         self.in_flight.load(replica)
     }
 
+    /// Transactions in flight of each rank on `replica` (zero unless PLB decides on them).
+    pub(crate) fn in_flight_tiers(&self, replica: ReplicaId) -> TierLoad {
+        self.in_flight.tier_load(replica)
+    }
+
     /// Whether sessions report their transactions (`load_signal = "in_flight"`).
     pub fn counts_in_flight(&self) -> bool {
         self.counts_in_flight
@@ -256,15 +268,64 @@ impl RouterState {
         sessions: &'a mut LoadArray,
         in_flight: &'a mut LoadArray,
     ) -> Loads<'a> {
-        let sessions = self.counters.read_into(sessions);
+        let remote = self.remote();
+        let len = self.counters.read_into(sessions).len();
+        if let Some(remote) = &remote {
+            remote.add_sessions(&mut sessions[..len]);
+        }
         if self.counts_in_flight {
+            let flights = self.in_flight.read_into(in_flight).len();
+            if let Some(remote) = &remote {
+                remote.add_in_flight(&mut in_flight[..flights]);
+            }
             Loads {
-                signal: self.in_flight.read_into(in_flight),
-                sessions,
+                signal: &in_flight[..flights],
+                sessions: &sessions[..len],
             }
         } else {
-            Loads::sessions(sessions)
+            Loads::sessions(&sessions[..len])
         }
+    }
+
+    /// Sessions per replica and rank, the fleet's others included (tiered PLB's decisions).
+    pub(crate) fn read_tier_loads<'a>(&self, out: &'a mut TierLoadArray) -> &'a [TierLoad] {
+        let len = self.counters.read_tiers_into(out).len();
+        if let Some(remote) = self.remote() {
+            remote.add_tier_sessions(&mut out[..len]);
+        }
+        &out[..len]
+    }
+
+    /// The rest of the fleet's load, when there is any to add. A guard, not a clone: every
+    /// shard reads it at every decision, and a reference count would be one cache line all
+    /// of them write.
+    fn remote(&self) -> Option<Guard<Arc<RemoteLoad>>> {
+        self.has_remote
+            .load(Ordering::Acquire)
+            .then(|| self.remote.load())
+    }
+
+    /// Replaces the rest of the fleet's load (the fleet thread, each round; empty in local
+    /// mode).
+    pub(crate) fn set_remote(&self, remote: RemoteLoad) {
+        let empty = remote.is_empty();
+        self.remote.store(Arc::new(remote));
+        self.has_remote.store(!empty, Ordering::Release);
+    }
+
+    /// A tiered decision's claim on `replica` for `class`, conditional on this host's own
+    /// count: `seen` included the others' sessions, which are taken off first.
+    pub(crate) fn claim_tier(
+        &self,
+        replica: ReplicaId,
+        class: Tier,
+        seen: u32,
+    ) -> Result<(), CounterError> {
+        let remote = self
+            .remote()
+            .map_or(0, |remote| remote.tier_sessions(replica.index(), class));
+        self.counters
+            .try_claim(replica, class, seen.saturating_sub(remote))
     }
 
     /// PLB's thresholds depend on the exact session count, so its claims are conditional on
@@ -279,7 +340,12 @@ impl RouterState {
     ) -> Result<(), CounterError> {
         match self.policy {
             RouterPolicy::Classes(Strategy::Plb(_)) if !self.counts_in_flight => {
-                self.counters.try_claim(replica, class, seen)
+                // `seen` included the fleet's others, which are no part of this counter.
+                let remote = self
+                    .remote()
+                    .map_or(0, |remote| remote.class_sessions(replica.index(), class));
+                self.counters
+                    .try_claim(replica, class, seen.saturating_sub(remote))
             }
             _ => self.counters.claim(replica, class),
         }

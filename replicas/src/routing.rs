@@ -30,6 +30,9 @@ use crate::{
 /// (read-your-writes with `read_your_writes_scope = "user"`).
 pub struct SharedRouting {
     pub map: ArcSwap<RouterMap>,
+    /// The fleet this process belongs to, as its fleet thread last saw it (mode `off`
+    /// without `fleet_name`); kept across reloads.
+    pub fleet: Arc<crate::fleet::FleetStatus>,
     /// database → user → end of that user's latest write transaction. Touched only by
     /// entries with the user scope; bounded by the users that can log in.
     user_writes: Mutex<AHashMap<String, AHashMap<String, Instant>>>,
@@ -37,7 +40,13 @@ pub struct SharedRouting {
 
 impl SharedRouting {
     pub fn new(map: RouterMap) -> SharedRouting {
+        SharedRouting::with_fleet(map, crate::fleet::FleetStatus::new())
+    }
+
+    /// Routing whose fleet thread (if any) writes to `fleet`.
+    pub fn with_fleet(map: RouterMap, fleet: Arc<crate::fleet::FleetStatus>) -> SharedRouting {
         SharedRouting {
+            fleet,
             map: ArcSwap::from_pointee(map),
             user_writes: Mutex::new(AHashMap::new()),
         }

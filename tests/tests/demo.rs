@@ -218,3 +218,96 @@ fn demo_load_reports_both_classes_a_failure_and_a_rejoin_then_exits() {
     assert!(has("Summary over"), "{printed:#?}");
     assert_cleaned_up(demo_pid, port);
 }
+
+/// This proxy's `SHOW FLEET` row: (mode, version, leader) as psql prints them.
+fn fleet_state(port: u16) -> Option<(String, u64, String)> {
+    let (ok, text) = psql_through(port, "postgres", "pgbouncer", "SHOW FLEET");
+    if !ok {
+        return None;
+    }
+    // fleet|member|is_self|is_leader|live|last_report|age_ms|mode|version|stored_version|cause
+    let rows: Vec<Vec<&str>> = text.lines().map(|line| line.split('|').collect()).collect();
+    let leader = rows
+        .iter()
+        .find(|row| row.get(3) == Some(&"t"))?
+        .get(1)?
+        .to_string();
+    let own = rows.iter().find(|row| row.get(2) == Some(&"t"))?;
+    Some((own.get(7)?.to_string(), own.get(8)?.parse().ok()?, leader))
+}
+
+#[test]
+fn demo_with_three_proxies_runs_one_fleet_and_cleans_up() {
+    // Three consecutive free ports (the demo listens on PORT, PORT+1, PORT+2).
+    let port = wait::until(Duration::from_secs(10), Duration::from_millis(10), || {
+        let port = free_port().ok()?;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        (port < u16::MAX - 2 && free(port + 1) && free(port + 2)).then_some(port)
+    })
+    .expect("three consecutive free ports");
+    let ports = [port, port + 1, port + 2];
+    let mut demo = Command::new(proxy_binary().expect("binary"))
+        .args(["demo", "--port", &port.to_string(), "--replicas", "2"])
+        .args(["--proxies", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start demo");
+    let demo_pid = demo.id();
+    let stdout = demo.stdout.take().expect("stdout");
+    let (lines_in, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_in.send(line);
+        }
+    });
+    let mut printed = Vec::new();
+    let ready = wait::until(Duration::from_secs(180), Duration::from_millis(50), || {
+        while let Ok(line) = lines.try_recv() {
+            printed.push(line);
+        }
+        printed
+            .iter()
+            .any(|line| line.contains("Press Ctrl-C"))
+            .then_some(())
+    });
+    if ready.is_none() {
+        let _ = demo.kill();
+        let _ = demo.wait();
+        panic!("demo never became ready; printed: {printed:#?}");
+    }
+    // All three answer SHOW FLEET in fleet mode with one version and one leader.
+    let agreed = wait::until(Duration::from_secs(30), Duration::from_millis(200), || {
+        let states: Vec<(String, u64, String)> =
+            ports.iter().filter_map(|p| fleet_state(*p)).collect();
+        let first = states.first()?.clone();
+        (states.len() == 3 && states.iter().all(|s| s.0 == "fleet" && *s == first)).then_some(first)
+    });
+    // Both classes read through a member that is not the first.
+    let read = "SELECT count(*) FROM pgbench_accounts";
+    let premium = psql_through(port + 2, "premium", "pgbench", read);
+
+    send_signal(demo_pid, libc::SIGINT).expect("SIGINT");
+    let exited = wait::until(Duration::from_secs(60), Duration::from_millis(50), || {
+        demo.try_wait().ok().flatten()
+    });
+    if exited.is_none() {
+        let _ = demo.kill();
+        let _ = demo.wait();
+    }
+    assert!(
+        agreed.is_some(),
+        "the three proxies did not agree; printed: {printed:#?}"
+    );
+    assert!(
+        printed.iter().any(|line| line.contains("SHOW FLEET")),
+        "how to watch the fleet is printed: {printed:#?}"
+    );
+    assert_eq!(premium, (true, "100000\n".to_string()));
+    let status = exited.expect("demo did not exit within 60 s of SIGINT");
+    assert!(status.success(), "{status}");
+    for port in ports {
+        assert_cleaned_up(demo_pid, port);
+    }
+}

@@ -36,6 +36,12 @@ pub use settings::{AuthType, ListenAddrs, PoolMode, Settings, WaiterPolicy};
 pub use tls::{CipherSuite, SslMode, TlsCiphers, TlsProtocols};
 pub use validate::{ADMIN_DATABASE, ADMIN_DATABASE_ALIAS};
 
+/// The `key=value` pairs of a `fleet_store` setting (keys lowercased), checked as the
+/// configuration's validation checks them.
+pub fn fleet_store_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+    ini::conninfo(text)
+}
+
 use crate::class::ClassSetting;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

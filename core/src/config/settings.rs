@@ -420,6 +420,17 @@ pub struct Settings {
     pub read_retries: u32,
     /// Role and health events kept for `SHOW ROLE_EVENTS` / `SHOW EVENTS` (1024).
     pub role_events_capacity: u32,
+    /// The fleet this host shares its PLB view with ("" = none: local PLB). Hosts with the
+    /// same name and store elect one leader that computes the role table on their summed load.
+    pub fleet_name: String,
+    /// Where the fleet coordinates: a libpq-style `host=... port=... dbname=... user=...
+    /// password=...` ("" = the primary of the first replica-set entry that has one, logged in
+    /// as its probes are).
+    pub fleet_store: String,
+    /// How often each host writes its load and the leader recomputes the table (1 s).
+    pub fleet_report_interval: Seconds,
+    /// A member whose last report is older is not live (0 = 3 x `fleet_report_interval`).
+    pub fleet_member_timeout: Seconds,
     /// Address of the Prometheus metrics endpoint (127.0.0.1).
     pub metrics_addr: IpAddr,
     /// Port of the metrics endpoint (0 = no endpoint).
@@ -598,6 +609,10 @@ impl Default for Settings {
             repin_idle_sessions: true,
             read_retries: 1,
             role_events_capacity: 1024,
+            fleet_name: String::new(),
+            fleet_store: String::new(),
+            fleet_report_interval: Seconds::from_millis(1000),
+            fleet_member_timeout: Seconds::from_millis(0),
             metrics_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             metrics_port: 0,
             query_digests: true,
@@ -610,6 +625,14 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// `fleet_member_timeout`, or 3 x `fleet_report_interval` when it is 0.
+    pub fn fleet_member_timeout(&self) -> std::time::Duration {
+        match self.fleet_member_timeout.duration() {
+            zero if zero.is_zero() => 3 * self.fleet_report_interval.duration(),
+            timeout => timeout,
+        }
+    }
+
     /// Worker threads to start: `workers` if set, else the available cores (1 if unknown).
     pub fn worker_count(&self) -> usize {
         match self.workers {

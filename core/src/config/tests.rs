@@ -1112,3 +1112,33 @@ fn target_session_attrs_takes_libpqs_values_on_a_host_list_only() {
     ));
     assert!(reader.contains("follows a promotion"), "{reader}");
 }
+
+#[test]
+fn fleet_settings_default_to_no_fleet_and_check_the_store() {
+    let config = load_trusting("[pgtier]\n").expect("defaults");
+    assert!(config.pgtier.fleet_name.is_empty());
+    assert_eq!(
+        config.pgtier.fleet_member_timeout(),
+        std::time::Duration::from_secs(3)
+    );
+    let config = load_trusting(
+        "[pgtier]\nfleet_name = \"east\"\nfleet_report_interval = 0.5\n\
+         fleet_store = \"host=db port=5433 dbname=fleet user=pgtier password='a b'\"\n",
+    )
+    .expect("a fleet");
+    assert_eq!(
+        config.pgtier.fleet_member_timeout(),
+        std::time::Duration::from_millis(1500)
+    );
+    let pairs = super::fleet_store_pairs(&config.pgtier.fleet_store).expect("pairs");
+    assert!(pairs.contains(&("password".to_string(), "a b".to_string())));
+    let typo = error(&trusting("[pgtier]\nfleet_store = \"host=db prot=5433\"\n"));
+    assert!(
+        typo.contains("fleet_store") && typo.contains("prot"),
+        "{typo}"
+    );
+    let no_host = error(&trusting("[pgtier]\nfleet_store = \"port=5433\"\n"));
+    assert!(no_host.contains("host"), "{no_host}");
+    let zero = error(&trusting("[pgtier]\nfleet_report_interval = 0\n"));
+    assert!(zero.contains("fleet_report_interval"), "{zero}");
+}

@@ -106,6 +106,7 @@ pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
         ("health_check_interval", settings.health_check_interval),
         ("health_check_timeout", settings.health_check_timeout),
         ("stats_period", settings.stats_period),
+        ("fleet_report_interval", settings.fleet_report_interval),
     ] {
         if value.is_zero() {
             return check.fail(key(name), "must be greater than 0");
@@ -117,6 +118,9 @@ pub(super) fn settings(file: &Path, settings: &Settings) -> Check {
         &settings.read_only_functions,
     )?;
     function_names(&check, &key("write_functions"), &settings.write_functions)?;
+    if let Err(reason) = super::ini::conninfo(&settings.fleet_store) {
+        return check.fail(key("fleet_store"), reason);
+    }
     tls(&check, settings)?;
     limits(&check, settings)
 }

@@ -51,6 +51,9 @@ pub struct DemoOptions {
     pub load: bool,
     /// `--load-seconds N`: length of the `--load` run.
     pub load_seconds: u32,
+    /// `--proxies N`: pgtier processes sharing one PLB view as a fleet (docs/fleet.md), on
+    /// `listen_port`, `listen_port + 1`, ...
+    pub proxies: usize,
 }
 
 impl Default for DemoOptions {
@@ -61,6 +64,7 @@ impl Default for DemoOptions {
             pgbench_scale: 1,
             load: false,
             load_seconds: 60,
+            proxies: 1,
         }
     }
 }
@@ -95,6 +99,9 @@ Demo options:
                                the rest freemium, one Mixed from 3 replicas on (5: 2/2/1).
                                With 1 replica it routes round robin (PLB needs two).
   --scale N                    pgbench scale factor (default 1)
+  --proxies N                  run N pgtier processes (1..=8, default 1) on PORT, PORT+1, ...
+                               sharing one PLB view as a fleet through the primary
+                               (docs/fleet.md); SHOW FLEET on any of them shows it
   --load                       drive users premium and freemium through pgtier, kill one
                                premium replica after 1/3 of the time and restart it after 2/3;
                                print per-class tps and latency, SHOW REPLICAS, the role and
@@ -236,6 +243,7 @@ fn parse_demo(rest: &[String]) -> Result<DemoOptions, String> {
             "--port" => options.listen_port = parse_number(flag, value)?,
             "--replicas" => options.replica_count = parse_number(flag, value)?,
             "--scale" => options.pgbench_scale = parse_number(flag, value)?,
+            "--proxies" => options.proxies = parse_number(flag, value)?,
             "--load-seconds" => {
                 options.load_seconds = parse_number(flag, value)?;
                 options.load = true;
@@ -248,6 +256,12 @@ fn parse_demo(rest: &[String]) -> Result<DemoOptions, String> {
     }
     if options.pgbench_scale == 0 {
         return Err("--scale must be at least 1".to_string());
+    }
+    if !(1..=8).contains(&options.proxies) {
+        return Err("--proxies must be between 1 and 8".to_string());
+    }
+    if usize::from(options.listen_port) + options.proxies > usize::from(u16::MAX) + 1 {
+        return Err("--port leaves no room for the other proxies' ports".to_string());
     }
     if !LOAD_SECONDS.contains(&options.load_seconds) {
         return Err(format!(
@@ -394,6 +408,21 @@ mod tests {
         assert!(parse_strs(&["demo", "--replicas", "8"]).is_ok());
         assert!(parse_strs(&["demo", "--replicas", "9"]).is_err());
         assert!(parse_strs(&["demo", "--replicas", "1"]).is_ok());
+    }
+
+    #[test]
+    fn demo_proxies_parse_and_are_bounded() {
+        assert_eq!(
+            parse_strs(&["demo", "--proxies", "3"]),
+            Ok(Command::Demo(DemoOptions {
+                proxies: 3,
+                ..DemoOptions::default()
+            }))
+        );
+        assert!(parse_strs(&["demo", "--proxies", "0"]).is_err());
+        assert!(parse_strs(&["demo", "--proxies", "9"]).is_err());
+        assert!(parse_strs(&["demo", "--proxies", "3", "--port", "65534"]).is_err());
+        assert!(parse_strs(&["demo", "--proxies", "3", "--port", "65533"]).is_ok());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! read-only streaming replicas, puts pgtier in front of them (PLB routing, a premium and a
 //! freemium user, the admin console), prints how to connect, and removes everything again on
 //! Ctrl-C. With `--load` it then drives both classes and fails a replica (`demo_load.rs`).
+//! With `--proxies N` it runs N pgtier processes on consecutive ports as one fleet
+//! (docs/fleet.md), meeting on the primary, and prints how to watch `SHOW FLEET`.
 //!
 //! The proxy runs as a child process (this same binary with `--config`), so that its own
 //! signal handling (SIGINT = graceful shutdown) is exactly what a user gets in production,
@@ -48,6 +50,10 @@ static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 /// `LocalPg` stops its server and deletes its directory on drop), then the config dir.
 pub(super) struct DemoCluster {
     pub(super) proxy: Option<Child>,
+    /// `--proxies N`: the fleet's other members, on the ports after the first.
+    pub(super) fleet: Vec<Child>,
+    /// pgtier processes started (so that none left is an error, not a quiet wait).
+    pub(super) started: usize,
     pub(super) replicas: Vec<LocalPg>,
     pub(super) primary: Option<LocalPg>,
     pub(super) config_dir: PathBuf,
@@ -55,7 +61,7 @@ pub(super) struct DemoCluster {
 
 impl Drop for DemoCluster {
     fn drop(&mut self) {
-        if let Some(proxy) = self.proxy.take() {
+        for proxy in self.fleet.drain(..).chain(self.proxy.take()) {
             stop_proxy(proxy);
         }
         eprintln!("pgtier demo: stopping PostgreSQL servers and removing their directories");
@@ -75,20 +81,33 @@ pub(crate) fn start(options: &DemoOptions) -> Result<DemoCluster, String> {
         .map_err(|e| format!("creating {}: {e}", config_dir.display()))?;
     let mut cluster = DemoCluster {
         proxy: None,
+        fleet: Vec::new(),
+        started: 0,
         replicas: Vec::new(),
         primary: None,
         config_dir,
     };
     start_servers(&mut cluster, options)?;
-    let config_path = write_config(&cluster, options)?;
-    eprintln!(
-        "pgtier demo: starting pgtier on 127.0.0.1:{}",
-        options.listen_port
-    );
-    cluster.proxy = Some(spawn_proxy(&config_path, options.load)?);
-    wait_for_listener(&mut cluster, options.listen_port)?;
+    for index in 0..options.proxies {
+        let port = proxy_port(options, index);
+        let config_path = write_config(&cluster, options, index)?;
+        eprintln!("pgtier demo: starting pgtier on 127.0.0.1:{port}");
+        let proxy = spawn_proxy(&config_path, options.load)?;
+        cluster.started += 1;
+        match cluster.proxy {
+            None => cluster.proxy = Some(proxy),
+            Some(_) => cluster.fleet.push(proxy),
+        }
+        wait_for_listener(&mut cluster, port)?;
+    }
     print_instructions(&cluster, options);
     Ok(cluster)
+}
+
+/// The port of proxy `index` (0 is `--port`; the parser made sure the others fit).
+fn proxy_port(options: &DemoOptions, index: usize) -> u16 {
+    let offset = u16::try_from(index).unwrap_or(u16::MAX);
+    options.listen_port.saturating_add(offset)
 }
 
 fn start_servers(cluster: &mut DemoCluster, options: &DemoOptions) -> Result<(), String> {
@@ -174,8 +193,13 @@ pub(super) fn plb_split(replica_count: usize) -> Option<(Vec<usize>, Vec<usize>)
     ))
 }
 
-/// Writes userlist.txt and pgtier.toml.
-fn write_config(cluster: &DemoCluster, options: &DemoOptions) -> Result<PathBuf, String> {
+/// Writes userlist.txt and the pgtier.toml of proxy `index` (`pgtier.toml` for the first,
+/// `pgtier-2.toml`... for the fleet's others).
+fn write_config(
+    cluster: &DemoCluster,
+    options: &DemoOptions,
+    index: usize,
+) -> Result<PathBuf, String> {
     let userlist_path = cluster.config_dir.join("userlist.txt");
     write_file(&userlist_path, &demo_userlist())?;
     if cluster.replicas.is_empty() {
@@ -183,13 +207,19 @@ fn write_config(cluster: &DemoCluster, options: &DemoOptions) -> Result<PathBuf,
     }
     let replica_ports: Vec<u16> = cluster.replicas.iter().map(LocalPg::port).collect();
     let primary_port = cluster.primary.as_ref().map_or(0, LocalPg::port);
-    let config = demo_config(
-        options.listen_port,
+    let mut config = demo_config(
+        proxy_port(options, index),
         &userlist_path,
         &replica_ports,
         primary_port,
     );
-    let config_path = cluster.config_dir.join("pgtier.toml");
+    if options.proxies > 1 {
+        config = with_fleet(&config, primary_port);
+    }
+    let config_path = cluster.config_dir.join(match index {
+        0 => "pgtier.toml".to_string(),
+        _ => format!("pgtier-{}.toml", index + 1),
+    });
     write_file(&config_path, &config)?;
     Ok(config_path)
 }
@@ -280,6 +310,22 @@ fn demo_config(
     )
 }
 
+/// `config` with the fleet settings of `--proxies`: every proxy names the same fleet and
+/// meets on the primary (the read entry has no `primary` line, so the store is explicit).
+fn with_fleet(config: &str, primary_port: u16) -> String {
+    let fleet = format!(
+        "# --proxies: these pgtier processes share one PLB view (docs/fleet.md).\n\
+         fleet_name = \"demo\"\n\
+         fleet_store = \"host=127.0.0.1 port={primary_port} dbname=postgres user={ADMIN_USER}\"\n\
+         fleet_report_interval = 1\n"
+    );
+    config.replacen(
+        "\n# Read-only sessions",
+        &format!("{fleet}\n# Read-only sessions"),
+        1,
+    )
+}
+
 fn write_file(path: &Path, contents: &str) -> Result<(), String> {
     std::fs::write(path, contents).map_err(|e| format!("writing {}: {e}", path.display()))
 }
@@ -356,6 +402,7 @@ fn print_instructions(cluster: &DemoCluster, options: &DemoOptions) {
     println!("  psql -h 127.0.0.1 -p {port} -U {ADMIN_USER} {DEMO_DATABASE}_primary");
     println!("Admin console (then SHOW REPLICAS; SHOW ROLE_EVENTS; SHOW EVENTS;):");
     println!("  psql -h 127.0.0.1 -p {port} -U {ADMIN_USER} pgbouncer");
+    print_fleet(cluster, options);
     if options.load {
         println!();
         return;
@@ -367,6 +414,33 @@ fn print_instructions(cluster: &DemoCluster, options: &DemoOptions) {
     println!("  or run `pgtier demo --load` to see borrowing, failure repair and rejoin");
     println!();
     println!("Press Ctrl-C to stop pgtier and remove the servers.");
+}
+
+/// With `--proxies N`: every member's address and pid, and how to watch the fleet.
+fn print_fleet(cluster: &DemoCluster, options: &DemoOptions) {
+    if options.proxies < 2 {
+        return;
+    }
+    println!();
+    println!(
+        "{} pgtier processes share one PLB view (fleet \"demo\", meeting on the primary):",
+        options.proxies
+    );
+    for (index, proxy) in cluster.proxy.iter().chain(&cluster.fleet).enumerate() {
+        println!(
+            "  pgtier {}: 127.0.0.1:{}  (pid {})",
+            index + 1,
+            proxy_port(options, index),
+            proxy.id()
+        );
+    }
+    println!("Watch the fleet (members, leader, role-table version, mode) from any of them:");
+    println!(
+        "  watch -n 1 psql -h 127.0.0.1 -p {} -U {ADMIN_USER} pgbouncer -c \"'SHOW FLEET'\"",
+        options.listen_port
+    );
+    println!("Kill the leader (kill -9 the pid of the member with is_leader = t): another one");
+    println!("takes over within about a second and the version goes up.");
 }
 
 pub(crate) fn wait_for_stop(cluster: &mut DemoCluster) -> Result<(), String> {
@@ -393,11 +467,32 @@ fn check_stop() -> Result<(), String> {
 }
 
 pub(super) fn check_proxy_alive(cluster: &mut DemoCluster) -> Result<(), String> {
+    // With --proxies, a member that exits (a killed leader) is news, not the end: the fleet
+    // goes on while one pgtier is left.
+    let mut index = 0;
+    while index < cluster.fleet.len() {
+        match cluster.fleet[index].try_wait() {
+            Ok(Some(status)) => {
+                // Already reaped by try_wait; wait only returns the status it kept.
+                let _ = cluster.fleet.remove(index).wait();
+                eprintln!("pgtier demo: a fleet member exited ({status}); the others go on");
+            }
+            _ => index += 1,
+        }
+    }
     let Some(proxy) = cluster.proxy.as_mut() else {
+        if cluster.started > 0 && cluster.fleet.is_empty() {
+            return Err("every pgtier exited".to_string());
+        }
         return Ok(());
     };
     match proxy.try_wait() {
         Ok(None) => Ok(()),
+        Ok(Some(status)) if !cluster.fleet.is_empty() => {
+            cluster.proxy = None;
+            eprintln!("pgtier demo: pgtier 1 exited ({status}); the others go on");
+            Ok(())
+        }
         Ok(Some(status)) => {
             cluster.proxy = None;
             Err(format!("pgtier exited unexpectedly ({status})"))
@@ -471,10 +566,18 @@ mod tests {
         let mut failures = Vec::new();
         for count in 1..=8u16 {
             let ports: Vec<u16> = (0..count).map(|i| 5433 + i).collect();
-            let text = demo_config(6432, &userlist, &ports, 5432);
-            std::fs::write(&path, &text).expect("config");
-            if let Err(error) = pgtier_core::config::Config::load(&path) {
-                failures.push(format!("{count} replicas: {error}\n{text}"));
+            let alone = demo_config(6432, &userlist, &ports, 5432);
+            let fleet = with_fleet(&alone, 5432);
+            for text in [alone, fleet] {
+                std::fs::write(&path, &text).expect("config");
+                match pgtier_core::config::Config::load(&path) {
+                    Err(error) => failures.push(format!("{count} replicas: {error}\n{text}")),
+                    Ok(config) if text.contains("fleet_name") => {
+                        assert_eq!(config.pgtier.fleet_name, "demo");
+                        assert!(config.pgtier.fleet_store.contains("port=5432"));
+                    }
+                    Ok(_) => {}
+                }
             }
         }
         let _ = std::fs::remove_dir_all(&dir);

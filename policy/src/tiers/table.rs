@@ -151,6 +151,39 @@ impl TierTable {
         Ok(table)
     }
 
+    /// A table of `tiers` tiers with exactly these roles, as another owner computed it (a
+    /// fleet's leader): `None` when the list is empty or too long, or a role is malformed
+    /// or names a tier past `tiers`.
+    pub fn with_roles(tiers: u8, roles: &[TierRole]) -> Option<TierTable> {
+        let tiers = tiers.min(MAX_TIERS as u8);
+        if roles.is_empty() || roles.len() > MAX_REPLICAS {
+            return None;
+        }
+        let known = |tier: Tier| tier.0 < tiers;
+        let fits = |role: &TierRole| match *role {
+            TierRole::Owned(tier) => known(tier),
+            TierRole::Borrowed { by, from } => {
+                role.is_valid()
+                    && known(by)
+                    && match from {
+                        TierPool::Tier(tier) => known(tier),
+                        TierPool::Mixed => true,
+                    }
+            }
+            TierRole::Mixed | TierRole::Down => true,
+        };
+        if !roles.iter().all(fits) {
+            return None;
+        }
+        let mut table = TierTable {
+            roles: [TierRole::Mixed; MAX_REPLICAS],
+            len: roles.len(),
+            tiers,
+        };
+        table.roles[..roles.len()].copy_from_slice(roles);
+        Some(table)
+    }
+
     /// The two-class table as tiers (premium is tier 0, freemium tier 1).
     pub fn from_roles(table: &RoleTable) -> TierTable {
         let mut tiers = TierTable {

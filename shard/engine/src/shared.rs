@@ -120,6 +120,17 @@ pub struct BudgetRegistry {
     host_turns: Mutex<HashMap<PoolKey, Arc<HostTurn>>>,
     /// By exact key (a replication pool's idle servers are not its sibling's).
     idle_boards: Mutex<HashMap<PoolKey, Arc<IdleBoard>>>,
+    /// Per database entry in a fleet: the configured `max_db_connections` and the live
+    /// members that share it (docs/fleet.md); the entry's budget gets
+    /// [`pgtier_pool::fleet_share`] of it. Absent: the whole limit.
+    fleet_shares: Mutex<HashMap<Arc<str>, FleetShare>>,
+}
+
+/// A database entry's cap as configured, and the fleet members it is shared by.
+#[derive(Clone, Copy, Debug, Default)]
+struct FleetShare {
+    configured: u32,
+    members: u32,
 }
 
 fn entry<K: std::hash::Hash + Eq>(
@@ -146,6 +157,7 @@ impl BudgetRegistry {
         max_db_connections: u32,
         max_user_connections: u32,
     ) -> KeyBudgets {
+        let max_db_connections = self.database_limit(&key.database, max_db_connections);
         KeyBudgets {
             pool: entry(&self.pools, key.clone(), pool_size, reserve),
             database: entry(&self.databases, key.database.clone(), max_db_connections, 0),
@@ -162,6 +174,49 @@ impl BudgetRegistry {
                 .entry(key.clone())
                 .or_default()
                 .clone(),
+        }
+    }
+
+    /// This host's part of `database`'s configured cap: all of it, or its share while a fleet
+    /// shares it. Remembers the configured value for [`BudgetRegistry::share_database`].
+    fn database_limit(&self, database: &Arc<str>, configured: u32) -> u32 {
+        let mut shares = self
+            .fleet_shares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match shares.get_mut(database) {
+            Some(share) => {
+                share.configured = configured;
+                pgtier_pool::fleet_share(configured, share.members)
+            }
+            None => configured,
+        }
+    }
+
+    /// `members` fleet hosts share `database`'s `max_db_connections` (1: this host has it
+    /// all again). The entry's budget takes its share now if a pool made it already; servers
+    /// above a lowered cap are not replaced as they close, as after a reload that lowered it.
+    pub fn share_database(&self, database: &str, members: u32) {
+        let database: Arc<str> = Arc::from(database);
+        let configured = {
+            let mut shares = self
+                .fleet_shares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let configured = self.database(&database).map(|budget| {
+                shares
+                    .get(&database)
+                    .map_or(budget.limit(), |share| share.configured)
+            });
+            let share = shares.entry(Arc::clone(&database)).or_default();
+            share.members = members.max(1);
+            if let Some(configured) = configured {
+                share.configured = configured;
+            }
+            (share.configured, share.members)
+        };
+        if let Some(budget) = self.database(&database) {
+            budget.set_limit(pgtier_pool::fleet_share(configured.0, configured.1), 0);
         }
     }
 
@@ -441,6 +496,34 @@ mod tests {
         assert!(!Arc::ptr_eq(&alice.user, &bob.user));
         assert_eq!(alice.database.limit(), 3);
         assert!(registry.database("db").is_some() && registry.user("carol").is_none());
+    }
+
+    #[test]
+    fn a_fleet_shares_a_database_cap_by_its_live_members() {
+        let registry = BudgetRegistry::default();
+        let budgets = registry.for_key(&key("alice"), 2, 0, 10, 0);
+        assert_eq!(budgets.database.limit(), 10);
+        registry.share_database("db", 3);
+        assert_eq!(budgets.database.limit(), 4, "ceil(10 / 3)");
+        // A reload (or a new pool) passes the configured cap again: the share stays.
+        registry.for_key(&key("bob"), 2, 0, 10, 0);
+        assert_eq!(budgets.database.limit(), 4);
+        registry.for_key(&key("bob"), 2, 0, 20, 0);
+        assert_eq!(budgets.database.limit(), 7, "ceil(20 / 3)");
+        registry.share_database("db", 1);
+        assert_eq!(budgets.database.limit(), 20);
+        // Shared before any pool of the entry exists: its first pool gets the share.
+        registry.share_database("other", 2);
+        let other = PoolKey::new(
+            "other".into(),
+            "alice".into(),
+            ServerTarget::Primary,
+            StartupProfile::default(),
+        );
+        assert_eq!(registry.for_key(&other, 2, 0, 9, 0).database.limit(), 5);
+        // No cap stays no cap.
+        registry.for_key(&other, 2, 0, 0, 0);
+        assert_eq!(registry.database("other").map(|b| b.limit()), Some(0));
     }
 
     #[test]

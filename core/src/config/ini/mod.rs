@@ -18,6 +18,22 @@ pub(super) use overlay::apply as apply_overlay;
 use super::error::ConfigError;
 use std::path::Path;
 
+/// The keys of a libpq-style `fleet_store` ("" is valid: no explicit store). Only the keys
+/// the fleet's connection uses are accepted, so a typo is an error, not a silent default.
+pub(super) fn conninfo(text: &str) -> Result<Vec<(String, String)>, String> {
+    const KEYS: [&str; 5] = ["host", "port", "dbname", "user", "password"];
+    let pairs = connstr::parse(text)?;
+    if let Some((key, _)) = pairs.iter().find(|(key, _)| !KEYS.contains(&key.as_str())) {
+        return Err(format!(
+            "unknown key {key} (use host, port, dbname, user, password)"
+        ));
+    }
+    if !pairs.is_empty() && !pairs.iter().any(|(key, _)| key == "host") {
+        return Err("needs host=".to_string());
+    }
+    Ok(pairs)
+}
+
 /// An ini file read into pgtier's tables.
 pub(super) struct Loaded {
     pub document: Document,

@@ -1,0 +1,346 @@
+//! The fleet experiment (`pgtier-sim fleet`): N proxies in front of the same five replicas at
+//! the live harness's calibration and contention point (`grid --live`, 2.5 sessions/s, P25),
+//! against one big proxy, on the same arrivals (common random numbers).
+//!
+//! Variants: the single proxy (today's model, the reference of every ratio) and 5RR through
+//! it (the contention reference); N independent proxies with θ unchanged; N independent
+//! proxies with θ split by N; the shared view at each report interval, each proxy applying
+//! another's version stale by up to that interval.
+
+use std::fmt::Write as _;
+
+use pgtier_policy::PlbParams;
+
+use super::super::engine::{self, RunConfig, RunObservations};
+use super::super::router::Router;
+use super::super::scenario::GridSpec;
+use super::super::stats::{PhaseSummary, mean_of};
+use super::super::strategies::{PolicyRouter, Strategy};
+use super::independent::{IndependentProxies, split_theta};
+use super::shared::{SharedConfig, SharedStats, SharedView};
+
+/// One way of running the proxies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Variant {
+    /// One proxy holding every client, PLB (today's model).
+    Single,
+    /// One proxy, 5RR: how contended the point is.
+    SingleRoundRobin,
+    /// N proxies, each PLB on its own clients, θ unchanged.
+    Independent,
+    /// N proxies, each PLB on its own clients, θ divided by N ([`split_theta`]).
+    ThetaSplit,
+    /// N proxies sharing one view, reporting every `interval_s`, applying others' versions
+    /// stale by up to `interval_s`.
+    Shared {
+        /// The report interval (and the staleness bound).
+        interval_s: f64,
+    },
+}
+
+impl Variant {
+    /// A short name for tables and the CSV.
+    pub fn label(self, proxies: usize) -> String {
+        match self {
+            Variant::Single => "1 proxy, PLB".into(),
+            Variant::SingleRoundRobin => "1 proxy, 5RR".into(),
+            Variant::Independent => format!("{proxies} independent"),
+            Variant::ThetaSplit => format!("{proxies} independent, θ/{proxies}"),
+            Variant::Shared { interval_s } => format!("{proxies} shared, {interval_s} s"),
+        }
+    }
+}
+
+/// The experiment's point and what it compares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetSpec {
+    /// The live calibration: cluster, workload, warm-up, seeds.
+    pub grid: GridSpec,
+    /// T (60 × sessions per second).
+    pub terminals: f64,
+    /// Premium share.
+    pub premium_share: f64,
+    /// Proxies in the fleet.
+    pub proxies: usize,
+    /// Report intervals of the shared view.
+    pub intervals_s: Vec<f64>,
+}
+
+impl FleetSpec {
+    /// docs/plb-live.md's contention point (2.5 sessions/s, P25, θ = 3) with `proxies`
+    /// proxies, the shared view at 0.1, 0.5, 1 and 2 s.
+    pub fn live(proxies: usize, seeds: u64) -> Self {
+        Self {
+            grid: GridSpec::live(seeds),
+            terminals: 2.5 * 60.0,
+            premium_share: 0.25,
+            proxies,
+            intervals_s: vec![0.1, 0.5, 1.0, 2.0],
+        }
+    }
+
+    /// Every variant, the single proxy first.
+    pub fn variants(&self) -> Vec<Variant> {
+        let mut variants = vec![
+            Variant::Single,
+            Variant::SingleRoundRobin,
+            Variant::Independent,
+            Variant::ThetaSplit,
+        ];
+        variants.extend(
+            self.intervals_s
+                .iter()
+                .map(|&interval_s| Variant::Shared { interval_s }),
+        );
+        variants
+    }
+
+    /// Simulation runs the experiment performs.
+    pub fn run_count(&self) -> u64 {
+        self.variants().len() as u64 * self.grid.seeds
+    }
+
+    fn params(&self) -> PlbParams {
+        self.grid.cluster.plb
+    }
+}
+
+/// One variant, aggregated over seeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetPoint {
+    /// Which variant.
+    pub variant: Variant,
+    /// Means over seeds of the per-run summaries.
+    pub summary: PhaseSummary,
+    /// The shared view's counters summed over seeds (shared variants only).
+    pub shared: Option<SharedStats>,
+}
+
+/// Runs `variant` on one configuration; the observations and, for the shared view, what the
+/// sharing did.
+pub fn run_variant(
+    config: &RunConfig,
+    variant: Variant,
+    proxies: usize,
+    params: PlbParams,
+) -> Result<(RunObservations, Option<SharedStats>), String> {
+    let replicas = config.cluster.replicas;
+    let (observations, shared, refused) = match variant {
+        Variant::Single => {
+            let mut router = PolicyRouter::plb(params, replicas)?;
+            let obs = engine::run(config, &mut router);
+            (obs, None, router.refused_role_changes())
+        }
+        Variant::SingleRoundRobin => {
+            let mut router = PolicyRouter::new(Strategy::RoundRobin, replicas)?;
+            let obs = engine::run(config, &mut router);
+            (obs, None, 0)
+        }
+        Variant::Independent | Variant::ThetaSplit => {
+            let params = if variant == Variant::ThetaSplit {
+                split_theta(params, proxies)
+            } else {
+                params
+            };
+            let mut router = IndependentProxies::new(proxies, params, replicas)?;
+            let obs = engine::run(config, &mut router);
+            (obs, None, router.refused_role_changes())
+        }
+        Variant::Shared { interval_s } => {
+            let sharing = SharedConfig {
+                proxies,
+                report_interval_s: interval_s,
+                staleness_s: interval_s,
+                seed: config.seed,
+            };
+            let mut router = SharedView::new(sharing, params, replicas)?;
+            let obs = engine::run(config, &mut router);
+            (obs, Some(router.stats()), router.refused_role_changes())
+        }
+    };
+    if observations.placements_on_down_replica > 0 || refused > 0 {
+        return Err(format!(
+            "{}: {} placements on a down replica, {refused} refused role changes",
+            variant.label(proxies),
+            observations.placements_on_down_replica
+        ));
+    }
+    Ok((observations, shared))
+}
+
+/// Runs every variant of `spec` over its seeds; `on_run` is called after each simulation.
+pub fn run_fleet(spec: &FleetSpec, on_run: &mut dyn FnMut()) -> Result<Vec<FleetPoint>, String> {
+    let mut points = Vec::new();
+    for variant in spec.variants() {
+        let mut per_seed = Vec::new();
+        let mut shared: Option<SharedStats> = None;
+        for seed_index in 0..spec.grid.seeds {
+            let config = spec
+                .grid
+                .run_config(spec.terminals, spec.premium_share, seed_index);
+            let (observations, stats) = run_variant(&config, variant, spec.proxies, spec.params())?;
+            let phase = observations.phases.first().ok_or("a run without a phase")?;
+            per_seed.push(PhaseSummary::of(phase));
+            if let Some(stats) = stats {
+                let total = shared.get_or_insert_with(SharedStats::default);
+                total.versions += stats.versions;
+                total.requests += stats.requests;
+                total.redecided += stats.redecided;
+                total.stale_placements += stats.stale_placements;
+                total.agreed_s += stats.agreed_s;
+                total.observed_s += stats.observed_s;
+                total.refused += stats.refused;
+            }
+            on_run();
+        }
+        let summary =
+            PhaseSummary::aggregate(&per_seed, mean_of).ok_or("a variant needs a seed")?;
+        points.push(FleetPoint {
+            variant,
+            summary,
+            shared,
+        });
+    }
+    Ok(points)
+}
+
+fn ms(seconds: f64) -> String {
+    if seconds.is_finite() {
+        format!("{:.0}", seconds * 1000.0)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn ratio(value: f64, reference: f64) -> f64 {
+    if reference > 0.0 {
+        value / reference
+    } else {
+        f64::NAN
+    }
+}
+
+/// One CSV row per variant: latency per class (mean, median, p95, seconds), the ratios to
+/// the single proxy, utilisation, and the shared view's counters.
+pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
+    let mut out = String::from(
+        "variant,proxies,interval_s,terminals,premium_share,seeds,\
+         premium_mean_s,premium_median_s,premium_p95_s,freemium_mean_s,freemium_median_s,freemium_p95_s,\
+         premium_mean_x,premium_p95_x,freemium_mean_x,freemium_p95_x,\
+         goodput_premium,goodput_freemium,utilisation,utilisation_cv,\
+         versions,requests,redecided,stale_placements,agreement\n",
+    );
+    let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
+        return out;
+    };
+    let reference = &single.summary;
+    for p in points {
+        let s = &p.summary;
+        let interval = match p.variant {
+            Variant::Shared { interval_s } => interval_s.to_string(),
+            _ => String::new(),
+        };
+        let proxies = match p.variant {
+            Variant::Single | Variant::SingleRoundRobin => 1,
+            _ => spec.proxies,
+        };
+        let shared = p.shared.map_or(",,,,".to_string(), |x| {
+            format!(
+                "{},{},{},{},{:.4}",
+                x.versions,
+                x.requests,
+                x.redecided,
+                x.stale_placements,
+                x.agreement()
+            )
+        });
+        let _ = writeln!(
+            out,
+            "{},{proxies},{interval},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{shared}",
+            p.variant.label(spec.proxies),
+            spec.terminals,
+            spec.premium_share,
+            spec.grid.seeds,
+            s.class[0].mean_s,
+            s.class[0].median_s,
+            s.class[0].p95_s,
+            s.class[1].mean_s,
+            s.class[1].median_s,
+            s.class[1].p95_s,
+            ratio(s.class[0].mean_s, reference.class[0].mean_s),
+            ratio(s.class[0].p95_s, reference.class[0].p95_s),
+            ratio(s.class[1].mean_s, reference.class[1].mean_s),
+            ratio(s.class[1].p95_s, reference.class[1].p95_s),
+            s.goodput_per_s[0],
+            s.goodput_per_s[1],
+            s.utilisation,
+            s.utilisation_cv,
+        );
+    }
+    out
+}
+
+/// Markdown: one row per variant, premium and freemium mean and p95 in ms with the ratio to
+/// the single proxy, utilisation, and for the shared view its agreement and requests.
+pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} proxies, {:.1} sessions/s (T = {}), premium share {}, {} seeds, live calibration; \
+         latency in ms, means over seeds; (×) = against one proxy on the same arrivals.\n",
+        spec.proxies,
+        spec.terminals / 60.0,
+        spec.terminals,
+        spec.premium_share,
+        spec.grid.seeds
+    );
+    out.push_str(
+        "| variant | premium mean | premium p95 | freemium mean | freemium p95 | u (CV) | versions / requests / re-decided / stale placements | all proxies on the latest version |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
+        return out;
+    };
+    let reference = &single.summary;
+    let with =
+        |value: f64, reference: f64| format!("{} ({:.2}×)", ms(value), ratio(value, reference));
+    for p in points {
+        let s = &p.summary;
+        let (counts, agreement) = p.shared.map_or(("".to_string(), "".to_string()), |x| {
+            (
+                format!(
+                    "{} / {} / {} / {}",
+                    x.versions, x.requests, x.redecided, x.stale_placements
+                ),
+                format!("{:.1} %", 100.0 * x.agreement()),
+            )
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.2} ({:.2}) | {counts} | {agreement} |",
+            p.variant.label(spec.proxies),
+            with(s.class[0].mean_s, reference.class[0].mean_s),
+            with(s.class[0].p95_s, reference.class[0].p95_s),
+            with(s.class[1].mean_s, reference.class[1].mean_s),
+            with(s.class[1].p95_s, reference.class[1].p95_s),
+            s.utilisation,
+            s.utilisation_cv,
+        );
+    }
+    if let Some(independent) = points.iter().find(|p| p.variant == Variant::Independent) {
+        out.push_str("\nShared view against the independent proxies (the issue's bar: premium p95 at most 0.8×):\n\n");
+        for p in points
+            .iter()
+            .filter(|p| matches!(p.variant, Variant::Shared { .. }))
+        {
+            let _ = writeln!(
+                out,
+                "- {}: premium p95 {:.2}×, freemium p95 {:.2}×",
+                p.variant.label(spec.proxies),
+                ratio(p.summary.class[0].p95_s, independent.summary.class[0].p95_s),
+                ratio(p.summary.class[1].p95_s, independent.summary.class[1].p95_s),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,12 @@
+//! Several proxies in front of the same replicas (issue 27 item 2): the load balancer spreads
+//! clients over N proxies round robin, and the proxies either run PLB each on its own share
+//! (`independent`, with θ unchanged or split by N) or share one load view and one role
+//! table through a store (`shared`). `experiment` compares them with one big proxy on the
+//! same arrivals.
+
+pub mod experiment;
+pub mod independent;
+pub mod shared;
+
+#[cfg(test)]
+mod tests;

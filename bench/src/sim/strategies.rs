@@ -401,6 +401,12 @@ impl PolicyRouter {
         &self.table
     }
 
+    /// Replaces the role table (a fleet's host adopting the table its leader published); the
+    /// session counters stay, as the proxy's do.
+    pub fn set_table(&mut self, table: RoleTable) {
+        self.table = table;
+    }
+
     /// Active sessions per replica as the policy sees them.
     pub fn loads(&self) -> &[ReplicaLoad] {
         &self.loads

@@ -4,8 +4,10 @@
 //!
 //! Variants: the single proxy (today's model, the reference of every ratio) and 5RR through
 //! it (the contention reference); N independent proxies with θ unchanged; N independent
-//! proxies with θ split by N; the shared view at each report interval, each proxy applying
-//! another's version stale by up to that interval.
+//! proxies with θ split by N; the fleet as pgtier builds it ([`super::leader`]) at each report
+//! interval, each host applying a version stale by up to that interval; and a design
+//! alternative, hosts that also see each other's reports and forward their role changes to
+//! the leader ([`super::shared`]).
 
 use std::fmt::Write as _;
 
@@ -17,7 +19,8 @@ use super::super::scenario::GridSpec;
 use super::super::stats::{PhaseSummary, mean_of};
 use super::super::strategies::{PolicyRouter, Strategy};
 use super::independent::{IndependentProxies, split_theta};
-use super::shared::{SharedConfig, SharedStats, SharedView};
+use super::leader::{FleetConfig, LeaderFleet};
+use super::shared::{SharedConfig, SharedView};
 
 /// One way of running the proxies.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,12 +33,79 @@ pub enum Variant {
     Independent,
     /// N proxies, each PLB on its own clients, θ divided by N ([`split_theta`]).
     ThetaSplit,
-    /// N proxies sharing one view, reporting every `interval_s`, applying others' versions
-    /// stale by up to `interval_s`.
-    Shared {
+    /// The fleet: N hosts deciding on their own counts, a leader recomputing the table on the
+    /// summed reports every `interval_s`, hosts applying its versions stale by up to
+    /// `interval_s`.
+    Fleet {
         /// The report interval (and the staleness bound).
         interval_s: f64,
     },
+    /// The alternative: hosts deciding on their own counts plus the others' reports, and
+    /// forwarding every role change to the leader, which re-decides it at once.
+    Forwarding {
+        /// The report interval (and the staleness bound).
+        interval_s: f64,
+    },
+}
+
+impl Variant {
+    /// The report interval of a sharing variant.
+    pub fn interval_s(self) -> Option<f64> {
+        match self {
+            Variant::Fleet { interval_s } | Variant::Forwarding { interval_s } => Some(interval_s),
+            _ => None,
+        }
+    }
+}
+
+/// What the sharing did, summed over seeds (fleet and forwarding variants).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sharing {
+    /// Versions the leader published.
+    pub versions: u64,
+    /// Fleet: role changes hosts made on their own tables between versions. Forwarding: role
+    /// changes hosts forwarded to the leader.
+    pub local_changes: u64,
+    /// Forwarding: requests the leader decided differently from the host (stale table).
+    pub redecided: u64,
+    /// Forwarding: placements on a replica whose role the leader had already changed.
+    pub stale_placements: u64,
+    /// Seconds in which every host held the latest version.
+    pub agreed_s: f64,
+    /// Seconds in which every host routed with the latest published table.
+    pub tables_agreed_s: f64,
+    /// Seconds observed.
+    pub observed_s: f64,
+}
+
+impl Sharing {
+    /// Share of the time in which every host held the latest version.
+    pub fn agreement(&self) -> f64 {
+        if self.observed_s > 0.0 {
+            self.agreed_s / self.observed_s
+        } else {
+            1.0
+        }
+    }
+
+    /// Share of the time in which every host routed with the latest published table.
+    pub fn table_agreement(&self) -> f64 {
+        if self.observed_s > 0.0 {
+            self.tables_agreed_s / self.observed_s
+        } else {
+            1.0
+        }
+    }
+
+    fn add(&mut self, other: Sharing) {
+        self.tables_agreed_s += other.tables_agreed_s;
+        self.versions += other.versions;
+        self.local_changes += other.local_changes;
+        self.redecided += other.redecided;
+        self.stale_placements += other.stale_placements;
+        self.agreed_s += other.agreed_s;
+        self.observed_s += other.observed_s;
+    }
 }
 
 impl Variant {
@@ -46,7 +116,10 @@ impl Variant {
             Variant::SingleRoundRobin => "1 proxy, 5RR".into(),
             Variant::Independent => format!("{proxies} independent"),
             Variant::ThetaSplit => format!("{proxies} independent, θ/{proxies}"),
-            Variant::Shared { interval_s } => format!("{proxies} shared, {interval_s} s"),
+            Variant::Fleet { interval_s } => format!("{proxies} fleet, {interval_s} s"),
+            Variant::Forwarding { interval_s } => {
+                format!("{proxies} forwarding, {interval_s} s")
+            }
         }
     }
 }
@@ -62,13 +135,15 @@ pub struct FleetSpec {
     pub premium_share: f64,
     /// Proxies in the fleet.
     pub proxies: usize,
-    /// Report intervals of the shared view.
+    /// Report intervals of the fleet.
     pub intervals_s: Vec<f64>,
+    /// Also run the forwarding alternative at each interval.
+    pub forwarding: bool,
 }
 
 impl FleetSpec {
     /// docs/plb-live.md's contention point (2.5 sessions/s, P25, θ = 3) with `proxies`
-    /// proxies, the shared view at 0.1, 0.5, 1 and 2 s.
+    /// proxies, the fleet (and the forwarding alternative) at 0.1, 0.5, 1 and 2 s.
     pub fn live(proxies: usize, seeds: u64) -> Self {
         Self {
             grid: GridSpec::live(seeds),
@@ -76,6 +151,7 @@ impl FleetSpec {
             premium_share: 0.25,
             proxies,
             intervals_s: vec![0.1, 0.5, 1.0, 2.0],
+            forwarding: true,
         }
     }
 
@@ -90,8 +166,15 @@ impl FleetSpec {
         variants.extend(
             self.intervals_s
                 .iter()
-                .map(|&interval_s| Variant::Shared { interval_s }),
+                .map(|&interval_s| Variant::Fleet { interval_s }),
         );
+        if self.forwarding {
+            variants.extend(
+                self.intervals_s
+                    .iter()
+                    .map(|&interval_s| Variant::Forwarding { interval_s }),
+            );
+        }
         variants
     }
 
@@ -112,18 +195,18 @@ pub struct FleetPoint {
     pub variant: Variant,
     /// Means over seeds of the per-run summaries.
     pub summary: PhaseSummary,
-    /// The shared view's counters summed over seeds (shared variants only).
-    pub shared: Option<SharedStats>,
+    /// What the sharing did, summed over seeds (fleet and forwarding variants only).
+    pub shared: Option<Sharing>,
 }
 
-/// Runs `variant` on one configuration; the observations and, for the shared view, what the
-/// sharing did.
+/// Runs `variant` on one configuration; the observations and, for the sharing variants, what
+/// the sharing did.
 pub fn run_variant(
     config: &RunConfig,
     variant: Variant,
     proxies: usize,
     params: PlbParams,
-) -> Result<(RunObservations, Option<SharedStats>), String> {
+) -> Result<(RunObservations, Option<Sharing>), String> {
     let replicas = config.cluster.replicas;
     let (observations, shared, refused) = match variant {
         Variant::Single => {
@@ -146,7 +229,27 @@ pub fn run_variant(
             let obs = engine::run(config, &mut router);
             (obs, None, router.refused_role_changes())
         }
-        Variant::Shared { interval_s } => {
+        Variant::Fleet { interval_s } => {
+            let fleet = FleetConfig {
+                hosts: proxies,
+                report_interval_s: interval_s,
+                staleness_s: interval_s,
+                seed: config.seed,
+            };
+            let mut router = LeaderFleet::new(fleet, params, replicas)?;
+            let obs = engine::run(config, &mut router);
+            let stats = router.stats();
+            let sharing = Sharing {
+                versions: stats.versions,
+                local_changes: stats.local_changes,
+                agreed_s: stats.agreed_s,
+                tables_agreed_s: stats.tables_agreed_s,
+                observed_s: stats.observed_s,
+                ..Sharing::default()
+            };
+            (obs, Some(sharing), router.refused_role_changes())
+        }
+        Variant::Forwarding { interval_s } => {
             let sharing = SharedConfig {
                 proxies,
                 report_interval_s: interval_s,
@@ -155,7 +258,18 @@ pub fn run_variant(
             };
             let mut router = SharedView::new(sharing, params, replicas)?;
             let obs = engine::run(config, &mut router);
-            (obs, Some(router.stats()), router.refused_role_changes())
+            let stats = router.stats();
+            let sharing = Sharing {
+                versions: stats.versions,
+                local_changes: stats.requests,
+                redecided: stats.redecided,
+                stale_placements: stats.stale_placements,
+                agreed_s: stats.agreed_s,
+                // No host changes its table alone: holding the version is holding the table.
+                tables_agreed_s: stats.agreed_s,
+                observed_s: stats.observed_s,
+            };
+            (obs, Some(sharing), router.refused_role_changes())
         }
     };
     if observations.placements_on_down_replica > 0 || refused > 0 {
@@ -173,7 +287,7 @@ pub fn run_fleet(spec: &FleetSpec, on_run: &mut dyn FnMut()) -> Result<Vec<Fleet
     let mut points = Vec::new();
     for variant in spec.variants() {
         let mut per_seed = Vec::new();
-        let mut shared: Option<SharedStats> = None;
+        let mut shared: Option<Sharing> = None;
         for seed_index in 0..spec.grid.seeds {
             let config = spec
                 .grid
@@ -182,14 +296,7 @@ pub fn run_fleet(spec: &FleetSpec, on_run: &mut dyn FnMut()) -> Result<Vec<Fleet
             let phase = observations.phases.first().ok_or("a run without a phase")?;
             per_seed.push(PhaseSummary::of(phase));
             if let Some(stats) = stats {
-                let total = shared.get_or_insert_with(SharedStats::default);
-                total.versions += stats.versions;
-                total.requests += stats.requests;
-                total.redecided += stats.redecided;
-                total.stale_placements += stats.stale_placements;
-                total.agreed_s += stats.agreed_s;
-                total.observed_s += stats.observed_s;
-                total.refused += stats.refused;
+                shared.get_or_insert_with(Sharing::default).add(stats);
             }
             on_run();
         }
@@ -228,7 +335,7 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
          premium_mean_s,premium_median_s,premium_p95_s,freemium_mean_s,freemium_median_s,freemium_p95_s,\
          premium_mean_x,premium_p95_x,freemium_mean_x,freemium_p95_x,\
          goodput_premium,goodput_freemium,utilisation,utilisation_cv,\
-         versions,requests,redecided,stale_placements,agreement\n",
+         versions,local_changes,redecided,stale_placements,agreement,table_agreement\n",
     );
     let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
         return out;
@@ -236,22 +343,23 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
     let reference = &single.summary;
     for p in points {
         let s = &p.summary;
-        let interval = match p.variant {
-            Variant::Shared { interval_s } => interval_s.to_string(),
-            _ => String::new(),
-        };
+        let interval = p
+            .variant
+            .interval_s()
+            .map_or(String::new(), |s| s.to_string());
         let proxies = match p.variant {
             Variant::Single | Variant::SingleRoundRobin => 1,
             _ => spec.proxies,
         };
-        let shared = p.shared.map_or(",,,,".to_string(), |x| {
+        let shared = p.shared.map_or(",,,,,".to_string(), |x| {
             format!(
-                "{},{},{},{},{:.4}",
+                "{},{},{},{},{:.4},{:.4}",
                 x.versions,
-                x.requests,
+                x.local_changes,
                 x.redecided,
                 x.stale_placements,
-                x.agreement()
+                x.agreement(),
+                x.table_agreement()
             )
         });
         let _ = writeln!(
@@ -281,7 +389,7 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
 }
 
 /// Markdown: one row per variant, premium and freemium mean and p95 in ms with the ratio to
-/// the single proxy, utilisation, and for the shared view its agreement and requests.
+/// the single proxy, utilisation, and for the fleet variants their versions and agreement.
 pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -295,7 +403,7 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
         spec.grid.seeds
     );
     out.push_str(
-        "| variant | premium mean | premium p95 | freemium mean | freemium p95 | u (CV) | versions / requests / re-decided / stale placements | all proxies on the latest version |\n\
+        "| variant | premium mean | premium p95 | freemium mean | freemium p95 | u (CV) | versions / local changes (fleet) or requests (forwarding) / re-decided / stale placements | time all on the latest version / routing with its table |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
@@ -310,9 +418,13 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
             (
                 format!(
                     "{} / {} / {} / {}",
-                    x.versions, x.requests, x.redecided, x.stale_placements
+                    x.versions, x.local_changes, x.redecided, x.stale_placements
                 ),
-                format!("{:.1} %", 100.0 * x.agreement()),
+                format!(
+                    "{:.1} % / {:.1} %",
+                    100.0 * x.agreement(),
+                    100.0 * x.table_agreement()
+                ),
             )
         });
         let _ = writeln!(
@@ -328,11 +440,8 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
         );
     }
     if let Some(independent) = points.iter().find(|p| p.variant == Variant::Independent) {
-        out.push_str("\nShared view against the independent proxies (the issue's bar: premium p95 at most 0.8×):\n\n");
-        for p in points
-            .iter()
-            .filter(|p| matches!(p.variant, Variant::Shared { .. }))
-        {
+        out.push_str("\nFleet and forwarding against the independent proxies (the issue's bar: premium p95 at most 0.8×):\n\n");
+        for p in points.iter().filter(|p| p.variant.interval_s().is_some()) {
             let _ = writeln!(
                 out,
                 "- {}: premium p95 {:.2}×, freemium p95 {:.2}×",

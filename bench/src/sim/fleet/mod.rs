@@ -6,6 +6,7 @@
 
 pub mod experiment;
 pub mod independent;
+pub mod leader;
 pub mod shared;
 
 #[cfg(test)]

@@ -23,6 +23,10 @@
 //!
 //! A fleet of one is exactly the single proxy (the same table, the exact counts, the same
 //! decisions): `tests::one_proxy_sharing_is_the_single_proxy` checks it run for run.
+//!
+//! This is not the design pgtier's fleet implements ([`super::leader`] models that one: hosts
+//! decide on their own counts, the leader recomputes on a timer); it is the alternative the
+//! experiment compares it with ("forwarding").
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;

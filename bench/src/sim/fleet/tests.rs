@@ -6,6 +6,7 @@ use pgtier_policy::{PlbParams, ServiceClass};
 
 use super::experiment::{FleetSpec, Variant, fleet_csv, fleet_summary, run_fleet, run_variant};
 use super::independent::{IndependentProxies, split_theta};
+use super::leader::{FleetConfig, LeaderFleet, next_table};
 use super::shared::{SharedConfig, SharedView};
 use crate::sim::engine::{self, FaultAction, FaultEvent, RunConfig};
 use crate::sim::router::Router;
@@ -202,13 +203,13 @@ fn a_failure_reaches_every_proxy_at_once() {
         ],
         ..live_config(0)
     };
-    run_variant(
-        &config,
-        Variant::Shared { interval_s: 1.0 },
-        3,
-        config.cluster.plb,
-    )
-    .expect("no placement on the down replica");
+    for variant in [
+        Variant::Fleet { interval_s: 1.0 },
+        Variant::Forwarding { interval_s: 1.0 },
+    ] {
+        run_variant(&config, variant, 3, config.cluster.plb)
+            .expect("no placement on the down replica");
+    }
 }
 
 #[test]
@@ -218,7 +219,7 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
     let mut runs = 0;
     let points = run_fleet(&spec, &mut || runs += 1).expect("runs");
     assert_eq!(runs, spec.run_count());
-    assert_eq!(points.len(), 6);
+    assert_eq!(points.len(), 8);
     assert!(points[0].variant == Variant::Single && points[0].shared.is_none());
     let shared = points.last().and_then(|p| p.shared).expect("shared stats");
     assert!(shared.versions > 0 && shared.observed_s > 0.0);
@@ -228,7 +229,8 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
         "| 1 proxy, 5RR |",
         "| 3 independent |",
         "| 3 independent, θ/3 |",
-        "| 3 shared, 2 s |",
+        "| 3 fleet, 0.5 s |",
+        "| 3 forwarding, 2 s |",
     ] {
         assert!(summary.contains(label), "{label} missing:\n{summary}");
     }
@@ -237,5 +239,191 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
         "the single proxy against itself"
     );
     let csv = fleet_csv(&points, &spec);
-    assert_eq!(csv.lines().count(), 7, "{csv}");
+    assert_eq!(csv.lines().count(), 9, "{csv}");
+}
+
+fn fleet(hosts: usize, interval_s: f64) -> FleetConfig {
+    FleetConfig {
+        hosts,
+        report_interval_s: interval_s,
+        staleness_s: interval_s,
+        seed: 7,
+    }
+}
+
+#[test]
+fn a_fleet_that_never_publishes_is_independent_proxies() {
+    let config = live_config(0);
+    let (params, replicas) = (config.cluster.plb, config.cluster.replicas);
+    for hosts in [1, 3] {
+        let mut independent = IndependentProxies::new(hosts, params, replicas).expect("fleet");
+        let expected = engine::run(&config, &mut independent);
+        // Reports and recomputations every 10^9 s: the leader's only step is at 0 s, on an
+        // idle sum, and changes nothing.
+        let mut silent = LeaderFleet::new(fleet(hosts, 1e9), params, replicas).expect("fleet");
+        let observed = engine::run(&config, &mut silent);
+        // Every observation but the role trace, which shows the leader's table here and the
+        // hosts' own tables there.
+        assert_eq!(observed.phases, expected.phases, "{hosts} hosts");
+        assert_eq!(observed.events, expected.events);
+        assert_eq!(silent.stats().versions, 0);
+        assert!(silent.stats().local_changes > 0, "the hosts borrowed alone");
+    }
+}
+
+#[test]
+fn the_leader_borrows_on_the_sum_where_no_host_alone_would() {
+    let params = PlbParams::PAPER
+        .with_theta(ServiceClass::Premium, 3)
+        .with_theta(ServiceClass::Freemium, 3);
+    let mut fleet = LeaderFleet::new(fleet(3, 1.0), params, 5).expect("fleet");
+    // Three hosts, each with two premium sessions (one per premium replica): each host sees
+    // 1 per replica, below θ = 3; the fleet has 3 per replica, at θ.
+    fleet.advance(0.0);
+    for session in 0..6 {
+        let replica = fleet
+            .admit_session(session, Class::PREMIUM)
+            .expect("placed");
+        assert!(replica < 2, "premium replicas first");
+    }
+    for q in 0..3 {
+        assert_eq!(fleet.host(q).table(), fleet.published(), "no host borrowed");
+    }
+    // Host 0 reports at 0 (before the sessions), 1, 2 s; hosts 1 and 2 at 1/3 and 2/3 s.
+    fleet.advance(0.99);
+    assert_eq!(
+        fleet.stats().versions,
+        0,
+        "the leader has not seen the others yet"
+    );
+    fleet.advance(1.0);
+    assert_eq!(
+        fleet.stats().versions,
+        1,
+        "one more premium arrival would need a borrow"
+    );
+    let borrowed = fleet
+        .published()
+        .roles()
+        .iter()
+        .filter(|r| r.to_string().contains("borrowed"))
+        .count();
+    assert_eq!(borrowed, 1, "{:?}", fleet.published());
+    assert_eq!(
+        fleet.versions()[0],
+        2,
+        "the leader holds its version at once"
+    );
+    fleet.advance(2.0);
+    assert_eq!(
+        fleet.versions(),
+        [2, 2, 2],
+        "delivered within the staleness bound"
+    );
+    assert!(fleet.stats().agreement() < 1.0);
+    // The same step by hand: the published table is next_table of the summed load.
+    let plb = pgtier_policy::Plb::new(params, fleet.host(1).table()).expect("plb");
+    assert_eq!(
+        &next_table(&plb, fleet.published(), &sum_of(&fleet)),
+        fleet.published(),
+        "a fixed point"
+    );
+}
+
+fn sum_of(fleet: &LeaderFleet) -> Vec<pgtier_policy::ReplicaLoad> {
+    let mut sum = vec![pgtier_policy::ReplicaLoad::default(); 5];
+    for q in 0..3 {
+        for (s, l) in sum.iter_mut().zip(fleet.host(q).loads()) {
+            s.premium += l.premium;
+            s.freemium += l.freemium;
+        }
+    }
+    sum
+}
+
+#[test]
+fn hosts_apply_only_newer_versions_and_drop_their_local_borrows() {
+    let config = live_config(0);
+    let (params, replicas) = (config.cluster.plb, config.cluster.replicas);
+    let mut fleet = LeaderFleet::new(fleet(3, 1.0), params, replicas).expect("fleet");
+    // Load rises for 7.5 s, falls to nothing over 7.5 s, then idles 5 s, three times.
+    let mut held = fleet.versions();
+    let mut open: Vec<(usize, usize, Class)> = Vec::new();
+    for step in 0..1200usize {
+        fleet.advance(step as f64 * 0.05);
+        let now = fleet.versions();
+        assert!(
+            now.iter().zip(&held).all(|(a, b)| a >= b),
+            "{now:?} after {held:?}"
+        );
+        for q in 0..3 {
+            if now[q] != held[q] && now[q] == now[0] {
+                assert_eq!(fleet.host(q).table(), fleet.published(), "host {q} adopted");
+            }
+        }
+        held = now;
+        if step % 400 < 150 {
+            let class = if step % 4 == 0 {
+                Class::PREMIUM
+            } else {
+                Class::FREEMIUM
+            };
+            if let Some(replica) = fleet.admit_session(step, class) {
+                open.push((step, replica, class));
+            }
+        } else if step % 400 < 300 && !open.is_empty() {
+            let (session, replica, class) = open.remove(step % open.len());
+            fleet.release_session(session, replica, class);
+        }
+    }
+    let stats = fleet.stats();
+    assert!(
+        stats.versions > 1,
+        "borrows and returns on the sum: {stats:?} {:?}",
+        fleet.published()
+    );
+    assert!(
+        stats.local_changes > 0,
+        "hosts borrowed on their own share between versions"
+    );
+    assert!(stats.agreement() < 1.0 && stats.agreement() > 0.5);
+}
+
+#[test]
+fn hosts_undo_the_leaders_borrow_on_their_own_share_and_keep_their_table() {
+    // The design as built: ten hosts each see a tenth of the live load. The leader borrows
+    // Mixed for freemium on the sum; each host, at its next admission, returns it on its own
+    // counts; no further version comes, so the hosts route with their own tables while every
+    // host holds the latest version.
+    let config = live_config(0);
+    let (params, replicas) = (config.cluster.plb, config.cluster.replicas);
+    let mut ten = LeaderFleet::new(fleet(10, 1.0), params, replicas).expect("fleet");
+    engine::run(&config, &mut ten);
+    let stats = ten.stats();
+    assert!(stats.versions >= 1, "the leader borrowed on the sum");
+    assert!(fleet_has_borrow(ten.published()), "{:?}", ten.published());
+    let diverged = (0..10)
+        .filter(|&q| ten.host(q).table() != ten.published())
+        .count();
+    assert!(
+        diverged >= 5,
+        "{diverged} of 10 hosts route with their own table"
+    );
+    assert!(stats.agreement() > 0.9, "versions agree: {stats:?}");
+    assert!(
+        stats.tables_agreed_s < 0.5 * stats.observed_s,
+        "tables do not: {stats:?}"
+    );
+    // Forwarding keeps versions and tables together (hosts change nothing alone).
+    let (_, sharing) =
+        run_variant(&config, Variant::Forwarding { interval_s: 1.0 }, 10, params).expect("run");
+    let sharing = sharing.expect("sharing");
+    assert_eq!(sharing.table_agreement(), sharing.agreement());
+}
+
+fn fleet_has_borrow(table: &pgtier_policy::RoleTable) -> bool {
+    table
+        .roles()
+        .iter()
+        .any(|role| role.to_string().starts_with("borrowed"))
 }

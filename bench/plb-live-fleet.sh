@@ -323,7 +323,7 @@ client_errors() {
   echo "clients spread over the proxies round robin in arrival order, the same sessions in every run."
   echo
   if [ ${#ins[@]} -gt 0 ]; then
-    echo "### Contention ($DURATION s, window from $from s; × = against one proxy)"
+    echo "### Contention ($DURATION s, window from $from s${base:+; ratios against one proxy})"
     echo
     cat "$OUT/fleet-contention.md"
     echo

@@ -20,6 +20,7 @@ use super::super::stats::{PhaseSummary, mean_of};
 use super::super::strategies::{PolicyRouter, Strategy};
 use super::independent::{IndependentProxies, split_theta};
 use super::leader::{FleetConfig, LeaderFleet};
+use super::recorder::{Recorder, same_by, same_replica};
 use super::shared::{SharedConfig, SharedView};
 
 /// One way of running the proxies.
@@ -197,6 +198,13 @@ pub struct FleetPoint {
     pub summary: PhaseSummary,
     /// What the sharing did, summed over seeds (fleet and forwarding variants only).
     pub shared: Option<Sharing>,
+    /// Share of the sessions placed on the same replica as by the single proxy on the same
+    /// arrivals, over all seeds.
+    pub same_replica: f64,
+    /// Share placed in the same group of the initial layout (R_P, R_F or Mixed) as by the
+    /// single proxy: whether the borrowing decisions agreed, whichever replica of a group
+    /// the least-loaded choice took.
+    pub same_group: f64,
 }
 
 /// Runs `variant` on one configuration; the observations and, for the sharing variants, what
@@ -207,17 +215,44 @@ pub fn run_variant(
     proxies: usize,
     params: PlbParams,
 ) -> Result<(RunObservations, Option<Sharing>), String> {
+    run_recorded(config, variant, proxies, params).map(|run| (run.observations, run.sharing))
+}
+
+/// One variant's run on one configuration.
+pub struct VariantRun {
+    /// What the engine observed.
+    pub observations: RunObservations,
+    /// What the sharing did (fleet and forwarding variants).
+    pub sharing: Option<Sharing>,
+    /// The replica of each session, by session index.
+    pub placements: Vec<Option<usize>>,
+}
+
+/// Runs `router` recording each session's replica.
+fn recorded<R: Router>(config: &RunConfig, router: R) -> (RunObservations, Recorder<R>) {
+    let mut recorder = Recorder::new(router);
+    let observations = engine::run(config, &mut recorder);
+    (observations, recorder)
+}
+
+/// [`run_variant`], also recording where each session went.
+pub fn run_recorded(
+    config: &RunConfig,
+    variant: Variant,
+    proxies: usize,
+    params: PlbParams,
+) -> Result<VariantRun, String> {
     let replicas = config.cluster.replicas;
-    let (observations, shared, refused) = match variant {
+    let (observations, shared, refused, placements) = match variant {
         Variant::Single => {
-            let mut router = PolicyRouter::plb(params, replicas)?;
-            let obs = engine::run(config, &mut router);
-            (obs, None, router.refused_role_changes())
+            let (obs, r) = recorded(config, PolicyRouter::plb(params, replicas)?);
+            let refused = r.refused_role_changes();
+            (obs, None, refused, r.placements().to_vec())
         }
         Variant::SingleRoundRobin => {
-            let mut router = PolicyRouter::new(Strategy::RoundRobin, replicas)?;
-            let obs = engine::run(config, &mut router);
-            (obs, None, 0)
+            let router = PolicyRouter::new(Strategy::RoundRobin, replicas)?;
+            let (obs, r) = recorded(config, router);
+            (obs, None, 0, r.placements().to_vec())
         }
         Variant::Independent | Variant::ThetaSplit => {
             let params = if variant == Variant::ThetaSplit {
@@ -225,9 +260,9 @@ pub fn run_variant(
             } else {
                 params
             };
-            let mut router = IndependentProxies::new(proxies, params, replicas)?;
-            let obs = engine::run(config, &mut router);
-            (obs, None, router.refused_role_changes())
+            let (obs, r) = recorded(config, IndependentProxies::new(proxies, params, replicas)?);
+            let refused = r.refused_role_changes();
+            (obs, None, refused, r.placements().to_vec())
         }
         Variant::Fleet { interval_s } => {
             let fleet = FleetConfig {
@@ -236,9 +271,8 @@ pub fn run_variant(
                 staleness_s: interval_s,
                 seed: config.seed,
             };
-            let mut router = LeaderFleet::new(fleet, params, replicas)?;
-            let obs = engine::run(config, &mut router);
-            let stats = router.stats();
+            let (obs, r) = recorded(config, LeaderFleet::new(fleet, params, replicas)?);
+            let stats = r.inner.stats();
             let sharing = Sharing {
                 versions: stats.versions,
                 local_changes: stats.local_changes,
@@ -247,7 +281,8 @@ pub fn run_variant(
                 observed_s: stats.observed_s,
                 ..Sharing::default()
             };
-            (obs, Some(sharing), router.refused_role_changes())
+            let refused = r.refused_role_changes();
+            (obs, Some(sharing), refused, r.placements().to_vec())
         }
         Variant::Forwarding { interval_s } => {
             let sharing = SharedConfig {
@@ -256,9 +291,8 @@ pub fn run_variant(
                 staleness_s: interval_s,
                 seed: config.seed,
             };
-            let mut router = SharedView::new(sharing, params, replicas)?;
-            let obs = engine::run(config, &mut router);
-            let stats = router.stats();
+            let (obs, r) = recorded(config, SharedView::new(sharing, params, replicas)?);
+            let stats = r.inner.stats();
             let sharing = Sharing {
                 versions: stats.versions,
                 local_changes: stats.requests,
@@ -269,7 +303,8 @@ pub fn run_variant(
                 tables_agreed_s: stats.agreed_s,
                 observed_s: stats.observed_s,
             };
-            (obs, Some(sharing), router.refused_role_changes())
+            let refused = r.refused_role_changes();
+            (obs, Some(sharing), refused, r.placements().to_vec())
         }
     };
     if observations.placements_on_down_replica > 0 || refused > 0 {
@@ -279,25 +314,49 @@ pub fn run_variant(
             observations.placements_on_down_replica
         ));
     }
-    Ok((observations, shared))
+    Ok(VariantRun {
+        observations,
+        sharing: shared,
+        placements,
+    })
 }
 
 /// Runs every variant of `spec` over its seeds; `on_run` is called after each simulation.
 pub fn run_fleet(spec: &FleetSpec, on_run: &mut dyn FnMut()) -> Result<Vec<FleetPoint>, String> {
+    let configs: Vec<RunConfig> = (0..spec.grid.seeds)
+        .map(|seed_index| {
+            spec.grid
+                .run_config(spec.terminals, spec.premium_share, seed_index)
+        })
+        .collect();
+    // The single proxy's placements, the reference of the session-by-session comparison.
+    let reference: Vec<Vec<Option<usize>>> = configs
+        .iter()
+        .map(|config| {
+            run_recorded(config, Variant::Single, 1, spec.params()).map(|run| run.placements)
+        })
+        .collect::<Result<_, _>>()?;
     let mut points = Vec::new();
     for variant in spec.variants() {
         let mut per_seed = Vec::new();
         let mut shared: Option<Sharing> = None;
-        for seed_index in 0..spec.grid.seeds {
-            let config = spec
-                .grid
-                .run_config(spec.terminals, spec.premium_share, seed_index);
-            let (observations, stats) = run_variant(&config, variant, spec.proxies, spec.params())?;
-            let phase = observations.phases.first().ok_or("a run without a phase")?;
+        let (mut same, mut compared, mut same_group) = (0, 0, 0);
+        let replicas = spec.grid.cluster.replicas;
+        for (config, reference) in configs.iter().zip(&reference) {
+            let run = run_recorded(config, variant, spec.proxies, spec.params())?;
+            let phase = run
+                .observations
+                .phases
+                .first()
+                .ok_or("a run without a phase")?;
             per_seed.push(PhaseSummary::of(phase));
-            if let Some(stats) = stats {
+            if let Some(stats) = run.sharing {
                 shared.get_or_insert_with(Sharing::default).add(stats);
             }
+            let (s, c) = same_replica(reference, &run.placements);
+            same += s;
+            compared += c;
+            same_group += same_by(reference, &run.placements, |r| initial_group(r, replicas)).0;
             on_run();
         }
         let summary =
@@ -306,9 +365,26 @@ pub fn run_fleet(spec: &FleetSpec, on_run: &mut dyn FnMut()) -> Result<Vec<Fleet
             variant,
             summary,
             shared,
+            same_replica: share(same, compared),
+            same_group: share(same_group, compared),
         });
     }
     Ok(points)
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole > 0 {
+        part as f64 / whole as f64
+    } else {
+        f64::NAN
+    }
+}
+
+/// The group of `replica` in the single proxy's initial layout: 0 for R_P (the first
+/// ⌊2K/5⌋), 1 for R_F (the next ⌊2K/5⌋), 2 for Mixed.
+fn initial_group(replica: usize, replicas: usize) -> usize {
+    let pool = (2 * replicas / 5).max(1);
+    (replica / pool).min(2)
 }
 
 fn ms(seconds: f64) -> String {
@@ -335,7 +411,7 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
          premium_mean_s,premium_median_s,premium_p95_s,freemium_mean_s,freemium_median_s,freemium_p95_s,\
          premium_mean_x,premium_p95_x,freemium_mean_x,freemium_p95_x,\
          goodput_premium,goodput_freemium,utilisation,utilisation_cv,\
-         versions,local_changes,redecided,stale_placements,agreement,table_agreement\n",
+         versions,local_changes,redecided,stale_placements,agreement,table_agreement,same_replica_as_single,same_group_as_single\n",
     );
     let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
         return out;
@@ -364,7 +440,7 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
         });
         let _ = writeln!(
             out,
-            "{},{proxies},{interval},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{shared}",
+            "{},{proxies},{interval},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{shared},{:.4},{:.4}",
             p.variant.label(spec.proxies),
             spec.terminals,
             spec.premium_share,
@@ -383,6 +459,8 @@ pub fn fleet_csv(points: &[FleetPoint], spec: &FleetSpec) -> String {
             s.goodput_per_s[1],
             s.utilisation,
             s.utilisation_cv,
+            p.same_replica,
+            p.same_group,
         );
     }
     out
@@ -403,8 +481,8 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
         spec.grid.seeds
     );
     out.push_str(
-        "| variant | premium mean | premium p95 | freemium mean | freemium p95 | u (CV) | versions / local changes (fleet) or requests (forwarding) / re-decided / stale placements | time all on the latest version / routing with its table |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| variant | premium mean | premium p95 | freemium mean | freemium p95 | u (CV) | versions / local changes (fleet) or requests (forwarding) / re-decided / stale placements | time all on the latest version / routing with its table | sessions on the single proxy's replica / group |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let Some(single) = points.iter().find(|p| p.variant == Variant::Single) else {
         return out;
@@ -429,7 +507,7 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.2} ({:.2}) | {counts} | {agreement} |",
+            "| {} | {} | {} | {} | {} | {:.2} ({:.2}) | {counts} | {agreement} | {:.0} % / {:.0} % |",
             p.variant.label(spec.proxies),
             with(s.class[0].mean_s, reference.class[0].mean_s),
             with(s.class[0].p95_s, reference.class[0].p95_s),
@@ -437,6 +515,8 @@ pub fn fleet_summary(points: &[FleetPoint], spec: &FleetSpec) -> String {
             with(s.class[1].p95_s, reference.class[1].p95_s),
             s.utilisation,
             s.utilisation_cv,
+            100.0 * p.same_replica,
+            100.0 * p.same_group,
         );
     }
     if let Some(independent) = points.iter().find(|p| p.variant == Variant::Independent) {

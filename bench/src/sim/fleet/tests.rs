@@ -221,6 +221,11 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
     assert_eq!(runs, spec.run_count());
     assert_eq!(points.len(), 8);
     assert!(points[0].variant == Variant::Single && points[0].shared.is_none());
+    assert_eq!(
+        points[0].same_replica, 1.0,
+        "the single proxy against itself"
+    );
+    assert!(points.iter().all(|p| (0.0..=1.0).contains(&p.same_replica)));
     let shared = points.last().and_then(|p| p.shared).expect("shared stats");
     assert!(shared.versions > 0 && shared.observed_s > 0.0);
     let summary = fleet_summary(&points, &spec);
@@ -426,4 +431,28 @@ fn fleet_has_borrow(table: &pgtier_policy::RoleTable) -> bool {
         .roles()
         .iter()
         .any(|role| role.to_string().starts_with("borrowed"))
+}
+
+#[test]
+fn placements_are_compared_with_the_single_proxys_session_by_session() {
+    let mut spec = FleetSpec::live(1, 1);
+    spec.intervals_s = vec![1.0];
+    let points = run_fleet(&spec, &mut || {}).expect("runs");
+    for p in &points {
+        match p.variant {
+            // One proxy of any kind, or a forwarding fleet of one, is the single proxy.
+            Variant::Single
+            | Variant::Independent
+            | Variant::ThetaSplit
+            | Variant::Forwarding { .. } => {
+                assert_eq!(
+                    (p.same_replica, p.same_group),
+                    (1.0, 1.0),
+                    "{:?}",
+                    p.variant
+                )
+            }
+            _ => assert!(p.same_group >= p.same_replica, "{:?}", p.variant),
+        }
+    }
 }

@@ -304,14 +304,17 @@ versions() {
       if (($3 in last) && $5 < last[$3]) dec++; last[$3] = $5 }
     END { printf "%s %s %d", (min == "" ? "-" : min), (max == "" ? "-" : max), dec }' "$OUT/$1-fleet.csv"
 }
-# client_errors LABEL [PROXY]: failed queries and failed connects of the sessions on PROXY
-# ("" = all, "!K" = every proxy but K).
+# client_errors LABEL [PROXY]: failed queries and failed connect attempts (a session retries
+# every 200 ms) of the sessions on PROXY, and how many sessions saw any ("" = all, "!K" =
+# every proxy but K).
 client_errors() {
   awk -F, -v want="${2:-}" 'FNR == 1 { file++; next }
     file == 1 { proxy[$1 "," $2] = $3; next }
     $6 ~ /^error/ { p = proxy[$1 "," $2]
-      if (want == "" || (substr(want, 1, 1) == "!" ? p != substr(want, 2) : p == want)) { if ($3 == "<connect>") c++; else q++ } }
-    END { printf "%d queries, %d connects", q, c }' "$OUT/$1-proxies.csv" "$OUT/$1.csv"
+      if (want == "" || (substr(want, 1, 1) == "!" ? p != substr(want, 2) : p == want)) {
+        if ($3 == "<connect>") c++; else q++
+        if (!(($1 "," $2) in hit)) { hit[$1 "," $2] = 1; s++ } } }
+    END { printf "%d queries, %d connects (%d sessions)", q, c, s }' "$OUT/$1-proxies.csv" "$OUT/$1.csv"
 }
 
 {

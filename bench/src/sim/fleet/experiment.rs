@@ -19,7 +19,7 @@ use super::super::scenario::GridSpec;
 use super::super::stats::{PhaseSummary, mean_of};
 use super::super::strategies::{PolicyRouter, Strategy};
 use super::independent::{IndependentProxies, split_theta};
-use super::leader::{FleetConfig, LeaderFleet};
+use super::leader::{FleetConfig, HostView, LeaderFleet};
 use super::recorder::{Recorder, same_by, same_replica};
 use super::shared::{SharedConfig, SharedView};
 
@@ -34,10 +34,15 @@ pub enum Variant {
     Independent,
     /// N proxies, each PLB on its own clients, θ divided by N ([`split_theta`]).
     ThetaSplit,
-    /// The fleet: N hosts deciding on their own counts, a leader recomputing the table on the
-    /// summed reports every `interval_s`, hosts applying its versions stale by up to
-    /// `interval_s`.
+    /// The fleet: N hosts deciding on their own counts plus the others' reports, a leader
+    /// recomputing the table on the summed reports every `interval_s`, hosts applying its
+    /// versions stale by up to `interval_s`.
     Fleet {
+        /// The report interval (and the staleness bound).
+        interval_s: f64,
+    },
+    /// The fleet's first version: hosts decide on their own counts only.
+    FleetOwnCounts {
         /// The report interval (and the staleness bound).
         interval_s: f64,
     },
@@ -53,7 +58,9 @@ impl Variant {
     /// The report interval of a sharing variant.
     pub fn interval_s(self) -> Option<f64> {
         match self {
-            Variant::Fleet { interval_s } | Variant::Forwarding { interval_s } => Some(interval_s),
+            Variant::Fleet { interval_s }
+            | Variant::FleetOwnCounts { interval_s }
+            | Variant::Forwarding { interval_s } => Some(interval_s),
             _ => None,
         }
     }
@@ -118,6 +125,9 @@ impl Variant {
             Variant::Independent => format!("{proxies} independent"),
             Variant::ThetaSplit => format!("{proxies} independent, θ/{proxies}"),
             Variant::Fleet { interval_s } => format!("{proxies} fleet, {interval_s} s"),
+            Variant::FleetOwnCounts { interval_s } => {
+                format!("{proxies} fleet, own counts, {interval_s} s")
+            }
             Variant::Forwarding { interval_s } => {
                 format!("{proxies} forwarding, {interval_s} s")
             }
@@ -169,6 +179,8 @@ impl FleetSpec {
                 .iter()
                 .map(|&interval_s| Variant::Fleet { interval_s }),
         );
+        // The first version of the fleet, at the default interval only.
+        variants.push(Variant::FleetOwnCounts { interval_s: 1.0 });
         if self.forwarding {
             variants.extend(
                 self.intervals_s
@@ -264,9 +276,14 @@ pub fn run_recorded(
             let refused = r.refused_role_changes();
             (obs, None, refused, r.placements().to_vec())
         }
-        Variant::Fleet { interval_s } => {
+        Variant::Fleet { interval_s } | Variant::FleetOwnCounts { interval_s } => {
             let fleet = FleetConfig {
                 hosts: proxies,
+                view: if matches!(variant, Variant::Fleet { .. }) {
+                    HostView::Fleet
+                } else {
+                    HostView::Own
+                },
                 report_interval_s: interval_s,
                 staleness_s: interval_s,
                 seed: config.seed,

@@ -3,12 +3,13 @@
 //! the hosts' summed reports every interval and publishes it.
 //!
 //! The model, step for step as the product's fleet thread does it:
-//! - **Hosts** admit exactly as a single proxy does, on the table they hold and on their own
-//!   session counts (a host counts only its own sessions). A borrow (or a return evaluated
-//!   before an admission) a host decides is applied to its own table at once: local, until
-//!   the next version replaces it.
-//! - **Reports.** Every `report_interval_s` each host writes its own counts, host `q` at
-//!   offset `q/N` of the interval (unaligned timers).
+//! - **Hosts** admit as a single proxy does, on the table they hold, and on their own session
+//!   counts plus, with [`HostView::Fleet`], the other members' latest reports as they read
+//!   them at their last round (h27fleet 0095e23: the remote load is an offset on the
+//!   decision, never claimed). A borrow (or a return evaluated before an admission) a host
+//!   decides is applied to its own table at once: local, until the next version replaces it.
+//! - **Rounds.** Every `report_interval_s` each host writes its own counts and reads the
+//!   others', host `q` at offset `q/N` of the interval (unaligned timers).
 //! - **The leader** (host 0) recomputes right after its own report: on the sum of the latest
 //!   reports and the table it last published, the returns due, then for each class the borrow
 //!   Algorithm 1 would make for its next arrival ([`next_table`], what the product's
@@ -25,11 +26,12 @@
 //! With a report interval longer than the run, no version is ever published and the fleet is
 //! N independent proxies, run for run (`tests::a_fleet_that_never_publishes_is_independent_proxies`).
 //!
-//! What the model shows of this design (docs/simulator.md, "Several proxies"): a host's own
-//! admission evaluates returns on its own share, so a replica the leader borrowed on the sum
-//! goes back to Mixed at the host's next admission (no borrower session *of this host* on it,
-//! its own pool below τ), and since the leader publishes only when its table changes, the
-//! host keeps its local table: the versions agree, the tables do not (`tables_agreed_s`).
+//! What the model shows of the first design ([`HostView::Own`]; docs/simulator.md, "Several
+//! proxies"): a host's own admission evaluates returns on its own share, so a replica the
+//! leader borrowed on the sum goes back to Mixed at the host's next admission (no borrower
+//! session *of this host* on it, its own pool below τ), and since the leader publishes only
+//! when its table changes, the host keeps its local table: the versions agree, the tables
+//! do not (`tables_agreed_s`).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -41,11 +43,23 @@ use super::super::router::{ReplicaIndex, Router, SessionIndex};
 use super::super::strategies::PolicyRouter;
 use super::super::workload::Class;
 
+/// What a host's own admissions decide on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostView {
+    /// Its own counts plus the other members' latest reports, read at each of its rounds
+    /// (the product since h27fleet 0095e23).
+    Fleet,
+    /// Its own counts only (the first version of the fleet, h27fleet ff287c2).
+    Own,
+}
+
 /// How the fleet shares its view.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetConfig {
     /// Hosts in the fleet.
     pub hosts: usize,
+    /// What hosts decide on.
+    pub view: HostView,
     /// Seconds between two reports of one host, and between two recomputations by the leader
     /// (`fleet_report_interval`).
     pub report_interval_s: f64,
@@ -287,11 +301,22 @@ impl LeaderFleet {
         }
     }
 
-    /// Host `q` reports; the leader (host 0) then recomputes.
+    /// Host `q`'s round: it reports, reads the others' latest reports (with
+    /// [`HostView::Fleet`]), and, when it leads (host 0), recomputes.
     fn report(&mut self, q: usize) {
         let host = &mut self.hosts[q];
         host.reported = host.router.loads().to_vec();
         host.next_report_s += self.config.report_interval_s;
+        if self.config.view == HostView::Fleet {
+            let mut others = vec![ReplicaLoad::default(); self.published.len()];
+            for (_, other) in self.hosts.iter().enumerate().filter(|&(p, _)| p != q) {
+                for (sum, load) in others.iter_mut().zip(&other.reported) {
+                    sum.premium += load.premium;
+                    sum.freemium += load.freemium;
+                }
+            }
+            self.hosts[q].router.set_others(others);
+        }
         if q == 0 {
             let next = next_table(&self.plb, &self.published, &self.summed_reports());
             if next != self.published {

@@ -6,7 +6,7 @@ use pgtier_policy::{PlbParams, ServiceClass};
 
 use super::experiment::{FleetSpec, Variant, fleet_csv, fleet_summary, run_fleet, run_variant};
 use super::independent::{IndependentProxies, split_theta};
-use super::leader::{FleetConfig, LeaderFleet, next_table};
+use super::leader::{FleetConfig, HostView, LeaderFleet, next_table};
 use super::shared::{SharedConfig, SharedView};
 use crate::sim::engine::{self, FaultAction, FaultEvent, RunConfig};
 use crate::sim::router::Router;
@@ -219,7 +219,7 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
     let mut runs = 0;
     let points = run_fleet(&spec, &mut || runs += 1).expect("runs");
     assert_eq!(runs, spec.run_count());
-    assert_eq!(points.len(), 8);
+    assert_eq!(points.len(), 9);
     assert!(points[0].variant == Variant::Single && points[0].shared.is_none());
     assert_eq!(
         points[0].same_replica, 1.0,
@@ -244,12 +244,13 @@ fn the_experiment_runs_every_variant_and_summarises_it() {
         "the single proxy against itself"
     );
     let csv = fleet_csv(&points, &spec);
-    assert_eq!(csv.lines().count(), 9, "{csv}");
+    assert_eq!(csv.lines().count(), 10, "{csv}");
 }
 
 fn fleet(hosts: usize, interval_s: f64) -> FleetConfig {
     FleetConfig {
         hosts,
+        view: HostView::Fleet,
         report_interval_s: interval_s,
         staleness_s: interval_s,
         seed: 7,
@@ -396,13 +397,18 @@ fn hosts_apply_only_newer_versions_and_drop_their_local_borrows() {
 
 #[test]
 fn hosts_undo_the_leaders_borrow_on_their_own_share_and_keep_their_table() {
-    // The design as built: ten hosts each see a tenth of the live load. The leader borrows
+    // The fleet's first design (h27fleet ff287c2), hosts deciding on their own counts: ten
+    // hosts each see a tenth of the live load. The leader borrows
     // Mixed for freemium on the sum; each host, at its next admission, returns it on its own
     // counts; no further version comes, so the hosts route with their own tables while every
     // host holds the latest version.
     let config = live_config(0);
     let (params, replicas) = (config.cluster.plb, config.cluster.replicas);
-    let mut ten = LeaderFleet::new(fleet(10, 1.0), params, replicas).expect("fleet");
+    let own = FleetConfig {
+        view: HostView::Own,
+        ..fleet(10, 1.0)
+    };
+    let mut ten = LeaderFleet::new(own, params, replicas).expect("fleet");
     engine::run(&config, &mut ten);
     let stats = ten.stats();
     assert!(stats.versions >= 1, "the leader borrowed on the sum");
@@ -455,4 +461,31 @@ fn placements_are_compared_with_the_single_proxys_session_by_session() {
             _ => assert!(p.same_group >= p.same_replica, "{:?}", p.variant),
         }
     }
+}
+
+#[test]
+fn hosts_deciding_on_the_fleets_load_keep_the_leaders_borrow() {
+    // The design since h27fleet 0095e23: the same ten hosts add the others' reports to their
+    // own counts, so the leader's borrow is not returned at the next admission.
+    let config = live_config(0);
+    let (params, replicas) = (config.cluster.plb, config.cluster.replicas);
+    let run = |view| {
+        let config_view = FleetConfig {
+            view,
+            ..fleet(10, 1.0)
+        };
+        let mut fleet = LeaderFleet::new(config_view, params, replicas).expect("fleet");
+        let observations = engine::run(&config, &mut fleet);
+        (observations, fleet.stats())
+    };
+    let (own, own_stats) = run(HostView::Own);
+    let (shared, shared_stats) = run(HostView::Fleet);
+    assert!(
+        shared_stats.tables_agreed_s > 2.0 * own_stats.tables_agreed_s,
+        "{shared_stats:?} against {own_stats:?}"
+    );
+    let busy = |o: &crate::sim::engine::RunObservations| -> f64 {
+        o.phases[0].busy_fraction.iter().flatten().sum()
+    };
+    assert!(busy(&shared) > busy(&own), "the borrowed replica works");
 }

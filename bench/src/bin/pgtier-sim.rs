@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! pgtier-sim grid|faults|tiers|waiting|fleet|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
-//!            [--proxies N] [--intervals LIST]
+//!            [--proxies N] [--intervals LIST] [--leader-borrows]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ use pgtier_bench::sim::waiting::{self, run_waiting, waiting_summary};
 
 const USAGE: &str =
     "usage: pgtier-sim grid|faults|tiers|waiting|fleet|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
-                  [--proxies N] [--intervals LIST]
+                  [--proxies N] [--intervals LIST] [--leader-borrows]
 
   grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
            PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
@@ -48,7 +48,9 @@ const USAGE: &str =
   --strategies LIST   comma-separated, e.g. 5PLB,5RR,3RR+2RR,4RR+1RR,p2c,least_sessions
                       (summary tables cover the papers' strategies; CSV and plots all)
   --proxies N         fleet: proxies in the fleet (default 3)
-  --intervals LIST    fleet: comma-separated report intervals in seconds";
+  --intervals LIST    fleet: comma-separated report intervals in seconds
+  --leader-borrows    fleet: also the fleet whose leader borrows for freemium only, premium
+                      only, or not at all (1 s)";
 
 #[derive(Debug)]
 struct Options {
@@ -64,6 +66,7 @@ struct Options {
     strategies: Option<Vec<Strategy>>,
     proxies: usize,
     intervals_s: Option<Vec<f64>>,
+    leader_borrows: bool,
 }
 
 /// The replica budget of the papers' experiments (labels such as "5RR" name it).
@@ -116,6 +119,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         strategies: None,
         proxies: 3,
         intervals_s: None,
+        leader_borrows: false,
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -144,6 +148,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .filter(|&n: &usize| (1..=64).contains(&n))
                     .ok_or_else(|| format!("--proxies: {value:?} is not a number in 1..=64"))?;
             }
+            "--leader-borrows" => options.leader_borrows = true,
             "--intervals" => {
                 let list = it.next().ok_or("--intervals needs a list")?;
                 options.intervals_s = Some(parse_intervals(list)?);
@@ -315,6 +320,7 @@ fn run_fleet_command(options: &Options) -> Result<(), String> {
     if let Some(intervals) = &options.intervals_s {
         spec.intervals_s = intervals.clone();
     }
+    spec.leader_borrows = options.leader_borrows;
     let bar = progress(spec.run_count(), "fleet");
     let started = Instant::now();
     let points = run_fleet(&spec, &mut || bar.inc(1))?;

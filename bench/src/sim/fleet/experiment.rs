@@ -19,7 +19,7 @@ use super::super::scenario::GridSpec;
 use super::super::stats::{PhaseSummary, mean_of};
 use super::super::strategies::{PolicyRouter, Strategy};
 use super::independent::{IndependentProxies, split_theta};
-use super::leader::{FleetConfig, HostView, LeaderFleet};
+use super::leader::{FleetConfig, HostView, LeaderBorrows, LeaderFleet};
 use super::recorder::{Recorder, same_by, same_replica};
 use super::shared::{SharedConfig, SharedView};
 
@@ -46,6 +46,14 @@ pub enum Variant {
         /// The report interval (and the staleness bound).
         interval_s: f64,
     },
+    /// The fleet with the leader's step making only some borrows (which part of the step
+    /// costs what).
+    FleetLeaderBorrows {
+        /// The report interval (and the staleness bound).
+        interval_s: f64,
+        /// The borrows the leader makes.
+        borrows: LeaderBorrows,
+    },
     /// The alternative: hosts deciding on their own counts plus the others' reports, and
     /// forwarding every role change to the leader, which re-decides it at once.
     Forwarding {
@@ -60,6 +68,7 @@ impl Variant {
         match self {
             Variant::Fleet { interval_s }
             | Variant::FleetOwnCounts { interval_s }
+            | Variant::FleetLeaderBorrows { interval_s, .. }
             | Variant::Forwarding { interval_s } => Some(interval_s),
             _ => None,
         }
@@ -128,6 +137,18 @@ impl Variant {
             Variant::FleetOwnCounts { interval_s } => {
                 format!("{proxies} fleet, own counts, {interval_s} s")
             }
+            Variant::FleetLeaderBorrows {
+                interval_s,
+                borrows,
+            } => {
+                let which = match borrows {
+                    LeaderBorrows::Both => "premium and freemium",
+                    LeaderBorrows::FreemiumOnly => "freemium only",
+                    LeaderBorrows::PremiumOnly => "premium only",
+                    LeaderBorrows::None => "none",
+                };
+                format!("{proxies} fleet, leader borrows {which}, {interval_s} s")
+            }
             Variant::Forwarding { interval_s } => {
                 format!("{proxies} forwarding, {interval_s} s")
             }
@@ -150,6 +171,8 @@ pub struct FleetSpec {
     pub intervals_s: Vec<f64>,
     /// Also run the forwarding alternative at each interval.
     pub forwarding: bool,
+    /// Also run the fleet with the leader's step making only some borrows (1 s).
+    pub leader_borrows: bool,
 }
 
 impl FleetSpec {
@@ -163,6 +186,7 @@ impl FleetSpec {
             proxies,
             intervals_s: vec![0.1, 0.5, 1.0, 2.0],
             forwarding: true,
+            leader_borrows: false,
         }
     }
 
@@ -181,6 +205,18 @@ impl FleetSpec {
         );
         // The first version of the fleet, at the default interval only.
         variants.push(Variant::FleetOwnCounts { interval_s: 1.0 });
+        if self.leader_borrows {
+            for borrows in [
+                LeaderBorrows::FreemiumOnly,
+                LeaderBorrows::PremiumOnly,
+                LeaderBorrows::None,
+            ] {
+                variants.push(Variant::FleetLeaderBorrows {
+                    interval_s: 1.0,
+                    borrows,
+                });
+            }
+        }
         if self.forwarding {
             variants.extend(
                 self.intervals_s
@@ -276,13 +312,19 @@ pub fn run_recorded(
             let refused = r.refused_role_changes();
             (obs, None, refused, r.placements().to_vec())
         }
-        Variant::Fleet { interval_s } | Variant::FleetOwnCounts { interval_s } => {
+        Variant::Fleet { interval_s }
+        | Variant::FleetOwnCounts { interval_s }
+        | Variant::FleetLeaderBorrows { interval_s, .. } => {
             let fleet = FleetConfig {
                 hosts: proxies,
-                view: if matches!(variant, Variant::Fleet { .. }) {
-                    HostView::Fleet
-                } else {
+                view: if matches!(variant, Variant::FleetOwnCounts { .. }) {
                     HostView::Own
+                } else {
+                    HostView::Fleet
+                },
+                borrows: match variant {
+                    Variant::FleetLeaderBorrows { borrows, .. } => borrows,
+                    _ => LeaderBorrows::Both,
                 },
                 report_interval_s: interval_s,
                 staleness_s: interval_s,

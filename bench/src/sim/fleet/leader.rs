@@ -53,6 +53,30 @@ pub enum HostView {
     Own,
 }
 
+/// The classes whose borrow the leader's step evaluates each interval, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaderBorrows {
+    /// Premium's, then freemium's (the product's `next_table`).
+    Both,
+    /// Freemium's only.
+    FreemiumOnly,
+    /// Premium's only.
+    PremiumOnly,
+    /// None: the leader only returns; hosts borrow at their admissions.
+    None,
+}
+
+impl LeaderBorrows {
+    fn classes(self) -> &'static [ServiceClass] {
+        match self {
+            LeaderBorrows::Both => &[ServiceClass::Premium, ServiceClass::Freemium],
+            LeaderBorrows::FreemiumOnly => &[ServiceClass::Freemium],
+            LeaderBorrows::PremiumOnly => &[ServiceClass::Premium],
+            LeaderBorrows::None => &[],
+        }
+    }
+}
+
 /// How the fleet shares its view.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetConfig {
@@ -60,6 +84,8 @@ pub struct FleetConfig {
     pub hosts: usize,
     /// What hosts decide on.
     pub view: HostView,
+    /// Which borrows the leader's step makes.
+    pub borrows: LeaderBorrows,
     /// Seconds between two reports of one host, and between two recomputations by the leader
     /// (`fleet_report_interval`).
     pub report_interval_s: f64,
@@ -101,6 +127,16 @@ impl FleetStats {
 /// product's `fleet::leader::next_table` computes it for a two-class PLB router: the returns
 /// due on the sum, then each class's borrow for its next arrival.
 pub fn next_table(plb: &Plb, table: &RoleTable, summed: &[ReplicaLoad]) -> RoleTable {
+    next_table_with(plb, table, summed, LeaderBorrows::Both)
+}
+
+/// [`next_table`] evaluating the borrows of `borrows` only.
+pub fn next_table_with(
+    plb: &Plb,
+    table: &RoleTable,
+    summed: &[ReplicaLoad],
+    borrows: LeaderBorrows,
+) -> RoleTable {
     let mut next = table.clone();
     let params = *plb.params();
     if let Ok(changes) = plb.returns(&next, summed) {
@@ -108,7 +144,7 @@ pub fn next_table(plb: &Plb, table: &RoleTable, summed: &[ReplicaLoad]) -> RoleT
             let _ = next.apply(change, &params);
         }
     }
-    for class in [ServiceClass::Premium, ServiceClass::Freemium] {
+    for &class in borrows.classes() {
         if let Ok(admission) = plb.admit(&next, summed, class) {
             for change in admission.role_changes.iter() {
                 let _ = next.apply(change, &params);
@@ -318,7 +354,12 @@ impl LeaderFleet {
             self.hosts[q].router.set_others(others);
         }
         if q == 0 {
-            let next = next_table(&self.plb, &self.published, &self.summed_reports());
+            let next = next_table_with(
+                &self.plb,
+                &self.published,
+                &self.summed_reports(),
+                self.config.borrows,
+            );
             if next != self.published {
                 self.published = next;
                 self.publish(false);

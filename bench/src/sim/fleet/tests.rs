@@ -6,7 +6,9 @@ use pgtier_policy::{PlbParams, ServiceClass};
 
 use super::experiment::{FleetSpec, Variant, fleet_csv, fleet_summary, run_fleet, run_variant};
 use super::independent::{IndependentProxies, split_theta};
-use super::leader::{FleetConfig, HostView, LeaderFleet, next_table};
+use super::leader::{
+    FleetConfig, HostView, LeaderBorrows, LeaderFleet, next_table, next_table_with,
+};
 use super::shared::{SharedConfig, SharedView};
 use crate::sim::engine::{self, FaultAction, FaultEvent, RunConfig};
 use crate::sim::router::Router;
@@ -251,6 +253,7 @@ fn fleet(hosts: usize, interval_s: f64) -> FleetConfig {
     FleetConfig {
         hosts,
         view: HostView::Fleet,
+        borrows: LeaderBorrows::Both,
         report_interval_s: interval_s,
         staleness_s: interval_s,
         seed: 7,
@@ -488,4 +491,43 @@ fn hosts_deciding_on_the_fleets_load_keep_the_leaders_borrow() {
         o.phases[0].busy_fraction.iter().flatten().sum()
     };
     assert!(busy(&shared) > busy(&own), "the borrowed replica works");
+}
+
+#[test]
+fn the_leader_makes_only_the_borrows_it_is_given() {
+    let params = PlbParams::PAPER
+        .with_theta(ServiceClass::Premium, 1)
+        .with_theta(ServiceClass::Freemium, 1)
+        .with_alpha(ServiceClass::Premium, 1.0)
+        .with_alpha(ServiceClass::Freemium, 1.0);
+    let fleet = LeaderFleet::new(fleet(1, 1.0), params, 5).expect("fleet");
+    let table = fleet.published().clone();
+    let plb = pgtier_policy::Plb::new(params, &table).expect("plb");
+    // Both classes past θ = 1 on every replica of their pools.
+    let full = |p, f| pgtier_policy::ReplicaLoad {
+        premium: p,
+        freemium: f,
+    };
+    let summed = [full(1, 0), full(1, 0), full(0, 1), full(0, 1), full(0, 0)];
+    let borrowed_by = |t: &pgtier_policy::RoleTable| {
+        t.roles()
+            .iter()
+            .map(|r| r.to_string())
+            .find(|r| r.starts_with("borrowed"))
+    };
+    let both = next_table(&plb, &table, &summed);
+    assert_eq!(
+        borrowed_by(&both).as_deref(),
+        Some("borrowed_to_premium(from mixed)"),
+        "premium's borrow is evaluated first and takes Mixed"
+    );
+    let freemium = next_table_with(&plb, &table, &summed, LeaderBorrows::FreemiumOnly);
+    assert_eq!(
+        borrowed_by(&freemium).as_deref(),
+        Some("borrowed_to_freemium(from mixed)")
+    );
+    assert_eq!(
+        next_table_with(&plb, &table, &summed, LeaderBorrows::None),
+        table
+    );
 }

@@ -50,7 +50,13 @@
 # the simulator's `pgtier-sim tiers --live`), the only one that
 # keeps three service levels. Compared in one table with PLB as the baseline.
 #
-# Usage: bash bench/plb-live.sh [--quick]            (from the repository root, as root)
+# Several proxies (issue 27; bench/plb-live-fleet.sh, sourced): `--proxies N` runs N pgtier
+# processes in front of the same replicas, the clients spread over them round robin, and
+# compares one proxy, N independent proxies, N with θ split by N and the fleet
+# (`fleet_name`), then the fleet's leader-kill and store-outage scenarios; its own report
+# (fleet.md) replaces the grid's. See that file's header for its settings.
+#
+# Usage: bash bench/plb-live.sh [--quick] [--proxies N]   (from the repository root, as root)
 # Exit status 3: no cgroup CPU controller that can be written here.
 # Environment (defaults; --quick shortens the runs, keeps only the cascade and no variants):
 #   REPLICAS=5 REPLICA_CPU=0.25 SCALE=5 SEED=1 DURATION=60 LIGHT_DURATION=40
@@ -66,12 +72,22 @@
 #   WAIT_POOL=2 FAIL_VARIANTS="" (e.g. "PLB+drain")
 #   THREE_CLASS_STRATEGIES="PLB PLB/top2 PLB-tiered" (--quick: none) THREE_SHARES="0.2 0.3 0.5"
 #   PGTIER_BIN=<release build> OUT=bench/out/plb-live-<time>
+#   PORT_BASE (unset: free ports; set: consecutive ports from it, for a shared machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
 QUICK=0
-[ "${1:-}" = --quick ] && QUICK=1
+PROXIES=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --proxies) PROXIES="${2:-}"; shift ;;
+    *) echo "usage: bash bench/plb-live.sh [--quick] [--proxies N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$PROXIES" in ''|*[!0-9]*) echo "--proxies needs a number" >&2; exit 2 ;; esac
 REPLICAS="${REPLICAS:-5}"
 REPLICA_CPU="${REPLICA_CPU:-0.25}"
 SCALE="${SCALE:-5}"
@@ -100,6 +116,11 @@ OUT="${OUT:-bench/out/plb-live-$(date -u +%Y%m%dT%H%M%SZ)}"
 
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
+if [ -n "${PORT_BASE:-}" ]; then
+  # Consecutive ports from PORT_BASE (a counter file, since callers run in subshells).
+  port_file="$(mktemp /tmp/pgtier-plb-live-ports.XXXXXX)"; echo "$PORT_BASE" >"$port_file"
+  free_port() { local p; p="$(cat "$port_file")"; echo $((p + 1)) >"$port_file"; echo "$p"; }
+fi
 
 [ "$(id -u)" = 0 ] || { log "plb-live.sh needs root (cgroups, running PostgreSQL as postgres)"; exit 1; }
 [ "$REPLICAS" -ge 5 ] || { log "the strategies need REPLICAS >= 5"; exit 1; }
@@ -189,6 +210,9 @@ pgtier_pid=""
 cleanup() {
   set +e
   [ -n "$pgtier_pid" ] && kill -INT "$pgtier_pid" 2>/dev/null && sleep 0.5 && kill -9 "$pgtier_pid" 2>/dev/null
+  # bench/plb-live-fleet.sh's proxies, by the pid files it keeps.
+  for f in "$work"/proxy-*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  [ -n "${port_file:-}" ] && rm -f "$port_file"
   for d in "$work"/r*/ "$work"/primary/; do
     [ -f "$d/data/postmaster.pid" ] && as_pg "$bindir/pg_ctl" -D "$d/data" -m immediate -w stop >/dev/null 2>&1
   done
@@ -323,9 +347,11 @@ start_pgtier() {
   pgtier_pid=$!
   wait_port "$pgtier_port" pgtier "$pgtier_pid" || { cat "$work/pgtier.log" >&2; exit 1; }
 }
-write_config 5RR
-start_pgtier
-current_pools="$(pool_settings 5RR)"
+if [ "$PROXIES" = 0 ]; then
+  write_config 5RR
+  start_pgtier
+  current_pools="$(pool_settings 5RR)"
+fi
 
 admin() { "$bindir/psql" -X -A -F ',' -P footer=off -h 127.0.0.1 -p "$pgtier_port" -U postgres -c "$1" pgtier; }
 # switch_to STRATEGY: a reload when only the routing changes, a restart when the pools do.
@@ -365,11 +391,11 @@ faults() {
     IFS=: read -r at what i <<<"$step"
     now="$(awk -v t0="$t0" -v n="$(date +%s.%N)" 'BEGIN { print n - t0 }')"
     sleep "$(awk -v a="$at" -v n="$now" 'BEGIN { d = a - n; print (d > 0 ? d : 0) }')"
-    if [ "$what" = kill ]; then
-      as_pg "$bindir/pg_ctl" -D "$work/r$i/data" -m immediate -w stop >/dev/null 2>&1 || true
-    else
-      start_replica "$i" || log "restarting replica $i failed"
-    fi
+    case "$what" in
+      kill) as_pg "$bindir/pg_ctl" -D "$work/r$i/data" -m immediate -w stop >/dev/null 2>&1 || true ;;
+      start) start_replica "$i" || log "restarting replica $i failed" ;;
+      *) fleet_action "$label" "$what" "$i" ;;  # bench/plb-live-fleet.sh's proxy and store actions
+    esac
     echo "$label,$at,$what,$i" >>"$OUT/faults.csv"
   done
 }
@@ -392,7 +418,8 @@ run_load() {
   if [ -n "${CLASSES:-}" ]; then
     classes=(); for c in $CLASSES; do classes+=(--class "$c"); done
   fi
-  "$PGTIER_LOAD_BIN" run --host 127.0.0.1 --port "$pgtier_port" --dbname live \
+  "$PGTIER_LOAD_BIN" run --host 127.0.0.1 --port "${LOAD_PORTS:-$pgtier_port}" --dbname live \
+    ${PROXY_MAP:+--proxy-map "$PROXY_MAP"} \
     "${classes[@]}" \
     --duration "$seconds" --lifetime "$LIFETIME" --think "$THINK" --queries "$work/queries.tsv" \
     --seed "$SEED" --out "$OUT/$label.csv" --progress 10 2>"$OUT/$label.log"
@@ -411,6 +438,13 @@ run_load() {
   # changes the routing builds a new one).
   admin "SHOW ROUTERS" >"$OUT/$label-routers.csv" 2>/dev/null || true
 }
+
+# ---- several proxies (--proxies N) -------------------------------------------------------
+if [ "$PROXIES" -gt 0 ]; then
+  # shellcheck source=bench/plb-live-fleet.sh
+  source bench/plb-live-fleet.sh
+  exit 0
+fi
 
 echo "label,replica,cpu_s,u" >"$OUT/replica_cpu.csv"
 switch_to 5RR

@@ -53,3 +53,27 @@ grep -q ',down,' "$out/cascade-PLB-events.csv" || fail "PLB saw no replica go do
 grep -q ',rejoin,' "$out/cascade-PLB-events.csv" || fail "PLB saw no replica rejoin"
 grep -q 'repair_to_target' "$out/cascade-PLB-events.csv" || fail "PLB did not repair to target"
 echo "plb-live smoke: ok ($(grep -c . "$out/PLB.csv") PLB rows, faults and rejoins seen)"
+
+# --proxies 2 (about a minute, its own cluster): one proxy and two independent ones, clients spread over both; the
+# fleet too when this pgtier has one (SHOW FLEET), else the report must say it was not
+# measured. No fleet scenarios here.
+fleet_out="$out/proxies"
+PGTIER_BIN="$CARGO_TARGET_DIR/debug/pgtier" PGTIER_LOAD_BIN="$CARGO_TARGET_DIR/debug/pgtier-load" \
+  OUT="$fleet_out" FLEET_MODES="single independent fleet" FLEET_SCENARIOS="" \
+  SCALE=1 DURATION=6 LIFETIME=2:3 RATE=2 \
+  bash bench/plb-live.sh --proxies 2 >"$out/proxies-stdout.txt" 2>"$out/proxies-stderr.txt" || {
+  cat "$out/proxies-stderr.txt" "$out/proxies-stdout.txt" >&2
+  fail "--proxies 2 failed"
+}
+for run in single independent; do
+  [ "$(wc -l <"$fleet_out/$run.csv")" -gt 10 ] || fail "--proxies 2: $run.csv has (almost) no rows"
+done
+# Round robin: both proxies got sessions, and the single proxy all of them.
+[ "$(awk -F, 'NR > 1 { print $3 }' "$fleet_out/independent-proxies.csv" | sort -u | tr -d '\n')" = 01 ] ||
+  fail "--proxies 2: the sessions did not go to both proxies"
+[ "$(awk -F, 'NR > 1 { print $3 }' "$fleet_out/single-proxies.csv" | sort -u | tr -d '\n')" = 0 ] ||
+  fail "--proxies 2: the single proxy's run used another port"
+grep -qF "### Contention" "$fleet_out/fleet.md" || fail "--proxies 2: fleet.md lacks the contention table"
+grep -qE '\*\*Fleet: not measured\.\*\*|Agreement over' "$fleet_out/fleet.md" ||
+  fail "--proxies 2: fleet.md says neither the fleet's agreement nor why it was not measured"
+echo "plb-live smoke: --proxies 2 ok ($(grep -c . "$fleet_out/independent.csv") rows over two proxies)"

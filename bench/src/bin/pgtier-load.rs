@@ -20,10 +20,11 @@ use pgtier_bench::load::schedule::{ScheduleParams, plan};
 use pgtier_bench::load::summary::Phase;
 
 const USAGE: &str = "usage:
-  pgtier-load run --host H --port P --dbname D --class NAME:USER:RATE [--class ...]
+  pgtier-load run --host H --port P[,P...] --dbname D --class NAME:USER:RATE [--class ...]
                   [--password X] --duration S --lifetime MIN:MAX --think MEAN
                   --queries FILE --seed N --out FILE.csv
                   [--max-sessions N] [--progress S] [--reconnect-timeout S]
+                  [--proxy-map FILE.csv]
   pgtier-load summarize --in LABEL=FILE.csv [--in LABEL=FILE.csv ...]
                   --phases NAME:FROM:TO[,NAME:FROM:TO...]
                   [--md OUT.md] [--csv OUT.csv] [--png OUT.png] [--baseline LABEL]
@@ -44,7 +45,11 @@ with the same seed so that every strategy faces the same sessions.
   --lifetime MIN:MAX    session lifetime, uniform in [MIN, MAX] seconds
   --think MEAN          mean exponential think time between queries (s), 0 for none
   --queries FILE        one query per line: name<TAB>weight<TAB>SQL (# comments)
+  --port P[,P...]       several ports (one per proxy): sessions go to them round robin in
+                        arrival order, across classes, as a load balancer spreads them
   --out FILE.csv        one row per attempt: class,session,query,start_s,latency_ms,outcome
+  --proxy-map FILE.csv  which port each session went to: class,session,proxy (0-based
+                        position in --port)
   --max-sessions N      most live sessions; later arrivals are dropped (default 400)
   --progress S          seconds between progress lines on stderr (default 5)
   --reconnect-timeout S how long a session retries a lost connection (default 10)
@@ -66,6 +71,7 @@ struct RunCommand {
     queries: PathBuf,
     seed: u64,
     out: PathBuf,
+    proxy_map: Option<PathBuf>,
 }
 
 /// Everything `summarize` needs.
@@ -112,7 +118,8 @@ fn lifetime(text: &str) -> Result<(f64, f64), String> {
 #[derive(Debug, Default)]
 struct RunFlags {
     host: Option<String>,
-    port: Option<u16>,
+    ports: Option<Vec<u16>>,
+    proxy_map: Option<PathBuf>,
     dbname: Option<String>,
     classes: ClassFlags,
     password: Option<String>,
@@ -132,7 +139,14 @@ impl RunFlags {
         let v = value(it, flag)?;
         match flag {
             "--host" => self.host = Some(v.into()),
-            "--port" => self.port = Some(number(flag, v)?),
+            "--port" => {
+                self.ports = Some(
+                    v.split(',')
+                        .map(|p| number(flag, p.trim()))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            "--proxy-map" => self.proxy_map = Some(v.into()),
             "--dbname" => self.dbname = Some(v.into()),
             "--class" => self.classes.add(v)?,
             "--user-premium" => self.classes.user_premium = Some(v.into()),
@@ -156,13 +170,13 @@ impl RunFlags {
 
     fn finish(self) -> Result<RunCommand, String> {
         let host = required("--host", self.host)?;
-        let port = required("--port", self.port)?;
+        let ports = required("--port", self.ports)?;
         let dbname = required("--dbname", self.dbname)?;
         let classes = self.classes.finish()?;
         let command = RunCommand {
             target: Target {
                 host,
-                port,
+                ports,
                 dbname,
                 users: classes.iter().map(|c| c.user.clone()).collect(),
                 password: self.password,
@@ -183,6 +197,7 @@ impl RunFlags {
             queries: required("--queries", self.queries)?,
             seed: required("--seed", self.seed)?,
             out: required("--out", self.out)?,
+            proxy_map: self.proxy_map,
         };
         command.params.validate()?;
         let o = &command.options;
@@ -302,6 +317,7 @@ fn run_command(command: RunCommand) -> Result<(), String> {
         &schedule,
         queries,
         &command.out,
+        command.proxy_map.as_deref(),
     )?;
     eprintln!("wrote {}", command.out.display());
     Ok(())
@@ -386,6 +402,30 @@ mod tests {
             Command::Run(command) => Ok(*command),
             other => Err(format!("not a run: {other:?}")),
         }
+    }
+
+    #[test]
+    fn run_takes_several_ports_and_a_proxy_map() {
+        let command =
+            run_line("--user-premium g --user-freemium f --rate-premium 1 --rate-freemium 2")
+                .unwrap();
+        assert_eq!(command.target.ports, [5432]);
+        assert_eq!(command.proxy_map, None);
+        let line = COMMON.replace("--port 5432", "--port 6001,6002,6003 --proxy-map m.csv");
+        let Command::Run(command) = parse(&args(&format!(
+            "{line} --user-premium g --user-freemium f --rate-premium 1 --rate-freemium 2"
+        )))
+        .unwrap() else {
+            panic!("not a run");
+        };
+        assert_eq!(command.target.ports, [6001, 6002, 6003]);
+        assert_eq!(command.proxy_map, Some(PathBuf::from("m.csv")));
+        assert!(
+            run_line(
+                "--port 1,x --user-premium g --user-freemium f --rate-premium 1 --rate-freemium 2"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! `pgtier-sim`: runs the PLB simulator's grid, failure, three-class or waiting experiments
-//! and writes CSV, PNG and a Markdown summary.
+//! `pgtier-sim`: runs the PLB simulator's grid, failure, three-class, waiting or fleet
+//! experiments and writes CSV, PNG and a Markdown summary.
 //!
 //! ```text
-//! pgtier-sim grid|faults|tiers|waiting|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+//! pgtier-sim grid|faults|tiers|waiting|fleet|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+//!            [--proxies N] [--intervals LIST] [--leader-borrows]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pgtier_bench::sim::figures::{fault_figures, grid_figures};
+use pgtier_bench::sim::fleet::experiment::{FleetSpec, fleet_csv, fleet_summary, run_fleet};
 use pgtier_bench::sim::report::{fault_roles_csv, faults_csv, grid_csv};
 use pgtier_bench::sim::scenario::{FaultSpec, GridSpec, run_faults, run_grid};
 use pgtier_bench::sim::strategies::Strategy;
@@ -19,7 +21,8 @@ use pgtier_bench::sim::tiers::{TierSpec, run_tiers, tiers_csv, tiers_summary};
 use pgtier_bench::sim::waiting::{self, run_waiting, waiting_summary};
 
 const USAGE: &str =
-    "usage: pgtier-sim grid|faults|tiers|waiting|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+    "usage: pgtier-sim grid|faults|tiers|waiting|fleet|all [--seeds N] [--out DIR] [--quick] [--live] [--strategies LIST]
+                  [--proxies N] [--intervals LIST] [--leader-borrows]
 
   grid     the PLB paper's grid: T in {30..2500} x premium share 10..90 % x
            PLB, 5RR, 3RR+2RR, 4RR+1RR (default 5 seeds)
@@ -32,6 +35,10 @@ const USAGE: &str =
   waiting  PLB against PLB with each replica's pool held to 2 servers (5PLB+wait-fifo,
            5PLB+wait-class) at the live calibration, 1.5..3 sessions/s, P25
            (default 10 seeds; --quick 2.5 sessions/s only, 3 seeds)
+  fleet    N proxies in front of the same replicas at the live calibration and contention
+           point (2.5 sessions/s, P25): one proxy, N independent, N with theta split by N,
+           and the shared view at each report interval (default 3 proxies, intervals
+           0.1,0.5,1,2 s, 10 seeds; --quick 3 seeds)
   all      grid and faults
   --seeds N   repetitions per point
   --out DIR   output directory (default bench/out)
@@ -39,7 +46,11 @@ const USAGE: &str =
   --live      grid and tiers: bench/plb-live.sh's calibration (5 quarter-core replicas, its
               query mix and sessions, theta 3; T = 60 x sessions per second)
   --strategies LIST   comma-separated, e.g. 5PLB,5RR,3RR+2RR,4RR+1RR,p2c,least_sessions
-                      (summary tables cover the papers' strategies; CSV and plots all)";
+                      (summary tables cover the papers' strategies; CSV and plots all)
+  --proxies N         fleet: proxies in the fleet (default 3)
+  --intervals LIST    fleet: comma-separated report intervals in seconds
+  --leader-borrows    fleet: also the fleet whose leader borrows for freemium only, premium
+                      only, or not at all (1 s)";
 
 #[derive(Debug)]
 struct Options {
@@ -47,11 +58,15 @@ struct Options {
     faults: bool,
     tiers: bool,
     waiting: bool,
+    fleet: bool,
     seeds: Option<u64>,
     out: PathBuf,
     quick: bool,
     live: bool,
     strategies: Option<Vec<Strategy>>,
+    proxies: usize,
+    intervals_s: Option<Vec<f64>>,
+    leader_borrows: bool,
 }
 
 /// The replica budget of the papers' experiments (labels such as "5RR" name it).
@@ -66,6 +81,18 @@ fn parse_strategies(list: &str) -> Result<Vec<Strategy>, String> {
         .collect()
 }
 
+fn parse_intervals(list: &str) -> Result<Vec<f64>, String> {
+    list.split(',')
+        .map(|text| {
+            text.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| format!("--intervals: {text:?} is not a positive number of seconds"))
+        })
+        .collect()
+}
+
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut it = args.iter();
     let command = it.next().ok_or("missing command")?;
@@ -74,6 +101,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         "faults" => (false, true, false, false),
         "tiers" => (false, false, true, false),
         "waiting" => (false, false, false, true),
+        "fleet" => (false, false, false, false),
         "all" => (true, true, false, false),
         "-h" | "--help" => return Err(String::new()),
         other => return Err(format!("unknown command {other:?}")),
@@ -83,11 +111,15 @@ fn parse(args: &[String]) -> Result<Options, String> {
         faults,
         tiers,
         waiting,
+        fleet: command == "fleet",
         seeds: None,
         out: default_out(),
         quick: false,
         live: false,
         strategies: None,
+        proxies: 3,
+        intervals_s: None,
+        leader_borrows: false,
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -107,6 +139,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--strategies" => {
                 let list = it.next().ok_or("--strategies needs a list")?;
                 options.strategies = Some(parse_strategies(list)?);
+            }
+            "--proxies" => {
+                let value = it.next().ok_or("--proxies needs a number")?;
+                options.proxies = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| (1..=64).contains(&n))
+                    .ok_or_else(|| format!("--proxies: {value:?} is not a number in 1..=64"))?;
+            }
+            "--leader-borrows" => options.leader_borrows = true,
+            "--intervals" => {
+                let list = it.next().ok_or("--intervals needs a list")?;
+                options.intervals_s = Some(parse_intervals(list)?);
             }
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -269,6 +314,29 @@ fn run_waiting_command(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn run_fleet_command(options: &Options) -> Result<(), String> {
+    let seeds = options.seeds.unwrap_or(if options.quick { 3 } else { 10 });
+    let mut spec = FleetSpec::live(options.proxies, seeds);
+    if let Some(intervals) = &options.intervals_s {
+        spec.intervals_s = intervals.clone();
+    }
+    spec.leader_borrows = options.leader_borrows;
+    let bar = progress(spec.run_count(), "fleet");
+    let started = Instant::now();
+    let points = run_fleet(&spec, &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    println!(
+        "fleet: {} runs in {:.1} s",
+        spec.run_count(),
+        started.elapsed().as_secs_f64()
+    );
+    write(&options.out.join("fleet.csv"), &fleet_csv(&points, &spec))?;
+    let summary = fleet_summary(&points, &spec);
+    write(&options.out.join("fleet_summary.md"), &summary)?;
+    println!("\n{summary}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse(&args) {
@@ -307,6 +375,13 @@ fn main() -> ExitCode {
     .and_then(|()| {
         if options.waiting {
             run_waiting_command(&options)
+        } else {
+            Ok(())
+        }
+    })
+    .and_then(|()| {
+        if options.fleet {
+            run_fleet_command(&options)
         } else {
             Ok(())
         }

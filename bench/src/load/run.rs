@@ -31,8 +31,10 @@ use crate::sim::workload::Class;
 pub struct Target {
     /// Host name, address, or a Unix socket directory (starting with `/`).
     pub host: String,
-    /// TCP port.
-    pub port: u16,
+    /// TCP ports, one per proxy: sessions go to them round robin in arrival order (across
+    /// classes), as a load balancer in front of several proxies spreads connections. One
+    /// port: every session goes there.
+    pub ports: Vec<u16>,
     /// Database name.
     pub dbname: String,
     /// User per class in rank order (premium first), one per class of the schedule: the
@@ -128,12 +130,17 @@ impl Interval {
     }
 }
 
-/// The connection settings of one class.
-fn class_config(target: &Target, class: Class, options: &RunOptions) -> postgres::Config {
+/// The connection settings of one class on one port.
+fn class_config(
+    target: &Target,
+    port: u16,
+    class: Class,
+    options: &RunOptions,
+) -> postgres::Config {
     let mut config = postgres::Config::new();
     config
         .host(&target.host)
-        .port(target.port)
+        .port(port)
         .dbname(&target.dbname)
         .user(&target.users[class.index()])
         .application_name("pgtier-load")
@@ -151,8 +158,10 @@ fn class_config(target: &Target, class: Class, options: &RunOptions) -> postgres
 /// The state of a run in progress.
 struct Driver {
     run_start: Instant,
-    /// Per class, indexed by rank, as are `live` and the totals.
-    contexts: Vec<SessionContext>,
+    /// Per port (proxy), then per class indexed by rank, as are `live` and the totals.
+    contexts: Vec<Vec<SessionContext>>,
+    /// Where each session went, when asked: `class,session,proxy` lines.
+    proxy_map: Option<BufWriter<File>>,
     options: RunOptions,
     events: Receiver<Event>,
     out: BufWriter<File>,
@@ -176,13 +185,19 @@ impl Driver {
         format!("{}: {e}", self.out_name)
     }
 
-    fn admit(&mut self, plan: &SessionPlan) {
+    /// Starts the session at `position` in the schedule's arrival order.
+    fn admit(&mut self, plan: &SessionPlan, position: usize) -> Result<(), String> {
         let class = plan.class.index();
+        let proxy = position % self.contexts.len();
+        if let Some(map) = &mut self.proxy_map {
+            writeln!(map, "{},{},{proxy}", plan.class.name(), plan.index)
+                .map_err(|e| format!("proxy map: {e}"))?;
+        }
         if self.live_total() >= self.options.max_sessions {
             self.totals.class[class].dropped += 1;
-            return;
+            return Ok(());
         }
-        let context = self.contexts[class].clone();
+        let context = self.contexts[proxy][class].clone();
         let plan_for_thread = plan.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("{}-{}", plan.class.name(), plan.index))
@@ -199,6 +214,7 @@ impl Driver {
                 self.totals.class[class].dropped += 1;
             }
         }
+        Ok(())
     }
 
     fn handle(&mut self, event: Event) -> Result<(), String> {
@@ -267,7 +283,7 @@ impl Driver {
         loop {
             let now_s = self.elapsed_s();
             while let Some(plan) = sessions.get(next).filter(|p| p.arrival_s <= now_s) {
-                self.admit(plan);
+                self.admit(plan, next)?;
                 next += 1;
             }
             if now_s >= next_progress_s {
@@ -307,14 +323,19 @@ fn print_totals(totals: &RunTotals, elapsed_s: f64) {
     }
 }
 
-/// Runs `schedule` against `target`, writing one CSV row per attempt to `out`.
+/// Runs `schedule` against `target`, writing one CSV row per attempt to `out`, and, with
+/// `proxy_map`, which of the target's ports each session went to (`class,session,proxy`).
 pub fn run(
     target: &Target,
     options: &RunOptions,
     schedule: &Schedule,
     queries: Vec<Query>,
     out: &Path,
+    proxy_map: Option<&Path>,
 ) -> Result<RunTotals, String> {
+    if target.ports.is_empty() {
+        return Err("no port to connect to".into());
+    }
     if options.max_sessions == 0 {
         return Err("the session cap must be at least 1".into());
     }
@@ -352,9 +373,9 @@ pub fn run(
     let run_start = Instant::now();
     let queries = Arc::new(queries);
     let picker = Arc::new(schedule.picker.clone());
-    let context = |class: Class| SessionContext {
+    let context = |port: u16, class: Class| SessionContext {
         run_start,
-        config: class_config(target, class, options),
+        config: class_config(target, port, class, options),
         reconnect_timeout: Duration::try_from_secs_f64(options.reconnect_timeout_s)
             .unwrap_or(Duration::ZERO),
         queries: Arc::clone(&queries),
@@ -370,7 +391,20 @@ pub fn run(
     }
     let mut driver = Driver {
         run_start,
-        contexts: Class::ranks(classes).map(context).collect(),
+        contexts: target
+            .ports
+            .iter()
+            .map(|&port| Class::ranks(classes).map(|c| context(port, c)).collect())
+            .collect(),
+        proxy_map: match proxy_map {
+            Some(path) => {
+                let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let mut map = BufWriter::new(file);
+                writeln!(map, "class,session,proxy").map_err(|e| format!("proxy map: {e}"))?;
+                Some(map)
+            }
+            None => None,
+        },
         options: options.clone(),
         events,
         out: writer,
@@ -388,6 +422,82 @@ pub fn run(
     }
     driver.reap(true);
     driver.out.flush().map_err(|e| driver.write_err(e))?;
+    if let Some(map) = &mut driver.proxy_map {
+        map.flush().map_err(|e| format!("proxy map: {e}"))?;
+    }
     print_totals(&driver.totals, driver.elapsed_s());
     Ok(driver.totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::schedule::{ScheduleParams, plan};
+
+    /// A loopback port nothing listens on (bound, then released).
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    }
+
+    #[test]
+    fn sessions_go_to_the_ports_round_robin_in_arrival_order() {
+        let schedule = plan(
+            7,
+            &ScheduleParams {
+                rate_per_s: vec![20.0, 40.0],
+                duration_s: 0.5,
+                lifetime_s: (0.05, 0.1),
+                think_mean_s: 0.0,
+                query_weights: vec![1.0],
+            },
+        )
+        .expect("schedule");
+        assert!(
+            schedule.sessions.len() > 6,
+            "enough sessions to see the rotation"
+        );
+        let dir = std::env::temp_dir().join(format!("pgtier-load-rr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let target = Target {
+            host: "127.0.0.1".into(),
+            ports: vec![closed_port(), closed_port(), closed_port()],
+            dbname: "d".into(),
+            users: vec!["p".into(), "f".into()],
+            password: None,
+        };
+        let options = RunOptions {
+            max_sessions: 400,
+            progress_s: 60.0,
+            reconnect_timeout_s: 0.0,
+        };
+        let query = Query {
+            name: "q".into(),
+            weight: 1.0,
+            sql: "SELECT 1".into(),
+        };
+        let (out, map) = (dir.join("rows.csv"), dir.join("map.csv"));
+        let totals = run(&target, &options, &schedule, vec![query], &out, Some(&map)).expect("run");
+        let connects: u64 = totals.class.iter().map(|c| c.connect_errors).sum();
+        assert!(
+            connects > 0,
+            "nothing listens: every session fails to connect"
+        );
+        let text = std::fs::read_to_string(&map).expect("map");
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("class,session,proxy"));
+        let expected: Vec<String> = schedule
+            .sessions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{},{},{}", p.class.name(), p.index, i % 3))
+            .collect();
+        assert_eq!(lines.map(String::from).collect::<Vec<_>>(), expected);
+        assert!(
+            expected.iter().any(|l| l.starts_with("premium"))
+                && expected.iter().any(|l| l.starts_with("freemium")),
+            "both classes share the rotation"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -224,6 +224,7 @@ pub fn run(config: &RunConfig, router: &mut dyn Router) -> RunObservations {
             break;
         }
         engine.now_s = event.at_s;
+        engine.router.advance(event.at_s);
         engine.out.events += 1;
         engine.handle(event.kind);
     }
@@ -358,7 +359,8 @@ impl<'a> Engine<'a> {
         let (low, high) = workload.lifetime_range_s;
         let lifetime_s = self.arrivals.uniform(low, high);
         let session_seed = self.arrivals.next_u64();
-        let Some(replica) = self.router.admit(class) else {
+        let id = self.sessions.len();
+        let Some(replica) = self.router.admit_session(id, class) else {
             for p in self.current_phases() {
                 self.out.phases[p].rejected[class.index()] += 1;
             }
@@ -371,7 +373,6 @@ impl<'a> Engine<'a> {
         for p in self.current_phases() {
             self.out.phases[p].admitted[class.index()] += 1;
         }
-        let id = self.sessions.len();
         let drain_seen = self.router.drain_epoch();
         self.sessions.push(Session {
             class,
@@ -495,8 +496,8 @@ impl<'a> Engine<'a> {
         if !self.router.should_move(replica, class) {
             return;
         }
-        self.router.release(replica, class);
-        match self.router.admit(class) {
+        self.router.release_session(id, replica, class);
+        match self.router.admit_session(id, class) {
             Some(new) if self.up.get(new).copied().unwrap_or(false) => {
                 self.sessions[id].replica = new;
                 self.out.drain_moves += 1;
@@ -505,7 +506,7 @@ impl<'a> Engine<'a> {
             // without a second release.
             placed => {
                 if let Some(new) = placed {
-                    self.router.release(new, class);
+                    self.router.release_session(id, new, class);
                     self.out.placements_on_down_replica += 1;
                 }
                 self.sessions[id].state = SessionState::Closed;
@@ -555,7 +556,7 @@ impl<'a> Engine<'a> {
             session.replica,
             self.now_s - session.arrived_s,
         );
-        self.router.release(replica, class);
+        self.router.release_session(id, replica, class);
         for p in self.current_phases() {
             self.out.phases[p].session_lifetimes_s[class.index()].push(lifetime_s);
         }

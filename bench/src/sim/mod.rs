@@ -8,11 +8,13 @@
 //! `tiered` (the adapter onto its tiered policy), `tiers` (the three-class experiment),
 //! `waiting` (PLB behind a bounded pool), `stats` and `scenario`
 //! (summaries over seeds, the paper's grid and failure scenarios), `report` (CSV), `plot`
-//! (PNG), `figures` (which plots the CLI draws).
+//! (PNG), `figures` (which plots the CLI draws), `fleet` (several proxies in front of the same
+//! replicas, independent or sharing one view).
 
 pub mod class;
 pub mod engine;
 pub mod figures;
+pub mod fleet;
 pub mod plot;
 pub mod pool;
 pub mod report;

@@ -7,6 +7,10 @@ use super::class::Class;
 /// Index of a replica, 0..K.
 pub type ReplicaIndex = usize;
 
+/// Index of a session in the order the engine admitted them (0, 1, 2, ...): the same
+/// session has the same index under every strategy of a common-random-numbers comparison.
+pub type SessionIndex = usize;
+
 /// A session-level routing strategy as the engine sees it.
 pub trait Router {
     /// Chooses the replica for a new session of `class`, or None when no replica can take
@@ -15,6 +19,23 @@ pub trait Router {
 
     /// A session of `class` on `replica` ended normally.
     fn release(&mut self, replica: ReplicaIndex, class: Class);
+
+    /// [`Router::admit`] for the session that will get index `session` (a re-admission by the
+    /// drain passes the session's own index). Routers that keep state per session, such as a
+    /// fleet of proxies each holding its clients, override it.
+    fn admit_session(&mut self, _session: SessionIndex, class: Class) -> Option<ReplicaIndex> {
+        self.admit(class)
+    }
+
+    /// [`Router::release`] of the session admitted as `session`.
+    fn release_session(&mut self, _session: SessionIndex, replica: ReplicaIndex, class: Class) {
+        self.release(replica, class);
+    }
+
+    /// Simulated time moved to `now_s`; called before every event is handled, so a router
+    /// with timers of its own (reports, publications) runs them in order. The state it
+    /// observes is the one just before the event: nothing changes between events.
+    fn advance(&mut self, _now_s: f64) {}
 
     /// A query of a `class` session started running on `replica` (its transaction is in
     /// flight until `query_done`). Strategies that count sessions ignore it.

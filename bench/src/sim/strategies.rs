@@ -233,6 +233,9 @@ pub struct PolicyRouter {
     pub conflicts: u64,
     /// Role changes applied, by admissions and by failure handling.
     pub role_changes: u64,
+    /// Other proxies' sessions, added to this one's counts when it admits (a fleet host's
+    /// view of the others' reports); empty: its own counts only.
+    others: Vec<ReplicaLoad>,
 }
 
 impl PolicyRouter {
@@ -325,7 +328,14 @@ impl PolicyRouter {
             random: SplitMix64::new(0x9C2),
             conflicts: 0,
             role_changes: 0,
+            others: Vec::new(),
         }
+    }
+
+    /// Sets the other proxies' sessions that this router's admissions add to its own counts
+    /// (as a fleet host adds the other members' reported load); empty to decide alone.
+    pub fn set_others(&mut self, others: Vec<ReplicaLoad>) {
+        self.others = others;
     }
 
     fn apply(&mut self, changes: &[RoleChange]) {
@@ -401,6 +411,12 @@ impl PolicyRouter {
         &self.table
     }
 
+    /// Replaces the role table (a fleet's host adopting the table its leader published); the
+    /// session counters stay, as the proxy's do.
+    pub fn set_table(&mut self, table: RoleTable) {
+        self.table = table;
+    }
+
     /// Active sessions per replica as the policy sees them.
     pub fn loads(&self) -> &[ReplicaLoad] {
         &self.loads
@@ -411,13 +427,28 @@ impl Router for PolicyRouter {
     fn admit(&mut self, class: Class) -> Option<ReplicaIndex> {
         let class = self.class(class);
         let draw = self.next_draw(class);
+        let fleet_view: Vec<ReplicaLoad>;
+        let loads = if self.others.len() == self.loads.len() {
+            fleet_view = self
+                .loads
+                .iter()
+                .zip(&self.others)
+                .map(|(own, other)| ReplicaLoad {
+                    premium: own.premium.saturating_add(other.premium),
+                    freemium: own.freemium.saturating_add(other.freemium),
+                })
+                .collect();
+            Loads::sessions(&fleet_view)
+        } else {
+            self.decision_loads()
+        };
         let Admission {
             replica,
             role_changes,
             ..
         } = self
             .strategy
-            .route_loads(&self.table, self.decision_loads(), class, draw)
+            .route_loads(&self.table, loads, class, draw)
             .ok()?;
         self.apply(role_changes.as_slice());
         self.loads.get_mut(replica.index())?.admitted(class).ok()?;

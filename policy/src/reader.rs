@@ -1,13 +1,12 @@
 //! Choosing the replica for one read transaction of a reader entry (a primary plus replicas,
-//! seed 003): weighted power of two choices on in-flight reads per unit of weight, a smooth
-//! weighted alternation when exactly two replicas qualify, and the LSN target deciding which
-//! replicas qualify at all.
+//! seed 003): weighted power of two choices on in-flight reads per unit of weight (with two
+//! replicas, a smooth weighted alternation proposes and the in-flight counts may overrule
+//! it), and the LSN target deciding which replicas qualify at all.
 //!
 //! Pure: the caller passes each replica's standing (Down, past the lag cap, behind the read's
 //! target, ready), its weight, a closure reading one in-flight counter, the shard-local
 //! [`Alternation`] and a random source. Only the two sampled counters are read (the counters
-//! are shared by every shard, so each read costs two cache-line loads, not K); the two-replica
-//! alternation reads none.
+//! are shared by every shard, so each read costs two cache-line loads, not K).
 //!
 //! Rules, in order:
 //! 1. A replica that is Down, excluded (past the lag cap) or weighs 0 never serves the read.
@@ -15,9 +14,13 @@
 //! 2. The replicas that replayed the read's target (all of them for a read without one) are
 //!    the candidates. When none has yet, [`ReadChoice::NotYet`]: the caller asks again (a
 //!    replica that is behind will catch up; one that is Down will not, hence rule 1 first).
-//! 3. One candidate: that one. Two: [`Alternation`] (strict alternation for equal weights,
-//!    the weight ratio exactly over every cycle of `w_a + w_b` reads otherwise). Three or
-//!    more: two distinct candidates drawn in proportion to their weights, the lower
+//! 3. One candidate: that one. Two: [`Alternation`] proposes one (strict alternation for
+//!    equal weights, the weight ratio exactly over every cycle of `w_a + w_b` reads
+//!    otherwise), and the other takes the read instead when its `in_flight / weight` is
+//!    strictly lower: idle or evenly loaded replicas alternate exactly, but a replica that
+//!    answers slowly (a delayed link, a hung backend) piles up reads in flight and stops
+//!    getting new ones, where a blind alternation would send it every other read and hold
+//!    every closed-loop client to its pace. Three or more: two distinct candidates drawn in proportion to their weights, the lower
 //!    `in_flight / weight` wins, a tie goes to the first drawn (so with idle replicas the
 //!    spread is the weight ratio).
 
@@ -106,7 +109,7 @@ impl Alternation {
 }
 
 /// Chooses where one read runs (see the module rules). `in_flight` reads one replica's
-/// in-flight counter; it is called at most twice, never for two candidates or fewer.
+/// in-flight counter; it is called at most twice, never for fewer than two candidates.
 pub fn choose_read(
     candidates: &[ReadCandidate],
     alternation: &mut Alternation,
@@ -127,11 +130,23 @@ pub fn choose_read(
         return ReadChoice::Replica(first.replica);
     };
     if count == 2 {
-        let replica = alternation.next(
+        let proposed = alternation.next(
             (first.replica, first.weight),
             (second.replica, second.weight),
         );
-        return ReadChoice::Replica(replica);
+        let (p, o) = if proposed == first.replica {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        // p/wp > o/wo ⇔ p·wo > o·wp: exact, no floats; equal loads keep the alternation.
+        let load_p = u64::from(in_flight(p.replica)) * u64::from(o.weight);
+        let load_o = u64::from(in_flight(o.replica)) * u64::from(p.weight);
+        return ReadChoice::Replica(if load_o < load_p {
+            o.replica
+        } else {
+            p.replica
+        });
     }
     // Both draws find a candidate when the weights add up; the fallbacks only avoid a panic.
     let Some(a) = weighted_pick(ready(), total_weight, None, random) else {
@@ -193,6 +208,10 @@ mod tests {
 
     fn no_counters(_: ReplicaId) -> u32 {
         panic!("no counter may be read here")
+    }
+
+    fn idle_counters(_: ReplicaId) -> u32 {
+        0
     }
 
     #[test]
@@ -289,7 +308,7 @@ mod tests {
         let mut rng = SplitMix64::new(7);
         (0..reads)
             .map(
-                |_| match choose_read(&set, &mut state, &mut rng, no_counters) {
+                |_| match choose_read(&set, &mut state, &mut rng, idle_counters) {
                     ReadChoice::Replica(r) => r,
                     other => panic!("{other:?}"),
                 },
@@ -333,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn two_ready_of_three_alternate_without_reading_counters() {
+    fn two_ready_of_three_alternate_while_idle() {
         use ReadStanding::*;
         let set = [
             candidate(0, 1, Ready),
@@ -343,11 +362,49 @@ mod tests {
         let mut state = Alternation::new();
         let mut rng = SplitMix64::new(3);
         let picks: Vec<_> = (0..6)
-            .map(|_| choose_read(&set, &mut state, &mut rng, no_counters))
+            .map(|_| choose_read(&set, &mut state, &mut rng, idle_counters))
             .collect();
         let zero = ReadChoice::Replica(ReplicaId(0));
         let two = ReadChoice::Replica(ReplicaId(2));
         assert_eq!(picks, vec![zero, two, zero, two, zero, two]);
+    }
+
+    #[test]
+    fn of_two_replicas_a_slow_one_stops_getting_reads() {
+        // Replica 1 answers slowly: its reads stay in flight. Every read goes to replica
+        // 0 while it has fewer in flight per weight, whatever the alternation proposes.
+        let set = ready(&[1, 1]);
+        let mut state = Alternation::new();
+        let mut rng = SplitMix64::new(5);
+        let mut in_flight = [0u32, 3];
+        for _ in 0..10 {
+            let choice = choose_read(&set, &mut state, &mut rng, |r| in_flight[r.index()]);
+            assert_eq!(choice, ReadChoice::Replica(ReplicaId(0)));
+            // Replica 0 answers at once.
+            in_flight[0] = 0;
+        }
+        // Loads equal again: the alternation goes on.
+        in_flight = [1, 1];
+        let picks: Vec<_> = (0..4)
+            .map(|_| choose_read(&set, &mut state, &mut rng, |r| in_flight[r.index()]))
+            .collect();
+        assert!(
+            picks.contains(&ReadChoice::Replica(ReplicaId(1))),
+            "{picks:?}"
+        );
+    }
+
+    #[test]
+    fn of_two_weighted_replicas_the_load_is_compared_per_weight() {
+        // Weights 1 and 3: 2 reads in flight on replica 1 weigh less than 1 on replica 0.
+        let set = ready(&[1, 3]);
+        let mut state = Alternation::new();
+        let mut rng = SplitMix64::new(5);
+        let in_flight = [1u32, 2];
+        for _ in 0..8 {
+            let choice = choose_read(&set, &mut state, &mut rng, |r| in_flight[r.index()]);
+            assert_eq!(choice, ReadChoice::Replica(ReplicaId(1)));
+        }
     }
 
     #[test]

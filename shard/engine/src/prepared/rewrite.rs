@@ -190,10 +190,15 @@ impl Rewriter<'_> {
                 Owed::Query(self.reset_effects(effects))
             }
             b'P' => {
-                // It runs at the Execute of a portal bound to it.
-                let clears = self
-                    .reset_effects(effects)
-                    .is_some_and(|on_success| on_success.clears);
+                // It runs at the Execute of a portal bound to it. A `DEALLOCATE ALL` /
+                // `DISCARD ALL` makes the server's cache unknown there (`ForgetAll`), not
+                // at its Parse, which drops nothing: until then the statements are known,
+                // and one can still be described in a failed transaction, where preparing
+                // it again is refused (25P02).
+                let all = Effects::DISCARD_ALL.union(Effects::DEALLOCATE_ALL);
+                let clears = effects.intersects(all);
+                // A `DEALLOCATE` of one name has no such hook: its Parse marks the cache.
+                let _ = self.reset_effects(effects.difference(all));
                 self.server
                     .ledger
                     .unnamed_statement_acts(clears.then_some(PendingAtExecute::ForgetAll));

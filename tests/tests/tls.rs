@@ -5,7 +5,7 @@
 //! certificates on both sides, TLS settings changed one SET at a time, and a TLS server
 //! cached idle on one shard serving the next client on either shard (its session moves).
 
-use pgtier_tests::fixtures::start_proxy;
+use pgtier_tests::fixtures::{admin, start_proxy};
 use pgtier_tests::pki::TestPki;
 use pgtier_tests::process::{pg_tool, run};
 use pgtier_tests::tempdir::TempDir;
@@ -285,31 +285,34 @@ fn tls_settings_change_one_set_at_a_time() {
 }
 
 #[test]
-fn a_tls_server_idle_on_one_shard_serves_sequential_clients_on_both() {
-    let (_dir, _pki, _pg, proxy) = setup_with("prefer", HbaAuth::Trust, |config| {
-        let mut config = config.pool_size(20);
+fn a_tls_server_cached_on_one_shard_serves_clients_on_both_when_logins_are_refused() {
+    let (_dir, _pki, pg, proxy) = setup_with("prefer", HbaAuth::Trust, |config| {
+        let mut config = config.pool_size(20).user("cached", "");
         config.workers = 2;
         config
     });
-    // Ten sequential clients: SO_REUSEPORT spreads them over both shards (all ten on one
-    // shard has odds of 1 in 512); each finds the one TLS server, moved whole if need be.
-    let mut seen = Vec::new();
+    admin(&pg, "CREATE ROLE cached LOGIN");
+    let query =
+        "SELECT pg_backend_pid() || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+    let (ok, first, err) = psql(&proxy, "user=cached sslmode=disable", query);
+    assert!(ok, "{err}\n{}", proxy.log());
+    assert!(
+        first.ends_with(" true"),
+        "the server is reached over TLS: {first}"
+    );
+    // PostgreSQL now refuses new logins of the role. Ten sequential clients: SO_REUSEPORT
+    // spreads them over both shards (all ten on the first one's shard has odds of 1 in
+    // 1024); a shard whose login is refused borrows the one TLS server, moved whole with its
+    // TLS session, wherever it sits idle.
+    admin(&pg, "ALTER ROLE cached NOLOGIN");
     for _ in 0..10 {
-        let (ok, out, err) = psql(
-            &proxy,
-            "user=postgres sslmode=disable",
-            "SELECT pg_backend_pid() || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-        );
+        let (ok, out, err) = psql(&proxy, "user=cached sslmode=disable", query);
         assert!(ok, "{err}\n{}", proxy.log());
-        seen.push(out);
+        assert_eq!(
+            out,
+            first,
+            "the cached TLS backend served the client\n{}",
+            proxy.log()
+        );
     }
-    assert!(
-        seen[0].ends_with(" true"),
-        "the server is reached over TLS: {seen:?}"
-    );
-    assert!(
-        seen.iter().all(|out| *out == seen[0]),
-        "one TLS backend served every client: {seen:?}\n{}",
-        proxy.log()
-    );
 }

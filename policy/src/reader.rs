@@ -20,9 +20,9 @@
 //!    strictly lower: idle or evenly loaded replicas alternate exactly, but a replica that
 //!    answers slowly (a delayed link, a hung backend) piles up reads in flight and stops
 //!    getting new ones, where a blind alternation would send it every other read and hold
-//!    every closed-loop client to its pace. Three or more: two distinct candidates drawn in proportion to their weights, the lower
-//!    `in_flight / weight` wins, a tie goes to the first drawn (so with idle replicas the
-//!    spread is the weight ratio).
+//!    every closed-loop client to its pace. Three or more: two distinct candidates drawn in
+//!    proportion to their weights, the lower `in_flight / weight` wins, a tie goes to the
+//!    first drawn (so with idle replicas the spread is the weight ratio).
 
 use crate::replica::ReplicaId;
 use crate::rng::SplitMix64;

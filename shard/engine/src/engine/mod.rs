@@ -1447,7 +1447,7 @@ impl Engine {
         // wait for the next attempt. Unless another shard holds an idle server of the pool
         // to lend, which PgBouncer's one pool would have given the client.
         if let Some(error) = self.linker.failed_login_for(&self.servers, pool, self.now) {
-            if !self.lendable(pool) {
+            if !self.linker.lendable(pool, self.now) {
                 self.close_client(id, Some(error));
                 return;
             }
@@ -1515,13 +1515,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    /// Whether a client of `pool`, whose login PostgreSQL refused, can still be served by
-    /// another shard's idle server: one is on its way, or one can be asked for.
-    fn lendable(&self, pool: PoolId) -> bool {
-        let pools = self.linker.pools();
-        pools.borrowing(pool) || pools.borrow_from(pool, self.now).is_some()
     }
 
     /// A login of `pool` was refused, another shard published an idle server of it and none
@@ -2349,7 +2342,7 @@ impl Engine {
         if failed.is_some() && self.follow_primary_move_of(pool) {
             failed = failed_now(self);
         }
-        if let Some(error) = failed.filter(|_| !self.lendable(pool)) {
+        if let Some(error) = failed.filter(|_| !self.linker.lendable(pool, self.now)) {
             self.close_client(id, Some(error));
             return;
         }

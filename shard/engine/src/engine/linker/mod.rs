@@ -132,6 +132,13 @@ impl Linker {
         self.next_read_recheck
     }
 
+    /// Whether a client of `pool`, whose login PostgreSQL refused, can still be served by
+    /// another shard's idle server: one is on its way, or one can be asked for.
+    pub(in crate::engine) fn lendable(&self, pool: pgtier_pool::PoolId, now: Instant) -> bool {
+        let pools = self.pools();
+        pools.borrowing(pool) || pools.borrow_from(pool, now).is_some()
+    }
+
     /// The memoed login failure of a pool whose clients must get it now (not on a replica,
     /// whose waiters are re-routed instead): one that stands while this shard holds no
     /// server of the pool that will serve them (servers RECONNECT marked will not), as

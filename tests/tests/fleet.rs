@@ -266,6 +266,12 @@ fn three_hosts_share_one_table_survive_a_leader_kill_and_a_store_outage() {
             show_fleet(proxy).filter(|row| row.mode == "local")
         });
         assert!(local.is_some(), "local mode: {:?}", show_fleet(proxy));
+        // No host can know who leads while the store is away: nobody is shown leading.
+        assert_eq!(
+            local.and_then(|row| row.leader),
+            None,
+            "a leader shown in local mode"
+        );
         assert!(read_once(proxy), "reads are served in local mode");
     }
     assert!(

@@ -431,6 +431,7 @@ impl Host<'_> {
     }
 
     fn publish_view(&self) {
+        let in_fleet = matches!(self.member.mode(), Mode::Fleet { .. });
         let cause = match self.member.mode() {
             Mode::Local { cause } => Some(cause.clone()),
             _ => None,
@@ -450,8 +451,13 @@ impl Host<'_> {
             host: self.config.host.clone(),
             mode: self.member.mode().as_str(),
             cause,
-            leader: self.table.as_ref().map(|row| row.leader.clone()),
-            is_leader: self.leading() && matches!(self.member.mode(), Mode::Fleet { .. }),
+            // Only a host in touch with the store knows who leads: in local mode the last
+            // row read names a leader whose lock may be gone, and showing it would say the
+            // fleet still has one.
+            leader: in_fleet
+                .then(|| self.table.as_ref().map(|row| row.leader.clone()))
+                .flatten(),
+            is_leader: in_fleet && self.leading(),
             version: self.member.applied().unwrap_or(0),
             stored_version: self.table.as_ref().map_or(0, |row| row.version),
             members,

@@ -277,7 +277,10 @@ impl LocalPg {
 
     /// Waits until this replica has replayed everything `primary` has written so far.
     pub fn wait_caught_up(&self, primary: &LocalPg, timeout: Duration) -> io::Result<()> {
-        let target = primary.psql("postgres", "SELECT pg_current_wal_lsn()")?;
+        // The insert position, not pg_current_wal_lsn(): with synchronous_commit = off a
+        // commit just made may not be written yet, and a replica caught up to the write
+        // position can still miss it.
+        let target = primary.psql("postgres", "SELECT pg_current_wal_insert_lsn()")?;
         let sql = format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn");
         let deadline = Instant::now() + timeout;
         loop {

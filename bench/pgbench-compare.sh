@@ -2,19 +2,34 @@
 # pgbench-compare.sh: pgtier vs PgBouncer vs direct, in one sitting, on this machine.
 #
 # Starts a throw-away PostgreSQL (initdb/pg_ctl as user postgres when run as root), loads
-# `pgbench -i -s $SCALE`, then runs `pgbench -S` (simple and extended protocol, 8 and 64
-# clients) directly, through pgtier (1 worker, transaction mode) and through PgBouncer
-# (transaction mode, same pool size). Prints tps and each proxy's CPU microseconds per
-# transaction (utime+stime deltas from /proc/<pid>/stat), the ratio pgtier/PgBouncer, the
+# `pgbench -i -s $SCALE`, then runs `pgbench -S` (simple and extended protocol, 1, 8 and 64
+# clients) directly, through pgtier (1 worker, transaction mode), through PgBouncer
+# (transaction mode, same pool size) and through pgtier-forwarder (bench/src/bin: a bare
+# io_uring forwarder, one server connection per client, no parsing: what a proxy that does
+# nothing costs on this machine). Prints tps and each proxy's CPU microseconds per
+# transaction (utime+stime deltas from /proc/<pid>/stat), the ratios pgtier/PgBouncer,
+# pgtier/forwarder and PgBouncer/forwarder, the
 # same CPU split into user-space (utime) and kernel (stime) time, which shows how much of a
 # proxy's cost is the loopback TCP work that any proxy pays, and
 # each proxy's RSS with $IDLE_CLIENTS idle client connections. Output is Markdown.
+# When CLIENTS includes 1, a second table gives the 1-client transaction latency p50 and p99
+# (from pgbench's per-transaction log, -l) for direct and every proxy.
 # Only 127.0.0.1 is used; every run is bounded by $DURATION seconds.
 #
 # Usage: bash bench/pgbench-compare.sh            (from the repository root)
-# Environment (defaults): SCALE=10 DURATION=10 CLIENTS="8 64" PROTOCOLS="simple extended"
+# Environment (defaults): SCALE=10 DURATION=10 CLIENTS="1 8 64" PROTOCOLS="simple extended"
 #   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built with cargo build --release>
-#   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed)
+#   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed; each target's
+#             REPEAT runs follow each other, cell by cell: direct, pgtier, PgBouncer,
+#             forwarder; latency p50 and p99 are the medians of the runs' own percentiles)
+#   FORWARDER=1 (0: no forwarder column, the table of earlier versions; TLS=1 implies 0,
+#               since the forwarder cannot terminate TLS and PostgreSQL here has none)
+#   FORWARDER_BIN=<built with cargo build --release -p pgtier-bench --bin pgtier-forwarder>
+#   WORKERS=1 (2: pgtier with `workers = 2`, two PgBouncer processes sharing the port with
+#              so_reuseport = 1, each with half the pool so that PostgreSQL sees the same
+#              number of servers as from pgtier, whose pool sizes hold across workers, and
+#              the forwarder with --threads 2; CLIENTS then defaults to "64 256", and
+#              PgBouncer's CPU and RSS are the sums over its processes)
 #   PROFILE=0 (1: one more extended/64-client run through pgtier under `perf record -g`;
 #              the hottest symbols go to bench/out/pgtier-perf-<time>.txt)
 #   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
@@ -30,13 +45,16 @@ repo="$(pwd)"
 
 SCALE="${SCALE:-10}"
 DURATION="${DURATION:-10}"
-CLIENTS="${CLIENTS:-8 64}"
+WORKERS="${WORKERS:-1}"
+if [ "$WORKERS" -gt 1 ]; then CLIENTS="${CLIENTS:-64 256}"; else CLIENTS="${CLIENTS:-1 8 64}"; fi
 PROTOCOLS="${PROTOCOLS:-simple extended}"
 POOL_SIZE="${POOL_SIZE:-20}"
 IDLE_CLIENTS="${IDLE_CLIENTS:-10000}"
 SKIP_MEMORY="${SKIP_MEMORY:-0}"
 REPEAT="${REPEAT:-1}"
 PROFILE="${PROFILE:-0}"
+FORWARDER="${FORWARDER:-1}"
+[ "${TLS:-0}" = 1 ] && FORWARDER=0
 mkdir -p bench/out
 OUT="${OUT:-bench/out/pgbench-compare-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
@@ -45,6 +63,11 @@ source bench/lib.sh
 
 # ---- tools -------------------------------------------------------------------------------
 bench_tools pgbouncer
+if [ "$FORWARDER" = 1 ] && [ -z "${FORWARDER_BIN:-}" ]; then
+  log "building pgtier-forwarder (release)"
+  cargo build --release -q -p pgtier-bench --bin pgtier-forwarder
+  FORWARDER_BIN="$CARGO_TARGET_DIR/release/pgtier-forwarder"
+fi
 if [ "$SKIP_MEMORY" != 1 ]; then
   log "building pg-idle-clients"
   cargo build -q -p pgtier-tests --bin pg-idle-clients
@@ -60,12 +83,13 @@ fi
 work="$(mktemp -d /tmp/pgtier-bench.XXXXXX)"
 chmod 755 "$work"
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"
-pgtier_pid=""; bouncer_pid=""; idle_pid=""
+pgtier_pid=""; bouncer_pids=""; forwarder_pid=""; idle_pid=""
 cleanup() {
   set +e
   [ -n "$idle_pid" ] && kill "$idle_pid" 2>/dev/null
   [ -n "$pgtier_pid" ] && kill -INT "$pgtier_pid" 2>/dev/null && sleep 0.5 && kill -9 "$pgtier_pid" 2>/dev/null
-  [ -n "$bouncer_pid" ] && kill -9 "$bouncer_pid" 2>/dev/null
+  for pid in $bouncer_pids; do kill -9 "$pid" 2>/dev/null; done
+  [ -n "$forwarder_pid" ] && kill -9 "$forwarder_pid" 2>/dev/null
   [ -f "$work/data/postmaster.pid" ] && as_pg "$bindir/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null 2>&1
   rm -rf "$work"
 }
@@ -73,9 +97,16 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- PostgreSQL --------------------------------------------------------------------------
-pg_port="$(free_port)"; pgtier_port="$(free_port)"; bouncer_port="$(free_port)"
+pg_port="$(free_port)"; pgtier_port="$(free_port)"; bouncer_port="$(free_port)"; forwarder_port="$(free_port)"
+# The forwarder (and a direct run) opens one server per client, while both proxies keep
+# their pools open: room for the largest cell, both pools and a margin for backends still
+# exiting from the previous run.
+max_clients=0
+for clients in $CLIENTS; do [ "$clients" -gt "$max_clients" ] && max_clients="$clients"; done
+max_connections=$(( max_clients + 2 * POOL_SIZE + 50 ))
+[ "$max_connections" -lt 300 ] && max_connections=300
 log "initdb + start PostgreSQL on 127.0.0.1:$pg_port"
-pg_initdb "$work" "$pg_port" 300
+pg_initdb "$work" "$pg_port" "$max_connections"
 as_pg "$bindir/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w start >/dev/null
 log "pgbench -i -s $SCALE"
 "$bindir/pgbench" -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
@@ -104,7 +135,7 @@ cat >"$work/pgtier.toml" <<CONF
 [pgtier]
 listen_addr = "127.0.0.1"
 listen_port = $pgtier_port
-workers = 1
+workers = $WORKERS
 auth_type = "trust"
 auth_file = "$work/userlist.txt"
 pool_mode = "transaction"
@@ -118,7 +149,18 @@ host = "127.0.0.1"
 port = $pg_port
 dbname = "postgres"
 CONF
-cat >"$work/pgbouncer.ini" <<CONF
+# One file per PgBouncer process: "pgbouncer" alone, or pgbouncer-1 .. pgbouncer-$WORKERS,
+# which share the port (so_reuseport) and split the pool.
+bouncer_names="pgbouncer"
+bouncer_pool="$POOL_SIZE"
+bouncer_reuseport=""
+if [ "$WORKERS" -gt 1 ]; then
+  bouncer_names="$(seq -f 'pgbouncer-%g' 1 "$WORKERS" | tr '\n' ' ')"
+  bouncer_pool=$(( (POOL_SIZE + WORKERS - 1) / WORKERS ))
+  bouncer_reuseport="so_reuseport = 1"
+fi
+for name in $bouncer_names; do
+  cat >"$work/$name.ini" <<CONF
 [databases]
 postgres = host=127.0.0.1 port=$pg_port dbname=postgres
 
@@ -129,15 +171,18 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $work/userlist.txt
 pool_mode = transaction
-default_pool_size = $POOL_SIZE
+default_pool_size = $bouncer_pool
 max_client_conn = $((IDLE_CLIENTS + 1000))
-logfile = $work/pgbouncer.log
-pidfile = $work/pgbouncer.pid
+logfile = $work/$name.log
+pidfile = $work/$name.pid
 log_connections = 0
 log_disconnections = 0
+$bouncer_reuseport
 $bouncer_tls
 CONF
-[ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/pgbouncer.ini "$work"/userlist.txt
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$work/$name.ini"
+done
+[ "$(id -u)" = 0 ] && chown postgres:postgres "$work"/userlist.txt
 
 
 log "starting pgtier ($PGTIER_BIN) on $pgtier_port"
@@ -148,58 +193,113 @@ if ! wait_port "$pgtier_port" pgtier "$pgtier_pid"; then
   kill -9 "$pgtier_pid" 2>/dev/null || true; pgtier_pid=""
 fi
 
-log "starting PgBouncer on $bouncer_port"
-# setpriv, not runuser: runuser goes through PAM, whose pam_limits would cut the open-file
-# limit back to 1024 and cap PgBouncer near 1000 clients.
-if [ "$(id -u)" = 0 ]; then
-  setpriv --reuid=postgres --regid=postgres --init-groups pgbouncer -d "$work/pgbouncer.ini" >/dev/null 2>&1
-else
-  pgbouncer -d "$work/pgbouncer.ini" >/dev/null 2>&1
-fi
-wait_port "$bouncer_port" pgbouncer || { cat "$work/pgbouncer.log" >&2; exit 1; }
-bouncer_pid="$(cat "$work/pgbouncer.pid")"
+# listens_on PID PORT: whether process PID has a TCP listener on 127.0.0.1:PORT (with
+# so_reuseport the port answers as soon as the first process listens: wait for each).
+listens_on() { ss -Hltnp "sport = :$2" 2>/dev/null | grep -q "pid=$1,"; }
+
+for name in $bouncer_names; do
+  log "starting PgBouncer ($name) on $bouncer_port"
+  # setpriv, not runuser: runuser goes through PAM, whose pam_limits would cut the open-file
+  # limit back to 1024 and cap PgBouncer near 1000 clients.
+  if [ "$(id -u)" = 0 ]; then
+    setpriv --reuid=postgres --regid=postgres --init-groups pgbouncer -d "$work/$name.ini" >/dev/null 2>&1
+  else
+    pgbouncer -d "$work/$name.ini" >/dev/null 2>&1
+  fi
+  wait_port "$bouncer_port" pgbouncer || { cat "$work/$name.log" >&2; exit 1; }
+  bouncer_pid=""
+  for _ in $(seq 1 100); do
+    bouncer_pid="$(cat "$work/$name.pid" 2>/dev/null || true)"
+    [ -n "$bouncer_pid" ] && listens_on "$bouncer_pid" "$bouncer_port" && break
+    sleep 0.1
+  done
+  listens_on "$bouncer_pid" "$bouncer_port" \
+    || { log "$name does not listen on $bouncer_port"; cat "$work/$name.log" >&2; exit 1; }
+  bouncer_pids="${bouncer_pids:+$bouncer_pids }$bouncer_pid"
+done
 log "PgBouncer open-file limit: $(awk '/Max open files/ {print $4}' "/proc/$bouncer_pid/limits")"
-# PROXY_CHRT (e.g. "-f 1"): the same scheduling policy for every thread of both proxies, to
+
+if [ "$FORWARDER" = 1 ]; then
+  log "starting pgtier-forwarder ($FORWARDER_BIN, $WORKERS thread(s)) on $forwarder_port"
+  "$FORWARDER_BIN" --listen "127.0.0.1:$forwarder_port" --upstream "127.0.0.1:$pg_port" \
+    --threads "$WORKERS" >"$work/forwarder.log" 2>&1 &
+  forwarder_pid=$!
+  if ! wait_port "$forwarder_port" pgtier-forwarder "$forwarder_pid"; then
+    log "pgtier-forwarder did not start; its columns stay empty. Its log:"; cat "$work/forwarder.log" >&2
+    kill -9 "$forwarder_pid" 2>/dev/null || true; forwarder_pid=""
+  fi
+fi
+# PROXY_CHRT (e.g. "-f 1"): the same scheduling policy for every thread of every proxy, to
 # measure what a policy does to each (docs/benchmarks.md, "The kernel floor").
 if [ -n "${PROXY_CHRT:-}" ]; then
-  for pid in $pgtier_pid $bouncer_pid; do
+  for pid in $pgtier_pid $bouncer_pids $forwarder_pid; do
     # chrt wants the priority after -p: "-f 1" becomes `chrt -a -f -p 1 PID`.
     chrt -a "${PROXY_CHRT% *}" -p "${PROXY_CHRT##* }" "$pid" >/dev/null \
       || { log "chrt $PROXY_CHRT failed for $pid"; exit 1; }
   done
-  log "both proxies now run under chrt $PROXY_CHRT"
+  log "the proxies now run under chrt $PROXY_CHRT"
 fi
 
 # ---- measurements ------------------------------------------------------------------------
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+# rss_kb PIDS: the summed RSS of the processes (PgBouncer may be several)
+rss_kb() {
+  local pid total=0
+  for pid in $1; do total=$(( total + $(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status") )); done
+  echo "$total"
+}
 
-# run_pgbench PORT PROTOCOL CLIENTS -> prints "tps transactions"
+# cpu_split_sum PIDS -> "utime stime" summed over the processes, in clock ticks
+cpu_split_sum() {
+  local pid u s user=0 sys=0
+  for pid in $1; do
+    read -r u s <<<"$(cpu_split "$pid")"
+    user=$(( user + u )); sys=$(( sys + s ))
+  done
+  echo "$user $sys"
+}
+
+# latency_percentiles FILES... -> "p50_us p99_us" of the per-transaction log lines (pgbench
+# -l: the third field is the transaction's latency in µs), nearest rank; "- -" when empty
+latency_percentiles() {
+  cat "$@" 2>/dev/null | awk '{ print $3 }' | sort -n | awk '
+    function rank(p) { r = p * NR; return (r == int(r)) ? r : int(r) + 1 }
+    { v[NR] = $1 }
+    END { if (NR == 0) print "- -"; else print v[rank(0.50)], v[rank(0.99)] }'
+}
+
+# run_pgbench PORT PROTOCOL CLIENTS -> prints "tps transactions p50_us p99_us"; the
+# latencies come from pgbench's per-transaction log, kept for 1-client runs only ("-" else)
 run_pgbench() {
   local out
   local sslmode=disable
+  local latency_log=()
   [ "$TLS" = 1 ] && [ "$1" != "$pg_port" ] && sslmode=require
+  rm -f "$work"/latency.*
+  [ "$3" = 1 ] && latency_log=(-l "--log-prefix=$work/latency")
   out="$(PGSSLMODE=$sslmode "$bindir/pgbench" -S -n -M "$2" -c "$3" -j 2 -T "$DURATION" \
-        -h 127.0.0.1 -p "$1" -U postgres postgres 2>&1)" || { log "pgbench failed: $out"; echo "0 0"; return; }
-  local tps tx
+        "${latency_log[@]}" -h 127.0.0.1 -p "$1" -U postgres postgres 2>&1)" || { log "pgbench failed: $out"; echo "0 0 - -"; return; }
+  local tps tx percentiles="- -"
   tps="$(sed -n 's/^tps = \([0-9.]*\) .*without initial.*/\1/p' <<<"$out" | head -1)"
   [ -z "$tps" ] && tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
   tx="$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")"
-  printf '%.0f %s\n' "${tps:-0}" "${tx:-0}"
+  [ "$3" = 1 ] && percentiles="$(latency_percentiles "$work"/latency.*)"
+  rm -f "$work"/latency.*
+  printf '%.0f %s %s\n' "${tps:-0}" "${tx:-0}" "$percentiles"
 }
 
-# measure NAME PORT PID PROTOCOL CLIENTS -> prints "tps us_per_tx user_us_per_tx sys_us_per_tx"
+# measure NAME PORT PIDS PROTOCOL CLIENTS -> prints "tps us_per_tx user_us_per_tx
+# sys_us_per_tx p50_us p99_us" (CPU summed over PIDS; none for a direct run)
 measure() {
-  local before after result tps tx
-  [ -n "$3" ] && before="$(cpu_split "$3")"
-  result="$(run_pgbench "$2" "$4" "$5")"
-  [ -n "$3" ] && after="$(cpu_split "$3")"
-  tps="${result% *}"; tx="${result#* }"
+  local before after tps tx p50 p99
+  [ -n "$3" ] && before="$(cpu_split_sum "$3")"
+  read -r tps tx p50 p99 <<<"$(run_pgbench "$2" "$4" "$5")"
+  [ -n "$3" ] && after="$(cpu_split_sum "$3")"
   if [ -n "$3" ] && [ "$tx" -gt 0 ]; then
     echo "$tps $(awk -v b="$before" -v a="$after" -v hz="$ticks_per_s" -v n="$tx" 'BEGIN {
       split(b, x, " "); split(a, y, " "); u = y[1] - x[1]; s = y[2] - x[2]; k = 1e6 / hz / n
-      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }')"
+      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }') $p50 $p99"
   else
-    echo "$tps - - -"
+    echo "$tps - - - $p50 $p99"
   fi
 }
 
@@ -208,46 +308,96 @@ median() {
   printf '%s\n' "$@" | grep -v '^-$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print v[int((NR + 1) / 2)] }'
 }
 
-# measure_cell NAME PORT PID PROTOCOL CLIENTS -> "median_tps median_us median_user_us
-# median_sys_us", over REPEAT runs (each column's own median)
+# measure_cell NAME PORT PIDS PROTOCOL CLIENTS -> "median_tps median_us median_user_us
+# median_sys_us median_p50_us median_p99_us", over REPEAT runs (each column's own median)
 measure_cell() {
-  local tps_list=() us_list=() user_list=() sys_list=() tps us user sys
+  local tps_list=() us_list=() user_list=() sys_list=() p50_list=() p99_list=()
+  local tps us user sys p50 p99
   for _ in $(seq 1 "$REPEAT"); do
-    read -r tps us user sys <<<"$(measure "$@")"
+    read -r tps us user sys p50 p99 <<<"$(measure "$@")"
     tps_list+=("$tps"); us_list+=("$us"); user_list+=("$user"); sys_list+=("$sys")
+    p50_list+=("$p50"); p99_list+=("$p99")
   done
-  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}") $(median "${user_list[@]}") $(median "${sys_list[@]}")"
+  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}") $(median "${user_list[@]}") $(median "${sys_list[@]}") $(median "${p50_list[@]}") $(median "${p99_list[@]}")"
 }
 
+# ratio A B -> A / B with two decimals, "-" unless both are positive numbers
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
+
+if [ "$WORKERS" -gt 1 ]; then
+  workers_note="$WORKERS workers"
+  bouncer_note=" ($WORKERS processes, so_reuseport, pool $bouncer_pool each)"
+else
+  workers_note="1 worker"
+  bouncer_note=""
+fi
 {
   echo "# pgbench -S: direct vs pgtier vs PgBouncer"
   echo
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(uname -r), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}'),"
-  echo "$(pgbouncer --version | head -1), pgtier $("$PGTIER_BIN" --version | awk '{print $2}') (1 worker)."
+  echo "$(pgbouncer --version | head -1)$bouncer_note, pgtier $("$PGTIER_BIN" --version | awk '{print $2}') ($workers_note)."
   echo "Scale $SCALE, -T $DURATION s per run, median of $REPEAT run(s) per cell, transaction pooling, pool size $POOL_SIZE, -j 2."
   [ "$TLS" = 1 ] && echo "Clients reach both proxies over TLS (sslmode=require, ECDSA P-256 certificate); direct runs are plain text."
+  [ "$FORWARDER" = 1 ] && echo "forwarder: pgtier-forwarder ($WORKERS thread(s)), a bare io_uring 1:1 TCP forwarder (one server per client, no parsing, no pooling): the cost of a proxy that does nothing."
   echo
-  echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer | pgtier user / kernel µs | PgBouncer user / kernel µs |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  if [ "$FORWARDER" = 1 ]; then
+    echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | forwarder tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | forwarder CPU µs/tx | ratio pgtier/PgBouncer | ratio pgtier/forwarder | ratio PgBouncer/forwarder | pgtier user / kernel µs | PgBouncer user / kernel µs | forwarder user / kernel µs |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  else
+    echo "| protocol | clients | direct tps | pgtier tps | PgBouncer tps | pgtier CPU µs/tx | PgBouncer CPU µs/tx | ratio pgtier/PgBouncer | pgtier user / kernel µs | PgBouncer user / kernel µs |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  fi
 } | tee "$OUT"
 
+latency_rows=()
 for protocol in $PROTOCOLS; do
   for clients in $CLIENTS; do
     log "pgbench -S -M $protocol -c $clients: direct"
-    read -r d_tps _ <<<"$(measure_cell direct "$pg_port" "" "$protocol" "$clients")"
-    t_tps="-"; t_us="-"; t_user="-"; t_sys="-"
+    read -r d_tps _ _ _ d_p50 d_p99 <<<"$(measure_cell direct "$pg_port" "" "$protocol" "$clients")"
+    t_tps="-"; t_us="-"; t_user="-"; t_sys="-"; t_p50="-"; t_p99="-"
     if [ -n "$pgtier_pid" ]; then
       log "pgbench -S -M $protocol -c $clients: pgtier"
-      read -r t_tps t_us t_user t_sys <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
+      read -r t_tps t_us t_user t_sys t_p50 t_p99 <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
     fi
     log "pgbench -S -M $protocol -c $clients: PgBouncer"
-    read -r b_tps b_us b_user b_sys <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pid" "$protocol" "$clients")"
-    ratio="$(awk -v t="$t_us" -v b="$b_us" 'BEGIN { if (b + 0 > 0 && t + 0 > 0) printf "%.2f", t / b; else print "-" }')"
-    echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $t_us | $b_us | $ratio | $t_user / $t_sys | $b_user / $b_sys |" | tee -a "$OUT"
+    read -r b_tps b_us b_user b_sys b_p50 b_p99 <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pids" "$protocol" "$clients")"
+    f_tps="-"; f_us="-"; f_user="-"; f_sys="-"; f_p50="-"; f_p99="-"
+    if [ -n "$forwarder_pid" ]; then
+      log "pgbench -S -M $protocol -c $clients: forwarder"
+      read -r f_tps f_us f_user f_sys f_p50 f_p99 <<<"$(measure_cell forwarder "$forwarder_port" "$forwarder_pid" "$protocol" "$clients")"
+    fi
+    if [ "$FORWARDER" = 1 ]; then
+      echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $f_tps | $t_us | $b_us | $f_us | $(ratio "$t_us" "$b_us") | $(ratio "$t_us" "$f_us") | $(ratio "$b_us" "$f_us") | $t_user / $t_sys | $b_user / $b_sys | $f_user / $f_sys |" | tee -a "$OUT"
+    else
+      echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $t_us | $b_us | $(ratio "$t_us" "$b_us") | $t_user / $t_sys | $b_user / $b_sys |" | tee -a "$OUT"
+    fi
+    if [ "$clients" = 1 ]; then
+      row="| $protocol | $d_p50 / $d_p99 | $t_p50 / $t_p99 | $b_p50 / $b_p99 |"
+      [ "$FORWARDER" = 1 ] && row="$row $f_p50 / $f_p99 |"
+      latency_rows+=("$row")
+    fi
   done
 done
 
-# idle_rss NAME PORT PID -> prints "rss_before_kb rss_after_kb opened"
+if [ "${#latency_rows[@]}" -gt 0 ]; then
+  {
+    echo
+    echo "## 1-client latency"
+    echo
+    echo "Per-transaction latency p50 / p99 in µs (pgbench -l), each the median over $REPEAT run(s)."
+    echo
+    if [ "$FORWARDER" = 1 ]; then
+      echo "| protocol | direct | pgtier | PgBouncer | forwarder |"
+      echo "|---|---:|---:|---:|---:|"
+    else
+      echo "| protocol | direct | pgtier | PgBouncer |"
+      echo "|---|---:|---:|---:|"
+    fi
+    printf '%s\n' "${latency_rows[@]}"
+  } | tee -a "$OUT"
+fi
+
+# idle_rss NAME PORT PIDS -> prints "rss_before_kb rss_after_kb opened"
 idle_rss() {
   local before after opened
   before="$(rss_kb "$3")"
@@ -274,7 +424,7 @@ if [ "$SKIP_MEMORY" != 1 ]; then
     echo "|---|---:|---:|---:|---:|"
   } | tee -a "$OUT"
   for target in pgtier pgbouncer; do
-    if [ "$target" = pgtier ]; then port="$pgtier_port"; pid="$pgtier_pid"; else port="$bouncer_port"; pid="$bouncer_pid"; fi
+    if [ "$target" = pgtier ]; then port="$pgtier_port"; pid="$pgtier_pid"; else port="$bouncer_port"; pid="$bouncer_pids"; fi
     [ -z "$pid" ] && continue
     log "$IDLE_CLIENTS idle clients through $target"
     read -r before after opened <<<"$(idle_rss "$target" "$port" "$pid")"

@@ -19,9 +19,10 @@
 # Usage: bash bench/pgbench-compare.sh            (from the repository root)
 # Environment (defaults): SCALE=10 DURATION=10 CLIENTS="1 8 64" PROTOCOLS="simple extended"
 #   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built with cargo build --release>
-#   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed; each target's
-#             REPEAT runs follow each other, cell by cell: direct, pgtier, PgBouncer,
-#             forwarder; latency p50 and p99 are the medians of the runs' own percentiles)
+#   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed; the runs are
+#             interleaved, one of each target per round, cell by cell: direct, pgtier,
+#             PgBouncer, forwarder; latency p50 and p99 are the medians of the runs' own
+#             percentiles)
 #   FORWARDER=1 (0: no forwarder column, the table of earlier versions; TLS=1 implies 0,
 #               since the forwarder cannot terminate TLS and PostgreSQL here has none)
 #   FORWARDER_BIN=<built with cargo build --release -p pgtier-bench --bin pgtier-forwarder>
@@ -308,17 +309,29 @@ median() {
   printf '%s\n' "$@" | grep -v '^-$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print v[int((NR + 1) / 2)] }'
 }
 
-# measure_cell NAME PORT PIDS PROTOCOL CLIENTS -> "median_tps median_us median_user_us
-# median_sys_us median_p50_us median_p99_us", over REPEAT runs (each column's own median)
+# measure_cell PROTOCOL CLIENTS TARGET... -> one line per TARGET ("median_tps median_us
+# median_user_us median_sys_us median_p50_us median_p99_us", each column's own median over
+# REPEAT runs). A TARGET is "NAME:PORT:PIDS" (PIDS comma-separated, empty for direct). The runs
+# are interleaved, one of each target per round, so that a drift of the machine during the
+# cell falls on every target alike.
 measure_cell() {
-  local tps_list=() us_list=() user_list=() sys_list=() p50_list=() p99_list=()
+  local protocol="$1" clients="$2"; shift 2
+  local targets=("$@") n="$#" i round name port pids
+  local -a tps_l us_l user_l sys_l p50_l p99_l
   local tps us user sys p50 p99
-  for _ in $(seq 1 "$REPEAT"); do
-    read -r tps us user sys p50 p99 <<<"$(measure "$@")"
-    tps_list+=("$tps"); us_list+=("$us"); user_list+=("$user"); sys_list+=("$sys")
-    p50_list+=("$p50"); p99_list+=("$p99")
+  for round in $(seq 1 "$REPEAT"); do
+    for i in $(seq 0 $((n - 1))); do
+      IFS=: read -r name port pids <<<"${targets[$i]}"
+      log "pgbench -S -M $protocol -c $clients: $name (run $round of $REPEAT)"
+      read -r tps us user sys p50 p99 <<<"$(measure "$name" "$port" "${pids//,/ }" "$protocol" "$clients")"
+      tps_l[i]+=" $tps"; us_l[i]+=" $us"; user_l[i]+=" $user"; sys_l[i]+=" $sys"
+      p50_l[i]+=" $p50"; p99_l[i]+=" $p99"
+    done
   done
-  echo "$(median "${tps_list[@]}") $(median "${us_list[@]}") $(median "${user_list[@]}") $(median "${sys_list[@]}") $(median "${p50_list[@]}") $(median "${p99_list[@]}")"
+  for i in $(seq 0 $((n - 1))); do
+    # shellcheck disable=SC2086 # the lists are space-separated numbers
+    echo "$(median ${tps_l[i]}) $(median ${us_l[i]}) $(median ${user_l[i]}) $(median ${sys_l[i]}) $(median ${p50_l[i]}) $(median ${p99_l[i]})"
+  done
 }
 
 # ratio A B -> A / B with two decimals, "-" unless both are positive numbers
@@ -352,19 +365,21 @@ fi
 latency_rows=()
 for protocol in $PROTOCOLS; do
   for clients in $CLIENTS; do
-    log "pgbench -S -M $protocol -c $clients: direct"
-    read -r d_tps _ _ _ d_p50 d_p99 <<<"$(measure_cell direct "$pg_port" "" "$protocol" "$clients")"
+    targets=("direct:$pg_port:")
+    [ -n "$pgtier_pid" ] && targets+=("pgtier:$pgtier_port:$pgtier_pid")
+    targets+=("pgbouncer:$bouncer_port:${bouncer_pids// /,}")
+    [ -n "$forwarder_pid" ] && targets+=("forwarder:$forwarder_port:$forwarder_pid")
+    mapfile -t results < <(measure_cell "$protocol" "$clients" "${targets[@]}")
     t_tps="-"; t_us="-"; t_user="-"; t_sys="-"; t_p50="-"; t_p99="-"
-    if [ -n "$pgtier_pid" ]; then
-      log "pgbench -S -M $protocol -c $clients: pgtier"
-      read -r t_tps t_us t_user t_sys t_p50 t_p99 <<<"$(measure_cell pgtier "$pgtier_port" "$pgtier_pid" "$protocol" "$clients")"
-    fi
-    log "pgbench -S -M $protocol -c $clients: PgBouncer"
-    read -r b_tps b_us b_user b_sys b_p50 b_p99 <<<"$(measure_cell pgbouncer "$bouncer_port" "$bouncer_pids" "$protocol" "$clients")"
     f_tps="-"; f_us="-"; f_user="-"; f_sys="-"; f_p50="-"; f_p99="-"
+    k=0
+    read -r d_tps _ _ _ d_p50 d_p99 <<<"${results[k]}"; k=$((k + 1))
+    if [ -n "$pgtier_pid" ]; then
+      read -r t_tps t_us t_user t_sys t_p50 t_p99 <<<"${results[k]}"; k=$((k + 1))
+    fi
+    read -r b_tps b_us b_user b_sys b_p50 b_p99 <<<"${results[k]}"; k=$((k + 1))
     if [ -n "$forwarder_pid" ]; then
-      log "pgbench -S -M $protocol -c $clients: forwarder"
-      read -r f_tps f_us f_user f_sys f_p50 f_p99 <<<"$(measure_cell forwarder "$forwarder_port" "$forwarder_pid" "$protocol" "$clients")"
+      read -r f_tps f_us f_user f_sys f_p50 f_p99 <<<"${results[k]}"
     fi
     if [ "$FORWARDER" = 1 ]; then
       echo "| $protocol | $clients | $d_tps | $t_tps | $b_tps | $f_tps | $t_us | $b_us | $f_us | $(ratio "$t_us" "$b_us") | $(ratio "$t_us" "$f_us") | $(ratio "$b_us" "$f_us") | $t_user / $t_sys | $b_user / $b_sys | $f_user / $f_sys |" | tee -a "$OUT"

@@ -52,19 +52,19 @@ pub(crate) struct IoConn {
 impl IoConn {
     /// A server connection: it receives into a buffer of its own.
     pub fn new(fd: RawFd, recv_chunk_bytes: usize) -> IoConn {
-        IoConn::with_recv(fd, RecvBuf::new(recv_chunk_bytes))
+        IoConn::with(fd, RecvBuf::new(recv_chunk_bytes), SendQueue::keeping())
     }
 
     /// A client connection: it receives into the ring's provided buffers.
     pub fn client(fd: RawFd) -> IoConn {
-        IoConn::with_recv(fd, RecvBuf::provided())
+        IoConn::with(fd, RecvBuf::provided(), SendQueue::new())
     }
 
-    fn with_recv(fd: RawFd, recv: RecvBuf) -> IoConn {
+    fn with(fd: RawFd, recv: RecvBuf, send: SendQueue) -> IoConn {
         IoConn {
             fd,
             recv,
-            send: SendQueue::new(),
+            send,
             addr: None,
             connecting: false,
             paused: false,

@@ -5,8 +5,10 @@
 //! copy). While a send is in flight the chunks it covers, the iovec array and the msghdr
 //! belong to the kernel: nothing here pops, advances or rewrites them until `on_sent`.
 //!
-//! A queue that empties gives its memory back (the chunk ring and the sendmsg arguments):
-//! most connections are idle most of the time, and an idle one should cost nothing here.
+//! A client's queue that empties gives its memory back (the chunk ring and the sendmsg
+//! arguments): most clients are idle most of the time, and an idle one should cost nothing
+//! here. A server's queue keeps them: servers are few (the pool bounds them) and busy, and
+//! freeing the ring at every answer cost an allocation and a free per transaction.
 
 use std::collections::VecDeque;
 
@@ -28,7 +30,13 @@ pub(crate) struct SendQueue {
     /// True from `prepare` (the op was handed to the ring) until `on_sent` (its completion
     /// was reaped). While true the front chunks and `batch` belong to the kernel.
     in_flight: bool,
+    /// Keep the chunk ring and the batch when the queue empties (a server's queue).
+    keep_memory: bool,
 }
+
+/// A kept chunk ring larger than this is given back when the queue empties: a burst (a large
+/// COPY into a server) must not pin its ring for the server's lifetime.
+const KEPT_CHUNKS: usize = 16;
 
 impl Default for SendQueue {
     fn default() -> Self {
@@ -37,12 +45,22 @@ impl Default for SendQueue {
 }
 
 impl SendQueue {
+    /// A queue that gives its memory back whenever it empties (a client's).
     pub fn new() -> SendQueue {
         SendQueue {
             chunks: VecDeque::new(),
             queued_bytes: 0,
             batch: None,
             in_flight: false,
+            keep_memory: false,
+        }
+    }
+
+    /// A queue that keeps its memory between sends (a server's), up to [`KEPT_CHUNKS`].
+    pub fn keeping() -> SendQueue {
+        SendQueue {
+            keep_memory: true,
+            ..SendQueue::new()
         }
     }
 
@@ -128,7 +146,7 @@ impl SendQueue {
                 left = 0;
             }
         }
-        if self.chunks.is_empty() {
+        if self.chunks.is_empty() && !(self.keep_memory && self.chunks.capacity() <= KEPT_CHUNKS) {
             self.release();
         }
     }
@@ -200,6 +218,30 @@ mod tests {
         assert!(queue.is_empty());
         assert!(queue.batch.is_none());
         assert_eq!(queue.chunks.capacity(), 0);
+    }
+
+    #[test]
+    fn a_servers_queue_keeps_its_memory_unless_a_burst_grew_it() {
+        let mut queue = SendQueue::keeping();
+        queue.push(Bytes::from_static(b"abc"));
+        assert!(queue.prepare(3, 8, 1 << 20).is_some());
+        queue.on_sent(3);
+        assert!(queue.is_empty());
+        let kept = queue.chunks.capacity();
+        assert!(kept > 0, "the ring is kept for the next send");
+        queue.push(Bytes::from_static(b"de"));
+        assert_eq!(queue.chunks.capacity(), kept, "no new allocation");
+        assert!(queue.prepare(3, 8, 1 << 20).is_some());
+        queue.on_sent(2);
+
+        for _ in 0..=KEPT_CHUNKS {
+            queue.push(Bytes::from_static(b"x"));
+        }
+        assert!(queue.prepare(3, 64, 1 << 20).is_some());
+        queue.on_sent(KEPT_CHUNKS + 1);
+        assert!(queue.is_empty());
+        assert_eq!(queue.chunks.capacity(), 0, "a burst's ring is given back");
+        assert!(queue.batch.is_none());
     }
 
     #[test]

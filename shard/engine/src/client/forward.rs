@@ -14,7 +14,7 @@
 //! type byte no frontend sends, or a bad length, is a protocol violation and never reaches
 //! the server.
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use pgtier_wire::database_ddl::{self, Target};
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
@@ -275,8 +275,9 @@ impl Forwarder {
                 && !tracker.copy_in()
             {
                 // Statements of clients that left are closed before a new segment starts.
-                flush(input, &mut pos, out);
+                let mark = out.chunks.len();
                 rewriter.sweep_orphans(&mut out.chunks);
+                flush_before(input, &mut pos, out, mark, false);
                 tell_tracker(tracker, rewriter);
             }
             if tracker.on_client_message(code).is_err() {
@@ -323,30 +324,37 @@ impl Forwarder {
                 effects = effects.difference(Effects::NAMED_STATEMENT);
             }
             out.effects = out.effects.union(effects);
+            // A message the rewriter passes as it is stays in the run of input bytes that
+            // goes in one piece (a pipeline of unnamed statements and portals is sent as it
+            // came); the run is cut only where pgtier sends something else.
             match (plan, rewriter.as_deref_mut()) {
                 (Plan::Whole, Some(rewriter)) => {
-                    flush(input, &mut pos, out);
-                    let frame = take_front(input, total);
-                    out.took(&frame);
-                    let outcome = rewriter.message(&frame, effects, &mut out.chunks);
+                    let mark = out.chunks.len();
+                    let outcome =
+                        rewriter.message(&input[pos..pos + total], effects, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
-                    match outcome {
-                        Rewrite::AsIs => out.chunks.push(frame),
-                        Rewrite::Replaced => {}
-                        Rewrite::OverLimit => {
-                            out.end = Some(ForwardEnd::TooManyStatements);
-                            break;
-                        }
+                    let as_is = outcome == Rewrite::AsIs;
+                    flush_before(input, &mut pos, out, mark, !as_is);
+                    if as_is {
+                        pos += total;
+                    } else {
+                        drop_front(input, total, out);
+                    }
+                    if outcome == Rewrite::OverLimit {
+                        out.end = Some(ForwardEnd::TooManyStatements);
+                        break;
                     }
                 }
                 (Plan::BindHead(head_len), Some(rewriter)) => {
-                    flush(input, &mut pos, out);
-                    let head = take_front(input, head_len);
-                    out.took(&head);
-                    let outcome = rewriter.bind_head(&head, &mut out.chunks);
+                    let mark = out.chunks.len();
+                    let outcome = rewriter.bind_head(&input[pos..pos + head_len], &mut out.chunks);
                     tell_tracker(tracker, rewriter);
-                    if outcome == Rewrite::AsIs {
-                        out.chunks.push(head);
+                    let as_is = outcome == Rewrite::AsIs;
+                    flush_before(input, &mut pos, out, mark, !as_is);
+                    if as_is {
+                        pos += head_len;
+                    } else {
+                        drop_front(input, head_len, out);
                     }
                     self.skip_bytes = total - head_len;
                 }
@@ -403,6 +411,35 @@ fn flush(input: &mut BytesMut, pos: &mut usize, out: &mut Forwarded) {
         out.took(&piece);
         out.chunks.push(piece);
         *pos = 0;
+    }
+}
+
+/// Sends `input[..pos]` on ahead of the chunks added to `out` from `mark` on (what pgtier
+/// sends for the message at `pos` goes after the client's bytes before it); only when some
+/// were added, unless `always`.
+fn flush_before(
+    input: &mut BytesMut,
+    pos: &mut usize,
+    out: &mut Forwarded,
+    mark: usize,
+    always: bool,
+) {
+    if *pos > 0 && (always || out.chunks.len() > mark) {
+        let piece = take_front(input, *pos);
+        out.took(&piece);
+        out.chunks.insert(mark, piece);
+        *pos = 0;
+    }
+}
+
+/// Takes the client's message at the front of `input` (`len` bytes) that the server gets
+/// in another form: it is kept if the caller keeps the client's bytes, else dropped.
+fn drop_front(input: &mut BytesMut, len: usize, out: &mut Forwarded) {
+    if out.kept.is_some() {
+        let piece = take_front(input, len);
+        out.took(&piece);
+    } else {
+        input.advance(len);
     }
 }
 

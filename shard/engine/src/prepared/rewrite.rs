@@ -251,7 +251,7 @@ impl Rewriter<'_> {
     /// A whole message (`frame`, header included) the tracker has seen; `effects` are its
     /// text's session-state effects. Unless it is sent as it is, what goes instead is
     /// appended to `out`.
-    pub fn message(&mut self, frame: &Bytes, effects: Effects, out: &mut Chunks) -> Rewrite {
+    pub fn message(&mut self, frame: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
         let code = frame.first().copied().unwrap_or(0);
         let body = frame.get(5..).unwrap_or_default();
         match code {

@@ -202,12 +202,12 @@ impl Rewriter<'_> {
                 self.server
                     .ledger
                     .unnamed_statement_acts(clears.then_some(PendingAtExecute::ForgetAll));
-                Owed::Parse(Box::new(ParseOwed {
+                self.server.ledger.parse_owed(ParseOwed {
                     injected: None,
                     creates: None,
                     registers: None,
                     unnamed: Some(UnnamedParse::Other),
-                }))
+                })
             }
             b'B' => Owed::Bind,
             b'E' => match self.server.ledger.take_pending() {
@@ -291,13 +291,14 @@ impl Rewriter<'_> {
             self.ensure(&existing, OnError::Forward, false, out);
             statement::encode_parse_named(self.scratch, existing.server_name(), definition);
             self.emit(out);
+            let owed = self.server.ledger.parse_owed(ParseOwed {
+                injected: None,
+                creates: None,
+                registers: None,
+                unnamed: None,
+            });
             self.server.ledger.push_renamed(
-                Owed::Parse(Box::new(ParseOwed {
-                    injected: None,
-                    creates: None,
-                    registers: None,
-                    unnamed: None,
-                })),
+                owed,
                 renamed(
                     existing.server_name(),
                     parse.statement,
@@ -323,12 +324,13 @@ impl Rewriter<'_> {
         statement.encode_parse(self.scratch);
         self.emit(out);
         self.server.statements.prepared(statement.clone());
-        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+        let owed = self.server.ledger.parse_owed(ParseOwed {
             injected: None,
             creates: Some(statement),
             registers: Some(parse.statement.into()),
             unnamed: None,
-        })));
+        });
+        self.server.ledger.push(owed);
         Rewrite::Replaced
     }
 
@@ -384,15 +386,13 @@ impl Rewriter<'_> {
         }
         self.server.ledger.unnamed_statement_acts(acts);
         self.server.ledger.on_segment_success(on_success);
-        self.server.ledger.push_renamed(
-            Owed::Parse(Box::new(ParseOwed {
-                injected: None,
-                creates: None,
-                registers: None,
-                unnamed: Some(unnamed),
-            })),
-            rename,
-        );
+        let owed = self.server.ledger.parse_owed(ParseOwed {
+            injected: None,
+            creates: None,
+            registers: None,
+            unnamed: Some(unnamed),
+        });
+        self.server.ledger.push_renamed(owed, rename);
         Rewrite::Replaced
     }
 
@@ -623,12 +623,13 @@ impl Rewriter<'_> {
         statement.encode_parse(self.scratch);
         self.inject(b'P', out);
         self.server.statements.prepared(statement.clone());
-        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+        let owed = self.server.ledger.parse_owed(ParseOwed {
             injected: Some(on_error),
             creates: Some(statement.clone()),
             registers: None,
             unnamed: None,
-        })));
+        });
+        self.server.ledger.push(owed);
         if sync {
             statement::encode_sync(self.scratch);
             self.inject(b'S', out);
@@ -670,9 +671,13 @@ impl Rewriter<'_> {
     /// to put that right if it fails or is skipped.
     fn unnamed_parsed(&mut self, body: &[u8]) -> UnnamedParse {
         let token = self.registry.next_token();
-        let kept = (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Bytes::copy_from_slice(body));
         let names = self.names.get_or_insert_with(Box::default);
         let previous = names.unnamed().cloned();
+        let kept = match previous.as_ref().and_then(|held| held.parse_body.as_ref()) {
+            // The same body as the last one (one query run unnamed again): its copy serves.
+            Some(held) if **held == *body => Some(held.clone()),
+            _ => (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Arc::from(body)),
+        };
         names.set_unnamed(Some(ClientUnnamed {
             token,
             parse_body: kept,
@@ -694,30 +699,27 @@ impl Rewriter<'_> {
     /// none (a Close injected), so it never reaches another client's. Returns whether
     /// anything was injected (see `crate::prepared::unnamed`).
     fn ensure_unnamed(&mut self, out: &mut Chunks) -> bool {
-        let client = self
-            .names
-            .as_ref()
-            .and_then(|names| names.unnamed())
-            .cloned();
+        let client = self.names.as_ref().and_then(|names| names.unnamed());
         let server = self.server.statements.unnamed();
         match client {
             Some(unnamed) if server == ServerUnnamed::Of(unnamed.token) => false,
             None if server == ServerUnnamed::Empty => false,
-            Some(ClientUnnamed {
+            Some(&ClientUnnamed {
                 token,
-                parse_body: Some(body),
+                parse_body: Some(ref body),
             }) => {
                 self.scratch.reserve(5 + body.len());
                 self.scratch.put_u8(b'P');
                 self.scratch.put_u32((4 + body.len()) as u32);
-                self.scratch.put_slice(&body);
+                self.scratch.put_slice(body);
                 self.inject(b'P', out);
-                self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+                let owed = self.server.ledger.parse_owed(ParseOwed {
                     injected: Some(OnError::Forward),
                     creates: None,
                     registers: None,
                     unnamed: Some(UnnamedParse::Other),
-                })));
+                });
+                self.server.ledger.push(owed);
                 self.server.statements.set_unnamed(ServerUnnamed::Of(token));
                 true
             }

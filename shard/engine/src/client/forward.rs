@@ -9,7 +9,8 @@
 //! ledger. With query digests on, the session's call log hears of every Query, Parse, Bind,
 //! Execute, Sync and FunctionCall (`crate::client::calls`). In every mode, each Query and
 //! Parse text is checked for statements that need a database free of other sessions
-//! (`pgtier_wire::database_ddl`), so the engine can close its idle servers of that database
+//! (`pgtier_wire::database_ddl`; where texts are classified, the cache of classified texts
+//! remembers which may hold one), so the engine can close its idle servers of that database
 //! before the statement reaches PostgreSQL. A Terminate ends the client; a
 //! type byte no frontend sends, or a bad length, is a protocol violation and never reaches
 //! the server.
@@ -291,20 +292,24 @@ impl Forwarder {
                 calls.on_message(code, body, end == pos + total);
             }
             let parse = code == codes::frontend::PARSE;
-            if text_message && let Some(body) = input.get(pos + HEADER_LEN..pos + total) {
-                out.vacate
-                    .extend(database_ddl::targets(sql_text(body, parse)));
-            }
+            let whole_text = input
+                .get(pos + HEADER_LEN..pos + total)
+                .filter(|_| text_message);
             let mut effects = Effects::NONE;
             let mut streamed_scan = None;
-            if let Some(watch) = watch.filter(|_| parse || code == codes::frontend::QUERY) {
-                match input.get(pos + HEADER_LEN..pos + total) {
+            // Unless the cache of texts knows better, a whole text is searched for database
+            // DDL (a streamed one is longer than any such statement).
+            let mut may_name_a_database = true;
+            if let Some(watch) = watch.filter(|_| text_message) {
+                match whole_text {
                     // The usual case: the whole text is here, classified (or found in the
                     // cache) with no state kept.
                     Some(body) => {
-                        effects = texts
+                        let facts = texts
                             .effects
                             .classify(body, parse, watch.conforming_strings);
+                        effects = facts.effects;
+                        may_name_a_database = facts.may_name_a_database;
                     }
                     // A text arriving in pieces: classified as they stream through.
                     None => {
@@ -318,6 +323,10 @@ impl Forwarder {
                         ));
                     }
                 }
+            }
+            if let Some(body) = whole_text.filter(|_| may_name_a_database) {
+                out.vacate
+                    .extend(database_ddl::targets(sql_text(body, parse)));
             }
             if rewriter.is_some() && plan == Plan::Whole {
                 // Named statements no longer pin: the rewriter carries them between servers.

@@ -407,7 +407,7 @@ fn sql_text(body: &[u8], parse: bool) -> &[u8] {
     if !parse {
         return body;
     }
-    match memchr::memchr(0, body) {
+    match crate::nul::nul_at(body) {
         Some(nul) => &body[nul + 1..],
         None => &[],
     }

@@ -41,6 +41,7 @@ use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
 use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
 use super::unnamed::{ClientUnnamed, ServerUnnamed, UnnamedParse};
+use crate::nul::nul_at;
 
 /// The longest unnamed Parse body a client's unnamed statement keeps a copy of, to prepare
 /// it again on another server. A longer one is not kept: on another server, a Bind of it
@@ -145,8 +146,8 @@ impl Rewriter<'_> {
     /// are all in `available` (which starts at the type byte).
     pub(crate) fn bind_head_len(available: &[u8]) -> Option<usize> {
         let body = available.get(5..)?;
-        let portal_end = memchr::memchr(0, body)?;
-        let name_end = memchr::memchr(0, &body[portal_end + 1..])?;
+        let portal_end = nul_at(body)?;
+        let name_end = nul_at(&body[portal_end + 1..])?;
         Some(5 + portal_end + 1 + name_end + 1)
     }
 
@@ -762,9 +763,9 @@ fn without_a_foreign_deallocate(sql: &[u8], effects: Effects) -> Effects {
 
 /// The portal and statement names at the start of a Bind body.
 fn bind_names(body: &[u8]) -> (&[u8], &[u8]) {
-    let portal_end = memchr::memchr(0, body).unwrap_or(body.len());
+    let portal_end = nul_at(body).unwrap_or(body.len());
     let rest = body.get(portal_end + 1..).unwrap_or_default();
-    let name_end = memchr::memchr(0, rest).unwrap_or(rest.len());
+    let name_end = nul_at(rest).unwrap_or(rest.len());
     (&body[..portal_end], &rest[..name_end])
 }
 
@@ -772,7 +773,7 @@ fn bind_names(body: &[u8]) -> (&[u8], &[u8]) {
 fn target(body: &[u8]) -> (u8, &[u8]) {
     match body {
         [kind, rest @ ..] => {
-            let end = memchr::memchr(0, rest).unwrap_or(rest.len());
+            let end = nul_at(rest).unwrap_or(rest.len());
             (*kind, &rest[..end])
         }
         [] => (0, &[]),

@@ -74,7 +74,12 @@ impl<'a> Reader<'a> {
 
     /// A NUL-terminated string, returned without its NUL.
     pub(crate) fn cstr(&mut self) -> Result<&'a [u8], ProtocolError> {
-        let Some(nul) = memchr::memchr(0, self.rest) else {
+        // An empty string (the unnamed statement or portal) without memchr's set-up.
+        let nul = match self.rest.first() {
+            Some(0) => Some(0),
+            _ => memchr::memchr(0, self.rest),
+        };
+        let Some(nul) = nul else {
             return Err(ProtocolError::MissingNul {
                 message: self.message,
             });

@@ -118,8 +118,12 @@ pub fn targets(text: &[u8]) -> Vec<Target> {
     }
 }
 
-/// The cheap sieve: long enough, and `database` appears in some case.
-fn may_name_a_database(text: &[u8]) -> bool {
+/// The cheap sieve. Whether `text` may hold such a statement at all: it is long enough and has the word
+/// `database` in some case (anywhere: in a name, a string or a comment too). [`targets`]
+/// of a text for which this is false is empty, and so is that of any part of it; callers
+/// that remember it per text (the engine's cache of classified texts) need not call
+/// [`targets`] again.
+pub fn may_name_a_database(text: &[u8]) -> bool {
     const WORD: &[u8] = b"database";
     // `b` is the rarest letter of the word in SQL texts: few places to look at.
     const B_AT: usize = 4;

@@ -47,6 +47,7 @@ pub mod log_lines;
 pub(crate) mod login_options;
 pub mod messages;
 pub mod names;
+mod nul;
 pub mod params;
 pub mod pool_gauges;
 pub mod prepared;

@@ -112,7 +112,7 @@ pub struct CallNotes<'a> {
 
 /// The C string at the start of `bytes` and what follows it.
 fn cstr(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    let end = memchr::memchr(0, bytes)?;
+    let end = crate::nul::nul_at(bytes)?;
     Some((&bytes[..end], &bytes[end + 1..]))
 }
 

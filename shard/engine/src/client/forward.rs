@@ -9,12 +9,13 @@
 //! ledger. With query digests on, the session's call log hears of every Query, Parse, Bind,
 //! Execute, Sync and FunctionCall (`crate::client::calls`). In every mode, each Query and
 //! Parse text is checked for statements that need a database free of other sessions
-//! (`pgtier_wire::database_ddl`), so the engine can close its idle servers of that database
+//! (`pgtier_wire::database_ddl`; where texts are classified, the cache of classified texts
+//! remembers which may hold one), so the engine can close its idle servers of that database
 //! before the statement reaches PostgreSQL. A Terminate ends the client; a
 //! type byte no frontend sends, or a bad length, is a protocol violation and never reaches
 //! the server.
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use pgtier_wire::database_ddl::{self, Target};
 use pgtier_wire::framing::{self, HEADER_LEN};
 use pgtier_wire::session_state::{Effects, StateScanner};
@@ -275,8 +276,9 @@ impl Forwarder {
                 && !tracker.copy_in()
             {
                 // Statements of clients that left are closed before a new segment starts.
-                flush(input, &mut pos, out);
+                let mark = out.chunks.len();
                 rewriter.sweep_orphans(&mut out.chunks);
+                flush_before(input, &mut pos, out, mark, false);
                 tell_tracker(tracker, rewriter);
             }
             if tracker.on_client_message(code).is_err() {
@@ -290,20 +292,24 @@ impl Forwarder {
                 calls.on_message(code, body, end == pos + total);
             }
             let parse = code == codes::frontend::PARSE;
-            if text_message && let Some(body) = input.get(pos + HEADER_LEN..pos + total) {
-                out.vacate
-                    .extend(database_ddl::targets(sql_text(body, parse)));
-            }
+            let whole_text = input
+                .get(pos + HEADER_LEN..pos + total)
+                .filter(|_| text_message);
             let mut effects = Effects::NONE;
             let mut streamed_scan = None;
-            if let Some(watch) = watch.filter(|_| parse || code == codes::frontend::QUERY) {
-                match input.get(pos + HEADER_LEN..pos + total) {
+            // Unless the cache of texts knows better, a whole text is searched for database
+            // DDL (a streamed one is longer than any such statement).
+            let mut may_name_a_database = true;
+            if let Some(watch) = watch.filter(|_| text_message) {
+                match whole_text {
                     // The usual case: the whole text is here, classified (or found in the
                     // cache) with no state kept.
                     Some(body) => {
-                        effects = texts
+                        let facts = texts
                             .effects
                             .classify(body, parse, watch.conforming_strings);
+                        effects = facts.effects;
+                        may_name_a_database = facts.may_name_a_database;
                     }
                     // A text arriving in pieces: classified as they stream through.
                     None => {
@@ -318,35 +324,46 @@ impl Forwarder {
                     }
                 }
             }
+            if let Some(body) = whole_text.filter(|_| may_name_a_database) {
+                out.vacate
+                    .extend(database_ddl::targets(sql_text(body, parse)));
+            }
             if rewriter.is_some() && plan == Plan::Whole {
                 // Named statements no longer pin: the rewriter carries them between servers.
                 effects = effects.difference(Effects::NAMED_STATEMENT);
             }
             out.effects = out.effects.union(effects);
+            // A message the rewriter passes as it is stays in the run of input bytes that
+            // goes in one piece (a pipeline of unnamed statements and portals is sent as it
+            // came); the run is cut only where pgtier sends something else.
             match (plan, rewriter.as_deref_mut()) {
                 (Plan::Whole, Some(rewriter)) => {
-                    flush(input, &mut pos, out);
-                    let frame = take_front(input, total);
-                    out.took(&frame);
-                    let outcome = rewriter.message(&frame, effects, &mut out.chunks);
+                    let mark = out.chunks.len();
+                    let outcome =
+                        rewriter.message(&input[pos..pos + total], effects, &mut out.chunks);
                     tell_tracker(tracker, rewriter);
-                    match outcome {
-                        Rewrite::AsIs => out.chunks.push(frame),
-                        Rewrite::Replaced => {}
-                        Rewrite::OverLimit => {
-                            out.end = Some(ForwardEnd::TooManyStatements);
-                            break;
-                        }
+                    let as_is = outcome == Rewrite::AsIs;
+                    flush_before(input, &mut pos, out, mark, !as_is);
+                    if as_is {
+                        pos += total;
+                    } else {
+                        drop_front(input, total, out);
+                    }
+                    if outcome == Rewrite::OverLimit {
+                        out.end = Some(ForwardEnd::TooManyStatements);
+                        break;
                     }
                 }
                 (Plan::BindHead(head_len), Some(rewriter)) => {
-                    flush(input, &mut pos, out);
-                    let head = take_front(input, head_len);
-                    out.took(&head);
-                    let outcome = rewriter.bind_head(&head, &mut out.chunks);
+                    let mark = out.chunks.len();
+                    let outcome = rewriter.bind_head(&input[pos..pos + head_len], &mut out.chunks);
                     tell_tracker(tracker, rewriter);
-                    if outcome == Rewrite::AsIs {
-                        out.chunks.push(head);
+                    let as_is = outcome == Rewrite::AsIs;
+                    flush_before(input, &mut pos, out, mark, !as_is);
+                    if as_is {
+                        pos += head_len;
+                    } else {
+                        drop_front(input, head_len, out);
                     }
                     self.skip_bytes = total - head_len;
                 }
@@ -390,7 +407,7 @@ fn sql_text(body: &[u8], parse: bool) -> &[u8] {
     if !parse {
         return body;
     }
-    match memchr::memchr(0, body) {
+    match crate::nul::nul_at(body) {
         Some(nul) => &body[nul + 1..],
         None => &[],
     }
@@ -403,6 +420,35 @@ fn flush(input: &mut BytesMut, pos: &mut usize, out: &mut Forwarded) {
         out.took(&piece);
         out.chunks.push(piece);
         *pos = 0;
+    }
+}
+
+/// Sends `input[..pos]` on ahead of the chunks added to `out` from `mark` on (what pgtier
+/// sends for the message at `pos` goes after the client's bytes before it); only when some
+/// were added, unless `always`.
+fn flush_before(
+    input: &mut BytesMut,
+    pos: &mut usize,
+    out: &mut Forwarded,
+    mark: usize,
+    always: bool,
+) {
+    if *pos > 0 && (always || out.chunks.len() > mark) {
+        let piece = take_front(input, *pos);
+        out.took(&piece);
+        out.chunks.insert(mark, piece);
+        *pos = 0;
+    }
+}
+
+/// Takes the client's message at the front of `input` (`len` bytes) that the server gets
+/// in another form: it is kept if the caller keeps the client's bytes, else dropped.
+fn drop_front(input: &mut BytesMut, len: usize, out: &mut Forwarded) {
+    if out.kept.is_some() {
+        let piece = take_front(input, len);
+        out.took(&piece);
+    } else {
+        input.advance(len);
     }
 }
 

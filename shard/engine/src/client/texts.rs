@@ -1,11 +1,13 @@
-//! What recently classified Query and Parse texts do to session state, so a text a client
-//! sends again (an ORM's statements, every Parse of the extended protocol) is not lexed
-//! again. Keyed by a keyed hash of the message body (random keys per process, so nobody can
-//! aim a collision at a pinning text) and its length; bounded, and emptied when full.
+//! What recently classified Query and Parse texts do to session state, and whether they
+//! may be database DDL, so a text a client sends again (an ORM's statements, every Parse of
+//! the extended protocol) is not lexed or searched again. Keyed by a keyed hash of the
+//! message body (random keys per process, so nobody can aim a collision at a pinning text)
+//! and its length; bounded, and emptied when full.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use pgtier_wire::database_ddl;
 use pgtier_wire::session_state::{Effects, StateScanner};
 
 /// Longest body worth remembering: longer texts rarely repeat, and each would cost a
@@ -35,10 +37,21 @@ impl Hasher for Identity {
     }
 }
 
+/// What a Query or Parse body was found to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextFacts {
+    /// Its session-state effects.
+    pub effects: Effects,
+    /// The body may hold statements that need a database free of other sessions
+    /// (`pgtier_wire::database_ddl::may_name_a_database` of the whole body): when false,
+    /// its text names none.
+    pub may_name_a_database: bool,
+}
+
 /// One shard's cache of classified texts.
 pub struct TextCache {
     hasher: ahash::RandomState,
-    effects: HashMap<u64, (u32, Effects), BuildHasherDefault<Identity>>,
+    effects: HashMap<u64, (u32, TextFacts), BuildHasherDefault<Identity>>,
 }
 
 impl std::fmt::Debug for TextCache {
@@ -59,10 +72,10 @@ impl Default for TextCache {
 }
 
 impl TextCache {
-    /// The effects of a whole Query (`parse` false) or Parse body, lexed as `scanner`
-    /// would, from the cache when the same body was seen with the same settings.
-    pub fn classify(&mut self, body: &[u8], parse: bool, conforming_strings: bool) -> Effects {
-        let scan = || {
+    /// The facts of a whole Query (`parse` false) or Parse body: its effects lexed as
+    /// `scanner` would, from the cache when the same body was seen with the same settings.
+    pub fn classify(&mut self, body: &[u8], parse: bool, conforming_strings: bool) -> TextFacts {
+        let read = || {
             let scanner = if parse {
                 StateScanner::parse()
             } else {
@@ -70,24 +83,27 @@ impl TextCache {
             };
             let mut scanner = scanner.standard_conforming_strings(conforming_strings);
             scanner.feed(body);
-            scanner.finish()
+            TextFacts {
+                effects: scanner.finish(),
+                may_name_a_database: database_ddl::may_name_a_database(body),
+            }
         };
         if body.len() > MAX_CACHED_BODY_BYTES {
-            return scan();
+            return read();
         }
         let key = self.hasher.hash_one((parse, conforming_strings, body));
         let len = body.len() as u32;
-        if let Some(&(cached_len, effects)) = self.effects.get(&key)
+        if let Some(&(cached_len, facts)) = self.effects.get(&key)
             && cached_len == len
         {
-            return effects;
+            return facts;
         }
-        let effects = scan();
+        let facts = read();
         if self.effects.len() >= TEXT_CACHE_ENTRIES {
             self.effects.clear();
         }
-        self.effects.insert(key, (len, effects));
-        effects
+        self.effects.insert(key, (len, facts));
+        facts
     }
 
     pub fn len(&self) -> usize {
@@ -114,11 +130,23 @@ mod tests {
         let mut cache = TextCache::default();
         let set = body("SET work_mem = '1MB'");
         let first = cache.classify(&set, false, true);
-        assert!(first.pins());
+        assert!(first.effects.pins());
+        assert!(!first.may_name_a_database);
         assert_eq!(cache.len(), 1);
         assert_eq!(cache.classify(&set, false, true), first);
         assert_eq!(cache.len(), 1, "no second entry");
-        assert!(!cache.classify(&body("SELECT 1"), false, true).pins());
+        assert!(
+            !cache
+                .classify(&body("SELECT 1"), false, true)
+                .effects
+                .pins()
+        );
+        let drop = body("DROP DATABASE shop");
+        assert!(cache.classify(&drop, false, true).may_name_a_database);
+        assert!(
+            cache.classify(&drop, false, true).may_name_a_database,
+            "from the cache"
+        );
     }
 
     #[test]
@@ -126,13 +154,13 @@ mod tests {
         let mut cache = TextCache::default();
         // As a Query the first NUL ends the text; as a Parse it ends the (empty) name.
         let text = b"\0SET x = 1\0\0\0".to_vec();
-        assert!(!cache.classify(&text, false, true).pins());
-        assert!(cache.classify(&text, true, true).pins());
+        assert!(!cache.classify(&text, false, true).effects.pins());
+        assert!(cache.classify(&text, true, true).effects.pins());
         // With standard_conforming_strings off, the backslash escapes the quote.
         let tricky = body("SELECT 'a\\'; SET x = 1; --'");
         let on = cache.classify(&tricky, false, true);
         let off = cache.classify(&tricky, false, false);
-        assert_ne!(on.pins(), off.pins());
+        assert_ne!(on.effects.pins(), off.effects.pins());
     }
 
     #[test]
@@ -151,7 +179,7 @@ mod tests {
             "SELECT '{}'; LISTEN x",
             "x".repeat(MAX_CACHED_BODY_BYTES)
         ));
-        assert!(cache.classify(&long, false, true).pins());
+        assert!(cache.classify(&long, false, true).effects.pins());
         assert!(cache.is_empty());
     }
 }

@@ -732,3 +732,83 @@ fn a_server_opened_without_rewriting_takes_it_up_once_it_is_on() {
     assert_eq!(h.live_servers(), [server], "the same server");
     assert_eq!(h.backend(server).statements, ["pgtier_1"], "renamed");
 }
+
+/// The chunks the engine sends to `server` for `bytes` from `client` (the server answers
+/// nothing meanwhile).
+fn sends_for(
+    h: &mut Harness,
+    client: crate::ClientId,
+    server: crate::ServerId,
+    bytes: &[u8],
+) -> Vec<Vec<u8>> {
+    h.engine
+        .handle_client_data(h.now, client, bytes::BytesMut::from(bytes));
+    let mut sends = Vec::new();
+    while let Some(action) = h.engine.poll_action() {
+        if let crate::Action::Send { conn, bytes } = action
+            && conn == crate::Conn::Server(server)
+        {
+            sends.push(bytes.to_vec());
+        }
+    }
+    sends
+}
+
+#[test]
+fn an_unnamed_pipeline_reaches_the_server_as_it_came_in_one_piece() {
+    let mut h = Harness::new(&config(TX));
+    let (a, _) = h.login("alice", "db");
+    let server = h.live_servers()[0];
+    h.auto_backend = false;
+    // What libpq's PQsendQueryParams writes (pgbench -M extended).
+    let unnamed = pipeline(&[
+        parse("", "SELECT $1"),
+        bind(""),
+        describe(b'P', ""),
+        execute(),
+        sync(),
+    ]);
+    let sent = sends_for(&mut h, a, server, &unnamed);
+    assert_eq!(sent, [unnamed]);
+    h.server_sends(server, &backend_answer());
+    assert_eq!(h.client_tags(a), "12TDCZ");
+    // A named statement is rewritten: the client's bytes around it keep their order.
+    let named = pipeline(&[
+        parse("", "SELECT $1"),
+        parse("s1", "SELECT 2"),
+        bind(""),
+        execute(),
+        sync(),
+    ]);
+    let sends = sends_for(&mut h, a, server, &named);
+    let unnamed_parse = parse("", "SELECT $1");
+    assert_eq!(
+        sends.len(),
+        3,
+        "before, the rewritten Parse, after: {sends:?}"
+    );
+    assert_eq!(sends[0], unnamed_parse);
+    let renamed = String::from_utf8_lossy(&sends[1]);
+    assert!(
+        renamed.starts_with('P')
+            && renamed.contains("pgtier_")
+            && renamed.ends_with("\0SELECT 2\0\0\0"),
+        "{renamed:?}"
+    );
+    assert_eq!(sends[2], pipeline(&[bind(""), execute(), sync()]));
+}
+
+/// PostgreSQL's answer to Parse, Bind, Describe portal, Execute, Sync of one row.
+fn backend_answer() -> Vec<u8> {
+    pipeline(&[
+        testing::frame(b'1', b""),
+        testing::frame(b'2', b""),
+        testing::frame(
+            b'T',
+            b"\0\x01a\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0",
+        ),
+        testing::frame(b'D', b"\0\x01\0\0\0\x011"),
+        testing::frame(b'C', b"SELECT 1\0"),
+        testing::frame(b'Z', b"I"),
+    ])
+}

@@ -34,7 +34,7 @@ pub(crate) enum OnError {
 }
 
 /// A Parse sent to the server.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct ParseOwed {
     /// `Some` if pgtier sent it on its own (its ParseComplete is swallowed).
     pub injected: Option<OnError>,
@@ -166,6 +166,9 @@ pub(crate) struct Ledger {
     /// What the unnamed statement does to the client's names when executed (an unnamed
     /// Parse of such a text was sent last); a Bind of it arms `at_execute`.
     unnamed_acts: Option<PendingAtExecute>,
+    /// The allocation of the last Parse answered, emptied, for the next one: a driver that
+    /// parses every query (unnamed) would otherwise allocate and free one per query.
+    spare_parse: Option<Box<ParseOwed>>,
 }
 
 /// One entry, and whether it ends a segment with changes.
@@ -364,6 +367,26 @@ impl Ledger {
         }
     }
 
+    /// The entry of a Parse being sent, in the spare allocation if there is one.
+    pub(crate) fn parse_owed(&mut self, parse: ParseOwed) -> Owed {
+        Owed::Parse(match self.spare_parse.take() {
+            Some(mut spare) => {
+                *spare = parse;
+                spare
+            }
+            None => Box::new(parse),
+        })
+    }
+
+    /// A Parse answered: its allocation is kept for the next one (emptied, so that it holds
+    /// no statement or body alive).
+    fn recycle(&mut self, mut parse: Box<ParseOwed>) {
+        if self.spare_parse.is_none() {
+            *parse = ParseOwed::default();
+            self.spare_parse = Some(parse);
+        }
+    }
+
     /// A message was sent to the server.
     pub fn push(&mut self, owed: Owed) {
         self.push_renamed(owed, None);
@@ -419,8 +442,15 @@ impl Ledger {
         let front = self.front();
         match code {
             b'1' => match self.pop() {
-                Some(Owed::Parse(parse)) if parse.injected.is_some() => Verdict::Swallow,
-                Some(Owed::Parse(_)) => Verdict::Forward,
+                Some(Owed::Parse(parse)) => {
+                    let injected = parse.injected.is_some();
+                    self.recycle(parse);
+                    if injected {
+                        Verdict::Swallow
+                    } else {
+                        Verdict::Forward
+                    }
+                }
                 _ => Verdict::Desync,
             },
             b'2' => self.complete(|owed| matches!(owed, Owed::Bind)),
@@ -746,6 +776,32 @@ mod tests {
     }
 
     use Verdict::{Desync, Forward, Swallow};
+
+    #[test]
+    fn an_answered_parse_leaves_its_allocation_empty_for_the_next() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        let owed = f.ledger.parse_owed(ParseOwed {
+            creates: Some(s.clone()),
+            ..ParseOwed::default()
+        });
+        let Owed::Parse(first) = &owed else {
+            unreachable!()
+        };
+        let first: *const ParseOwed = &**first;
+        f.ledger.push(owed);
+        f.sync();
+        assert_eq!(f.answer(b"1Z"), [Forward, Forward]);
+        assert_eq!(
+            Arc::strong_count(&s),
+            1,
+            "the spare holds no statement alive"
+        );
+        let Owed::Parse(next) = f.ledger.parse_owed(ParseOwed::default()) else {
+            unreachable!()
+        };
+        assert!(std::ptr::eq(first, &*next), "the next Parse reuses it");
+    }
 
     #[test]
     fn injected_answers_are_swallowed_and_the_clients_forwarded() {

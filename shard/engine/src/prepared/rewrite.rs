@@ -41,6 +41,7 @@ use super::server_statements::{Held, ServerStatements};
 use super::sql_names::{self, NamingStatement};
 use super::statement::{self, Registry, SERVER_NAME_PREFIX, Statement};
 use super::unnamed::{ClientUnnamed, ServerUnnamed, UnnamedParse};
+use crate::nul::nul_at;
 
 /// The longest unnamed Parse body a client's unnamed statement keeps a copy of, to prepare
 /// it again on another server. A longer one is not kept: on another server, a Bind of it
@@ -145,8 +146,8 @@ impl Rewriter<'_> {
     /// are all in `available` (which starts at the type byte).
     pub(crate) fn bind_head_len(available: &[u8]) -> Option<usize> {
         let body = available.get(5..)?;
-        let portal_end = memchr::memchr(0, body)?;
-        let name_end = memchr::memchr(0, &body[portal_end + 1..])?;
+        let portal_end = nul_at(body)?;
+        let name_end = nul_at(&body[portal_end + 1..])?;
         Some(5 + portal_end + 1 + name_end + 1)
     }
 
@@ -202,12 +203,12 @@ impl Rewriter<'_> {
                 self.server
                     .ledger
                     .unnamed_statement_acts(clears.then_some(PendingAtExecute::ForgetAll));
-                Owed::Parse(Box::new(ParseOwed {
+                self.server.ledger.parse_owed(ParseOwed {
                     injected: None,
                     creates: None,
                     registers: None,
                     unnamed: Some(UnnamedParse::Other),
-                }))
+                })
             }
             b'B' => Owed::Bind,
             b'E' => match self.server.ledger.take_pending() {
@@ -251,7 +252,7 @@ impl Rewriter<'_> {
     /// A whole message (`frame`, header included) the tracker has seen; `effects` are its
     /// text's session-state effects. Unless it is sent as it is, what goes instead is
     /// appended to `out`.
-    pub fn message(&mut self, frame: &Bytes, effects: Effects, out: &mut Chunks) -> Rewrite {
+    pub fn message(&mut self, frame: &[u8], effects: Effects, out: &mut Chunks) -> Rewrite {
         let code = frame.first().copied().unwrap_or(0);
         let body = frame.get(5..).unwrap_or_default();
         match code {
@@ -291,13 +292,14 @@ impl Rewriter<'_> {
             self.ensure(&existing, OnError::Forward, false, out);
             statement::encode_parse_named(self.scratch, existing.server_name(), definition);
             self.emit(out);
+            let owed = self.server.ledger.parse_owed(ParseOwed {
+                injected: None,
+                creates: None,
+                registers: None,
+                unnamed: None,
+            });
             self.server.ledger.push_renamed(
-                Owed::Parse(Box::new(ParseOwed {
-                    injected: None,
-                    creates: None,
-                    registers: None,
-                    unnamed: None,
-                })),
+                owed,
                 renamed(
                     existing.server_name(),
                     parse.statement,
@@ -323,12 +325,13 @@ impl Rewriter<'_> {
         statement.encode_parse(self.scratch);
         self.emit(out);
         self.server.statements.prepared(statement.clone());
-        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+        let owed = self.server.ledger.parse_owed(ParseOwed {
             injected: None,
             creates: Some(statement),
             registers: Some(parse.statement.into()),
             unnamed: None,
-        })));
+        });
+        self.server.ledger.push(owed);
         Rewrite::Replaced
     }
 
@@ -384,15 +387,13 @@ impl Rewriter<'_> {
         }
         self.server.ledger.unnamed_statement_acts(acts);
         self.server.ledger.on_segment_success(on_success);
-        self.server.ledger.push_renamed(
-            Owed::Parse(Box::new(ParseOwed {
-                injected: None,
-                creates: None,
-                registers: None,
-                unnamed: Some(unnamed),
-            })),
-            rename,
-        );
+        let owed = self.server.ledger.parse_owed(ParseOwed {
+            injected: None,
+            creates: None,
+            registers: None,
+            unnamed: Some(unnamed),
+        });
+        self.server.ledger.push_renamed(owed, rename);
         Rewrite::Replaced
     }
 
@@ -623,12 +624,13 @@ impl Rewriter<'_> {
         statement.encode_parse(self.scratch);
         self.inject(b'P', out);
         self.server.statements.prepared(statement.clone());
-        self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+        let owed = self.server.ledger.parse_owed(ParseOwed {
             injected: Some(on_error),
             creates: Some(statement.clone()),
             registers: None,
             unnamed: None,
-        })));
+        });
+        self.server.ledger.push(owed);
         if sync {
             statement::encode_sync(self.scratch);
             self.inject(b'S', out);
@@ -670,9 +672,13 @@ impl Rewriter<'_> {
     /// to put that right if it fails or is skipped.
     fn unnamed_parsed(&mut self, body: &[u8]) -> UnnamedParse {
         let token = self.registry.next_token();
-        let kept = (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Bytes::copy_from_slice(body));
         let names = self.names.get_or_insert_with(Box::default);
         let previous = names.unnamed().cloned();
+        let kept = match previous.as_ref().and_then(|held| held.parse_body.as_ref()) {
+            // The same body as the last one (one query run unnamed again): its copy serves.
+            Some(held) if **held == *body => Some(held.clone()),
+            _ => (body.len() <= MAX_KEPT_UNNAMED_BYTES).then(|| Arc::from(body)),
+        };
         names.set_unnamed(Some(ClientUnnamed {
             token,
             parse_body: kept,
@@ -694,30 +700,27 @@ impl Rewriter<'_> {
     /// none (a Close injected), so it never reaches another client's. Returns whether
     /// anything was injected (see `crate::prepared::unnamed`).
     fn ensure_unnamed(&mut self, out: &mut Chunks) -> bool {
-        let client = self
-            .names
-            .as_ref()
-            .and_then(|names| names.unnamed())
-            .cloned();
+        let client = self.names.as_ref().and_then(|names| names.unnamed());
         let server = self.server.statements.unnamed();
         match client {
             Some(unnamed) if server == ServerUnnamed::Of(unnamed.token) => false,
             None if server == ServerUnnamed::Empty => false,
-            Some(ClientUnnamed {
+            Some(&ClientUnnamed {
                 token,
-                parse_body: Some(body),
+                parse_body: Some(ref body),
             }) => {
                 self.scratch.reserve(5 + body.len());
                 self.scratch.put_u8(b'P');
                 self.scratch.put_u32((4 + body.len()) as u32);
-                self.scratch.put_slice(&body);
+                self.scratch.put_slice(body);
                 self.inject(b'P', out);
-                self.server.ledger.push(Owed::Parse(Box::new(ParseOwed {
+                let owed = self.server.ledger.parse_owed(ParseOwed {
                     injected: Some(OnError::Forward),
                     creates: None,
                     registers: None,
                     unnamed: Some(UnnamedParse::Other),
-                })));
+                });
+                self.server.ledger.push(owed);
                 self.server.statements.set_unnamed(ServerUnnamed::Of(token));
                 true
             }
@@ -760,9 +763,9 @@ fn without_a_foreign_deallocate(sql: &[u8], effects: Effects) -> Effects {
 
 /// The portal and statement names at the start of a Bind body.
 fn bind_names(body: &[u8]) -> (&[u8], &[u8]) {
-    let portal_end = memchr::memchr(0, body).unwrap_or(body.len());
+    let portal_end = nul_at(body).unwrap_or(body.len());
     let rest = body.get(portal_end + 1..).unwrap_or_default();
-    let name_end = memchr::memchr(0, rest).unwrap_or(rest.len());
+    let name_end = nul_at(rest).unwrap_or(rest.len());
     (&body[..portal_end], &rest[..name_end])
 }
 
@@ -770,7 +773,7 @@ fn bind_names(body: &[u8]) -> (&[u8], &[u8]) {
 fn target(body: &[u8]) -> (u8, &[u8]) {
     match body {
         [kind, rest @ ..] => {
-            let end = memchr::memchr(0, rest).unwrap_or(rest.len());
+            let end = nul_at(rest).unwrap_or(rest.len());
             (*kind, &rest[..end])
         }
         [] => (0, &[]),

@@ -13,7 +13,7 @@
 //! ParseComplete swallowed), or a Close of the unnamed statement when the client has none,
 //! so the server answers 26000 as PostgreSQL would.
 
-use bytes::Bytes;
+use std::sync::Arc;
 
 /// What a server holds as its unnamed statement, as far as pgtier knows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,10 +30,14 @@ pub(crate) enum ServerUnnamed {
 
 /// A client's unnamed statement: the token servers know it by, and its Parse body (name,
 /// text, parameter types) to prepare it on another server, unless it was too long to keep.
+/// The body is shared, not copied, with the ledger's record of the Parse that made it (and
+/// of the next one, which may have to put it back), and with the next unnamed Parse of the
+/// same body: a driver that runs every query unnamed sends the same few texts again and
+/// again.
 #[derive(Debug, Clone)]
 pub struct ClientUnnamed {
     pub token: u64,
-    pub parse_body: Option<Bytes>,
+    pub parse_body: Option<Arc<[u8]>>,
 }
 
 /// An unnamed Parse sent to a server, for the ledger: what its failure or skipping means.

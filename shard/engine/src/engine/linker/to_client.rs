@@ -270,6 +270,10 @@ pub(in crate::engine) fn pin_client(
 
 /// Applies what a server's answers decided for its client's statement names.
 fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout>) {
+    // Almost every answer decides nothing: no partition to build.
+    if fallout.is_empty() {
+        return;
+    }
     let Some(names) = names.as_mut() else {
         return;
     };

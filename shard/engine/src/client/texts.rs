@@ -3,6 +3,13 @@
 //! the extended protocol) is not lexed or searched again. Keyed by a keyed hash of the
 //! message body (random keys per process, so nobody can aim a collision at a pinning text)
 //! and its length; bounded, and emptied when full.
+//!
+//! Query texts often do not repeat: a driver that puts the values into the text (psycopg2,
+//! `pgbench -S`) sends a new text every time, and then the cache only costs a hash, a miss
+//! and an insert on top of the scan. So the cache watches its Query hit rate and, while it is
+//! low, scans most Query texts directly, still sending one in [`QUERY_SAMPLE`] through the
+//! cache to notice when texts start repeating. Parse texts always go through it: the extended
+//! protocol repeats them by design.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -16,6 +23,12 @@ const MAX_CACHED_BODY_BYTES: usize = 4096;
 
 /// Texts remembered before the cache starts over.
 pub(crate) const TEXT_CACHE_ENTRIES: usize = 4096;
+
+/// Query lookups per decision on whether Query texts go through the cache.
+const QUERY_WINDOW: u32 = 256;
+
+/// While Query texts mostly miss, one in this many still goes through the cache.
+const QUERY_SAMPLE: u32 = 16;
 
 /// The hash is already a keyed hash: the map needs no second one.
 #[derive(Default)]
@@ -52,6 +65,40 @@ pub struct TextFacts {
 pub struct TextCache {
     hasher: ahash::RandomState,
     effects: HashMap<u64, (u32, TextFacts), BuildHasherDefault<Identity>>,
+    queries: QueryRate,
+}
+
+/// How often Query texts were found in the cache lately, and what follows from it.
+#[derive(Debug, Default)]
+struct QueryRate {
+    lookups: u32,
+    hits: u32,
+    /// Fewer than a quarter of the last window's Query lookups hit: scan Query texts
+    /// directly, but for the sampled ones.
+    bypass: bool,
+    /// Query texts seen while bypassing, to pick the sampled ones.
+    seen: u32,
+}
+
+impl QueryRate {
+    /// Whether this Query text goes through the cache.
+    fn cached(&mut self) -> bool {
+        if !self.bypass {
+            return true;
+        }
+        self.seen = self.seen.wrapping_add(1);
+        self.seen % QUERY_SAMPLE == 0
+    }
+
+    fn looked_up(&mut self, hit: bool) {
+        self.lookups += 1;
+        self.hits += u32::from(hit);
+        if self.lookups >= QUERY_WINDOW {
+            self.bypass = self.hits * 4 < self.lookups;
+            self.lookups = 0;
+            self.hits = 0;
+        }
+    }
 }
 
 impl std::fmt::Debug for TextCache {
@@ -67,6 +114,7 @@ impl Default for TextCache {
         TextCache {
             hasher: ahash::RandomState::new(),
             effects: HashMap::default(),
+            queries: QueryRate::default(),
         }
     }
 }
@@ -88,14 +136,20 @@ impl TextCache {
                 may_name_a_database: database_ddl::may_name_a_database(body),
             }
         };
-        if body.len() > MAX_CACHED_BODY_BYTES {
+        if body.len() > MAX_CACHED_BODY_BYTES || (!parse && !self.queries.cached()) {
             return read();
         }
         let key = self.hasher.hash_one((parse, conforming_strings, body));
         let len = body.len() as u32;
-        if let Some(&(cached_len, facts)) = self.effects.get(&key)
-            && cached_len == len
-        {
+        let found = self
+            .effects
+            .get(&key)
+            .filter(|&&(cached_len, _)| cached_len == len)
+            .map(|&(_, facts)| facts);
+        if !parse {
+            self.queries.looked_up(found.is_some());
+        }
+        if let Some(facts) = found {
             return facts;
         }
         let facts = read();
@@ -170,6 +224,36 @@ mod tests {
             cache.classify(&body(&format!("SELECT {n}")), false, true);
         }
         assert!(cache.len() <= TEXT_CACHE_ENTRIES);
+    }
+
+    #[test]
+    fn query_texts_that_never_repeat_mostly_skip_the_cache_until_texts_repeat_again() {
+        let mut cache = TextCache::default();
+        let window = QUERY_WINDOW as usize;
+        for n in 0..window {
+            cache.classify(&body(&format!("SELECT {n}")), false, true);
+        }
+        assert!(cache.queries.bypass, "no hits in a whole window");
+        let kept = cache.len();
+        for n in window..window * 2 {
+            cache.classify(&body(&format!("SELECT {n}")), false, true);
+        }
+        assert_eq!(
+            cache.len() - kept,
+            window / QUERY_SAMPLE as usize,
+            "only the sampled texts went through the cache"
+        );
+        // Parse texts are cached whatever the Query rate.
+        let parse = body("\0SELECT $1");
+        cache.classify(&parse, true, true);
+        assert_eq!(cache.len() - kept, window / QUERY_SAMPLE as usize + 1);
+        // A client that repeats its texts brings the cache back once a window of sampled
+        // lookups hits: the effects are the same either way.
+        let set = body("SET work_mem = '1MB'");
+        for _ in 0..window * QUERY_SAMPLE as usize {
+            assert!(cache.classify(&set, false, true).effects.pins());
+        }
+        assert!(!cache.queries.bypass);
     }
 
     #[test]

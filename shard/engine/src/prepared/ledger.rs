@@ -430,9 +430,11 @@ impl Ledger {
     }
 
     /// A message arrived from the server; `statements` and `fallout` receive what it decided.
+    /// `tag` is a CommandComplete's body (empty for other messages, or one too long to read).
     pub(crate) fn on_server_message(
         &mut self,
         code: u8,
+        tag: &[u8],
         statements: &mut ServerStatements,
         fallout: &mut Vec<Fallout>,
     ) -> Verdict {
@@ -485,7 +487,12 @@ impl Ledger {
                     self.pop();
                     Verdict::Forward
                 }
-                Some(Owed::Query(_)) => Verdict::Forward,
+                Some(Owed::Query(_)) => {
+                    if code == b'C' {
+                        self.query_statement_done(tag, statements, fallout);
+                    }
+                    Verdict::Forward
+                }
                 _ => Verdict::Desync,
             },
             b's' => self.complete(|owed| matches!(owed, Owed::Execute)),
@@ -498,6 +505,34 @@ impl Ledger {
             b'E' => self.on_error(statements, fallout),
             b'Z' => self.on_ready(statements, fallout),
             _ => Verdict::Forward,
+        }
+    }
+
+    /// One statement of the Query in front completed. `DEALLOCATE` is not transactional:
+    /// a `DEALLOCATE ALL` that completed stays done even if a later statement of the same
+    /// Query fails and rolls back its implicit transaction, so the client's names go now
+    /// rather than at a ReadyForQuery without error. (A client's `DEALLOCATE name` is only
+    /// recognised as a Query of its own, which cannot complete and then fail.)
+    fn query_statement_done(
+        &mut self,
+        tag: &[u8],
+        statements: &mut ServerStatements,
+        fallout: &mut Vec<Fallout>,
+    ) {
+        let tag = tag.strip_suffix(&[0]).unwrap_or(tag);
+        if tag != b"DEALLOCATE ALL" {
+            return;
+        }
+        let Some(Entry {
+            owed: Owed::Query(Some(on_success)),
+            ..
+        }) = self.owed.front_mut()
+        else {
+            return;
+        };
+        if std::mem::take(&mut on_success.clears) {
+            statements.clear();
+            fallout.push(Fallout::Clear);
         }
     }
 
@@ -745,8 +780,12 @@ mod tests {
             codes
                 .iter()
                 .map(|&code| {
-                    self.ledger
-                        .on_server_message(code, &mut self.statements, &mut self.fallout)
+                    self.ledger.on_server_message(
+                        code,
+                        &[],
+                        &mut self.statements,
+                        &mut self.fallout,
+                    )
                 })
                 .collect()
         }
@@ -973,5 +1012,46 @@ mod tests {
         assert_eq!(f.answer(b"CZ"), [Forward, Forward]);
         assert!(matches!(f.fallout.as_slice(), [Fallout::Clear]));
         assert!(f.statements.is_empty());
+    }
+
+    /// `DEALLOCATE ALL; SELECT 1/0` in one Query: PostgreSQL's DEALLOCATE is not undone by
+    /// the error that rolls back the implicit transaction (found by the protocol fuzzer,
+    /// seeds 63 and 179).
+    #[test]
+    fn a_deallocate_all_that_completed_stays_done_when_its_query_fails() {
+        let mut f = Fixture::new();
+        let s = f.statement("SELECT 1");
+        f.statements.prepared(s.clone());
+        f.ledger.push(Owed::Query(Some(Box::new(OnSuccess {
+            clears: true,
+            forgets: Vec::new(),
+        }))));
+        let verdicts = [
+            f.ledger.on_server_message(
+                b'C',
+                b"DEALLOCATE ALL\0",
+                &mut f.statements,
+                &mut f.fallout,
+            ),
+            f.ledger
+                .on_server_message(b'E', &[], &mut f.statements, &mut f.fallout),
+            f.ledger
+                .on_server_message(b'Z', &[], &mut f.statements, &mut f.fallout),
+        ];
+        assert_eq!(verdicts, [Forward; 3]);
+        assert!(matches!(f.fallout.as_slice(), [Fallout::Clear]));
+        assert!(f.statements.is_empty());
+
+        // Failing before the DEALLOCATE ALL ran: nothing goes.
+        f.fallout.clear();
+        let s = f.statement("SELECT 2");
+        f.statements.prepared(s);
+        f.ledger.push(Owed::Query(Some(Box::new(OnSuccess {
+            clears: true,
+            forgets: Vec::new(),
+        }))));
+        assert_eq!(f.answer(b"EZ"), [Forward, Forward]);
+        assert!(f.fallout.is_empty());
+        assert!(!f.statements.is_empty());
     }
 }

@@ -346,9 +346,16 @@ impl Relay {
             // engine's own queries come before anything of a client's and are not its.
             let internal = self.swallow > 0;
             let paused = self.rewriting_paused;
+            // A CommandComplete's tag, for the ledger (its whole message is here when inspected).
+            let tag = if code == b'C' && inspect {
+                &data[pos + HEADER_LEN..pos + 1 + len]
+            } else {
+                &[][..]
+            };
             let verdict = match self.prepared.as_mut().filter(|_| !internal && !paused) {
                 Some(prepared) => prepared.ledger.on_server_message(
                     code,
+                    tag,
                     &mut prepared.statements,
                     &mut self.fallout,
                 ),

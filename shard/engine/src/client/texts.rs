@@ -87,7 +87,7 @@ impl QueryRate {
             return true;
         }
         self.seen = self.seen.wrapping_add(1);
-        self.seen % QUERY_SAMPLE == 0
+        self.seen.is_multiple_of(QUERY_SAMPLE)
     }
 
     fn looked_up(&mut self, hit: bool) {

@@ -105,7 +105,19 @@ impl Listeners {
         predecessor: Option<libc::pid_t>,
     ) -> Result<Option<UnixSocketFile>, String> {
         let shards = per_shard.len();
-        let mut port = settings.listen_port;
+        // The Unix socket first when its name is known (a fixed port): once the TCP port
+        // accepts, a client or a supervisor that saw it may use the socket file at once.
+        let fixed_port = settings.listen_port;
+        let mut unix = match unix_socket_dir(settings) {
+            Some(dir) if fixed_port != 0 => Some(UnixSocketFile::bind(
+                dir,
+                fixed_port,
+                settings,
+                predecessor,
+            )?),
+            _ => None,
+        };
+        let mut port = fixed_port;
         for ip in settings.listen_addr.addrs() {
             let addr = SocketAddr::new(*ip, port);
             let (fds, bound) = bind_tcp(addr, shards)?;
@@ -118,17 +130,19 @@ impl Listeners {
                 });
             }
         }
-        let mut unix = match unix_socket_dir(settings) {
-            None => None,
-            Some(_) if port == 0 => {
+        if unix.is_none()
+            && let Some(dir) = unix_socket_dir(settings)
+        {
+            // listen_port = 0: the socket is named after the port TCP picked.
+            if port == 0 {
                 return Err(
                     "listen_port = 0 picks a port only for a TCP address; the Unix socket needs \
                      a fixed listen_port"
                         .to_string(),
                 );
             }
-            Some(dir) => Some(UnixSocketFile::bind(dir, port, settings, predecessor)?),
-        };
+            unix = Some(UnixSocketFile::bind(dir, port, settings, predecessor)?);
+        }
         if let Some(unix) = unix.as_mut() {
             let fds = unix.shard_fds(per_shard.len())?;
             for (listeners, fd) in per_shard.iter_mut().zip(fds) {
@@ -417,6 +431,9 @@ impl UnixSocketFile {
 
 impl Drop for UnixSocketFile {
     fn drop(&mut self) {
+        // A socket never handed to the shards (a later bind failed) is closed first, so the
+        // check below finds the file unanswered and removes it.
+        drop(self.socket.take());
         if let Some(path) = &self.file {
             // Only our own file: someone may have replaced it since (by hand, or a process
             // that found it unanswered while we were stopping, as `-R` does). The inode
@@ -596,6 +613,23 @@ mod tests {
             assert!(v6only, "an IPv6 listener leaves IPv4 to the 0.0.0.0 one");
         }
         close_all(&bound);
+    }
+
+    #[test]
+    fn the_unix_socket_exists_before_tcp_and_goes_when_the_tcp_bind_fails() {
+        let dir = std::env::temp_dir().join(format!("pgtier-listen-tcp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // A port held without SO_REUSEPORT: pgtier's TCP bind of it fails.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("hold a port");
+        let port = taken.local_addr().expect("addr").port();
+        let mut config = settings("127.0.0.1", Some(&dir));
+        config.listen_port = port;
+        let error = Listeners::bind(&config, 2).map(|bound| close_all(&bound));
+        assert!(error.is_err(), "the port is taken");
+        let path = dir.join(format!(".s.PGSQL.{port}"));
+        assert!(!path.exists(), "the socket file bound first is removed");
+        drop(taken);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

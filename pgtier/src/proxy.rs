@@ -822,8 +822,10 @@ fn on_signal(
             systemd.ready();
         }
         libc::SIGQUIT => {
-            info!("got SIGQUIT, fast exit");
+            // Logged once the TCP listeners have left the port group (`shutdown` does that
+            // first): whoever reads the line knows new connections go to the other processes.
             handle.shutdown(ShutdownMode::Immediate);
+            info!("got SIGQUIT, fast exit");
         }
         libc::SIGTERM if shutting_down => {
             info!("got SIGTERM while shutting down, fast exit");

@@ -112,17 +112,31 @@ fn connect_through_a_death(signal: libc::c_int) -> Outcome {
         .collect();
     // Both processes serve the loop for a while (the kernel spreads it over 4 listeners).
     std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
     dying.signal(signal).expect("signal the dying pgtier");
-    // SIGQUIT: pgtier leaves its port group at once, so every connection started after the
-    // signal must be served. SIGKILL: nothing runs in pgtier after it, and the process may
-    // still accept for some microseconds after kill(2) returns (on the other CPU); a
-    // connection it accepted then dies with it, as with any process. So what counts is
-    // every connection started once it is gone (reaped); the window between is counted
-    // with the connections in progress at the death.
+    // SIGQUIT: pgtier's first act on it is to take its listeners out of the port group, so
+    // every connection started from then on must be served. The signal reaches pgtier's
+    // signal thread after a scheduling delay (12 ms was seen on a loaded 2-core CI machine);
+    // a connection the dying process accepted meanwhile is one it was serving when it quit.
+    // pgtier logs the signal once its listeners are out, so that line marks the moment.
+    // SIGKILL: nothing runs in pgtier after it, and the process may still accept for some
+    // microseconds after kill(2) returns (on the other CPU); a connection it accepted then
+    // dies with it, as with any process. So what counts is every connection started once
+    // the process has left the group (SIGQUIT) or is gone (SIGKILL, reaped); the window
+    // between is counted with the connections in progress at the death.
     if signal == libc::SIGKILL {
         dying.wait_exit(Duration::from_secs(20));
+    } else {
+        let left = wait::until(Duration::from_secs(20), Duration::from_millis(1), || {
+            dying.log().contains("got SIGQUIT").then_some(())
+        });
+        assert!(left.is_some(), "the dying process never logged the signal");
     }
     let signalled = Instant::now();
+    eprintln!(
+        "signal {signal}: {:?} from kill(2) until the dying process was out of the group",
+        signalled.duration_since(sent)
+    );
     let enough = wait::until(LOOP_PATIENCE, Duration::from_millis(20), || {
         (started_after(&lock(&attempts), signalled) >= CONNECTS_AFTER_DEATH).then_some(())
     });

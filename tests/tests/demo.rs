@@ -236,15 +236,29 @@ fn fleet_state(port: u16) -> Option<(String, u64, String)> {
     Some((own.get(7)?.to_string(), own.get(8)?.parse().ok()?, leader))
 }
 
+/// The first of three consecutive free ports (the demo listens on PORT, PORT+1, PORT+2),
+/// below Linux's ephemeral range: the demo binds the last two seconds after this looked,
+/// and meanwhile the other tests' outgoing connections take local ports from that range.
+fn three_free_ports() -> Option<u16> {
+    const BELOW_EPHEMERAL: std::ops::Range<u32> = 20_000..32_000;
+    let span = BELOW_EPHEMERAL.end - BELOW_EPHEMERAL.start;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos());
+    let start = (std::process::id().wrapping_mul(7_919) ^ nanos) % span;
+    let free = |p: u32| {
+        u16::try_from(p).is_ok_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+    };
+    (0..span)
+        .step_by(3)
+        .map(|offset| BELOW_EPHEMERAL.start + (start + offset) % (span - 2))
+        .find(|&port| free(port) && free(port + 1) && free(port + 2))
+        .and_then(|port| u16::try_from(port).ok())
+}
+
 #[test]
 fn demo_with_three_proxies_runs_one_fleet_and_cleans_up() {
-    // Three consecutive free ports (the demo listens on PORT, PORT+1, PORT+2).
-    let port = wait::until(Duration::from_secs(10), Duration::from_millis(10), || {
-        let port = free_port().ok()?;
-        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        (port < u16::MAX - 2 && free(port + 1) && free(port + 2)).then_some(port)
-    })
-    .expect("three consecutive free ports");
+    let port = three_free_ports().expect("three consecutive free ports");
     let ports = [port, port + 1, port + 2];
     let mut demo = Command::new(proxy_binary().expect("binary"))
         .args(["demo", "--port", &port.to_string(), "--replicas", "2"])
@@ -278,11 +292,16 @@ fn demo_with_three_proxies_runs_one_fleet_and_cleans_up() {
         panic!("demo never became ready; printed: {printed:#?}");
     }
     // All three answer SHOW FLEET in fleet mode with one version and one leader.
-    let agreed = wait::until(Duration::from_secs(30), Duration::from_millis(200), || {
-        let states: Vec<(String, u64, String)> =
-            ports.iter().filter_map(|p| fleet_state(*p)).collect();
-        let first = states.first()?.clone();
-        (states.len() == 3 && states.iter().all(|s| s.0 == "fleet" && *s == first)).then_some(first)
+    let mut last_seen = Vec::new();
+    let agreed = wait::until(Duration::from_secs(60), Duration::from_millis(200), || {
+        let states: Vec<Option<(String, u64, String)>> =
+            ports.iter().map(|p| fleet_state(*p)).collect();
+        last_seen.clone_from(&states);
+        let first = states.first()?.clone()?;
+        states
+            .iter()
+            .all(|s| s.as_ref().is_some_and(|s| s.0 == "fleet" && *s == first))
+            .then_some(first)
     });
     // Both classes read through a member that is not the first.
     let read = "SELECT count(*) FROM pgbench_accounts";
@@ -298,13 +317,18 @@ fn demo_with_three_proxies_runs_one_fleet_and_cleans_up() {
     }
     assert!(
         agreed.is_some(),
-        "the three proxies did not agree; printed: {printed:#?}"
+        "the three proxies did not agree; last (mode, version, leader) seen on each: \
+         {last_seen:?}; printed: {printed:#?}"
     );
     assert!(
         printed.iter().any(|line| line.contains("SHOW FLEET")),
         "how to watch the fleet is printed: {printed:#?}"
     );
-    assert_eq!(premium, (true, "100000\n".to_string()));
+    assert_eq!(
+        premium,
+        (true, "100000\n".to_string()),
+        "premium read through port+2"
+    );
     let status = exited.expect("demo did not exit within 60 s of SIGINT");
     assert!(status.success(), "{status}");
     for port in ports {

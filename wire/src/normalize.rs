@@ -493,11 +493,14 @@ fn run<S: Sink>(text: &[u8], max_bytes: usize, sink: &mut S) -> bool {
             i += 1;
             continue;
         }
-        let sign = match w.prev {
-            Prev::Start | Prev::Punct => true,
-            Prev::Word { start, end } => is_value_keyword(&text[start..end]),
-            Prev::Value | Prev::Close => false,
-        };
+        // Only a `-` asks whether it may be a sign: the keyword scan is not paid for every
+        // `=` or `,` after a name.
+        let sign = byte == b'-'
+            && match w.prev {
+                Prev::Start | Prev::Punct => true,
+                Prev::Word { start, end } => is_value_keyword(&text[start..end]),
+                Prev::Value | Prev::Close => false,
+            };
         // A `.5` right after a name is `t.5`, not a number.
         let number_may_start = byte != b'.' || !matches!(w.prev, Prev::Word { .. } | Prev::Close);
         if number_may_start && let Some((end, parameter)) = value_at(text, i, sign) {
@@ -509,7 +512,8 @@ fn run<S: Sink>(text: &[u8], max_bytes: usize, sink: &mut S) -> bool {
             i = end;
             continue;
         }
-        let after_in = matches!(w.prev, Prev::Word { start, end } if text[start..end].eq_ignore_ascii_case(b"in"));
+        let after_in = byte == b'('
+            && matches!(w.prev, Prev::Word { start, end } if text[start..end].eq_ignore_ascii_case(b"in"));
         match byte {
             b'"' => {
                 let end = quoted_ident_end(text, i);

@@ -185,11 +185,12 @@ mod tests {
     #[test]
     fn a_detaching_connection_leaves_once_its_queue_is_sent_and_nothing_is_in_flight() {
         let mut conn = IoConn::new(-1, 64);
-        conn.send.push(bytes::Bytes::from_static(b"X..."));
+        conn.send
+            .push(bytes::Bytes::from_static(b"X..."), &mut Default::default());
         conn.stage = Stage::Detaching;
         assert!(!conn.wants_recv(), "no receives while detaching");
         assert!(!conn.ready_to_close() && !conn.ready_to_detach());
-        conn.send.clear();
+        conn.send.clear(&mut Default::default());
         assert!(conn.ready_to_detach());
     }
 
@@ -197,11 +198,12 @@ mod tests {
     fn a_flushing_connection_closes_once_its_queue_is_sent() {
         let mut conn = IoConn::new(-1, 64);
         assert!(conn.wants_recv() && !conn.ready_to_close());
-        conn.send.push(bytes::Bytes::from_static(b"E..."));
+        conn.send
+            .push(bytes::Bytes::from_static(b"E..."), &mut Default::default());
         conn.stage = Stage::Flushing;
         assert!(!conn.wants_recv(), "no receives while flushing");
         assert!(!conn.ready_to_close());
-        conn.send.clear();
+        conn.send.clear(&mut Default::default());
         assert!(conn.ready_to_close());
     }
 }

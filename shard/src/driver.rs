@@ -38,6 +38,7 @@ use crate::io::errno::{ErrnoAction, classify};
 use crate::io::op_key::{OpKey, OpKind};
 use crate::io::recv_buf::RecvKind;
 use crate::io::ring::{Completion, Op, Ring};
+use crate::io::send_queue::SpareRings;
 use crate::listen::{ListenerKind, ShardListener};
 use crate::mailbox::Mailbox;
 use crate::sockets::{local_addr, peer_addr, peer_is_own_user, peer_user_name, server_socket};
@@ -100,6 +101,8 @@ pub struct Shard<R: Ring> {
     /// Connections given bytes this pass, flushed once at its end.
     dirty: Vec<Conn>,
     completions: Vec<Completion>,
+    /// Chunk rings the clients' send queues hand on (`SendQueue` says why).
+    spare_rings: SpareRings,
     accepts: u64,
     panic_after_accepts: Option<u64>,
 }
@@ -129,6 +132,7 @@ impl<R: Ring> Shard<R> {
             in_flight: 0,
             dirty: Vec::new(),
             completions: Vec::with_capacity(256),
+            spare_rings: SpareRings::default(),
             accepts: 0,
             panic_after_accepts: parts.panic_after_accepts,
         }
@@ -167,10 +171,9 @@ impl<R: Ring> Shard<R> {
         if self.engine.is_shutting_down() {
             self.close_listeners(now);
         }
-        let timeout = self
-            .engine
-            .poll_timeout()
-            .saturating_duration_since(Instant::now());
+        // Measured from the turn's start: the timer fires late by this turn's work (some
+        // microseconds), and the loop reads the clock once per turn, not twice.
+        let timeout = self.engine.poll_timeout().saturating_duration_since(now);
         self.ring
             .submit_and_wait(wait && !self.finished(), Some(timeout))
             .map_err(|error| format!("shard {}: io_uring_enter failed: {error}", self.index))
@@ -410,6 +413,15 @@ impl<R: Ring> Shard<R> {
         table.get_mut(id)
     }
 
+    /// `conn`'s I/O state and the shard's spare chunk rings, for a send queue's changes.
+    fn io_and_spares(&mut self, conn: Conn) -> Option<(&mut IoConn, &mut SpareRings)> {
+        let io = match conn {
+            Conn::Client(id) => self.clients.get_mut(client_key(id)),
+            Conn::Server(id) => self.servers.get_mut(server_key(id)),
+        }?;
+        Some((io, &mut self.spare_rings))
+    }
+
     fn op_key(kind: OpKind, conn: Conn) -> OpKey {
         let id = match conn {
             Conn::Client(id) => client_key(id),
@@ -492,10 +504,10 @@ impl<R: Ring> Shard<R> {
     fn perform(&mut self, now: Instant, action: Action) {
         match action {
             Action::Send { conn, bytes } => {
-                if let Some(io) = self.io(conn)
+                if let Some((io, spares)) = self.io_and_spares(conn)
                     && io.stage != Stage::Closing
                 {
-                    io.send.push(bytes);
+                    io.send.push(bytes, spares);
                     self.dirty.push(conn);
                 }
             }
@@ -663,7 +675,9 @@ impl<R: Ring> Shard<R> {
 
     /// Frees a closing connection once the kernel owns none of its buffers.
     fn try_finish(&mut self, conn: Conn) {
-        let Some(io) = self.io(conn) else { return };
+        let Some((io, spares)) = self.io_and_spares(conn) else {
+            return;
+        };
         if !io.ready_to_close() {
             return;
         }
@@ -675,7 +689,7 @@ impl<R: Ring> Shard<R> {
             return;
         }
         if !io.send.in_flight() {
-            io.send.clear();
+            io.send.clear(spares);
         }
         let (table, id) = self.table(conn);
         if let Some(io) = table.remove(id) {
@@ -903,7 +917,7 @@ impl<R: Ring> Shard<R> {
     }
 
     fn on_send(&mut self, now: Instant, conn: Conn, result: i32) {
-        let Some(io) = self.io(conn) else {
+        let Some((io, spares)) = self.io_and_spares(conn) else {
             debug!(?conn, "stale send completion");
             return;
         };
@@ -918,7 +932,7 @@ impl<R: Ring> Shard<R> {
                 io.stage = Stage::Open;
             }
             if io.stage != Stage::Open {
-                io.send.clear();
+                io.send.clear(spares);
                 io.stage = Stage::Closing;
                 self.try_finish(conn);
                 return;
@@ -931,7 +945,7 @@ impl<R: Ring> Shard<R> {
             return;
         }
         let sent = result as usize;
-        io.send.on_sent(sent);
+        io.send.on_sent(sent, spares);
         let stage = io.stage;
         if let Conn::Client(id) = conn {
             self.engine.handle_client_sent(now, id, sent);

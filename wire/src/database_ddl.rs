@@ -27,9 +27,11 @@
 //! it. Plain strings are read with standard_conforming_strings on.
 //!
 //! # Cost
-//! [`targets`] is called for every Query and Parse text, so it first checks, without
-//! lexing, that the text is long enough and contains the word `database` in some case; only
-//! then is it lexed. Texts longer than [`MAX_TEXT_BYTES`] are not read, and at most
+//! [`targets`] first checks, without lexing, that the text is long enough and contains the
+//! word `database` in some case; only then is it lexed. The per-message path does not even
+//! search: the session-state scanner, which lexes every Query and Parse text anyway, notes
+//! whether the keyword `DATABASE` appears (`StateScanner::finish_noting_database`), and
+//! [`targets`] runs only when it did. Texts longer than [`MAX_TEXT_BYTES`] are not read, and at most
 //! [`MAX_TARGETS`] names are returned.
 
 use memchr::memchr2_iter;
@@ -295,6 +297,7 @@ fn skip_statement(lexer: &mut Lexer<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session_state::StateScanner;
 
     fn names(sql: &str) -> Vec<(DatabaseCommand, String)> {
         targets(sql.as_bytes())
@@ -420,6 +423,58 @@ mod tests {
             names(&format!("DROP DATABASE {straddling}")),
             one(Drop, &"a".repeat(62))
         );
+    }
+
+    /// What the per-message path asks instead of [`may_name_a_database`]: the state
+    /// scanner's note of the keyword, fed in any split.
+    fn noted(sql: &str) -> bool {
+        let bytes = sql.as_bytes();
+        let whole = {
+            let mut scanner = StateScanner::query();
+            scanner.feed(bytes);
+            scanner.finish_noting_database().1
+        };
+        for split in 1..bytes.len() {
+            let mut scanner = StateScanner::query();
+            scanner.feed(&bytes[..split]);
+            scanner.feed(&bytes[split..]);
+            assert_eq!(
+                scanner.finish_noting_database().1,
+                whole,
+                "{sql} at {split}"
+            );
+        }
+        whole
+    }
+
+    #[test]
+    fn the_scanner_notes_the_keyword_of_every_text_that_names_a_database() {
+        for sql in [
+            "DROP DATABASE x",
+            "drop database IF EXISTS Shop\0",
+            "/* tool */ DrOp -- why\n DATABASE /* x */ \"Ünï\"",
+            "ALTER DATABASE Old RENAME TO new",
+            "alter database \"Old\" set tablespace fast",
+            "CREATE DATABASE y TEMPLATE 'it''s'",
+            "SELECT 'DROP DATABASE a'; DROP DATABASE b;; ALTER DATABASE c RENAME TO d",
+            "SET x = 1; CREATE DATABASE z",
+        ] {
+            assert!(!names(sql).is_empty(), "{sql}");
+            assert!(noted(sql), "{sql}");
+        }
+        // Only where the keyword is no keyword does the note differ from the byte search.
+        for sql in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 1",
+            "SELECT * FROM database_sizes WHERE name = 'x'",
+            "SELECT 'DROP DATABASE a'",
+            "-- DROP DATABASE x\nSELECT 1",
+            "SELECT $$; DROP DATABASE x; $$",
+            "DROP TABLE \"database\"",
+            "SELECT 1\0DROP DATABASE x",
+        ] {
+            assert_eq!(names(sql), [], "{sql}");
+            assert!(!noted(sql), "{sql}");
+        }
     }
 
     #[test]

@@ -72,6 +72,166 @@ pub fn query_id_of(bytes: &[u8]) -> u64 {
     hash.0
 }
 
+/// Writes the *shape* of `text` into `hasher` and returns true, or returns false (having
+/// written a part) when the shape cannot vouch for the text. Two texts of the same shape
+/// normalize to the same bytes, so a query id found for one holds for the other: the
+/// per-query path remembers ids by shape and lexes a text only when its shape is new.
+///
+/// The shape is the text with each constant the lexer is sure to read whole replaced by a
+/// 0 byte: a run of digits with neither a letter, digit, `_` or `.` before it nor anything
+/// but whitespace or an operator after it, and a plain `'...'` string not glued to a word
+/// (the lexer's own [`string_end`] finds its end; a backslash in it leaves the text to the
+/// lexer, as the string might end elsewhere in a session where
+/// `standard_conforming_strings` is off). Every other byte is kept as it is, so
+/// the lexer makes the same decisions for both texts around each masked constant.
+///
+/// Texts the shape leaves to the lexer: longer than `max_bytes` (where they are cut depends
+/// on their digits), or holding a byte whose meaning depends on what follows in a way the
+/// shape does not follow: `"`, `$`, `\`, `&`, NUL and other control bytes but whitespace,
+/// `--` and `/*`, a `.` not between a word and a letter, a quote right after a word (`E'`,
+/// `B'`, `X'`, `N'`), and any byte outside ASCII's printable set but letters of UTF-8.
+pub fn shape<H: std::hash::Hasher>(text: &[u8], max_bytes: usize, hasher: &mut H) -> bool {
+    if text.len() > max_bytes {
+        return false;
+    }
+    let kind = |i: usize| text.get(i).map_or(S_END, |&b| SHAPES[usize::from(b)]);
+    // Bytes up to `kept` are written; the next mask goes after them.
+    let mut kept = 0;
+    let mut masks = 0u32;
+    // The byte before `i` glues what follows to it (a word's or a constant's last byte).
+    let mut after_word = false;
+    let mut i = 0;
+    while i < text.len() {
+        let this = SHAPES[usize::from(text[i])];
+        if this & S_WORD != 0 {
+            // A word, digits in it included: kept.
+            i = run_end(text, i + 1, S_WORD | S_DIGIT);
+            after_word = true;
+            continue;
+        }
+        if this & S_OP != 0 {
+            i = run_end(text, i + 1, S_OP);
+            after_word = false;
+            continue;
+        }
+        let next = kind(i + 1);
+        match this {
+            S_DIGIT => {
+                let end = run_end(text, i + 1, S_DIGIT);
+                if !after_word && kind(end) & (S_OP | S_DASH | S_SLASH | S_END) != 0 {
+                    hasher.write(&text[kept..i]);
+                    hasher.write_u8(0);
+                    kept = end;
+                    masks += 1;
+                }
+                i = end;
+                after_word = true;
+                continue;
+            }
+            S_QUOTE if !after_word => {
+                let end = string_end(text, i, false);
+                // With standard_conforming_strings off a backslash escapes a quote: the
+                // string could end elsewhere for the session-state scanner.
+                if text[i..end].contains(&b'\\') {
+                    return false;
+                }
+                hasher.write(&text[kept..i]);
+                hasher.write_u8(0);
+                kept = end;
+                masks += 1;
+                i = end;
+                after_word = false;
+                continue;
+            }
+            S_DASH if next != S_DASH => after_word = false,
+            S_SLASH if text.get(i + 1) != Some(&b'*') => after_word = false,
+            S_DOT if after_word && next == S_WORD => after_word = false,
+            _ => return false,
+        }
+        i += 1;
+    }
+    hasher.write(&text[kept..]);
+    hasher.write_u32(masks);
+    true
+}
+
+/// The first index from `from` whose byte is of none of the kinds in `mask`.
+fn run_end(text: &[u8], from: usize, mask: u8) -> usize {
+    let rest = text.get(from..).unwrap_or_default();
+    from + rest
+        .iter()
+        .position(|&b| SHAPES[usize::from(b)] & mask == 0)
+        .unwrap_or(rest.len())
+}
+
+// Byte kinds for [`shape`], one bit each (0: ends the shape).
+/// Kept, and glues what follows: a letter, `_`, or a byte of a UTF-8 character.
+const S_WORD: u8 = 1;
+const S_DIGIT: u8 = 2;
+/// Kept, and glues nothing: whitespace and the operators and punctuation that never start
+/// anything longer.
+const S_OP: u8 = 4;
+const S_DASH: u8 = 8;
+const S_SLASH: u8 = 16;
+const S_DOT: u8 = 32;
+const S_QUOTE: u8 = 64;
+/// Past the text's end (for looking ahead only).
+const S_END: u8 = 128;
+
+const SHAPES: [u8; 256] = {
+    let mut shapes = [0u8; 256];
+    let mut byte = 0usize;
+    while byte < 256 {
+        let b = byte as u8;
+        shapes[byte] = if b.is_ascii_alphabetic() || b == b'_' || b >= 0x80 {
+            S_WORD
+        } else if b.is_ascii_digit() {
+            S_DIGIT
+        } else if matches!(
+            b,
+            b' ' | b'\t'
+                | b'\n'
+                | b'\r'
+                | 0x0b
+                | 0x0c
+                | b'('
+                | b')'
+                | b','
+                | b';'
+                | b'='
+                | b'<'
+                | b'>'
+                | b'*'
+                | b'+'
+                | b'%'
+                | b'!'
+                | b'|'
+                | b':'
+                | b'['
+                | b']'
+                | b'^'
+                | b'~'
+                | b'@'
+                | b'#'
+                | b'?'
+        ) {
+            S_OP
+        } else if b == b'-' {
+            S_DASH
+        } else if b == b'/' {
+            S_SLASH
+        } else if b == b'.' {
+            S_DOT
+        } else if b == b'\'' {
+            S_QUOTE
+        } else {
+            0
+        };
+        byte += 1;
+    }
+    shapes
+};
+
 /// Where the normalized bytes go.
 trait Sink {
     fn put(&mut self, bytes: &[u8]);
@@ -744,6 +904,156 @@ mod tests {
         let text = format!("VALUES ({})", values.join(", "));
         let out = norm(&text);
         assert!(out.ends_with("$11, $12)"), "{out}");
+    }
+
+    /// The shape's hash with fixed keys (the engine keys it per process).
+    fn shape_of(text: &str) -> Option<u64> {
+        use std::hash::Hasher;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        shape(text.as_bytes(), UNLIMITED, &mut hasher).then(|| hasher.finish())
+    }
+
+    #[test]
+    fn texts_that_differ_in_their_constants_have_one_shape() {
+        let same = [
+            (
+                "SELECT abalance FROM pgbench_accounts WHERE aid = 1;",
+                "SELECT abalance FROM pgbench_accounts WHERE aid = 9876543;",
+            ),
+            (
+                "UPDATE t SET v = v + -5, w = 'it''s' WHERE id IN (1, 2)",
+                "UPDATE t SET v = v + -17, w = '' WHERE id IN (30, 4)",
+            ),
+            (
+                "select u.name from users u where u.id=7 and u.tag='x'::text",
+                "select u.name from users u where u.id=12 and u.tag='yz'::text",
+            ),
+            ("SELECT 1/2, 3-4, 'a' 'b'", "SELECT 10/20, 30-40, 'c' 'd'"),
+        ];
+        for (a, b) in same {
+            assert!(shape_of(a).is_some(), "{a}");
+            assert_eq!(shape_of(a), shape_of(b), "{a} / {b}");
+            assert_eq!(norm(a), norm(b));
+        }
+        // Constants that are not whole on their own keep their digits in the shape.
+        let apart = [
+            ("SELECT t1 FROM x", "SELECT t2 FROM x"),
+            ("SELECT 1e5", "SELECT 2e5"),
+            ("SELECT 0x1F", "SELECT 5x1F"),
+            ("SELECT 1_000", "SELECT 2_000"),
+            ("SELECT 1.x", "SELECT 2.x"),
+        ];
+        for (a, b) in apart {
+            assert_ne!(shape_of(a), shape_of(b), "{a} / {b}");
+        }
+        // What the shape leaves to the lexer.
+        for text in [
+            "SELECT $1",
+            "SELECT 1.5",
+            "SELECT .5",
+            "SELECT E'a'",
+            "SELECT x'1F'",
+            "SELECT \"t\".x",
+            "SELECT 1 -- why",
+            "SELECT /* c */ 1",
+            "SELECT $$a$$",
+            "SELECT U&'a'",
+            "SELECT 1\0",
+            "SELECT 'a\\'",
+        ] {
+            assert_eq!(shape_of(text), None, "{text}");
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        assert!(!shape(b"SELECT 1", 7, &mut hasher), "longer than the limit");
+    }
+
+    /// `text` with every run of digits replaced by `digits` (cycled, a run of 1 to 3) and
+    /// every byte inside quotes other than a quote replaced by `fill`.
+    fn other_constants(text: &str, digits: &[u8], fill: u8) -> String {
+        let mut out = Vec::new();
+        let mut in_string = false;
+        let mut run = 0usize;
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b == b'\'' {
+                in_string = !in_string;
+                out.push(b);
+            } else if in_string {
+                out.push(fill);
+            } else if b.is_ascii_digit() {
+                while i + 1 < bytes.len() && bytes[i + 1].is_ascii_digit() {
+                    i += 1;
+                }
+                let len = 1 + digits[run % digits.len()] as usize % 3;
+                for k in 0..len {
+                    out.push(b'0' + (digits[(run + k) % digits.len()] % 10));
+                }
+                run += 1;
+            } else {
+                out.push(b);
+            }
+            i += 1;
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    proptest::proptest! {
+        // About one case in ten gives two texts of one shape: enough cases for a few
+        // hundred such pairs per run.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// The promise the digest cache relies on: one shape, one normalized text.
+        #[test]
+        fn one_shape_normalizes_one_way(
+            text in "([a-zA-Z_]{1,4}|[0-9]{1,3}|'[a-z0-9 ';-]{0,4}'|[ ,;()=<>*+:eExX'-]|/|\\.|\n|\\$|\"){0,30}",
+            digits in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..8),
+            fill in proptest::sample::select(b"a0 ;-$.\\x".to_vec()),
+        ) {
+            let other = other_constants(&text, &digits, fill);
+            if let (Some(a), Some(b)) = (shape_of(&text), shape_of(&other)) {
+                if a == b {
+                    proptest::prop_assert_eq!(norm(&text), norm(&other), "{} / {}", text, other);
+                }
+            }
+        }
+    }
+
+    /// What the session-state scanner finds in a Query text: effects and the `DATABASE`
+    /// note, with the string setting on and off.
+    fn scanned(text: &str) -> Vec<(crate::session_state::Effects, bool)> {
+        [true, false]
+            .into_iter()
+            .map(|conforming| {
+                let mut scanner = crate::session_state::StateScanner::query()
+                    .standard_conforming_strings(conforming);
+                scanner.feed(text.as_bytes());
+                scanner.feed(b"\0");
+                scanner.finish_noting_database()
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// The text cache's promise: texts of one shape have one set of session-state facts.
+        #[test]
+        fn one_shape_scans_one_way(
+            text in "(SET |set |LISTEN |RESET ALL|DISCARD ALL|select |pg_advisory_lock|set_config\
+                     |TEMP |CREATE |DATABASE |DROP |LOCAL |WITH HOLD|PREPARE |[a-z_]{1,4}\
+                     |[0-9]{1,3}|'[a-z0-9 ';-]{0,4}'|[ ,;()=<>*+:'.-]|/|\n|\\$|\"|\\\\){0,24}",
+            digits in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..8),
+            fill in proptest::sample::select(b"a0 ;-$.\\x".to_vec()),
+        ) {
+            let other = other_constants(&text, &digits, fill);
+            if let (Some(a), Some(b)) = (shape_of(&text), shape_of(&other)) {
+                if a == b {
+                    proptest::prop_assert_eq!(scanned(&text), scanned(&other), "{} / {}", text, other);
+                }
+            }
+        }
     }
 
     proptest::proptest! {

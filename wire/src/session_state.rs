@@ -44,6 +44,8 @@
 //!   `SET CONSTRAINTS` are transaction-scoped: nothing. As in PostgreSQL's grammar, `LOCAL` or
 //!   `SESSION` followed by `.`, `=`, `TO` or `FROM` is the start of a parameter name
 //!   (`SET local.x = 1` is a session-level SET of `local.x`).
+//! - Not an effect: whether the keyword `DATABASE` appears, unquoted, outside strings and
+//!   comments, which the database-DDL sieve asks ([`StateScanner::finish_noting_database`]).
 //!
 //! # What is deliberately not seen
 //! Code that runs later or elsewhere: function and procedure bodies, `DO` blocks, `EXECUTE` of
@@ -312,6 +314,8 @@ pub struct StateScanner {
     /// How a plain `'...'` string is lexed (depends on standard_conforming_strings).
     plain: StrKind,
     statement: Statement,
+    /// An unquoted word `DATABASE` was read: the text may be database DDL.
+    database: bool,
 }
 
 /// How a quoted string treats backslashes.
@@ -454,6 +458,9 @@ enum Kw {
     AdvisoryUnlockAll,
     /// The parameter `role` or `session_authorization` by name.
     SessionAuthorization,
+    /// `DATABASE`: no rule here reads it. The scanner notes it for the database-DDL sieve
+    /// ([`StateScanner::finish_noting_database`]) and hands the grammar an `Ident`.
+    Database,
 }
 
 /// The spelling of every [`Kw`] but `Ident`, lowercase, shortest first (checked at compile
@@ -486,6 +493,7 @@ const KEYWORDS: &[(&[u8], Kw)] = &[
     (b"replace", Kw::Replace),
     (b"pg_temp", Kw::PgTemp),
     (b"unlisten", Kw::Unlisten),
+    (b"database", Kw::Database),
     (b"timezone", Kw::Tracked),
     (b"temporary", Kw::Temp),
     (b"sequences", Kw::Sequences),
@@ -625,6 +633,7 @@ impl Kw {
                 | Kw::AdvisoryLock
                 | Kw::AdvisoryUnlockAll
                 | Kw::PgTemp
+                | Kw::Database
                 | Kw::Temp
                 | Kw::Create
                 | Kw::Replace
@@ -1263,6 +1272,7 @@ impl StateScanner {
             continues: None,
             plain: StrKind::Standard,
             statement: Statement::NEW,
+            database: false,
         }
     }
 
@@ -1291,6 +1301,15 @@ impl StateScanner {
     /// counts too (a missing NUL is treated as the end of the SQL text).
     pub fn finish(mut self) -> Effects {
         self.close()
+    }
+
+    /// [`StateScanner::finish`], and whether the body holds the keyword `DATABASE` (unquoted,
+    /// outside strings and comments): when it does not, no statement in it is one that
+    /// `crate::database_ddl::targets` names a database for. The per-message path asks this
+    /// instead of searching the body a second time.
+    pub fn finish_noting_database(mut self) -> (Effects, bool) {
+        let effects = self.close();
+        (effects, self.database)
     }
 
     /// `finish`, in place (the one-shot classifiers use it so as not to move the scanner).
@@ -1559,8 +1578,19 @@ impl StateScanner {
             }
         }
         let kw = word_kw(self.statement.head, word);
+        let kw = self.note_database(kw);
         self.token(Token::Word(kw));
         0
+    }
+
+    /// `DATABASE` is noted and goes on as an identifier (no rule reads it).
+    fn note_database(&mut self, kw: Kw) -> Kw {
+        if kw == Kw::Database {
+            self.database = true;
+            Kw::Ident
+        } else {
+            kw
+        }
     }
 
     /// A one-letter word `letter` ended by `b`: whether the two start a string or a Unicode
@@ -1792,7 +1822,8 @@ impl StateScanner {
             .word
             .get(..self.word_len as usize)
             .map_or(Kw::Ident, |word| word_kw(self.statement.head, word));
-        self.token(Token::Word(if quoted { kw.quoted() } else { kw }));
+        let kw = self.note_database(if quoted { kw.quoted() } else { kw });
+        self.token(Token::Word(kw));
     }
 
     /// Hands a token to the grammar.
@@ -1931,8 +1962,8 @@ mod tests {
     fn the_sieves_pass_every_word_that_matters() {
         type Matters = fn(Kw) -> bool;
         let sieves: [(&Sieve, Matters, usize); 2] = [
-            (&START_SIEVE, Kw::matters_at_start, 25),
-            (&REST_SIEVE, Kw::matters_in_rest, 15),
+            (&START_SIEVE, Kw::matters_at_start, 26),
+            (&REST_SIEVE, Kw::matters_in_rest, 16),
         ];
         for (sieve, matters, count) in sieves {
             let mut counted = 0;
@@ -2045,8 +2076,9 @@ mod tests {
                 assert_eq!((found, statement), (Effects::NONE, Statement::NEW));
             }
         }
-        // And no word of a body takes the general path for nothing.
-        for &(_, kw) in KEYWORDS {
+        // And no word of a body takes the general path for nothing. (`DATABASE` is
+        // looked at for the database-DDL sieve and reaches the grammar as an `Ident`.)
+        for &(_, kw) in KEYWORDS.iter().filter(|(_, kw)| *kw != Kw::Database) {
             let token = Token::Word(kw);
             assert_eq!(!token.inert_in_rest(), matters.contains(&token), "{kw:?}");
         }

@@ -11,7 +11,10 @@
 //! Parse texts repeat word for word (a driver parses the same statement with `$n`
 //! parameters again and again), so their query ids are also remembered by a keyed hash of
 //! the raw text: a repeated Parse costs one hash of its bytes instead of a fingerprint.
-//! Query texts usually carry their constants and rarely repeat: they are fingerprinted.
+//! Query texts usually carry their constants and rarely repeat word for word, but their
+//! shapes do: a Query's query id is remembered by its `ShapeKey` (taken once per message
+//! by the text cache, `crate::client::texts`), and only a text of a new shape, or one
+//! without a shape, is fingerprinted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +22,8 @@ use std::sync::Arc;
 use pgtier_core::config::Settings;
 use pgtier_core::metrics::{DatabaseSlot, DigestCounts, DigestFold, DigestStore};
 use pgtier_wire::normalize::{fingerprint, normalize};
+
+use crate::client::texts::ShapeKey;
 
 /// The digest a call is counted under: its database on this shard and its query id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,6 +44,9 @@ struct LocalEntry {
 
 /// Parse texts whose query ids one shard remembers before it starts over.
 pub(crate) const PARSE_CACHE_ENTRIES: usize = 4096;
+
+/// Query shapes whose query ids one shard remembers before it starts over.
+pub(crate) const SHAPE_CACHE_ENTRIES: usize = 4096;
 
 /// The settings the map works within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +81,8 @@ pub struct ShardDigests {
     parsed: HashMap<(u64, usize), u64, ahash::RandomState>,
     /// Keys for `parsed` (random per process, so no text can aim at another's id).
     parse_hasher: ahash::RandomState,
+    /// Query ids of Query texts by shape.
+    shapes: HashMap<ShapeKey, u64, ahash::RandomState>,
 }
 
 impl ShardDigests {
@@ -85,6 +95,7 @@ impl ShardDigests {
             scratch: Vec::new(),
             parsed: HashMap::default(),
             parse_hasher: ahash::RandomState::new(),
+            shapes: HashMap::default(),
         }
     }
 
@@ -106,11 +117,13 @@ impl ShardDigests {
         name: &str,
         text: &[u8],
         parse: bool,
+        shape: Option<ShapeKey>,
     ) -> DigestKey {
-        let query_id = if parse && text.len() <= self.limits.max_text_bytes {
-            self.parse_query_id(text)
-        } else {
-            fingerprint(text, self.limits.max_text_bytes).query_id
+        let max = self.limits.max_text_bytes;
+        let query_id = match shape.filter(|_| !parse && text.len() <= max) {
+            Some(shape) => self.shaped_query_id(text, shape),
+            None if parse && text.len() <= max => self.parse_query_id(text),
+            None => fingerprint(text, max).query_id,
         };
         let key = DigestKey { database, query_id };
         if !self.entries.contains_key(&key) {
@@ -141,6 +154,20 @@ impl ShardDigests {
         }
         let query_id = fingerprint(text, self.limits.max_text_bytes).query_id;
         self.parsed.insert(raw, query_id);
+        query_id
+    }
+
+    /// The query id of a Query text of `shape` (within the text limit, so never cut), from
+    /// the cache when a text of that shape was seen.
+    fn shaped_query_id(&mut self, text: &[u8], shape: ShapeKey) -> u64 {
+        if let Some(query_id) = self.shapes.get(&shape) {
+            return *query_id;
+        }
+        if self.shapes.len() >= SHAPE_CACHE_ENTRIES {
+            self.shapes.clear();
+        }
+        let query_id = fingerprint(text, self.limits.max_text_bytes).query_id;
+        self.shapes.insert(shape, query_id);
         query_id
     }
 
@@ -227,7 +254,7 @@ mod tests {
         let (mut digests, store, app) = shard(10);
         for aid in 0..5 {
             let text = format!("SELECT abalance FROM pgbench_accounts WHERE aid = {aid};");
-            let key = digests.note(app, "app", text.as_bytes(), false);
+            let key = digests.note(app, "app", text.as_bytes(), false, None);
             digests.record(key, "app", 10, 1, aid == 4);
         }
         assert_eq!(digests.len(), 1);
@@ -249,17 +276,50 @@ mod tests {
     }
 
     #[test]
+    fn query_texts_of_one_shape_are_fingerprinted_once() {
+        let (mut digests, _, app) = shard(10);
+        let texts = crate::client::texts::TextCache::default();
+        let mut note = |text: &str| {
+            let body = [text.as_bytes(), b"\0"].concat();
+            let shape = texts.shape_key(&body);
+            (
+                digests.note(app, "app", text.as_bytes(), false, shape),
+                shape,
+            )
+        };
+        let (first, shape) = note("SELECT v FROM t WHERE id = 1 AND k = 'a'");
+        for id in 2..50 {
+            let text = format!("SELECT v FROM t WHERE id = {id} AND k = 'k{id}'");
+            assert_eq!(note(&text), (first, shape));
+        }
+        let fingerprinted = fingerprint(b"SELECT v FROM t WHERE id = 7 AND k = 'x'", 4096);
+        assert_eq!(first.query_id, fingerprinted.query_id);
+        // A text without a shape is fingerprinted.
+        let (decimal, none) = note("SELECT v FROM t WHERE id = 1.5");
+        assert_eq!(none, None);
+        assert_eq!(note("SELECT v FROM t WHERE id = 2.25").0, decimal);
+        // A new shape gets its own id.
+        let (other, _) = note("SELECT w FROM t WHERE id = 1");
+        assert_ne!(other, first);
+        assert_eq!(
+            digests.shapes.len(),
+            2,
+            "two shapes fingerprinted, once each"
+        );
+    }
+
+    #[test]
     fn a_parse_text_seen_again_has_the_same_digest_as_its_query() {
         let (mut digests, _, app) = shard(10);
         let text = b"UPDATE t SET v = $1 WHERE id = $2";
-        let parsed = digests.note(app, "app", text, true);
+        let parsed = digests.note(app, "app", text, true, None);
         assert_eq!(
-            digests.note(app, "app", text, true),
+            digests.note(app, "app", text, true, None),
             parsed,
             "from the cache"
         );
-        assert_eq!(digests.note(app, "app", text, false), parsed);
-        let simple = digests.note(app, "app", b"UPDATE t SET v = 1 WHERE id = 2", false);
+        assert_eq!(digests.note(app, "app", text, false, None), parsed);
+        let simple = digests.note(app, "app", b"UPDATE t SET v = 1 WHERE id = 2", false, None);
         assert_eq!(simple, parsed);
         assert_eq!(digests.len(), 1);
     }
@@ -267,12 +327,12 @@ mod tests {
     #[test]
     fn a_full_map_folds_and_starts_over() {
         let (mut digests, store, app) = shard(2);
-        let first = digests.note(app, "app", b"SELECT 1", false);
+        let first = digests.note(app, "app", b"SELECT 1", false, None);
         digests.record(first, "app", 1, 1, false);
-        let second = digests.note(app, "app", b"SELECT x FROM t", true);
+        let second = digests.note(app, "app", b"SELECT x FROM t", true, None);
         digests.record(second, "app", 1, 1, false);
         assert!(store.is_empty());
-        let third = digests.note(app, "app", b"SELECT y FROM t", true);
+        let third = digests.note(app, "app", b"SELECT y FROM t", true, None);
         assert_eq!(store.len(), 2, "the full map went to the store");
         assert_eq!(digests.len(), 1, "and started over");
         // A call whose text was noted before the map started over still counts.

@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 
 use pgtier_core::metrics::DatabaseSlot;
 
+use crate::client::texts::ShapeKey;
 use crate::digests::{DigestKey, ShardDigests};
 use crate::server::relay::Answered;
 
@@ -136,11 +137,18 @@ impl<'a> CallNotes<'a> {
 
     /// A client message of type `code` is being forwarded; `body` is as much of its body as
     /// has arrived (all of it when `whole`). Called once per message.
-    pub(crate) fn on_message(&mut self, code: u8, body: &[u8], whole: bool) {
+    /// A whole Query's `shape`, when it has one, stands for its text in the digests.
+    pub(crate) fn on_message(
+        &mut self,
+        code: u8,
+        body: &[u8],
+        whole: bool,
+        shape: Option<ShapeKey>,
+    ) {
         match code {
             b'Q' => {
                 let text = cstr(body).map(|(text, _)| text).filter(|_| whole);
-                let call = text.map(|text| self.note(text, false));
+                let call = text.map(|text| self.note(text, false, shape));
                 self.log.push(call);
             }
             b'P' => self.on_parse(body, whole),
@@ -179,7 +187,7 @@ impl<'a> CallNotes<'a> {
             }
             return;
         };
-        let key = self.note(text, true);
+        let key = self.note(text, true, None);
         if name.is_empty() {
             self.log.unnamed = Some(key);
         } else if self.log.named.len() < MAX_NAMED_STATEMENTS || self.log.named.contains_key(name) {
@@ -187,9 +195,9 @@ impl<'a> CallNotes<'a> {
         }
     }
 
-    fn note(&mut self, text: &[u8], parse: bool) -> DigestKey {
+    fn note(&mut self, text: &[u8], parse: bool, shape: Option<ShapeKey>) -> DigestKey {
         self.digests
-            .note(self.database, self.database_name, text, parse)
+            .note(self.database, self.database_name, text, parse, shape)
     }
 }
 
@@ -226,24 +234,24 @@ mod tests {
             database_name: "db",
         };
         // A named statement prepared alone (answered, not counted)...
-        notes.on_message(b'P', &body(&[b"s1\0SELECT $1\0\0\0"]), true);
-        notes.on_message(b'S', b"", true);
+        notes.on_message(b'P', &body(&[b"s1\0SELECT $1\0\0\0"]), true, None);
+        notes.on_message(b'S', b"", true, None);
         // ...then run twice, pipelined, and an unnamed one after them.
         for _ in 0..2 {
-            notes.on_message(b'B', &body(&[b"\0s1\0\0\0"]), true);
-            notes.on_message(b'E', b"\0\0\0\0\0", true);
-            notes.on_message(b'S', b"", true);
+            notes.on_message(b'B', &body(&[b"\0s1\0\0\0"]), true, None);
+            notes.on_message(b'E', b"\0\0\0\0\0", true, None);
+            notes.on_message(b'S', b"", true, None);
         }
-        notes.on_message(b'P', &body(&[b"\0UPDATE t SET a = 1\0\0\0"]), true);
-        notes.on_message(b'B', &body(&[b"\0\0"]), false);
-        notes.on_message(b'E', b"\0\0\0\0\0", true);
-        notes.on_message(b'S', b"", true);
-        notes.on_message(b'Q', b"BEGIN\0", true);
-        let select = notes.digests.note(slot, "db", b"SELECT $1", false);
+        notes.on_message(b'P', &body(&[b"\0UPDATE t SET a = 1\0\0\0"]), true, None);
+        notes.on_message(b'B', &body(&[b"\0\0"]), false, None);
+        notes.on_message(b'E', b"\0\0\0\0\0", true, None);
+        notes.on_message(b'S', b"", true, None);
+        notes.on_message(b'Q', b"BEGIN\0", true, None);
+        let select = notes.digests.note(slot, "db", b"SELECT $1", false, None);
         let update = notes
             .digests
-            .note(slot, "db", b"UPDATE t SET a = $1", false);
-        let begin = notes.digests.note(slot, "db", b"BEGIN", false);
+            .note(slot, "db", b"UPDATE t SET a = $1", false, None);
+        let begin = notes.digests.note(slot, "db", b"BEGIN", false, None);
         assert_eq!(log.in_flight(), 5);
         let answered: Vec<Option<DigestKey>> = (0..5).map(|_| log.complete()).collect();
         assert_eq!(
@@ -264,9 +272,9 @@ mod tests {
             database_name: "db",
         };
         for _ in 0..MAX_PENDING_CALLS + 10 {
-            notes.on_message(b'Q', b"SELECT 1\0", true);
+            notes.on_message(b'Q', b"SELECT 1\0", true, None);
         }
-        notes.on_message(b'Q', b"SELECT 1\0", false);
+        notes.on_message(b'Q', b"SELECT 1\0", false, None);
         assert_eq!(log.in_flight(), MAX_PENDING_CALLS + 11);
         let counted = (0..MAX_PENDING_CALLS + 11)
             .filter(|_| log.complete().is_some())
@@ -285,11 +293,11 @@ mod tests {
             database: slot,
             database_name: "db",
         };
-        notes.on_message(b'P', b"s\0SELECT 1\0\0\0", true);
-        notes.on_message(b'C', b"Ss\0", true);
-        notes.on_message(b'B', b"\0s\0\0\0", true);
-        notes.on_message(b'E', b"\0\0\0\0\0", true);
-        notes.on_message(b'S', b"", true);
+        notes.on_message(b'P', b"s\0SELECT 1\0\0\0", true, None);
+        notes.on_message(b'C', b"Ss\0", true, None);
+        notes.on_message(b'B', b"\0s\0\0\0", true, None);
+        notes.on_message(b'E', b"\0\0\0\0\0", true, None);
+        notes.on_message(b'S', b"", true, None);
         assert_eq!(log.complete(), None);
     }
 }

@@ -286,15 +286,19 @@ impl Forwarder {
                 break;
             }
             out.started |= matches!(code, b'Q' | b'S' | b'F');
-            if let Some(calls) = texts.calls.as_mut() {
-                let end = (pos + total).min(input.len());
-                let body = input.get(pos + HEADER_LEN..end).unwrap_or_default();
-                calls.on_message(code, body, end == pos + total);
-            }
             let parse = code == codes::frontend::PARSE;
             let whole_text = input
                 .get(pos + HEADER_LEN..pos + total)
                 .filter(|_| text_message);
+            // A whole Query's shape, taken once for the text cache and the digests.
+            let shape = whole_text
+                .filter(|_| !parse && (watch.is_some() || texts.calls.is_some()))
+                .and_then(|body| texts.effects.shape_key(body));
+            if let Some(calls) = texts.calls.as_mut() {
+                let end = (pos + total).min(input.len());
+                let body = input.get(pos + HEADER_LEN..end).unwrap_or_default();
+                calls.on_message(code, body, end == pos + total, shape);
+            }
             let mut effects = Effects::NONE;
             let mut streamed_scan = None;
             // Unless the cache of texts knows better, a whole text is searched for database
@@ -305,9 +309,10 @@ impl Forwarder {
                     // The usual case: the whole text is here, classified (or found in the
                     // cache) with no state kept.
                     Some(body) => {
-                        let facts = texts
-                            .effects
-                            .classify(body, parse, watch.conforming_strings);
+                        let facts =
+                            texts
+                                .effects
+                                .classify(body, parse, watch.conforming_strings, shape);
                         effects = facts.effects;
                         may_name_a_database = facts.may_name_a_database;
                     }

@@ -10,11 +10,17 @@
 //! low, scans most Query texts directly, still sending one in [`QUERY_SAMPLE`] through the
 //! cache to notice when texts start repeating. Parse texts always go through it: the extended
 //! protocol repeats them by design.
+//!
+//! Such Query texts still repeat their *shape* (`pgtier_wire::normalize::shape`: the text
+//! with its constants masked, found in one pass without lexing). Texts of one shape lex to the
+//! same tokens but for the constants' values, which no rule of the scanner reads, so a Query
+//! whose shape can be taken is looked up by its [`ShapeKey`] instead; the same key serves the
+//! query digests (`crate::digests`), so the shape is taken once per message.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
-use pgtier_wire::database_ddl;
+use pgtier_wire::normalize::shape;
 use pgtier_wire::session_state::{Effects, StateScanner};
 
 /// Longest body worth remembering: longer texts rarely repeat, and each would cost a
@@ -50,14 +56,19 @@ impl Hasher for Identity {
     }
 }
 
+/// A keyed hash of a whole Query text's shape: texts with the same key have the same
+/// [`TextFacts`] and the same query digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShapeKey(u64);
+
 /// What a Query or Parse body was found to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TextFacts {
     /// Its session-state effects.
     pub effects: Effects,
-    /// The body may hold statements that need a database free of other sessions
-    /// (`pgtier_wire::database_ddl::may_name_a_database` of the whole body): when false,
-    /// its text names none.
+    /// The body may hold statements that need a database free of other sessions (it holds
+    /// the keyword `DATABASE`, as the state scanner lexed it): when false, its text names
+    /// none.
     pub may_name_a_database: bool,
 }
 
@@ -65,6 +76,8 @@ pub struct TextFacts {
 pub struct TextCache {
     hasher: ahash::RandomState,
     effects: HashMap<u64, (u32, TextFacts), BuildHasherDefault<Identity>>,
+    /// Facts of Query texts by shape (and string setting).
+    shapes: HashMap<(ShapeKey, bool), TextFacts, ahash::RandomState>,
     queries: QueryRate,
 }
 
@@ -105,6 +118,7 @@ impl std::fmt::Debug for TextCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextCache")
             .field("entries", &self.effects.len())
+            .field("shapes", &self.shapes.len())
             .finish()
     }
 }
@@ -114,15 +128,34 @@ impl Default for TextCache {
         TextCache {
             hasher: ahash::RandomState::new(),
             effects: HashMap::default(),
+            shapes: HashMap::default(),
             queries: QueryRate::default(),
         }
     }
 }
 
 impl TextCache {
+    /// The shape key of a whole Query body (its text and the NUL that ends it), if the
+    /// text has a shape ([`shape`] vouches for it: no backslash, so the string setting
+    /// does not change how it lexes either).
+    pub fn shape_key(&self, body: &[u8]) -> Option<ShapeKey> {
+        let (&0, text) = body.split_last()? else {
+            return None;
+        };
+        let mut hasher = self.hasher.build_hasher();
+        shape(text, MAX_CACHED_BODY_BYTES, &mut hasher).then(|| ShapeKey(hasher.finish()))
+    }
+
     /// The facts of a whole Query (`parse` false) or Parse body: its effects lexed as
-    /// `scanner` would, from the cache when the same body was seen with the same settings.
-    pub fn classify(&mut self, body: &[u8], parse: bool, conforming_strings: bool) -> TextFacts {
+    /// `scanner` would, from the cache when the same body (or, given its `shape`, a Query of
+    /// the same shape) was seen with the same settings.
+    pub fn classify(
+        &mut self,
+        body: &[u8],
+        parse: bool,
+        conforming_strings: bool,
+        shape: Option<ShapeKey>,
+    ) -> TextFacts {
         let read = || {
             let scanner = if parse {
                 StateScanner::parse()
@@ -131,11 +164,25 @@ impl TextCache {
             };
             let mut scanner = scanner.standard_conforming_strings(conforming_strings);
             scanner.feed(body);
+            // The scanner's lexing answers the database-DDL sieve too: the body is not
+            // searched a second time.
+            let (effects, may_name_a_database) = scanner.finish_noting_database();
             TextFacts {
-                effects: scanner.finish(),
-                may_name_a_database: database_ddl::may_name_a_database(body),
+                effects,
+                may_name_a_database,
             }
         };
+        if let Some(shape) = shape.filter(|_| !parse) {
+            if let Some(facts) = self.shapes.get(&(shape, conforming_strings)) {
+                return *facts;
+            }
+            let facts = read();
+            if self.shapes.len() >= TEXT_CACHE_ENTRIES {
+                self.shapes.clear();
+            }
+            self.shapes.insert((shape, conforming_strings), facts);
+            return facts;
+        }
         if body.len() > MAX_CACHED_BODY_BYTES || (!parse && !self.queries.cached()) {
             return read();
         }
@@ -183,22 +230,22 @@ mod tests {
     fn a_repeated_text_is_answered_from_the_cache_with_the_same_effects() {
         let mut cache = TextCache::default();
         let set = body("SET work_mem = '1MB'");
-        let first = cache.classify(&set, false, true);
+        let first = cache.classify(&set, false, true, None);
         assert!(first.effects.pins());
         assert!(!first.may_name_a_database);
         assert_eq!(cache.len(), 1);
-        assert_eq!(cache.classify(&set, false, true), first);
+        assert_eq!(cache.classify(&set, false, true, None), first);
         assert_eq!(cache.len(), 1, "no second entry");
         assert!(
             !cache
-                .classify(&body("SELECT 1"), false, true)
+                .classify(&body("SELECT 1"), false, true, None)
                 .effects
                 .pins()
         );
         let drop = body("DROP DATABASE shop");
-        assert!(cache.classify(&drop, false, true).may_name_a_database);
+        assert!(cache.classify(&drop, false, true, None).may_name_a_database);
         assert!(
-            cache.classify(&drop, false, true).may_name_a_database,
+            cache.classify(&drop, false, true, None).may_name_a_database,
             "from the cache"
         );
     }
@@ -208,12 +255,12 @@ mod tests {
         let mut cache = TextCache::default();
         // As a Query the first NUL ends the text; as a Parse it ends the (empty) name.
         let text = b"\0SET x = 1\0\0\0".to_vec();
-        assert!(!cache.classify(&text, false, true).effects.pins());
-        assert!(cache.classify(&text, true, true).effects.pins());
+        assert!(!cache.classify(&text, false, true, None).effects.pins());
+        assert!(cache.classify(&text, true, true, None).effects.pins());
         // With standard_conforming_strings off, the backslash escapes the quote.
         let tricky = body("SELECT 'a\\'; SET x = 1; --'");
-        let on = cache.classify(&tricky, false, true);
-        let off = cache.classify(&tricky, false, false);
+        let on = cache.classify(&tricky, false, true, None);
+        let off = cache.classify(&tricky, false, false, None);
         assert_ne!(on.effects.pins(), off.effects.pins());
     }
 
@@ -221,7 +268,7 @@ mod tests {
     fn the_cache_is_bounded() {
         let mut cache = TextCache::default();
         for n in 0..TEXT_CACHE_ENTRIES + 10 {
-            cache.classify(&body(&format!("SELECT {n}")), false, true);
+            cache.classify(&body(&format!("SELECT {n}")), false, true, None);
         }
         assert!(cache.len() <= TEXT_CACHE_ENTRIES);
     }
@@ -231,12 +278,12 @@ mod tests {
         let mut cache = TextCache::default();
         let window = QUERY_WINDOW as usize;
         for n in 0..window {
-            cache.classify(&body(&format!("SELECT {n}")), false, true);
+            cache.classify(&body(&format!("SELECT {n}")), false, true, None);
         }
         assert!(cache.queries.bypass, "no hits in a whole window");
         let kept = cache.len();
         for n in window..window * 2 {
-            cache.classify(&body(&format!("SELECT {n}")), false, true);
+            cache.classify(&body(&format!("SELECT {n}")), false, true, None);
         }
         assert_eq!(
             cache.len() - kept,
@@ -245,13 +292,13 @@ mod tests {
         );
         // Parse texts are cached whatever the Query rate.
         let parse = body("\0SELECT $1");
-        cache.classify(&parse, true, true);
+        cache.classify(&parse, true, true, None);
         assert_eq!(cache.len() - kept, window / QUERY_SAMPLE as usize + 1);
         // A client that repeats its texts brings the cache back once a window of sampled
         // lookups hits: the effects are the same either way.
         let set = body("SET work_mem = '1MB'");
         for _ in 0..window * QUERY_SAMPLE as usize {
-            assert!(cache.classify(&set, false, true).effects.pins());
+            assert!(cache.classify(&set, false, true, None).effects.pins());
         }
         assert!(!cache.queries.bypass);
     }
@@ -263,7 +310,7 @@ mod tests {
             "SELECT '{}'; LISTEN x",
             "x".repeat(MAX_CACHED_BODY_BYTES)
         ));
-        assert!(cache.classify(&long, false, true).effects.pins());
+        assert!(cache.classify(&long, false, true, None).effects.pins());
         assert!(cache.is_empty());
     }
 }

@@ -91,11 +91,25 @@ pub struct Scan {
 
 impl Scan {
     fn push(&mut self, span: Span) {
-        match (self.spans.last_mut(), span) {
-            (Some(Span::Drop(len)), Span::Drop(more)) => *len += more,
-            (Some(Span::Forward(len)), Span::Forward(more)) => *len += more,
-            (_, Span::Drop(0) | Span::Forward(0)) => {}
-            (_, span) => self.spans.push(span),
+        match span {
+            Span::Drop(len) => self.push_len(true, len),
+            Span::Forward(len) => self.push_len(false, len),
+            span => self.spans.push(span),
+        }
+    }
+
+    /// `len` bytes dropped or forwarded as they are, joined to the last span of that kind
+    /// (no `Span` is built and moved for the common case).
+    fn push_len(&mut self, dropped: bool, len: usize) {
+        match self.spans.last_mut() {
+            Some(Span::Drop(last)) if dropped => *last += len,
+            Some(Span::Forward(last)) if !dropped => *last += len,
+            _ if len == 0 => {}
+            _ => self.spans.push(if dropped {
+                Span::Drop(len)
+            } else {
+                Span::Forward(len)
+            }),
         }
     }
 
@@ -313,11 +327,7 @@ impl Relay {
                 let take = self.skip_bytes.min(data.len() - pos);
                 self.skip_bytes -= take;
                 pos += take;
-                out.push(if self.skip_dropped {
-                    Span::Drop(take)
-                } else {
-                    Span::Forward(take)
-                });
+                out.push_len(self.skip_dropped, take);
                 continue;
             }
             let header = match framing::peek_header(&data[pos..], &limits) {
@@ -371,14 +381,13 @@ impl Relay {
                     out.malformed = true;
                     break;
                 }
-                pos += HEADER_LEN;
-                self.skip_bytes = len - 4;
+                // As much of the message as is here goes in one span; the rest is skipped
+                // when it comes.
+                let take = (len + 1).min(data.len() - pos);
+                pos += take;
+                self.skip_bytes = len + 1 - take;
                 self.skip_dropped = dropping;
-                out.push(if dropping {
-                    Span::Drop(HEADER_LEN)
-                } else {
-                    Span::Forward(HEADER_LEN)
-                });
+                out.push_len(dropping, take);
                 continue;
             }
             let body = &data[pos + HEADER_LEN..pos + 1 + len];

@@ -100,6 +100,7 @@ impl Scan {
 
     /// `len` bytes dropped or forwarded as they are, joined to the last span of that kind
     /// (no `Span` is built and moved for the common case).
+    #[inline]
     fn push_len(&mut self, dropped: bool, len: usize) {
         match self.spans.last_mut() {
             Some(Span::Drop(last)) if dropped => *last += len,

@@ -16,12 +16,19 @@ pub struct CommandComplete<'a> {
 
 impl<'a> CommandComplete<'a> {
     /// The row count at the end of the tag, if the command reports one.
+    /// Read on every answer, so digit by digit rather than through `str::parse`.
     pub fn rows(&self) -> Option<u64> {
-        let last = self.tag.rsplit(|b| *b == b' ').next()?;
-        if last.len() == self.tag.len() {
+        let space = self.tag.iter().rposition(|&b| b == b' ')?;
+        let digits = &self.tag[space + 1..];
+        if digits.is_empty() {
             return None;
         }
-        core::str::from_utf8(last).ok()?.parse().ok()
+        digits.iter().try_fold(0u64, |rows, &digit| {
+            if !digit.is_ascii_digit() {
+                return None;
+            }
+            rows.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+        })
     }
 }
 
@@ -60,9 +67,34 @@ mod tests {
             Some(12)
         );
         assert_eq!(CommandComplete { tag: b"BEGIN" }.rows(), None);
+        assert_eq!(CommandComplete { tag: b"SELECT " }.rows(), None);
+        assert_eq!(CommandComplete { tag: b"SELECT 1x" }.rows(), None);
+        assert_eq!(
+            CommandComplete {
+                tag: b"SELECT 18446744073709551615"
+            }
+            .rows(),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            CommandComplete {
+                tag: b"SELECT 18446744073709551616"
+            }
+            .rows(),
+            None,
+            "past u64"
+        );
     }
 
     proptest! {
+        /// The count as `str::parse` reads it, for tags of digits and spaces.
+        #[test]
+        fn rows_as_parse_reads_them(tag in "[A-Z]{1,6}( [0-9]{0,21}){0,2}") {
+            let last = tag.rsplit(' ').next().unwrap_or_default();
+            let parsed = if last.len() == tag.len() { None } else { last.parse::<u64>().ok() };
+            prop_assert_eq!(CommandComplete { tag: tag.as_bytes() }.rows(), parsed);
+        }
+
         #[test]
         fn round_trip_any(tag in proptest::collection::vec(1u8..=255, 0..40)) {
             let mut out = BytesMut::new();

@@ -238,15 +238,21 @@ impl TrackedParams {
     }
 
     /// Appends to `sql` the SETs that make a server with `server` values match `self`.
-    /// Returns whether anything was needed.
-    pub fn write_differences(&self, server: &TrackedParams, sql: &mut String) -> bool {
+    /// Returns whether anything was needed. A value found equal by its text is shared from
+    /// then on, so the next link of the two finds it by pointer: this runs at every
+    /// transaction's link.
+    pub fn write_differences(&self, server: &mut TrackedParams, sql: &mut String) -> bool {
         let mut any = false;
         for (index, wanted) in self.values.iter().enumerate() {
             let Some(wanted) = wanted else { continue };
-            let same = match &server.values[index] {
+            let same = match &mut server.values[index] {
                 // The same shared value (the usual case): no string comparison at all.
-                Some(shown) => Arc::ptr_eq(shown, wanted) || **shown == **wanted,
-                None => false,
+                Some(shown) if Arc::ptr_eq(shown, wanted) => true,
+                Some(shown) if **shown == **wanted => {
+                    *shown = Arc::clone(wanted);
+                    true
+                }
+                _ => false,
             };
             if same {
                 continue;
@@ -279,11 +285,18 @@ mod tests {
         let mut server = TrackedParams::default();
         server.set("timezone", "UTC");
         let mut sql = String::new();
-        assert!(client.write_differences(&server, &mut sql));
+        assert!(client.write_differences(&mut server, &mut sql));
         assert_eq!(sql, "SET application_name = 'it''s';");
         server.set("application_name", "it's");
         sql.clear();
-        assert!(!client.write_differences(&server, &mut sql));
+        assert!(!client.write_differences(&mut server, &mut sql));
+        // Equal values are shared from then on.
+        let index = tracked_index("application_name").unwrap_or_default();
+        assert!(matches!(
+            (&client.values[index], &server.values[index]),
+            (Some(a), Some(b)) if Arc::ptr_eq(a, b)
+        ));
+        assert!(!client.write_differences(&mut server, &mut sql));
     }
 
     #[test]

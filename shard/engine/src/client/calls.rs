@@ -138,6 +138,7 @@ impl<'a> CallNotes<'a> {
     /// A client message of type `code` is being forwarded; `body` is as much of its body as
     /// has arrived (all of it when `whole`). Called once per message.
     /// A whole Query's `shape`, when it has one, stands for its text in the digests.
+    #[inline]
     pub(crate) fn on_message(
         &mut self,
         code: u8,

@@ -185,6 +185,12 @@ impl Backend {
         &self.params
     }
 
+    /// The same, to share values found equal to a client's (see
+    /// `TrackedParams::write_differences`).
+    pub(crate) fn params_mut(&mut self) -> &mut TrackedParams {
+        &mut self.params
+    }
+
     /// What must run before another client may have it.
     #[cfg(any(test, feature = "testing"))]
     pub fn reset(&self) -> Reset {

@@ -317,7 +317,7 @@ pub(in crate::engine) fn link(
     if !session.is_replication()
         && session
             .tracked()
-            .write_differences(server.backend().params(), &mut sql)
+            .write_differences(server.backend_mut().params_mut(), &mut sql)
     {
         let bytes = server.backend_mut().internal_query(&sql);
         outbox.send(Conn::Server(server_id), bytes);

@@ -204,9 +204,14 @@ impl<'a> Bench<'a> {
     fn reset(&mut self, clients: usize) -> Result<(), String> {
         let schemas = clients.max(super::Shape::default().max_clients);
         let sql: String = (0..schemas).map(setup_sql).collect();
-        self.admin
-            .batch_execute(&sql)
-            .map_err(|error| format!("resetting the clients' schemas: {error}"))
+        self.admin.batch_execute(&sql).map_err(|error| {
+            format!(
+                "resetting the clients' schemas: {error} ({:?})",
+                error
+                    .as_db_error()
+                    .map(|db| (db.code().code().to_string(), db.message().to_string()))
+            )
+        })
     }
 
     /// Runs `program` directly and through the proxy of `variation`, and compares.

@@ -72,6 +72,12 @@ impl ServerConn {
     /// and after every answer it gets while releasing. `reset_query` is
     /// `server_reset_query`.
     pub(crate) fn next_release_step(&mut self, reset_query: &str) -> ReleaseStep {
+        // Extended messages with no Sync after them (the client left before sending it): the
+        // server answers none of them until a Sync, so waiting for the ledger's answers
+        // would keep it, and whatever its transaction holds, out of use for good.
+        if self.backend.tracker.phase() == ServerPhase::Unsynced {
+            return ReleaseStep::Close("its client left inside an extended-protocol segment");
+        }
         if self.backend.tracker.has_outstanding()
             || self.backend.relay.owes_internal()
             || self.backend.relay.owes_statement_answers()
@@ -202,6 +208,34 @@ mod tests {
         assert!(
             matches!(server.next_release_step(""), ReleaseStep::Close(_)),
             "still in a transaction after the rollback: closed"
+        );
+    }
+
+    #[test]
+    fn a_client_leaving_before_its_sync_closes_its_server() {
+        let mut server = server(PoolMode::Transaction);
+        begin(&mut server);
+        server
+            .backend
+            .tracker
+            .on_client_message(b'P')
+            .expect("parse");
+        // The statement ledger waits for that Parse's answer.
+        let prepared = server
+            .backend
+            .relay
+            .prepared
+            .get_or_insert_with(Box::default);
+        prepared.ledger.push(crate::prepared::ledger::Owed::Bind);
+        assert!(server.backend.relay.owes_statement_answers());
+        assert_eq!(
+            server.client_left(false),
+            ClientLeft::Release { cancel: false }
+        );
+        server.start_releasing(Instant::now());
+        assert!(
+            matches!(server.next_release_step(""), ReleaseStep::Close(_)),
+            "no answer comes before a Sync: closed, not waited for"
         );
     }
 

@@ -183,38 +183,35 @@ const SHAPES: [u8; 256] = {
     let mut byte = 0usize;
     while byte < 256 {
         let b = byte as u8;
-        shapes[byte] = if b.is_ascii_alphabetic() || b == b'_' || b >= 0x80 {
+        // Words and whitespace as the lexer reads them (its `CLASSES`).
+        shapes[byte] = if CLASSES[byte] & IDENT_START != 0 {
             S_WORD
         } else if b.is_ascii_digit() {
             S_DIGIT
-        } else if matches!(
-            b,
-            b' ' | b'\t'
-                | b'\n'
-                | b'\r'
-                | 0x0b
-                | 0x0c
-                | b'('
-                | b')'
-                | b','
-                | b';'
-                | b'='
-                | b'<'
-                | b'>'
-                | b'*'
-                | b'+'
-                | b'%'
-                | b'!'
-                | b'|'
-                | b':'
-                | b'['
-                | b']'
-                | b'^'
-                | b'~'
-                | b'@'
-                | b'#'
-                | b'?'
-        ) {
+        } else if CLASSES[byte] & SPACE != 0
+            || matches!(
+                b,
+                b'(' | b')'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'<'
+                    | b'>'
+                    | b'*'
+                    | b'+'
+                    | b'%'
+                    | b'!'
+                    | b'|'
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'^'
+                    | b'~'
+                    | b'@'
+                    | b'#'
+                    | b'?'
+            )
+        {
             S_OP
         } else if b == b'-' {
             S_DASH

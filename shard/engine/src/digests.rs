@@ -146,29 +146,15 @@ impl ShardDigests {
     /// The query id of a Parse text, from the cache when the same text was seen.
     fn parse_query_id(&mut self, text: &[u8]) -> u64 {
         let raw = (self.parse_hasher.hash_one(text), text.len());
-        if let Some(query_id) = self.parsed.get(&raw) {
-            return *query_id;
-        }
-        if self.parsed.len() >= PARSE_CACHE_ENTRIES {
-            self.parsed.clear();
-        }
-        let query_id = fingerprint(text, self.limits.max_text_bytes).query_id;
-        self.parsed.insert(raw, query_id);
-        query_id
+        let max = self.limits.max_text_bytes;
+        remembered(&mut self.parsed, PARSE_CACHE_ENTRIES, raw, text, max)
     }
 
     /// The query id of a Query text of `shape` (within the text limit, so never cut), from
     /// the cache when a text of that shape was seen.
     fn shaped_query_id(&mut self, text: &[u8], shape: ShapeKey) -> u64 {
-        if let Some(query_id) = self.shapes.get(&shape) {
-            return *query_id;
-        }
-        if self.shapes.len() >= SHAPE_CACHE_ENTRIES {
-            self.shapes.clear();
-        }
-        let query_id = fingerprint(text, self.limits.max_text_bytes).query_id;
-        self.shapes.insert(shape, query_id);
-        query_id
+        let max = self.limits.max_text_bytes;
+        remembered(&mut self.shapes, SHAPE_CACHE_ENTRIES, shape, text, max)
     }
 
     /// One completed call of `key`.
@@ -230,6 +216,26 @@ impl ShardDigests {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// The query id `ids` remembers for `key`, or `text`'s fingerprint, remembered (the map
+/// starts over once it holds `capacity`).
+fn remembered<K: std::hash::Hash + Eq>(
+    ids: &mut HashMap<K, u64, ahash::RandomState>,
+    capacity: usize,
+    key: K,
+    text: &[u8],
+    max_bytes: usize,
+) -> u64 {
+    if let Some(query_id) = ids.get(&key) {
+        return *query_id;
+    }
+    if ids.len() >= capacity {
+        ids.clear();
+    }
+    let query_id = fingerprint(text, max_bytes).query_id;
+    ids.insert(key, query_id);
+    query_id
 }
 
 #[cfg(test)]

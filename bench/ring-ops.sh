@@ -2,8 +2,9 @@
 # ring-ops.sh: counts pgtier's io_uring operations and io_uring_enter calls per pgbench -S
 # transaction (kernel tracepoints via `perf stat`), to tell whether CPU per transaction comes
 # from pgtier issuing more operations or from the kernel's cost per operation.
-# The floor for a pooled transaction is 4 operations: receive from the client, send to the
-# server, receive from the server, send to the client.
+# A pooled transaction completes 4 operations (receive from the client, send to the server,
+# receive from the server, send to the client); the two receives are multishots that stay
+# armed, so 2 are submitted per transaction when the answers are small.
 #
 # Usage (root, from the repository root): bash bench/ring-ops.sh
 # Environment: PGTIER_BIN (default: target/release/pgtier, built if missing), DURATION=5,

@@ -50,9 +50,14 @@ pub(crate) struct IoConn {
 }
 
 impl IoConn {
-    /// A server connection: it receives into a buffer of its own.
-    pub fn new(fd: RawFd, recv_chunk_bytes: usize) -> IoConn {
-        IoConn::with(fd, RecvBuf::new(recv_chunk_bytes), SendQueue::keeping())
+    /// A server connection: small answers come through the ring's provided buffers, a large
+    /// result into a buffer of its own grown by `recv_chunk_bytes` (see `RecvBuf::server`).
+    pub fn server(fd: RawFd, recv_chunk_bytes: usize, provided_bytes: usize) -> IoConn {
+        IoConn::with(
+            fd,
+            RecvBuf::server(recv_chunk_bytes, provided_bytes),
+            SendQueue::keeping(),
+        )
     }
 
     /// A client connection: it receives into the ring's provided buffers.
@@ -173,7 +178,7 @@ mod tests {
             generation,
         };
         let mut table = IoTable::default();
-        table.insert(slot(7), IoConn::new(-1, 64));
+        table.insert(slot(7), IoConn::server(-1, 64, 4096));
         assert!(table.get(slot(7)).is_some());
         assert!(table.get(slot(8)).is_none());
         assert!(table.remove(slot(8)).is_none());
@@ -184,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_detaching_connection_leaves_once_its_queue_is_sent_and_nothing_is_in_flight() {
-        let mut conn = IoConn::new(-1, 64);
+        let mut conn = IoConn::server(-1, 64, 4096);
         conn.send
             .push(bytes::Bytes::from_static(b"X..."), &mut Default::default());
         conn.stage = Stage::Detaching;
@@ -196,7 +201,7 @@ mod tests {
 
     #[test]
     fn a_flushing_connection_closes_once_its_queue_is_sent() {
-        let mut conn = IoConn::new(-1, 64);
+        let mut conn = IoConn::server(-1, 64, 4096);
         assert!(conn.wants_recv() && !conn.ready_to_close());
         conn.send
             .push(bytes::Bytes::from_static(b"E..."), &mut Default::default());

@@ -54,6 +54,8 @@ struct IoLimits {
     send_batch_max_chunks: usize,
     send_budget_bytes: usize,
     server_recv_chunk_bytes: usize,
+    /// One provided buffer's size (`recv_buffer_bytes`).
+    provided_bytes: usize,
 }
 
 impl IoLimits {
@@ -63,6 +65,7 @@ impl IoLimits {
             send_batch_max_chunks: (s.send_batch_max_chunks as usize).clamp(1, 1024),
             send_budget_bytes: (s.send_budget_bytes as usize).max(1),
             server_recv_chunk_bytes: (s.server_recv_buffer_bytes as usize).max(4096),
+            provided_bytes: s.recv_buffer_bytes as usize,
         }
     }
 }
@@ -100,6 +103,10 @@ pub struct Shard<R: Ring> {
     in_flight: usize,
     /// Connections given bytes this pass, flushed once at its end.
     dirty: Vec<Conn>,
+    /// Connections whose receive completed this pass, armed again after the flushes: a
+    /// send queued behind a receive's arming waits for the kernel to arm it (a poll, for a
+    /// server's POLL_FIRST receive), and that send is what the peer is waiting for.
+    rearm: Vec<Conn>,
     completions: Vec<Completion>,
     /// Chunk rings the clients' send queues hand on (`SendQueue` says why).
     spare_rings: SpareRings,
@@ -131,6 +138,7 @@ impl<R: Ring> Shard<R> {
             limits: IoLimits::from_config(config),
             in_flight: 0,
             dirty: Vec::new(),
+            rearm: Vec::new(),
             completions: Vec::with_capacity(256),
             spare_rings: SpareRings::default(),
             accepts: 0,
@@ -499,6 +507,11 @@ impl<R: Ring> Shard<R> {
             self.flush(conn);
         }
         self.dirty = dirty;
+        let mut rearm = std::mem::take(&mut self.rearm);
+        for conn in rearm.drain(..) {
+            self.arm_recv(conn);
+        }
+        self.rearm = rearm;
     }
 
     fn perform(&mut self, now: Instant, action: Action) {
@@ -610,7 +623,11 @@ impl<R: Ring> Shard<R> {
         let fd = socket.into_raw();
         self.servers.insert(
             server_key(id),
-            IoConn::new(fd, self.limits.server_recv_chunk_bytes),
+            IoConn::server(
+                fd,
+                self.limits.server_recv_chunk_bytes,
+                self.limits.provided_bytes,
+            ),
         );
         self.arm_recv(Conn::Server(id));
     }
@@ -626,7 +643,11 @@ impl<R: Ring> Shard<R> {
             }
         };
         let key = server_key(id);
-        let mut io = IoConn::new(socket.into_raw_fd(), self.limits.server_recv_chunk_bytes);
+        let mut io = IoConn::server(
+            socket.into_raw_fd(),
+            self.limits.server_recv_chunk_bytes,
+            self.limits.provided_bytes,
+        );
         let target = Box::new(target);
         let op = Op::Connect {
             fd: io.fd,
@@ -856,15 +877,30 @@ impl<R: Ring> Shard<R> {
         // (a stale or closing connection's included).
         let provided = completion.buffer().map(|bid| {
             let len = usize::try_from(result).unwrap_or(0);
-            let bytes = BytesMut::from(self.ring.provided(bid, len));
+            let bytes = self.ring.provided(bid, len);
+            // A server copies into its own buffer, reused from one answer to the next; a
+            // client, which may idle for hours after, into an allocation of the bytes' size.
+            let copied = match conn {
+                Conn::Server(id) => self
+                    .servers
+                    .get_mut(server_key(id))
+                    .map(|io| io.recv.copy_provided(bytes)),
+                Conn::Client(_) => None,
+            }
+            .unwrap_or_else(|| BytesMut::from(bytes));
             self.ring.recycle(bid);
-            bytes
+            copied
         });
         let Some(io) = self.io(conn) else {
             debug!(?conn, "stale receive completion");
             return;
         };
-        io.recv.on_completion(result, completion.more());
+        if io.recv.on_completion(result, completion.more()) {
+            // A server's answer filled a provided buffer: the rest comes into its own
+            // buffer, armed once the multishot's last completion is in.
+            self.cancel_op(Self::op_key(Self::recv_kind(conn), conn));
+        }
+        let Some(io) = self.io(conn) else { return };
         if io.stage == Stage::Detaching {
             let nothing_read = result == -libc::ECANCELED
                 || (result < 0 && classify(result) == ErrnoAction::Retry);
@@ -913,7 +949,8 @@ impl<R: Ring> Shard<R> {
             Conn::Client(id) => self.engine.handle_client_data(now, id, data),
             Conn::Server(id) => self.engine.handle_server_data(now, id, data),
         }
-        self.arm_recv(conn);
+        // Armed after this pass's sends (see `rearm`); a multishot is still armed.
+        self.rearm.push(conn);
     }
 
     fn on_send(&mut self, now: Instant, conn: Conn, result: i32) {

@@ -357,17 +357,32 @@ fn a_slow_client_pauses_reading_from_its_server() {
     let chunk = vec![b'x'; 64 * 1024];
     let mut delivered = 0usize;
     let mut first = true;
-    while let Some(recv) = shard.ring().take(is_kind(OpKind::ServerRecv)) {
+    loop {
+        // A turn more when none is armed: the multishot cancelled after the first, full
+        // provided buffer is reaped before the own buffer's receive is armed.
+        let recv = match shard.ring().take(is_kind(OpKind::ServerRecv)) {
+            Some(recv) => recv,
+            None => {
+                turn(&mut shard);
+                match shard.ring().take(is_kind(OpKind::ServerRecv)) {
+                    Some(recv) => recv,
+                    None => break,
+                }
+            }
+        };
         let piece = if first {
             [header.as_slice(), &chunk].concat()
         } else {
             chunk.clone()
         };
         first = false;
-        let Op::Recv { len, .. } = recv.op else {
-            panic!("a receive")
+        // The first piece fills a provided buffer; the rest streams into the own buffer.
+        let len = match recv.op {
+            Op::Recv { len, .. } => len as usize,
+            Op::RecvMulti { .. } => 4096,
+            _ => panic!("a receive"),
         };
-        delivered += piece.len().min(len as usize);
+        delivered += piece.len().min(len);
         shard.ring().deliver(recv, &piece);
         turn(&mut shard);
         assert!(
@@ -390,6 +405,102 @@ fn a_slow_client_pauses_reading_from_its_server() {
     assert!(
         shard.ring().has(is_kind(OpKind::ServerRecv)),
         "reading resumed"
+    );
+}
+
+/// A server's small answers come through the multishot; a large result fills a provided
+/// buffer, and the rest is read into the server's own buffer, each receive armed after the
+/// pass's sends (the client's bytes go out first); once the stream ends, the multishot again.
+#[test]
+fn a_large_result_switches_the_server_to_its_own_buffer_and_back() {
+    let mut shard = test_shard();
+    logged_in_client(&mut shard, usize::MAX);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ClientRecv))
+        .expect("client recv");
+    shard.ring().deliver(recv, &query("SELECT big"));
+    turn(&mut shard);
+    let send = shard
+        .ring()
+        .take(is_kind(OpKind::ServerSend))
+        .expect("query sent");
+    shard.ring().accept_send(send, usize::MAX);
+    turn(&mut shard);
+    // One DataRow whose bytes come as a full provided buffer, one own receive of 64 KiB, and
+    // a short tail with the answer's end.
+    let (first, second, tail) = (4096usize, 65_536usize, 40usize);
+    let mut stream = vec![b'D'];
+    stream.extend_from_slice(
+        &u32::try_from(first + second + tail - 1)
+            .unwrap()
+            .to_be_bytes(),
+    );
+    stream.resize(first + second + tail, b'x');
+    stream.extend(pgtier_engine::testing::frame(b'C', b"SELECT 1\0"));
+    stream.extend(pgtier_engine::testing::frame(b'Z', b"I"));
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    assert!(matches!(recv.op, Op::RecvMulti { .. }), "{recv:?}");
+    shard.ring().deliver(recv, &stream[..first]);
+    turn(&mut shard);
+    turn(&mut shard);
+    let to_client = shard
+        .ring()
+        .take(is_kind(OpKind::ClientSend))
+        .expect("the first piece goes on");
+    shard.ring().accept_send(to_client, usize::MAX);
+    turn(&mut shard);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    let Op::Recv { len, .. } = recv.op else {
+        panic!("the own buffer after a full provided one: {recv:?}")
+    };
+    assert!(len as usize >= second, "{len}");
+    shard.ring().deliver(recv, &stream[first..first + second]);
+    turn(&mut shard);
+    let order: Vec<OpKind> = shard.ring().pending.iter().map(|p| p.key.kind).collect();
+    let position = |kind| order.iter().position(|k| *k == kind);
+    assert!(
+        position(OpKind::ClientSend) < position(OpKind::ServerRecv)
+            && position(OpKind::ClientSend).is_some(),
+        "the client's send goes before the server's receive is armed again: {order:?}"
+    );
+    let to_client = shard
+        .ring()
+        .take(is_kind(OpKind::ClientSend))
+        .expect("the second piece goes on");
+    shard.ring().accept_send(to_client, usize::MAX);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    assert!(
+        matches!(recv.op, Op::Recv { .. }),
+        "still streaming: {recv:?}"
+    );
+    shard.ring().deliver(recv, &stream[first + second..]);
+    turn(&mut shard);
+    let recv = shard
+        .ring()
+        .take(is_kind(OpKind::ServerRecv))
+        .expect("server recv");
+    assert!(
+        matches!(recv.op, Op::RecvMulti { .. }),
+        "the multishot once the stream ended: {recv:?}"
+    );
+    let mut received = Vec::new();
+    while let Some(send) = shard.ring().take(is_kind(OpKind::ClientSend)) {
+        received.extend(shard.ring().accept_send(send, usize::MAX));
+        turn(&mut shard);
+    }
+    assert!(
+        received.ends_with(&[b'Z', 0, 0, 0, 5, b'I']),
+        "the answer's end reached the client"
     );
 }
 
@@ -603,7 +714,7 @@ fn server_fd(shard: &mut Shard<FakeRing>) -> Option<i32> {
         .iter()
         .find(|p| p.key.kind == OpKind::ServerRecv)
         .and_then(|p| match p.op {
-            Op::Recv { fd, .. } => Some(fd),
+            Op::Recv { fd, .. } | Op::RecvMulti { fd } => Some(fd),
             _ => None,
         })
 }

@@ -365,12 +365,12 @@ pub struct Settings {
     /// slow client pauses its server instead of making pgtier buffer the whole result.
     pub client_buffer_limit_bytes: u32,
     /// Size of one receive buffer in a worker's provided-buffer ring, which every client of
-    /// the worker receives into (4 KiB).
+    /// the worker receives into, and every server while its answers are small (4 KiB).
     pub recv_buffer_bytes: u32,
     /// Receive buffers in that ring (64; a power of two, at most 32768).
     pub recv_buffer_count: u32,
-    /// Size a server connection's own receive buffer grows by (64 KiB): servers are few and
-    /// carry the large results.
+    /// Size a server connection's own receive buffer grows by (64 KiB), for the large
+    /// results: an answer that fills a provided buffer is read on in this buffer.
     pub server_recv_buffer_bytes: u32,
     /// Submission queue entries of each worker's io_uring (4096; a power of two from 8 to
     /// 32768); the completion queue gets twice as many. Raise it when the log says the

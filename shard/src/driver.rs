@@ -107,6 +107,8 @@ pub struct Shard<R: Ring> {
     /// send queued behind a receive's arming waits for the kernel to arm it (a poll, for a
     /// server's POLL_FIRST receive), and that send is what the peer is waiting for.
     rearm: Vec<Conn>,
+    /// The engine's next deadline, as of the end of the last turn.
+    deadline: Instant,
     completions: Vec<Completion>,
     /// Chunk rings the clients' send queues hand on (`SendQueue` says why).
     spare_rings: SpareRings,
@@ -139,6 +141,7 @@ impl<R: Ring> Shard<R> {
             in_flight: 0,
             dirty: Vec::new(),
             rearm: Vec::new(),
+            deadline: Instant::now(),
             completions: Vec::with_capacity(256),
             spare_rings: SpareRings::default(),
             accepts: 0,
@@ -172,7 +175,10 @@ impl<R: Ring> Shard<R> {
             self.dispatch(now, completion);
         }
         self.completions = completions;
-        if self.engine.poll_timeout() <= now {
+        // The deadline asked for at the end of the last turn: what this turn's completions
+        // set is in the future, and is asked for at its end (`poll_timeout` walks every timer
+        // source, so it runs once per turn, not twice).
+        if self.deadline <= now {
             self.engine.handle_timeout(now);
         }
         self.act(now);
@@ -181,7 +187,8 @@ impl<R: Ring> Shard<R> {
         }
         // Measured from the turn's start: the timer fires late by this turn's work (some
         // microseconds), and the loop reads the clock once per turn, not twice.
-        let timeout = self.engine.poll_timeout().saturating_duration_since(now);
+        self.deadline = self.engine.poll_timeout();
+        let timeout = self.deadline.saturating_duration_since(now);
         self.ring
             .submit_and_wait(wait && !self.finished(), Some(timeout))
             .map_err(|error| format!("shard {}: io_uring_enter failed: {error}", self.index))

@@ -126,7 +126,8 @@ pub(in crate::engine) fn relay_to_client(
     if scan.functions_changed {
         routing.functions_changed(session.database());
     }
-    let elapsed_us = session.query_started().map_or(0, |started| {
+    let query_started = session.query_started();
+    let elapsed_us = query_started.map_or(0, |started| {
         now.saturating_duration_since(started).as_micros() as u64
     });
     if scan.completed > 0 && !server.backend().tracker().has_outstanding() {
@@ -137,7 +138,12 @@ pub(in crate::engine) fn relay_to_client(
     let transaction_us = match session.transaction_started() {
         Some(started) if scan.transactions > 0 => {
             session.transaction_ended();
-            now.saturating_duration_since(started).as_micros() as u64
+            // A one-query transaction started with its query: no second clock subtraction.
+            if query_started == Some(started) {
+                elapsed_us
+            } else {
+                now.saturating_duration_since(started).as_micros() as u64
+            }
         }
         _ => elapsed_us,
     };

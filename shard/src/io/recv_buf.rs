@@ -14,7 +14,7 @@
 //! receive (a poll, in the kernel) per transaction; a large result fills provided buffers
 //! whole, and for it the own buffer saves a copy and a completion per 4 KiB. A full provided
 //! buffer switches to the own buffer (the multishot is cancelled), and an own receive that
-//! returns less than one provided buffer holds switches back.
+//! returns less than one provided buffer switches back.
 
 use bytes::BytesMut;
 
@@ -30,7 +30,9 @@ pub(crate) enum RecvKind {
 }
 
 pub(crate) struct RecvBuf {
-    /// Received bytes not yet handed on (own-buffer kind only; empty for provided).
+    /// Received bytes not yet handed on (own-buffer kind only; empty for provided). A
+    /// server also copies its provided bytes through it (`copy_provided`), so the copy
+    /// reuses one allocation.
     pub data: BytesMut,
     /// The own buffer's growth step.
     chunk_bytes: u32,

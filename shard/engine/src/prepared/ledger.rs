@@ -113,8 +113,9 @@ pub(crate) enum Fallout {
     Forget(Box<[u8]>, Arc<Statement>),
     Restore(Box<[u8]>, Arc<Statement>),
     Clear,
-    /// The names a `DEALLOCATE ALL` / `DISCARD ALL` that failed had taken away.
-    RestoreAll(Vec<(Box<[u8]>, Arc<Statement>)>),
+    /// The names a `DEALLOCATE ALL` / `DISCARD ALL` that failed had taken away, and the
+    /// server statements (by id) it had made unknown, which the ledger marks known again.
+    RestoreAll(Vec<(Box<[u8]>, Arc<Statement>)>, Vec<u64>),
     /// The client's unnamed statement is `to`, if it is still the one of token `expected`
     /// (`None`: if it has none): its Parse failed (none) or was skipped (the one before), or
     /// its Close was skipped (the one before).
@@ -220,9 +221,19 @@ impl Ledger {
         Some(entry.owed)
     }
 
-    /// Pops the front entry, which failed or was skipped: its undo goes to `fallout`.
-    fn pop_failed(&mut self, fallout: &mut Vec<Fallout>) -> Option<Owed> {
-        if let Some(undo) = self.owed.front_mut().and_then(|entry| entry.undo.take()) {
+    /// Pops the front entry, which failed or was skipped: its undo goes to `fallout`. A
+    /// `DEALLOCATE ALL` / `DISCARD ALL` that did not run left the server's statements as
+    /// they were: those it made unknown are known again (before the skipped messages after
+    /// it are undone, which may make some unknown once more).
+    fn pop_failed(
+        &mut self,
+        statements: &mut ServerStatements,
+        fallout: &mut Vec<Fallout>,
+    ) -> Option<Owed> {
+        if let Some(mut undo) = self.owed.front_mut().and_then(|entry| entry.undo.take()) {
+            if let Fallout::RestoreAll(_, unknown) = undo.as_mut() {
+                statements.known_again(&std::mem::take(unknown));
+            }
             fallout.push(*undo);
         }
         self.pop()
@@ -344,7 +355,7 @@ impl Ledger {
         };
         for entry in &mut self.owed {
             match entry.undo.as_deref_mut() {
-                Some(Fallout::RestoreAll(taken)) => taken.retain(|held| !same(held)),
+                Some(Fallout::RestoreAll(taken, _)) => taken.retain(|held| !same(held)),
                 Some(Fallout::Restore(held_name, held))
                     if **held_name == *name && Arc::ptr_eq(held, statement) =>
                 {
@@ -595,7 +606,7 @@ impl Ledger {
             // An error inside a Query, a FunctionCall or at a Sync: its ReadyForQuery follows.
             return Verdict::Forward;
         }
-        let verdict = match self.pop_failed(fallout) {
+        let verdict = match self.pop_failed(statements, fallout) {
             Some(Owed::Parse(parse)) => {
                 let verdict = match parse.injected {
                     Some(OnError::Swallow) => Verdict::Swallow,
@@ -690,7 +701,7 @@ impl Ledger {
             if matches!(owed, Owed::Sync { .. }) {
                 break;
             }
-            match self.pop_failed(fallout) {
+            match self.pop_failed(statements, fallout) {
                 Some(Owed::Parse(parse)) => {
                     let parse = *parse;
                     match parse.unnamed {
@@ -901,7 +912,7 @@ mod tests {
                 Fallout::Forget(name, _) => format!("forget {}", String::from_utf8_lossy(name)),
                 Fallout::Restore(name, _) => format!("restore {}", String::from_utf8_lossy(name)),
                 Fallout::Clear => "clear".into(),
-                Fallout::RestoreAll(taken) => format!("restore {}", taken.len()),
+                Fallout::RestoreAll(taken, _) => format!("restore {}", taken.len()),
                 Fallout::Unnamed { expected, .. } => format!("unnamed {expected:?}"),
             })
             .collect();
@@ -1012,6 +1023,36 @@ mod tests {
         assert_eq!(f.answer(b"CZ"), [Forward, Forward]);
         assert!(matches!(f.fallout.as_slice(), [Fallout::Clear]));
         assert!(f.statements.is_empty());
+    }
+
+    /// An Execute of `DEALLOCATE ALL` skipped after an error ran nothing: the statements it
+    /// made unknown when sent are known again, so none is prepared anew in the failed block
+    /// (found by the protocol fuzzer, seeds 397 and 758).
+    #[test]
+    fn a_skipped_deallocate_all_leaves_the_statements_known() {
+        let mut f = Fixture::new();
+        let kept = f.statement("SELECT 1");
+        let unknown = f.statement("SELECT 2");
+        f.statements.prepared(kept.clone());
+        f.statements.prepared(unknown.clone());
+        f.statements.set_unknown(unknown.id());
+        f.ledger.push(Owed::Describe { statement: true });
+        let were_prepared = f.statements.all_unknown_noting();
+        f.ledger
+            .push_execute_undoing(Fallout::RestoreAll(Vec::new(), were_prepared));
+        f.sync();
+        assert_eq!(
+            f.statements.held(kept.id()),
+            Some(Held::Unknown),
+            "while in flight"
+        );
+        assert_eq!(f.answer(b"EZ"), [Forward, Forward]);
+        assert_eq!(f.statements.held(kept.id()), Some(Held::Prepared));
+        assert_eq!(
+            f.statements.held(unknown.id()),
+            Some(Held::Unknown),
+            "unknown before it, unknown after"
+        );
     }
 
     /// `DEALLOCATE ALL; SELECT 1/0` in one Query: PostgreSQL's DEALLOCATE is not undone by

@@ -222,7 +222,7 @@ impl Rewriter<'_> {
                 }
                 Some(PendingAtExecute::ForgetAll) => {
                     // Whether it runs is known only from its answer.
-                    self.server.statements.all_unknown();
+                    let unknown = self.server.statements.all_unknown_noting();
                     let taken = self
                         .names
                         .as_mut()
@@ -230,7 +230,7 @@ impl Rewriter<'_> {
                         .unwrap_or_default();
                     self.server
                         .ledger
-                        .push_execute_undoing(Fallout::RestoreAll(taken));
+                        .push_execute_undoing(Fallout::RestoreAll(taken, unknown));
                     return;
                 }
                 None => Owed::Execute,

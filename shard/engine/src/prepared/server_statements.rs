@@ -89,6 +89,32 @@ impl ServerStatements {
         }
     }
 
+    /// As [`ServerStatements::all_unknown`], returning the ids of those that were prepared,
+    /// for [`ServerStatements::known_again`] if the statement that made them unknown does
+    /// not run.
+    pub(crate) fn all_unknown_noting(&mut self) -> Vec<u64> {
+        let mut were_prepared = Vec::new();
+        for (id, entry) in &mut self.entries {
+            if entry.held == Held::Prepared {
+                were_prepared.push(*id);
+            }
+            entry.held = Held::Unknown;
+        }
+        were_prepared
+    }
+
+    /// The `DEALLOCATE ALL` / `DISCARD ALL` that made `ids` unknown failed or was skipped:
+    /// those still in the cache and still unknown are prepared, as they were.
+    pub(crate) fn known_again(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(entry) = self.entries.get_mut(id)
+                && entry.held == Held::Unknown
+            {
+                entry.held = Held::Prepared;
+            }
+        }
+    }
+
     pub fn remove(&mut self, id: u64) -> Option<Arc<Statement>> {
         self.entries.remove(&id).map(|entry| entry.statement)
     }

@@ -294,7 +294,7 @@ fn apply_fallout(names: &mut Option<Box<ClientStatements>>, fallout: Vec<Fallout
             Fallout::Forget(name, statement) => names.forget(&name, &statement),
             Fallout::Restore(name, statement) => names.restore(&name, statement),
             Fallout::Clear => names.clear(),
-            Fallout::RestoreAll(taken) => {
+            Fallout::RestoreAll(taken, _) => {
                 for (name, statement) in taken {
                     names.restore(&name, statement);
                 }

@@ -335,22 +335,27 @@ fn an_error_is_sent_before_the_socket_closes() {
     );
 }
 
-#[test]
-fn a_slow_client_pauses_reading_from_its_server() {
-    let mut shard = test_shard();
-    logged_in_client(&mut shard, usize::MAX);
+/// A logged-in client whose query went to its server, which has not answered yet.
+fn query_sent_to_its_server(shard: &mut Shard<FakeRing>, sql: &str) {
+    logged_in_client(shard, usize::MAX);
     let recv = shard
         .ring()
         .take(is_kind(OpKind::ClientRecv))
         .expect("client recv");
-    shard.ring().deliver(recv, &query("SELECT huge"));
-    turn(&mut shard);
+    shard.ring().deliver(recv, &query(sql));
+    turn(shard);
     let send = shard
         .ring()
         .take(is_kind(OpKind::ServerSend))
         .expect("query sent");
     shard.ring().accept_send(send, usize::MAX);
-    turn(&mut shard);
+    turn(shard);
+}
+
+#[test]
+fn a_slow_client_pauses_reading_from_its_server() {
+    let mut shard = test_shard();
+    query_sent_to_its_server(&mut shard, "SELECT huge");
     // One DataRow of 1 GiB - 1, streamed in receive-sized pieces; the client never reads.
     let mut header = vec![b'D'];
     header.extend_from_slice(&((1u32 << 30) - 1).to_be_bytes());
@@ -414,19 +419,7 @@ fn a_slow_client_pauses_reading_from_its_server() {
 #[test]
 fn a_large_result_switches_the_server_to_its_own_buffer_and_back() {
     let mut shard = test_shard();
-    logged_in_client(&mut shard, usize::MAX);
-    let recv = shard
-        .ring()
-        .take(is_kind(OpKind::ClientRecv))
-        .expect("client recv");
-    shard.ring().deliver(recv, &query("SELECT big"));
-    turn(&mut shard);
-    let send = shard
-        .ring()
-        .take(is_kind(OpKind::ServerSend))
-        .expect("query sent");
-    shard.ring().accept_send(send, usize::MAX);
-    turn(&mut shard);
+    query_sent_to_its_server(&mut shard, "SELECT big");
     // One DataRow whose bytes come as a full provided buffer, one own receive of 64 KiB, and
     // a short tail with the answer's end.
     let (first, second, tail) = (4096usize, 65_536usize, 40usize);

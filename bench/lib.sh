@@ -29,7 +29,8 @@ cpu_ticks() { stat_ticks "/proc/$1/stat"; }
 cpu_split() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
 
 # bench_tools [pgbouncer]: PostgreSQL's binaries (bindir), PgBouncer when asked for, and a
-# release pgtier unless PGTIER_BIN names one.
+# release pgtier unless PGTIER_BIN names one (with PGO=1, the profile-guided build of
+# scripts/build-pgo.sh, as the Debian package ships it).
 bench_tools() {
   bash scripts/install-deps.sh 2>/dev/null || true
   bindir="$(pg_config --bindir)"
@@ -38,7 +39,10 @@ bench_tools() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
   fi
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-  if [ -z "${PGTIER_BIN:-}" ]; then
+  if [ -z "${PGTIER_BIN:-}" ] && [ "${PGO:-0}" = 1 ]; then
+    log "building pgtier (release, profile-guided: scripts/build-pgo.sh)"
+    PGTIER_BIN="$(bash scripts/build-pgo.sh)"
+  elif [ -z "${PGTIER_BIN:-}" ]; then
     log "building pgtier (release)"
     cargo build --release -q -p pgtier --bin pgtier
     PGTIER_BIN="$CARGO_TARGET_DIR/release/pgtier"

@@ -18,7 +18,8 @@
 #
 # Usage: bash bench/pgbench-compare.sh            (from the repository root)
 # Environment (defaults): SCALE=10 DURATION=10 CLIENTS="1 8 64" PROTOCOLS="simple extended"
-#   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built with cargo build --release>
+#   POOL_SIZE=20 IDLE_CLIENTS=10000 PGTIER_BIN=<built by scripts/build-pgo.sh, as shipped>
+#   PGO=1 (0: without PGTIER_BIN, the plain `cargo build --release` binary instead)
 #   REPEAT=1 (runs per cell; the median tps and the median µs/tx are printed; the runs are
 #             interleaved, one of each target per round, cell by cell: direct, pgtier,
 #             PgBouncer, forwarder; latency p50 and p99 are the medians of the runs' own
@@ -59,6 +60,8 @@ FORWARDER="${FORWARDER:-1}"
 mkdir -p bench/out
 OUT="${OUT:-bench/out/pgbench-compare-$(date -u +%Y%m%dT%H%M%SZ).md}"
 
+# The binary users run: the Debian package is built with profile-guided optimization.
+PGO="${PGO:-1}"
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
@@ -348,7 +351,7 @@ fi
   echo "# pgbench -S: direct vs pgtier vs PgBouncer"
   echo
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(uname -r), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}'),"
-  echo "$(pgbouncer --version | head -1)$bouncer_note, pgtier $("$PGTIER_BIN" --version | awk '{print $2}') ($workers_note)."
+  echo "$(pgbouncer --version | head -1)$bouncer_note, pgtier $("$PGTIER_BIN" --version | awk '{print $2}') ($workers_note, $PGTIER_BIN)."
   echo "Scale $SCALE, -T $DURATION s per run, median of $REPEAT run(s) per cell, transaction pooling, pool size $POOL_SIZE, -j 2."
   [ "$TLS" = 1 ] && echo "Clients reach both proxies over TLS (sslmode=require, ECDSA P-256 certificate); direct runs are plain text."
   [ "$FORWARDER" = 1 ] && echo "forwarder: pgtier-forwarder ($WORKERS thread(s)), a bare io_uring 1:1 TCP forwarder (one server per client, no parsing, no pooling): the cost of a proxy that does nothing."

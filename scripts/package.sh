@@ -2,12 +2,14 @@
 # Builds the Debian package of pgtier: target/debian/pgtier_VERSION-1_ARCH.deb, then runs
 # lintian on it (errors fail the build).
 #
-#   scripts/package.sh [--binary PATH] [--out DIR] [--no-lintian]
+#   scripts/package.sh [--binary PATH] [--out DIR] [--no-lintian] [--no-pgo]
 #
 # --binary packages an already built pgtier (tests/tests/package.rs packages the debug binary
 # the tests run, so the test command builds no release binary for it); without it the
-# release binary is built. The man pages are written by pgtier-manpage (packaging/manpage)
-# from docs/config.md and docs/operations.md, so they list exactly what the docs list.
+# release binary is built with profile-guided optimization (scripts/build-pgo.sh, which
+# trains it with pgbench against a throw-away PostgreSQL), or plainly with --no-pgo. The man
+# pages are written by pgtier-manpage (packaging/manpage) from docs/config.md and
+# docs/operations.md, so they list exactly what the docs list.
 #
 # Why dpkg-deb from a staged tree and not cargo-deb: everything the package holds besides the
 # binary (units, maintainer scripts, conffiles, generated man pages, the ops dashboard) is a
@@ -22,12 +24,14 @@ cd "$(dirname "$0")/.."
 binary=""
 out="target/debian"
 lintian=1
+pgo=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --no-lintian) lintian=0; shift ;;
-    *) echo "usage: $0 [--binary PATH] [--out DIR] [--no-lintian]" >&2; exit 2 ;;
+    --no-pgo) pgo=0; shift ;;
+    *) echo "usage: $0 [--binary PATH] [--out DIR] [--no-lintian] [--no-pgo]" >&2; exit 2 ;;
   esac
 done
 
@@ -42,7 +46,9 @@ changelog_date="$(date -u -d "$date" '+%a, %d %b %Y %H:%M:%S +0000')"
 maintainer="${DEBFULLNAME:-pgtier developers} <${DEBEMAIL:-pgtier@users.noreply.github.com}>"
 
 target="${CARGO_TARGET_DIR:-target}"
-if [ -z "$binary" ]; then
+if [ -z "$binary" ] && [ "$pgo" = 1 ]; then
+  binary="$(bash scripts/build-pgo.sh)"
+elif [ -z "$binary" ]; then
   cargo build --release --locked -p pgtier --bin pgtier
   binary="$target/release/pgtier"
 fi

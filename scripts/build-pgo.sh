@@ -59,7 +59,8 @@ chmod 755 "$work"
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$work"
 pid=""
 cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  # Each step may fail (the process already gone): none of them may skip the next.
+  if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
   as_pg "$bindir/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$work" "$profiles"
 }

@@ -35,6 +35,8 @@
 #   PROFILE=0 (1: one more extended/64-client run through pgtier under `perf record -g`;
 #              the hottest symbols go to bench/out/pgtier-perf-<time>.txt)
 #   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
+#   Every proxy run is listed at the end with its sleeps per transaction (voluntary context
+#   switches of the proxy's threads), which tell the two regimes of a run apart.
 #   TLS=0 (1: clients reach both proxies over TLS, client_tls_sslmode = require with a
 #          throw-away self-signed certificate, pgbench with sslmode=require; the proxies
 #          reach PostgreSQL in plain text, and direct runs stay plain)
@@ -262,6 +264,16 @@ cpu_split_sum() {
   echo "$user $sys"
 }
 
+# sleeps_sum PIDS -> voluntary context switches summed over every thread of the processes:
+# how often the proxy fell asleep waiting for work
+sleeps_sum() {
+  local pid total=0
+  for pid in $1; do
+    total=$(( total + $(cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches:/ { n += $2 } END { print n + 0 }') ))
+  done
+  echo "$total"
+}
+
 # latency_percentiles FILES... -> "p50_us p99_us" of the per-transaction log lines (pgbench
 # -l: the third field is the transaction's latency in µs), nearest rank; "- -" when empty
 latency_percentiles() {
@@ -292,18 +304,19 @@ run_pgbench() {
 }
 
 # measure NAME PORT PIDS PROTOCOL CLIENTS -> prints "tps us_per_tx user_us_per_tx
-# sys_us_per_tx p50_us p99_us" (CPU summed over PIDS; none for a direct run)
+# sys_us_per_tx p50_us p99_us sleeps_per_tx" (CPU and sleeps summed over PIDS; none for a
+# direct run)
 measure() {
-  local before after tps tx p50 p99
-  [ -n "$3" ] && before="$(cpu_split_sum "$3")"
+  local before after tps tx p50 p99 slept_before slept_after
+  [ -n "$3" ] && before="$(cpu_split_sum "$3")" && slept_before="$(sleeps_sum "$3")"
   read -r tps tx p50 p99 <<<"$(run_pgbench "$2" "$4" "$5")"
-  [ -n "$3" ] && after="$(cpu_split_sum "$3")"
+  [ -n "$3" ] && after="$(cpu_split_sum "$3")" && slept_after="$(sleeps_sum "$3")"
   if [ -n "$3" ] && [ "$tx" -gt 0 ]; then
     echo "$tps $(awk -v b="$before" -v a="$after" -v hz="$ticks_per_s" -v n="$tx" 'BEGIN {
       split(b, x, " "); split(a, y, " "); u = y[1] - x[1]; s = y[2] - x[2]; k = 1e6 / hz / n
-      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }') $p50 $p99"
+      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }') $p50 $p99 $(awk -v b="$slept_before" -v a="$slept_after" -v n="$tx" 'BEGIN { printf "%.3f", (a - b) / n }')"
   else
-    echo "$tps - - - $p50 $p99"
+    echo "$tps - - - $p50 $p99 -"
   fi
 }
 
@@ -316,17 +329,19 @@ median() {
 # median_user_us median_sys_us median_p50_us median_p99_us", each column's own median over
 # REPEAT runs). A TARGET is "NAME:PORT:PIDS" (PIDS comma-separated, empty for direct). The runs
 # are interleaved, one of each target per round, so that a drift of the machine during the
-# cell falls on every target alike.
+# cell falls on every target alike. Every proxy run also goes to $work/runs.md, with how often
+# the proxy fell asleep per transaction.
 measure_cell() {
   local protocol="$1" clients="$2"; shift 2
   local targets=("$@") n="$#" i round name port pids
   local -a tps_l us_l user_l sys_l p50_l p99_l
-  local tps us user sys p50 p99
+  local tps us user sys p50 p99 sleeps
   for round in $(seq 1 "$REPEAT"); do
     for i in $(seq 0 $((n - 1))); do
       IFS=: read -r name port pids <<<"${targets[$i]}"
       log "pgbench -S -M $protocol -c $clients: $name (run $round of $REPEAT)"
-      read -r tps us user sys p50 p99 <<<"$(measure "$name" "$port" "${pids//,/ }" "$protocol" "$clients")"
+      read -r tps us user sys p50 p99 sleeps <<<"$(measure "$name" "$port" "${pids//,/ }" "$protocol" "$clients")"
+      [ -n "$pids" ] && echo "| $protocol | $clients | $round | $name | $tps | $us | $sleeps |" >>"$work/runs.md"
       tps_l[i]+=" $tps"; us_l[i]+=" $us"; user_l[i]+=" $user"; sys_l[i]+=" $sys"
       p50_l[i]+=" $p50"; p99_l[i]+=" $p99"
     done
@@ -412,6 +427,22 @@ if [ "${#latency_rows[@]}" -gt 0 ]; then
       echo "|---|---:|---:|---:|"
     fi
     printf '%s\n' "${latency_rows[@]}"
+  } | tee -a "$OUT"
+fi
+
+if [ -s "$work/runs.md" ]; then
+  {
+    echo
+    echo "## Every run"
+    echo
+    echo "Each proxy run: tps, CPU µs per transaction, and the proxy's sleeps per transaction"
+    echo "(voluntary context switches of all its threads). Where a run's proxy falls asleep"
+    echo "often, its CPU per transaction rises: in a virtual machine each sleep is a halt of the"
+    echo "CPU and each wake-up an interrupt (docs/benchmarks.md, \"Two regimes\")."
+    echo
+    echo "| protocol | clients | run | proxy | tps | CPU µs/tx | sleeps/tx |"
+    echo "|---|---:|---:|---|---:|---:|---:|"
+    cat "$work/runs.md"
   } | tee -a "$OUT"
 fi
 

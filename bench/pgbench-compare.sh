@@ -36,7 +36,8 @@
 #              the hottest symbols go to bench/out/pgtier-perf-<time>.txt)
 #   SKIP_MEMORY=0 OUT=bench/out/pgbench-compare-<time>.md
 #   Every proxy run is listed at the end with its sleeps per transaction (voluntary context
-#   switches of the proxy's threads), which tell the two regimes of a run apart.
+#   switches of the proxy's threads), which tell the two regimes of a run apart, and the
+#   PostgreSQL backends' CPU per transaction, which on two shared cores decides its tps.
 #   TLS=0 (1: clients reach both proxies over TLS, client_tls_sslmode = require with a
 #          throw-away self-signed certificate, pgbench with sslmode=require; the proxies
 #          reach PostgreSQL in plain text, and direct runs stay plain)
@@ -114,6 +115,7 @@ max_connections=$(( max_clients + 2 * POOL_SIZE + 50 ))
 log "initdb + start PostgreSQL on 127.0.0.1:$pg_port"
 pg_initdb "$work" "$pg_port" "$max_connections"
 as_pg "$bindir/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w start >/dev/null
+postmaster_pid="$(head -1 "$work/data/postmaster.pid")"
 log "pgbench -i -s $SCALE"
 "$bindir/pgbench" -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 
@@ -274,6 +276,17 @@ sleeps_sum() {
   echo "$total"
 }
 
+# backend_ticks -> utime+stime of PostgreSQL's processes in clock ticks: its live children
+# (the backends) plus what the postmaster reaped from those that exited, so that one that
+# ends during a run is still counted. Only the difference across one run is used.
+backend_ticks() {
+  local child total=0
+  for child in $(pgrep -P "$postmaster_pid"); do
+    total=$(( total + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
+  done
+  echo $(( total + $(awk '{ print $16 + $17 }' "/proc/$postmaster_pid/stat") ))
+}
+
 # latency_percentiles FILES... -> "p50_us p99_us" of the per-transaction log lines (pgbench
 # -l: the third field is the transaction's latency in µs), nearest rank; "- -" when empty
 latency_percentiles() {
@@ -304,19 +317,21 @@ run_pgbench() {
 }
 
 # measure NAME PORT PIDS PROTOCOL CLIENTS -> prints "tps us_per_tx user_us_per_tx
-# sys_us_per_tx p50_us p99_us sleeps_per_tx" (CPU and sleeps summed over PIDS; none for a
-# direct run)
+# sys_us_per_tx p50_us p99_us sleeps_per_tx backends_us_per_tx" (CPU and sleeps summed
+# over PIDS; none for a direct run)
 measure() {
-  local before after tps tx p50 p99 slept_before slept_after
+  local before after tps tx p50 p99 slept_before slept_after backends_before backends_after
   [ -n "$3" ] && before="$(cpu_split_sum "$3")" && slept_before="$(sleeps_sum "$3")"
+  backends_before="$(backend_ticks)"
   read -r tps tx p50 p99 <<<"$(run_pgbench "$2" "$4" "$5")"
+  backends_after="$(backend_ticks)"
   [ -n "$3" ] && after="$(cpu_split_sum "$3")" && slept_after="$(sleeps_sum "$3")"
   if [ -n "$3" ] && [ "$tx" -gt 0 ]; then
     echo "$tps $(awk -v b="$before" -v a="$after" -v hz="$ticks_per_s" -v n="$tx" 'BEGIN {
       split(b, x, " "); split(a, y, " "); u = y[1] - x[1]; s = y[2] - x[2]; k = 1e6 / hz / n
-      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }') $p50 $p99 $(awk -v b="$slept_before" -v a="$slept_after" -v n="$tx" 'BEGIN { printf "%.3f", (a - b) / n }')"
+      printf "%.1f %.1f %.1f", (u + s) * k, u * k, s * k }') $p50 $p99 $(awk -v b="$slept_before" -v a="$slept_after" -v n="$tx" 'BEGIN { printf "%.3f", (a - b) / n }') $(awk -v b="$backends_before" -v a="$backends_after" -v hz="$ticks_per_s" -v n="$tx" 'BEGIN { printf "%.1f", (a - b) * 1e6 / hz / n }')"
   else
-    echo "$tps - - - $p50 $p99 -"
+    echo "$tps - - - $p50 $p99 - -"
   fi
 }
 
@@ -330,18 +345,18 @@ median() {
 # REPEAT runs). A TARGET is "NAME:PORT:PIDS" (PIDS comma-separated, empty for direct). The runs
 # are interleaved, one of each target per round, so that a drift of the machine during the
 # cell falls on every target alike. Every proxy run also goes to $work/runs.md, with how often
-# the proxy fell asleep per transaction.
+# the proxy fell asleep per transaction and what the backends spent per transaction.
 measure_cell() {
   local protocol="$1" clients="$2"; shift 2
   local targets=("$@") n="$#" i round name port pids
   local -a tps_l us_l user_l sys_l p50_l p99_l
-  local tps us user sys p50 p99 sleeps
+  local tps us user sys p50 p99 sleeps backends
   for round in $(seq 1 "$REPEAT"); do
     for i in $(seq 0 $((n - 1))); do
       IFS=: read -r name port pids <<<"${targets[$i]}"
       log "pgbench -S -M $protocol -c $clients: $name (run $round of $REPEAT)"
-      read -r tps us user sys p50 p99 sleeps <<<"$(measure "$name" "$port" "${pids//,/ }" "$protocol" "$clients")"
-      [ -n "$pids" ] && echo "| $protocol | $clients | $round | $name | $tps | $us | $sleeps |" >>"$work/runs.md"
+      read -r tps us user sys p50 p99 sleeps backends <<<"$(measure "$name" "$port" "${pids//,/ }" "$protocol" "$clients")"
+      [ -n "$pids" ] && echo "| $protocol | $clients | $round | $name | $tps | $us | $sleeps | $backends |" >>"$work/runs.md"
       tps_l[i]+=" $tps"; us_l[i]+=" $us"; user_l[i]+=" $user"; sys_l[i]+=" $sys"
       p50_l[i]+=" $p50"; p99_l[i]+=" $p99"
     done
@@ -438,10 +453,13 @@ if [ -s "$work/runs.md" ]; then
     echo "Each proxy run: tps, CPU µs per transaction, and the proxy's sleeps per transaction"
     echo "(voluntary context switches of all its threads). Where a run's proxy falls asleep"
     echo "often, its CPU per transaction rises: in a virtual machine each sleep is a halt of the"
-    echo "CPU and each wake-up an interrupt (docs/benchmarks.md, \"Two regimes\")."
+    echo "CPU and each wake-up an interrupt (docs/benchmarks.md, \"Two regimes\"). The last column"
+    echo "is the CPU of PostgreSQL's backends per transaction: on two cores shared by the"
+    echo "backends, pgbench and the proxy, a run's tps follows it (docs/benchmarks.md,"
+    echo "\"What decides tps at 8 clients\")."
     echo
-    echo "| protocol | clients | run | proxy | tps | CPU µs/tx | sleeps/tx |"
-    echo "|---|---:|---:|---|---:|---:|---:|"
+    echo "| protocol | clients | run | proxy | tps | CPU µs/tx | sleeps/tx | backends µs/tx |"
+    echo "|---|---:|---:|---|---:|---:|---:|---:|"
     cat "$work/runs.md"
   } | tee -a "$OUT"
 fi

@@ -280,11 +280,9 @@ sleeps_sum() {
 # (the backends) plus what the postmaster reaped from those that exited, so that one that
 # ends during a run is still counted. Only the difference across one run is used.
 backend_ticks() {
-  local child total=0
-  for child in $(pgrep -P "$postmaster_pid"); do
-    total=$(( total + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
-  done
-  echo $(( total + $(awk '{ print $16 + $17 }' "/proc/$postmaster_pid/stat") ))
+  local user sys
+  read -r user sys <<<"$(cpu_split_sum "$(pgrep -P "$postmaster_pid")" 2>/dev/null)"
+  echo $(( user + sys + $(awk '{ print $16 + $17 }' "/proc/$postmaster_pid/stat") ))
 }
 
 # latency_percentiles FILES... -> "p50_us p99_us" of the per-transaction log lines (pgbench

@@ -58,6 +58,11 @@ if [ $# -eq 0 ]; then
   set -- "${ids[@]}"
 fi
 
+# The suite runs as `postgres`, which may not reach the caller's build (a checkout in a 0700
+# directory, as `mktemp -d` makes): a copy under $base is the binary it runs, renamed into
+# place so that a pgtier still running from an earlier run does not block it.
+cp "$bin" "$base/pgtier.new" && mv -f "$base/pgtier.new" "$base/pgtier"
+bin=$base/pgtier
 # 1.24.1 starts ../pgbouncer from its test directory (BOUNCER_EXE came in 1.25).
 ln -sfn "$bin" "$src/pgbouncer"
 tmp=$base/run

@@ -80,11 +80,20 @@ fn pgbench_select_only(port: u16, dbname: &str, protocol: &str, seconds: u32) ->
 
 /// Which of `servers` runs `text`, and its backend's pid, once one does (bounded wait).
 fn backend_running<'a>(servers: &[&'a LocalPg], text: &str) -> Option<(&'a LocalPg, String)> {
+    backend_running_within(servers, text, Duration::from_secs(20))
+}
+
+/// [`backend_running`], waiting at most `limit`.
+fn backend_running_within<'a>(
+    servers: &[&'a LocalPg],
+    text: &str,
+    limit: Duration,
+) -> Option<(&'a LocalPg, String)> {
     let sql = format!(
         "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query = '{}'",
         text.replace('\'', "''")
     );
-    wait::until(Duration::from_secs(20), Duration::from_millis(5), || {
+    wait::until(limit, Duration::from_millis(5), || {
         servers.iter().find_map(|server| {
             let pid = server.psql("postgres", &sql).ok()?;
             (!pid.is_empty()).then_some((*server, pid))
@@ -130,9 +139,21 @@ fn pgbench_sees_no_error_when_a_replica_is_stopped_under_it() {
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
+    // pgbench's reads are short, so none may be running on the replica at the moment it
+    // stops: a slow read is made to run there first, so that one read surely dies under way
+    // and runs again. Round robin over two replicas places one there within two tries.
+    let mut slow_reads = Vec::new();
+    let on_stopped = [&cluster.replicas[0]];
+    while backend_running_within(&on_stopped, SLOW_READ, Duration::from_millis(500)).is_none() {
+        assert!(slow_reads.len() < 6, "no slow read ran on replica 0");
+        slow_reads.push(in_thread(&proxy, "set", "", SLOW_READ));
+    }
     cluster.replicas[0]
         .stop_immediate()
         .expect("pg_ctl stop -m immediate");
+    for read in slow_reads {
+        assert_eq!(read.join().expect("thread"), Ok(()), "{}", proxy.log());
+    }
     for (dbname, protocol, handle) in runs {
         let finished = handle.join().expect("pgbench thread");
         let errors: Vec<&str> = finished

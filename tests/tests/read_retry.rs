@@ -141,7 +141,7 @@ fn pgbench_sees_no_error_when_a_replica_is_stopped_under_it() {
     std::thread::sleep(Duration::from_secs(2));
     // pgbench's reads are short, so none may be running on the replica at the moment it
     // stops: a slow read is made to run there first, so that one read surely dies under way
-    // and runs again. Round robin over two replicas places one there within two tries.
+    // and runs again. Round robin over two replicas places one there within a few tries.
     let mut slow_reads = Vec::new();
     let on_stopped = [&cluster.replicas[0]];
     while backend_running_within(&on_stopped, SLOW_READ, Duration::from_millis(500)).is_none() {

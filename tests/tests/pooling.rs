@@ -361,6 +361,57 @@ fn cancel_reaches_the_right_query_within_a_second() {
     }
 }
 
+/// A query waiting for a server (the pool's only one is in another client's transaction)
+/// is cancelled by a CancelRequest sent while it waits, as PostgreSQL would cancel it: the
+/// cancel is held and follows the query to its server. PgBouncer drops it, and the query
+/// runs in full once a server frees up (pgbouncer/pgbouncer#1222). Found by the
+/// differential fuzzer (seed 46; docs/compatibility.md).
+#[test]
+fn a_cancel_sent_while_the_query_waits_for_a_server_cancels_it() {
+    let (_pg, proxy) = server_and_proxy(|config| {
+        config
+            .pool_mode("transaction")
+            .pool_size(1)
+            .setting("admin_users", "[\"postgres\"]")
+    });
+    let mut holder = proxy.connect("postgres", "postgres").expect("holder");
+    holder.batch_execute("BEGIN").expect("BEGIN");
+    let mut victim = proxy.connect("postgres", "postgres").expect("victim");
+    let token = victim.cancel_token();
+    let victim_run = std::thread::spawn(move || {
+        let result = victim.batch_execute("SELECT pg_sleep(30)");
+        let after = victim
+            .query_typed_one("SELECT 5", &[])
+            .map(|row| row.get::<_, i32>(0));
+        (result, after)
+    });
+    let mut console = proxy.connect("pgbouncer", "postgres").expect("console");
+    let queued = wait::until(SHORT, Duration::from_millis(20), || {
+        let pools = console.simple_query("SHOW POOLS").ok()?;
+        pools.iter().find_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row)
+                if row.get("database") == Some("postgres")
+                    && row.get("cl_waiting") == Some("1") =>
+            {
+                Some(())
+            }
+            _ => None,
+        })
+    });
+    assert!(queued.is_some(), "the victim never queued\n{}", proxy.log());
+    token.cancel_query(postgres::NoTls).expect("send cancel");
+    holder.batch_execute("COMMIT").expect("COMMIT");
+    let (result, after) = victim_run.join().expect("victim thread");
+    let error = result.expect_err("the queued query was cancelled");
+    assert_eq!(
+        sqlstate(&error).as_deref(),
+        Some("57014"),
+        "{error:?}\n{}",
+        proxy.log()
+    );
+    assert_eq!(after.expect("the victim goes on"), 5);
+}
+
 #[test]
 fn cancel_works_whichever_worker_receives_it() {
     // With two workers the CancelRequest connection lands on either shard (SO_REUSEPORT);

@@ -68,11 +68,14 @@ pub enum ClientState {
     /// Welcomed, holding no server (between transactions in transaction mode), since `since`.
     Idle { since: Instant },
     /// Welcomed and waiting since `since` for a server for its next query; `notified` once
-    /// it was told it is queued (`query_wait_notify`).
+    /// it was told it is queued (`query_wait_notify`); `cancel_held` once a CancelRequest
+    /// for it arrived meanwhile: PostgreSQL would have cancelled that query, so the cancel
+    /// goes to its server once the query is sent there.
     Queued {
         since: Instant,
         ticket: Option<WaitTicket>,
         notified: bool,
+        cancel_held: bool,
     },
     /// Linked to `server`; bytes flow both ways.
     Linked { server: ServerId },
@@ -665,11 +668,32 @@ impl ClientConn {
 
     /// Welcomed, it waits since `since` for a server for its next query.
     pub fn queued(&mut self, since: Instant) {
+        // Queued again for the same query (routed once more): a cancel held stays.
+        let cancel_held = matches!(
+            self.state,
+            ClientState::Queued {
+                cancel_held: true,
+                ..
+            }
+        );
         self.state = ClientState::Queued {
             since,
             ticket: None,
             notified: false,
+            cancel_held,
         };
+    }
+
+    /// A CancelRequest for it arrived. True while it waits for a server with a query: the
+    /// cancel is held for that query. Otherwise nothing of its runs that could be cancelled.
+    pub(crate) fn hold_cancel(&mut self) -> bool {
+        match &mut self.state {
+            ClientState::Queued { cancel_held, .. } => {
+                *cancel_held = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether it has waited for a server longer than `after` in its current wait and was
@@ -717,9 +741,18 @@ impl ClientConn {
         self.state = ClientState::Welcoming { server };
     }
 
-    /// Linked to `server`: bytes flow both ways.
-    pub fn linked(&mut self, server: ServerId) {
+    /// Linked to `server`: bytes flow both ways. True when a cancel was held for the query
+    /// it waited with.
+    pub fn linked(&mut self, server: ServerId) -> bool {
+        let cancel_held = matches!(
+            self.state,
+            ClientState::Queued {
+                cancel_held: true,
+                ..
+            }
+        );
         self.state = ClientState::Linked { server };
+        cancel_held
     }
 
     /// Welcomed and holding no server since `since`.

@@ -1664,9 +1664,18 @@ impl Engine {
                     self.finish_welcome(id, server_id);
                 }
             }
-            Linked::Serving(server_id) => {
+            Linked::Serving {
+                server: server_id,
+                cancel,
+            } => {
                 self.resume_client(id);
                 self.forward(id, server_id);
+                if cancel {
+                    // Sent after the query, so that it finds the query running (or, if that
+                    // already ended, is ignored by the idle backend, as PostgreSQL ignores a
+                    // late cancel).
+                    self.cancel_running(id);
+                }
             }
         }
     }
@@ -2455,7 +2464,8 @@ impl Engine {
         }
         if keeps_server {
             if let Some(client) = self.clients.get_mut(id.0) {
-                client.linked(server_id);
+                // It was joining, not queued: no cancel can have been held for it.
+                let _ = client.linked(server_id);
                 let database = client.session().and_then(|session| session.stats());
                 self.stats.assigned(database);
             }

@@ -733,6 +733,49 @@ fn a_cancel_request_reaches_the_running_query_of_its_client() {
     assert_eq!(errors(&h.client_output(a)), vec!["57014".to_string()]);
 }
 
+/// A cancel for a client whose query waits for a server (the only one is in another
+/// client's transaction) is held, not dropped: once the query reaches a server, the cancel
+/// follows it there and the client gets 57014, as from PostgreSQL. A cancel for a client
+/// with nothing running or queued does nothing, and holds nothing for its next query.
+#[test]
+fn a_cancel_for_a_queued_query_follows_it_to_its_server() {
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (a, _) = h.login("alice", "db");
+    let (b, messages) = h.login("alice", "db");
+    let key = messages
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("key")
+        .body
+        .clone();
+    let server = h.live_servers()[0];
+    h.backend(server).hold_queries_with = Some("sleep".into());
+    // Idle, b has nothing to cancel: nothing is held for its next query.
+    send_cancel(&mut h, &key);
+    h.client_sends(a, &query("BEGIN"));
+    assert_eq!(h.client_tags(a), "CZ");
+    h.client_sends(b, &query("SELECT sleep"));
+    assert_eq!(h.client_tags(b), "", "b waits for a's server");
+    let canceller = send_cancel(&mut h, &key);
+    assert!(h.cancels.is_empty(), "nothing of b's runs yet");
+    assert!(h.is_closed(Conn::Client(canceller)));
+    h.client_sends(a, &query("COMMIT"));
+    assert_eq!(h.client_tags(a), "CZ");
+    assert_eq!(
+        h.cancels,
+        vec![server],
+        "the held cancel followed b's query"
+    );
+    assert_eq!(errors(&h.client_output(b)), vec!["57014".to_string()]);
+    // The next query of b's runs to its end: the cancel was spent.
+    h.backend(server).hold_queries_with = None;
+    h.client_sends(b, &query("SELECT 1"));
+    assert_eq!(h.client_tags(b), "TDCZ");
+    assert_eq!(h.cancels.len(), 1);
+}
+
 #[test]
 fn a_cancel_with_a_wrong_key_does_nothing() {
     let mut h = Harness::new(&config(TX));

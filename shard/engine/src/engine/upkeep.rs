@@ -558,12 +558,30 @@ impl Engine {
         });
     }
 
-    /// Forwards a cancel only if the key's client still has a server running its query.
+    /// Forwards a cancel if the key's client has a server running its query, or holds it
+    /// for the query the client waits with for a server (sent once the query is; PgBouncer
+    /// drops it and the query runs in full).
     fn handle_cancel(&mut self, key: CancelKey) {
         let Some(client) = self.clients.logins().keys().lookup(key) else {
             tracing::debug!("cancel request with an unknown key");
             return;
         };
+        if self
+            .clients
+            .get_mut(client.0)
+            .is_some_and(|c| c.hold_cancel())
+        {
+            tracing::debug!(
+                client = client.index(),
+                "cancel request held until the query it waits with reaches a server"
+            );
+            return;
+        }
+        self.cancel_running(client);
+    }
+
+    /// Sends a cancel to client `client`'s server if that server runs the client's query.
+    pub(super) fn cancel_running(&mut self, client: ClientId) {
         let Some(server) = self.clients.get(client.0).and_then(|c| c.server()) else {
             return;
         };

@@ -226,8 +226,12 @@ pub(in crate::engine) enum Linked {
     Gone,
     /// A first server: the client's welcome starts on it.
     Welcoming(ServerId),
-    /// Linked, the client's session values sent: its bytes go on.
-    Serving(ServerId),
+    /// Linked, the client's session values sent: its bytes go on; `cancel` when a
+    /// CancelRequest arrived for the query it waited with.
+    Serving {
+        server: ServerId,
+        cancel: bool,
+    },
 }
 
 /// Gives `lease`'s server to client `id` (which waited for it, or found it idle).
@@ -305,7 +309,7 @@ pub(in crate::engine) fn link(
         client.welcoming(server_id);
         return Linked::Welcoming(server_id);
     }
-    client.linked(server_id);
+    let cancel = client.linked(server_id);
     let Some(session) = client.session_mut() else {
         return Linked::Gone;
     };
@@ -322,7 +326,10 @@ pub(in crate::engine) fn link(
         let bytes = server.backend_mut().internal_query(&sql);
         outbox.send(Conn::Server(server_id), bytes);
     }
-    Linked::Serving(server_id)
+    Linked::Serving {
+        server: server_id,
+        cancel,
+    }
 }
 
 /// A client being welcomed by `server_id`: its startup values are applied on the server

@@ -56,6 +56,19 @@ impl Tracker {
         self.inner.pending_ready() > 0
     }
 
+    /// Whether a cancel may find a statement of the client's running: something is owed
+    /// its ReadyForQuery, a COPY is under way, or extended messages went with no Sync after
+    /// them. That last is an Execute that may still run (PostgreSQL answers nothing until
+    /// a Sync or Flush); if it has ended, the backend waits for input and ignores the
+    /// cancel, as it would from a client of its own.
+    pub(crate) fn may_be_running(&self) -> bool {
+        self.inner.pending_ready() > 0
+            || matches!(
+                self.inner.phase(),
+                ServerPhase::Unsynced | ServerPhase::Copy(_)
+            )
+    }
+
     /// The tracker's summary: idle, in a transaction block, unsynced, busy, copying.
     #[inline]
     pub fn phase(&self) -> ServerPhase {

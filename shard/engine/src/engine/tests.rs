@@ -1454,3 +1454,47 @@ fn an_entrys_connect_query_runs_once_on_each_new_server_before_any_client() {
         "once per server: {seen:?}"
     );
 }
+
+/// An Execute sent with no Sync after it (Parse/Bind/Execute, then the client waits) may be
+/// running: PostgreSQL answers nothing until a Sync or Flush. A cancel reaches it, whether
+/// it arrives while the Execute runs or while it still waits for a server. Found by the
+/// differential fuzzer (seed 46): pgtier dropped such a cancel, as if nothing ran, and the
+/// `pg_sleep(10)` ran in full.
+#[test]
+fn a_cancel_reaches_an_execute_sent_without_a_sync() {
+    use crate::testing::{bind, execute, parse, sync};
+    let mut h = Harness::new(&config(
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ));
+    let (holder, _) = h.login("alice", "db");
+    let (b, messages) = h.login("alice", "db");
+    let key = messages
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("key")
+        .body
+        .clone();
+    let mut unsynced = parse("", "SELECT pg_sleep(10)");
+    unsynced.extend(bind(""));
+    unsynced.extend(execute());
+    // Queued behind the holder's transaction: held, then sent after the Execute.
+    h.client_sends(holder, &query("BEGIN"));
+    assert_eq!(h.client_tags(holder), "CZ");
+    h.client_sends(b, &unsynced);
+    send_cancel(&mut h, &key);
+    assert!(h.cancels.is_empty(), "nothing of b's runs yet");
+    h.client_sends(holder, &query("COMMIT"));
+    assert_eq!(h.client_tags(holder), "CZ");
+    let server = h.live_servers()[0];
+    assert_eq!(
+        h.cancels,
+        vec![server],
+        "the held cancel followed the Execute"
+    );
+    h.client_sends(b, &sync());
+    assert_eq!(h.client_tags(b), "12CZ");
+    // Linked, its Execute under way with no Sync: the cancel goes at once.
+    h.client_sends(b, &unsynced);
+    send_cancel(&mut h, &key);
+    assert_eq!(h.cancels, vec![server, server]);
+}

@@ -588,7 +588,7 @@ impl Engine {
         let running = self
             .servers
             .get(server.0)
-            .is_some_and(|s| s.client() == Some(client) && s.backend().tracker().has_outstanding());
+            .is_some_and(|s| s.client() == Some(client) && s.backend().tracker().may_be_running());
         if running {
             self.servers.send_cancel(server, &mut self.outbox);
         }

@@ -714,12 +714,7 @@ fn a_user_not_allowed_on_the_console_is_refused() {
 fn a_cancel_request_reaches_the_running_query_of_its_client() {
     let mut h = Harness::new(&config(TX));
     let (a, messages) = h.login("alice", "db");
-    let key = messages
-        .iter()
-        .find(|m| m.tag == b'K')
-        .expect("key")
-        .body
-        .clone();
+    let key = cancel_key(&messages);
     let server = h.live_servers()[0];
     h.backend(server).hold_queries_with = Some("sleep".into());
     h.client_sends(a, &query("SELECT sleep"));
@@ -744,12 +739,7 @@ fn a_cancel_for_a_queued_query_follows_it_to_its_server() {
     ));
     let (a, _) = h.login("alice", "db");
     let (b, messages) = h.login("alice", "db");
-    let key = messages
-        .iter()
-        .find(|m| m.tag == b'K')
-        .expect("key")
-        .body
-        .clone();
+    let key = cancel_key(&messages);
     let server = h.live_servers()[0];
     h.backend(server).hold_queries_with = Some("sleep".into());
     // Idle, b has nothing to cancel: nothing is held for its next query.
@@ -791,6 +781,16 @@ fn a_cancel_with_a_wrong_key_does_nothing() {
     assert!(h.cancels.is_empty());
 }
 
+/// The BackendKeyData a client was given at login (its 8 bytes).
+fn cancel_key(login: &[testing::Msg]) -> Vec<u8> {
+    login
+        .iter()
+        .find(|m| m.tag == b'K')
+        .expect("BackendKeyData")
+        .body
+        .clone()
+}
+
 /// A CancelRequest for `key` (BackendKeyData's 8 bytes) from a new connection.
 fn send_cancel(h: &mut Harness, key: &[u8]) -> crate::ClientId {
     let canceller = h.accept();
@@ -811,12 +811,7 @@ fn with_peering_cancel_requests_go_to_the_peer_that_issued_the_key() {
         "peer_id = 1\n[peers.1]\nhost = \"/tmp/me\"\n[peers.2]\nhost = \"10.0.0.2\"\nport = 6500\n";
     let mut h = Harness::new(&config(&format!("{TX}\n{peers}")));
     let (a, messages) = h.login("alice", "db");
-    let key = messages
-        .iter()
-        .find(|m| m.tag == b'K')
-        .expect("key")
-        .body
-        .clone();
+    let key = cancel_key(&messages);
     assert_eq!((key[1], key[2]), (1, 0), "our peer id, PgBouncer's bytes");
     assert_eq!(key[7] & 0b11, 0b11, "a full TTL");
     // Another peer's key: forwarded, TTL lowered.
@@ -1468,12 +1463,7 @@ fn a_cancel_reaches_an_execute_sent_without_a_sync() {
     ));
     let (holder, _) = h.login("alice", "db");
     let (b, messages) = h.login("alice", "db");
-    let key = messages
-        .iter()
-        .find(|m| m.tag == b'K')
-        .expect("key")
-        .body
-        .clone();
+    let key = cancel_key(&messages);
     let mut unsynced = parse("", "SELECT pg_sleep(10)");
     unsynced.extend(bind(""));
     unsynced.extend(execute());
